@@ -1,0 +1,129 @@
+// The node agent's command line: enroll, run, status.
+import { parseArgs } from "node:util";
+import { X509Certificate } from "node:crypto";
+import { pino } from "pino";
+import { enrollNode, EnrollError } from "./enroll.js";
+import { readState, StateError } from "./state.js";
+import { runAgent } from "./session.js";
+import { agentVersion } from "./version.js";
+import { parseDuration } from "../common/duration.js";
+import { ConnectError } from "@connectrpc/connect";
+import { codeName } from "../common/codes.js";
+
+const usage = `Usage: agent <command> [options]
+
+Commands:
+  enroll   Join the control plane with a one-time token
+           --server URL --token TOKEN --ca-fingerprint sha256:HEX [--name NAME] [--force]
+  run      Keep a session open: heartbeats, inventory, telemetry, jobs
+  status   Show this node's identity and certificate
+
+Options:
+  --state PATH   Agent state file (default $MODELFORGE_AGENT_STATE or ./data/agent/state.json)
+  -h, --help     Show this help
+
+Environment:
+  MODELFORGE_AGENT_STATE          state file path
+  MODELFORGE_AGENT_LOG_LEVEL      log level (default info)
+  MODELFORGE_AGENT_BACKOFF_BASE   first reconnect delay ceiling (default 500ms)
+  MODELFORGE_AGENT_BACKOFF_MAX    largest reconnect delay (default 30s)
+  MODELFORGE_AGENT_CLOCK_OFFSET   shift the agent's observation clock, e.g. 1h or -1h (testing)
+`;
+
+async function main(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      server: { type: "string" },
+      token: { type: "string" },
+      "ca-fingerprint": { type: "string" },
+      name: { type: "string" },
+      force: { type: "boolean" },
+      state: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  const command = positionals[0];
+  if (values.help || command === undefined) {
+    process.stdout.write(usage);
+    return command === undefined && !values.help ? 2 : 0;
+  }
+  const statePath = values.state ?? process.env.MODELFORGE_AGENT_STATE ?? "./data/agent/state.json";
+  switch (command) {
+    case "enroll": {
+      const missing = (["server", "token", "ca-fingerprint"] as const).filter((k) => !values[k]);
+      if (missing.length > 0) {
+        process.stderr.write(`agent enroll: missing --${missing.join(", --")}\n`);
+        return 2;
+      }
+      const state = await enrollNode({
+        serverUrl: values.server!,
+        token: values.token!,
+        caFingerprint: values["ca-fingerprint"]!,
+        name: values.name,
+        statePath,
+        force: values.force,
+      });
+      process.stdout.write(`enrolled as node ${state.nodeId}; identity saved to ${statePath}\n`);
+      return 0;
+    }
+    case "run": {
+      const log = pino({ level: process.env.MODELFORGE_AGENT_LOG_LEVEL ?? "info", base: { service: "modelforge-agent" } });
+      const stop = new AbortController();
+      process.once("SIGTERM", () => stop.abort());
+      process.once("SIGINT", () => stop.abort());
+      const env = process.env;
+      await runAgent({
+        statePath,
+        log,
+        signal: stop.signal,
+        clockOffsetMs: env.MODELFORGE_AGENT_CLOCK_OFFSET ? signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET) : 0,
+        backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
+        backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
+      });
+      return 0;
+    }
+    case "status": {
+      const state = await readState(statePath);
+      if (state === undefined) {
+        process.stdout.write(`not enrolled (no state at ${statePath})\n`);
+        return 1;
+      }
+      const cert = new X509Certificate(state.certPem);
+      process.stdout.write(
+        [
+          `node id:        ${state.nodeId}`,
+          `server:         ${state.serverUrl}`,
+          `CA:             ${state.caFingerprint}`,
+          `certificate:    serial ${cert.serialNumber}, valid until ${new Date(cert.validTo).toISOString()}`,
+          `sequences:      inventory ${state.sequences.inventory}, telemetry ${state.sequences.telemetry}`,
+          `agent version:  ${agentVersion}`,
+          "",
+        ].join("\n"),
+      );
+      return 0;
+    }
+    default:
+      process.stderr.write(`agent: unknown command "${command}"\n\n${usage}`);
+      return 2;
+  }
+}
+
+function signedDuration(text: string): number {
+  return text.startsWith("-") ? -parseDuration(text.slice(1)) : parseDuration(text.replace(/^\+/, ""));
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    const message =
+      err instanceof ConnectError
+        ? `${codeName(err.code)}: ${err.rawMessage}`
+        : err instanceof EnrollError || err instanceof StateError
+          ? err.message
+          : (err as Error).message;
+    process.stderr.write(`agent: ${message}\n`);
+    process.exit(1);
+  },
+);

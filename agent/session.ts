@@ -1,0 +1,277 @@
+// The agent's main loop: keep one Session open, say Hello, then heartbeat, report inventory and
+// telemetry at the cadence the server sets, follow instructions, and reconnect after any failure
+// with exponential backoff and jitter, always on the identity persisted in the state file.
+import { X509Certificate } from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { durationMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { Logger } from "pino";
+import {
+  SessionRequestSchema,
+  type AgentConfig,
+  type Instruction,
+  type Reply,
+  type SessionRequest,
+} from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { JobCancel } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { JobLease } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { AsyncQueue } from "../common/queue.js";
+import { codeFromName, codeName } from "../common/codes.js";
+import { collectInventory, inventoryFingerprint } from "./collectors/inventory.js";
+import { collectTelemetry } from "./collectors/telemetry.js";
+import { generateNodeKeyAndCsr } from "./pki/keys.js";
+import { readState, StateStore, StateError } from "./state.js";
+import { nodeClient } from "./transport.js";
+import { agentVersion, protocolVersion } from "./version.js";
+import { backoffDelay, renewalDue } from "./rules.js";
+import { checkIssued } from "./enroll.js";
+
+type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
+export type ReplyResult = Reply["result"];
+
+/** How job handling plugs into the session (see ./jobs). */
+export interface SessionJobs {
+  capabilities(): string[];
+  runningJobIds(): string[];
+  onLease(lease: JobLease, link: SessionLink): void;
+  onCancel(cancel: JobCancel): void;
+}
+
+/** Sends one message on the open session and resolves with the server's reply. */
+export interface SessionLink {
+  send(message: SessionMessage): Promise<ReplyResult>;
+}
+
+export interface RunOptions {
+  statePath: string;
+  log: Logger;
+  signal: AbortSignal;
+  jobs?: SessionJobs;
+  /** Added to the agent's clock for observed_at (testing clock-skew handling). */
+  clockOffsetMs?: number;
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+}
+
+/** Thrown out of a session to reconnect at once (after renewal), not after a backoff. */
+class Reconnect extends Error {}
+
+const defaults = { heartbeatMs: 10_000, telemetryMs: 15_000, inventoryMs: 300_000, renewFraction: 1 / 3 };
+
+export async function runAgent(opts: RunOptions): Promise<void> {
+  const { log, signal } = opts;
+  let attempt = 0;
+  while (!signal.aborted) {
+    // Re-read each time: `agent enroll --force` may have replaced the identity meanwhile.
+    const state = await readState(opts.statePath);
+    if (state === undefined) throw new StateError(`no agent state at ${opts.statePath}: run "agent enroll" first`);
+    const store = new StateStore(opts.statePath, state);
+    try {
+      await runSession(store, opts);
+      attempt = 0;
+    } catch (err) {
+      if (err instanceof Reconnect) {
+        attempt = 0;
+        continue;
+      }
+      if (signal.aborted) break;
+      const ce = ConnectError.from(err);
+      // Status, method and path only: never a body or credential.
+      log.warn({ code: codeName(ce.code), method: "Session", path: "/modelforge.agent.v1.AgentService/Session", reason: ce.rawMessage }, "session failed");
+      if (ce.code === Code.Unauthenticated) log.error("the control plane refuses this node's credential; re-enroll with a recovery token");
+    }
+    const delay = backoffDelay(attempt++, opts.backoffBaseMs ?? 500, opts.backoffMaxMs ?? 30_000);
+    await sleep(delay, signal);
+  }
+}
+
+async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
+  const { log } = opts;
+  const now = () => Date.now() + (opts.clockOffsetMs ?? 0);
+  const client = nodeClient(store.current);
+  const abort = new AbortController();
+  const onStop = () => abort.abort();
+  opts.signal.addEventListener("abort", onStop, { once: true });
+  const outbound = new AsyncQueue<SessionRequest>();
+  const pending = new Map<bigint, { resolve(r: ReplyResult): void; reject(e: unknown): void }>();
+  let nextId = 0n;
+  const link: SessionLink = {
+    send(message) {
+      const messageId = ++nextId;
+      return new Promise<ReplyResult>((resolve, reject) => {
+        pending.set(messageId, { resolve, reject });
+        if (!outbound.push(create(SessionRequestSchema, { messageId, message }))) {
+          pending.delete(messageId);
+          reject(new ConnectError("session closed", Code.Unavailable));
+        }
+      });
+    },
+  };
+  const timers: NodeJS.Timeout[] = [];
+  let config: AgentConfig | undefined;
+  let lastInventory = "";
+  let lastInventoryAt = 0;
+  let renewing: Promise<void> | undefined;
+
+  // Publishes one message and logs a refusal by status and method; never the body.
+  const publish = async (method: string, message: SessionMessage) => {
+    try {
+      const result = await link.send(message);
+      if (result.case === "error") {
+        log.warn({ code: result.value.code, method, path: `/modelforge.agent.v1.AgentService/${method}`, reason: result.value.message }, "publication refused");
+        return undefined;
+      }
+      return result;
+    } catch (err) {
+      if (!abort.signal.aborted) log.warn({ code: codeName(ConnectError.from(err).code), method }, "publication failed");
+      return undefined;
+    }
+  };
+
+  const sendInventory = async (force: boolean) => {
+    const inv = await collectInventory();
+    const fp = inventoryFingerprint(inv);
+    const due = Date.now() - lastInventoryAt >= ms(config?.inventoryInterval, defaults.inventoryMs);
+    if (!force && !due && fp === lastInventory) return;
+    const sequence = await store.nextSequence("inventory");
+    const r = await publish("PutInventory", {
+      case: "inventory",
+      value: { report: { sequence, observedAt: timestampFromMs(now()), ...inv } },
+    });
+    if (r !== undefined) {
+      lastInventory = fp;
+      lastInventoryAt = Date.now();
+    }
+  };
+  const sendTelemetry = async () => {
+    const telemetry = await collectTelemetry();
+    const sequence = await store.nextSequence("telemetry");
+    await publish("PutTelemetry", { case: "telemetry", value: { report: { sequence, observedAt: timestampFromMs(now()), telemetry } } });
+  };
+  const sendHeartbeat = () => publish("Heartbeat", { case: "heartbeat", value: { agentVersion, sentAt: timestampFromMs(now()) } });
+
+  const renew = (reason: string) =>
+    (renewing ??= (async () => {
+      log.info({ reason }, "renewing credential");
+      const { keyPem, csrPem } = generateNodeKeyAndCsr();
+      const res = await client.renewCredential({ csrPem });
+      checkIssued(res.certificatePem, keyPem, store.current.caPem, store.current.nodeId);
+      await store.update({ keyPem, certPem: res.certificatePem });
+      log.info("credential renewed; reconnecting with the new certificate");
+      abort.abort(new Reconnect("renewed"));
+    })().catch((err: unknown) => {
+      renewing = undefined;
+      log.warn({ code: codeName(ConnectError.from(err).code), method: "RenewCredential" }, "renewal failed");
+    }));
+  const checkRenewal = () => {
+    const cert = new X509Certificate(store.current.certPem);
+    const fraction = config?.renewRemainingFraction || defaults.renewFraction;
+    if (renewalDue(Date.parse(cert.validFrom), Date.parse(cert.validTo), Date.now(), fraction)) void renew("certificate nearing expiry");
+  };
+  const follow = (instructions: Instruction[]) => {
+    for (const i of instructions) if (i.kind.case === "renewCredential") void renew(i.kind.value.reason);
+  };
+  const every = (intervalMs: number, task: () => Promise<unknown>) => {
+    const t = setInterval(() => void task().catch((err: unknown) => log.warn({ error: (err as Error).message }, "periodic task failed")), intervalMs);
+    timers.push(t);
+  };
+
+  outbound.push(
+    create(SessionRequestSchema, {
+      messageId: ++nextId,
+      message: {
+        case: "hello",
+        value: { protocolVersion, agentVersion, capabilities: opts.jobs?.capabilities() ?? [], runningJobIds: opts.jobs?.runningJobIds() ?? [] },
+      },
+    }),
+  );
+  try {
+    for await (const res of client.session(outbound, { signal: abort.signal })) {
+      const m = res.message;
+      switch (m.case) {
+        case "welcome": {
+          config = m.value.config;
+          log.info({ nodeId: m.value.nodeId, serverVersion: m.value.serverVersion }, "session established");
+          await catchUpSequences(store, m.value.streamSequences);
+          follow(m.value.instructions);
+          checkRenewal();
+          every(ms(config?.heartbeatInterval, defaults.heartbeatMs), async () => {
+            const r = await sendHeartbeat();
+            if (r?.case === "heartbeat") follow(r.value.instructions);
+            checkRenewal();
+          });
+          every(ms(config?.telemetryInterval, defaults.telemetryMs), async () => {
+            await sendTelemetry();
+            await sendInventory(false);
+          });
+          void sendHeartbeat();
+          void sendInventory(true).then(sendTelemetry).catch((err: unknown) => log.warn({ error: (err as Error).message }, "first report failed"));
+          break;
+        }
+        case "reply": {
+          const p = pending.get(m.value.messageId);
+          pending.delete(m.value.messageId);
+          p?.resolve(m.value.result);
+          break;
+        }
+        case "instruction":
+          follow([m.value]);
+          break;
+        case "config":
+          config = m.value;
+          break;
+        case "lease":
+          if (opts.jobs) opts.jobs.onLease(m.value, link);
+          else log.warn({ jobId: m.value.jobId }, "lease received but this agent runs no jobs");
+          break;
+        case "cancel":
+          opts.jobs?.onCancel(m.value);
+          break;
+      }
+    }
+  } catch (err) {
+    if (abort.signal.reason instanceof Reconnect) throw abort.signal.reason;
+    throw err;
+  } finally {
+    for (const t of timers) clearInterval(t);
+    outbound.end();
+    for (const p of pending.values()) p.reject(new ConnectError("session closed", Code.Unavailable));
+    opts.signal.removeEventListener("abort", onStop);
+    abort.abort();
+  }
+  if (abort.signal.reason instanceof Reconnect) throw abort.signal.reason;
+}
+
+/** After a restore from an older copy, continue after what the server has already accepted. */
+async function catchUpSequences(store: StateStore, server: { [stream: string]: bigint }): Promise<void> {
+  const s = store.current.sequences;
+  const inventory = server.inventory ?? 0n;
+  const telemetry = server.telemetry ?? 0n;
+  if (inventory > BigInt(s.inventory) || telemetry > BigInt(s.telemetry)) {
+    await store.update({
+      sequences: {
+        inventory: (inventory > BigInt(s.inventory) ? inventory : BigInt(s.inventory)).toString(),
+        telemetry: (telemetry > BigInt(s.telemetry) ? telemetry : BigInt(s.telemetry)).toString(),
+      },
+    });
+  }
+}
+
+function ms(d: Parameters<typeof durationMs>[0] | undefined, fallback: number): number {
+  const v = d === undefined ? 0 : durationMs(d);
+  return v > 0 ? v : fallback;
+}
+
+function sleep(msDelay: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, msDelay);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+
+export { codeFromName };

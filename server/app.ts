@@ -1,0 +1,152 @@
+// Assembles the control plane: CA and server certificate, database, services, one HTTP/2 TLS port
+// serving Connect, gRPC and gRPC-Web. `startServer` is what `main` and the tests both run.
+import http2 from "node:http2";
+import type { TLSSocket } from "node:tls";
+import type { AddressInfo } from "node:net";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
+import type { Config } from "./config.js";
+import type { Logger } from "./observability/logger.js";
+import { correlationHeader, correlationIdFrom } from "./observability/correlation.js";
+import { callLogInterceptor } from "./observability/call-log.js";
+import { callerKey, peerOf } from "./context.js";
+import { adminAuthInterceptor } from "./auth/admin.js";
+import { loadOrCreateCa, type Ca } from "./pki/ca.js";
+import { openDatabase, type Database } from "./db/client.js";
+import { HealthState, healthService } from "./services/health.js";
+import { SessionRegistry } from "./dispatch/sessions.js";
+import { HeartbeatBook } from "./liveness/heartbeats.js";
+import { agentService } from "./services/agent.js";
+import { adminService } from "./services/admin.js";
+import { noJobs, type JobDispatch } from "./jobs/dispatch.js";
+import { reconcileLiveness, closeRevokedSessions } from "./sweeper/liveness.js";
+import { every } from "./sweeper/loop.js";
+import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
+import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+
+export interface RunningServer {
+  /** e.g. https://127.0.0.1:8443 */
+  url: string;
+  port: number;
+  ca: Ca;
+  db: Database;
+  /** Stops accepting, ends open streams, closes the database. Idempotent. */
+  stop(): Promise<void>;
+}
+
+export interface Deps {
+  config: Config;
+  log: Logger;
+  ca: Ca;
+  db: Database;
+  sessions: SessionRegistry;
+  heartbeats: HeartbeatBook;
+  jobs: JobDispatch;
+  /** Aborted when shutdown begins; long-lived streams end on it. */
+  shutdown: AbortSignal;
+}
+
+export async function startServer(config: Config, log: Logger): Promise<RunningServer> {
+  const ca = await loadOrCreateCa(config.certsDir);
+  const tls = await ca.ensureServerCertificate(config.certsDir, config.serverNames);
+  const db = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
+  const shutdown = new AbortController();
+  const sessions = new SessionRegistry();
+  const deps: Deps = {
+    config,
+    log,
+    ca,
+    db,
+    sessions,
+    heartbeats: new HeartbeatBook(),
+    jobs: noJobs,
+    shutdown: shutdown.signal,
+  };
+  const health = new HealthState([AgentService.typeName, AdminService.typeName, DeploymentService.typeName]);
+
+  const routes = (router: ConnectRouter) => {
+    router.service(Health, healthService(health));
+    router.service(AgentService, agentService(deps, {}));
+    router.service(AdminService, adminService(deps, {}));
+    router.service(DeploymentService, {});
+  };
+  const connect = connectNodeAdapter({
+    routes,
+    interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey)],
+    contextValues: (req) => {
+      const correlationId = (req as unknown as Record<symbol, string>)[correlationSymbol] ?? correlationIdFrom(undefined);
+      return createContextValues().set(callerKey, {
+        correlationId,
+        log: log.child({ correlationId }),
+        ...peerOf(req.socket as TLSSocket),
+      });
+    },
+  });
+
+  const server = http2.createSecureServer(
+    {
+      key: tls.keyPem,
+      cert: tls.certPem,
+      ca: [ca.certPem],
+      // One port for everyone: a client certificate is asked for but not required, and each RPC
+      // decides whether it needs one.
+      requestCert: true,
+      rejectUnauthorized: false,
+      allowHTTP1: true,
+    },
+    (req, res) => {
+      const id = correlationIdFrom(req.headers[correlationHeader]);
+      (req as unknown as Record<symbol, string>)[correlationSymbol] = id;
+      res.setHeader(correlationHeader, id);
+      connect(req, res);
+    },
+  );
+  const connections = new Set<http2.ServerHttp2Session>();
+  server.on("session", (s) => {
+    connections.add(s);
+    s.on("close", () => connections.delete(s));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(config.port, config.listenAddress, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const host = config.listenAddress.includes(":") ? `[${config.listenAddress}]` : config.listenAddress;
+  const url = `https://${host === "0.0.0.0" || host === "[::]" ? "127.0.0.1" : host}:${port}`;
+  log.info({ url, database: db.describe, caFingerprint: ca.fingerprint }, "control plane serving");
+
+  const stopLoops = [
+    every(config.livenessFlushIntervalMs, "heartbeat flush", log, () => deps.heartbeats.flush(db.prisma)),
+    every(config.reconcileIntervalMs, "liveness", log, async () => {
+      await reconcileLiveness(deps);
+      await closeRevokedSessions(deps);
+    }),
+  ];
+
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= (async () => {
+      log.info("shutting down");
+      health.setNotServing();
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      shutdown.abort();
+      for (const c of connections) c.close();
+      const timer = setTimeout(() => {
+        for (const c of connections) c.destroy();
+      }, config.shutdownGraceMs);
+      await closed;
+      clearTimeout(timer);
+      await Promise.all(stopLoops.map((stopLoop) => stopLoop()));
+      await deps.heartbeats.flush(db.prisma).catch((err: unknown) => log.warn({ error: (err as Error).message }, "final heartbeat flush failed"));
+      await db.close();
+      log.info("stopped");
+    })());
+  return { url, port, ca, db, stop };
+}
+
+const correlationSymbol = Symbol("correlationId");

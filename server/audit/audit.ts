@@ -1,0 +1,37 @@
+// Audit events: who did what to which thing, under which request. Written in the same transaction
+// as the change they describe, so an audited action and its record cannot come apart.
+import { randomUUID } from "node:crypto";
+import type { Prisma } from "../../gen/prisma/client.js";
+
+export type AuditWriter = Pick<Prisma.TransactionClient, "auditEvent">;
+
+export interface AuditEntry {
+  /** "operator", "node:<uuid>" or "system". */
+  actor: string;
+  /** e.g. "node.enrolled", "credential.revoked". */
+  action: string;
+  targetType: "node" | "credential" | "enrollment_token" | "job" | "gpu" | "deployment";
+  targetId: string;
+  correlationId?: string | undefined;
+  /** Never a secret. */
+  details?: Record<string, string>;
+}
+
+export async function recordAudit(db: AuditWriter, entry: AuditEntry, at: Date = new Date()): Promise<void> {
+  await db.auditEvent.create({
+    data: {
+      id: randomUUID(),
+      time: at,
+      actor: entry.actor,
+      action: entry.action,
+      targetType: entry.targetType,
+      targetId: entry.targetId,
+      correlationId: entry.correlationId ?? null,
+      details: entry.details ?? {},
+    },
+  });
+}
+
+export const operatorActor = "operator";
+export const systemActor = "system";
+export const nodeActor = (nodeId: string) => `node:${nodeId}`;

@@ -1,0 +1,143 @@
+// Control-plane configuration, read from environment variables only. Pure: `loadConfig(env)` never
+// touches the process, so tests build configs the same way `main` does.
+import { parseDuration } from "../common/duration.js";
+
+export interface Config {
+  listenAddress: string;
+  port: number;
+  /** Names (DNS or IP) the server certificate covers. */
+  serverNames: string[];
+  /** The URL agents dial, used in join commands. */
+  publicUrl: string;
+  dataDir: string;
+  certsDir: string;
+  databaseUrl: string | undefined;
+  /** Undefined: the admin API fails closed. */
+  operatorApiKey: string | undefined;
+  logLevel: string;
+  enrollmentTokenTtlMs: number;
+  credentialTtlMs: number;
+  renewRemainingFraction: number;
+  heartbeatIntervalMs: number;
+  telemetryIntervalMs: number;
+  inventoryIntervalMs: number;
+  staleAfterMs: number;
+  offlineAfterMs: number;
+  maxFutureSkewMs: number;
+  livenessFlushIntervalMs: number;
+  reconcileIntervalMs: number;
+  leaseDurationMs: number;
+  defaultMaxAttempts: number;
+  reclaimGraceMs: number;
+  approvedRoots: string[];
+  shutdownGraceMs: number;
+}
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+type Env = Record<string, string | undefined>;
+
+/** One row per variable: the README's configuration table is written from the same facts. */
+export const defaults = {
+  MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
+  MODELFORGE_PORT: "8443",
+  MODELFORGE_SERVER_NAMES: "localhost,127.0.0.1",
+  MODELFORGE_DATA_DIR: "./data",
+  MODELFORGE_CERTS_DIR: "./certs",
+  MODELFORGE_LOG_LEVEL: "info",
+  MODELFORGE_ENROLLMENT_TOKEN_TTL: "10m",
+  MODELFORGE_CREDENTIAL_TTL: "30d",
+  MODELFORGE_RENEW_REMAINING_FRACTION: "0.33",
+  MODELFORGE_HEARTBEAT_INTERVAL: "10s",
+  MODELFORGE_TELEMETRY_INTERVAL: "15s",
+  MODELFORGE_INVENTORY_INTERVAL: "5m",
+  MODELFORGE_STALE_AFTER: "30s",
+  MODELFORGE_OFFLINE_AFTER: "90s",
+  MODELFORGE_MAX_FUTURE_SKEW: "5m",
+  MODELFORGE_LIVENESS_FLUSH_INTERVAL: "1s",
+  MODELFORGE_RECONCILE_INTERVAL: "1s",
+  MODELFORGE_LEASE_DURATION: "2m",
+  MODELFORGE_MAX_ATTEMPTS: "5",
+  MODELFORGE_RECLAIM_GRACE: "60s",
+  MODELFORGE_APPROVED_ROOTS: "/var/lib/modelforge/artifacts",
+  MODELFORGE_SHUTDOWN_GRACE: "5s",
+} as const;
+
+export function loadConfig(env: Env): Config {
+  const get = (name: keyof typeof defaults): string => {
+    const v = env[name];
+    return v === undefined || v.trim() === "" ? defaults[name] : v.trim();
+  };
+  const duration = (name: keyof typeof defaults): number => {
+    try {
+      return parseDuration(get(name));
+    } catch (err) {
+      throw new ConfigError(`${name}: ${(err as Error).message}`);
+    }
+  };
+  const integer = (name: keyof typeof defaults, min: number, max: number): number => {
+    const raw = get(name);
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n < min || n > max) {
+      throw new ConfigError(`${name}: expected an integer from ${min} to ${max}, got "${raw}"`);
+    }
+    return n;
+  };
+  const list = (name: keyof typeof defaults): string[] =>
+    get(name)
+      .split(",")
+      .map((s) => s.trim())
+      .filter((s) => s !== "");
+
+  const port = integer("MODELFORGE_PORT", 0, 65535);
+  const serverNames = list("MODELFORGE_SERVER_NAMES");
+  if (serverNames.length === 0) throw new ConfigError("MODELFORGE_SERVER_NAMES: at least one name is needed");
+  const fraction = Number(get("MODELFORGE_RENEW_REMAINING_FRACTION"));
+  if (!(fraction > 0 && fraction < 1)) {
+    throw new ConfigError("MODELFORGE_RENEW_REMAINING_FRACTION: expected a number between 0 and 1");
+  }
+  const databaseUrl = env.DATABASE_URL?.trim() || undefined;
+  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    throw new ConfigError("DATABASE_URL: expected a postgresql:// URL");
+  }
+  const config: Config = {
+    listenAddress: get("MODELFORGE_LISTEN_ADDRESS"),
+    port,
+    serverNames,
+    publicUrl: env.MODELFORGE_PUBLIC_URL?.trim() || `https://${hostForUrl(serverNames[0]!)}:${port}`,
+    dataDir: get("MODELFORGE_DATA_DIR"),
+    certsDir: get("MODELFORGE_CERTS_DIR"),
+    databaseUrl,
+    operatorApiKey: env.MODELFORGE_OPERATOR_API_KEY?.trim() || undefined,
+    logLevel: get("MODELFORGE_LOG_LEVEL"),
+    enrollmentTokenTtlMs: duration("MODELFORGE_ENROLLMENT_TOKEN_TTL"),
+    credentialTtlMs: duration("MODELFORGE_CREDENTIAL_TTL"),
+    renewRemainingFraction: fraction,
+    heartbeatIntervalMs: duration("MODELFORGE_HEARTBEAT_INTERVAL"),
+    telemetryIntervalMs: duration("MODELFORGE_TELEMETRY_INTERVAL"),
+    inventoryIntervalMs: duration("MODELFORGE_INVENTORY_INTERVAL"),
+    staleAfterMs: duration("MODELFORGE_STALE_AFTER"),
+    offlineAfterMs: duration("MODELFORGE_OFFLINE_AFTER"),
+    maxFutureSkewMs: duration("MODELFORGE_MAX_FUTURE_SKEW"),
+    livenessFlushIntervalMs: duration("MODELFORGE_LIVENESS_FLUSH_INTERVAL"),
+    reconcileIntervalMs: duration("MODELFORGE_RECONCILE_INTERVAL"),
+    leaseDurationMs: duration("MODELFORGE_LEASE_DURATION"),
+    defaultMaxAttempts: integer("MODELFORGE_MAX_ATTEMPTS", 1, 100),
+    reclaimGraceMs: duration("MODELFORGE_RECLAIM_GRACE"),
+    approvedRoots: list("MODELFORGE_APPROVED_ROOTS"),
+    shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
+  };
+  if (config.operatorApiKey !== undefined && config.operatorApiKey.length < 16) {
+    throw new ConfigError("MODELFORGE_OPERATOR_API_KEY: use at least 16 characters");
+  }
+  if (config.offlineAfterMs <= config.staleAfterMs) {
+    throw new ConfigError("MODELFORGE_OFFLINE_AFTER must be longer than MODELFORGE_STALE_AFTER");
+  }
+  return config;
+}
+
+function hostForUrl(name: string): string {
+  return name.includes(":") ? `[${name}]` : name;
+}

@@ -1,0 +1,35 @@
+// What every handler learns about its caller: the correlation id, a logger bound to it, and the
+// TLS client certificate if one was presented. Handlers read it with `callOf(ctx)`.
+import { createContextKey, type HandlerContext } from "@connectrpc/connect";
+import type { TLSSocket, PeerCertificate } from "node:tls";
+import type { Logger } from "./observability/logger.js";
+
+export interface Caller {
+  correlationId: string;
+  log: Logger;
+  /** The client certificate, only when it chains to our CA (the TLS layer verified it). */
+  certificate: PeerCertificate | undefined;
+  /** Why a presented certificate was not accepted by the TLS layer (e.g. CERT_HAS_EXPIRED). */
+  certificateError: string | undefined;
+}
+
+export const callerKey = createContextKey<Caller | undefined>(undefined, { description: "caller" });
+
+export function callOf(ctx: HandlerContext): Caller {
+  const caller = ctx.values.get(callerKey);
+  if (caller === undefined) throw new Error("caller context missing: request did not pass the server's adapter");
+  return caller;
+}
+
+/** Reads the verified client certificate off the TLS socket. */
+export function peerOf(socket: TLSSocket): Pick<Caller, "certificate" | "certificateError"> {
+  if (typeof socket.getPeerCertificate !== "function") return { certificate: undefined, certificateError: undefined };
+  const cert = socket.getPeerCertificate();
+  const presented = cert !== null && Object.keys(cert).length > 0;
+  if (!presented) return { certificate: undefined, certificateError: undefined };
+  if (!socket.authorized) {
+    const err = socket.authorizationError;
+    return { certificate: undefined, certificateError: err instanceof Error ? err.message : String(err) };
+  }
+  return { certificate: cert, certificateError: undefined };
+}

@@ -1,0 +1,103 @@
+// Enrollment: a one-time token and a CSR become a node and its first (or, for a recovery token, its
+// next) credential. The token is claimed with a conditional update inside the same transaction that
+// creates the node and credential, so of any number of concurrent callers exactly one wins.
+import { randomUUID } from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { CsrError } from "../pki/ca.js";
+import { secretsEqual } from "../auth/admin.js";
+import { recordAudit, nodeActor } from "../audit/audit.js";
+import { hashEnrollmentSecret, tokenState } from "./token.js";
+import type { Deps } from "../app.js";
+
+export interface EnrollInput {
+  token: string;
+  csrPem: string;
+  nodeName: string;
+  agentVersion: string;
+  correlationId: string;
+}
+
+export interface Enrolled {
+  nodeId: string;
+  certPem: string;
+  notAfter: Date;
+}
+
+const maxCsrBytes = 16 * 1024;
+const maxNameLength = 128;
+
+export async function enroll(deps: Deps, input: EnrollInput): Promise<Enrolled> {
+  if (input.token === "") throw new ConnectError("token is required", Code.InvalidArgument);
+  if (input.csrPem === "") throw new ConnectError("csr_pem is required", Code.InvalidArgument);
+  if (input.csrPem.length > maxCsrBytes) throw new ConnectError("csr_pem is too large", Code.InvalidArgument);
+  if (input.nodeName.length > maxNameLength) {
+    throw new ConnectError(`node_name is longer than ${maxNameLength} characters`, Code.InvalidArgument);
+  }
+  const prisma = deps.db.prisma;
+  const now = new Date();
+  const tokenHash = hashEnrollmentSecret(input.token);
+  const token = await prisma.enrollmentToken.findUnique({ where: { tokenHash } });
+  if (token === null || !secretsEqual(token.tokenHash, tokenHash)) {
+    throw new ConnectError("enrollment token not valid", Code.Unauthenticated);
+  }
+  const state = tokenState(token, now);
+  if (state !== "active") throw new ConnectError(`enrollment token ${state}`, Code.Unauthenticated);
+
+  const nodeId = token.nodeId ?? randomUUID();
+  // Issue before claiming, so a bad CSR does not burn the token. A certificate issued to a caller
+  // that then loses the claim is never recorded, so it is never accepted.
+  let issued;
+  try {
+    issued = deps.ca.issueNodeCertificate(input.csrPem, nodeId, { validityMs: deps.config.credentialTtlMs, now });
+  } catch (err) {
+    if (err instanceof CsrError) throw new ConnectError(`csr_pem: ${err.message}`, Code.InvalidArgument);
+    throw err;
+  }
+
+  await prisma.$transaction(async (tx) => {
+    const claim = await tx.enrollmentToken.updateMany({
+      where: { id: token.id, usedAt: null, revokedAt: null, expiresAt: { gt: now } },
+      data: { usedAt: now, usedByNodeId: nodeId },
+    });
+    if (claim.count !== 1) throw new ConnectError("enrollment token used", Code.Unauthenticated);
+
+    if (token.nodeId !== null) {
+      const node = await tx.node.findUnique({ where: { id: nodeId } });
+      if (node === null) throw new ConnectError("the node this token re-enrolls no longer exists", Code.NotFound);
+      if (node.decommissionedAt !== null) {
+        throw new ConnectError("node decommissioned: it cannot enroll again", Code.PermissionDenied);
+      }
+      // Any credential issued since the token was created goes too: one active credential only.
+      await tx.nodeCredential.updateMany({
+        where: { nodeId, revokedAt: null },
+        data: { revokedAt: now, revokedReason: "re-enrolled" },
+      });
+      await tx.node.update({
+        where: { id: nodeId },
+        data: { agentVersion: input.agentVersion || null, renewalRequestedAt: null, renewalReason: null },
+      });
+    } else {
+      await tx.node.create({
+        data: {
+          id: nodeId,
+          name: input.nodeName || token.nodeName || `node-${nodeId.slice(0, 8)}`,
+          labels: token.labels ?? {},
+          agentVersion: input.agentVersion || null,
+        },
+      });
+    }
+    await tx.nodeCredential.create({
+      data: { serial: issued.serial, nodeId, issuedAt: now, expiresAt: issued.notAfter },
+    });
+    await recordAudit(tx, {
+      actor: nodeActor(nodeId),
+      action: token.nodeId !== null ? "node.reenrolled" : "node.enrolled",
+      targetType: "node",
+      targetId: nodeId,
+      correlationId: input.correlationId,
+      details: { enrollmentTokenId: token.id, serial: issued.serial },
+    });
+  });
+  deps.log.info({ nodeId, serial: issued.serial, correlationId: input.correlationId }, "node enrolled");
+  return { nodeId, certPem: issued.certPem, notAfter: issued.notAfter };
+}

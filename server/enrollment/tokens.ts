@@ -1,0 +1,113 @@
+// Operator side of enrollment tokens: create (the secret is returned once), list, revoke.
+import { randomUUID } from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { recordAudit, operatorActor } from "../audit/audit.js";
+import { newEnrollmentSecret, hashEnrollmentSecret } from "./token.js";
+import { findNodeOrThrow } from "../nodes/lifecycle.js";
+import type { Deps } from "../app.js";
+
+export interface CreateTokenInput {
+  nodeName: string;
+  nodeId: string;
+  ttlMs: number | undefined;
+  labels: Record<string, string>;
+  correlationId: string;
+}
+
+const maxTtlMs = 7 * 24 * 3600 * 1000;
+
+export async function createEnrollmentToken(deps: Deps, input: CreateTokenInput) {
+  const ttlMs = input.ttlMs ?? deps.config.enrollmentTokenTtlMs;
+  if (!(ttlMs > 0) || ttlMs > maxTtlMs) {
+    throw new ConnectError("ttl must be positive and at most 7 days", Code.InvalidArgument);
+  }
+  validateLabels(input.labels);
+  if (input.nodeName.length > 128) throw new ConnectError("node_name is longer than 128 characters", Code.InvalidArgument);
+  const secret = newEnrollmentSecret();
+  const now = new Date();
+  const result = await deps.db.prisma.$transaction(async (tx) => {
+    let revokedSerials: string[] = [];
+    let nodeId: string | null = null;
+    if (input.nodeId !== "") {
+      const node = await findNodeOrThrow(tx, input.nodeId);
+      if (node.decommissionedAt !== null) {
+        throw new ConnectError(`node ${node.id} is decommissioned: it cannot be re-enrolled`, Code.FailedPrecondition);
+      }
+      nodeId = node.id;
+      // The recovery path for a lost or stolen credential: the old one stops working now.
+      const active = await tx.nodeCredential.findMany({ where: { nodeId, revokedAt: null }, select: { serial: true } });
+      revokedSerials = active.map((c) => c.serial);
+      await tx.nodeCredential.updateMany({
+        where: { nodeId, revokedAt: null },
+        data: { revokedAt: now, revokedReason: "recovery enrollment token issued" },
+      });
+    }
+    const token = await tx.enrollmentToken.create({
+      data: {
+        id: randomUUID(),
+        tokenHash: hashEnrollmentSecret(secret),
+        nodeName: input.nodeName || null,
+        nodeId,
+        labels: input.labels,
+        createdAt: now,
+        expiresAt: new Date(now.getTime() + ttlMs),
+      },
+    });
+    await recordAudit(tx, {
+      actor: operatorActor,
+      action: "enrollment_token.created",
+      targetType: "enrollment_token",
+      targetId: token.id,
+      correlationId: input.correlationId,
+      details: nodeId !== null ? { nodeId, revokedSerials: revokedSerials.join(",") } : {},
+    });
+    return { token, revokedSerials };
+  });
+  deps.sessions.closeSerials(result.revokedSerials, new ConnectError("credential revoked", Code.Unauthenticated));
+  const joinCommand =
+    `npm run agent -- enroll --server ${deps.config.publicUrl} --token ${secret} --ca-fingerprint ${deps.ca.fingerprint}` +
+    (input.nodeName ? ` --name ${shellQuote(input.nodeName)}` : "");
+  return { secret, token: result.token, joinCommand };
+}
+
+export async function listEnrollmentTokens(deps: Deps, pageSize: number, offset: number) {
+  return deps.db.prisma.enrollmentToken.findMany({
+    orderBy: [{ createdAt: "desc" }, { id: "asc" }],
+    take: pageSize + 1,
+    skip: offset,
+  });
+}
+
+export async function revokeEnrollmentToken(deps: Deps, id: string, correlationId: string) {
+  if (!/^[0-9a-f-]{36}$/i.test(id)) throw new ConnectError("id must be a UUID", Code.InvalidArgument);
+  return deps.db.prisma.$transaction(async (tx) => {
+    const token = await tx.enrollmentToken.findUnique({ where: { id } });
+    if (token === null) throw new ConnectError(`enrollment token ${id} not found`, Code.NotFound);
+    if (token.usedAt !== null) throw new ConnectError("enrollment token already used", Code.FailedPrecondition);
+    if (token.revokedAt !== null) return token;
+    const updated = await tx.enrollmentToken.update({ where: { id }, data: { revokedAt: new Date() } });
+    await recordAudit(tx, {
+      actor: operatorActor,
+      action: "enrollment_token.revoked",
+      targetType: "enrollment_token",
+      targetId: id,
+      correlationId,
+    });
+    return updated;
+  });
+}
+
+export function validateLabels(labels: Record<string, string>): void {
+  const entries = Object.entries(labels);
+  if (entries.length > 64) throw new ConnectError("at most 64 labels", Code.InvalidArgument);
+  for (const [k, v] of entries) {
+    if (!/^[A-Za-z0-9]([A-Za-z0-9._/-]{0,62}[A-Za-z0-9])?$/.test(k)) {
+      throw new ConnectError(`label key "${k}" is not valid (letters, digits, ".", "_", "-", "/"; at most 64)`, Code.InvalidArgument);
+    }
+    if (v.length > 256) throw new ConnectError(`label "${k}" value is longer than 256 characters`, Code.InvalidArgument);
+  }
+}
+
+function shellQuote(s: string): string {
+  return /^[A-Za-z0-9._-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
+}

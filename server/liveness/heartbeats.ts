@@ -1,0 +1,51 @@
+// Heartbeats are held in memory and persisted in batches, as Kubernetes node leases are: a
+// heartbeat per database write cannot keep up with a fleet. Liveness always reads the newer of the
+// in-memory and persisted times, so a node never looks alive longer than it is; a replica that dies
+// with unflushed heartbeats only makes its nodes look *less* alive until they next report.
+import type { PrismaClient } from "../../gen/prisma/client.js";
+
+export class HeartbeatBook {
+  private readonly latest = new Map<string, number>();
+  private unflushed = new Map<string, number>();
+
+  /** Records a heartbeat at the server's receive time. */
+  record(nodeId: string, receivedAt: number): void {
+    this.latest.set(nodeId, receivedAt);
+    this.unflushed.set(nodeId, receivedAt);
+  }
+
+  /** The newest heartbeat time known here and in the database row. */
+  lastHeartbeatAt(nodeId: string, persisted: Date | null): number | null {
+    const mem = this.latest.get(nodeId);
+    const db = persisted?.getTime();
+    if (mem === undefined) return db ?? null;
+    return db === undefined ? mem : Math.max(mem, db);
+  }
+
+  forget(nodeId: string): void {
+    this.latest.delete(nodeId);
+    this.unflushed.delete(nodeId);
+  }
+
+  /** Writes every heartbeat received since the last flush in one statement. */
+  async flush(prisma: PrismaClient): Promise<number> {
+    if (this.unflushed.size === 0) return 0;
+    const batch = this.unflushed;
+    this.unflushed = new Map();
+    const ids = [...batch.keys()];
+    const times = ids.map((id) => new Date(batch.get(id)!));
+    try {
+      // GREATEST: another replica may have written a newer time for the same node meanwhile.
+      await prisma.$executeRaw`
+        UPDATE "Node" AS n
+           SET "lastHeartbeatAt" = GREATEST(COALESCE(n."lastHeartbeatAt", v.t), v.t)
+          FROM unnest(${ids}::uuid[], ${times}::timestamptz[]) AS v(id, t)
+         WHERE n.id = v.id`;
+    } catch (err) {
+      // Keep them for the next flush, unless newer ones arrived meanwhile.
+      for (const [id, t] of batch) if (!this.unflushed.has(id)) this.unflushed.set(id, t);
+      throw err;
+    }
+    return ids.length;
+  }
+}

@@ -1,0 +1,40 @@
+// The control plane's entry point: configuration from the environment, one clear line on a failed
+// start, graceful shutdown on SIGTERM and SIGINT.
+import { loadConfig } from "./config.js";
+import { createLogger } from "./observability/logger.js";
+import { startServer } from "./app.js";
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig(process.env);
+  } catch (err) {
+    process.stderr.write(`modelforge: configuration error: ${(err as Error).message}\n`);
+    process.exit(2);
+  }
+  const log = createLogger(config.logLevel);
+  let server;
+  try {
+    server = await startServer(config, log);
+  } catch (err) {
+    // One line, not a stack dump: the message names what failed and where.
+    log.fatal({ error: (err as Error).message }, "start-up failed");
+    process.stderr.write(`modelforge: start-up failed: ${(err as Error).message}\n`);
+    process.exit(1);
+  }
+  const running = server;
+  const onSignal = (signal: string) => {
+    log.info({ signal }, "signal received");
+    running.stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        log.error({ error: (err as Error).message }, "shutdown failed");
+        process.exit(1);
+      },
+    );
+  };
+  process.once("SIGTERM", onSignal);
+  process.once("SIGINT", onSignal);
+}
+
+void main();

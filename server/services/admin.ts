@@ -1,0 +1,226 @@
+// modelforge.admin.v1.AdminService. The admin token is checked by the interceptor before any of
+// these run; handlers translate between messages and the lifecycle modules.
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { create, equals } from "@bufbuild/protobuf";
+import { timestampDate, durationMs } from "./time.js";
+import {
+  AdminService,
+  CreateEnrollmentTokenResponseSchema,
+  ListEnrollmentTokensResponseSchema,
+  RevokeEnrollmentTokenResponseSchema,
+  ListNodesResponseSchema,
+  GetNodeResponseSchema,
+  WatchNodesResponseSchema,
+  UpdateNodeResponseSchema,
+  DisableNodeResponseSchema,
+  EnableNodeResponseSchema,
+  RotateNodeCredentialResponseSchema,
+  RevokeNodeCredentialResponseSchema,
+  PreviewDecommissionResponseSchema,
+  DecommissionNodeResponseSchema,
+  ListAuditEventsResponseSchema,
+  NodeSchema,
+  type Node as NodeMessage,
+} from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import type { Liveness as LivenessEnum } from "../../gen/proto/modelforge/common/v1/common_pb.js";
+import { callOf } from "../context.js";
+import type { Deps } from "../app.js";
+import { createEnrollmentToken, listEnrollmentTokens, revokeEnrollmentToken, validateLabels } from "../enrollment/tokens.js";
+import {
+  decommissionNode,
+  findNodeOrThrow,
+  previewDecommission,
+  revokeCredential,
+  rotateCredential,
+  setNodeDisabled,
+} from "../nodes/lifecycle.js";
+import { nodeMessages } from "../nodes/view.js";
+import { nodeDetail } from "../nodes/detail.js";
+import { auditToProto, livenessFromProto, tokenToProto } from "./convert.js";
+import { decodeOffset, decodeSeq, encodePageToken, pageSizeOf, splitPage } from "./paging.js";
+import { recordAudit, operatorActor } from "../audit/audit.js";
+import type { Prisma } from "../../gen/prisma/client.js";
+
+export function adminService(deps: Deps, jobs: Partial<ServiceImpl<typeof AdminService>>): ServiceImpl<typeof AdminService> {
+  const prisma = deps.db.prisma;
+  const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
+  const oneNode = async (id: string) => (await nodeMessages(deps, [await findNodeOrThrow(prisma, id)]))[0]!.message;
+
+  return {
+    async createEnrollmentToken(req, ctx) {
+      const created = await createEnrollmentToken(deps, {
+        nodeName: req.nodeName,
+        nodeId: req.nodeId,
+        ttlMs: req.ttl !== undefined ? durationMs(req.ttl) : undefined,
+        labels: req.labels,
+        correlationId: correlation(ctx),
+      });
+      return create(CreateEnrollmentTokenResponseSchema, {
+        token: created.secret,
+        enrollmentToken: tokenToProto(created.token),
+        joinCommand: created.joinCommand,
+      });
+    },
+    async listEnrollmentTokens(req) {
+      const size = pageSizeOf(req.pageSize);
+      const offset = decodeOffset(req.pageToken);
+      const { page, more } = splitPage(await listEnrollmentTokens(deps, size, offset), size);
+      return create(ListEnrollmentTokensResponseSchema, {
+        enrollmentTokens: page.map((t) => tokenToProto(t)),
+        nextPageToken: more ? encodePageToken(String(offset + size)) : "",
+      });
+    },
+    async revokeEnrollmentToken(req, ctx) {
+      const token = await revokeEnrollmentToken(deps, req.id, correlation(ctx));
+      return create(RevokeEnrollmentTokenResponseSchema, { enrollmentToken: tokenToProto(token) });
+    },
+    async listNodes(req) {
+      const size = pageSizeOf(req.pageSize);
+      const offset = decodeOffset(req.pageToken);
+      const all = await filteredNodes(deps, req.liveness, req.labels);
+      const page = all.slice(offset, offset + size);
+      return create(ListNodesResponseSchema, {
+        nodes: page,
+        nextPageToken: all.length > offset + size ? encodePageToken(String(offset + size)) : "",
+      });
+    },
+    async getNode(req) {
+      return create(GetNodeResponseSchema, await nodeDetail(deps, req.nodeId));
+    },
+    async *watchNodes(req, ctx) {
+      // Polls the database rather than listening to this replica alone, so changes made through any
+      // replica are seen; an unchanged node is not sent again.
+      const sent = new Map<string, NodeMessage>();
+      while (!ctx.signal.aborted && !deps.shutdown.aborted) {
+        for (const node of await filteredNodes(deps, req.liveness, req.labels)) {
+          const before = sent.get(node.id);
+          if (before === undefined || !equals(NodeSchema, before, node)) {
+            sent.set(node.id, node);
+            yield create(WatchNodesResponseSchema, { node });
+          }
+        }
+        await sleep(deps.config.reconcileIntervalMs, ctx.signal, deps.shutdown);
+      }
+    },
+    async updateNode(req, ctx) {
+      const paths = req.updateMask?.paths ?? [];
+      const unknown = paths.filter((p) => p !== "name" && p !== "labels");
+      if (paths.length === 0) throw new ConnectError("update_mask must name name and/or labels", Code.InvalidArgument);
+      if (unknown.length > 0) throw new ConnectError(`update_mask: cannot update ${unknown.join(", ")}`, Code.InvalidArgument);
+      const data: Prisma.NodeUpdateInput = {};
+      if (paths.includes("name")) {
+        if (req.name.trim() === "" || req.name.length > 128) {
+          throw new ConnectError("name must be 1 to 128 characters", Code.InvalidArgument);
+        }
+        data.name = req.name.trim();
+      }
+      if (paths.includes("labels")) {
+        validateLabels(req.labels);
+        data.labels = req.labels;
+      }
+      await prisma.$transaction(async (tx) => {
+        const node = await findNodeOrThrow(tx, req.nodeId);
+        await tx.node.update({ where: { id: node.id }, data });
+        await recordAudit(tx, {
+          actor: operatorActor,
+          action: "node.updated",
+          targetType: "node",
+          targetId: node.id,
+          correlationId: correlation(ctx),
+          details: { fields: paths.join(",") },
+        });
+      });
+      return create(UpdateNodeResponseSchema, { node: await oneNode(req.nodeId) });
+    },
+    async disableNode(req, ctx) {
+      await setNodeDisabled(deps, req.nodeId, true, req.reason, correlation(ctx));
+      return create(DisableNodeResponseSchema, { node: await oneNode(req.nodeId) });
+    },
+    async enableNode(req, ctx) {
+      await setNodeDisabled(deps, req.nodeId, false, "", correlation(ctx));
+      return create(EnableNodeResponseSchema, { node: await oneNode(req.nodeId) });
+    },
+    async rotateNodeCredential(req, ctx) {
+      const r = await rotateCredential(deps, req.nodeId, req.revokeCurrent, correlation(ctx));
+      return create(RotateNodeCredentialResponseSchema, r);
+    },
+    async revokeNodeCredential(req, ctx) {
+      const serial = req.serial.trim().toUpperCase();
+      const revoked = await revokeCredential(deps, req.nodeId, serial, req.reason, correlation(ctx));
+      return create(RevokeNodeCredentialResponseSchema, { revokedSerials: revoked });
+    },
+    async previewDecommission(req) {
+      const p = await previewDecommission(deps, req.nodeId);
+      return create(PreviewDecommissionResponseSchema, {
+        node: (await nodeMessages(deps, [p.node]))[0]!.message,
+        credentialSerials: p.credentialSerials,
+        jobIds: p.jobIds,
+        deploymentIds: p.deploymentIds,
+      });
+    },
+    async decommissionNode(req, ctx) {
+      const d = await decommissionNode(deps, req.nodeId, req.reason, correlation(ctx));
+      return create(DecommissionNodeResponseSchema, {
+        node: (await nodeMessages(deps, [d.node]))[0]!.message,
+        revokedSerials: d.revokedSerials,
+        failedJobIds: d.failedJobIds,
+        reclaimedDeploymentIds: d.deploymentIds,
+      });
+    },
+    async listAuditEvents(req) {
+      const size = pageSizeOf(req.pageSize);
+      const before = decodeSeq(req.pageToken);
+      const rows = await prisma.auditEvent.findMany({
+        where: {
+          ...(before !== undefined ? { seq: { lt: before } } : {}),
+          ...(req.action ? { action: req.action } : {}),
+          ...(req.targetId ? { targetId: req.targetId } : {}),
+          ...(req.actor ? { actor: req.actor } : {}),
+          ...(req.since ? { time: { gte: timestampDate(req.since) } } : {}),
+        },
+        orderBy: { seq: "desc" },
+        take: size + 1,
+      });
+      const { page, more } = splitPage(rows, size);
+      return create(ListAuditEventsResponseSchema, {
+        events: page.map(auditToProto),
+        nextPageToken: more ? encodePageToken(String(page[page.length - 1]!.seq)) : "",
+      });
+    },
+    createJob: unimplemented,
+    getJob: unimplemented,
+    listJobs: unimplemented,
+    cancelJob: unimplemented,
+    ...jobs,
+  };
+}
+
+function unimplemented(): never {
+  throw new ConnectError("not implemented yet", Code.Unimplemented);
+}
+
+async function filteredNodes(deps: Deps, liveness: LivenessEnum[], labels: Record<string, string>): Promise<NodeMessage[]> {
+  const wanted = new Set(liveness.map((l) => {
+    const name = livenessFromProto(l);
+    if (name === undefined) throw new ConnectError(`liveness filter: unknown value ${l}`, Code.InvalidArgument);
+    return name;
+  }));
+  const labelFilters = Object.entries(labels).map(([k, v]) => ({ labels: { path: [k], equals: v } }));
+  const nodes = await deps.db.prisma.node.findMany({
+    where: labelFilters.length > 0 ? { AND: labelFilters } : {},
+    orderBy: [{ name: "asc" }, { id: "asc" }],
+  });
+  return (await nodeMessages(deps, nodes)).filter((n) => wanted.size === 0 || wanted.has(n.view.liveness)).map((n) => n.message);
+}
+
+function sleep(ms: number, ...signals: AbortSignal[]): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      for (const s of signals) s.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    for (const s of signals) s.addEventListener("abort", done, { once: true });
+  });
+}

@@ -1,0 +1,107 @@
+// modelforge.agent.v1.AgentService: the node-facing API. Unary calls and Session messages go
+// through the same functions (../nodes/reports.ts, ../jobs), so both paths follow one set of rules.
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
+import { durationFromMs, timestampNow } from "@bufbuild/protobuf/wkt";
+import {
+  AgentConfigSchema,
+  AgentService,
+  EnrollResponseSchema,
+  GetServerInfoResponseSchema,
+  HeartbeatResponseSchema,
+  RenewCredentialResponseSchema,
+  type AgentConfig,
+  type Instruction,
+} from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { Deps } from "../app.js";
+import { serverVersion, supportedProtocolVersions } from "../version.js";
+import { callOf } from "../context.js";
+import { authenticateNode, presentedIdentity, authorizeNode } from "../auth/node.js";
+import { enroll } from "../enrollment/enroll.js";
+import { renewCredential } from "../nodes/lifecycle.js";
+import { putInventory, putTelemetry } from "../nodes/reports.js";
+import { pendingInstructions } from "../dispatch/instructions.js";
+import { openSession } from "./session.js";
+import { ts } from "./convert.js";
+
+export function agentConfigOf(deps: Deps): AgentConfig {
+  const c = deps.config;
+  return create(AgentConfigSchema, {
+    heartbeatInterval: durationFromMs(c.heartbeatIntervalMs),
+    telemetryInterval: durationFromMs(c.telemetryIntervalMs),
+    inventoryInterval: durationFromMs(c.inventoryIntervalMs),
+    staleAfter: durationFromMs(c.staleAfterMs),
+    offlineAfter: durationFromMs(c.offlineAfterMs),
+    maxFutureSkew: durationFromMs(c.maxFutureSkewMs),
+    renewRemainingFraction: c.renewRemainingFraction,
+    maxProgressMessageBytes: 256,
+  });
+}
+
+export function heartbeatResponse(deps: Deps, instructions: Instruction[]) {
+  return create(HeartbeatResponseSchema, { config: agentConfigOf(deps), instructions, serverTime: timestampNow() });
+}
+
+export function agentService(deps: Deps, jobs: Partial<ServiceImpl<typeof AgentService>>): ServiceImpl<typeof AgentService> {
+  const prisma = deps.db.prisma;
+  const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
+
+  return {
+    getServerInfo() {
+      return create(GetServerInfoResponseSchema, {
+        serverVersion,
+        protocolVersions: [...supportedProtocolVersions],
+        caCertificatePem: deps.ca.certPem,
+        caFingerprint: deps.ca.fingerprint,
+      });
+    },
+    async enroll(req, ctx) {
+      const enrolled = await enroll(deps, {
+        token: req.token,
+        csrPem: req.csrPem,
+        nodeName: req.nodeName.trim(),
+        agentVersion: req.agentVersion,
+        correlationId: correlation(ctx),
+      });
+      return create(EnrollResponseSchema, {
+        nodeId: enrolled.nodeId,
+        certificatePem: enrolled.certPem,
+        caCertificatePem: deps.ca.certPem,
+        expiresAt: ts(enrolled.notAfter),
+      });
+    },
+    async renewCredential(req, ctx) {
+      // A node that is disabled may not renew; a decommissioned one has no active credential left.
+      const { identity } = await authenticateNode(prisma, ctx);
+      const issued = await renewCredential(deps, identity, req.csrPem, correlation(ctx));
+      return create(RenewCredentialResponseSchema, { certificatePem: issued.certPem, expiresAt: ts(issued.notAfter) });
+    },
+    async heartbeat(_req, ctx) {
+      const { node } = await authenticateNode(prisma, ctx);
+      deps.heartbeats.record(node.id, Date.now());
+      return heartbeatResponse(deps, pendingInstructions(node));
+    },
+    async putInventory(req, ctx) {
+      const { node } = await authenticateNode(prisma, ctx);
+      return putInventory(deps, node.id, req.report, correlation(ctx));
+    },
+    async putTelemetry(req, ctx) {
+      const { node } = await authenticateNode(prisma, ctx);
+      return putTelemetry(deps, node.id, req.report);
+    },
+    async *session(requests, ctx) {
+      const identity = presentedIdentity(ctx);
+      const node = await authorizeNode(prisma, identity);
+      yield* openSession(deps, node, identity, requests, ctx);
+    },
+    claimJob: notYet,
+    reportJobProgress: notYet,
+    completeJob: notYet,
+    failJob: notYet,
+    ...jobs,
+  };
+}
+
+function notYet(): never {
+  throw new ConnectError("not implemented yet", Code.Unimplemented);
+}

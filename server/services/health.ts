@@ -1,0 +1,50 @@
+// grpc.health.v1.Health: "" and each of our services report SERVING until shutdown begins.
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
+import { EventEmitter, on } from "node:events";
+import {
+  Health,
+  HealthCheckResponseSchema,
+  HealthCheckResponse_ServingStatus as Status,
+} from "../../gen/proto/grpc/health/v1/health_pb.js";
+
+export class HealthState {
+  private serving = true;
+  private readonly changes = new EventEmitter();
+  constructor(private readonly services: readonly string[]) {
+    this.changes.setMaxListeners(0);
+  }
+  setNotServing(): void {
+    this.serving = false;
+    this.changes.emit("change");
+  }
+  statusOf(service: string): Status {
+    if (service !== "" && !this.services.includes(service)) return Status.SERVICE_UNKNOWN;
+    return this.serving ? Status.SERVING : Status.NOT_SERVING;
+  }
+  onChange(signal: AbortSignal): AsyncIterable<unknown> {
+    return on(this.changes, "change", { signal });
+  }
+}
+
+export function healthService(state: HealthState): ServiceImpl<typeof Health> {
+  return {
+    check(req) {
+      const status = state.statusOf(req.service);
+      if (status === Status.SERVICE_UNKNOWN) throw new ConnectError(`unknown service "${req.service}"`, Code.NotFound);
+      return create(HealthCheckResponseSchema, { status });
+    },
+    async *watch(req, ctx) {
+      let last = state.statusOf(req.service);
+      yield create(HealthCheckResponseSchema, { status: last });
+      try {
+        for await (const _ of state.onChange(ctx.signal)) {
+          const now = state.statusOf(req.service);
+          if (now !== last) yield create(HealthCheckResponseSchema, { status: (last = now) });
+        }
+      } catch (err) {
+        if (!ctx.signal.aborted) throw err;
+      }
+    },
+  };
+}

@@ -1,0 +1,11 @@
+// Well-known-type conversions used by handlers.
+import { timestampDate, type Duration } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+
+export { timestampDate };
+
+export function durationMs(d: Duration): number {
+  const ms = Number(d.seconds) * 1000 + Math.round(d.nanos / 1e6);
+  if (!Number.isFinite(ms) || ms <= 0) throw new ConnectError("durations must be positive", Code.InvalidArgument);
+  return ms;
+}

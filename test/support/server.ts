@@ -1,0 +1,85 @@
+// Starts a real control plane for a test: its own temp data and certs directories, its own
+// database, a random loopback port, short thresholds. Log lines are captured so tests can scan them.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { loadConfig, type Config } from "../../server/config.js";
+import { createLogger } from "../../server/observability/logger.js";
+import { startServer, type RunningServer } from "../../server/app.js";
+import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { createTestDatabase } from "./db.js";
+
+export const testAdminKey = "test-admin-key-0123456789abcdef";
+
+export interface TestServer {
+  server: RunningServer;
+  config: Config;
+  url: string;
+  caPem: string;
+  /** Every log line written so far, as text. */
+  logs(): string;
+  admin: Client<typeof AdminService>;
+  /** An AgentService client without a client certificate. */
+  anonymousAgent: Client<typeof AgentService>;
+  stop(): Promise<void>;
+}
+
+export async function startTestServer(env: Record<string, string> = {}): Promise<TestServer> {
+  const dir = mkdtempSync(join(tmpdir(), "mf-server-"));
+  const db = await createTestDatabase();
+  const config = loadConfig({
+    MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
+    MODELFORGE_PORT: "0",
+    MODELFORGE_DATA_DIR: db.dataDir,
+    MODELFORGE_CERTS_DIR: join(dir, "certs"),
+    MODELFORGE_OPERATOR_API_KEY: testAdminKey,
+    MODELFORGE_LOG_LEVEL: "debug",
+    MODELFORGE_LIVENESS_FLUSH_INTERVAL: "100ms",
+    MODELFORGE_RECONCILE_INTERVAL: "100ms",
+    MODELFORGE_SHUTDOWN_GRACE: "1s",
+    ...(db.databaseUrl !== undefined ? { DATABASE_URL: db.databaseUrl } : {}),
+    ...env,
+  });
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      lines.push(chunk.toString("utf8"));
+      cb();
+    },
+  });
+  const server = await startServer(config, createLogger("debug", sink));
+  const admin = createClient(AdminService, adminTransport(server.url, server.ca.certPem, testAdminKey));
+  const anonymousAgent = createClient(
+    AgentService,
+    createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.ca.certPem } }),
+  );
+  let stopped = false;
+  return {
+    server,
+    config,
+    url: server.url,
+    caPem: server.ca.certPem,
+    logs: () => lines.join(""),
+    admin,
+    anonymousAgent,
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await server.stop();
+      await db.cleanup();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export function adminTransport(url: string, caPem: string, key: string | undefined) {
+  const auth: Interceptor = (next) => (req) => {
+    if (key !== undefined) req.header.set("x-modelforge-admin-token", key);
+    return next(req);
+  };
+  return createGrpcTransport({ baseUrl: url, nodeOptions: { ca: caPem }, interceptors: [auth] });
+}
