@@ -32,6 +32,8 @@ export interface RunningServer {
   port: number;
   ca: Ca;
   db: Database;
+  /** Whether the node has an open Session on this server. */
+  sessionsConnected(nodeId: string): boolean;
   /** Stops accepting, ends open streams, closes the database. Idempotent. */
   stop(): Promise<void>;
 }
@@ -146,7 +148,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       await db.close();
       log.info("stopped");
     })());
-  return { url, port, ca, db, stop };
+  return { url, port, ca, db, stop, sessionsConnected: (nodeId) => sessions.isConnected(nodeId) };
 }
 
 const correlationSymbol = Symbol("correlationId");

@@ -254,39 +254,53 @@ async function lockDataDir(lockPath: string, where: string): Promise<() => Promi
   if (heldLocks.has(lockPath)) {
     throw new DatabaseOpenError(`embedded database at ${where} is already open in this process`, { kind: "pglite" });
   }
-  for (let attempt = 0; ; attempt++) {
-    try {
-      const fh = await open(lockPath, "wx", 0o600);
+  heldLocks.add(lockPath); // synchronously, so concurrent opens in this process cannot both proceed
+  try {
+    for (let attempt = 0; ; attempt++) {
       try {
-        await fh.writeFile(`${process.pid}\n`);
-      } finally {
-        await fh.close();
-      }
-      heldLocks.add(lockPath);
-      return once(async () => {
-        heldLocks.delete(lockPath);
-        await rm(lockPath, { force: true });
-      });
-    } catch (err) {
-      if (errorCode(err) !== "EEXIST" || attempt >= 2) {
-        throw new DatabaseOpenError(`cannot lock embedded database at ${where} (${lockPath}): ${describeCause(err)}`, {
-          kind: "pglite",
-          cause: err,
+        const fh = await open(lockPath, "wx", 0o600);
+        try {
+          await fh.writeFile(`${process.pid}\n`);
+        } finally {
+          await fh.close();
+        }
+        return once(async () => {
+          await rm(lockPath, { force: true });
+          heldLocks.delete(lockPath);
         });
+      } catch (err) {
+        if (errorCode(err) !== "EEXIST" || attempt >= 2) {
+          throw new DatabaseOpenError(`cannot lock embedded database at ${where} (${lockPath}): ${describeCause(err)}`, {
+            kind: "pglite",
+            cause: err,
+          });
+        }
+        const content = await readFile(lockPath, "utf8").catch(() => "");
+        const pid = Number.parseInt(content, 10);
+        if (!(pid > 0)) {
+          // Another process may have created the file and not yet written its pid.
+          const age = Date.now() - ((await stat(lockPath).catch(() => undefined))?.mtimeMs ?? 0);
+          if (age < 10_000) {
+            throw new DatabaseOpenError(`embedded database at ${where} is being opened by another process (${lockPath} was just created)`, {
+              kind: "pglite",
+            });
+          }
+        } else if (pid !== process.pid && processAlive(pid)) {
+          // (Our own pid in the file, while we do not hold it, is a lock from an earlier run that got
+          // the same pid, typically pid 1 in a container.)
+          throw new DatabaseOpenError(
+            `embedded database at ${where} is in use by another process (pid ${pid}); stop it first, or delete ${lockPath} if that process is not a ModelForge server`,
+            { kind: "pglite" },
+          );
+        }
+        // Stale lock. Two processes racing over the same stale lock could both get here; the window
+        // is a few microseconds at start-up only.
+        await rm(lockPath, { force: true });
       }
-      const pid = Number.parseInt(await readFile(lockPath, "utf8").catch(() => ""), 10);
-      // Our own pid in the file, without us holding it, is a lock from an earlier run that happened
-      // to get the same pid (typical for pid 1 in containers).
-      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && processAlive(pid)) {
-        throw new DatabaseOpenError(
-          `embedded database at ${where} is in use by another process (pid ${pid}); stop it first, or delete ${lockPath} if that process is not a ModelForge server`,
-          { kind: "pglite" },
-        );
-      }
-      // Stale lock. Two processes racing over the same stale lock could both get here; the window
-      // is a few microseconds at start-up only.
-      await rm(lockPath, { force: true });
     }
+  } catch (err) {
+    heldLocks.delete(lockPath);
+    throw err;
   }
 }
 
@@ -404,7 +418,9 @@ async function openPglite(opts: OpenDatabaseOptions): Promise<Database> {
       if (err instanceof MigrationError) {
         throw new DatabaseOpenError(`${err.message} (embedded database at ${dir})`, { kind: "pglite", cause: err });
       }
-      throw damaged(serverLog.cause() ?? describeCause(err), err);
+      // A WebAssembly abort says only "Aborted()"; PostgreSQL's log says why.
+      const cause = err instanceof WebAssembly.RuntimeError ? serverLog.cause() : undefined;
+      throw damaged(cause ?? describeCause(err), err);
     }
 
     const prisma = new PrismaClient({ adapter: new PrismaPGlite(db) });

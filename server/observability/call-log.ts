@@ -2,6 +2,7 @@
 // request's correlation id. Never a body, header value or credential.
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { callerKey } from "../context.js";
+import { codeName } from "../../common/codes.js";
 
 export function callLogInterceptor(): Interceptor {
   return (next) => async (req) => {
@@ -19,7 +20,7 @@ export function callLogInterceptor(): Interceptor {
         caller?.log.error({ ...fields(), code: "internal", err: describe(err) }, "rpc failed");
         return new ConnectError(`internal error (request ${caller?.correlationId ?? "unknown"})`, Code.Internal);
       }
-      const line = { ...fields(), code: Code[err.code], message: err.rawMessage };
+      const line = { ...fields(), code: codeName(err.code), message: err.rawMessage };
       if (err.code === Code.Internal || err.code === Code.Unknown) caller?.log.error(line, "rpc failed");
       else caller?.log.warn(line, "rpc refused");
       return err;

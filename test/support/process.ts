@@ -1,0 +1,36 @@
+// Runs the control plane as a real child process, as `npm start` does, and waits for it to serve.
+import { spawn, type ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
+
+export const repoRoot = fileURLToPath(new URL("../..", import.meta.url));
+
+export interface ServerProcess {
+  child: ChildProcess;
+  /** Resolves with the URL from the "control plane serving" log line. */
+  ready: Promise<string>;
+  stdout(): string;
+  stderr(): string;
+  exited: Promise<number | null>;
+}
+
+export function spawnServer(env: Record<string, string>): ServerProcess {
+  const child = spawn(process.execPath, ["--import", "tsx", "server/main.ts"], {
+    cwd: repoRoot,
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", MODELFORGE_LISTEN_ADDRESS: "127.0.0.1", MODELFORGE_PORT: "0", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  let err = "";
+  child.stderr!.on("data", (c: Buffer) => (err += c.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  const ready = new Promise<string>((resolve, reject) => {
+    child.stdout!.on("data", (c: Buffer) => {
+      out += c.toString();
+      const m = /"url":"(https:\/\/[^"]+)"[^\n]*"msg":"control plane serving"/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    void exited.then((code) => reject(new Error(`server exited with ${code} before serving: ${err}`)));
+  });
+  ready.catch(() => undefined);
+  return { child, ready, exited, stdout: () => out, stderr: () => err };
+}
