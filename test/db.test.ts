@@ -330,6 +330,10 @@ describe(`database on ${backend}`, () => {
       } finally {
         await d.close();
       }
+      // Two opens racing in one process: exactly one wins.
+      const raced = await Promise.allSettled([openDatabase({ dataDir }), openDatabase({ dataDir })]);
+      expect(raced.map((r) => r.status).sort()).toEqual(["fulfilled", "rejected"]);
+      for (const r of raced) if (r.status === "fulfilled") await r.value.close();
       // A lock file naming a process that no longer exists (pids are below 2^22 on Linux).
       const fh = await open(`${dir}.lock`, "w");
       await fh.writeFile("4194304\n");

@@ -7,9 +7,16 @@ export interface JsonResponse {
   body: unknown;
 }
 
-export function postJson(url: string, caPem: string, body: unknown, headers: Record<string, string> = {}): Promise<JsonResponse> {
+export function postJson(
+  url: string,
+  caPem: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+  clientCert?: { certPem: string; keyPem: string },
+): Promise<JsonResponse> {
   return new Promise((resolve, reject) => {
-    const req = https.request(url, { method: "POST", ca: caPem, headers: { "content-type": "application/json", ...headers } }, (res) => {
+    const tls = clientCert ? { cert: clientCert.certPem, key: clientCert.keyPem } : {};
+    const req = https.request(url, { method: "POST", ca: caPem, ...tls, headers: { "content-type": "application/json", ...headers } }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
       res.on("end", () => {

@@ -34,3 +34,38 @@ export function spawnServer(env: Record<string, string>): ServerProcess {
   ready.catch(() => undefined);
   return { child, ready, exited, stdout: () => out, stderr: () => err };
 }
+
+export interface AgentProcess {
+  child: ChildProcess;
+  output(): string;
+  /** Sends SIGTERM and waits for the exit. */
+  stop(): Promise<number | null>;
+  /** SIGKILL: the agent dies without a goodbye, as a crashed node would. */
+  kill(): Promise<number | null>;
+}
+
+/** Runs `agent run` as a real process, with the fake nvidia-smi first on PATH. */
+export function spawnAgent(statePath: string, env: Record<string, string> = {}): AgentProcess {
+  const fakeBin = fileURLToPath(new URL("../fixtures/nvidia-smi", import.meta.url));
+  const child = spawn(process.execPath, ["--import", "tsx", "agent/main.ts", "run", "--state", statePath], {
+    cwd: repoRoot,
+    env: {
+      PATH: `${fakeBin}:${process.env.PATH ?? ""}`,
+      HOME: process.env.HOME ?? "/tmp",
+      MODELFORGE_AGENT_BACKOFF_BASE: "100ms",
+      MODELFORGE_AGENT_BACKOFF_MAX: "500ms",
+      ...env,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  child.stdout!.on("data", (c: Buffer) => (out += c.toString()));
+  child.stderr!.on("data", (c: Buffer) => (out += c.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  return {
+    child,
+    output: () => out,
+    stop: () => (child.kill("SIGTERM"), exited),
+    kill: () => (child.kill("SIGKILL"), exited),
+  };
+}

@@ -1,0 +1,196 @@
+// The agent session end to end, with a real agent process and a fake nvidia-smi on its PATH:
+// liveness from server time, strict ordering of samples, bad clocks that cannot poison state, and
+// GPU reconciliation that tells a missing GPU from a failed collection.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { cpSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { GpuState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { Liveness } from "../gen/proto/modelforge/common/v1/common_pb.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
+import { spawnAgent, type AgentProcess } from "./support/process.js";
+import { postJson } from "./support/http.js";
+
+const fixture = fileURLToPath(new URL("./fixtures/nvidia-smi/three-gpus", import.meta.url));
+let ts: TestServer;
+let node: TestNode;
+let gpuDir: string;
+let agent: AgentProcess | undefined;
+
+const getNode = () => ts.admin.getNode({ nodeId: node.nodeId });
+const cursor = async (stream: string) => (await getNode()).cursors.find((c) => c.stream === stream);
+const start = (env: Record<string, string> = {}) => {
+  agent = spawnAgent(node.statePath, { FAKE_NVIDIA_SMI_DIR: gpuDir, ...env });
+  return agent;
+};
+const actions = async () => (await ts.admin.listAuditEvents({ pageSize: 1000 })).events;
+
+beforeAll(async () => {
+  ts = await startTestServer({
+    MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
+    MODELFORGE_TELEMETRY_INTERVAL: "300ms",
+    MODELFORGE_STALE_AFTER: "1s",
+    MODELFORGE_OFFLINE_AFTER: "2s",
+  });
+  node = await enrollTestNode(ts, "gpu-node");
+  gpuDir = mkdtempSync(join(tmpdir(), "mf-gpus-"));
+  cpSync(fixture, gpuDir, { recursive: true });
+});
+afterAll(async () => {
+  await agent?.stop();
+  await ts?.stop();
+  rmSync(gpuDir, { recursive: true, force: true });
+});
+
+describe("a real agent process", () => {
+  it("comes online with its inventory, GPUs and telemetry", async () => {
+    start();
+    const got = await eventually(async () => {
+      const n = await getNode();
+      return n.node?.liveness === Liveness.ONLINE && n.gpus.length === 3 && n.telemetry !== undefined ? n : undefined;
+    }, 20_000, "node online with 3 GPUs");
+    expect(got.node?.connected).toBe(true);
+    expect(got.node?.gpuCount).toBe(3);
+    expect(got.node?.host?.hostname).not.toBe("");
+    expect(got.node?.capabilities).toBeDefined();
+    expect(got.gpus.map((g) => g.info?.uuid)).toContain("GPU-c3d4e5f6-a7b8-49c0-d1e2-f3a4b5c6d7e8");
+    expect(got.gpus.every((g) => g.state === GpuState.PRESENT)).toBe(true);
+    expect(got.telemetry?.telemetry?.gpus).toHaveLength(3);
+    expect((await cursor("inventory"))?.rejectionReason).toBe("");
+    const list = await ts.admin.listNodes({ liveness: [Liveness.ONLINE] });
+    expect(list.nodes.map((n) => n.id)).toContain(node.nodeId);
+    expect((await ts.admin.listNodes({ liveness: [Liveness.OFFLINE] })).nodes).toHaveLength(0);
+  });
+
+  it("marks a GPU missing when a complete inventory omits it", async () => {
+    const lines = readFileSync(join(fixture, "inventory.csv"), "utf8").trim().split("\n");
+    writeFileSync(join(gpuDir, "inventory.csv"), lines.slice(0, 2).join("\n") + "\n");
+    const got = await eventually(async () => {
+      const n = await getNode();
+      return n.gpus.some((g) => g.state === GpuState.MISSING) ? n : undefined;
+    }, 10_000, "a missing GPU");
+    const missing = got.gpus.filter((g) => g.state === GpuState.MISSING);
+    expect(missing.map((g) => g.info?.uuid)).toEqual(["GPU-c3d4e5f6-a7b8-49c0-d1e2-f3a4b5c6d7e8"]);
+    expect(got.node?.gpuCount).toBe(2);
+    expect((await actions()).some((e) => e.action === "gpu.missing" && e.targetId === missing[0]!.info!.uuid)).toBe(true);
+  });
+
+  it("keeps last-good GPU state when the collection fails, and a returning GPU is present again", async () => {
+    const before = (await cursor("inventory"))!.appliedSequence;
+    writeFileSync(join(gpuDir, "exit_code"), "9\n");
+    writeFileSync(join(gpuDir, "inventory.csv"), "");
+    writeFileSync(join(gpuDir, "stderr"), "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n");
+    // The failed collection is a change, so the agent sends it; it applies but marks nothing missing.
+    await eventually(async () => ((await cursor("inventory"))!.appliedSequence > before ? true : undefined), 10_000, "incomplete inventory applied");
+    const during = await getNode();
+    expect(during.gpus.filter((g) => g.state === GpuState.PRESENT)).toHaveLength(2);
+    expect(during.gpus.filter((g) => g.state === GpuState.MISSING)).toHaveLength(1);
+
+    rmSync(join(gpuDir, "exit_code"));
+    rmSync(join(gpuDir, "stderr"));
+    cpSync(join(fixture, "inventory.csv"), join(gpuDir, "inventory.csv"));
+    await eventually(async () => ((await getNode()).gpus.every((g) => g.state === GpuState.PRESENT) ? true : undefined), 10_000, "GPU returned");
+    expect((await actions()).some((e) => e.action === "gpu.returned")).toBe(true);
+  });
+
+  it("goes stale, then offline, when the agent dies; both audited", async () => {
+    await agent!.kill();
+    await eventually(async () => ((await getNode()).node?.liveness === Liveness.STALE ? true : undefined), 5_000, "stale");
+    await eventually(async () => ((await getNode()).node?.liveness === Liveness.OFFLINE ? true : undefined), 5_000, "offline");
+    const mine = (await actions()).filter((e) => e.targetId === node.nodeId).map((e) => e.action);
+    expect(mine).toEqual(expect.arrayContaining(["node.online", "node.stale", "node.offline"]));
+  });
+
+  it("comes back online on the same identity, its sequences continuing", async () => {
+    const before = (await cursor("telemetry"))!.sequence;
+    start();
+    await eventually(async () => ((await getNode()).node?.liveness === Liveness.ONLINE ? true : undefined), 20_000, "online again");
+    await eventually(async () => ((await cursor("telemetry"))!.sequence > before ? true : undefined), 10_000, "sequence continues");
+    const n = await getNode();
+    expect(n.node?.id).toBe(node.nodeId);
+    expect(await ts.server.db.prisma.node.count()).toBe(1);
+    const online = (await actions()).filter((e) => e.targetId === node.nodeId && e.action === "node.online");
+    expect(online.length).toBeGreaterThanOrEqual(2);
+  });
+
+  it("refuses a replayed sample with 409, on the unary path as on the stream", async () => {
+    const c = (await cursor("telemetry"))!;
+    const client = await node.client();
+    const err = await client
+      .putTelemetry({ report: { sequence: c.sequence, observedAt: timestampFromMs(Date.now()) } })
+      .then(() => undefined, (e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).code).toBe(Code.Aborted);
+    const state = await node.state();
+    const res = await postJson(
+      `${ts.url}/modelforge.agent.v1.AgentService/PutInventory`,
+      ts.caPem,
+      { report: { sequence: "1", observedAt: new Date().toISOString(), gpuCollectionComplete: true } },
+      {},
+      { certPem: state.certPem, keyPem: state.keyPem },
+    );
+    expect(res.status).toBe(409);
+    expect((res.body as { code: string }).code).toBe("aborted");
+  });
+
+  it("an agent clock an hour ahead or behind advances the cursor but leaves last-good state, with the reason visible", async () => {
+    await agent!.stop();
+    const goodObserved = timestampMs((await getNode()).telemetry!.observedAt!);
+    for (const [offset, pattern] of [["1h", /ahead of the server clock/], ["-1h", /older than the last applied/]] as const) {
+      const seqBefore = (await cursor("telemetry"))!.sequence;
+      start({ MODELFORGE_AGENT_CLOCK_OFFSET: offset });
+      const c = await eventually(async () => {
+        const cur = (await cursor("telemetry"))!;
+        return cur.sequence > seqBefore && pattern.test(cur.rejectionReason) ? cur : undefined;
+      }, 15_000, `rejection for clock ${offset}`);
+      expect(c.appliedSequence).toBeLessThanOrEqual(seqBefore);
+      const n = await getNode();
+      expect(timestampMs(n.telemetry!.observedAt!)).toBe(goodObserved);
+      // Liveness runs on the server's clock: the skewed node is still online.
+      expect(n.node?.liveness).toBe(Liveness.ONLINE);
+      await agent!.stop();
+    }
+    start();
+    await eventually(async () => ((await cursor("telemetry"))!.rejectionReason === "" ? true : undefined), 15_000, "reason cleared");
+    expect(timestampMs((await getNode()).telemetry!.observedAt!)).toBeGreaterThan(goodObserved);
+  });
+
+  it("never audits telemetry, and logs no sample body", async () => {
+    const mine = (await actions()).filter((e) => e.targetId === node.nodeId || e.details.nodeId === node.nodeId);
+    expect(mine.every((e) => !e.action.startsWith("telemetry"))).toBe(true);
+    expect(ts.logs()).not.toMatch(/utilization|memoryUsedBytes|A100-SXM4/);
+  });
+});
+
+describe("session protocol", () => {
+  it("refuses an incompatible protocol version with aborted, naming the accepted versions", async () => {
+    const other = await enrollTestNode(ts, "old-agent");
+    const client = await other.client();
+    const outbound = (async function* () {
+      yield { messageId: 1n, message: { case: "hello" as const, value: { protocolVersion: 99, agentVersion: "ancient" } } };
+      await new Promise((r) => setTimeout(r, 5_000));
+    })();
+    const err = await (async () => {
+      for await (const _ of client.session(outbound)) return undefined;
+    })().then(() => undefined, (e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).code).toBe(Code.Aborted);
+    expect((err as ConnectError).rawMessage).toBe("protocol version 99 is not supported; this server accepts 1");
+  });
+
+  it("refuses a session that does not start with hello", async () => {
+    const other = await enrollTestNode(ts, "rude-agent");
+    const client = await other.client();
+    const outbound = (async function* () {
+      yield { messageId: 1n, message: { case: "heartbeat" as const, value: {} } };
+    })();
+    const err = await (async () => {
+      for await (const _ of client.session(outbound)) return undefined;
+    })().then(() => undefined, (e: unknown) => e);
+    expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+  });
+});
