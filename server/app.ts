@@ -3,7 +3,7 @@
 import http2 from "node:http2";
 import type { TLSSocket } from "node:tls";
 import type { AddressInfo } from "node:net";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type { Config } from "./config.js";
 import type { Logger } from "./observability/logger.js";
@@ -16,11 +16,16 @@ import { openDatabase, type Database } from "./db/client.js";
 import { HealthState, healthService } from "./services/health.js";
 import { SessionRegistry } from "./dispatch/sessions.js";
 import { HeartbeatBook } from "./liveness/heartbeats.js";
-import { agentService } from "./services/agent.js";
+import { agentService, serverInfo } from "./services/agent.js";
 import { adminService } from "./services/admin.js";
-import { noJobs, type JobDispatch } from "./jobs/dispatch.js";
+import type { JobDispatch } from "./jobs/dispatch.js";
+import { JobEngine } from "./jobs/engine.js";
+import { agentJobs } from "./services/agent-jobs.js";
+import { adminJobs } from "./services/admin-jobs.js";
+import { jobsLoop } from "./sweeper/jobs.js";
 import { reconcileLiveness, closeRevokedSessions } from "./sweeper/liveness.js";
 import { every } from "./sweeper/loop.js";
+import { http2ServerTuning } from "./tuning.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -53,42 +58,35 @@ export interface Deps {
 export async function startServer(config: Config, log: Logger): Promise<RunningServer> {
   const ca = await loadOrCreateCa(config.certsDir);
   const tls = await ca.ensureServerCertificate(config.certsDir, config.serverNames);
-  const db = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
-  const shutdown = new AbortController();
-  const sessions = new SessionRegistry();
-  const deps: Deps = {
-    config,
-    log,
-    ca,
-    db,
-    sessions,
-    heartbeats: new HeartbeatBook(),
-    jobs: noJobs,
-    shutdown: shutdown.signal,
-  };
+  // The port opens before the database is ready, so agents can pin the CA and load balancers see
+  // NOT_SERVING rather than a refused connection while an embedded database starts.
+  const opening = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
+  opening.catch(() => undefined);
   const health = new HealthState([AgentService.typeName, AdminService.typeName, DeploymentService.typeName]);
-
-  const routes = (router: ConnectRouter) => {
-    router.service(Health, healthService(health));
-    router.service(AgentService, agentService(deps, {}));
-    router.service(AdminService, adminService(deps, {}));
-    router.service(DeploymentService, {});
+  const contextValues: ConnectNodeAdapterOptions["contextValues"] = (req) => {
+    const correlationId = (req as unknown as Record<symbol, string>)[correlationSymbol] ?? correlationIdFrom(undefined);
+    return createContextValues().set(callerKey, {
+      correlationId,
+      log: log.child({ correlationId }),
+      ...peerOf(req.socket as TLSSocket),
+    });
   };
-  const connect = connectNodeAdapter({
-    routes,
-    interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey)],
-    contextValues: (req) => {
-      const correlationId = (req as unknown as Record<symbol, string>)[correlationSymbol] ?? correlationIdFrom(undefined);
-      return createContextValues().set(callerKey, {
-        correlationId,
-        log: log.child({ correlationId }),
-        ...peerOf(req.socket as TLSSocket),
-      });
+  let handle = connectNodeAdapter({
+    routes: (router) => {
+      router.service(Health, healthService(health));
+      router.rpc(AgentService.method.getServerInfo, () => serverInfo(ca));
+    },
+    interceptors: [callLogInterceptor()],
+    contextValues,
+    fallback: (_req, res) => {
+      res.writeHead(503, { "content-type": "application/json" });
+      res.end(JSON.stringify({ code: "unavailable", message: "control plane starting: database not ready" }));
     },
   });
 
   const server = http2.createSecureServer(
     {
+      ...http2ServerTuning,
       key: tls.keyPem,
       cert: tls.certPem,
       ca: [ca.certPem],
@@ -102,7 +100,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       const id = correlationIdFrom(req.headers[correlationHeader]);
       (req as unknown as Record<symbol, string>)[correlationSymbol] = id;
       res.setHeader(correlationHeader, id);
-      connect(req, res);
+      handle(req, res);
     },
   );
   const connections = new Set<http2.ServerHttp2Session>();
@@ -120,7 +118,40 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
   const port = (server.address() as AddressInfo).port;
   const host = config.listenAddress.includes(":") ? `[${config.listenAddress}]` : config.listenAddress;
   const url = `https://${host === "0.0.0.0" || host === "[::]" ? "127.0.0.1" : host}:${port}`;
-  log.info({ url, database: db.describe, caFingerprint: ca.fingerprint }, "control plane serving");
+  log.info({ url, caFingerprint: ca.fingerprint }, "control plane serving");
+
+  let db: Database;
+  try {
+    db = await opening;
+  } catch (err) {
+    for (const c of connections) c.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    throw err;
+  }
+  const shutdown = new AbortController();
+  const sessions = new SessionRegistry();
+  const deps: Deps = {
+    config,
+    log,
+    ca,
+    db,
+    sessions,
+    heartbeats: new HeartbeatBook(),
+    jobs: new JobEngine(() => deps),
+    shutdown: shutdown.signal,
+  };
+  handle = connectNodeAdapter({
+    routes: (router: ConnectRouter) => {
+      router.service(Health, healthService(health));
+      router.service(AgentService, agentService(deps, agentJobs(deps)));
+      router.service(AdminService, adminService(deps, adminJobs(deps)));
+      router.service(DeploymentService, {});
+    },
+    interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey)],
+    contextValues,
+  });
+  health.setServing();
+  log.info({ url, database: db.describe }, "control plane ready");
 
   const stopLoops = [
     every(config.livenessFlushIntervalMs, "heartbeat flush", log, () => deps.heartbeats.flush(db.prisma)),
@@ -128,6 +159,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       await reconcileLiveness(deps);
       await closeRevokedSessions(deps);
     }),
+    jobsLoop(deps),
   ];
 
   let stopping: Promise<void> | undefined;

@@ -1,8 +1,8 @@
 // The control plane's entry point: configuration from the environment, one clear line on a failed
-// start, graceful shutdown on SIGTERM and SIGINT.
+// start, graceful shutdown on SIGTERM and SIGINT (also while still starting).
 import { loadConfig } from "./config.js";
 import { createLogger } from "./observability/logger.js";
-import { startServer } from "./app.js";
+import { startServer, type RunningServer } from "./app.js";
 
 async function main(): Promise<void> {
   let config;
@@ -13,7 +13,23 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   const log = createLogger(config.logLevel);
-  let server;
+  let server: RunningServer | undefined;
+  let stopRequested = false;
+  const stop = (running: RunningServer) =>
+    running.stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        log.error({ error: (err as Error).message }, "shutdown failed");
+        process.exit(1);
+      },
+    );
+  const onSignal = (signal: string) => {
+    log.info({ signal }, "signal received");
+    if (server !== undefined) void stop(server);
+    else stopRequested = true;
+  };
+  process.once("SIGTERM", onSignal);
+  process.once("SIGINT", onSignal);
   try {
     server = await startServer(config, log);
   } catch (err) {
@@ -22,19 +38,7 @@ async function main(): Promise<void> {
     process.stderr.write(`modelforge: start-up failed: ${(err as Error).message}\n`);
     process.exit(1);
   }
-  const running = server;
-  const onSignal = (signal: string) => {
-    log.info({ signal }, "signal received");
-    running.stop().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        log.error({ error: (err as Error).message }, "shutdown failed");
-        process.exit(1);
-      },
-    );
-  };
-  process.once("SIGTERM", onSignal);
-  process.once("SIGINT", onSignal);
+  if (stopRequested) void stop(server);
 }
 
 void main();

@@ -53,15 +53,24 @@ describe("server process", () => {
     expectOneLine(p.stderr(), /^modelforge: configuration error: MODELFORGE_STALE_AFTER: expected a duration/);
   });
 
-  it("serves, then shuts down cleanly on SIGTERM", async () => {
+  it("answers GetServerInfo as soon as the port opens, then shuts down cleanly on SIGTERM once ready", async () => {
     const dir = tempDir();
     const p = spawnServer({ MODELFORGE_DATA_DIR: join(dir, "data"), MODELFORGE_CERTS_DIR: join(dir, "certs") });
-    const url = await p.ready;
+    const url = await p.listening;
     const ca = readFileSync(join(dir, "certs", "ca.crt"), "utf8");
     const res = await postJson(`${url}/modelforge.agent.v1.AgentService/GetServerInfo`, ca, {});
     expect(res.status).toBe(200);
+    await p.ready;
     p.child.kill("SIGTERM");
     expect(await p.exited).toBe(0);
     expect(p.stdout()).toContain('"msg":"stopped"');
+  });
+
+  it("stops cleanly when SIGTERM arrives while it is still starting", async () => {
+    const dir = tempDir();
+    const p = spawnServer({ MODELFORGE_DATA_DIR: join(dir, "data"), MODELFORGE_CERTS_DIR: join(dir, "certs") });
+    await p.listening;
+    p.child.kill("SIGTERM");
+    expect(await p.exited).toBe(0);
   });
 });

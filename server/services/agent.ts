@@ -42,19 +42,22 @@ export function heartbeatResponse(deps: Deps, instructions: Instruction[]) {
   return create(HeartbeatResponseSchema, { config: agentConfigOf(deps), instructions, serverTime: timestampNow() });
 }
 
+/** Needs no database: served from the moment the port opens. */
+export function serverInfo(ca: Pick<Deps["ca"], "certPem" | "fingerprint">) {
+  return create(GetServerInfoResponseSchema, {
+    serverVersion,
+    protocolVersions: [...supportedProtocolVersions],
+    caCertificatePem: ca.certPem,
+    caFingerprint: ca.fingerprint,
+  });
+}
+
 export function agentService(deps: Deps, jobs: Partial<ServiceImpl<typeof AgentService>>): ServiceImpl<typeof AgentService> {
   const prisma = deps.db.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
 
   return {
-    getServerInfo() {
-      return create(GetServerInfoResponseSchema, {
-        serverVersion,
-        protocolVersions: [...supportedProtocolVersions],
-        caCertificatePem: deps.ca.certPem,
-        caFingerprint: deps.ca.fingerprint,
-      });
-    },
+    getServerInfo: () => serverInfo(deps.ca),
     async enroll(req, ctx) {
       const enrolled = await enroll(deps, {
         token: req.token,

@@ -9,10 +9,14 @@ import {
 } from "../../gen/proto/grpc/health/v1/health_pb.js";
 
 export class HealthState {
-  private serving = true;
+  private serving = false;
   private readonly changes = new EventEmitter();
   constructor(private readonly services: readonly string[]) {
     this.changes.setMaxListeners(0);
+  }
+  setServing(): void {
+    this.serving = true;
+    this.changes.emit("change");
   }
   setNotServing(): void {
     this.serving = false;

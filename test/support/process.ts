@@ -6,7 +6,9 @@ export const repoRoot = fileURLToPath(new URL("../..", import.meta.url));
 
 export interface ServerProcess {
   child: ChildProcess;
-  /** Resolves with the URL from the "control plane serving" log line. */
+  /** Resolves with the URL from the "control plane serving" log line: the port is open. */
+  listening: Promise<string>;
+  /** Resolves with the URL once the database is open too ("control plane ready"). */
   ready: Promise<string>;
   stdout(): string;
   stderr(): string;
@@ -23,16 +25,20 @@ export function spawnServer(env: Record<string, string>): ServerProcess {
   let err = "";
   child.stderr!.on("data", (c: Buffer) => (err += c.toString()));
   const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
-  const ready = new Promise<string>((resolve, reject) => {
-    child.stdout!.on("data", (c: Buffer) => {
-      out += c.toString();
-      const m = /"url":"(https:\/\/[^"]+)"[^\n]*"msg":"control plane serving"/.exec(out);
-      if (m) resolve(m[1]!);
+  const waitFor = (msg: string) => {
+    const p = new Promise<string>((resolve, reject) => {
+      const look = () => {
+        const m = new RegExp(`"url":"(https://[^"]+)"[^\\n]*"msg":"${msg}"`).exec(out);
+        if (m) resolve(m[1]!);
+      };
+      child.stdout!.on("data", look);
+      void exited.then((code) => reject(new Error(`server exited with ${code} before "${msg}": ${err}`)));
     });
-    void exited.then((code) => reject(new Error(`server exited with ${code} before serving: ${err}`)));
-  });
-  ready.catch(() => undefined);
-  return { child, ready, exited, stdout: () => out, stderr: () => err };
+    p.catch(() => undefined);
+    return p;
+  };
+  child.stdout!.on("data", (c: Buffer) => (out += c.toString()));
+  return { child, listening: waitFor("control plane serving"), ready: waitFor("control plane ready"), exited, stdout: () => out, stderr: () => err };
 }
 
 export interface AgentProcess {
