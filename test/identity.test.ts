@@ -333,3 +333,49 @@ describe("automatic renewal", () => {
     }
   });
 });
+
+describe("node metadata", () => {
+  it("updates name and labels by field mask, and lists nodes by label", async () => {
+    const a = await enrollTestNode(ts, "labelled-a");
+    const b = await enrollTestNode(ts, "labelled-b");
+    await ts.admin.updateNode({ nodeId: a.nodeId, labels: { pool: "h100", zone: "eu-1" }, updateMask: { paths: ["labels"] } });
+    await ts.admin.updateNode({ nodeId: b.nodeId, name: "renamed-b", labels: { pool: "a100" }, updateMask: { paths: ["name", "labels"] } });
+    const h100 = await ts.admin.listNodes({ labels: { pool: "h100" } });
+    expect(h100.nodes.map((n) => n.id)).toEqual([a.nodeId]);
+    expect((await ts.admin.getNode({ nodeId: b.nodeId })).node?.name).toBe("renamed-b");
+    expect((await rejection(ts.admin.updateNode({ nodeId: a.nodeId, updateMask: { paths: ["liveness"] } }))).code).toBe(Code.InvalidArgument);
+    expect((await rejection(ts.admin.updateNode({ nodeId: a.nodeId, labels: { "bad key!": "x" }, updateMask: { paths: ["labels"] } }))).code).toBe(Code.InvalidArgument);
+  });
+
+  it("pages audit events newest first", async () => {
+    const first = await ts.admin.listAuditEvents({ pageSize: 2 });
+    expect(first.events).toHaveLength(2);
+    expect(first.nextPageToken).not.toBe("");
+    const second = await ts.admin.listAuditEvents({ pageSize: 2, pageToken: first.nextPageToken });
+    expect(second.events[0]!.id).not.toBe(first.events[1]!.id);
+    expect(second.events[0]!.time!.seconds <= first.events[1]!.time!.seconds).toBe(true);
+  });
+});
+
+describe("WatchNodes", () => {
+  it("sends the current nodes, then each change", async () => {
+    const node = await enrollTestNode(ts, "watched");
+    const abort = new AbortController();
+    const stream = ts.admin.watchNodes({}, { signal: abort.signal })[Symbol.asyncIterator]();
+    try {
+      const seen = new Set<string>();
+      while (!seen.has(node.nodeId)) seen.add((await stream.next()).value!.node!.id);
+      await ts.admin.disableNode({ nodeId: node.nodeId, reason: "watch me" });
+      for (;;) {
+        const n = (await stream.next()).value!.node!;
+        if (n.id === node.nodeId) {
+          expect(n.liveness).toBe(5); // LIVENESS_DISABLED
+          expect(n.disabledReason).toBe("watch me");
+          break;
+        }
+      }
+    } finally {
+      abort.abort();
+    }
+  });
+});

@@ -1,4 +1,4 @@
-// The liveness reconciler: persists heartbeats in a batch, moves nodes between online, stale and
+// The liveness reconciler: moves nodes between online, stale and
 // offline, and audits each transition exactly once even with several replicas (the state change
 // is a compare-and-set on the stored liveness). It also ends open streams whose credential was
 // revoked, or whose node was disabled or decommissioned, through another replica.
@@ -9,7 +9,6 @@ import type { Deps } from "../app.js";
 
 export async function reconcileLiveness(deps: Deps, now = Date.now()): Promise<number> {
   const prisma = deps.db.prisma;
-  await deps.heartbeats.flush(prisma);
   const nodes = await prisma.node.findMany({
     where: { decommissionedAt: null, disabledAt: null },
     select: { id: true, liveness: true, lastHeartbeatAt: true },
