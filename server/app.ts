@@ -5,7 +5,7 @@ import type { TLSSocket } from "node:tls";
 import type { AddressInfo } from "node:net";
 import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
-import type { Config } from "./config.js";
+import { publicUrlOf, type Config } from "./config.js";
 import type { Logger } from "./observability/logger.js";
 import { correlationHeader, correlationIdFrom } from "./observability/correlation.js";
 import { callLogInterceptor } from "./observability/call-log.js";
@@ -45,6 +45,8 @@ export interface RunningServer {
 
 export interface Deps {
   config: Config;
+  /** The URL agents dial, for join commands. */
+  publicUrl: string;
   log: Logger;
   ca: Ca;
   db: Database;
@@ -132,6 +134,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
   const sessions = new SessionRegistry();
   const deps: Deps = {
     config,
+    publicUrl: publicUrlOf(config, port),
     log,
     ca,
     db,

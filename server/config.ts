@@ -7,8 +7,8 @@ export interface Config {
   port: number;
   /** Names (DNS or IP) the server certificate covers. */
   serverNames: string[];
-  /** The URL agents dial, used in join commands. */
-  publicUrl: string;
+  /** The URL agents dial, used in join commands; unset: the first server name and the bound port. */
+  publicUrl: string | undefined;
   dataDir: string;
   certsDir: string;
   databaseUrl: string | undefined;
@@ -106,7 +106,7 @@ export function loadConfig(env: Env): Config {
     listenAddress: get("MODELFORGE_LISTEN_ADDRESS"),
     port,
     serverNames,
-    publicUrl: env.MODELFORGE_PUBLIC_URL?.trim() || `https://${hostForUrl(serverNames[0]!)}:${port}`,
+    publicUrl: env.MODELFORGE_PUBLIC_URL?.trim() || undefined,
     dataDir: get("MODELFORGE_DATA_DIR"),
     certsDir: get("MODELFORGE_CERTS_DIR"),
     databaseUrl,
@@ -138,6 +138,9 @@ export function loadConfig(env: Env): Config {
   return config;
 }
 
-function hostForUrl(name: string): string {
-  return name.includes(":") ? `[${name}]` : name;
+/** The URL agents dial: the configured one, else the first server name on the bound port. */
+export function publicUrlOf(config: Pick<Config, "publicUrl" | "serverNames">, boundPort: number): string {
+  if (config.publicUrl !== undefined) return config.publicUrl;
+  const name = config.serverNames[0]!;
+  return `https://${name.includes(":") ? `[${name}]` : name}:${boundPort}`;
 }

@@ -1,6 +1,6 @@
 // Small pure rules: configuration, durations, correlation ids, codes, backoff and renewal timing.
 import { describe, expect, it } from "vitest";
-import { loadConfig, ConfigError } from "../server/config.js";
+import { loadConfig, ConfigError, publicUrlOf } from "../server/config.js";
 import { parseDuration } from "../common/duration.js";
 import { correlationIdFrom } from "../server/observability/correlation.js";
 import { codeFromName, codeName } from "../common/codes.js";
@@ -15,7 +15,9 @@ describe("configuration", () => {
     expect(c.port).toBe(8443);
     expect(c.listenAddress).toBe("127.0.0.1");
     expect(c.serverNames).toEqual(["localhost", "127.0.0.1"]);
-    expect(c.publicUrl).toBe("https://localhost:8443");
+    expect(publicUrlOf(c, 8443)).toBe("https://localhost:8443");
+    expect(publicUrlOf({ ...c, serverNames: ["::1"] }, 9000)).toBe("https://[::1]:9000");
+    expect(publicUrlOf({ ...c, publicUrl: "https://cp.example:443" }, 9000)).toBe("https://cp.example:443");
     expect(c.operatorApiKey).toBeUndefined();
     expect(c.staleAfterMs).toBe(30_000);
     expect(c.offlineAfterMs).toBe(90_000);

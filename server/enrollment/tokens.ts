@@ -65,7 +65,7 @@ export async function createEnrollmentToken(deps: Deps, input: CreateTokenInput)
   });
   deps.sessions.closeSerials(result.revokedSerials, new ConnectError("credential revoked", Code.Unauthenticated));
   const joinCommand =
-    `npm run agent -- enroll --server ${deps.config.publicUrl} --token ${secret} --ca-fingerprint ${deps.ca.fingerprint}` +
+    `npm run agent -- enroll --server ${deps.publicUrl} --token ${secret} --ca-fingerprint ${deps.ca.fingerprint}` +
     (input.nodeName ? ` --name ${shellQuote(input.nodeName)}` : "");
   return { secret, token: result.token, joinCommand };
 }
