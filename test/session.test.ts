@@ -194,3 +194,24 @@ describe("session protocol", () => {
     expect((err as ConnectError).code).toBe(Code.InvalidArgument);
   });
 });
+
+describe("graceful shutdown", () => {
+  it("ends open sessions with unavailable and stops promptly", async () => {
+    const own = await startTestServer();
+    const other = await enrollTestNode(own, "draining");
+    const client = await other.client();
+    const outbound = (async function* () {
+      yield { messageId: 1n, message: { case: "hello" as const, value: { protocolVersion: 1, agentVersion: "test" } } };
+      await new Promise((r) => setTimeout(r, 10_000));
+    })();
+    const stream = client.session(outbound)[Symbol.asyncIterator]();
+    expect((await stream.next()).value?.message.case).toBe("welcome");
+    const started = Date.now();
+    const stopping = own.stop();
+    const end = await stream.next().then(() => undefined, (e: unknown) => e);
+    await stopping;
+    expect(Date.now() - started).toBeLessThan(3000);
+    expect(end).toBeInstanceOf(ConnectError);
+    expect((end as ConnectError).code).toBe(Code.Unavailable);
+  });
+});
