@@ -18,6 +18,19 @@ export interface ReportedGpu extends GpuFacts {
   uuid: string;
 }
 
+/** Picks a GPU's identity and facts from any record that carries them (row, message). */
+export function reportedGpu(g: ReportedGpu): ReportedGpu {
+  return {
+    uuid: g.uuid,
+    index: g.index,
+    pciBusId: g.pciBusId,
+    model: g.model,
+    memoryTotalBytes: g.memoryTotalBytes,
+    driverVersion: g.driverVersion,
+    vendor: g.vendor,
+  };
+}
+
 export interface KnownGpu extends ReportedGpu {
   state: 'present' | 'missing';
   /** When it was first found missing; null while present. */

@@ -6,6 +6,7 @@ import { GpuInfoSchema, TelemetrySchema } from "../../gen/proto/modelforge/commo
 import type { Deps } from "../app.js";
 import { findNodeOrThrow } from "./lifecycle.js";
 import { nodeMessages } from "./view.js";
+import { reportedGpu } from "../domain/gpus.js";
 import { credentialToProto, ts } from "../services/convert.js";
 
 export async function nodeDetail(deps: Deps, nodeId: string) {
@@ -21,15 +22,7 @@ export async function nodeDetail(deps: Deps, nodeId: string) {
     node: (await nodeMessages(deps, [node]))[0]!.message,
     gpus: gpus.map((g) =>
       create(GpuSchema, {
-        info: create(GpuInfoSchema, {
-          uuid: g.uuid,
-          index: g.index,
-          pciBusId: g.pciBusId,
-          model: g.model,
-          memoryTotalBytes: g.memoryTotalBytes,
-          driverVersion: g.driverVersion,
-          vendor: g.vendor,
-        }),
+        info: create(GpuInfoSchema, reportedGpu(g)),
         state: g.state === "missing" ? GpuState.MISSING : GpuState.PRESENT,
         firstSeenAt: ts(g.firstSeenAt),
         lastSeenAt: ts(g.lastSeenAt),

@@ -13,7 +13,7 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { HostInfoSchema, TelemetrySchema } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import { advanceCursor, judgeSample, type StreamCursor as CursorState, type Verdict } from "../domain/cursor.js";
-import { reconcileGpus, InventoryError, type KnownGpu } from "../domain/gpus.js";
+import { reconcileGpus, reportedGpu, InventoryError, type KnownGpu } from "../domain/gpus.js";
 import { recordAudit, nodeActor } from "../audit/audit.js";
 import type { Deps } from "../app.js";
 import type { Prisma } from "../../gen/prisma/client.js";
@@ -100,26 +100,12 @@ export async function putInventory(deps: Deps, nodeId: string, report: Inventory
         plan = reconcileGpus(
           known.map(
             (g): KnownGpu => ({
-              uuid: g.uuid,
-              index: g.index,
-              pciBusId: g.pciBusId,
-              model: g.model,
-              memoryTotalBytes: g.memoryTotalBytes,
-              driverVersion: g.driverVersion,
-              vendor: g.vendor,
+              ...reportedGpu(g),
               state: g.state === "missing" ? "missing" : "present",
               missingSince: g.missingSince?.getTime() ?? null,
             }),
           ),
-          report.gpus.map((g) => ({
-            uuid: g.uuid,
-            index: g.index,
-            pciBusId: g.pciBusId,
-            model: g.model,
-            memoryTotalBytes: g.memoryTotalBytes,
-            driverVersion: g.driverVersion,
-            vendor: g.vendor,
-          })),
+          report.gpus.map(reportedGpu),
           report.gpuCollectionComplete,
           receivedAt,
         );
