@@ -1,0 +1,245 @@
+// The command tree, help text and dispatch of `forge`. `runCli` does everything but exit, so the
+// entry point stays trivial.
+import { parseArgs } from "node:util";
+import { ConnectError, Code } from "@connectrpc/connect";
+import { codeName } from "../common/codes.js";
+import { UsageError, type Command, type Context, type Group, type OptionDef } from "./args.js";
+import { createAdminClient, defaultCaFile, defaultServer, resolveConfig, type AdminClient } from "./client.js";
+import { clean } from "./format.js";
+import { tokensGroup } from "./commands/tokens.js";
+import { nodesGroup } from "./commands/nodes.js";
+import { auditGroup } from "./commands/audit.js";
+import { jobsGroup } from "./commands/jobs.js";
+
+export const groups: Group[] = [tokensGroup, nodesGroup, jobsGroup, auditGroup];
+
+const globalOptions: Record<string, OptionDef> = {
+  server: { type: "string", value: "URL", description: `control plane URL (env MODELFORGE_SERVER; default ${defaultServer})` },
+  ca: {
+    type: "string",
+    value: "FILE",
+    description: `CA certificate the server's certificate must chain to (env MODELFORGE_CA_FILE; default ${defaultCaFile})`,
+  },
+  "admin-key": {
+    type: "string",
+    value: "KEY",
+    description: "operator API key (env MODELFORGE_OPERATOR_API_KEY, preferred: a flag is visible in the process list)",
+  },
+  json: { type: "boolean", description: "machine output: the response as protobuf JSON" },
+  help: { type: "boolean", short: "h", description: "show help; works after any command, e.g. forge nodes get --help" },
+};
+
+/** Global flags that take a value, so the scan for command words can skip their values. */
+const globalValueFlags = new Set(
+  Object.entries(globalOptions)
+    .filter(([, o]) => o.type === "string")
+    .flatMap(([name, o]) => [`--${name}`, ...(o.short ? [`-${o.short}`] : [])]),
+);
+
+export interface Io {
+  stdout: NodeJS.WritableStream & { isTTY?: boolean; columns?: number };
+  stderr: NodeJS.WritableStream;
+  stdin: NodeJS.ReadableStream & { isTTY?: boolean };
+  env: NodeJS.ProcessEnv;
+  signal: AbortSignal;
+  /** Told whether the running command ends cleanly on `signal`; if not, Ctrl-C should just exit. */
+  setInterruptible?: (interruptible: boolean) => void;
+  now?: () => Date;
+}
+
+// ---- help text ----
+
+function optionLines(options: Record<string, OptionDef>): string {
+  const rows = Object.entries(options).map(([name, o]) => {
+    const flag = `${o.short ? `-${o.short}, ` : ""}--${name}${o.value ? ` ${o.value}` : ""}`;
+    return [flag, o.description] as const;
+  });
+  const width = Math.max(...rows.map(([f]) => f.length));
+  return rows.map(([f, d]) => `  ${f.padEnd(width)}  ${d}\n`).join("");
+}
+
+const synopsis = (c: Command) => `${c.name}${c.args ? ` ${c.args}` : ""}`;
+
+export function mainUsage(): string {
+  const rows = groups.flatMap((g) => g.commands.map((c) => [`${g.name} ${synopsis(c)}`, c.summary] as const));
+  const width = Math.max(...rows.map(([s]) => s.length));
+  return (
+    "Usage: forge [global options] <group> <command> [arguments] [options]\n\n" +
+    "The ModelForge operator CLI: enrollment tokens, nodes, jobs and the audit log.\n\n" +
+    "Commands:\n" +
+    rows.map(([s, d]) => `  ${s.padEnd(width)}  ${d}\n`).join("") +
+    "\nGlobal options:\n" +
+    optionLines(globalOptions) +
+    "\nRun \"forge <group> --help\" or \"forge <group> <command> --help\" for details.\n" +
+    "Exit status: 0 success; 1 failure (an API error prints \"error: <code>: <message>\"); 2 usage error.\n"
+  );
+}
+
+export function groupUsage(g: Group): string {
+  const width = Math.max(...g.commands.map((c) => synopsis(c).length));
+  return (
+    `Usage: forge ${g.name} <command> [arguments] [options]\n\n` +
+    `${g.summary}.\n\n` +
+    "Commands:\n" +
+    g.commands.map((c) => `  ${synopsis(c).padEnd(width)}  ${c.summary}\n`).join("") +
+    `\nRun "forge ${g.name} <command> --help" for a command's options; "forge --help" for global options.\n`
+  );
+}
+
+export function commandUsage(g: Group, c: Command): string {
+  return (
+    `Usage: forge ${g.name} ${synopsis(c)}${c.options ? " [options]" : ""}\n\n` +
+    `${c.summary}.\n` +
+    (c.options ? "\nOptions:\n" + optionLines(c.options) : "") +
+    (c.notes ? `\n${c.notes}\n` : "") +
+    "\nGlobal options:\n" +
+    optionLines(globalOptions)
+  );
+}
+
+// ---- dispatch ----
+
+/** The first two words that are neither options nor the values of global options. */
+function commandWords(argv: string[]): string[] {
+  const words: string[] = [];
+  for (let i = 0; i < argv.length && words.length < 2; i++) {
+    const a = argv[i]!;
+    if (a === "--") break;
+    if (a.startsWith("-") && a !== "-") {
+      if (globalValueFlags.has(a)) i++;
+      continue;
+    }
+    words.push(a);
+  }
+  return words;
+}
+
+function parseError(err: unknown): UsageError {
+  const message = (err as Error).message.split(". ")[0]!.replace(/\.$/, "");
+  return new UsageError(message);
+}
+
+interface Redactor {
+  secrets: string[];
+}
+
+function redact(text: string, r: Redactor): string {
+  let out = text;
+  for (const s of r.secrets) if (s.length > 0) out = out.split(s).join("<redacted>");
+  return out.split("\n").map(clean).join("\n");
+}
+
+function hintFor(err: ConnectError): string | undefined {
+  if (err.code === Code.Unauthenticated) return "check the operator API key (MODELFORGE_OPERATOR_API_KEY)";
+  if (/certificate|self[- ]signed|altname|CERT_|issuer/i.test(err.rawMessage)) {
+    return "the server's certificate was not accepted: check --ca / MODELFORGE_CA_FILE and --server";
+  }
+  if (err.code === Code.Unavailable) return "is the control plane running at --server / MODELFORGE_SERVER?";
+  return undefined;
+}
+
+export async function runCli(argv: string[], io: Io): Promise<number> {
+  const out = (s: string) => void io.stdout.write(s);
+  const redactor: Redactor = { secrets: [] };
+  const errOut = (s: string) => void io.stderr.write(redact(s, redactor));
+  if (io.env.MODELFORGE_OPERATOR_API_KEY) redactor.secrets.push(io.env.MODELFORGE_OPERATOR_API_KEY);
+
+  let helpHint = "forge --help";
+  try {
+    let args = argv;
+    let forceHelp = false;
+    if (args[0] === "help") {
+      args = args.slice(1);
+      forceHelp = true;
+    }
+    const words = commandWords(args);
+    const wantsHelp = forceHelp || args.includes("--help") || args.includes("-h");
+    const [groupName, commandName] = words;
+
+    if (groupName === undefined) {
+      if (wantsHelp) {
+        out(mainUsage());
+        return 0;
+      }
+      io.stderr.write(mainUsage());
+      return 2;
+    }
+    const group = groups.find((g) => g.name === groupName);
+    if (group === undefined) throw new UsageError(`unknown command "${groupName}"`);
+    helpHint = `forge ${group.name} --help`;
+    if (commandName === undefined) {
+      if (wantsHelp) {
+        out(groupUsage(group));
+        return 0;
+      }
+      io.stderr.write(groupUsage(group));
+      return 2;
+    }
+    const command = group.commands.find((c) => c.name === commandName);
+    if (command === undefined) throw new UsageError(`unknown command "${group.name} ${commandName}"`);
+    helpHint = `forge ${group.name} ${command.name} --help`;
+    if (wantsHelp) {
+      out(commandUsage(group, command));
+      return 0;
+    }
+
+    let parsed: ReturnType<typeof parseArgs>;
+    try {
+      parsed = parseArgs({
+        args,
+        options: { ...globalOptions, ...(command.options ?? {}) },
+        allowPositionals: true,
+        strict: true,
+      });
+    } catch (err) {
+      throw parseError(err);
+    }
+    const values = parsed.values;
+    const adminKeyFlag = values["admin-key"] as string | undefined;
+    if (adminKeyFlag !== undefined) {
+      redactor.secrets.push(adminKeyFlag);
+      errOut("warning: --admin-key is visible to other users in the process list; prefer MODELFORGE_OPERATOR_API_KEY\n");
+    }
+    // Drop the two command words (the first positionals, as commandWords found them).
+    const positionals = parsed.positionals.slice(2);
+    const range = command.positionals ?? { min: 0, max: Infinity };
+    if (positionals.length < range.min) throw new UsageError(`missing ${command.args ?? "argument"}`);
+    if (positionals.length > range.max) throw new UsageError(`unexpected argument "${positionals[range.max]}"`);
+
+    let client: AdminClient | undefined;
+    const ctx: Context = {
+      json: values.json === true,
+      out,
+      err: errOut,
+      client() {
+        client ??= createAdminClient(
+          resolveConfig({ server: values.server as string | undefined, ca: values.ca as string | undefined, adminKey: adminKeyFlag }, io.env),
+        );
+        return client;
+      },
+      stdinIsTTY: io.stdin.isTTY === true,
+      stdoutIsTTY: io.stdout.isTTY === true,
+      columns: io.stdout.columns,
+      stdin: io.stdin,
+      stderr: io.stderr,
+      signal: io.signal,
+      now: io.now ?? (() => new Date()),
+    };
+    io.setInterruptible?.(command.interruptible === true);
+    return await command.run(ctx, values, positionals);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      errOut(`error: ${err.message}\n`);
+      if (err.name === "UsageError") errOut(`Run "${err.helpHint ?? helpHint}" for usage.\n`);
+      return 2;
+    }
+    if (err instanceof ConnectError) {
+      errOut(`error: ${codeName(err.code)}: ${err.rawMessage}\n`);
+      const hint = hintFor(err);
+      if (hint) errOut(`hint: ${hint}\n`);
+      return 1;
+    }
+    errOut(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+    return 1;
+  }
+}

@@ -1,0 +1,476 @@
+// forge nodes list | get | watch | disable | enable | rotate | revoke | decommission
+import { create } from "@bufbuild/protobuf";
+import {
+  DecommissionNodeResponseSchema,
+  DisableNodeResponseSchema,
+  EnableNodeResponseSchema,
+  GetNodeResponseSchema,
+  GpuState,
+  ListNodesResponseSchema,
+  PreviewDecommissionResponseSchema,
+  RevokeNodeCredentialResponseSchema,
+  RotateNodeCredentialResponseSchema,
+  WatchNodesResponseSchema,
+  type DecommissionNodeResponse,
+  type GetNodeResponse,
+  type Node,
+  type PreviewDecommissionResponse,
+} from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { Liveness } from "../../gen/proto/modelforge/common/v1/common_pb.js";
+import { idArg, parseLabels, parseLiveness, UsageError, validEnumNames, type Command, type Group, type OptionDef } from "../args.js";
+import { confirmByTyping } from "../confirm.js";
+import {
+  clean,
+  dateOf,
+  enumName,
+  fields,
+  formatAge,
+  formatBytes,
+  formatLabels,
+  formatPercent,
+  formatTime,
+  formatTimeAndAge,
+  table,
+} from "../format.js";
+import { printJson, printJsonLine } from "../output.js";
+
+const filterOptions: Record<string, OptionDef> = {
+  liveness: {
+    type: "string",
+    value: "STATES",
+    description: `only these liveness states, comma-separated: ${validEnumNames(Liveness).join(",")}`,
+  },
+  label: { type: "string", multiple: true, value: "KEY=VALUE", description: "only nodes with this label; repeatable (all must match)" },
+};
+
+const yesNo = (b: boolean) => (b ? "yes" : "no");
+const nodeLabel = (n: Node | undefined, id: string) => (n && n.name ? `${id} (${n.name})` : id);
+
+/** The node list table. Pure. */
+export function renderNodeTable(nodes: Node[], now: Date): string {
+  return table(
+    ["ID", "NAME", "LIVENESS", "GPUS", "LAST HEARTBEAT", "AGENT", "CONNECTED"],
+    nodes.map((n) => [
+      n.id,
+      n.name || "-",
+      enumName(Liveness, n.liveness),
+      String(n.gpuCount),
+      formatAge(dateOf(n.lastHeartbeatAt), now),
+      n.agentVersion || "-",
+      yesNo(n.connected),
+    ]),
+  );
+}
+
+function indent(text: string, by = "  "): string {
+  return text
+    .split("\n")
+    .map((l) => (l === "" ? l : by + l))
+    .join("\n");
+}
+
+/** `nodes get`: the node in readable sections. Pure. */
+export function renderNodeDetail(res: GetNodeResponse, now: Date): string {
+  const n = res.node;
+  const out: string[] = [];
+  if (n !== undefined) {
+    out.push(
+      "Node\n" +
+        fields([
+          ["ID", n.id],
+          ["Name", n.name || "-"],
+          ["Liveness", enumName(Liveness, n.liveness)],
+          ["Disabled because", n.disabledReason || undefined],
+          ["Decommissioned", n.decommissionedAt ? formatTimeAndAge(dateOf(n.decommissionedAt), now) : undefined],
+          ["Labels", formatLabels(n.labels)],
+          ["Enrolled", formatTimeAndAge(dateOf(n.createdAt), now)],
+          ["Last heartbeat", n.lastHeartbeatAt ? formatTimeAndAge(dateOf(n.lastHeartbeatAt), now) : "never"],
+          ["Connected", yesNo(n.connected)],
+          ["Agent", (n.agentVersion || "-") + (n.protocolVersion > 0 ? ` (protocol ${n.protocolVersion})` : "")],
+          ["Capabilities", n.capabilities.length > 0 ? n.capabilities.join(", ") : "-"],
+        ]),
+    );
+    const h = n.host;
+    if (h === undefined) {
+      out.push("Host\n  (no inventory applied yet)\n");
+    } else {
+      let host =
+        "Host\n" +
+        fields([
+          ["Hostname", h.hostname || "-"],
+          ["OS", [h.osName, h.osVersion].filter(Boolean).join(" ") || "-"],
+          ["Kernel", h.kernel || "-"],
+          ["Architecture", h.architecture || "-"],
+          ["CPU", h.cpuModel ? `${h.cpuModel} (${h.cpuCores} cores)` : h.cpuCores ? `${h.cpuCores} cores` : "-"],
+          ["Memory", h.memoryTotalBytes > 0n ? formatBytes(h.memoryTotalBytes) : "-"],
+        ]);
+      if (h.disks.length > 0) {
+        host += "  Disks:\n" + indent(table(["MOUNT", "FILESYSTEM", "SIZE"], h.disks.map((d) => [d.mount, d.filesystem || "-", formatBytes(d.sizeBytes)])), "    ");
+      }
+      out.push(host);
+    }
+  }
+
+  out.push(
+    `GPUs (${res.gpus.length})\n` +
+      (res.gpus.length === 0
+        ? "  (none reported)\n"
+        : indent(
+            table(
+              ["UUID", "INDEX", "PCI", "MODEL", "MEMORY", "STATE"],
+              res.gpus.map((g) => [
+                g.info?.uuid ?? "-",
+                String(g.info?.index ?? "-"),
+                g.info?.pciBusId || "-",
+                g.info?.model || "-",
+                g.info ? formatBytes(g.info.memoryTotalBytes) : "-",
+                g.state === GpuState.MISSING
+                  ? `missing since ${formatAge(dateOf(g.missingSince), now)}`
+                  : enumName(GpuState, g.state),
+              ]),
+            ),
+          )),
+  );
+
+  const t = res.telemetry;
+  if (t === undefined || t.telemetry === undefined) {
+    out.push("Telemetry\n  (none received yet)\n");
+  } else {
+    const m = t.telemetry;
+    let text =
+      `Telemetry (sequence ${t.sequence})\n` +
+      fields([
+        ["Observed", formatTimeAndAge(dateOf(t.observedAt), now)],
+        ["Received", formatTimeAndAge(dateOf(t.receivedAt), now)],
+        [
+          "Memory",
+          m.memoryTotalBytes > 0n
+            ? `${formatBytes(m.memoryUsedBytes)} / ${formatBytes(m.memoryTotalBytes)} (${formatPercent((Number(m.memoryUsedBytes) / Number(m.memoryTotalBytes)) * 100)})`
+            : formatBytes(m.memoryUsedBytes),
+        ],
+      ]);
+    if (m.mounts.length > 0) {
+      text += "  Mounts:\n" + indent(
+        table(
+          ["MOUNT", "USED", "SIZE", "USE"],
+          m.mounts.map((u) => [
+            u.mount,
+            formatBytes(u.usedBytes),
+            formatBytes(u.sizeBytes),
+            u.sizeBytes > 0n ? formatPercent((Number(u.usedBytes) / Number(u.sizeBytes)) * 100) : "-",
+          ]),
+        ),
+        "    ",
+      );
+    }
+    if (m.gpus.length > 0) {
+      const totals = new Map(res.gpus.map((g) => [g.info?.uuid ?? "", g.info?.memoryTotalBytes ?? 0n]));
+      text += "  GPUs:\n" + indent(
+        table(
+          ["GPU", "UTIL", "MEMORY", "TEMP", "POWER"],
+          m.gpus.map((g) => {
+            const total = totals.get(g.uuid) ?? 0n;
+            return [
+              g.uuid,
+              formatPercent(g.utilizationPercent),
+              total > 0n ? `${formatBytes(g.memoryUsedBytes)} / ${formatBytes(total)}` : formatBytes(g.memoryUsedBytes),
+              `${Math.round(g.temperatureCelsius)}°C`,
+              `${g.powerWatts.toFixed(1)} W`,
+            ];
+          }),
+        ),
+        "    ",
+      );
+    }
+    out.push(text);
+  }
+
+  out.push(
+    "Stream cursors\n" +
+      (res.cursors.length === 0
+        ? "  (none yet)\n"
+        : indent(
+            table(
+              ["STREAM", "SEQUENCE", "APPLIED", "OBSERVED", "RECEIVED", "REJECTION"],
+              res.cursors.map((c) => [
+                c.stream,
+                String(c.sequence),
+                String(c.appliedSequence),
+                c.appliedObservedAt ? formatTime(dateOf(c.appliedObservedAt)) : "-",
+                formatAge(dateOf(c.receivedAt), now),
+                c.rejectionReason || "-",
+              ]),
+            ),
+          )),
+  );
+
+  out.push(
+    "Credentials\n" +
+      (res.credentials.length === 0
+        ? "  (none)\n"
+        : indent(
+            table(
+              ["SERIAL", "ISSUED", "EXPIRES", "REVOKED", "REASON"],
+              res.credentials.map((c) => [
+                c.serial,
+                formatTime(dateOf(c.issuedAt)),
+                formatTime(dateOf(c.expiresAt)),
+                c.revokedAt ? formatTime(dateOf(c.revokedAt)) : "-",
+                c.revokedAt ? c.revokedReason || "-" : "-",
+              ]),
+            ),
+          )),
+  );
+  return out.join("\n");
+}
+
+const list = (items: string[]) => (items.length === 0 ? " none\n" : "\n" + items.map((i) => `    ${clean(i)}\n`).join(""));
+
+/** What a decommission would do. Pure. */
+export function renderPreview(p: PreviewDecommissionResponse, id: string): string {
+  const n = p.node;
+  return (
+    `Decommissioning node ${clean(nodeLabel(n, id))}` +
+    (n ? ` [${enumName(Liveness, n.liveness)}${n.connected ? ", connected" : ""}]` : "") +
+    " would:\n" +
+    `  revoke ${p.credentialSerials.length} active credential(s):${list(p.credentialSerials)}` +
+    `  fail ${p.jobIds.length} unfinished job(s):${list(p.jobIds)}` +
+    `  reclaim ${p.deploymentIds.length} deployment(s):${list(p.deploymentIds)}` +
+    "This is terminal: the node can never be enabled or re-enrolled under this id.\n"
+  );
+}
+
+/** The outcome of a decommission. Pure. */
+export function renderDecommission(d: DecommissionNodeResponse, id: string): string {
+  return (
+    `Node ${clean(nodeLabel(d.node, id))} is decommissioned.\n` +
+    `  revoked credentials:${list(d.revokedSerials)}` +
+    `  failed jobs:${list(d.failedJobIds)}` +
+    `  reclaimed deployments:${list(d.reclaimedDeploymentIds)}`
+  );
+}
+
+const listCommand: Command = {
+  name: "list",
+  summary: "List nodes with their liveness, GPUs and last heartbeat",
+  positionals: { min: 0, max: 0 },
+  options: filterOptions,
+  async run(ctx, values) {
+    const liveness = parseLiveness(values.liveness as string | undefined);
+    const labels = parseLabels(values.label as string[] | undefined);
+    const nodes: Node[] = [];
+    let pageToken = "";
+    do {
+      const page = await ctx.client().listNodes({ liveness, labels, pageSize: 1000, pageToken });
+      nodes.push(...page.nodes);
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+    if (ctx.json) {
+      printJson(ctx, ListNodesResponseSchema, create(ListNodesResponseSchema, { nodes }));
+    } else if (nodes.length === 0) {
+      ctx.out(liveness.length > 0 || Object.keys(labels).length > 0 ? "No nodes match.\n" : "No nodes.\n");
+    } else {
+      ctx.out(renderNodeTable(nodes, ctx.now()));
+    }
+    return 0;
+  },
+};
+
+const getCommand: Command = {
+  name: "get",
+  summary: "Show one node: facts, host, GPUs, telemetry, stream cursors, credentials",
+  args: "ID",
+  positionals: { min: 1, max: 1 },
+  async run(ctx, _values, positionals) {
+    const res = await ctx.client().getNode({ nodeId: idArg(positionals, "node ID") });
+    if (ctx.json) printJson(ctx, GetNodeResponseSchema, res);
+    else ctx.out(renderNodeDetail(res, ctx.now()));
+    return 0;
+  },
+};
+
+const watchCommand: Command = {
+  name: "watch",
+  summary: "Stream node changes (first every node, then each change) until Ctrl-C",
+  positionals: { min: 0, max: 0 },
+  options: filterOptions,
+  notes: "With --json, each change is one JSON document on its own line (NDJSON).",
+  interruptible: true,
+  async run(ctx, values) {
+    const liveness = parseLiveness(values.liveness as string | undefined);
+    const labels = parseLabels(values.label as string[] | undefined);
+    try {
+      for await (const res of ctx.client().watchNodes({ liveness, labels }, { signal: ctx.signal, timeoutMs: 0 })) {
+        if (ctx.json) {
+          printJsonLine(ctx, WatchNodesResponseSchema, res);
+          continue;
+        }
+        const n = res.node;
+        if (n === undefined) continue;
+        const now = ctx.now();
+        ctx.out(
+          clean(
+            [
+              formatTime(now),
+              n.id,
+              n.name || "-",
+              enumName(Liveness, n.liveness).padEnd(14),
+              `gpus=${n.gpuCount}`,
+              (n.connected ? "connected" : "disconnected").padEnd(12),
+              `last heartbeat ${formatAge(dateOf(n.lastHeartbeatAt), now)}`,
+            ].join("  "),
+          ) + "\n",
+        );
+      }
+    } catch (err) {
+      if (ctx.signal.aborted) return 0;
+      throw err;
+    }
+    if (ctx.signal.aborted) return 0;
+    ctx.err("the server ended the watch\n");
+    return 1;
+  },
+};
+
+const disableCommand: Command = {
+  name: "disable",
+  summary: "Disable a node: its credential is refused until it is enabled",
+  args: "ID",
+  positionals: { min: 1, max: 1 },
+  options: { reason: { type: "string", value: "TEXT", description: "why; shown on the node" } },
+  async run(ctx, values, positionals) {
+    const id = idArg(positionals, "node ID");
+    const res = await ctx.client().disableNode({ nodeId: id, reason: (values.reason as string | undefined) ?? "" });
+    if (ctx.json) printJson(ctx, DisableNodeResponseSchema, res);
+    else ctx.out(`Node ${clean(nodeLabel(res.node, id))} is disabled.\n`);
+    return 0;
+  },
+};
+
+const enableCommand: Command = {
+  name: "enable",
+  summary: "Enable a disabled node",
+  args: "ID",
+  positionals: { min: 1, max: 1 },
+  async run(ctx, _values, positionals) {
+    const id = idArg(positionals, "node ID");
+    const res = await ctx.client().enableNode({ nodeId: id });
+    if (ctx.json) printJson(ctx, EnableNodeResponseSchema, res);
+    else ctx.out(`Node ${clean(nodeLabel(res.node, id))} is enabled (liveness ${res.node ? enumName(Liveness, res.node.liveness) : "unknown"}).\n`);
+    return 0;
+  },
+};
+
+const rotateCommand: Command = {
+  name: "rotate",
+  summary: "Tell a node to renew its certificate now",
+  args: "ID",
+  positionals: { min: 1, max: 1 },
+  options: {
+    "revoke-current": {
+      type: "boolean",
+      description: "also revoke the current certificate at once (the node then needs a recovery token)",
+    },
+  },
+  async run(ctx, values, positionals) {
+    const id = idArg(positionals, "node ID");
+    const res = await ctx.client().rotateNodeCredential({ nodeId: id, revokeCurrent: values["revoke-current"] === true });
+    if (ctx.json) {
+      printJson(ctx, RotateNodeCredentialResponseSchema, res);
+      return 0;
+    }
+    ctx.out(
+      `Rotation requested for node ${id}: ` +
+        (res.delivered ? "delivered to its open session now.\n" : "it will be delivered at the node's next call.\n") +
+        (res.revokedSerials.length > 0 ? `Revoked credentials: ${res.revokedSerials.map(clean).join(", ")}\n` : ""),
+    );
+    return 0;
+  },
+};
+
+const revokeCommand: Command = {
+  name: "revoke",
+  summary: "Revoke a node's credential(s), effective immediately",
+  args: "ID",
+  positionals: { min: 1, max: 1 },
+  options: {
+    serial: { type: "string", value: "SERIAL", description: "revoke only this certificate serial (default: every active one)" },
+    reason: { type: "string", value: "TEXT", description: "why" },
+  },
+  async run(ctx, values, positionals) {
+    const id = idArg(positionals, "node ID");
+    const res = await ctx.client().revokeNodeCredential({
+      nodeId: id,
+      serial: (values.serial as string | undefined) ?? "",
+      reason: (values.reason as string | undefined) ?? "",
+    });
+    if (ctx.json) printJson(ctx, RevokeNodeCredentialResponseSchema, res);
+    else if (res.revokedSerials.length === 0) ctx.out(`Node ${id} had no active credential to revoke.\n`);
+    else ctx.out(`Revoked credential(s) of node ${id}: ${res.revokedSerials.map(clean).join(", ")}\n`);
+    return 0;
+  },
+};
+
+const decommissionCommand: Command = {
+  name: "decommission",
+  summary: "Decommission a node for good: revoke every credential, fail its jobs, reclaim its work",
+  args: "ID",
+  positionals: { min: 1, max: 1 },
+  options: {
+    reason: { type: "string", value: "TEXT", description: "why" },
+    yes: { type: "boolean", description: "do it without asking" },
+    preview: { type: "boolean", description: "only show what would happen; change nothing" },
+  },
+  notes:
+    "Without --yes the preview is shown and you are asked to type the node id to confirm. Without a\n" +
+    "terminal to ask on (and without --yes) the command refuses and exits with status 2.",
+  interruptible: true,
+  async run(ctx, values, positionals) {
+    const id = idArg(positionals, "node ID");
+    const yes = values.yes === true;
+    const previewOnly = values.preview === true;
+    if (yes && previewOnly) throw new UsageError("--yes and --preview exclude each other");
+    if (ctx.json && !yes && !previewOnly) {
+      throw new UsageError("--json cannot be combined with the confirmation prompt: pass --yes (or --preview)");
+    }
+    const client = ctx.client();
+    if (!yes) {
+      const preview = await client.previewDecommission({ nodeId: id });
+      if (ctx.json) {
+        printJson(ctx, PreviewDecommissionResponseSchema, preview);
+        return 0;
+      }
+      ctx.out(renderPreview(preview, id));
+      if (previewOnly) return 0;
+      if (!ctx.stdinIsTTY) {
+        ctx.err(
+          `error: refusing to decommission node ${id} without confirmation: there is no terminal to ask on.\n` +
+            "Pass --yes to confirm, or --preview to only preview.\n",
+        );
+        return 2;
+      }
+      const target = preview.node?.id || id;
+      const ok = await confirmByTyping(
+        target,
+        `Type the node id (${target}) to confirm decommissioning: `,
+        ctx.stdin,
+        ctx.stderr,
+        ctx.signal,
+      );
+      if (!ok) {
+        ctx.err("Aborted: nothing was changed.\n");
+        return 1;
+      }
+    }
+    const res = await client.decommissionNode({ nodeId: id, reason: (values.reason as string | undefined) ?? "" });
+    if (ctx.json) printJson(ctx, DecommissionNodeResponseSchema, res);
+    else ctx.out(renderDecommission(res, id));
+    return 0;
+  },
+};
+
+export const nodesGroup: Group = {
+  name: "nodes",
+  summary: "The fleet: inspect, disable, rotate, revoke and decommission nodes",
+  commands: [listCommand, getCommand, watchCommand, disableCommand, enableCommand, rotateCommand, revokeCommand, decommissionCommand],
+};
