@@ -5,6 +5,7 @@ import { pino } from "pino";
 import { enrollNode, EnrollError } from "./enroll.js";
 import { readState, StateError } from "./state.js";
 import { runAgent } from "./session.js";
+import { openJobRunner } from "./jobs/index.js";
 import { agentVersion } from "./version.js";
 import { parseDuration } from "../common/duration.js";
 import { ConnectError } from "@connectrpc/connect";
@@ -81,6 +82,8 @@ async function main(argv: string[]): Promise<number> {
         clockOffsetMs: env.MODELFORGE_AGENT_CLOCK_OFFSET ? signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET) : 0,
         backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
         backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
+        // No capability handlers yet: the agent advertises none, so no job is created for it.
+        jobs: await openJobRunner({ statePath, log, signal: stop.signal }),
       });
       return 0;
     }

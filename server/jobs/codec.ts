@@ -21,7 +21,6 @@ import { ts } from "../services/convert.js";
 
 const readOptions = { ignoreUnknownFields: true };
 
-export const specToJson = (spec: JobSpec) => toJson(JobSpecSchema, spec) as Prisma.InputJsonValue;
 export const specFromJson = (json: unknown): JobSpec => fromJson(JobSpecSchema, json as JsonValue, readOptions);
 
 export function failureJson(code: JobFailureCode, message: string, retryable: boolean): Prisma.InputJsonValue {
@@ -84,12 +83,18 @@ export function jobToProto(row: JobRow): JobMessage {
   });
 }
 
+/** The lease of a job's current attempt; `spec` is the stored JSON or the message itself. */
 export function leaseOf(job: { id: string; attempt: number; leaseExpiresAt: number; spec: unknown; orderingKey: string | null }): JobLease {
+  const spec = isSpecMessage(job.spec) ? job.spec : specFromJson(job.spec);
   return create(JobLeaseSchema, {
     jobId: job.id,
     attempt: job.attempt,
     expiresAt: timestampFromMs(job.leaseExpiresAt),
-    spec: specFromJson(job.spec),
+    spec,
     orderingKey: job.orderingKey ?? "",
   });
+}
+
+function isSpecMessage(value: unknown): value is JobSpec {
+  return typeof value === "object" && value !== null && (value as { $typeName?: unknown }).$typeName === JobSpecSchema.typeName;
 }

@@ -11,6 +11,11 @@
 // A lease is pushed as soon as there is something leasable and the node has a session on this
 // replica: when a job is created, when one finishes (its ordering key's next job), when a session
 // opens, and on every sweep (which covers jobs created through another replica).
+//
+// A lease that lapses on a node that is not online is left in place rather than re-queued: the
+// node may still be running it. Either the node comes back (its Hello lists what it runs and the
+// lease is renewed, or it is told to stop) or, past the offline threshold plus the reclaim grace,
+// the job is reclaimed: failed, never started again on its own.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { create, toJson } from "@bufbuild/protobuf";
@@ -36,6 +41,7 @@ import {
   JobFailureCode,
   JobProgressSchema,
   JobResultSchema,
+  JobSpecSchema,
   type JobLease,
   type JobSpec,
 } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -54,10 +60,10 @@ import {
   type LeaseCandidate,
 } from "../domain/lease.js";
 import { computeLiveness, reclaimDue } from "../domain/liveness.js";
-import { findNodeOrThrow } from "../nodes/lifecycle.js";
-import { candidateOf, failureCodeOf, failureJson, failureToJson, leaseOf, recordOf, specToJson } from "./codec.js";
+import { candidateOf, failureCodeOf, failureJson, failureToJson, leaseOf, recordOf, specFromJson } from "./codec.js";
 import type { JobDispatch, JobMessage } from "./dispatch.js";
 import { jobIdOf, leaseLost, refuseReport, validating } from "./errors.js";
+import { completeLeased, insertJob } from "./sql.js";
 
 type Tx = Prisma.TransactionClient;
 
@@ -125,8 +131,13 @@ export class JobEngine implements JobDispatch {
     if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 100) {
       throw new ConnectError(`max_attempts: must be from 1 to 100 (0 for the default, ${config.defaultMaxAttempts})`, Code.InvalidArgument);
     }
-    const job = await this.prisma.$transaction(async (tx) => {
-      const node = await findNodeOrThrow(tx, input.nodeId);
+    const nodeId = jobIdOf(input.nodeId, "node_id");
+    const create = async (tx: Pick<Tx, "node" | "job" | "$queryRaw">): Promise<JobRow> => {
+      const node = await tx.node.findUnique({
+        where: { id: nodeId },
+        select: { id: true, lastHeartbeatAt: true, disabledAt: true, disabledReason: true, decommissionedAt: true, capabilities: true },
+      });
+      if (node === null) throw new ConnectError(`node ${nodeId} not found`, Code.NotFound);
       if (node.decommissionedAt !== null) {
         throw new ConnectError(`node ${node.id} is decommissioned: it takes no jobs`, Code.FailedPrecondition);
       }
@@ -143,38 +154,72 @@ export class JobEngine implements JobDispatch {
           Code.FailedPrecondition,
         );
       }
+      // The fast path: a job for a node that is online with a session here, and first in its
+      // ordering key (if any), is leased in the same step that creates it.
+      let leaseNow = this.deps.sessions.isConnected(node.id) && this.livenessOf(node, Date.now()) === "online";
       if (orderingKey !== null) {
         // Jobs of one key get their creation order (seq) in commit order: a later job's seq is
         // drawn only after an earlier one committed, so a leasing pass can never see a key's
         // later job without every earlier one.
         await tx.$queryRaw`SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(${`modelforge.job-key:${orderingKey}`}, 0))) AS l`;
+        if (leaseNow) {
+          const ahead = await tx.job.findFirst({ where: { orderingKey, state: { in: ["pending", "leased"] } }, select: { id: true } });
+          leaseNow = ahead === null;
+        }
       }
-      const created = await tx.job.create({
-        data: {
+      const now = new Date();
+      const leaseExpiresAt = leaseNow ? new Date(leaseExpiry(now.getTime(), config.leaseDurationMs)) : null;
+      const row = {
+        id: randomUUID(),
+        nodeId: node.id,
+        capability,
+        spec: toJson(JobSpecSchema, spec),
+        orderingKey,
+        maxAttempts,
+        leaseExpiresAt,
+        now,
+      };
+      const seq = await insertJob(tx, {
+        ...row,
+        audit: {
           id: randomUUID(),
-          nodeId: node.id,
-          capability,
-          spec: specToJson(spec),
-          orderingKey,
-          maxAttempts,
+          actor: operatorActor,
+          correlationId: input.correlationId,
+          details: {
+            nodeId: node.id,
+            capability,
+            maxAttempts: String(maxAttempts),
+            ...(orderingKey !== null ? { orderingKey } : {}),
+          },
         },
       });
-      await recordAudit(tx, {
-        actor: operatorActor,
-        action: "job.created",
-        targetType: "job",
-        targetId: created.id,
-        correlationId: input.correlationId,
-        details: {
-          nodeId: node.id,
-          capability,
-          maxAttempts: String(maxAttempts),
-          ...(orderingKey !== null ? { orderingKey } : {}),
-        },
-      });
-      return created;
-    });
-    this.kick(job.nodeId);
+      return {
+        ...row,
+        seq,
+        spec: row.spec as Prisma.JsonValue,
+        state: leaseNow ? "leased" : "pending",
+        attempt: leaseNow ? 1 : 0,
+        progress: null,
+        result: null,
+        failure: null,
+        cancelRequested: false,
+        cancelReason: null,
+        createdAt: now,
+        updatedAt: now,
+        finishedAt: null,
+      };
+    };
+    // A keyed job needs its advisory lock held across the check and the insert; an unkeyed one
+    // is a read and one atomic statement.
+    const job = orderingKey !== null ? await this.prisma.$transaction((tx) => create(tx)) : await create(this.prisma);
+    if (job.state === "leased" && job.leaseExpiresAt !== null) {
+      const lease = leaseOf({ id: job.id, attempt: job.attempt, leaseExpiresAt: job.leaseExpiresAt.getTime(), spec, orderingKey: job.orderingKey });
+      if (!this.sendLease(job.nodeId, lease)) {
+        this.deps.log.warn({ nodeId: job.nodeId, jobId: job.id }, "lease created but the session closed");
+      }
+    } else {
+      this.kick(job.nodeId);
+    }
     return job;
   }
 
@@ -212,7 +257,7 @@ export class JobEngine implements JobDispatch {
    * Nothing when the node is not online. Each lease is one conditional update plus its attempt
    * row, in one transaction; a job someone else leased meanwhile is simply skipped.
    */
-  async claim(nodeId: string, limit: number): Promise<JobLease[]> {
+  async claim(nodeId: string, limit: number, onLease?: (lease: JobLease) => void): Promise<JobLease[]> {
     const now = Date.now();
     if (!(await this.nodeOnline(nodeId, now))) return [];
     const pending = await this.prisma.job.findMany({
@@ -239,9 +284,11 @@ export class JobEngine implements JobDispatch {
       if (leases.length >= limit) break;
       const job = byId.get(id)!;
       if (job.nodeId !== nodeId || !specs.has(id)) continue;
-      const claimed = await this.claimOne(job, now);
+      const claimed = await this.claimOne(job, Date.now());
       if (claimed !== undefined) {
-        leases.push(leaseOf({ id, attempt: claimed.attempt, leaseExpiresAt: claimed.leaseExpiresAt, spec: specs.get(id), orderingKey: job.orderingKey }));
+        const lease = leaseOf({ id, attempt: claimed.attempt, leaseExpiresAt: claimed.leaseExpiresAt, spec: specs.get(id), orderingKey: job.orderingKey });
+        leases.push(lease);
+        onLease?.(lease); // deliver each lease as soon as it is won, not after the whole pass
       }
     }
     return leases;
@@ -293,13 +340,12 @@ export class JobEngine implements JobDispatch {
       while (pass.again && !this.deps.shutdown.aborted) {
         pass.again = false;
         if (!this.deps.sessions.isConnected(nodeId)) break;
-        const leases = await this.claim(nodeId, PASS_LIMIT);
-        for (const lease of leases) {
+        const leases = await this.claim(nodeId, PASS_LIMIT, (lease) => {
           if (this.sendLease(nodeId, lease)) pushed++;
           // Not delivered: the lease stays until the agent's next Hello (which does not list it)
           // returns it to the queue, or until it expires.
           else this.deps.log.warn({ nodeId, jobId: lease.jobId, attempt: lease.attempt }, "lease claimed but the session closed");
-        }
+        });
         if (leases.length === PASS_LIMIT) pass.again = true;
       }
     } finally {
@@ -380,20 +426,9 @@ export class JobEngine implements JobDispatch {
     const result = req.result;
     if (result === undefined) throw new ConnectError("result: is required", Code.InvalidArgument);
     validating(() => validateJobResult(specFromRow(job), result));
-    await this.prisma.$transaction(async (tx) => {
-      const done = await tx.job.updateMany({
-        where: { id: job.id, state: "leased", attempt: req.attempt, leaseExpiresAt: { gt: new Date(now) } },
-        data: {
-          state: "succeeded",
-          result: toJson(JobResultSchema, result) as Prisma.InputJsonValue,
-          failure: Prisma_DbNull(),
-          leaseExpiresAt: null,
-          finishedAt: new Date(now),
-        },
-      });
-      if (done.count !== 1) throw leaseLost(`attempt ${req.attempt} changed while completing`);
-      await endAttempt(tx, job.id, req.attempt, "succeeded", now);
-    });
+    if (!(await completeLeased(this.prisma, job.id, req.attempt, toJson(JobResultSchema, result), new Date(now)))) {
+      throw leaseLost(`attempt ${req.attempt} changed while completing`);
+    }
     this.deps.log.info({ jobId: job.id, nodeId, attempt: req.attempt, correlationId }, "job succeeded");
     this.later("next in ordering key", () => this.afterFinish(job));
     return create(CompleteJobResponseSchema);
@@ -577,15 +612,19 @@ export class JobEngine implements JobDispatch {
    * and either it comes back (and reports what it runs) or its work is reclaimed.
    */
   async expireLeases(now = Date.now()): Promise<number> {
-    const rows = await this.prisma.job.findMany({
+    // Lapsed leases on nodes that are not online stay (possibly many, for a long while), so they
+    // are filtered out before the batch is cut, or they would starve the others.
+    const lapsed = await this.prisma.job.findMany({
       where: { state: "leased", leaseExpiresAt: { lte: new Date(now) } },
       orderBy: { leaseExpiresAt: "asc" },
-      take: SWEEP_LIMIT,
-      include: { node: { select: { id: true, lastHeartbeatAt: true } } },
+      select: { id: true, node: { select: { id: true, lastHeartbeatAt: true } } },
+      take: 20 * SWEEP_LIMIT,
     });
+    const due = lapsed.filter((j) => this.livenessOf(j.node, now) === "online").slice(0, SWEEP_LIMIT);
+    if (due.length === 0) return 0;
+    const rows = await this.prisma.job.findMany({ where: { id: { in: due.map((j) => j.id) } } });
     let changed = 0;
     for (const job of rows) {
-      if (this.livenessOf(job.node, now) !== "online") continue;
       const outcome = afterLeaseExpiry(recordOf(job), now);
       if (outcome === null) continue;
       if (await this.applyExpiry(job, outcome, now, { leaseExpiresAt: { lte: new Date(now) } })) {
@@ -642,9 +681,12 @@ export class JobEngine implements JobDispatch {
    */
   async reclaimUnreachable(now = Date.now()): Promise<{ jobs: string[]; deployments: string[] }> {
     const { config, heartbeats } = this.deps;
+    // The persisted heartbeat is never newer than the one in memory, so a node it shows as recent
+    // is not due; only the others are looked at further.
     const nodes = await this.prisma.node.findMany({
       where: {
         decommissionedAt: null,
+        lastHeartbeatAt: { lt: new Date(now - config.offlineAfterMs - config.reclaimGraceMs) },
         OR: [{ jobs: { some: { state: "leased" } } }, { deployments: { some: { state: { in: liveDeploymentStates } } } }],
       },
       select: { id: true, lastHeartbeatAt: true },
@@ -737,5 +779,5 @@ async function endAttempt(tx: Tx, jobId: string, attempt: number, outcome: strin
 }
 
 function specFromRow(job: JobRow): JobSpec {
-  return leaseOf({ id: job.id, attempt: job.attempt, leaseExpiresAt: 0, spec: job.spec, orderingKey: null }).spec!;
+  return specFromJson(job.spec);
 }

@@ -1,0 +1,391 @@
+// Runs the leases the server pushes down the Session (the agent's `SessionJobs`).
+//
+// For each lease: a destructive job with a receipt re-sends the recorded outcome; a kind with no
+// handler fails at once (UNSUPPORTED_CAPABILITY, not retryable); otherwise the handler runs while
+// the lease is renewed by progress at least every third of its duration. The work stops when the
+// server says the lease is lost (aborted, "lease lost: stop work"), when a cancel arrives (on the
+// stream or in a progress reply; then the job is reported CANCELLED), or when the agent shuts
+// down. A lease for a job+attempt already running only moves its reporting to the session the
+// lease came on (the server re-sends leases after a reconnect); a newer attempt of a running job
+// supersedes it.
+//
+// Reports that cannot be delivered (the session is down) are retried on whichever session the
+// job's lease last arrived on, until the server answers: accepted, or refused.
+import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
+import type { Logger } from "pino";
+import { capabilityOfResult, capabilityOfSpec, CapabilityError } from "../../common/capabilities.js";
+import type { JobCancel } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import {
+  JobFailureCode,
+  JobFailureSchema,
+  JobProgressSchema,
+  JobResultSchema,
+  type JobFailure,
+  type JobLease,
+  type JobProgress,
+  type JobResult,
+} from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import type { ReplyResult, SessionJobs, SessionLink } from "../session.js";
+import { CapabilityRegistry, isDestructive, JobFailureError, type JobContext, type ProgressUpdate } from "./registry.js";
+import type { ReceiptStore } from "./receipts.js";
+import { agentVersion } from "../version.js";
+
+/** Why a handler's signal was aborted. */
+export class LeaseLost extends Error {
+  override name = "LeaseLost";
+}
+export class JobCancelled extends Error {
+  override name = "JobCancelled";
+}
+export class AgentStopping extends Error {
+  override name = "AgentStopping";
+}
+
+type Outcome = { kind: "result"; result: JobResult } | { kind: "failure"; failure: JobFailure };
+
+export interface JobRunnerOptions {
+  registry: CapabilityRegistry;
+  /** Receipts of destructive jobs; without it, destructive jobs get no replay protection. */
+  receipts?: ReceiptStore;
+  log: Logger;
+  /** Aborting stops every running job without reporting (their leases lapse or are re-queued). */
+  signal?: AbortSignal;
+  /** Delay between attempts to deliver a report while the session is down (default 250 ms). */
+  retryDelayMs?: number;
+}
+
+/** How the server's refusals and stop orders for a lease that is no longer held begin. */
+const LEASE_LOST = "lease lost";
+/** Used when a lease's expiry cannot be trusted (clock skew): renew often enough for any sane lease. */
+const FALLBACK_LEASE_MS = 30_000;
+/** Handler progress is sent at most this often; in between only the latest is kept. */
+const PROGRESS_MIN_INTERVAL_MS = 100;
+/** Failure messages are short and never carry payloads. */
+const MAX_MESSAGE = 512;
+
+class Run {
+  readonly controller = new AbortController();
+  /** Where reports go; replaced when the lease is re-sent on a newer session. */
+  link: SessionLink;
+  leaseMs: number;
+  lastContact = Date.now();
+  cancelRequested = false;
+  cancelReason = "";
+  /** Set once the work stops for a reason other than finishing. */
+  stopped: "lost" | "cancelled" | "stopping" | undefined;
+  /** Resolves when the run is over (reported or given up). */
+  readonly finished: Promise<void>;
+  private resolveFinished!: () => void;
+
+  constructor(
+    readonly lease: JobLease,
+    link: SessionLink,
+  ) {
+    this.link = link;
+    this.leaseMs = leaseMsOf(lease);
+    this.finished = new Promise((resolve) => (this.resolveFinished = resolve));
+  }
+  get jobId(): string {
+    return this.lease.jobId;
+  }
+  get attempt(): number {
+    return this.lease.attempt;
+  }
+  stop(kind: "lost" | "cancelled" | "stopping", reason: Error): void {
+    if (this.stopped === undefined || this.stopped === "cancelled") this.stopped = kind;
+    if (!this.controller.signal.aborted) this.controller.abort(reason);
+  }
+  finish(): void {
+    this.resolveFinished();
+  }
+}
+
+function leaseMsOf(lease: JobLease): number {
+  if (lease.expiresAt === undefined) return FALLBACK_LEASE_MS;
+  const ms = timestampMs(lease.expiresAt) - Date.now();
+  return ms > 0 && ms < 86_400_000 ? ms : FALLBACK_LEASE_MS;
+}
+
+function truncate(text: string): string {
+  return text.length > MAX_MESSAGE ? `${text.slice(0, MAX_MESSAGE - 1)}…` : text;
+}
+
+export class JobRunner implements SessionJobs {
+  private readonly runs = new Map<string, Run>();
+  private readonly registry: CapabilityRegistry;
+  private readonly log: Logger;
+  private readonly retryDelayMs: number;
+
+  constructor(private readonly opts: JobRunnerOptions) {
+    this.registry = opts.registry;
+    this.log = opts.log;
+    this.retryDelayMs = opts.retryDelayMs ?? 250;
+    opts.signal?.addEventListener("abort", () => this.stopAll(), { once: true });
+  }
+
+  capabilities(): string[] {
+    return this.registry.names();
+  }
+
+  runningJobIds(): string[] {
+    return [...this.runs.keys()];
+  }
+
+  /** Resolves when no job is running (for tests and orderly shutdown). */
+  async idle(): Promise<void> {
+    while (this.runs.size > 0) await Promise.all([...this.runs.values()].map((r) => r.finished));
+  }
+
+  stopAll(): void {
+    for (const run of this.runs.values()) run.stop("stopping", new AgentStopping("agent stopping"));
+  }
+
+  onLease(lease: JobLease, link: SessionLink): void {
+    if (this.opts.signal?.aborted) return;
+    const current = this.runs.get(lease.jobId);
+    if (current !== undefined) {
+      if (lease.attempt === current.attempt) {
+        // The same lease again, typically re-sent after a reconnect: continue, report here.
+        current.link = link;
+        current.leaseMs = leaseMsOf(lease);
+        current.lastContact = Date.now();
+        this.log.debug({ jobId: lease.jobId, attempt: lease.attempt }, "lease re-sent; continuing");
+        return;
+      }
+      if (lease.attempt < current.attempt) {
+        this.log.warn({ jobId: lease.jobId, attempt: lease.attempt, running: current.attempt }, "stale lease ignored");
+        return;
+      }
+      this.log.warn({ jobId: lease.jobId, attempt: current.attempt, next: lease.attempt }, "lease lost: stop work (superseded by a newer attempt)");
+      current.stop("lost", new LeaseLost(`superseded by attempt ${lease.attempt}`));
+    }
+    const run = new Run(lease, link);
+    this.runs.set(lease.jobId, run);
+    this.execute(run, current?.finished)
+      .catch((err: unknown) => this.log.error({ jobId: run.jobId, attempt: run.attempt, error: (err as Error).message }, "job run failed"))
+      .finally(() => {
+        if (this.runs.get(run.jobId) === run) this.runs.delete(run.jobId);
+        run.finish();
+      });
+  }
+
+  onCancel(cancel: JobCancel): void {
+    const run = this.runs.get(cancel.jobId);
+    if (run === undefined) return;
+    if (cancel.attempt !== 0 && cancel.attempt < run.attempt) return; // for an attempt we no longer run
+    if (cancel.reason.startsWith(LEASE_LOST)) {
+      // The server's reconciliation after a reconnect: the job is no longer ours to report on.
+      this.log.warn({ jobId: run.jobId, attempt: run.attempt, reason: cancel.reason }, "lease lost: stop work");
+      run.stop("lost", new LeaseLost(cancel.reason));
+      return;
+    }
+    this.log.info({ jobId: run.jobId, attempt: run.attempt, reason: cancel.reason }, "job cancel received");
+    this.requestCancel(run, cancel.reason);
+  }
+
+  private requestCancel(run: Run, reason: string): void {
+    if (run.cancelRequested) return;
+    run.cancelRequested = true;
+    run.cancelReason = reason || "cancelled by operator";
+    run.stop("cancelled", new JobCancelled(run.cancelReason));
+  }
+
+  private async execute(run: Run, previous: Promise<void> | undefined): Promise<void> {
+    if (previous !== undefined) await previous; // a superseded attempt unwinds first
+    const { lease } = run;
+    const log = this.log.child({ jobId: run.jobId, attempt: run.attempt });
+    let capability: string | undefined;
+    try {
+      capability = lease.spec === undefined ? undefined : capabilityOfSpec(lease.spec);
+    } catch (err) {
+      if (!(err instanceof CapabilityError)) throw err;
+    }
+    const receipt = this.opts.receipts?.get(run.jobId);
+    if (receipt !== undefined) {
+      log.info({ capability: receipt.capability, recordedAttempt: receipt.attempt }, "replayed lease: re-sending the recorded outcome without running the job again");
+      const outcome: Outcome =
+        receipt.result !== undefined
+          ? { kind: "result", result: fromJson(JobResultSchema, receipt.result, { ignoreUnknownFields: true }) }
+          : { kind: "failure", failure: fromJson(JobFailureSchema, receipt.failure ?? {}, { ignoreUnknownFields: true }) };
+      await this.report(run, outcome, log);
+      return;
+    }
+    const handler = capability === undefined ? undefined : this.registry.get(capability);
+    if (handler === undefined || capability === undefined || lease.spec === undefined) {
+      const implemented = `it implements: ${this.registry.names().join(", ") || "none"}`;
+      const message =
+        capability !== undefined
+          ? `this agent does not implement capability "${capability}"; ${implemented}`
+          : (lease.spec?.$unknown?.length ?? 0) > 0
+            ? `this agent does not know the job's kind (newer than agent ${agentVersion}); ${implemented}`
+            : `the job spec names no capability; this agent ${implemented.replace(/^it /, "")}`;
+      log.warn({ capability }, "unsupported capability: failing the job");
+      await this.report(run, failureOutcome(JobFailureCode.UNSUPPORTED_CAPABILITY, message, false), log);
+      return;
+    }
+
+    log.info({ capability }, "job started");
+    const stopRenewing = this.renewWhileRunning(run, log);
+    let outcome: Outcome;
+    try {
+      const produced = create(JobResultSchema, await handler(lease.spec, this.contextOf(run, log)));
+      const answered = capabilityOfResult(produced);
+      outcome =
+        answered === capability
+          ? { kind: "result", result: produced }
+          : failureOutcome(JobFailureCode.INTERNAL, `the handler of ${capability} returned ${answered ? `a ${answered}` : "no"} result`, false);
+    } catch (err) {
+      if (run.stopped === "cancelled") {
+        outcome = failureOutcome(JobFailureCode.CANCELLED, truncate(`cancelled: ${run.cancelReason}`), false);
+      } else if (err instanceof JobFailureError) {
+        outcome = failureOutcome(err.code, truncate(err.message), err.retryable);
+      } else {
+        outcome = failureOutcome(JobFailureCode.INTERNAL, truncate(`unexpected error: ${(err as Error).message ?? String(err)}`), true);
+      }
+    } finally {
+      stopRenewing();
+    }
+    if (run.stopped === "lost" || run.stopped === "stopping") {
+      log.info({ reason: run.stopped }, run.stopped === "lost" ? "lease lost: work stopped, nothing reported" : "work stopped: agent stopping");
+      return;
+    }
+    // A receipt records work that finished: a success or a failure that will not be retried. An
+    // interrupted (cancelled) job did not finish, so it leaves none.
+    const finished = outcome.kind === "result" || (!outcome.failure.retryable && outcome.failure.code !== JobFailureCode.CANCELLED);
+    if (isDestructive(capability) && this.opts.receipts && finished) {
+      await this.opts.receipts
+        .record({
+        jobId: run.jobId,
+        capability,
+        attempt: run.attempt,
+        finishedAt: new Date().toISOString(),
+        ...(outcome.kind === "result"
+          ? { result: toJson(JobResultSchema, outcome.result) as JsonValue }
+          : { failure: toJson(JobFailureSchema, outcome.failure) as JsonValue }),
+        })
+        // Still report: once the server has the outcome, no replay will come.
+        .catch((err: unknown) => log.error({ error: (err as Error).message }, "job receipt could not be written"));
+    }
+    await this.report(run, outcome, log);
+  }
+
+  private contextOf(run: Run, log: Logger): JobContext {
+    let lastSent = 0;
+    return {
+      jobId: run.jobId,
+      attempt: run.attempt,
+      signal: run.controller.signal,
+      progress: async (update: ProgressUpdate) => {
+        if (run.stopped === "lost") throw new LeaseLost("lease lost: stop work");
+        const progress = create(JobProgressSchema, update);
+        if (Date.now() - lastSent < PROGRESS_MIN_INTERVAL_MS) return { cancelRequested: run.cancelRequested };
+        lastSent = Date.now();
+        const reply = await this.sendProgress(run, progress, log);
+        if (reply === "refused") throw new Error("progress refused by the server (see the agent log)");
+        if (reply === "lost") throw new LeaseLost("lease lost: stop work");
+        return { cancelRequested: run.cancelRequested };
+      },
+    };
+  }
+
+  /** Renews the lease while the handler runs, at least every third of the lease. */
+  private renewWhileRunning(run: Run, log: Logger): () => void {
+    let timer: NodeJS.Timeout | undefined;
+    let stopped = false;
+    const tick = async () => {
+      if (stopped) return;
+      const interval = Math.max(20, run.leaseMs / 3);
+      let outcome: Awaited<ReturnType<JobRunner["sendProgress"]>> | undefined;
+      if (Date.now() - run.lastContact >= interval - 5) outcome = await this.sendProgress(run, undefined, log);
+      if (stopped) return;
+      // Session down: try again shortly (the lease may come back on a new session).
+      const wait = outcome === "unsent" ? this.retryDelayMs : interval - (Date.now() - run.lastContact);
+      timer = setTimeout(() => void tick(), Math.max(20, wait));
+    };
+    timer = setTimeout(() => void tick(), Math.max(20, run.leaseMs / 3));
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }
+
+  /**
+   * Sends progress (none: a pure renewal). "ok": renewed; "lost": the lease is gone and the work
+   * was stopped; "refused": the server refused this progress; "unsent": the session is down.
+   */
+  private async sendProgress(run: Run, progress: JobProgress | undefined, log: Logger): Promise<"ok" | "lost" | "refused" | "unsent"> {
+    let reply: ReplyResult;
+    try {
+      reply = await run.link.send({
+        case: "jobProgress",
+        value: { jobId: run.jobId, attempt: run.attempt, ...(progress !== undefined ? { progress } : {}) },
+      });
+    } catch {
+      return "unsent";
+    }
+    if (reply.case === "jobProgress") {
+      run.lastContact = Date.now();
+      if (reply.value.expiresAt !== undefined) {
+        const ms = timestampMs(reply.value.expiresAt) - run.lastContact;
+        if (ms > 0 && ms < 86_400_000) run.leaseMs = ms;
+      }
+      if (reply.value.cancelRequested) this.requestCancel(run, run.cancelReason || "cancel requested by operator");
+      return "ok";
+    }
+    if (reply.case === "error") {
+      if (reply.value.code === "invalid_argument") {
+        log.warn({ code: reply.value.code, reason: reply.value.message }, "progress refused");
+        return "refused";
+      }
+      if (reply.value.code === "unavailable" || reply.value.code === "internal") return "unsent";
+      // aborted (lease lost), failed_precondition, not_found, permission_denied: not ours any more.
+      log.warn({ code: reply.value.code, reason: reply.value.message }, "lease lost: stop work");
+      run.stop("lost", new LeaseLost(reply.value.message));
+      return "lost";
+    }
+    return "unsent";
+  }
+
+  /** Delivers the outcome; retries while the session is down, stops on any answer. */
+  private async report(run: Run, outcome: Outcome, log: Logger): Promise<void> {
+    for (;;) {
+      if (run.stopped === "stopping" || run.stopped === "lost") return;
+      let reply: ReplyResult | undefined;
+      try {
+        reply =
+          outcome.kind === "result"
+            ? await run.link.send({ case: "jobComplete", value: { jobId: run.jobId, attempt: run.attempt, result: outcome.result } })
+            : await run.link.send({ case: "jobFail", value: { jobId: run.jobId, attempt: run.attempt, failure: outcome.failure } });
+      } catch {
+        reply = undefined;
+      }
+      if (reply !== undefined && reply.case !== "error") {
+        if (outcome.kind === "result") log.info("job completed");
+        else log.info({ code: JobFailureCode[outcome.failure.code], retryable: outcome.failure.retryable }, "job failed");
+        return;
+      }
+      if (reply?.case === "error" && reply.value.code !== "unavailable" && reply.value.code !== "internal") {
+        log.warn({ code: reply.value.code, reason: reply.value.message }, reply.value.code === "aborted" ? "lease lost: outcome not accepted" : "outcome refused");
+        return;
+      }
+      await sleep(this.retryDelayMs, this.opts.signal);
+    }
+  }
+}
+
+function failureOutcome(code: JobFailureCode, message: string, retryable: boolean): Outcome {
+  return { kind: "failure", failure: create(JobFailureSchema, { code, message, retryable }) };
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

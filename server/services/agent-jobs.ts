@@ -1,0 +1,32 @@
+// The job RPCs of modelforge.agent.v1.AgentService, for agents without a session (or curl):
+// ClaimJob, ReportJobProgress, CompleteJob, FailJob. They run the same engine functions as the
+// Session's job messages, after the same node authentication as every node RPC.
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { Deps } from "../app.js";
+import { authenticateNode } from "../auth/node.js";
+import { callOf } from "../context.js";
+import { engineOf } from "../jobs/engine.js";
+
+type JobRpcs = Pick<ServiceImpl<typeof AgentService>, "claimJob" | "reportJobProgress" | "completeJob" | "failJob">;
+
+export function agentJobs(deps: Deps): JobRpcs {
+  const engine = engineOf(deps);
+  const prisma = deps.db.prisma;
+  const nodeOf = async (ctx: HandlerContext) => (await authenticateNode(prisma, ctx)).node.id;
+
+  return {
+    async claimJob(_req, ctx) {
+      return engine.claimJob(await nodeOf(ctx));
+    },
+    async reportJobProgress(req, ctx) {
+      return engine.reportProgress(await nodeOf(ctx), req);
+    },
+    async completeJob(req, ctx) {
+      return engine.completeJob(await nodeOf(ctx), req, callOf(ctx).correlationId);
+    },
+    async failJob(req, ctx) {
+      return engine.failJob(await nodeOf(ctx), req, callOf(ctx).correlationId);
+    },
+  };
+}

@@ -1,0 +1,116 @@
+// Reclaim of work on a partitioned node: after the offline threshold plus the reclaim grace, its
+// in-flight job and its loaded deployment are marked failed ("node unreachable: reclaimed") and
+// audited, nothing is leased while it is away, and when it comes back it is told to stop the
+// reclaimed job and gets its pending work.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { randomUUID } from "node:crypto";
+import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { Liveness } from "../gen/proto/modelforge/common/v1/common_pb.js";
+import { JobFailureCode } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { CapabilityRegistry, LeaseLost, type JobHandler } from "../agent/jobs/index.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+import { enrollTestNode, eventually } from "./support/node.js";
+import { startAgent, type InProcessAgent } from "./support/agent.js";
+
+let ts: TestServer;
+const agents: InProcessAgent[] = [];
+
+beforeAll(async () => {
+  ts = await startTestServer({
+    MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
+    MODELFORGE_TELEMETRY_INTERVAL: "10s",
+    MODELFORGE_STALE_AFTER: "1s",
+    MODELFORGE_OFFLINE_AFTER: "2s",
+    MODELFORGE_RECLAIM_GRACE: "500ms",
+    // Longer than the stale threshold: the lease lapses while the node is already unreachable,
+    // which must not put the job back in the queue.
+    MODELFORGE_LEASE_DURATION: "3s",
+  });
+});
+afterAll(async () => {
+  await Promise.all(agents.map((a) => a.stop()));
+  await ts?.stop();
+});
+
+const getJob = async (jobId: string) => (await ts.admin.getJob({ jobId })).job!;
+
+describe("a partitioned node", () => {
+  it("has its running work reclaimed, not rescheduled, and reconciles when it comes back", async () => {
+    const started: string[] = [];
+    const stoppedBy: unknown[] = [];
+    const handler: JobHandler = async (spec, ctx) => {
+      const id = spec.kind.case === "runtimeHealth" ? spec.kind.value.runtimeId : "";
+      started.push(`${id}@${ctx.attempt}`);
+      if (id === "long") {
+        // Runs until told to stop, as a job on a partitioned node would.
+        await new Promise((_resolve, reject) =>
+          ctx.signal.addEventListener("abort", () => {
+            stoppedBy.push(ctx.signal.reason);
+            reject(ctx.signal.reason as Error);
+          }),
+        );
+      }
+      return { result: { case: "runtimeHealth", value: { healthy: true } } };
+    };
+    const node = await enrollTestNode(ts, "partitioned");
+    const agent = await startAgent(node, { registry: new CapabilityRegistry().register("runtime.health.v1", handler) });
+    agents.push(agent);
+    await eventually(async () => (await ts.admin.getNode({ nodeId: node.nodeId })).node!.capabilities.length === 1, 10_000, "advertised");
+
+    const deploymentId = randomUUID();
+    await ts.server.db.prisma.deployment.create({ data: { id: deploymentId, name: "llm", nodeId: node.nodeId, state: "ready" } });
+    const long = (await ts.admin.createJob({ nodeId: node.nodeId, spec: { kind: { case: "runtimeHealth", value: { runtimeId: "long" } } } })).job!;
+    await eventually(() => started.includes("long@1"), 5_000, "long job running");
+
+    // The partition: the session and heartbeats stop, the job keeps running on the node.
+    const partitionedAt = Date.now();
+    await agent.disconnect();
+    const queued = (await ts.admin.createJob({ nodeId: node.nodeId, spec: { kind: { case: "runtimeHealth", value: { runtimeId: "queued" } } } })).job!;
+
+    const reclaimed = await eventually(async () => {
+      const j = await getJob(long.id);
+      return j.state === JobState.FAILED ? j : undefined;
+    }, 10_000, "long job reclaimed");
+    expect(Date.now() - partitionedAt).toBeGreaterThanOrEqual(2_500 - 300); // offline 2 s + grace 0.5 s
+    expect(reclaimed.failure).toMatchObject({ code: JobFailureCode.NODE_UNREACHABLE, message: "node unreachable: reclaimed", retryable: false });
+    expect(reclaimed.attempt).toBe(1);
+    expect((await ts.admin.getNode({ nodeId: node.nodeId })).node!.liveness).toBe(Liveness.OFFLINE);
+    const deployment = await eventually(async () => {
+      const d = await ts.server.db.prisma.deployment.findUniqueOrThrow({ where: { id: deploymentId } });
+      return d.state === "failed" ? d : undefined;
+    }, 5_000, "deployment reclaimed");
+    expect(deployment.failureReason).toBe("node unreachable: reclaimed");
+    const events = await eventually(async () => {
+      const all = (await ts.admin.listAuditEvents({ pageSize: 200 })).events;
+      return all.some((e) => e.action === "deployment.reclaimed") ? all : undefined;
+    }, 5_000, "reclaim audited");
+    expect(events.find((e) => e.action === "job.failed" && e.targetId === long.id)?.details).toMatchObject({
+      reason: "node unreachable: reclaimed",
+      code: "NODE_UNREACHABLE",
+      nodeId: node.nodeId,
+    });
+    expect(events.some((e) => e.action === "deployment.reclaimed" && e.targetId === deploymentId)).toBe(true);
+    const attempts = await ts.server.db.prisma.jobAttempt.findMany({ where: { jobId: long.id } });
+    expect(attempts.map((a) => [a.attempt, a.outcome])).toEqual([[1, "reclaimed"]]);
+
+    // Nothing was started again, and the node's pending work waits for it.
+    expect((await getJob(queued.id)).state).toBe(JobState.PENDING);
+    expect((await getJob(queued.id)).attempt).toBe(0);
+    expect(agent.runner.runningJobIds()).toEqual([long.id]); // still running on the node
+    expect(started).toEqual(["long@1"]);
+
+    // The node comes back, says it runs the reclaimed job, and is told to stop it.
+    const back = await startAgent(node, { runner: agent.runner });
+    agents.push(back);
+    await eventually(async () => (await getJob(queued.id)).state === JobState.SUCCEEDED, 10_000, "queued job done after return");
+    await eventually(() => stoppedBy.length === 1, 5_000, "reclaimed job stopped on the node");
+    expect(stoppedBy[0]).toBeInstanceOf(LeaseLost);
+    expect(back.tap.cancels.map((c) => c.jobId)).toEqual([long.id]);
+    expect(back.tap.cancels[0]!.reason).toMatch(/^lease lost: stop work \(job is failed\)/);
+    const after = await getJob(long.id);
+    expect(after.state).toBe(JobState.FAILED);
+    expect(after.attempt).toBe(1);
+    expect(started).toEqual(["long@1", "queued@1"]);
+    await eventually(() => back.runner.runningJobIds().length === 0, 5_000, "runner idle");
+  });
+});
