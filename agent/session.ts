@@ -16,7 +16,7 @@ import {
 import type { JobCancel } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { JobLease } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { AsyncQueue } from "../common/queue.js";
-import { codeFromName, codeName } from "../common/codes.js";
+import { codeName } from "../common/codes.js";
 import { collectInventory, inventoryFingerprint } from "./collectors/inventory.js";
 import { collectTelemetry } from "./collectors/telemetry.js";
 import { generateNodeKeyAndCsr } from "./pki/keys.js";
@@ -274,4 +274,3 @@ function sleep(msDelay: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-export { codeFromName };

@@ -311,6 +311,18 @@ describe("leasing and running", () => {
     }
   });
 
+  it("serves a polling agent that never opens a session: capabilities from its heartbeat, leases from ClaimJob", async () => {
+    const node = await enrollTestNode(ts, "pure-poller");
+    const client = await node.client();
+    await client.heartbeat({ agentVersion: "poller/1", capabilities: ["runtime.health.v1"] });
+    expect((await ts.admin.getNode({ nodeId: node.nodeId })).node!.capabilities).toEqual(["runtime.health.v1"]);
+    const job = (await ts.admin.createJob({ nodeId: node.nodeId, spec: health("rt-poll") })).job!;
+    const lease = await eventually(async () => (await client.claimJob({})).lease, 5_000, "a lease by polling");
+    expect(lease.jobId).toBe(job.id);
+    await client.completeJob({ jobId: job.id, attempt: lease.attempt, result: { result: { case: "runtimeHealth", value: { healthy: true } } } });
+    expect((await untilState(job.id, JobState.SUCCEEDED)).result?.result.case).toBe("runtimeHealth");
+  });
+
   it("leases jobs sharing an ordering key strictly in creation order, one at a time, under concurrent creation", async () => {
     const started: string[] = [];
     const running = new Map<string, number>();

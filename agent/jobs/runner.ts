@@ -55,8 +55,6 @@ export interface JobRunnerOptions {
   retryDelayMs?: number;
 }
 
-/** How the server's refusals and stop orders for a lease that is no longer held begin. */
-const LEASE_LOST = "lease lost";
 /** Used when a lease's expiry cannot be trusted (clock skew): renew often enough for any sane lease. */
 const FALLBACK_LEASE_MS = 30_000;
 /** Handler progress is sent at most this often; in between only the latest is kept. */
@@ -174,7 +172,7 @@ export class JobRunner implements SessionJobs {
     const run = this.runs.get(cancel.jobId);
     if (run === undefined) return;
     if (cancel.attempt !== 0 && cancel.attempt < run.attempt) return; // for an attempt we no longer run
-    if (cancel.reason.startsWith(LEASE_LOST)) {
+    if (cancel.leaseLost) {
       // The server's reconciliation after a reconnect: the job is no longer ours to report on.
       this.log.warn({ jobId: run.jobId, attempt: run.attempt, reason: cancel.reason }, "lease lost: stop work");
       run.stop("lost", new LeaseLost(cancel.reason));

@@ -362,11 +362,13 @@ export class JobEngine implements JobDispatch {
     return sent;
   }
 
-  private sendCancel(nodeId: string, jobId: string, attempt: number, reason: string): boolean {
+  private sendCancel(nodeId: string, jobId: string, attempt: number, reason: string, leaseLost = false): boolean {
     const session = this.deps.sessions.get(nodeId);
     if (session === undefined) return false;
     return session.send(
-      create(SessionResponseSchema, { message: { case: "cancel", value: create(JobCancelSchema, { jobId, attempt, reason }) } }),
+      create(SessionResponseSchema, {
+        message: { case: "cancel", value: create(JobCancelSchema, { jobId, attempt, reason, leaseLost }) },
+      }),
     );
   }
 
@@ -538,7 +540,7 @@ export class JobEngine implements JobDispatch {
       const rows = await this.prisma.job.findMany({ where: { id: { in: unknown }, nodeId }, select: { id: true, state: true, attempt: true, failure: true } });
       for (const row of rows) {
         const why = row.state === "leased" ? "lease changed" : `job is ${row.state}`;
-        this.sendCancel(nodeId, row.id, row.attempt, `${LEASE_LOST} (${why})`);
+        this.sendCancel(nodeId, row.id, row.attempt, `${LEASE_LOST} (${why})`, true);
         this.deps.log.info({ nodeId, jobId: row.id, state: row.state }, "agent runs a job it no longer holds: told to stop");
       }
     }

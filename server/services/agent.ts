@@ -79,9 +79,19 @@ export function agentService(deps: Deps, jobs: Partial<ServiceImpl<typeof AgentS
       const issued = await renewCredential(deps, identity, req.csrPem, correlation(ctx));
       return create(RenewCredentialResponseSchema, { certificatePem: issued.certPem, expiresAt: ts(issued.notAfter) });
     },
-    async heartbeat(_req, ctx) {
+    async heartbeat(req, ctx) {
       const { node } = await authenticateNode(prisma, ctx);
       deps.heartbeats.record(node.id, Date.now());
+      // A polling agent never says Hello: its heartbeat carries what it can do.
+      if (req.capabilities.length > 0 || (req.agentVersion !== "" && req.agentVersion !== node.agentVersion)) {
+        await prisma.node.update({
+          where: { id: node.id },
+          data: {
+            ...(req.capabilities.length > 0 ? { capabilities: [...new Set(req.capabilities)].slice(0, 256) } : {}),
+            ...(req.agentVersion !== "" ? { agentVersion: req.agentVersion.slice(0, 64) } : {}),
+          },
+        });
+      }
       return heartbeatResponse(deps, pendingInstructions(node));
     },
     async putInventory(req, ctx) {

@@ -1,0 +1,40 @@
+// HTTP/2, TLS and socket options for one port holding thousands of long-lived agent connections.
+// server/app.ts spreads them into http2.createSecureServer. bench/heartbeats.ts measures their
+// effect (BENCH_TUNING=off runs the untuned baseline).
+//
+// What a connection costs, measured on Node 20 with 1,000-5,000 agents: about 23 KiB of nghttp2
+// memory (16 KiB of it a fixed outbound frame buffer no option changes), 80-100 KiB of JavaScript
+// heap (Connect's stream pipeline, Node's HTTP/2 compatibility objects, the Session handler),
+// OpenSSL state, plus garbage per message. Node already sets SSL_MODE_RELEASE_BUFFERS, so idle
+// TLS connections hold no 16 KiB record buffers; no server option shrinks the rest. So these
+// options bound what a connection may hold and how fast dead ones go, rather than shrinking the
+// steady cost; see bench/heartbeats.ts's header and the benchmark report for the figures.
+import type { SecureServerOptions } from "node:http2";
+
+export const http2ServerTuning: SecureServerOptions = {
+  settings: {
+    // An agent holds one Session stream plus the odd unary call; nghttp2's default is unbounded,
+    // so one misbehaving peer could hold thousands of streams. gRPC servers commonly use 100.
+    maxConcurrentStreams: 100,
+    // gRPC metadata here is a few hundred bytes; the default 64 KiB lets each request buffer far
+    // more header state than any client of ours sends.
+    maxHeaderListSize: 16 * 1024,
+    // HPACK dynamic table we keep for decoding each peer's headers (default 4 KiB). A Session
+    // sends its headers once per connection, so the table buys agents nothing; 1 KiB still
+    // lets unary clients (CLI, services) index their repeated headers.
+    headerTableSize: 1024,
+  },
+  // The table we keep for encoding our response headers, likewise (default 4 KiB).
+  maxDeflateDynamicTableSize: 1024,
+  // Replies are small writes answered in a round trip: no Nagle delay (gRPC sets TCP_NODELAY on
+  // every socket too).
+  noDelay: true,
+  // A node that loses power leaves a half-open connection the server would otherwise keep (with
+  // its memory) forever, since the server sends nothing unless spoken to; TCP keepalive probes
+  // find it after a minute of silence. Agents heartbeat far more often than that.
+  keepAlive: true,
+  keepAliveInitialDelay: 60_000,
+  // A TLS handshake that has not finished in 10 s is not going to (default 120 s): during a
+  // reconnect storm stuck handshakes would otherwise hold sockets for two minutes.
+  handshakeTimeout: 10_000,
+};
