@@ -176,10 +176,12 @@ export async function decommissionNode(deps: Deps, nodeId: string, reason: strin
     const revokedSerials = await revokeActive(tx, node.id, "node decommissioned", now);
     const jobs = await tx.job.findMany({ where: { nodeId: node.id, state: { in: unfinishedJobStates } }, select: { id: true } });
     const failure = { code: "JOB_FAILURE_CODE_CANCELLED", message: `node decommissioned: ${why}`, retryable: false };
+    const jobIds = jobs.map((j) => j.id);
     await tx.job.updateMany({
-      where: { id: { in: jobs.map((j) => j.id) } },
+      where: { id: { in: jobIds } },
       data: { state: "failed", failure, finishedAt: now, leaseExpiresAt: null },
     });
+    await tx.jobAttempt.updateMany({ where: { jobId: { in: jobIds }, endedAt: null }, data: { endedAt: now, outcome: "cancelled" } });
     const deployments = await tx.deployment.findMany({
       where: { nodeId: node.id, state: { in: liveDeploymentStates } },
       select: { id: true },
