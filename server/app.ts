@@ -16,7 +16,7 @@ import { openDatabase, type Database } from "./db/client.js";
 import { HealthState, healthService } from "./services/health.js";
 import { SessionRegistry } from "./dispatch/sessions.js";
 import { HeartbeatBook } from "./liveness/heartbeats.js";
-import { agentService, serverInfo } from "./services/agent.js";
+import { agentConfigOf, agentService, serverInfo } from "./services/agent.js";
 import { adminService } from "./services/admin.js";
 import type { JobDispatch } from "./jobs/dispatch.js";
 import { JobEngine } from "./jobs/engine.js";
@@ -27,7 +27,7 @@ import { reconcileLiveness, closeRevokedSessions } from "./sweeper/liveness.js";
 import { every } from "./sweeper/loop.js";
 import { http2ServerTuning } from "./tuning.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
-import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { AgentService, type AgentConfig } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 
@@ -47,6 +47,8 @@ export interface Deps {
   config: Config;
   /** The URL agents dial, for join commands. */
   publicUrl: string;
+  /** What agents are told in Welcome and heartbeat replies. */
+  agentConfig: AgentConfig;
   log: Logger;
   ca: Ca;
   db: Database;
@@ -135,6 +137,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
   const deps: Deps = {
     config,
     publicUrl: publicUrlOf(config, port),
+    agentConfig: agentConfigOf(config),
     log,
     ca,
     db,

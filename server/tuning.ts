@@ -2,13 +2,14 @@
 // server/app.ts spreads them into http2.createSecureServer. bench/heartbeats.ts measures their
 // effect (BENCH_TUNING=off runs the untuned baseline).
 //
-// What a connection costs, measured on Node 20 with 1,000-5,000 agents: about 23 KiB of nghttp2
-// memory (16 KiB of it a fixed outbound frame buffer no option changes), 80-100 KiB of JavaScript
-// heap (Connect's stream pipeline, Node's HTTP/2 compatibility objects, the Session handler),
-// OpenSSL state, plus garbage per message. Node already sets SSL_MODE_RELEASE_BUFFERS, so idle
-// TLS connections hold no 16 KiB record buffers; no server option shrinks the rest. So these
-// options bound what a connection may hold and how fast dead ones go, rather than shrinking the
-// steady cost; see bench/heartbeats.ts's header and the benchmark report for the figures.
+// What a connection costs, measured on Node 20 with 1,000-5,000 agents (bench/heartbeats.ts):
+// about 23 KiB of nghttp2 memory (its outbound frame buffer and HPACK tables; the table options
+// below take ~1 KiB off it), 60-90 KiB of JavaScript heap (Connect's stream pipeline, Node's HTTP/2
+// compatibility objects, the Session handler), OpenSSL and socket state, plus garbage per message.
+// Node already sets SSL_MODE_RELEASE_BUFFERS on every TLS connection, so idle connections hold no
+// record buffers. A bare node:http2 stream with these same TLS settings costs ~85 KiB resident in
+// all, with or without the options below (no measurable difference): they bound what a connection
+// may hold and how fast dead ones go; they do not shrink the steady cost.
 import type { SecureServerOptions } from "node:http2";
 
 export const http2ServerTuning: SecureServerOptions = {

@@ -14,6 +14,7 @@ import {
   type Instruction,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Deps } from "../app.js";
+import type { Config } from "../config.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { callOf } from "../context.js";
 import { authenticateNode, presentedIdentity, authorizeNode } from "../auth/node.js";
@@ -24,8 +25,8 @@ import { pendingInstructions } from "../dispatch/instructions.js";
 import { openSession } from "./session.js";
 import { ts } from "./convert.js";
 
-export function agentConfigOf(deps: Deps): AgentConfig {
-  const c = deps.config;
+/** Built once per server: it only changes with the configuration. */
+export function agentConfigOf(c: Config): AgentConfig {
   return create(AgentConfigSchema, {
     heartbeatInterval: durationFromMs(c.heartbeatIntervalMs),
     telemetryInterval: durationFromMs(c.telemetryIntervalMs),
@@ -39,7 +40,7 @@ export function agentConfigOf(deps: Deps): AgentConfig {
 }
 
 export function heartbeatResponse(deps: Deps, instructions: Instruction[]) {
-  return create(HeartbeatResponseSchema, { config: agentConfigOf(deps), instructions, serverTime: timestampNow() });
+  return create(HeartbeatResponseSchema, { config: deps.agentConfig, instructions, serverTime: timestampNow() });
 }
 
 /** Needs no database: served from the moment the port opens. */

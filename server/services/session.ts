@@ -24,7 +24,7 @@ import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { pendingInstructions } from "../dispatch/instructions.js";
 import type { LiveSession } from "../dispatch/sessions.js";
 import { putInventory, putTelemetry } from "../nodes/reports.js";
-import { agentConfigOf, heartbeatResponse } from "./agent.js";
+import { heartbeatResponse } from "./agent.js";
 
 type Result = Reply["result"];
 
@@ -90,25 +90,40 @@ export async function* openSession(
   const onShutdown = () => outbox.fail(new ConnectError("server shutting down", Code.Unavailable));
   deps.shutdown.addEventListener("abort", onShutdown, { once: true });
   deps.sessions.attach(live);
-  caller.log.info({ nodeId: node.id, agentVersion: hello.agentVersion, capabilities }, "session opened");
+  try {
+    caller.log.info({ nodeId: node.id, agentVersion: hello.agentVersion, capabilities }, "session opened");
+    outbox.push(
+      create(SessionResponseSchema, {
+        message: {
+          case: "welcome",
+          value: create(WelcomeSchema, {
+            nodeId: node.id,
+            serverVersion,
+            config: deps.agentConfig,
+            instructions: pendingInstructions(node),
+            streamSequences: Object.fromEntries(cursors.map((c) => [c.stream, c.sequence])),
+          }),
+        },
+      }),
+    );
+    await deps.jobs.sessionOpened(node.id, hello.runningJobIds, caller.correlationId);
+    pumpInbound(deps, node.id, inbound, outbox, caller);
+    yield* outbox;
+  } finally {
+    deps.sessions.detach(live);
+    deps.shutdown.removeEventListener("abort", onShutdown);
+    caller.log.info({ nodeId: node.id }, "session closed");
+  }
+}
 
-  outbox.push(
-    create(SessionResponseSchema, {
-      message: {
-        case: "welcome",
-        value: create(WelcomeSchema, {
-          nodeId: node.id,
-          serverVersion,
-          config: agentConfigOf(deps),
-          instructions: pendingInstructions(node),
-          streamSequences: Object.fromEntries(cursors.map((c) => [c.stream, c.sequence])),
-        }),
-      },
-    }),
-  );
-  await deps.jobs.sessionOpened(node.id, hello.runningJobIds, caller.correlationId);
-
-  // Agent messages are answered one at a time, in order, while pushes interleave freely.
+/** Answers agent messages one at a time, in order, while pushes interleave freely. */
+function pumpInbound(
+  deps: Deps,
+  nodeId: string,
+  inbound: AsyncIterator<SessionRequest>,
+  outbox: AsyncQueue<SessionResponse>,
+  caller: ReturnType<typeof callOf>,
+): void {
   const pump = (async () => {
     for (;;) {
       const next = await inbound.next();
@@ -116,11 +131,11 @@ export async function* openSession(
       const msg = next.value;
       let result: Result;
       try {
-        result = await answer(deps, node.id, msg, caller.correlationId);
+        result = await answer(deps, nodeId, msg, caller.correlationId);
       } catch (err) {
         const ce = ConnectError.from(err);
-        if (!(err instanceof ConnectError)) caller.log.error({ nodeId: node.id, error: ce.message }, "session message failed");
-        else caller.log.warn({ nodeId: node.id, message: msg.message.case, code: codeName(ce.code), reason: ce.rawMessage }, "session message refused");
+        if (!(err instanceof ConnectError)) caller.log.error({ nodeId, error: ce.message }, "session message failed");
+        else caller.log.warn({ nodeId, message: msg.message.case, code: codeName(ce.code), reason: ce.rawMessage }, "session message refused");
         const message = err instanceof ConnectError ? ce.rawMessage : `internal error (request ${caller.correlationId})`;
         result = { case: "error", value: create(ReplyErrorSchema, { code: codeName(ce.code), message }) };
       }
@@ -129,12 +144,4 @@ export async function* openSession(
     outbox.end();
   })();
   pump.catch((err: unknown) => outbox.fail(err));
-
-  try {
-    yield* outbox;
-  } finally {
-    deps.sessions.detach(live);
-    deps.shutdown.removeEventListener("abort", onShutdown);
-    caller.log.info({ nodeId: node.id }, "session closed");
-  }
 }

@@ -1,0 +1,189 @@
+// Enrollments per second through the real Enroll RPC (issue "node identity": target >= 200/s on
+// this 2-core machine).
+//
+//   npx tsx bench/enroll.ts [--count=400] [--concurrency=32] [--connections=4] [--keys=8] [--profile=1]
+//   (or COUNT, CONCURRENCY, CONNECTIONS, KEYS, PROFILE, LOG_LEVEL in the environment)
+//
+// The server is a real control plane (startServer with a loadConfig config, temp data and certs
+// directories) in a child process (bench/support/server-child.ts), so its CPU is measured alone
+// and the client's work does not share its event loop. Embedded PGlite by default; DATABASE_URL
+// is respected (the bench then writes into that database: point it at a throwaway one), and
+// BENCH_DB=postgres makes a throwaway database on MODELFORGE_TEST_POSTGRES_URL (default
+// postgresql://postgres@127.0.0.1:5432/postgres) and drops it afterwards.
+//
+// Before timing: COUNT one-time tokens through the admin API, and KEYS RSA key pairs with one CSR
+// each, built by the agent's own code (agent/pki/keys.ts). The CSRs are reused round-robin:
+// generating a key and a forge-signed CSR costs ~30-80 ms, and the server ignores the CSR subject
+// and does not require distinct keys, while it still parses and verifies every CSR it gets. Nothing
+// is cached on disk. Then COUNT Enroll calls run CONCURRENCY at a time over CONNECTIONS HTTP/2
+// connections. PROFILE=1 samples the server's CPU during the timed run and prints where it went.
+import { generateKeyPair, X509Certificate } from "node:crypto";
+import { mkdtempSync, openSync, rmSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { buildCsrPem } from "../agent/pki/keys.js";
+import { agentVersion } from "../agent/version.js";
+import { createTestDatabase } from "../test/support/db.js";
+import { forkTs, Rpc } from "./support/ipc.js";
+import { printProfile, type ProfileSummary } from "./support/profile.js";
+import { coresUsed, machineCores, machineCpu, ms, numParam, param, summarize } from "./support/stats.js";
+
+const COUNT = numParam("COUNT", 400);
+const CONCURRENCY = numParam("CONCURRENCY", 32);
+const CONNECTIONS = Math.max(1, numParam("CONNECTIONS", 4));
+const KEYS = Math.max(1, numParam("KEYS", 8));
+const WARMUP = numParam("WARMUP", 20);
+const PROFILE = param("PROFILE", "0") === "1";
+const TARGET = 200;
+const adminKey = "bench-admin-key-0123456789abcdef";
+
+type Stats = { at: number; cpu: NodeJS.CpuUsage; elu: number; loopDelayMs: { p99: number; max: number } };
+
+const dir = mkdtempSync(join(tmpdir(), "mf-bench-enroll-"));
+const throwaway = param("BENCH_DB", "pglite") === "postgres" ? await createTestDatabase("postgres") : undefined;
+const databaseUrl = throwaway?.databaseUrl ?? process.env.DATABASE_URL;
+const logPath = join(dir, "server.log");
+const logFd = openSync(logPath, "a");
+const child = forkTs(new URL("./support/server-child.ts", import.meta.url), {
+  nodeFlags: ["--expose-gc"],
+  stdio: ["ignore", logFd, logFd, "ipc"],
+  env: {
+    ...process.env,
+    MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
+    MODELFORGE_PORT: "0",
+    MODELFORGE_DATA_DIR: join(dir, "data"),
+    MODELFORGE_CERTS_DIR: join(dir, "certs"),
+    MODELFORGE_OPERATOR_API_KEY: adminKey,
+    MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"),
+    DATABASE_URL: databaseUrl ?? "",
+  },
+});
+const server = new Rpc(child, "server");
+
+try {
+  await server.waitFor("ready", 120_000);
+  const info = await server.call<{ url: string; caPem: string; database: string }>("info");
+  console.log(`server ${info.url}, database: ${info.database}, node ${process.version}, cpu ${cpus()[0]?.model} x${cpus().length}, load average ${loadavg()[0]!.toFixed(1)}`);
+
+  const auth: Interceptor = (next) => (req) => {
+    req.header.set("x-modelforge-admin-token", adminKey);
+    return next(req);
+  };
+  const admin = createClient(AdminService, createGrpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors: [auth] }));
+  const agents = Array.from({ length: CONNECTIONS }, () =>
+    createClient(AgentService, createGrpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem } })),
+  );
+
+  let t0 = performance.now();
+  const total = WARMUP + COUNT;
+  const tokens: string[] = new Array(total);
+  await pool(total, 16, async (i) => {
+    tokens[i] = (await admin.createEnrollmentToken({ nodeName: `bench-enroll-${i}` })).token;
+  });
+  console.log(`prepared ${total} enrollment tokens in ${((performance.now() - t0) / 1000).toFixed(1)} s (admin API, 16 at a time; not timed)`);
+
+  t0 = performance.now();
+  const keyPems = await Promise.all(
+    Array.from({ length: KEYS }, async () => {
+      const { privateKey } = await promisify(generateKeyPair)("rsa", { modulusLength: 2048 });
+      return privateKey.export({ type: "pkcs8", format: "pem" }).toString();
+    }),
+  );
+  const csrs = keyPems.map((k, i) => buildCsrPem(k, `bench-key-${i}`));
+  console.log(`prepared ${KEYS} key pairs and CSRs in ${((performance.now() - t0) / 1000).toFixed(1)} s (reused round-robin; not timed)`);
+
+  const enrollOne = async (i: number) => {
+    const res = await agents[i % CONNECTIONS]!.enroll({
+      token: tokens[i]!,
+      csrPem: csrs[i % KEYS]!,
+      nodeName: `bench-enroll-${i}`,
+      agentVersion,
+    });
+    return res;
+  };
+  // Warm-up: JIT, connections, Prisma's query plans. Checked once, end to end.
+  await pool(WARMUP, Math.min(CONCURRENCY, WARMUP), async (i) => {
+    const res = await enrollOne(i);
+    if (i === 0 && !new X509Certificate(res.certificatePem).verify(new X509Certificate(info.caPem).publicKey)) {
+      throw new Error("issued certificate does not verify against the CA");
+    }
+  });
+
+  if (PROFILE) await server.call("profileStart", { intervalUs: 250 });
+  const before = await server.call<Stats>("stats", { reset: true });
+  const machineBefore = machineCpu();
+  const clientBefore = process.cpuUsage();
+  const latencies: number[] = [];
+  const failures = new Map<string, number>();
+  t0 = performance.now();
+  await pool(COUNT, CONCURRENCY, async (j) => {
+    const i = WARMUP + j;
+    const s = performance.now();
+    try {
+      await enrollOne(i);
+      latencies.push(performance.now() - s);
+    } catch (err) {
+      const key = (err as Error).message.slice(0, 120);
+      failures.set(key, (failures.get(key) ?? 0) + 1);
+    }
+  });
+  const wallMs = performance.now() - t0;
+  const clientAfter = process.cpuUsage();
+  const machineAfter = machineCpu();
+  const after = await server.call<Stats>("stats", {});
+  const profile = PROFILE
+    ? await server.call<ProfileSummary>("profileStop", {
+        inclusive: ["issueNodeCertificate", "acceptedCsrPublicKey", "verify", "buildSignedCertificatePem", "sign", "enroll", "recordAudit", "$transaction", "hashEnrollmentSecret"],
+      })
+    : undefined;
+
+  const l = summarize(latencies);
+  const serverCpuMs = (after.cpu.user - before.cpu.user + after.cpu.system - before.cpu.system) / 1000;
+  const rate = (latencies.length / wallMs) * 1000;
+  console.log(`\nenrollments: ${latencies.length} ok, ${[...failures.values()].reduce((a, b) => a + b, 0)} failed, in ${(wallMs / 1000).toFixed(2)} s`);
+  for (const [m, n] of failures) console.log(`  failure x${n}: ${m}`);
+  console.log(`enrollments/s: ${rate.toFixed(0)} (target >= ${TARGET}: ${rate >= TARGET ? "met" : "NOT met"})`);
+  console.log(`latency ms: p50 ${ms(l.p50)}, p90 ${ms(l.p90)}, p99 ${ms(l.p99)}, max ${ms(l.max)} (concurrency ${CONCURRENCY}, ${CONNECTIONS} HTTP/2 connections)`);
+  console.log(
+    `server: ${coresUsed(before.cpu, after.cpu, after.at - before.at).toFixed(2)} cores, event loop ${(after.elu * 100).toFixed(0)}% busy, ` +
+      `loop delay p99 ${ms(after.loopDelayMs.p99)} ms; client ${coresUsed(clientBefore, clientAfter, wallMs).toFixed(2)} cores; ` +
+      `machine ${machineCores(machineBefore, machineAfter, cpus().length).toFixed(2)} of ${cpus().length} cores`,
+  );
+  console.log(
+    `server CPU per enrollment: ${(serverCpuMs / latencies.length).toFixed(2)} ms, so at most ~${Math.round((1000 * latencies.length) / serverCpuMs)}/s per core ` +
+      `(a figure that holds up when other processes compete for the machine)`,
+  );
+  if (profile) {
+    printProfile("server CPU profile during the timed run", profile);
+    const perEnroll = (name: string) => (profile.inclusive.find((r) => r.name === name)?.ms ?? 0) / latencies.length;
+    console.log(`  per enrollment: issueNodeCertificate ${perEnroll("issueNodeCertificate").toFixed(2)} ms (CSR checks ${perEnroll("acceptedCsrPublicKey").toFixed(2)} ms)`);
+  }
+  console.log(
+    `RESULT ${JSON.stringify({ bench: "enroll", count: latencies.length, perSecond: Math.round(rate), p50Ms: l.p50, p99Ms: l.p99, serverCpuMsPerEnroll: serverCpuMs / latencies.length, concurrency: CONCURRENCY, connections: CONNECTIONS, database: info.database })}`,
+  );
+  await server.call("stop", {}, 30_000).catch(() => undefined);
+  await server.exit();
+} catch (err) {
+  console.error(err);
+  console.error(`server log: ${logPath}`);
+  child.kill("SIGKILL");
+  process.exitCode = 1;
+} finally {
+  if (process.exitCode !== 1) rmSync(dir, { recursive: true, force: true });
+  await throwaway?.cleanup().catch((err: unknown) => console.error(`dropping the throwaway database failed: ${(err as Error).message}`));
+}
+process.exit();
+
+/** Runs task(0..n-1) with at most `width` at a time. */
+async function pool(n: number, width: number, task: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    for (let i = next++; i < n; i = next++) await task(i);
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(width, n)) }, worker));
+}

@@ -1,0 +1,382 @@
+// Many simulated agents against one control plane (issue "agent session"): connected agents,
+// heartbeats per second sustained, acknowledgement latency in steady state, server CPU and server
+// memory per connected agent, and whether liveness reaches the database.
+//
+//   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
+//   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB,
+//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP in the environment)
+//
+// Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
+// <= 100 KiB server RSS after GC per connected agent.
+//
+// Processes: the server (bench/support/server-child.ts: startServer from a loadConfig config,
+// temp data and certs directories, PGlite unless DATABASE_URL or BENCH_DB=postgres) runs alone in
+// a child with --expose-gc and reports its own CPU and memory over IPC; WORKERS load-generator
+// processes (bench/support/agent-worker.ts) hold the agents, each agent with its own certificate,
+// its own HTTP/2 TLS connection and one Session stream: CLIENT=raw (default) frames gRPC over
+// node:http2 by hand, CLIENT=connect uses the agent's Connect transport (more CPU per message,
+// taken from the server's two cores).
+//
+// Identities: nodes and credentials are inserted straight into the database in batches of 500,
+// each certificate issued by the server's own CA code (ca.issueNodeCertificate) for one CSR of one
+// shared key pair, by a first server process that then stops; a second, fresh server process is
+// measured, so its baseline holds none of that work. (Going through the Enroll RPC instead would
+// take AGENTS / ~100-200 per second; bench/enroll.ts measures that path.)
+//
+// Phases: baseline (RSS after GC, nodes in the database, no agent connected); ramp (RAMP new TLS
+// connections per second across the workers, each start jittered within its slot); settle (until
+// every connected node is stored online, and at least SETTLE s); steady state (DURATION s:
+// every agent sends one heartbeat per AGENTS/RATE seconds at a random phase; latencies of those
+// sent in the window; server CPU from its own process.cpuUsage()); then the liveness check in
+// the database and RSS after GC. PROFILE=1 adds a CPU profile of the server during the steady
+// window (the profiler costs CPU itself: use it to see where time goes, not for the figures).
+import { generateKeyPairSync } from "node:crypto";
+import { mkdtempSync, openSync, rmSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { buildCsrPem } from "../agent/pki/keys.js";
+import { createTestDatabase } from "../test/support/db.js";
+import { forkTs, Rpc } from "./support/ipc.js";
+import { printAllocations, printProfile, type AllocationSummary, type ProfileSummary } from "./support/profile.js";
+import { heapDiff, type HeapSummary } from "./support/heap.js";
+import { coresUsed, kib, machineCores, machineCpu, mib, ms, numParam, param, sleep, summarize } from "./support/stats.js";
+
+const AGENTS = numParam("AGENTS", 5000);
+const RATE = numParam("RATE", 5000);
+const DURATION = numParam("DURATION", 30);
+const WORKERS = Math.max(1, numParam("WORKERS", 2));
+const RAMP = Math.max(1, numParam("RAMP", 250));
+const SETTLE = numParam("SETTLE", 5);
+// "1" or "steady": CPU profile of the steady window; "ramp": of the ramp; "alloc": allocations
+// (sampled, garbage included) in the steady window.
+const PROFILE = param("PROFILE", "0");
+const NODELAY = param("NODELAY", "0") === "1";
+const CLIENT = param("CLIENT", "raw");
+if (CLIENT !== "raw" && CLIENT !== "connect") throw new Error(`CLIENT must be "raw" or "connect", not "${CLIENT}"`);
+// HEAP=1: heap snapshots before and after (after the RSS readings; they disturb later ones).
+const HEAP = param("HEAP", "0") === "1";
+const intervalMs = (AGENTS / RATE) * 1000;
+
+interface ServerStats {
+  at: number;
+  cpu: NodeJS.CpuUsage;
+  mem: NodeJS.MemoryUsage;
+  status: Record<string, number>;
+  elu: number;
+  loopDelayMs: { p50: number; p99: number; max: number };
+  connected: number;
+}
+interface Liveness {
+  at: number;
+  total: number;
+  fresh: number;
+  online: number;
+  oldest: number | null;
+  newest: number | null;
+}
+interface Counts {
+  sent: number;
+  acked: number;
+  refused: number;
+  connected: number;
+  failed: number;
+  ended: number;
+  retries: number;
+  failures: Record<string, number>;
+}
+interface WorkerReport extends Counts {
+  wallMs: number;
+  latencies: Float64Array;
+  cpuCores: number;
+  loopDelayP99Ms: number;
+  loopDelayMaxMs: number;
+  rssBytes: number;
+}
+
+const dir = mkdtempSync(join(tmpdir(), "mf-bench-hb-"));
+const throwaway = param("BENCH_DB", "pglite") === "postgres" ? await createTestDatabase("postgres") : undefined;
+const databaseUrl = throwaway?.databaseUrl ?? process.env.DATABASE_URL ?? "";
+const logPath = join(dir, "server.log");
+const logFd = openSync(logPath, "a");
+const children: Rpc[] = [];
+
+// BENCH_FLOOR=raw|connect: measure a reference server without the control plane instead (see
+// bench/support/floor-server.ts); nodes are still provisioned by the real one.
+const FLOOR = param("BENCH_FLOOR", "");
+
+function startServerChild(extraFlags: string[] = [], floor = false): Rpc {
+  const entry = floor ? "./support/floor-server.ts" : "./support/server-child.ts";
+  const child = forkTs(new URL(entry, import.meta.url), {
+    nodeFlags: ["--expose-gc", ...extraFlags, ...param("SERVER_FLAGS", "").split(" ").filter(Boolean)],
+    stdio: ["ignore", logFd, logFd, "ipc"],
+    env: {
+      ...process.env,
+      MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
+      MODELFORGE_PORT: "0",
+      MODELFORGE_DATA_DIR: join(dir, "data"),
+      MODELFORGE_CERTS_DIR: join(dir, "certs"),
+      MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"),
+      DATABASE_URL: databaseUrl,
+      BENCH_FLOOR: FLOOR,
+    },
+  });
+  const rpc = new Rpc(child, "server");
+  children.push(rpc);
+  return rpc;
+}
+
+const log = (line: string) => console.log(`[${((performance.now() - t00) / 1000).toFixed(1).padStart(6)} s] ${line}`);
+const t00 = performance.now();
+
+try {
+  log(
+    `${AGENTS} agents, ${RATE} heartbeats/s (one per ${(intervalMs / 1000).toFixed(2)} s each), ${DURATION} s steady, ${WORKERS} load workers, ramp ${RAMP} conn/s, ${CLIENT} client; ` +
+      `node ${process.version}, ${cpus()[0]?.model} x${cpus().length}, load average ${loadavg()[0]!.toFixed(1)}`,
+  );
+
+  // 1. Identities, by a first server process.
+  let server = startServerChild();
+  await server.waitFor("ready", 120_000);
+  const { privateKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
+  const keyPem = privateKey.export({ type: "pkcs8", format: "pem" }).toString();
+  const csrPem = buildCsrPem(keyPem, "bench-agent");
+  let t = performance.now();
+  const identities = await server.call<{ nodeId: string; certPem: string }[]>("provision", { count: AGENTS, csrPem });
+  log(`provisioned ${identities.length} nodes + credentials in ${((performance.now() - t) / 1000).toFixed(1)} s (batched inserts, certificates from ca.issueNodeCertificate, one shared key pair)`);
+  if (param("LOOP_COSTS", "1") === "1") {
+    const c = await server.call<Record<string, number>>("loopCosts", { rounds: 5, opens: 200 }, 300_000);
+    const perSecond = c.flushAllMs! + c.reconcileLivenessMs! + c.closeRevokedSessionsMs! + c.jobsSweepMs!;
+    const perOpen = c.authorizeNodeMs! + c.sessionCursorsMs! + c.sessionHelloUpdateMs! + c.jobsSessionOpenedMs!;
+    log(
+      `server loop costs at ${c.nodes} nodes, ms per call: heartbeat flush (all nodes) ${ms(c.flushAllMs!)}, reconcileLiveness ${ms(c.reconcileLivenessMs!)}, ` +
+        `closeRevokedSessions (all connected) ${ms(c.closeRevokedSessionsMs!)}, jobs sweep ${ms(c.jobsSweepMs!)} => ${ms(perSecond)} ms per second of wall time at the 1 s intervals`,
+    );
+    log(`liveness transitions when a fleet connects: ${c.livenessTransitions} in ${ms(c.firstReconcileMs!)} ms (${ms(c.firstReconcileMs! / Math.max(1, c.livenessTransitions!))} ms each)`);
+    log(
+      `session open, ms per query: authorizeNode ${ms(c.authorizeNodeMs!)}, cursors ${ms(c.sessionCursorsMs!)}, hello update ${ms(c.sessionHelloUpdateMs!)}, ` +
+        `jobs.sessionOpened ${ms(c.jobsSessionOpenedMs!)} => ${ms(perOpen)} ms, at most ~${Math.round(1000 / perOpen)} session opens/s from the database alone`,
+    );
+  }
+  await server.call("stop", {}, 60_000);
+  await server.exit();
+
+  // 2. The measured server, fresh.
+  server = startServerChild([], FLOOR !== "");
+  await server.waitFor("ready", 120_000);
+  const info = await server.call<{ url: string; caPem: string; pid: number; tuning: unknown; database: string }>("info");
+  await server.call("knownNodes");
+  if (FLOOR !== "") log(`BENCH_FLOOR=${FLOOR}: the measured server is a reference without the control plane (no database, no authorization)`);
+  log(`server pid ${info.pid} at ${info.url}, database: ${info.database}`);
+  log(`http2 tuning in effect: ${JSON.stringify(info.tuning)}`);
+  await sleep(3000); // a few flush and reconcile rounds over the full node table
+  const baseline = await server.call<ServerStats>("stats", { collect: true });
+  log(`baseline after GC: RSS ${mib(baseline.mem.rss)} MiB, heap used ${mib(baseline.mem.heapUsed)} MiB, external ${mib(baseline.mem.external)} MiB`);
+  const heapBefore = HEAP ? await server.call<HeapSummary>("heapSummary") : undefined;
+
+  // 3. Load generators.
+  const workers: Rpc[] = [];
+  for (let w = 0; w < WORKERS; w++) {
+    const rpc = new Rpc(forkTs(new URL("./support/agent-worker.ts", import.meta.url), { nodeFlags: ["--max-old-space-size=4096"] }), `worker ${w}`);
+    children.push(rpc);
+    workers.push(rpc);
+  }
+  await Promise.all(workers.map((w) => w.waitFor("ready", 60_000)));
+  await Promise.all(
+    workers.map((w, i) =>
+      w.call("setup", {
+        url: info.url,
+        caPem: info.caPem,
+        keyPem,
+        agents: identities.filter((_, j) => j % WORKERS === i),
+        intervalMs,
+        connectPerSec: RAMP / WORKERS,
+        noDelay: NODELAY,
+        client: CLIENT,
+      }),
+    ),
+  );
+
+  // 4. Ramp: half the agents, memory after GC, then the rest (so memory per agent is also
+  // measured as the slope between the two, which the baseline's own noise does not touch).
+  const inclusive = ["openSession", "answer", "flush", "reconcileLiveness", "closeRevokedSessions", "sweep", "sessionOpened", "authorizeNode", "heartbeatResponse", "agentConfigOf", "contextValues", "peerOf", "onStreamRead"];
+  if (PROFILE === "ramp") await server.call("profileStart", { intervalUs: 1000 });
+  const rampStart = Date.now();
+  t = performance.now();
+  let counts = await sumCounts(workers);
+  const rampTo = async (perWorker: number, target: number) => {
+    await Promise.all(workers.map((w) => w.call("start", { upTo: perWorker })));
+    const deadline = performance.now() + (target / RAMP) * 1000 + 90_000;
+    for (;;) {
+      await sleep(2000);
+      counts = await sumCounts(workers);
+      const s = await server.call<ServerStats>("stats", {});
+      log(`ramp: ${counts.connected} connected (server: ${s.connected}), ${counts.retries} retries, ${counts.failed} gave up; server RSS ${mib(s.mem.rss)} MiB, loop delay max ${ms(s.loopDelayMs.max)} ms`);
+      if (counts.connected + counts.failed + counts.ended >= target || performance.now() > deadline) break;
+    }
+  };
+  const halfPerWorker = Math.ceil(AGENTS / 2 / WORKERS);
+  await rampTo(halfPerWorker, Math.min(AGENTS, halfPerWorker * WORKERS));
+  await sleep(2000);
+  const half = await server.call<ServerStats>("stats", { collect: true });
+  log(`half way: ${half.connected} connected, RSS after GC ${mib(half.mem.rss)} MiB`);
+  await rampTo(Math.ceil(AGENTS / WORKERS), AGENTS);
+  const rampSeconds = (performance.now() - t) / 1000;
+  log(`ramp done in ${rampSeconds.toFixed(1)} s: ${counts.connected} connected, ${counts.retries} sessions retried after a failure, ${counts.failed} gave up${failureText(counts.failures)}`);
+  if (PROFILE === "ramp") printProfile("server CPU profile, ramp (profiler overhead included)", await server.call<ProfileSummary>("profileStop", { inclusive }));
+
+  // 5. Settle: every connected node stored online (the reconciler audits each transition once).
+  t = performance.now();
+  const settleDeadline = t + 120_000;
+  let live = await server.call<Liveness>("liveness", { since: rampStart });
+  while ((live.online < counts.connected || performance.now() - t < SETTLE * 1000) && performance.now() < settleDeadline) {
+    await sleep(1000);
+    live = await server.call<Liveness>("liveness", { since: rampStart });
+  }
+  log(`settled in ${((performance.now() - t) / 1000).toFixed(1)} s: ${live.online} nodes stored online`);
+
+  // 6. Steady state.
+  const profileSteady = PROFILE === "1" || PROFILE === "steady";
+  if (profileSteady) await server.call("profileStart", { intervalUs: 1000 });
+  if (PROFILE === "alloc") await server.call("allocStart", { intervalBytes: 32768 });
+  const before = await server.call<ServerStats>("stats", { reset: true });
+  const machineBefore = machineCpu();
+  const measureStart = Date.now();
+  await Promise.all(workers.map((w) => w.call("measure")));
+  const mid: ServerStats[] = [];
+  for (let elapsed = 0; elapsed < DURATION; elapsed += 5) {
+    await sleep(Math.min(5, DURATION - elapsed) * 1000);
+    mid.push(await server.call<ServerStats>("stats", {}));
+  }
+  const reports = await Promise.all(workers.map((w) => w.call<WorkerReport>("report")));
+  const machineAfter = machineCpu();
+  const after = await server.call<ServerStats>("stats", {});
+  const profile = profileSteady ? await server.call<ProfileSummary>("profileStop", { inclusive }) : undefined;
+  const allocations = PROFILE === "alloc" ? await server.call<AllocationSummary>("allocStop", { inclusive }) : undefined;
+  const persisted = await server.call<Liveness>("liveness", { since: measureStart });
+
+  // 7. Memory after GC with every agent still connected.
+  const loaded = await server.call<ServerStats>("stats", { collect: true });
+
+  const heapAfter = HEAP ? await server.call<HeapSummary>("heapSummary") : undefined;
+
+  // Figures.
+  const windowMs = reports.reduce((a, r) => Math.max(a, r.wallMs), 0);
+  const acked = reports.reduce((a, r) => a + r.acked, 0);
+  const sent = reports.reduce((a, r) => a + r.sent, 0);
+  const refused = reports.reduce((a, r) => a + r.refused, 0);
+  const lat = summarize(concat(reports.map((r) => r.latencies)));
+  const connected = loaded.connected;
+  const serverCores = coresUsed(before.cpu, after.cpu, after.at - before.at);
+  const perAgent = (a: number, b: number) => (connected > 0 ? (b - a) / connected : NaN);
+  const rssPerAgent = perAgent(baseline.mem.rss, loaded.mem.rss);
+  const slopeAgents = loaded.connected - half.connected;
+  const rssSlope = slopeAgents > 0 ? (loaded.mem.rss - half.mem.rss) / slopeAgents : NaN;
+  const heapSlope = slopeAgents > 0 ? (loaded.mem.heapUsed - half.mem.heapUsed) / slopeAgents : NaN;
+  const hbRate = (acked / windowMs) * 1000;
+  const persistedLagS = persisted.oldest === null ? NaN : (persisted.at - persisted.oldest) / 1000;
+
+  console.log(`\n=== steady state, ${(windowMs / 1000).toFixed(1)} s ===`);
+  console.log(`connected agents:        ${connected} (load generator: ${reports.reduce((a, r) => a + r.connected, 0)}, failed ${reports.reduce((a, r) => a + r.failed, 0)})`);
+  console.log(`heartbeats/s sustained:  ${hbRate.toFixed(0)} acknowledged (sent ${((sent / windowMs) * 1000).toFixed(0)}/s, refused ${refused}, unanswered at the end ${sent - acked - refused})`);
+  console.log(`ack latency ms:          p50 ${ms(lat.p50)}, p90 ${ms(lat.p90)}, p99 ${ms(lat.p99)}, max ${ms(lat.max)} (${lat.count} samples)`);
+  console.log(
+    `server CPU:              ${serverCores.toFixed(2)} cores (${((serverCores * 1e6) / Math.max(1, hbRate)).toFixed(0)} µs per heartbeat); event loop ${(after.elu * 100).toFixed(0)}% busy, ` +
+      `loop delay p50 ${ms(after.loopDelayMs.p50)} / p99 ${ms(after.loopDelayMs.p99)} / max ${ms(after.loopDelayMs.max)} ms`,
+  );
+  console.log(`  RSS during the window: ${mid.map((m) => mib(m.mem.rss)).join(", ")} MiB`);
+  console.log(
+    `load generator:          ${reports.map((r) => r.cpuCores.toFixed(2)).join(" + ")} cores, loop delay p99 ${reports.map((r) => ms(r.loopDelayP99Ms)).join(" / ")} ms; ` +
+      `machine ${machineCores(machineBefore, machineAfter, cpus().length).toFixed(2)} of ${cpus().length} cores busy`,
+  );
+  console.log(
+    `server memory after GC:  RSS ${mib(loaded.mem.rss)} MiB (baseline ${mib(baseline.mem.rss)} MiB) => ${kib(rssPerAgent)} KiB per connected agent; ` +
+      `JS heap used ${kib(perAgent(baseline.mem.heapUsed, loaded.mem.heapUsed))} KiB (committed ${kib(perAgent(baseline.mem.heapTotal, loaded.mem.heapTotal))} KiB), external ${kib(perAgent(baseline.mem.external, loaded.mem.external))} KiB, ` +
+      `anonymous RSS ${kib(perAgent(baseline.status.RssAnon ?? 0, loaded.status.RssAnon ?? 0))} KiB per agent`,
+  );
+  console.log(
+    `  marginal, between ${half.connected} and ${loaded.connected} agents: RSS ${kib(rssSlope)} KiB, JS heap used ${kib(heapSlope)} KiB per agent`,
+  );
+  console.log(
+    `liveness persisted:      ${persisted.fresh} of ${persisted.total} nodes have lastHeartbeatAt within the window; oldest stored heartbeat ${persistedLagS.toFixed(1)} s old ` +
+      `(heartbeat every ${(intervalMs / 1000).toFixed(1)} s + flush interval); ${persisted.online} stored online`,
+  );
+  if (heapBefore && heapAfter) {
+    const d = heapDiff(heapBefore, heapAfter, connected, 40);
+    console.log(`\nJS heap per connected agent, from two heap snapshots: ${kib(d.totalPerAgentBytes)} KiB`);
+    for (const r of d.rows) console.log(`  ${String(Math.round(r.perAgentBytes)).padStart(7)} B  ${r.perAgentCount.toFixed(1).padStart(6)} x  ${r.kind}`);
+  }
+  if (allocations) printAllocations("server allocations, steady state", allocations, acked, "heartbeat");
+  if (profile) printProfile("server CPU profile, steady state (profiler overhead included)", profile);
+  const targets = [
+    ["connected agents >= 5000", connected >= 5000],
+    ["heartbeats/s >= 5000", hbRate >= 5000 * 0.98],
+    ["ack p99 <= 50 ms", lat.p99 <= 50],
+    ["<= 100 KiB RSS per agent", rssPerAgent <= 100 * 1024 && rssSlope <= 100 * 1024],
+    ["liveness persisted", FLOOR === "" ? persisted.fresh >= connected && connected > 0 : undefined],
+  ] as const;
+  console.log(`targets: ${targets.map(([name, ok]) => `${name}: ${ok === undefined ? "n/a (reference server)" : ok ? "met" : "NOT met"}`).join("; ")}`);
+  console.log(
+    `RESULT ${JSON.stringify({
+      bench: "heartbeats",
+      agents: AGENTS,
+      connected,
+      heartbeatsPerSecond: Math.round(hbRate),
+      ackP50Ms: lat.p50,
+      ackP99Ms: lat.p99,
+      ackMaxMs: lat.max,
+      serverCores,
+      serverLoopDelayP99Ms: after.loopDelayMs.p99,
+      rssPerAgentKiB: rssPerAgent / 1024,
+      rssSlopeKiB: rssSlope / 1024,
+      heapSlopeKiB: heapSlope / 1024,
+      heapPerAgentKiB: perAgent(baseline.mem.heapUsed, loaded.mem.heapUsed) / 1024,
+      baselineRssMiB: baseline.mem.rss / 2 ** 20,
+      loadedRssMiB: loaded.mem.rss / 2 ** 20,
+      persistedFresh: persisted.fresh,
+      rampSeconds,
+      database: info.database.replace(/ at .*/, ""),
+      tuning: info.tuning,
+    })}`,
+  );
+
+  // 8. Tear down: agents end their streams, then the server stops.
+  await Promise.all(workers.map((w) => w.call("close", { waitMs: 10_000 }, 60_000).catch(() => undefined)));
+  await Promise.all(workers.map((w) => w.exit()));
+  await server.call("stop", {}, 60_000).catch(() => undefined);
+  await server.exit();
+} catch (err) {
+  console.error(err);
+  console.error(`server log: ${logPath}`);
+  for (const c of children) c.child.kill("SIGKILL");
+  process.exitCode = 1;
+} finally {
+  if (process.exitCode !== 1 && param("KEEP", "0") !== "1") rmSync(dir, { recursive: true, force: true });
+  else console.error(`kept ${dir}`);
+  await throwaway?.cleanup().catch((err: unknown) => console.error(`dropping the throwaway database failed: ${(err as Error).message}`));
+}
+process.exit();
+
+async function sumCounts(workers: Rpc[]): Promise<Counts> {
+  const all = await Promise.all(workers.map((w) => w.call<Counts>("counts")));
+  const sum: Counts = { sent: 0, acked: 0, refused: 0, connected: 0, failed: 0, ended: 0, retries: 0, failures: {} };
+  for (const c of all) {
+    for (const k of ["sent", "acked", "refused", "connected", "failed", "ended", "retries"] as const) sum[k] += c[k];
+    for (const [f, n] of Object.entries(c.failures)) sum.failures[f] = (sum.failures[f] ?? 0) + n;
+  }
+  return sum;
+}
+
+function failureText(f: Record<string, number>): string {
+  const e = Object.entries(f);
+  return e.length === 0 ? "" : ` (${e.map(([m, n]) => `${n}x ${m}`).join("; ")})`;
+}
+
+function concat(parts: Float64Array[]): Float64Array {
+  const out = new Float64Array(parts.reduce((a, p) => a + p.length, 0));
+  let o = 0;
+  for (const p of parts) {
+    out.set(p, o);
+    o += p.length;
+  }
+  return out;
+}

@@ -1,0 +1,80 @@
+// Small measuring helpers shared by the benchmarks: percentiles, CPU and memory readings.
+import { readFileSync } from "node:fs";
+
+export interface Summary {
+  count: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  mean: number;
+}
+
+/** Nearest-rank percentiles of a list of values (milliseconds, usually). */
+export function summarize(values: ArrayLike<number>): Summary {
+  const sorted = Float64Array.from(values).sort();
+  const n = sorted.length;
+  const at = (p: number) => (n === 0 ? NaN : sorted[Math.min(n - 1, Math.max(0, Math.ceil((p / 100) * n) - 1))]!);
+  let sum = 0;
+  for (const v of sorted) sum += v;
+  return { count: n, p50: at(50), p90: at(90), p99: at(99), max: n === 0 ? NaN : sorted[n - 1]!, mean: n === 0 ? NaN : sum / n };
+}
+
+export function ms(v: number): string {
+  return Number.isNaN(v) ? "-" : v < 10 ? v.toFixed(2) : v.toFixed(1);
+}
+
+export function kib(bytes: number): string {
+  return (bytes / 1024).toFixed(1);
+}
+
+export function mib(bytes: number): string {
+  return (bytes / 1024 / 1024).toFixed(1);
+}
+
+/** Whole-machine CPU time (all cores, jiffies) from /proc/stat: busy and total. */
+export function machineCpu(): { busy: number; total: number } {
+  const line = readFileSync("/proc/stat", "utf8").split("\n")[0]!;
+  const f = line.trim().split(/\s+/).slice(1).map(Number);
+  const idle = (f[3] ?? 0) + (f[4] ?? 0);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - idle, total };
+}
+
+/** Cores in use on the whole machine between two machineCpu() readings. */
+export function machineCores(a: { busy: number; total: number }, b: { busy: number; total: number }, cores: number): number {
+  return ((b.busy - a.busy) / Math.max(1, b.total - a.total)) * cores;
+}
+
+/** Cores a process used between two process.cpuUsage() readings taken `wallMs` apart. */
+export function coresUsed(a: NodeJS.CpuUsage, b: NodeJS.CpuUsage, wallMs: number): number {
+  return (b.user - a.user + b.system - a.system) / 1000 / wallMs;
+}
+
+/** Fields of /proc/self/status in bytes (VmRSS, RssAnon, RssFile, VmHWM). */
+export function procStatus(pid: number | "self" = "self"): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const line of readFileSync(`/proc/${pid}/status`, "utf8").split("\n")) {
+    const m = /^(VmRSS|RssAnon|RssFile|RssShmem|VmHWM):\s+(\d+) kB/.exec(line);
+    if (m) out[m[1]!] = Number(m[2]) * 1024;
+  }
+  return out;
+}
+
+export const sleep = (msDelay: number) => new Promise<void>((r) => setTimeout(r, msDelay));
+
+/** Reads `name` from --name=value on the command line, then the NAME environment variable. */
+export function param(name: string, fallback: string): string {
+  const flag = `--${name.toLowerCase().replace(/_/g, "-")}=`;
+  const arg = process.argv.find((a) => a.startsWith(flag));
+  if (arg !== undefined) return arg.slice(flag.length);
+  const v = process.env[name];
+  return v === undefined || v.trim() === "" ? fallback : v.trim();
+}
+
+export function numParam(name: string, fallback: number): number {
+  const raw = param(name, String(fallback));
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${name}: expected a non-negative number, got "${raw}"`);
+  return n;
+}
