@@ -1,5 +1,5 @@
 // Enrollment: a one-time token and a CSR become a node and its first (or, for a recovery token, its
-// next) credential. The token is claimed with a conditional update inside the same transaction that
+// next) credential. The token is claimed with a conditional update in the same atomic step that
 // creates the node and credential, so of any number of concurrent callers exactly one wins.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -7,6 +7,7 @@ import { CsrError } from "../pki/ca.js";
 import { secretsEqual } from "../auth/admin.js";
 import { recordAudit, nodeActor } from "../audit/audit.js";
 import { hashEnrollmentSecret, tokenState } from "./token.js";
+import { enrollNewNode } from "./sql.js";
 import type { Deps } from "../app.js";
 
 export interface EnrollInput {
@@ -54,50 +55,69 @@ export async function enroll(deps: Deps, input: EnrollInput): Promise<Enrolled> 
     throw err;
   }
 
-  await prisma.$transaction(async (tx) => {
+  if (token.nodeId === null) {
+    const claimed = await enrollNewNode(prisma, {
+      tokenId: token.id,
+      nodeId,
+      name: input.nodeName || token.nodeName || `node-${nodeId.slice(0, 8)}`,
+      labels: token.labels,
+      agentVersion: input.agentVersion || null,
+      serial: issued.serial,
+      notAfter: issued.notAfter,
+      now,
+      audit: {
+        id: randomUUID(),
+        actor: nodeActor(nodeId),
+        correlationId: input.correlationId,
+        details: { enrollmentTokenId: token.id, serial: issued.serial },
+      },
+    });
+    if (!claimed) throw new ConnectError("enrollment token used", Code.Unauthenticated);
+  } else {
+    await reenroll(deps, token.id, nodeId, issued, input, now);
+  }
+  deps.log.info({ nodeId, serial: issued.serial, correlationId: input.correlationId }, "node enrolled");
+  return { nodeId, certPem: issued.certPem, notAfter: issued.notAfter };
+}
+
+/** The recovery path: the same node id, any credential issued meanwhile revoked, one new one. */
+async function reenroll(
+  deps: Deps,
+  tokenId: string,
+  nodeId: string,
+  issued: { serial: string; notAfter: Date },
+  input: EnrollInput,
+  now: Date,
+): Promise<void> {
+  await deps.db.prisma.$transaction(async (tx) => {
     const claim = await tx.enrollmentToken.updateMany({
-      where: { id: token.id, usedAt: null, revokedAt: null, expiresAt: { gt: now } },
+      where: { id: tokenId, usedAt: null, revokedAt: null, expiresAt: { gt: now } },
       data: { usedAt: now, usedByNodeId: nodeId },
     });
     if (claim.count !== 1) throw new ConnectError("enrollment token used", Code.Unauthenticated);
-
-    if (token.nodeId !== null) {
-      const node = await tx.node.findUnique({ where: { id: nodeId } });
-      if (node === null) throw new ConnectError("the node this token re-enrolls no longer exists", Code.NotFound);
-      if (node.decommissionedAt !== null) {
-        throw new ConnectError("node decommissioned: it cannot enroll again", Code.PermissionDenied);
-      }
-      // Any credential issued since the token was created goes too: one active credential only.
-      await tx.nodeCredential.updateMany({
-        where: { nodeId, revokedAt: null },
-        data: { revokedAt: now, revokedReason: "re-enrolled" },
-      });
-      await tx.node.update({
-        where: { id: nodeId },
-        data: { agentVersion: input.agentVersion || null, renewalRequestedAt: null, renewalReason: null },
-      });
-    } else {
-      await tx.node.create({
-        data: {
-          id: nodeId,
-          name: input.nodeName || token.nodeName || `node-${nodeId.slice(0, 8)}`,
-          labels: token.labels ?? {},
-          agentVersion: input.agentVersion || null,
-        },
-      });
+    const node = await tx.node.findUnique({ where: { id: nodeId } });
+    if (node === null) throw new ConnectError("the node this token re-enrolls no longer exists", Code.NotFound);
+    if (node.decommissionedAt !== null) {
+      throw new ConnectError("node decommissioned: it cannot enroll again", Code.PermissionDenied);
     }
+    await tx.nodeCredential.updateMany({
+      where: { nodeId, revokedAt: null },
+      data: { revokedAt: now, revokedReason: "re-enrolled" },
+    });
+    await tx.node.update({
+      where: { id: nodeId },
+      data: { agentVersion: input.agentVersion || null, renewalRequestedAt: null, renewalReason: null },
+    });
     await tx.nodeCredential.create({
       data: { serial: issued.serial, nodeId, issuedAt: now, expiresAt: issued.notAfter },
     });
     await recordAudit(tx, {
       actor: nodeActor(nodeId),
-      action: token.nodeId !== null ? "node.reenrolled" : "node.enrolled",
+      action: "node.reenrolled",
       targetType: "node",
       targetId: nodeId,
       correlationId: input.correlationId,
-      details: { enrollmentTokenId: token.id, serial: issued.serial },
+      details: { enrollmentTokenId: tokenId, serial: issued.serial },
     });
   });
-  deps.log.info({ nodeId, serial: issued.serial, correlationId: input.correlationId }, "node enrolled");
-  return { nodeId, certPem: issued.certPem, notAfter: issued.notAfter };
 }
