@@ -9,7 +9,8 @@ import { publicUrlOf, type Config } from "./config.js";
 import type { Logger } from "./observability/logger.js";
 import { correlationHeader, correlationIdFrom } from "./observability/correlation.js";
 import { callLogInterceptor } from "./observability/call-log.js";
-import { callerKey, peerOf } from "./context.js";
+import { callerKey, peerOf, type Caller } from "./context.js";
+import { isGrpcSession, serveGrpcSession } from "./services/session-grpc.js";
 import { adminAuthInterceptor } from "./auth/admin.js";
 import { loadOrCreateCa, type Ca } from "./pki/ca.js";
 import { openDatabase, type Database } from "./db/client.js";
@@ -69,11 +70,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
   const health = new HealthState([AgentService.typeName, AdminService.typeName, DeploymentService.typeName]);
   const contextValues: ConnectNodeAdapterOptions["contextValues"] = (req) => {
     const correlationId = (req as unknown as Record<symbol, string>)[correlationSymbol] ?? correlationIdFrom(undefined);
-    return createContextValues().set(callerKey, {
-      correlationId,
-      log: log.child({ correlationId }),
-      ...peerOf(req.socket as TLSSocket),
-    });
+    return createContextValues().set(callerKey, callerOf(req, correlationId, log));
   };
   let handle = connectNodeAdapter({
     routes: (router) => {
@@ -146,7 +143,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     jobs: new JobEngine(() => deps),
     shutdown: shutdown.signal,
   };
-  handle = connectNodeAdapter({
+  const connect = connectNodeAdapter({
     routes: (router: ConnectRouter) => {
       router.service(Health, healthService(health));
       router.service(AgentService, agentService(deps, agentJobs(deps)));
@@ -156,6 +153,11 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey)],
     contextValues,
   });
+  handle = (req, res) => {
+    if (!isGrpcSession(req.headers)) return connect(req, res);
+    const id = (req as unknown as Record<symbol, string>)[correlationSymbol]!;
+    serveGrpcSession(deps, req as http2.Http2ServerRequest, res as http2.Http2ServerResponse, callerOf(req, id, log), id);
+  };
   health.setServing();
   log.info({ url, database: db.describe }, "control plane ready");
 
@@ -190,3 +192,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
 }
 
 const correlationSymbol = Symbol("correlationId");
+
+function callerOf(req: { socket: unknown }, correlationId: string, log: Logger): Caller {
+  return { correlationId, log: log.child({ correlationId }), ...peerOf(req.socket as TLSSocket) };
+}

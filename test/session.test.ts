@@ -218,3 +218,30 @@ describe("graceful shutdown", () => {
     expect((end as ConnectError).code).toBe(Code.Unavailable);
   });
 });
+
+describe("Session over the Connect protocol", () => {
+  it("works through Connect as well as through the gRPC fast path", async () => {
+    const { createClient } = await import("@connectrpc/connect");
+    const { createConnectTransport } = await import("@connectrpc/connect-node");
+    const { AgentService } = await import("../gen/proto/modelforge/agent/v1/agent_pb.js");
+    const other = await enrollTestNode(ts, "connect-protocol");
+    const s = await other.state();
+    const client = createClient(
+      AgentService,
+      createConnectTransport({ baseUrl: ts.url, httpVersion: "2", nodeOptions: { ca: s.caPem, cert: s.certPem, key: s.keyPem } }),
+    );
+    const outbound = (async function* () {
+      yield { messageId: 1n, message: { case: "hello" as const, value: { protocolVersion: 1, agentVersion: "connect" } } };
+      yield { messageId: 2n, message: { case: "heartbeat" as const, value: {} } };
+    })();
+    const seen: string[] = [];
+    for await (const res of client.session(outbound)) {
+      seen.push(res.message.case ?? "");
+      if (res.message.case === "reply") {
+        expect(res.message.value.messageId).toBe(2n);
+        expect(res.message.value.result.case).toBe("heartbeat");
+      }
+    }
+    expect(seen).toEqual(["welcome", "reply"]);
+  });
+});

@@ -2,7 +2,7 @@
 // CA (checked by TLS), names a node, and whose serial is active in the database for that node,
 // whose node is enabled and not decommissioned.
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
-import { callOf } from "../context.js";
+import { callOf, type Caller } from "../context.js";
 import { canonicalSerial, nodeIdFromCertificate } from "../pki/ca.js";
 import type { PrismaClient } from "../../gen/prisma/client.js";
 
@@ -14,8 +14,7 @@ export interface NodeIdentity {
 }
 
 /** The certificate part: who the TLS layer says is calling. No database. */
-export function presentedIdentity(ctx: HandlerContext): NodeIdentity {
-  const caller = callOf(ctx);
+export function presentedIdentity(caller: Pick<Caller, "certificate" | "certificateError">): NodeIdentity {
   const cert = caller.certificate;
   if (cert === undefined) {
     throw new ConnectError(
@@ -50,7 +49,7 @@ export async function authorizeNode(prisma: PrismaClient, identity: NodeIdentity
 }
 
 export async function authenticateNode(prisma: PrismaClient, ctx: HandlerContext) {
-  const identity = presentedIdentity(ctx);
+  const identity = presentedIdentity(callOf(ctx));
   const node = await authorizeNode(prisma, identity);
   return { identity, node };
 }

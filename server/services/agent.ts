@@ -104,9 +104,10 @@ export function agentService(deps: Deps, jobs: Partial<ServiceImpl<typeof AgentS
       return putTelemetry(deps, node.id, req.report);
     },
     async *session(requests, ctx) {
-      const identity = presentedIdentity(ctx);
+      const caller = callOf(ctx);
+      const identity = presentedIdentity(caller);
       const node = await authorizeNode(prisma, identity);
-      yield* openSession(deps, node, identity, requests, ctx);
+      yield* openSession(deps, node, identity, requests, caller);
     },
     claimJob: notYet,
     reportJobProgress: notYet,

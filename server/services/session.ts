@@ -3,7 +3,7 @@
 // pushes leases, cancellations and instructions whenever it has them. A refused message gets a
 // ReplyError and the stream stays open; revocation, disable, decommission, shutdown or a newer
 // session of the same node end it.
-import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import {
   ReplyErrorSchema,
@@ -19,7 +19,7 @@ import type { Deps } from "../app.js";
 import type { NodeIdentity } from "../auth/node.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
-import { callOf } from "../context.js";
+import type { Caller } from "../context.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { pendingInstructions } from "../dispatch/instructions.js";
 import type { LiveSession } from "../dispatch/sessions.js";
@@ -56,9 +56,8 @@ export async function* openSession(
   node: Node,
   identity: NodeIdentity,
   requests: AsyncIterable<SessionRequest>,
-  ctx: HandlerContext,
+  caller: Caller,
 ): AsyncGenerator<SessionResponse> {
-  const caller = callOf(ctx);
   const inbound = requests[Symbol.asyncIterator]();
   const first = await inbound.next();
   if (first.done) return;
@@ -122,7 +121,7 @@ function pumpInbound(
   nodeId: string,
   inbound: AsyncIterator<SessionRequest>,
   outbox: AsyncQueue<SessionResponse>,
-  caller: ReturnType<typeof callOf>,
+  caller: Caller,
 ): void {
   const pump = (async () => {
     for (;;) {
