@@ -24,7 +24,7 @@ import { JobEngine } from "./jobs/engine.js";
 import { agentJobs } from "./services/agent-jobs.js";
 import { adminJobs } from "./services/admin-jobs.js";
 import { jobsLoop } from "./sweeper/jobs.js";
-import { reconcileLiveness, closeRevokedSessions } from "./sweeper/liveness.js";
+import { reconcileLiveness, revokedSessionSweeper } from "./sweeper/liveness.js";
 import { every } from "./sweeper/loop.js";
 import { http2ServerTuning } from "./tuning.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
@@ -139,7 +139,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     ca,
     db,
     sessions,
-    heartbeats: new HeartbeatBook(),
+    heartbeats: new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3)),
     jobs: new JobEngine(() => deps),
     shutdown: shutdown.signal,
   };
@@ -163,10 +163,8 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
 
   const stopLoops = [
     every(config.livenessFlushIntervalMs, "heartbeat flush", log, () => deps.heartbeats.flush(db.prisma)),
-    every(config.reconcileIntervalMs, "liveness", log, async () => {
-      await reconcileLiveness(deps);
-      await closeRevokedSessions(deps);
-    }),
+    every(config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness(deps)),
+    every(config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper(deps)),
     jobsLoop(deps),
   ];
 

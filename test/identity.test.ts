@@ -215,6 +215,23 @@ describe("revocation", () => {
     expect(audit.events.some((e) => e.details.nodeId === node.nodeId && e.details.reason === "stolen laptop")).toBe(true);
   });
 
+  it("closes a stream whose credential another replica revoked (seen only in the database)", async () => {
+    const node = await enrollTestNode(ts, "revoked-elsewhere");
+    const client = await node.client();
+    const outbound = (async function* () {
+      yield { messageId: 1n, message: { case: "hello" as const, value: { protocolVersion: 1, agentVersion: "test" } } };
+      await new Promise(() => undefined);
+    })();
+    const it = client.session(outbound)[Symbol.asyncIterator]();
+    expect((await it.next()).value?.message.case).toBe("welcome");
+    // As another replica would: the row changes, this replica's registry is not told.
+    await ts.server.db.prisma.nodeCredential.updateMany({ where: { nodeId: node.nodeId }, data: { revokedAt: new Date(), revokedReason: "elsewhere" } });
+    const started = Date.now();
+    const end = await it.next().then(() => undefined, (e: unknown) => e);
+    expect(Date.now() - started).toBeLessThan(1000);
+    expect((end as ConnectError).code).toBe(Code.Unauthenticated);
+  });
+
   it("a recovery token revokes the node's credential at once and re-enrolls the same node id", async () => {
     const node = await enrollTestNode(ts, "recovered");
     const recovery = await token({ nodeId: node.nodeId });

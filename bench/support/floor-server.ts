@@ -37,7 +37,7 @@ if (mode !== "raw" && mode !== "connect") throw new Error(`BENCH_FLOOR must be r
 const config = loadConfig(process.env);
 const ca = await loadOrCreateCa(config.certsDir);
 const tls = await ca.ensureServerCertificate(config.certsDir, config.serverNames);
-const book = new HeartbeatBook();
+const book = new HeartbeatBook(0);
 let open = 0;
 
 const agentConfig = () =>

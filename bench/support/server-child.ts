@@ -19,7 +19,7 @@ import type { Deps } from "../../server/app.js";
 import { SessionRegistry } from "../../server/dispatch/sessions.js";
 import { HeartbeatBook } from "../../server/liveness/heartbeats.js";
 import { JobEngine } from "../../server/jobs/engine.js";
-import { reconcileLiveness, closeRevokedSessions } from "../../server/sweeper/liveness.js";
+import { reconcileLiveness, revokedSessionSweeper } from "../../server/sweeper/liveness.js";
 import { authorizeNode } from "../../server/auth/node.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 
@@ -129,7 +129,7 @@ serve({
   /**
    * What the server's periodic loops and a session's opening cost on this database, timed one by
    * one on a side set of Deps that shares the real database: the same functions, with every
-   * provisioned node "connected" (so closeRevokedSessions asks about all their serials) and a
+   * provisioned node "connected" (so the revoked-session sweep has sessions to look after) and a
    * heartbeat of every node waiting to be flushed. Run before agents connect; it leaves the nodes
    * pending and unheard-of again (their audit records of going online stay).
    */
@@ -147,7 +147,7 @@ serve({
       ca: server.ca,
       db: server.db,
       sessions,
-      heartbeats: new HeartbeatBook(),
+      heartbeats: new HeartbeatBook(0),
       jobs: undefined as unknown as JobEngine,
       shutdown: shutdown.signal,
     } as Deps;
@@ -168,12 +168,12 @@ serve({
       await side.heartbeats.flush(prisma);
     }, rounds);
     // The first round moves every node from its stored liveness to online (a transaction and an
-    // audit record each, as when a fleet connects); later rounds only read every node.
+    // audit record each, as when a fleet connects); later rounds find no node whose stored liveness is contradicted.
     const t0 = performance.now();
     out.livenessTransitions = await reconcileLiveness(side);
     out.firstReconcileMs = performance.now() - t0;
     out.reconcileLivenessMs = await time(() => reconcileLiveness(side), rounds);
-    out.closeRevokedSessionsMs = await time(() => closeRevokedSessions(side), rounds);
+    out.closeRevokedSessionsMs = await time(revokedSessionSweeper(side), rounds);
     out.jobsSweepMs = await time(() => engine.sweep(), rounds);
     const sample = creds.slice(0, Math.min(opens, creds.length));
     let k = 0;

@@ -1,17 +1,23 @@
 // Heartbeats are held in memory and persisted in batches, as Kubernetes node leases are: a
 // heartbeat per database write cannot keep up with a fleet. Liveness always reads the newer of the
 // in-memory and persisted times, so a node never looks alive longer than it is; a replica that dies
-// with unflushed heartbeats only makes its nodes look *less* alive until they next report.
+// with unflushed heartbeats only makes its nodes look *less* alive until they next report. Each
+// node's time is written at most every `persistEveryMs`: other replicas and the reconcilers' queries
+// see it that much late, which again errs towards less alive.
 import type { PrismaClient } from "../../gen/prisma/client.js";
 
 export class HeartbeatBook {
   private readonly latest = new Map<string, number>();
+  private readonly persisted = new Map<string, number>();
   private unflushed = new Map<string, number>();
+
+  constructor(private readonly persistEveryMs: number) {}
 
   /** Records a heartbeat at the server's receive time. */
   record(nodeId: string, receivedAt: number): void {
     this.latest.set(nodeId, receivedAt);
-    this.unflushed.set(nodeId, receivedAt);
+    const written = this.persisted.get(nodeId);
+    if (written === undefined || receivedAt - written >= this.persistEveryMs) this.unflushed.set(nodeId, receivedAt);
   }
 
   /** The newest heartbeat time known here and in the database row. */
@@ -24,6 +30,7 @@ export class HeartbeatBook {
 
   forget(nodeId: string): void {
     this.latest.delete(nodeId);
+    this.persisted.delete(nodeId);
     this.unflushed.delete(nodeId);
   }
 
@@ -46,6 +53,7 @@ export class HeartbeatBook {
       for (const [id, t] of batch) if (!this.unflushed.has(id)) this.unflushed.set(id, t);
       throw err;
     }
+    for (const [id, t] of batch) this.persisted.set(id, t);
     return ids.length;
   }
 }
