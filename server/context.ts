@@ -33,3 +33,11 @@ export function peerOf(socket: TLSSocket): Pick<Caller, "certificate" | "certifi
   }
   return { certificate: cert, certificateError: undefined };
 }
+
+/**
+ * The caller without its certificate, for what outlives authentication: a parsed peer
+ * certificate is several KiB, and a long-lived stream has no further use for it.
+ */
+export function withoutCertificate(caller: Caller): Caller {
+  return { correlationId: caller.correlationId, log: caller.log, certificate: undefined, certificateError: undefined };
+}

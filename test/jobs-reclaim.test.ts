@@ -65,6 +65,9 @@ describe("a partitioned node", () => {
     // The partition: the session and heartbeats stop, the job keeps running on the node.
     const partitionedAt = Date.now();
     await agent.disconnect();
+    // A job created before the server notices the dead session is leased to it (and reclaimed
+    // later, correctly); this one is meant to wait for the node, so create it once it is gone.
+    await eventually(async () => !(await ts.admin.getNode({ nodeId: node.nodeId })).node!.connected, 5_000, "session gone on the server");
     const queued = (await ts.admin.createJob({ nodeId: node.nodeId, spec: { kind: { case: "runtimeHealth", value: { runtimeId: "queued" } } } })).job!;
 
     const reclaimed = await eventually(async () => {

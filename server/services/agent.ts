@@ -16,7 +16,7 @@ import {
 import type { Deps } from "../app.js";
 import type { Config } from "../config.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
-import { callOf } from "../context.js";
+import { callOf, withoutCertificate } from "../context.js";
 import { authenticateNode, presentedIdentity, authorizeNode } from "../auth/node.js";
 import { enroll } from "../enrollment/enroll.js";
 import { renewCredential } from "../nodes/lifecycle.js";
@@ -107,7 +107,7 @@ export function agentService(deps: Deps, jobs: Partial<ServiceImpl<typeof AgentS
       const caller = callOf(ctx);
       const identity = presentedIdentity(caller);
       const node = await authorizeNode(prisma, identity);
-      yield* openSession(deps, node, identity, requests, caller);
+      yield* openSession(deps, node, identity, requests, withoutCertificate(caller));
     },
     claimJob: notYet,
     reportJobProgress: notYet,

@@ -14,7 +14,7 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
-import type { Caller } from "../context.js";
+import { withoutCertificate, type Caller } from "../context.js";
 import type { Deps } from "../app.js";
 import { authorizeNode, presentedIdentity } from "../auth/node.js";
 import { openSession } from "./session.js";
@@ -118,7 +118,7 @@ export function serveGrpcSession(
   void (async () => {
     const identity = presentedIdentity(caller);
     const node = await authorizeNode(deps.db.prisma, identity);
-    for await (const message of openSession(deps, node, identity, inbound, caller)) {
+    for await (const message of openSession(deps, node, identity, inbound, withoutCertificate(caller))) {
       if (stream.destroyed) break;
       if (!responded) {
         responded = true;
