@@ -1,6 +1,5 @@
 // The seam between sessions and jobs: how a Session answers job messages and what happens when a
 // node's session opens.
-import { Code, ConnectError } from "@connectrpc/connect";
 import type { Reply, SessionRequest } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 
 export type JobMessage = Extract<SessionRequest["message"], { case: "jobProgress" | "jobComplete" | "jobFail" }>;
@@ -9,8 +8,3 @@ export interface JobDispatch {
   answer(nodeId: string, message: JobMessage): Promise<Reply["result"]>;
   sessionOpened(nodeId: string, runningJobIds: string[], correlationId: string): Promise<void>;
 }
-
-export const noJobs: JobDispatch = {
-  answer: () => Promise.reject(new ConnectError("jobs are not available on this server", Code.Unimplemented)),
-  sessionOpened: () => Promise.resolve(),
-};

@@ -41,7 +41,10 @@ import { decodeOffset, decodeSeq, encodePageToken, pageSizeOf, splitPage } from 
 import { recordAudit, operatorActor } from "../audit/audit.js";
 import type { Prisma } from "../../gen/prisma/client.js";
 
-export function adminService(deps: Deps, jobs: Partial<ServiceImpl<typeof AdminService>>): ServiceImpl<typeof AdminService> {
+export function adminService(
+  deps: Deps,
+  jobs: Pick<ServiceImpl<typeof AdminService>, "createJob" | "getJob" | "listJobs" | "cancelJob">,
+): ServiceImpl<typeof AdminService> {
   const prisma = deps.db.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
   const oneNode = async (id: string) => (await nodeMessages(deps, [await findNodeOrThrow(prisma, id)]))[0]!.message;
@@ -187,16 +190,8 @@ export function adminService(deps: Deps, jobs: Partial<ServiceImpl<typeof AdminS
         nextPageToken: more ? encodePageToken(String(page[page.length - 1]!.seq)) : "",
       });
     },
-    createJob: unimplemented,
-    getJob: unimplemented,
-    listJobs: unimplemented,
-    cancelJob: unimplemented,
     ...jobs,
   };
-}
-
-function unimplemented(): never {
-  throw new ConnectError("not implemented yet", Code.Unimplemented);
 }
 
 async function filteredNodes(deps: Deps, liveness: LivenessEnum[], labels: Record<string, string>): Promise<NodeMessage[]> {

@@ -1,6 +1,6 @@
 // modelforge.agent.v1.AgentService: the node-facing API. Unary calls and Session messages go
 // through the same functions (../nodes/reports.ts, ../jobs), so both paths follow one set of rules.
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampNow } from "@bufbuild/protobuf/wkt";
 import {
@@ -53,7 +53,10 @@ export function serverInfo(ca: Pick<Deps["ca"], "certPem" | "fingerprint">) {
   });
 }
 
-export function agentService(deps: Deps, jobs: Partial<ServiceImpl<typeof AgentService>>): ServiceImpl<typeof AgentService> {
+export function agentService(
+  deps: Deps,
+  jobs: Pick<ServiceImpl<typeof AgentService>, "claimJob" | "reportJobProgress" | "completeJob" | "failJob">,
+): ServiceImpl<typeof AgentService> {
   const prisma = deps.db.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
 
@@ -109,14 +112,6 @@ export function agentService(deps: Deps, jobs: Partial<ServiceImpl<typeof AgentS
       const node = await authorizeNode(prisma, identity);
       yield* openSession(deps, node, identity, requests, withoutCertificate(caller));
     },
-    claimJob: notYet,
-    reportJobProgress: notYet,
-    completeJob: notYet,
-    failJob: notYet,
     ...jobs,
   };
-}
-
-function notYet(): never {
-  throw new ConnectError("not implemented yet", Code.Unimplemented);
 }
