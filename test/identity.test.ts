@@ -291,13 +291,14 @@ describe("decommission", () => {
     const done = await ts.admin.decommissionNode({ nodeId: node.nodeId, reason: "hardware retired" });
     expect(done.revokedSerials).toEqual(preview.credentialSerials);
 
+    // Called one at a time: a rejection not yet awaited would be an unhandled one.
     for (const call of [
-      client.heartbeat({}),
-      client.putInventory({}),
-      client.putTelemetry({}),
-      client.renewCredential({ csrPem: generateNodeKeyAndCsr().csrPem }),
+      () => client.heartbeat({}),
+      () => client.putInventory({}),
+      () => client.putTelemetry({}),
+      () => client.renewCredential({ csrPem: generateNodeKeyAndCsr().csrPem }),
     ]) {
-      expect((await rejection(call)).code).toBe(Code.Unauthenticated);
+      expect((await rejection(call())).code).toBe(Code.Unauthenticated);
     }
     expect((await rejection(ts.admin.createEnrollmentToken({ nodeId: node.nodeId }))).code).toBe(Code.FailedPrecondition);
     expect((await rejection(ts.admin.rotateNodeCredential({ nodeId: node.nodeId }))).code).toBe(Code.FailedPrecondition);
