@@ -28,6 +28,7 @@ import { AsyncQueue } from "../../common/queue.js";
 import { agentVersion, protocolVersion } from "../../agent/version.js";
 import { backoffDelay } from "../../agent/rules.js";
 import { emit, serve } from "./ipc.js";
+import { FrameReader, frame } from "../../server/services/session-grpc.js";
 
 interface Setup {
   url: string;
@@ -222,15 +223,9 @@ function openRaw(agent: { certPem: string }, onMessage: (m: SessionResponse) => 
     grpcStatus(h);
   });
   stream.on("trailers", grpcStatus);
-  let buf: Buffer | undefined;
+  const reader = new FrameReader();
   stream.on("data", (chunk: Buffer) => {
-    buf = buf === undefined || buf.length === 0 ? chunk : Buffer.concat([buf, chunk]);
-    while (buf.length >= 5) {
-      const len = buf.readUInt32BE(1);
-      if (buf.length < 5 + len) break;
-      onMessage(fromBinary(SessionResponseSchema, buf.subarray(5, 5 + len)));
-      buf = buf.subarray(5 + len);
-    }
+    for (const bytes of reader.push(chunk)) onMessage(fromBinary(SessionResponseSchema, bytes));
   });
   stream.on("error", (err) => end("failed", new ConnectError(err.message, Code.Unavailable)));
   stream.on("close", () => {
@@ -239,12 +234,7 @@ function openRaw(agent: { certPem: string }, onMessage: (m: SessionResponse) => 
   });
   return {
     send(m) {
-      const bin = toBinary(SessionRequestSchema, m);
-      const frame = Buffer.allocUnsafe(5 + bin.length);
-      frame[0] = 0;
-      frame.writeUInt32BE(bin.length, 1);
-      frame.set(bin, 5);
-      stream.write(frame);
+      stream.write(frame(toBinary(SessionRequestSchema, m)));
     },
     end: () => stream.end(),
   };

@@ -31,6 +31,7 @@ import { http2ServerTuning } from "../../server/tuning.js";
 import { emit, serve } from "./ipc.js";
 import { procStatus } from "./stats.js";
 import { startAllocationProfile, startProfile, stopAllocationProfile, stopProfile, summarizeProfile } from "./profile.js";
+import { FrameReader, frame } from "../../server/services/session-grpc.js";
 
 const mode = process.env.BENCH_FLOOR;
 if (mode !== "raw" && mode !== "connect") throw new Error(`BENCH_FLOOR must be raw or connect, not ${mode}`);
@@ -98,23 +99,12 @@ if (mode === "connect") {
     open++;
     stream.respond({ ":status": 200, "content-type": "application/grpc+proto" }, { waitForTrailers: true });
     stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));
-    const send = (m: SessionResponse) => {
-      const bin = toBinary(SessionResponseSchema, m);
-      const frame = Buffer.allocUnsafe(5 + bin.length);
-      frame[0] = 0;
-      frame.writeUInt32BE(bin.length, 1);
-      frame.set(bin, 5);
-      stream.write(frame);
-    };
+    const send = (m: SessionResponse) => stream.write(frame(toBinary(SessionResponseSchema, m)));
     let hello = false;
-    let buf: Buffer | undefined;
+    const reader = new FrameReader();
     stream.on("data", (chunk: Buffer) => {
-      buf = buf === undefined || buf.length === 0 ? chunk : Buffer.concat([buf, chunk]);
-      while (buf.length >= 5) {
-        const len = buf.readUInt32BE(1);
-        if (buf.length < 5 + len) break;
-        const req = fromBinary(SessionRequestSchema, buf.subarray(5, 5 + len));
-        buf = buf.subarray(5 + len);
+      for (const bytes of reader.push(chunk)) {
+        const req = fromBinary(SessionRequestSchema, bytes);
         if (!hello) {
           hello = true;
           send(welcome());
