@@ -25,6 +25,7 @@ import { nodeClient } from "./transport.js";
 import { agentVersion, protocolVersion } from "./version.js";
 import { backoffDelay, renewalDue } from "./rules.js";
 import { checkIssued } from "./enroll.js";
+import { sleep } from "../common/sleep.js";
 
 type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 export type ReplyResult = Reply["result"];
@@ -262,15 +263,4 @@ function ms(d: Parameters<typeof durationMs>[0] | undefined, fallback: number): 
   return v > 0 ? v : fallback;
 }
 
-function sleep(msDelay: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(done, msDelay);
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener("abort", done);
-      resolve();
-    }
-    signal.addEventListener("abort", done, { once: true });
-  });
-}
 

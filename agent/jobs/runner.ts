@@ -30,6 +30,7 @@ import type { ReplyResult, SessionJobs, SessionLink } from "../session.js";
 import { CapabilityRegistry, isDestructive, JobFailureError, type JobContext, type ProgressUpdate } from "./registry.js";
 import type { ReceiptStore } from "./receipts.js";
 import { agentVersion } from "../version.js";
+import { sleep } from "../../common/sleep.js";
 
 /** Why a handler's signal was aborted. */
 export class LeaseLost extends Error {
@@ -376,14 +377,3 @@ function failureOutcome(code: JobFailureCode, message: string, retryable: boolea
   return { kind: "failure", failure: create(JobFailureSchema, { code, message, retryable }) };
 }
 
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    }
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}

@@ -31,6 +31,7 @@ import {
 } from "../args.js";
 import { clean, dateOf, enumName, fields, formatAge, formatPercent, formatTimeAndAge, progressLine, table } from "../format.js";
 import { printJson, printJsonLine } from "../output.js";
+import { sleep } from "../../common/sleep.js";
 
 /** A problem with the spec file's content or access: exit 2, without the usage hint. */
 export class SpecFileError extends UsageError {
@@ -283,18 +284,6 @@ const cancelCommand: Command = {
   },
 };
 
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
-}
 
 /** Errors worth riding out while polling: the server restarting or a slow answer. */
 const transient = (err: unknown) =>

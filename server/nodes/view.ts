@@ -32,9 +32,8 @@ export async function presentGpuCounts(deps: Deps, nodeIds: string[]): Promise<M
 export async function nodeMessages(deps: Deps, nodes: Node[]) {
   const counts = await presentGpuCounts(deps, nodes.map((n) => n.id));
   const now = Date.now();
-  return nodes.map((n) => ({ node: n, view: viewOf(deps, n, counts.get(n.id) ?? 0, now) })).map(({ node, view }) => ({
-    node,
-    view,
-    message: nodeToProto(node, view),
-  }));
+  return nodes.map((node) => {
+    const view = viewOf(deps, node, counts.get(node.id) ?? 0, now);
+    return { node, view, message: nodeToProto(node, view) };
+  });
 }

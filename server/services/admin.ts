@@ -40,6 +40,7 @@ import { auditToProto, livenessFromProto, tokenToProto } from "./convert.js";
 import { decodeOffset, decodeSeq, encodePageToken, pageSizeOf, splitPage } from "./paging.js";
 import { recordAudit, operatorActor } from "../audit/audit.js";
 import type { Prisma } from "../../gen/prisma/client.js";
+import { sleep } from "../../common/sleep.js";
 
 export function adminService(
   deps: Deps,
@@ -208,14 +209,3 @@ async function filteredNodes(deps: Deps, liveness: LivenessEnum[], labels: Recor
   return (await nodeMessages(deps, nodes)).filter((n) => wanted.size === 0 || wanted.has(n.view.liveness)).map((n) => n.message);
 }
 
-function sleep(ms: number, ...signals: AbortSignal[]): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      for (const s of signals) s.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    for (const s of signals) s.addEventListener("abort", done, { once: true });
-  });
-}
