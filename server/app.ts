@@ -104,6 +104,16 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       handle(req, res);
     },
   );
+  // gRPC Session streams skip the compatibility layer (one request/response pair per stream) and
+  // are served on the core stream API; every other stream goes on to it as before.
+  let serveSession: ((stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => void) | undefined;
+  const compat = server.listeners("stream") as ((...args: unknown[]) => void)[];
+  if (compat.length !== 1) throw new Error("node:http2 no longer installs one compatibility stream listener");
+  server.removeAllListeners("stream");
+  server.on("stream", (stream, headers, ...rest) => {
+    if (serveSession !== undefined && isGrpcSession(headers)) serveSession(stream, headers);
+    else compat[0]!.call(server, stream, headers, ...rest);
+  });
   const connections = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     connections.add(s);
@@ -153,11 +163,8 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey)],
     contextValues,
   });
-  handle = (req, res) => {
-    if (!isGrpcSession(req.headers)) return connect(req, res);
-    const id = (req as unknown as Record<symbol, string>)[correlationSymbol]!;
-    serveGrpcSession(deps, req as http2.Http2ServerRequest, res as http2.Http2ServerResponse, callerOf(req, id, log), id);
-  };
+  handle = connect;
+  serveSession = (stream, headers) => serveGrpcSession(deps, stream, headers, log);
   health.setServing();
   log.info({ url, database: db.describe }, "control plane ready");
 

@@ -185,6 +185,39 @@ describe("session protocol", () => {
     expect((err as ConnectError).rawMessage).toBe("protocol version 99 is not supported; this server accepts 1");
   });
 
+  it("answers pipelined messages strictly in order, a slow or refused one holding back the rest", async () => {
+    const other = await enrollTestNode(ts, "pipelining-agent");
+    const client = await other.client();
+    const telemetry = (messageId: bigint) => ({
+      messageId,
+      message: { case: "telemetry" as const, value: { report: { sequence: 1n, observedAt: timestampFromMs(Date.now()) } } },
+    });
+    const heartbeat = (messageId: bigint) => ({ messageId, message: { case: "heartbeat" as const, value: {} } });
+    const outbound = (async function* () {
+      // Hello after the server has authorized the stream and is waiting for it.
+      await new Promise((r) => setTimeout(r, 300));
+      yield { messageId: 1n, message: { case: "hello" as const, value: { protocolVersion: 1, agentVersion: "test" } } };
+      // Sent together: telemetry needs the database, heartbeats do not, a replay is refused.
+      yield heartbeat(2n);
+      yield telemetry(3n);
+      yield heartbeat(4n);
+      yield telemetry(5n);
+      yield heartbeat(6n);
+      await new Promise((r) => setTimeout(r, 5_000));
+    })();
+    const replies: string[] = [];
+    let welcomed = false;
+    for await (const res of client.session(outbound)) {
+      if (res.message.case === "welcome") welcomed = true;
+      if (res.message.case !== "reply") continue;
+      const { messageId, result } = res.message.value;
+      replies.push(`${messageId}:${result.case === "error" ? result.value.code : result.case}`);
+      if (replies.length === 5) break;
+    }
+    expect(welcomed).toBe(true);
+    expect(replies).toEqual(["2:heartbeat", "3:telemetry", "4:heartbeat", "5:aborted", "6:heartbeat"]);
+  });
+
   it("refuses a session that does not start with hello", async () => {
     const other = await enrollTestNode(ts, "rude-agent");
     const client = await other.client();

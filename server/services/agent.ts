@@ -17,12 +17,12 @@ import type { Deps } from "../app.js";
 import type { Config } from "../config.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { callOf, withoutCertificate } from "../context.js";
-import { authenticateNode, presentedIdentity, authorizeNode } from "../auth/node.js";
+import { authenticateNode, presentedIdentity } from "../auth/node.js";
 import { enroll } from "../enrollment/enroll.js";
 import { renewCredential } from "../nodes/lifecycle.js";
 import { putInventory, putTelemetry } from "../nodes/reports.js";
 import { pendingInstructions } from "../dispatch/instructions.js";
-import { openSession } from "./session.js";
+import { connectSession } from "./session.js";
 import { ts } from "./convert.js";
 
 /** Built once per server: it only changes with the configuration. */
@@ -108,9 +108,7 @@ export function agentService(
     },
     async *session(requests, ctx) {
       const caller = callOf(ctx);
-      const identity = presentedIdentity(caller);
-      const node = await authorizeNode(prisma, identity);
-      yield* openSession(deps, node, identity, requests, withoutCertificate(caller));
+      yield* connectSession(deps, presentedIdentity(caller), requests, withoutCertificate(caller));
     },
     ...jobs,
   };

@@ -1,23 +1,25 @@
-// The Session stream in the gRPC protocol, served on Node's HTTP/2 stream directly. It runs the
-// same session logic as the Connect handler (./session.ts); it only replaces Connect's generic
-// streaming machinery, which cost about 150 µs and 75 KiB per connection more than this framing
-// (bench/heartbeats.ts) and so kept a 2-core server from holding 5,000 agents. gRPC-Web and the
-// Connect protocol still reach Session through Connect.
+// The Session stream in the gRPC protocol, served on Node's core HTTP/2 stream API. It runs the
+// same session object as the Connect handler (./session.ts); it only bypasses Connect's generic
+// streaming machinery and Node's HTTP/2 compatibility request/response, which together cost about
+// 150 µs and 75 KiB per connection more than this framing (bench/heartbeats.ts) and so kept a
+// 2-core server from holding 5,000 agents. gRPC-Web and the Connect protocol still reach Session
+// through Connect.
 import type http2 from "node:http2";
+import type { TLSSocket } from "node:tls";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
   AgentService,
   SessionRequestSchema,
   SessionResponseSchema,
-  type SessionRequest,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
-import { withoutCertificate, type Caller } from "../context.js";
+import { peerOf } from "../context.js";
 import type { Deps } from "../app.js";
-import { authorizeNode, presentedIdentity } from "../auth/node.js";
-import { openSession } from "./session.js";
+import type { Logger } from "../observability/logger.js";
+import { correlationHeader, correlationIdFrom } from "../observability/correlation.js";
+import { presentedIdentity } from "../auth/node.js";
+import { AgentSession } from "./session.js";
 
 export const sessionPath = `/${AgentService.typeName}/${AgentService.method.session.name}`;
 
@@ -69,65 +71,66 @@ function trailersOf(err: unknown): http2.OutgoingHttpHeaders {
 }
 
 /**
- * Serves one Session call. Input is read through the compatibility request (which already listens
- * to the stream); messages go straight to the HTTP/2 stream, and the status goes out as trailers
- * through the compatibility response (which owns the stream's trailer event).
+ * Serves one Session call on its HTTP/2 stream: length-prefixed messages in, messages out, the
+ * status as trailers (or, when it fails before any message, in a trailers-only response).
  */
-export function serveGrpcSession(
-  deps: Deps,
-  req: http2.Http2ServerRequest,
-  res: http2.Http2ServerResponse,
-  caller: Caller,
-  correlationId: string,
-): void {
-  const stream = req.stream;
-  const inbound = new AsyncQueue<SessionRequest>();
-  const reader = new FrameReader();
+export function serveGrpcSession(deps: Deps, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, log: Logger): void {
+  const correlationId = correlationIdFrom(headers[correlationHeader]);
+  const callLog = log.child({ correlationId });
   let responded = false;
-  let finished = false;
-  const finish = (err: unknown) => {
-    if (finished) return;
-    finished = true;
-    inbound.fail(new ConnectError("stream closed", Code.Canceled));
+  let trailers: http2.OutgoingHttpHeaders | undefined;
+  stream.on("wantTrailers", () => stream.sendTrailers(trailers ?? trailersOf(undefined)));
+  stream.on("error", () => undefined);
+
+  const end = (err: ConnectError | undefined) => {
+    if (trailers !== undefined) return;
+    trailers = trailersOf(err);
+    // A stream that is already gone (the agent left) has no one to tell and nothing to log.
     if (stream.destroyed || stream.closed) return;
     if (err !== undefined) {
-      const ce = ConnectError.from(err);
-      const line = { method: "Session", path: sessionPath, code: codeName(ce.code), message: ce.rawMessage };
-      if (ce.code === Code.Internal || ce.code === Code.Unknown) caller.log.error(line, "rpc failed");
-      else caller.log.warn(line, "rpc refused");
+      const line = { method: "Session", path: sessionPath, code: codeName(err.code), message: err.rawMessage };
+      if (err.code === Code.Internal || err.code === Code.Unknown) callLog.error(line, "rpc failed");
+      else callLog.warn(line, "rpc refused");
     }
     if (!responded) {
       // Trailers-only response: the status travels in the headers.
-      stream.respond({ ":status": 200, "content-type": "application/grpc+proto", "x-request-id": correlationId, ...trailersOf(err) }, { endStream: true });
+      stream.respond({ ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId, ...trailers }, { endStream: true });
       return;
     }
-    res.addTrailers(trailersOf(err));
     stream.end();
   };
-  req.on("data", (chunk: Buffer) => {
+
+  let session: AgentSession;
+  try {
+    const identity = presentedIdentity(peerOf(stream.session!.socket as TLSSocket));
+    session = new AgentSession(deps, identity, { correlationId, log: callLog, certificate: undefined, certificateError: undefined }, {
+      send(message) {
+        if (stream.destroyed) return;
+        if (!responded) {
+          responded = true;
+          stream.respond({ ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId }, { waitForTrailers: true });
+        }
+        // An agent that stops reading stops being read: its own messages wait in flow control.
+        if (!stream.write(frame(toBinary(SessionResponseSchema, message))) && !stream.isPaused()) {
+          stream.pause();
+          stream.once("drain", () => stream.resume());
+        }
+      },
+      end,
+    });
+  } catch (err) {
+    end(ConnectError.from(err));
+    return;
+  }
+
+  const reader = new FrameReader();
+  stream.on("data", (chunk: Buffer) => {
     try {
-      for (const bytes of reader.push(chunk)) inbound.push(fromBinary(SessionRequestSchema, bytes));
+      for (const bytes of reader.push(chunk)) session.receive(fromBinary(SessionRequestSchema, bytes));
     } catch (err) {
-      finish(err instanceof ConnectError ? err : new ConnectError("malformed message", Code.InvalidArgument));
+      session.close(err instanceof ConnectError ? err : new ConnectError("malformed message", Code.InvalidArgument));
     }
   });
-  req.on("end", () => (reader.empty ? inbound.end() : finish(new ConnectError("truncated message", Code.InvalidArgument))));
-  stream.on("close", () => inbound.fail(new ConnectError("stream closed", Code.Canceled)));
-  stream.on("error", () => undefined);
-
-  void (async () => {
-    const identity = presentedIdentity(caller);
-    const node = await authorizeNode(deps.db.prisma, identity);
-    for await (const message of openSession(deps, node, identity, inbound, withoutCertificate(caller))) {
-      if (stream.destroyed) break;
-      if (!responded) {
-        responded = true;
-        stream.respond({ ":status": 200, "content-type": "application/grpc+proto", "x-request-id": correlationId }, { waitForTrailers: true });
-      }
-      stream.write(frame(toBinary(SessionResponseSchema, message)));
-    }
-  })().then(
-    () => finish(undefined),
-    (err: unknown) => finish(err),
-  );
+  stream.on("end", () => (reader.empty ? session.endInput() : session.close(new ConnectError("truncated message", Code.InvalidArgument))));
+  stream.on("close", () => session.close(new ConnectError("stream closed", Code.Canceled)));
 }

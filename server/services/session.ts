@@ -3,6 +3,11 @@
 // pushes leases, cancellations and instructions whenever it has them. A refused message gets a
 // ReplyError and the stream stays open; revocation, disable, decommission, shutdown or a newer
 // session of the same node end it.
+//
+// A session is one event-driven object per stream (no queues, generators or promise per message):
+// a server holds thousands of them, and heartbeats, which need no I/O, are answered synchronously.
+// The transports (./session-grpc.ts on the raw HTTP/2 stream, `connectSession` below for Connect
+// and gRPC-Web) feed it messages and give it a sink to write to.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import {
@@ -10,13 +15,14 @@ import {
   ReplySchema,
   SessionResponseSchema,
   WelcomeSchema,
+  type Hello,
   type Reply,
   type SessionRequest,
   type SessionResponse,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Node } from "../../gen/prisma/client.js";
 import type { Deps } from "../app.js";
-import type { NodeIdentity } from "../auth/node.js";
+import { authorizeNode, type NodeIdentity } from "../auth/node.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
 import type { Caller } from "../context.js";
@@ -28,14 +34,18 @@ import { heartbeatResponse } from "./agent.js";
 
 type Result = Reply["result"];
 
-/** Answers one agent message; jobs add their cases through `deps.jobs`. */
+/** Where a session's responses go: the transport's side of the stream. */
+export interface SessionSink {
+  /** Writes one message to the agent. */
+  send(message: SessionResponse): void;
+  /** Ends the stream once: cleanly when `error` is undefined, otherwise with that status. */
+  end(error: ConnectError | undefined): void;
+}
+
+/** Answers one agent message that needs I/O; jobs add their cases through `deps.jobs`. */
 async function answer(deps: Deps, nodeId: string, msg: SessionRequest, correlationId: string): Promise<Result> {
   const m = msg.message;
   switch (m.case) {
-    case "heartbeat":
-      deps.heartbeats.record(nodeId, Date.now());
-      // Pending instructions reach a connected node as pushes; none need repeating here.
-      return { case: "heartbeat", value: heartbeatResponse(deps, []) };
     case "inventory":
       return { case: "inventory", value: await putInventory(deps, nodeId, m.value.report, correlationId) };
     case "telemetry":
@@ -51,96 +61,204 @@ async function answer(deps: Deps, nodeId: string, msg: SessionRequest, correlati
   }
 }
 
-export async function* openSession(
-  deps: Deps,
-  node: Node,
-  identity: NodeIdentity,
-  requests: AsyncIterable<SessionRequest>,
-  caller: Caller,
-): AsyncGenerator<SessionResponse> {
-  const inbound = requests[Symbol.asyncIterator]();
-  const first = await inbound.next();
-  if (first.done) return;
-  if (first.value.message.case !== "hello") {
+/** Refuses a Hello this server cannot talk to; returns the capabilities it records. */
+export function acceptHello(first: SessionRequest): { hello: Hello; capabilities: string[] } {
+  if (first.message.case !== "hello") {
     throw new ConnectError("the first session message must be hello", Code.InvalidArgument);
   }
-  const hello = first.value.message.value;
+  const hello = first.message.value;
   if (!supportedProtocolVersions.includes(hello.protocolVersion)) {
     throw new ConnectError(
       `protocol version ${hello.protocolVersion} is not supported; this server accepts ${supportedProtocolVersions.join(", ")}`,
       Code.Aborted,
     );
   }
-  const capabilities = [...new Set(hello.capabilities)].slice(0, 256);
-  const cursors = await deps.db.prisma.streamCursor.findMany({ where: { nodeId: node.id }, select: { stream: true, sequence: true } });
-  await deps.db.prisma.node.update({
-    where: { id: node.id },
-    data: { agentVersion: hello.agentVersion.slice(0, 64) || null, protocolVersion: hello.protocolVersion, capabilities },
-  });
-  deps.heartbeats.record(node.id, Date.now());
+  return { hello, capabilities: [...new Set(hello.capabilities)].slice(0, 256) };
+}
 
-  const outbox = new AsyncQueue<SessionResponse>();
-  const live: LiveSession = {
-    nodeId: node.id,
-    serial: identity.serial,
-    send: (m) => outbox.push(m),
-    close: (reason) => outbox.fail(reason),
-  };
-  const onShutdown = () => outbox.fail(new ConnectError("server shutting down", Code.Unavailable));
-  deps.shutdown.addEventListener("abort", onShutdown, { once: true });
-  deps.sessions.attach(live);
-  try {
-    caller.log.info({ nodeId: node.id, agentVersion: hello.agentVersion, capabilities }, "session opened");
-    outbox.push(
+function replyTo(messageId: bigint, result: Result): SessionResponse {
+  return create(SessionResponseSchema, { message: { case: "reply", value: create(ReplySchema, { messageId, result }) } });
+}
+
+type Phase = "authorizing" | "hello" | "open" | "closed";
+
+/**
+ * One node's Session on this replica. Agent messages are answered strictly in order, one at a
+ * time (a message that waits on the database holds back the ones after it); pushes from the
+ * registry interleave freely.
+ */
+export class AgentSession implements LiveSession {
+  readonly nodeId: string;
+  readonly serial: string;
+  private phase: Phase = "authorizing";
+  /** Messages received while an earlier one is still being answered. */
+  private backlog: SessionRequest[] | undefined;
+  private busy = true;
+  /** The authorized node's row, until Hello has been answered. */
+  private node: Node | undefined;
+  private inputEnded = false;
+  private readonly onShutdown = () => this.close(new ConnectError("server shutting down", Code.Unavailable));
+
+  constructor(
+    private readonly deps: Deps,
+    identity: NodeIdentity,
+    private readonly caller: Caller,
+    private readonly sink: SessionSink,
+  ) {
+    this.nodeId = identity.nodeId;
+    this.serial = identity.serial;
+    authorizeNode(deps.db.prisma, identity).then(
+      (node) => this.authorized(node),
+      (err: unknown) => this.close(err),
+    );
+  }
+
+  /** An agent message arrived. */
+  receive(message: SessionRequest): void {
+    if (this.phase === "closed") return;
+    if (this.busy) (this.backlog ??= []).push(message);
+    else this.handle(message);
+  }
+
+  /** The agent closed its side: answer what is pending, then end cleanly. */
+  endInput(): void {
+    this.inputEnded = true;
+    if (!this.busy) this.close(undefined);
+  }
+
+  /** LiveSession: a push from the server. False once the session has ended. */
+  send(message: SessionResponse): boolean {
+    if (this.phase !== "open") return false;
+    this.sink.send(message);
+    return true;
+  }
+
+  /** Ends the session once (revocation, replacement, shutdown, transport gone, or a fatal error). */
+  close(reason: unknown): void {
+    if (this.phase === "closed") return;
+    const wasOpen = this.phase === "open";
+    this.phase = "closed";
+    this.backlog = undefined;
+    if (wasOpen) {
+      this.deps.sessions.detach(this);
+      this.deps.shutdown.removeEventListener("abort", this.onShutdown);
+      this.caller.log.info({ nodeId: this.nodeId }, "session closed");
+    }
+    if (reason === undefined || reason instanceof ConnectError) return this.sink.end(reason);
+    // Not ours to show the agent (a database error, a bug): logged here, a plain status there.
+    this.caller.log.error({ nodeId: this.nodeId, error: reason instanceof Error ? reason.message : String(reason) }, "session failed");
+    this.sink.end(new ConnectError(`internal error (request ${this.caller.correlationId})`, Code.Internal));
+  }
+
+  private authorized(node: Node): void {
+    if (this.phase === "closed") return;
+    this.node = node;
+    this.phase = "hello";
+    this.next();
+  }
+
+  /** Takes backlog messages until one needs to wait. */
+  private next(): void {
+    this.busy = false;
+    while (!this.busy && this.phase !== "closed") {
+      const message = this.backlog?.shift();
+      if (message === undefined) {
+        if (this.inputEnded) this.close(undefined);
+        return;
+      }
+      this.handle(message);
+    }
+  }
+
+  private handle(message: SessionRequest): void {
+    if (this.phase === "hello") {
+      this.busy = true;
+      const node = this.node!;
+      this.node = undefined;
+      this.open(node, message).then(
+        () => this.next(),
+        (err: unknown) => this.close(err),
+      );
+      return;
+    }
+    if (message.message.case === "heartbeat") {
+      // No I/O: answered at once. Pending instructions reach a connected node as pushes.
+      this.deps.heartbeats.record(this.nodeId, Date.now());
+      this.sink.send(replyTo(message.messageId, { case: "heartbeat", value: heartbeatResponse(this.deps, []) }));
+      return;
+    }
+    this.busy = true;
+    answer(this.deps, this.nodeId, message, this.caller.correlationId)
+      .catch((err: unknown) => this.refusal(message, err))
+      .then((result) => {
+        if (this.phase !== "open") return;
+        this.sink.send(replyTo(message.messageId, result));
+        this.next();
+      })
+      .catch((err: unknown) => this.close(err));
+  }
+
+  private refusal(message: SessionRequest, err: unknown): Result {
+    const ce = ConnectError.from(err);
+    const log = this.caller.log;
+    if (!(err instanceof ConnectError)) log.error({ nodeId: this.nodeId, error: ce.message }, "session message failed");
+    else log.warn({ nodeId: this.nodeId, message: message.message.case, code: codeName(ce.code), reason: ce.rawMessage }, "session message refused");
+    const text = err instanceof ConnectError ? ce.rawMessage : `internal error (request ${this.caller.correlationId})`;
+    return { case: "error", value: create(ReplyErrorSchema, { code: codeName(ce.code), message: text }) };
+  }
+
+  private async open(node: Node, first: SessionRequest): Promise<void> {
+    const { hello, capabilities } = acceptHello(first);
+    const prisma = this.deps.db.prisma;
+    const cursors = await prisma.streamCursor.findMany({ where: { nodeId: node.id }, select: { stream: true, sequence: true } });
+    await prisma.node.update({
+      where: { id: node.id },
+      data: { agentVersion: hello.agentVersion.slice(0, 64) || null, protocolVersion: hello.protocolVersion, capabilities },
+    });
+    if (this.phase === "closed") return;
+    this.deps.heartbeats.record(node.id, Date.now());
+    this.phase = "open";
+    this.deps.shutdown.addEventListener("abort", this.onShutdown, { once: true });
+    if (this.deps.shutdown.aborted) return this.onShutdown();
+    this.deps.sessions.attach(this);
+    this.caller.log.info({ nodeId: node.id, agentVersion: hello.agentVersion, capabilities }, "session opened");
+    this.sink.send(
       create(SessionResponseSchema, {
         message: {
           case: "welcome",
           value: create(WelcomeSchema, {
             nodeId: node.id,
             serverVersion,
-            config: deps.agentConfig,
+            config: this.deps.agentConfig,
             instructions: pendingInstructions(node),
             streamSequences: Object.fromEntries(cursors.map((c) => [c.stream, c.sequence])),
           }),
         },
       }),
     );
-    await deps.jobs.sessionOpened(node.id, hello.runningJobIds, caller.correlationId);
-    pumpInbound(deps, node.id, inbound, outbox, caller);
-    yield* outbox;
-  } finally {
-    deps.sessions.detach(live);
-    deps.shutdown.removeEventListener("abort", onShutdown);
-    caller.log.info({ nodeId: node.id }, "session closed");
+    await this.deps.jobs.sessionOpened(node.id, hello.runningJobIds, this.caller.correlationId);
   }
 }
 
-/** Answers agent messages one at a time, in order, while pushes interleave freely. */
-function pumpInbound(
+/** Session for Connect's handler interface (Connect and gRPC-Web protocols): the same object, fed by an async iterable. */
+export async function* connectSession(
   deps: Deps,
-  nodeId: string,
-  inbound: AsyncIterator<SessionRequest>,
-  outbox: AsyncQueue<SessionResponse>,
+  identity: NodeIdentity,
+  requests: AsyncIterable<SessionRequest>,
   caller: Caller,
-): void {
-  const pump = (async () => {
-    for (;;) {
-      const next = await inbound.next();
-      if (next.done) break;
-      const msg = next.value;
-      let result: Result;
-      try {
-        result = await answer(deps, nodeId, msg, caller.correlationId);
-      } catch (err) {
-        const ce = ConnectError.from(err);
-        if (!(err instanceof ConnectError)) caller.log.error({ nodeId, error: ce.message }, "session message failed");
-        else caller.log.warn({ nodeId, message: msg.message.case, code: codeName(ce.code), reason: ce.rawMessage }, "session message refused");
-        const message = err instanceof ConnectError ? ce.rawMessage : `internal error (request ${caller.correlationId})`;
-        result = { case: "error", value: create(ReplyErrorSchema, { code: codeName(ce.code), message }) };
-      }
-      outbox.push(create(SessionResponseSchema, { message: { case: "reply", value: create(ReplySchema, { messageId: msg.messageId, result }) } }));
-    }
-    outbox.end();
-  })();
-  pump.catch((err: unknown) => outbox.fail(err));
+): AsyncGenerator<SessionResponse> {
+  const outbox = new AsyncQueue<SessionResponse>();
+  const session = new AgentSession(deps, identity, caller, {
+    send: (m) => outbox.push(m),
+    end: (err) => (err === undefined ? outbox.end() : outbox.fail(err)),
+  });
+  void (async () => {
+    for await (const message of requests) session.receive(message);
+    session.endInput();
+  })().catch((err: unknown) => session.close(err));
+  try {
+    yield* outbox;
+  } finally {
+    session.close(new ConnectError("stream closed", Code.Canceled));
+  }
 }
