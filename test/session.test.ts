@@ -211,6 +211,11 @@ describe("session protocol", () => {
       if (res.message.case === "welcome") welcomed = true;
       if (res.message.case !== "reply") continue;
       const { messageId, result } = res.message.value;
+      if (result.case === "heartbeat") {
+        // The server's clock only: configuration came in Welcome.
+        expect(Math.abs(timestampMs(result.value.serverTime!) - Date.now())).toBeLessThan(5_000);
+        expect(result.value.config).toBeUndefined();
+      }
       replies.push(`${messageId}:${result.case === "error" ? result.value.code : result.case}`);
       if (replies.length === 5) break;
     }

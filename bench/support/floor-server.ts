@@ -1,8 +1,8 @@
 // Bench-only reference servers for the Session stream, to tell the cost of the transport from the
 // cost of the control plane: the same TLS port setup (our CA and server certificate, optional
 // client certificates, server/tuning.ts) and the same messages (Welcome, then a Reply with a
-// HeartbeatResponse carrying config and server time per heartbeat, recorded in a HeartbeatBook),
-// with no database, no interceptors, no authorization.
+// HeartbeatResponse carrying the server time per heartbeat, recorded in a HeartbeatBook, as the
+// control plane's Session replies), with no database, no interceptors, no authorization.
 //   BENCH_FLOOR=connect: a bidirectional Connect handler (connectNodeAdapter), as ARCHITECTURE.md's
 //                        "bare Connect" measurement;
 //   BENCH_FLOOR=raw:     node:http2's core stream API with gRPC framing by hand.
@@ -60,7 +60,7 @@ const reply = (nodeId: string, req: SessionRequest): SessionResponse => {
       case: "reply",
       value: create(ReplySchema, {
         messageId: req.messageId,
-        result: { case: "heartbeat", value: create(HeartbeatResponseSchema, { config: agentConfig(), serverTime: timestampNow() }) },
+        result: { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) },
       }),
     },
   });

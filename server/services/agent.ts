@@ -39,7 +39,7 @@ export function agentConfigOf(c: Config): AgentConfig {
   });
 }
 
-export function heartbeatResponse(deps: Deps, instructions: Instruction[]) {
+function heartbeatResponse(deps: Deps, instructions: Instruction[]) {
   return create(HeartbeatResponseSchema, { config: deps.agentConfig, instructions, serverTime: timestampNow() });
 }
 

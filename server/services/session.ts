@@ -10,7 +10,9 @@
 // and gRPC-Web) feed it messages and give it a sink to write to.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
 import {
+  HeartbeatResponseSchema,
   ReplyErrorSchema,
   ReplySchema,
   SessionResponseSchema,
@@ -30,7 +32,6 @@ import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { pendingInstructions } from "../dispatch/instructions.js";
 import type { LiveSession } from "../dispatch/sessions.js";
 import { putInventory, putTelemetry } from "../nodes/reports.js";
-import { heartbeatResponse } from "./agent.js";
 
 type Result = Reply["result"];
 
@@ -182,9 +183,10 @@ export class AgentSession implements LiveSession {
       return;
     }
     if (message.message.case === "heartbeat") {
-      // No I/O: answered at once. Pending instructions reach a connected node as pushes.
+      // No I/O: answered at once. Pending instructions and configuration reach a connected node as
+      // pushes, so the reply is only the server's clock: the hot path of a fleet stays small.
       this.deps.heartbeats.record(this.nodeId, Date.now());
-      this.sink.send(replyTo(message.messageId, { case: "heartbeat", value: heartbeatResponse(this.deps, []) }));
+      this.sink.send(replyTo(message.messageId, { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) }));
       return;
     }
     this.busy = true;

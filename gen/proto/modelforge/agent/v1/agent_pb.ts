@@ -376,7 +376,8 @@ export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*
  */
 export type HeartbeatResponse = Message<"modelforge.agent.v1.HeartbeatResponse"> & {
   /**
-   * The current agent configuration.
+   * The current agent configuration. Set on the unary Heartbeat; on a Session, whose agent has the
+   * configuration from Welcome and receives changes as `config` pushes, replies leave it unset.
    *
    * @generated from field: modelforge.agent.v1.AgentConfig config = 1;
    */
