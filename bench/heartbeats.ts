@@ -203,6 +203,7 @@ try {
   const rampStart = Date.now();
   t = performance.now();
   let counts = await sumCounts(workers);
+  let previous = await server.call<ServerStats>("stats", {});
   const rampTo = async (perWorker: number, target: number) => {
     await Promise.all(workers.map((w) => w.call("start", { upTo: perWorker })));
     const deadline = performance.now() + (target / RAMP) * 1000 + 90_000;
@@ -210,7 +211,12 @@ try {
       await sleep(2000);
       counts = await sumCounts(workers);
       const s = await server.call<ServerStats>("stats", {});
-      log(`ramp: ${counts.connected} connected (server: ${s.connected}), ${counts.retries} retries, ${counts.failed} gave up; server RSS ${mib(s.mem.rss)} MiB, loop delay max ${ms(s.loopDelayMs.max)} ms`);
+      const cores = coresUsed(previous.cpu, s.cpu, s.at - previous.at);
+      previous = s;
+      log(
+        `ramp: ${counts.connected} connected (server: ${s.connected}), ${counts.retries} retries, ${counts.failed} gave up; ` +
+          `server ${cores.toFixed(2)} cores, RSS ${mib(s.mem.rss)} MiB, loop delay max ${ms(s.loopDelayMs.max)} ms`,
+      );
       if (counts.connected + counts.failed + counts.ended >= target || performance.now() > deadline) break;
     }
   };

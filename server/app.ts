@@ -114,6 +114,11 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     if (serveSession !== undefined && isGrpcSession(headers)) serveSession(stream, headers);
     else compat[0]!.call(server, stream, headers, ...rest);
   });
+  // Failed handshakes (a wrong CA pin, a scanner, a storm's timeouts) at debug level: one line per
+  // attempt would let anyone fill the log.
+  server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) =>
+    log.debug({ code: err.code ?? err.message, peer: socket.remoteAddress }, "TLS handshake failed"),
+  );
   const connections = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     connections.add(s);

@@ -2,14 +2,14 @@
 // server/app.ts spreads them into http2.createSecureServer. bench/heartbeats.ts measures their
 // effect (BENCH_TUNING=off runs the untuned baseline).
 //
-// What a connection costs, measured on Node 20 with 1,000-5,000 agents (bench/heartbeats.ts):
-// about 23 KiB of nghttp2 memory (its outbound frame buffer and HPACK tables; the table options
-// below take ~1 KiB off it), 60-90 KiB of JavaScript heap (Connect's stream pipeline, Node's HTTP/2
-// compatibility objects, the Session handler), OpenSSL and socket state, plus garbage per message.
-// Node already sets SSL_MODE_RELEASE_BUFFERS on every TLS connection, so idle connections hold no
-// record buffers. A bare node:http2 stream with these same TLS settings costs ~85 KiB resident in
-// all, with or without the options below (no measurable difference): they bound what a connection
-// may hold and how fast dead ones go; they do not shrink the steady cost.
+// What a connection costs, measured on Node 20 with 5,000 agents (bench/heartbeats.ts): about
+// 88 KiB resident in all, of which ~12 KiB is JavaScript heap (the TLS socket and HTTP/2 session
+// objects, the Session stream and its AgentSession), ~23 KiB nghttp2 (its outbound frame buffer
+// and HPACK tables; the table options below take ~1 KiB off it), and the rest OpenSSL and socket
+// state. Node already sets SSL_MODE_RELEASE_BUFFERS on every TLS connection, so idle connections
+// hold no record buffers. A bare node:http2 stream with these same TLS settings costs ~85 KiB,
+// with or without the options below (no measurable difference): they bound what a connection may
+// hold and how fast dead ones go; they do not shrink the steady cost.
 import type { SecureServerOptions } from "node:http2";
 
 export const http2ServerTuning: SecureServerOptions = {

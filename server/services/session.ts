@@ -77,6 +77,15 @@ export function acceptHello(first: SessionRequest): { hello: Hello; capabilities
   return { hello, capabilities: [...new Set(hello.capabilities)].slice(0, 256) };
 }
 
+function sameHello(node: Node, said: Pick<Node, "agentVersion" | "protocolVersion" | "capabilities">): boolean {
+  return (
+    node.agentVersion === said.agentVersion &&
+    node.protocolVersion === said.protocolVersion &&
+    node.capabilities.length === said.capabilities.length &&
+    node.capabilities.every((c, i) => c === said.capabilities[i])
+  );
+}
+
 function replyTo(messageId: bigint, result: Result): SessionResponse {
   return create(SessionResponseSchema, { message: { case: "reply", value: create(ReplySchema, { messageId, result }) } });
 }
@@ -213,10 +222,9 @@ export class AgentSession implements LiveSession {
     const { hello, capabilities } = acceptHello(first);
     const prisma = this.deps.db.prisma;
     const cursors = await prisma.streamCursor.findMany({ where: { nodeId: node.id }, select: { stream: true, sequence: true } });
-    await prisma.node.update({
-      where: { id: node.id },
-      data: { agentVersion: hello.agentVersion.slice(0, 64) || null, protocolVersion: hello.protocolVersion, capabilities },
-    });
+    const said = { agentVersion: hello.agentVersion.slice(0, 64) || null, protocolVersion: hello.protocolVersion, capabilities };
+    // A reconnecting agent usually says what it said last time: no write then (reconnect storms).
+    if (!sameHello(node, said)) await prisma.node.update({ where: { id: node.id }, data: said });
     if (this.phase === "closed") return;
     this.deps.heartbeats.record(node.id, Date.now());
     this.phase = "open";

@@ -4,7 +4,7 @@
 // revoked, or whose node was disabled or decommissioned, through another replica.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { computeLiveness, livenessTransition, type Liveness } from "../domain/liveness.js";
-import { recordAudit, systemActor } from "../audit/audit.js";
+import { recordAudits, systemActor } from "../audit/audit.js";
 import type { Deps } from "../app.js";
 
 export async function reconcileLiveness(deps: Deps, now = Date.now()): Promise<number> {
@@ -26,7 +26,9 @@ export async function reconcileLiveness(deps: Deps, now = Date.now()): Promise<n
     },
     select: { id: true, liveness: true, lastHeartbeatAt: true },
   });
-  let changes = 0;
+  // Grouped by transition, so a fleet coming online (or a replica's worth going stale) is a few
+  // statements, not a transaction per node.
+  const groups = new Map<string, { previous: Liveness; next: Liveness; ids: string[] }>();
   for (const n of nodes) {
     const previous = n.liveness as Liveness;
     const next = computeLiveness(
@@ -34,32 +36,41 @@ export async function reconcileLiveness(deps: Deps, now = Date.now()): Promise<n
       now,
       { staleAfterMs: deps.config.staleAfterMs, offlineAfterMs: deps.config.offlineAfterMs },
     );
+    if (!livenessTransition(previous, next).changed) continue;
+    const key = `${previous}>${next}`;
+    const group = groups.get(key) ?? { previous, next, ids: [] };
+    group.ids.push(n.id);
+    groups.set(key, group);
+  }
+  let changes = 0;
+  for (const { previous, next, ids } of groups.values()) {
     const t = livenessTransition(previous, next);
-    if (!t.changed) continue;
-    const applied = await prisma.$transaction(async (tx) => {
-      const moved = await tx.node.updateMany({
-        where: { id: n.id, liveness: previous },
-        data: { liveness: next, livenessChangedAt: new Date(now) },
-      });
-      if (moved.count !== 1) return false; // another replica got there first
-      if (t.audit && t.action !== undefined) {
-        await recordAudit(tx, {
-          actor: systemActor,
-          action: t.action,
-          targetType: "node",
-          targetId: n.id,
-          details: { from: previous, to: next },
+    for (let i = 0; i < ids.length; i += batchSize) {
+      const moved = await prisma.$transaction(async (tx) => {
+        // Compare-and-set per node: another replica may have moved some of them first.
+        const rows = await tx.node.updateManyAndReturn({
+          where: { id: { in: ids.slice(i, i + batchSize) }, liveness: previous },
+          data: { liveness: next, livenessChangedAt: new Date(now) },
+          select: { id: true },
         });
-      }
-      return true;
-    });
-    if (applied) {
-      changes++;
-      deps.log.info({ nodeId: n.id, from: previous, to: next }, "node liveness changed");
+        if (t.audit && t.action !== undefined && rows.length > 0) {
+          await recordAudits(
+            tx,
+            rows.map((r) => ({ actor: systemActor, action: t.action!, targetType: "node" as const, targetId: r.id, details: { from: previous, to: next } })),
+            new Date(now),
+          );
+        }
+        return rows;
+      });
+      changes += moved.length;
+      for (const r of moved) deps.log.info({ nodeId: r.id, from: previous, to: next }, "node liveness changed");
     }
   }
   return changes;
 }
+
+/** Nodes moved per statement: well under PostgreSQL's bind-parameter limit. */
+const batchSize = 1000;
 
 /**
  * Closes sessions here whose credential was revoked, or whose node was disabled or decommissioned,
