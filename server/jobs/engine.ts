@@ -1,8 +1,10 @@
-// Typed jobs on the server: creation, leasing (pushed down the node's Session, or claimed by a
-// unary ClaimJob), progress and renewal, completion and failure, cancellation, lease expiry and
-// reclaim of work on unreachable nodes.
+// Typed jobs on the server: the engine behind `deps.jobs`. It owns leasing (pushed down the node's
+// Session, or claimed by a unary ClaimJob), what happens when a session opens, and the follow-ups
+// every other job module triggers; creation (./create.ts), agent reports (./reports.ts),
+// cancellation (./cancel.ts) and the expiry and reclaim sweeps (./expiry.ts) are functions over
+// the engine's JobContext.
 //
-// The rules are the pure functions in ../domain/lease.ts; this module is the database around
+// The rules are the pure functions in ../domain/lease.ts; these modules are the database around
 // them. Every state change is a conditional update on (id, state, attempt[, lease expiry]), so
 // several control-plane replicas on one PostgreSQL can run all of it at once: of two replicas
 // racing to lease, renew, finish or expire one attempt, exactly one update matches.
@@ -16,17 +18,11 @@
 // node may still be running it. Either the node comes back (its Hello lists what it runs and the
 // lease is renewed, or it is told to stop) or, past the offline threshold plus the reclaim grace,
 // the job is reclaimed: failed, never started again on its own.
-import { randomUUID } from "node:crypto";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { create, toJson } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import type { Job as JobRow, Prisma } from "../../gen/prisma/client.js";
+import { create } from "@bufbuild/protobuf";
+import type { Job as JobRow } from "../../gen/prisma/client.js";
 import {
   ClaimJobResponseSchema,
-  CompleteJobResponseSchema,
-  FailJobResponseSchema,
   JobCancelSchema,
-  ReportJobProgressResponseSchema,
   SessionResponseSchema,
   type ClaimJobResponse,
   type CompleteJobRequest,
@@ -37,56 +33,20 @@ import {
   type ReportJobProgressRequest,
   type ReportJobProgressResponse,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import {
-  JobFailureCode,
-  JobProgressSchema,
-  JobResultSchema,
-  JobSpecSchema,
-  type JobLease,
-  type JobSpec,
-} from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import { capabilityOfSpec } from "../../common/capabilities.js";
+import type { JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { Deps } from "../app.js";
-import { recordAudit, operatorActor, nodeActor, systemActor } from "../audit/audit.js";
-import { validateJobResult, validateJobSpec, validateProgress } from "../domain/job-spec.js";
-import {
-  afterFailure,
-  afterLeaseExpiry,
-  checkReport,
-  claimLease,
-  leaseExpiry,
-  nextLeasable,
-  LEASE_LOST,
-  type LeaseCandidate,
-} from "../domain/lease.js";
-import { computeLiveness, reclaimDue } from "../domain/liveness.js";
-import { candidateOf, failureCodeOf, failureJson, failureToJson, leaseOf, recordOf, specFromJson } from "./codec.js";
+import { afterLeaseExpiry, claimLease, leaseExpiry, nextLeasable, LEASE_LOST, type LeaseCandidate } from "../domain/lease.js";
+import { computeLiveness } from "../domain/liveness.js";
+import { candidateOf, leaseOf, recordOf } from "./codec.js";
+import type { JobContext } from "./context.js";
 import type { JobDispatch, JobMessage } from "./dispatch.js";
-import { jobIdOf, leaseLost, refuseReport, validating } from "./errors.js";
-import { completeLeased, insertJob } from "./sql.js";
+import { cancelJob } from "./cancel.js";
+import { createJob, type CreateJobInput } from "./create.js";
+import { applyExpiry, expireLeases, reclaimUnreachable } from "./expiry.js";
+import { completeJob, failJob, reportProgress } from "./reports.js";
 
-type Tx = Prisma.TransactionClient;
-
-/** Reason recorded on work reclaimed from an unreachable node. */
-export const RECLAIMED = "node unreachable: reclaimed";
-/** Deployment states that describe something running on a node. */
-const liveDeploymentStates = ["loading", "ready", "draining"];
 /** Most pending jobs of one node looked at per leasing pass; the rest follow in later passes. */
 const PASS_LIMIT = 200;
-/** Most expired or reclaimable rows handled per sweep. */
-const SWEEP_LIMIT = 500;
-const MAX_ORDERING_KEY = 256;
-const MAX_FAILURE_MESSAGE_BYTES = 1024;
-const MAX_CANCEL_REASON = 256;
-
-export interface CreateJobInput {
-  nodeId: string;
-  spec: JobSpec | undefined;
-  orderingKey: string;
-  /** 0: the configured default. */
-  maxAttempts: number;
-  correlationId: string;
-}
 
 /** The columns a leasing pass reads. */
 const candidateSelect = {
@@ -101,126 +61,24 @@ const candidateSelect = {
   orderingKey: true,
 } as const;
 
-export class JobEngine implements JobDispatch {
+export class JobEngine implements JobDispatch, JobContext {
   /** Nodes with a leasing pass running here; `again` asks it for one more pass. */
   private readonly passes = new Map<string, { again: boolean }>();
 
   constructor(private readonly depsOf: () => Deps) {}
 
-  private get deps(): Deps {
+  get deps(): Deps {
     return this.depsOf();
   }
-  private get prisma() {
+  get prisma(): Deps["db"]["prisma"] {
     return this.deps.db.prisma;
   }
 
   // -------------------------------------------------------------------------------------------
   // Creating
 
-  async createJob(input: CreateJobInput): Promise<JobRow> {
-    const { config } = this.deps;
-    const spec = input.spec;
-    if (spec === undefined) throw new ConnectError("spec: is required: exactly one capability must be set", Code.InvalidArgument);
-    validating(() => validateJobSpec(spec, { approvedRoots: config.approvedRoots }));
-    const capability = capabilityOfSpec(spec);
-    const orderingKey = input.orderingKey === "" ? null : input.orderingKey;
-    if (orderingKey !== null && (orderingKey.length > MAX_ORDERING_KEY || /[\u0000-\u001f\u007f]/.test(orderingKey))) {
-      throw new ConnectError(`ordering_key: at most ${MAX_ORDERING_KEY} characters, no control characters`, Code.InvalidArgument);
-    }
-    const maxAttempts = input.maxAttempts === 0 ? config.defaultMaxAttempts : input.maxAttempts;
-    if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 100) {
-      throw new ConnectError(`max_attempts: must be from 1 to 100 (0 for the default, ${config.defaultMaxAttempts})`, Code.InvalidArgument);
-    }
-    const nodeId = jobIdOf(input.nodeId, "node_id");
-    const create = async (tx: Pick<Tx, "node" | "job" | "$queryRaw">): Promise<JobRow> => {
-      const node = await tx.node.findUnique({
-        where: { id: nodeId },
-        select: { id: true, lastHeartbeatAt: true, disabledAt: true, disabledReason: true, decommissionedAt: true, capabilities: true },
-      });
-      if (node === null) throw new ConnectError(`node ${nodeId} not found`, Code.NotFound);
-      if (node.decommissionedAt !== null) {
-        throw new ConnectError(`node ${node.id} is decommissioned: it takes no jobs`, Code.FailedPrecondition);
-      }
-      if (node.disabledAt !== null) {
-        throw new ConnectError(
-          `node ${node.id} is disabled${node.disabledReason ? ` (${node.disabledReason})` : ""}: enable it before giving it jobs`,
-          Code.FailedPrecondition,
-        );
-      }
-      if (!node.capabilities.includes(capability)) {
-        const has = node.capabilities.length > 0 ? node.capabilities.join(", ") : "none";
-        throw new ConnectError(
-          `node ${node.id} never advertised capability "${capability}"; it advertises: ${has}`,
-          Code.FailedPrecondition,
-        );
-      }
-      // The fast path: a job for a node that is online with a session here, and first in its
-      // ordering key (if any), is leased in the same step that creates it.
-      let leaseNow = this.deps.sessions.isConnected(node.id) && this.livenessOf(node, Date.now()) === "online";
-      if (orderingKey !== null) {
-        // Jobs of one key get their creation order (seq) in commit order: a later job's seq is
-        // drawn only after an earlier one committed, so a leasing pass can never see a key's
-        // later job without every earlier one.
-        await tx.$queryRaw`SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(${`modelforge.job-key:${orderingKey}`}, 0))) AS l`;
-        if (leaseNow) {
-          const ahead = await tx.job.findFirst({ where: { orderingKey, state: { in: ["pending", "leased"] } }, select: { id: true } });
-          leaseNow = ahead === null;
-        }
-      }
-      const now = new Date();
-      const leaseExpiresAt = leaseNow ? new Date(leaseExpiry(now.getTime(), config.leaseDurationMs)) : null;
-      const row = {
-        id: randomUUID(),
-        nodeId: node.id,
-        capability,
-        spec: toJson(JobSpecSchema, spec),
-        orderingKey,
-        maxAttempts,
-        leaseExpiresAt,
-        now,
-      };
-      const seq = await insertJob(tx, {
-        ...row,
-        audit: {
-          id: randomUUID(),
-          actor: operatorActor,
-          correlationId: input.correlationId,
-          details: {
-            nodeId: node.id,
-            capability,
-            maxAttempts: String(maxAttempts),
-            ...(orderingKey !== null ? { orderingKey } : {}),
-          },
-        },
-      });
-      return {
-        ...row,
-        seq,
-        spec: row.spec as Prisma.JsonValue,
-        state: leaseNow ? "leased" : "pending",
-        attempt: leaseNow ? 1 : 0,
-        progress: null,
-        result: null,
-        failure: null,
-        cancelRequested: false,
-        cancelReason: null,
-        createdAt: now,
-        updatedAt: now,
-        finishedAt: null,
-      };
-    };
-    // A keyed job needs its advisory lock held across the check and the insert; an unkeyed one
-    // is a read and one atomic statement.
-    const job = orderingKey !== null ? await this.prisma.$transaction((tx) => create(tx)) : await create(this.prisma);
-    if (job.state === "leased" && job.leaseExpiresAt !== null) {
-      const lease = leaseOf({ id: job.id, attempt: job.attempt, leaseExpiresAt: job.leaseExpiresAt.getTime(), spec, orderingKey: job.orderingKey });
-      if (!this.sendLease(job.nodeId, lease)) {
-        this.deps.log.warn({ nodeId: job.nodeId, jobId: job.id }, "lease created but the session closed");
-      }
-    } else {
-      this.kick(job.nodeId);
-    }
-    return job;
+  createJob(input: CreateJobInput): Promise<JobRow> {
+    return createJob(this, input);
   }
 
   // -------------------------------------------------------------------------------------------
@@ -236,7 +94,7 @@ export class JobEngine implements JobDispatch {
     return this.livenessOf(node, now) === "online";
   }
 
-  private livenessOf(
+  livenessOf(
     node: { id: string; lastHeartbeatAt: Date | null; disabledAt?: Date | null; decommissionedAt?: Date | null },
     now: number,
   ) {
@@ -354,7 +212,7 @@ export class JobEngine implements JobDispatch {
     return pushed;
   }
 
-  private sendLease(nodeId: string, lease: JobLease): boolean {
+  sendLease(nodeId: string, lease: JobLease): boolean {
     const session = this.deps.sessions.get(nodeId);
     if (session === undefined) return false;
     const sent = session.send(create(SessionResponseSchema, { message: { case: "lease", value: lease } }));
@@ -362,7 +220,7 @@ export class JobEngine implements JobDispatch {
     return sent;
   }
 
-  private sendCancel(nodeId: string, jobId: string, attempt: number, reason: string, leaseLost = false): boolean {
+  sendCancel(nodeId: string, jobId: string, attempt: number, reason: string, leaseLost = false): boolean {
     const session = this.deps.sessions.get(nodeId);
     if (session === undefined) return false;
     return session.send(
@@ -373,7 +231,7 @@ export class JobEngine implements JobDispatch {
   }
 
   /** After a job finished: its ordering key's next job may now be leasable (perhaps on another node). */
-  private async afterFinish(job: { nodeId: string; orderingKey: string | null }): Promise<void> {
+  async afterFinish(job: { nodeId: string; orderingKey: string | null }): Promise<void> {
     if (job.orderingKey === null || job.orderingKey === "") return;
     const head = await this.prisma.job.findFirst({
       where: { orderingKey: job.orderingKey, state: { in: ["pending", "leased"] } },
@@ -383,7 +241,7 @@ export class JobEngine implements JobDispatch {
     if (head?.state === "pending") this.kick(head.nodeId);
   }
 
-  private later(what: string, task: () => Promise<unknown>): void {
+  later(what: string, task: () => Promise<unknown>): void {
     task().catch((err: unknown) => {
       if (!this.deps.shutdown.aborted) this.deps.log.error({ task: what, error: (err as Error).message }, "job follow-up failed");
     });
@@ -392,96 +250,16 @@ export class JobEngine implements JobDispatch {
   // -------------------------------------------------------------------------------------------
   // Agent reports (the Session stream and the unary RPCs share these)
 
-  /** The job, if it is this node's: not_found for an unknown id, permission_denied for another node's. */
-  private async ownJob(nodeId: string, rawId: string): Promise<JobRow> {
-    const id = jobIdOf(rawId);
-    const job = await this.prisma.job.findUnique({ where: { id } });
-    if (job === null) throw new ConnectError(`job ${id} not found`, Code.NotFound);
-    if (job.nodeId !== nodeId) throw new ConnectError(`job ${id} is not this node's job`, Code.PermissionDenied);
-    return job;
+  reportProgress(nodeId: string, req: ReportJobProgressRequest): Promise<ReportJobProgressResponse> {
+    return reportProgress(this, nodeId, req);
   }
 
-  async reportProgress(nodeId: string, req: ReportJobProgressRequest): Promise<ReportJobProgressResponse> {
-    const job = await this.ownJob(nodeId, req.jobId);
-    const now = Date.now();
-    const check = checkReport(recordOf(job), req.attempt, now);
-    if (!check.ok) refuseReport(check);
-    const progress = req.progress;
-    if (progress !== undefined) validating(() => validateProgress(progress));
-    const expiresAt = leaseExpiry(now, this.deps.config.leaseDurationMs);
-    const renewed = await this.prisma.job.updateMany({
-      where: { id: job.id, state: "leased", attempt: req.attempt, leaseExpiresAt: { gt: new Date(now) } },
-      data: {
-        leaseExpiresAt: new Date(expiresAt),
-        ...(progress !== undefined ? { progress: toJson(JobProgressSchema, progress) as Prisma.InputJsonValue } : {}),
-      },
-    });
-    if (renewed.count !== 1) throw leaseLost(`attempt ${req.attempt} changed while renewing`);
-    return create(ReportJobProgressResponseSchema, { expiresAt: timestampFromMs(expiresAt), cancelRequested: job.cancelRequested });
+  completeJob(nodeId: string, req: CompleteJobRequest, correlationId?: string): Promise<CompleteJobResponse> {
+    return completeJob(this, nodeId, req, correlationId);
   }
 
-  async completeJob(nodeId: string, req: CompleteJobRequest, correlationId?: string): Promise<CompleteJobResponse> {
-    const job = await this.ownJob(nodeId, req.jobId);
-    const now = Date.now();
-    const check = checkReport(recordOf(job), req.attempt, now);
-    if (!check.ok) refuseReport(check);
-    const result = req.result;
-    if (result === undefined) throw new ConnectError("result: is required", Code.InvalidArgument);
-    validating(() => validateJobResult(specFromRow(job), result));
-    if (!(await completeLeased(this.prisma, job.id, req.attempt, toJson(JobResultSchema, result), new Date(now)))) {
-      throw leaseLost(`attempt ${req.attempt} changed while completing`);
-    }
-    this.deps.log.info({ jobId: job.id, nodeId, attempt: req.attempt, correlationId }, "job succeeded");
-    this.later("next in ordering key", () => this.afterFinish(job));
-    return create(CompleteJobResponseSchema);
-  }
-
-  async failJob(nodeId: string, req: FailJobRequest, correlationId?: string): Promise<FailJobResponse> {
-    const job = await this.ownJob(nodeId, req.jobId);
-    const now = Date.now();
-    const check = checkReport(recordOf(job), req.attempt, now);
-    if (!check.ok) refuseReport(check);
-    const failure = req.failure;
-    if (failure === undefined) throw new ConnectError("failure: is required", Code.InvalidArgument);
-    if (failure.code === JobFailureCode.UNSPECIFIED || JobFailureCode[failure.code] === undefined) {
-      throw new ConnectError("failure.code: must be one of the JobFailureCode values", Code.InvalidArgument);
-    }
-    if (Buffer.byteLength(failure.message, "utf8") > MAX_FAILURE_MESSAGE_BYTES) {
-      throw new ConnectError(`failure.message: at most ${MAX_FAILURE_MESSAGE_BYTES} bytes`, Code.InvalidArgument);
-    }
-    const record = recordOf(job);
-    const cancelled = job.cancelRequested && failure.code === JobFailureCode.CANCELLED;
-    const next = cancelled ? { state: "cancelled" as const, willRetry: false } : afterFailure(record, failure);
-    await this.prisma.$transaction(async (tx) => {
-      const moved = await tx.job.updateMany({
-        where: { id: job.id, state: "leased", attempt: req.attempt, leaseExpiresAt: { gt: new Date(now) } },
-        data: {
-          state: next.state,
-          failure: failureToJson(failure),
-          leaseExpiresAt: null,
-          ...(next.state === "pending" ? {} : { finishedAt: new Date(now) }),
-        },
-      });
-      if (moved.count !== 1) throw leaseLost(`attempt ${req.attempt} changed while failing`);
-      await endAttempt(tx, job.id, req.attempt, cancelled ? "cancelled" : "failed", now);
-      if (next.state !== "pending") {
-        await recordAudit(tx, {
-          actor: nodeActor(nodeId),
-          action: cancelled ? "job.cancelled" : "job.failed",
-          targetType: "job",
-          targetId: job.id,
-          correlationId,
-          details: { code: JobFailureCode[failure.code], attempt: String(req.attempt), retryable: String(failure.retryable) },
-        });
-      }
-    });
-    this.deps.log.info(
-      { jobId: job.id, nodeId, attempt: req.attempt, code: JobFailureCode[failure.code], state: next.state, correlationId },
-      next.willRetry ? "job failed; will retry" : "job failed",
-    );
-    if (next.state === "pending") this.kick(nodeId);
-    else this.later("next in ordering key", () => this.afterFinish(job));
-    return create(FailJobResponseSchema, { willRetry: next.willRetry });
+  failJob(nodeId: string, req: FailJobRequest, correlationId?: string): Promise<FailJobResponse> {
+    return failJob(this, nodeId, req, correlationId);
   }
 
   async claimJob(nodeId: string): Promise<ClaimJobResponse> {
@@ -552,207 +330,26 @@ export class JobEngine implements JobDispatch {
     const now = Date.now();
     const outcome = afterLeaseExpiry({ ...recordOf(job), leaseExpiresAt: now }, now);
     if (outcome === null) return;
-    const applied = await this.applyExpiry(job, outcome, now, { leaseExpiresAt: job.leaseExpiresAt }, correlationId);
+    const applied = await applyExpiry(this, job, outcome, now, { leaseExpiresAt: job.leaseExpiresAt }, correlationId);
     if (applied) this.deps.log.info({ jobId: job.id, nodeId: job.nodeId, attempt: job.attempt, to: outcome.state }, `lease abandoned: ${why}`);
   }
 
   // -------------------------------------------------------------------------------------------
   // Operator
 
-  async cancelJob(rawId: string, reason: string, correlationId: string): Promise<JobRow> {
-    const id = jobIdOf(rawId);
-    if (reason.length > MAX_CANCEL_REASON) throw new ConnectError(`reason: at most ${MAX_CANCEL_REASON} characters`, Code.InvalidArgument);
-    const why = reason.trim() || "cancelled by operator";
-    for (let tries = 0; tries < 5; tries++) {
-      const job = await this.prisma.job.findUnique({ where: { id } });
-      if (job === null) throw new ConnectError(`job ${id} not found`, Code.NotFound);
-      if (job.state === "cancelled") return job;
-      if (job.state === "succeeded" || job.state === "failed") {
-        throw new ConnectError(`job ${id} already ${job.state}; nothing to cancel`, Code.FailedPrecondition);
-      }
-      const now = new Date();
-      const pending = job.state === "pending";
-      const applied = await this.prisma.$transaction(async (tx) => {
-        const moved = await tx.job.updateMany({
-          where: { id, state: job.state, attempt: job.attempt },
-          data: pending
-            ? {
-                state: "cancelled",
-                cancelRequested: true,
-                cancelReason: why,
-                failure: failureJson(JobFailureCode.CANCELLED, `cancelled by operator: ${why}`, false),
-                finishedAt: now,
-              }
-            : { cancelRequested: true, cancelReason: why },
-        });
-        if (moved.count !== 1) return false;
-        await recordAudit(tx, {
-          actor: operatorActor,
-          action: "job.cancel_requested",
-          targetType: "job",
-          targetId: id,
-          correlationId,
-          details: { reason: why, state: job.state, attempt: String(job.attempt) },
-        });
-        return true;
-      });
-      if (!applied) continue; // the job moved meanwhile; decide again
-      if (pending) this.later("next in ordering key", () => this.afterFinish(job));
-      else this.sendCancel(job.nodeId, id, job.attempt, why); // elsewhere: the next progress reply says so
-      return (await this.prisma.job.findUnique({ where: { id } }))!;
-    }
-    throw new ConnectError(`job ${id} kept changing; try again`, Code.Aborted);
+  cancelJob(rawId: string, reason: string, correlationId: string): Promise<JobRow> {
+    return cancelJob(this, rawId, reason, correlationId);
   }
 
   // -------------------------------------------------------------------------------------------
   // Sweeps (run periodically by ../sweeper/jobs.ts on every replica)
 
-  /**
-   * Leases that lapsed without renewal on nodes that are online: back to the queue with the next
-   * attempt, or failed when attempts are exhausted, or cancelled when a cancel was requested.
-   * A lapsed lease on a node that is not online is left alone: the node may still be running it,
-   * and either it comes back (and reports what it runs) or its work is reclaimed.
-   */
-  async expireLeases(now = Date.now()): Promise<number> {
-    // Lapsed leases on nodes that are not online stay (possibly many, for a long while), so they
-    // are filtered out before the batch is cut, or they would starve the others.
-    const lapsed = await this.prisma.job.findMany({
-      where: { state: "leased", leaseExpiresAt: { lte: new Date(now) } },
-      orderBy: { leaseExpiresAt: "asc" },
-      select: { id: true, node: { select: { id: true, lastHeartbeatAt: true } } },
-      take: 20 * SWEEP_LIMIT,
-    });
-    const due = lapsed.filter((j) => this.livenessOf(j.node, now) === "online").slice(0, SWEEP_LIMIT);
-    if (due.length === 0) return 0;
-    const rows = await this.prisma.job.findMany({ where: { id: { in: due.map((j) => j.id) } } });
-    let changed = 0;
-    for (const job of rows) {
-      const outcome = afterLeaseExpiry(recordOf(job), now);
-      if (outcome === null) continue;
-      if (await this.applyExpiry(job, outcome, now, { leaseExpiresAt: { lte: new Date(now) } })) {
-        changed++;
-        this.deps.log.info({ jobId: job.id, nodeId: job.nodeId, attempt: job.attempt, to: outcome.state }, "lease expired");
-      }
-    }
-    return changed;
+  expireLeases(now = Date.now()): Promise<number> {
+    return expireLeases(this, now);
   }
 
-  private async applyExpiry(
-    job: JobRow,
-    outcome: NonNullable<ReturnType<typeof afterLeaseExpiry>>,
-    now: number,
-    leaseCondition: Prisma.JobWhereInput,
-    correlationId?: string,
-  ): Promise<boolean> {
-    const applied = await this.prisma.$transaction(async (tx) => {
-      const data: Prisma.JobUpdateManyMutationInput =
-        outcome.state === "pending"
-          ? { state: "pending", leaseExpiresAt: null }
-          : {
-              state: outcome.state,
-              leaseExpiresAt: null,
-              finishedAt: new Date(now),
-              failure: failureJson(failureCodeOf(outcome.failure.code), outcome.failure.message, false),
-            };
-      const moved = await tx.job.updateMany({ where: { id: job.id, state: "leased", attempt: job.attempt, ...leaseCondition }, data });
-      if (moved.count !== 1) return false;
-      await endAttempt(tx, job.id, job.attempt, "expired", now);
-      if (outcome.state !== "pending") {
-        await recordAudit(tx, {
-          actor: systemActor,
-          action: outcome.state === "failed" ? "job.failed" : "job.cancelled",
-          targetType: "job",
-          targetId: job.id,
-          correlationId,
-          details: { code: outcome.failure.code, reason: outcome.failure.message, attempt: String(job.attempt) },
-        });
-      }
-      return true;
-    });
-    if (!applied) return false;
-    if (outcome.state === "pending") this.kick(job.nodeId);
-    else this.later("next in ordering key", () => this.afterFinish(job));
-    return true;
-  }
-
-  /**
-   * Work on nodes unreachable for longer than the offline threshold plus the reclaim grace:
-   * leased jobs and live deployments are marked failed ("node unreachable: reclaimed") and
-   * audited. Nothing is started elsewhere: a partitioned node may still be running it. Pending
-   * jobs of such a node stay pending; they are leased only once it is online again.
-   */
-  async reclaimUnreachable(now = Date.now()): Promise<{ jobs: string[]; deployments: string[] }> {
-    const { config, heartbeats } = this.deps;
-    // The persisted heartbeat is never newer than the one in memory, so a node it shows as recent
-    // is not due; only the others are looked at further.
-    const nodes = await this.prisma.node.findMany({
-      where: {
-        decommissionedAt: null,
-        lastHeartbeatAt: { lt: new Date(now - config.offlineAfterMs - config.reclaimGraceMs) },
-        OR: [{ jobs: { some: { state: "leased" } } }, { deployments: { some: { state: { in: liveDeploymentStates } } } }],
-      },
-      select: { id: true, lastHeartbeatAt: true },
-      take: SWEEP_LIMIT,
-    });
-    const reclaimed = { jobs: [] as string[], deployments: [] as string[] };
-    for (const node of nodes) {
-      const last = heartbeats.lastHeartbeatAt(node.id, node.lastHeartbeatAt);
-      if (!reclaimDue(last, now, config.offlineAfterMs, config.reclaimGraceMs)) continue;
-      const details = { reason: RECLAIMED, nodeId: node.id, unreachableForMs: String(now - (last ?? now)) };
-      const jobs = await this.prisma.job.findMany({ where: { nodeId: node.id, state: "leased" }, take: SWEEP_LIMIT });
-      for (const job of jobs) {
-        const done = await this.prisma.$transaction(async (tx) => {
-          const moved = await tx.job.updateMany({
-            where: { id: job.id, state: "leased", attempt: job.attempt },
-            data: {
-              state: "failed",
-              leaseExpiresAt: null,
-              finishedAt: new Date(now),
-              failure: failureJson(JobFailureCode.NODE_UNREACHABLE, RECLAIMED, false),
-            },
-          });
-          if (moved.count !== 1) return false;
-          await endAttempt(tx, job.id, job.attempt, "reclaimed", now);
-          await recordAudit(tx, {
-            actor: systemActor,
-            action: "job.failed",
-            targetType: "job",
-            targetId: job.id,
-            details: { ...details, code: "NODE_UNREACHABLE", attempt: String(job.attempt) },
-          });
-          return true;
-        });
-        if (!done) continue;
-        reclaimed.jobs.push(job.id);
-        this.deps.log.warn({ jobId: job.id, nodeId: node.id, attempt: job.attempt }, "job reclaimed: node unreachable");
-        this.later("next in ordering key", () => this.afterFinish(job));
-      }
-      const deployments = await this.prisma.deployment.findMany({
-        where: { nodeId: node.id, state: { in: liveDeploymentStates } },
-        select: { id: true, state: true },
-      });
-      for (const d of deployments) {
-        const done = await this.prisma.$transaction(async (tx) => {
-          const moved = await tx.deployment.updateMany({
-            where: { id: d.id, state: d.state },
-            data: { state: "failed", failureReason: RECLAIMED },
-          });
-          if (moved.count !== 1) return false;
-          await recordAudit(tx, {
-            actor: systemActor,
-            action: "deployment.reclaimed",
-            targetType: "deployment",
-            targetId: d.id,
-            details: { ...details, from: d.state },
-          });
-          return true;
-        });
-        if (!done) continue;
-        reclaimed.deployments.push(d.id);
-        this.deps.log.warn({ deploymentId: d.id, nodeId: node.id }, "deployment reclaimed: node unreachable");
-      }
-    }
-    return reclaimed;
+  reclaimUnreachable(now = Date.now()): Promise<{ jobs: string[]; deployments: string[] }> {
+    return reclaimUnreachable(this, now);
   }
 
   /** Pushes pending work to every node with a session here (covers jobs created on other replicas). */
@@ -774,12 +371,4 @@ export class JobEngine implements JobDispatch {
 export function engineOf(deps: Pick<Deps, "jobs">): JobEngine {
   if (!(deps.jobs instanceof JobEngine)) throw new Error("jobs are not wired: deps.jobs is not a JobEngine");
   return deps.jobs;
-}
-
-async function endAttempt(tx: Tx, jobId: string, attempt: number, outcome: string, now: number): Promise<void> {
-  await tx.jobAttempt.updateMany({ where: { jobId, attempt, endedAt: null }, data: { endedAt: new Date(now), outcome } });
-}
-
-function specFromRow(job: JobRow): JobSpec {
-  return specFromJson(job.spec);
 }

@@ -73,3 +73,8 @@ export async function completeLeased(db: Db, jobId: string, attempt: number, res
     SELECT count(*)::int AS n FROM done`;
   return Number(rows[0]?.n ?? 0) === 1;
 }
+
+/** Closes an attempt's row (once: an ended attempt keeps its first outcome). */
+export async function endAttempt(tx: Pick<Prisma.TransactionClient, "jobAttempt">, jobId: string, attempt: number, outcome: string, now: number): Promise<void> {
+  await tx.jobAttempt.updateMany({ where: { jobId, attempt, endedAt: null }, data: { endedAt: new Date(now), outcome } });
+}

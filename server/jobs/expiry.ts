@@ -1,0 +1,168 @@
+// The periodic sweeps (run by ../sweeper/jobs.ts on every replica): leases that lapsed on online
+// nodes, and work on nodes unreachable past the reclaim grace. Also the expiry rule applied when
+// a reconnecting agent no longer holds a lease.
+import type { Job as JobRow, Prisma } from "../../gen/prisma/client.js";
+import { JobFailureCode } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { recordAudit, systemActor } from "../audit/audit.js";
+import { afterLeaseExpiry } from "../domain/lease.js";
+import { reclaimDue } from "../domain/liveness.js";
+import { failureCodeOf, failureJson, recordOf } from "./codec.js";
+import type { JobContext } from "./context.js";
+import { endAttempt } from "./sql.js";
+
+/** Reason recorded on work reclaimed from an unreachable node. */
+export const RECLAIMED = "node unreachable: reclaimed";
+/** Deployment states that describe something running on a node. */
+const liveDeploymentStates = ["loading", "ready", "draining"];
+/** Most expired or reclaimable rows handled per sweep. */
+const SWEEP_LIMIT = 500;
+
+/**
+ * Leases that lapsed without renewal on nodes that are online: back to the queue with the next
+ * attempt, or failed when attempts are exhausted, or cancelled when a cancel was requested.
+ * A lapsed lease on a node that is not online is left alone: the node may still be running it,
+ * and either it comes back (and reports what it runs) or its work is reclaimed.
+ */
+export async function expireLeases(ctx: JobContext, now = Date.now()): Promise<number> {
+  // Lapsed leases on nodes that are not online stay (possibly many, for a long while), so they
+  // are filtered out before the batch is cut, or they would starve the others.
+  const lapsed = await ctx.prisma.job.findMany({
+    where: { state: "leased", leaseExpiresAt: { lte: new Date(now) } },
+    orderBy: { leaseExpiresAt: "asc" },
+    select: { id: true, node: { select: { id: true, lastHeartbeatAt: true } } },
+    take: 20 * SWEEP_LIMIT,
+  });
+  const due = lapsed.filter((j) => ctx.livenessOf(j.node, now) === "online").slice(0, SWEEP_LIMIT);
+  if (due.length === 0) return 0;
+  const rows = await ctx.prisma.job.findMany({ where: { id: { in: due.map((j) => j.id) } } });
+  let changed = 0;
+  for (const job of rows) {
+    const outcome = afterLeaseExpiry(recordOf(job), now);
+    if (outcome === null) continue;
+    if (await applyExpiry(ctx, job, outcome, now, { leaseExpiresAt: { lte: new Date(now) } })) {
+      changed++;
+      ctx.deps.log.info({ jobId: job.id, nodeId: job.nodeId, attempt: job.attempt, to: outcome.state }, "lease expired");
+    }
+  }
+  return changed;
+}
+
+export async function applyExpiry(
+  ctx: JobContext,
+  job: JobRow,
+  outcome: NonNullable<ReturnType<typeof afterLeaseExpiry>>,
+  now: number,
+  leaseCondition: Prisma.JobWhereInput,
+  correlationId?: string,
+): Promise<boolean> {
+  const applied = await ctx.prisma.$transaction(async (tx) => {
+    const data: Prisma.JobUpdateManyMutationInput =
+      outcome.state === "pending"
+        ? { state: "pending", leaseExpiresAt: null }
+        : {
+            state: outcome.state,
+            leaseExpiresAt: null,
+            finishedAt: new Date(now),
+            failure: failureJson(failureCodeOf(outcome.failure.code), outcome.failure.message, false),
+          };
+    const moved = await tx.job.updateMany({ where: { id: job.id, state: "leased", attempt: job.attempt, ...leaseCondition }, data });
+    if (moved.count !== 1) return false;
+    await endAttempt(tx, job.id, job.attempt, "expired", now);
+    if (outcome.state !== "pending") {
+      await recordAudit(tx, {
+        actor: systemActor,
+        action: outcome.state === "failed" ? "job.failed" : "job.cancelled",
+        targetType: "job",
+        targetId: job.id,
+        correlationId,
+        details: { code: outcome.failure.code, reason: outcome.failure.message, attempt: String(job.attempt) },
+      });
+    }
+    return true;
+  });
+  if (!applied) return false;
+  if (outcome.state === "pending") ctx.kick(job.nodeId);
+  else ctx.later("next in ordering key", () => ctx.afterFinish(job));
+  return true;
+}
+
+/**
+ * Work on nodes unreachable for longer than the offline threshold plus the reclaim grace:
+ * leased jobs and live deployments are marked failed ("node unreachable: reclaimed") and
+ * audited. Nothing is started elsewhere: a partitioned node may still be running it. Pending
+ * jobs of such a node stay pending; they are leased only once it is online again.
+ */
+export async function reclaimUnreachable(ctx: JobContext, now = Date.now()): Promise<{ jobs: string[]; deployments: string[] }> {
+  const { config, heartbeats } = ctx.deps;
+  // The persisted heartbeat is never newer than the one in memory, so a node it shows as recent
+  // is not due; only the others are looked at further.
+  const nodes = await ctx.prisma.node.findMany({
+    where: {
+      decommissionedAt: null,
+      lastHeartbeatAt: { lt: new Date(now - config.offlineAfterMs - config.reclaimGraceMs) },
+      OR: [{ jobs: { some: { state: "leased" } } }, { deployments: { some: { state: { in: liveDeploymentStates } } } }],
+    },
+    select: { id: true, lastHeartbeatAt: true },
+    take: SWEEP_LIMIT,
+  });
+  const reclaimed = { jobs: [] as string[], deployments: [] as string[] };
+  for (const node of nodes) {
+    const last = heartbeats.lastHeartbeatAt(node.id, node.lastHeartbeatAt);
+    if (!reclaimDue(last, now, config.offlineAfterMs, config.reclaimGraceMs)) continue;
+    const details = { reason: RECLAIMED, nodeId: node.id, unreachableForMs: String(now - (last ?? now)) };
+    const jobs = await ctx.prisma.job.findMany({ where: { nodeId: node.id, state: "leased" }, take: SWEEP_LIMIT });
+    for (const job of jobs) {
+      const done = await ctx.prisma.$transaction(async (tx) => {
+        const moved = await tx.job.updateMany({
+          where: { id: job.id, state: "leased", attempt: job.attempt },
+          data: {
+            state: "failed",
+            leaseExpiresAt: null,
+            finishedAt: new Date(now),
+            failure: failureJson(JobFailureCode.NODE_UNREACHABLE, RECLAIMED, false),
+          },
+        });
+        if (moved.count !== 1) return false;
+        await endAttempt(tx, job.id, job.attempt, "reclaimed", now);
+        await recordAudit(tx, {
+          actor: systemActor,
+          action: "job.failed",
+          targetType: "job",
+          targetId: job.id,
+          details: { ...details, code: "NODE_UNREACHABLE", attempt: String(job.attempt) },
+        });
+        return true;
+      });
+      if (!done) continue;
+      reclaimed.jobs.push(job.id);
+      ctx.deps.log.warn({ jobId: job.id, nodeId: node.id, attempt: job.attempt }, "job reclaimed: node unreachable");
+      ctx.later("next in ordering key", () => ctx.afterFinish(job));
+    }
+    const deployments = await ctx.prisma.deployment.findMany({
+      where: { nodeId: node.id, state: { in: liveDeploymentStates } },
+      select: { id: true, state: true },
+    });
+    for (const d of deployments) {
+      const done = await ctx.prisma.$transaction(async (tx) => {
+        const moved = await tx.deployment.updateMany({
+          where: { id: d.id, state: d.state },
+          data: { state: "failed", failureReason: RECLAIMED },
+        });
+        if (moved.count !== 1) return false;
+        await recordAudit(tx, {
+          actor: systemActor,
+          action: "deployment.reclaimed",
+          targetType: "deployment",
+          targetId: d.id,
+          details: { ...details, from: d.state },
+        });
+        return true;
+      });
+      if (!done) continue;
+      reclaimed.deployments.push(d.id);
+      ctx.deps.log.warn({ deploymentId: d.id, nodeId: node.id }, "deployment reclaimed: node unreachable");
+    }
+  }
+  return reclaimed;
+}
+

@@ -1,0 +1,119 @@
+// Agent reports on a leased attempt: progress (which renews the lease), completion and failure.
+// The Session stream and the unary RPCs share these. Each is a conditional update on (id, state,
+// attempt, unexpired lease): a stale attempt or a lapsed lease is refused, never applied.
+import { Code, ConnectError } from "@connectrpc/connect";
+import { create, toJson } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { Job as JobRow, Prisma } from "../../gen/prisma/client.js";
+import {
+  CompleteJobResponseSchema,
+  FailJobResponseSchema,
+  ReportJobProgressResponseSchema,
+  type CompleteJobRequest,
+  type CompleteJobResponse,
+  type FailJobRequest,
+  type FailJobResponse,
+  type ReportJobProgressRequest,
+  type ReportJobProgressResponse,
+} from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { JobFailureCode, JobProgressSchema, JobResultSchema } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { recordAudit, nodeActor } from "../audit/audit.js";
+import { validateJobResult, validateProgress } from "../domain/job-spec.js";
+import { afterFailure, checkReport, leaseExpiry } from "../domain/lease.js";
+import { failureToJson, recordOf, specFromJson } from "./codec.js";
+import type { JobContext } from "./context.js";
+import { jobIdOf, leaseLost, refuseReport, validating } from "./errors.js";
+import { completeLeased, endAttempt } from "./sql.js";
+
+const MAX_FAILURE_MESSAGE_BYTES = 1024;
+
+/**
+ * The job a report is about, at the moment of the report: not_found for an unknown id,
+ * permission_denied for another node's job, and the report rules (../domain/lease.ts) for a stale
+ * attempt or a lapsed lease.
+ */
+async function reportedJob(ctx: JobContext, nodeId: string, rawId: string, attempt: number): Promise<{ job: JobRow; now: number }> {
+  const id = jobIdOf(rawId);
+  const job = await ctx.prisma.job.findUnique({ where: { id } });
+  if (job === null) throw new ConnectError(`job ${id} not found`, Code.NotFound);
+  if (job.nodeId !== nodeId) throw new ConnectError(`job ${id} is not this node's job`, Code.PermissionDenied);
+  const now = Date.now();
+  const check = checkReport(recordOf(job), attempt, now);
+  if (!check.ok) refuseReport(check);
+  return { job, now };
+}
+
+export async function reportProgress(ctx: JobContext, nodeId: string, req: ReportJobProgressRequest): Promise<ReportJobProgressResponse> {
+  const { job, now } = await reportedJob(ctx, nodeId, req.jobId, req.attempt);
+  const progress = req.progress;
+  if (progress !== undefined) validating(() => validateProgress(progress));
+  const expiresAt = leaseExpiry(now, ctx.deps.config.leaseDurationMs);
+  const renewed = await ctx.prisma.job.updateMany({
+    where: { id: job.id, state: "leased", attempt: req.attempt, leaseExpiresAt: { gt: new Date(now) } },
+    data: {
+      leaseExpiresAt: new Date(expiresAt),
+      ...(progress !== undefined ? { progress: toJson(JobProgressSchema, progress) as Prisma.InputJsonValue } : {}),
+    },
+  });
+  if (renewed.count !== 1) throw leaseLost(`attempt ${req.attempt} changed while renewing`);
+  return create(ReportJobProgressResponseSchema, { expiresAt: timestampFromMs(expiresAt), cancelRequested: job.cancelRequested });
+}
+
+export async function completeJob(ctx: JobContext, nodeId: string, req: CompleteJobRequest, correlationId?: string): Promise<CompleteJobResponse> {
+  const { job, now } = await reportedJob(ctx, nodeId, req.jobId, req.attempt);
+  const result = req.result;
+  if (result === undefined) throw new ConnectError("result: is required", Code.InvalidArgument);
+  validating(() => validateJobResult(specFromJson(job.spec), result));
+  if (!(await completeLeased(ctx.prisma, job.id, req.attempt, toJson(JobResultSchema, result), new Date(now)))) {
+    throw leaseLost(`attempt ${req.attempt} changed while completing`);
+  }
+  ctx.deps.log.info({ jobId: job.id, nodeId, attempt: req.attempt, correlationId }, "job succeeded");
+  ctx.later("next in ordering key", () => ctx.afterFinish(job));
+  return create(CompleteJobResponseSchema);
+}
+
+export async function failJob(ctx: JobContext, nodeId: string, req: FailJobRequest, correlationId?: string): Promise<FailJobResponse> {
+  const { job, now } = await reportedJob(ctx, nodeId, req.jobId, req.attempt);
+  const failure = req.failure;
+  if (failure === undefined) throw new ConnectError("failure: is required", Code.InvalidArgument);
+  if (failure.code === JobFailureCode.UNSPECIFIED || JobFailureCode[failure.code] === undefined) {
+    throw new ConnectError("failure.code: must be one of the JobFailureCode values", Code.InvalidArgument);
+  }
+  if (Buffer.byteLength(failure.message, "utf8") > MAX_FAILURE_MESSAGE_BYTES) {
+    throw new ConnectError(`failure.message: at most ${MAX_FAILURE_MESSAGE_BYTES} bytes`, Code.InvalidArgument);
+  }
+  const record = recordOf(job);
+  const cancelled = job.cancelRequested && failure.code === JobFailureCode.CANCELLED;
+  const next = cancelled ? { state: "cancelled" as const, willRetry: false } : afterFailure(record, failure);
+  await ctx.prisma.$transaction(async (tx) => {
+    const moved = await tx.job.updateMany({
+      where: { id: job.id, state: "leased", attempt: req.attempt, leaseExpiresAt: { gt: new Date(now) } },
+      data: {
+        state: next.state,
+        failure: failureToJson(failure),
+        leaseExpiresAt: null,
+        ...(next.state === "pending" ? {} : { finishedAt: new Date(now) }),
+      },
+    });
+    if (moved.count !== 1) throw leaseLost(`attempt ${req.attempt} changed while failing`);
+    await endAttempt(tx, job.id, req.attempt, cancelled ? "cancelled" : "failed", now);
+    if (next.state !== "pending") {
+      await recordAudit(tx, {
+        actor: nodeActor(nodeId),
+        action: cancelled ? "job.cancelled" : "job.failed",
+        targetType: "job",
+        targetId: job.id,
+        correlationId,
+        details: { code: JobFailureCode[failure.code], attempt: String(req.attempt), retryable: String(failure.retryable) },
+      });
+    }
+  });
+  ctx.deps.log.info(
+    { jobId: job.id, nodeId, attempt: req.attempt, code: JobFailureCode[failure.code], state: next.state, correlationId },
+    next.willRetry ? "job failed; will retry" : "job failed",
+  );
+  if (next.state === "pending") ctx.kick(nodeId);
+  else ctx.later("next in ordering key", () => ctx.afterFinish(job));
+  return create(FailJobResponseSchema, { willRetry: next.willRetry });
+}
+
