@@ -116,15 +116,14 @@ export class JobEngine implements JobDispatch, JobContext {
    * row, in one transaction; a job someone else leased meanwhile is simply skipped.
    */
   async claim(nodeId: string, limit: number, onLease?: (lease: JobLease) => void): Promise<JobLease[]> {
-    const now = Date.now();
-    if (!(await this.nodeOnline(nodeId, now))) return [];
+    // Pending work first: most passes (every session open) find none, and then need no liveness.
     const pending = await this.prisma.job.findMany({
       where: { nodeId, state: "pending" },
       orderBy: { seq: "asc" },
       take: PASS_LIMIT,
       select: { ...candidateSelect, spec: true },
     });
-    if (pending.length === 0) return [];
+    if (pending.length === 0 || !(await this.nodeOnline(nodeId, Date.now()))) return [];
     // Ordering keys may span nodes: the whole key's unfinished jobs decide who is first.
     const keys = [...new Set(pending.map((j) => j.orderingKey).filter((k): k is string => k !== null && k !== ""))];
     const keyed =
