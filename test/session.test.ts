@@ -236,6 +236,59 @@ describe("session protocol", () => {
   });
 });
 
+describe("the gRPC Session on the raw HTTP/2 stream", () => {
+  /**
+   * Writes `first` on a Session stream, then `afterWelcome` once the first message came back, and
+   * returns what came back: message count and status.
+   */
+  async function rawSession(tls: { cert?: string; key?: string }, first: Buffer, afterWelcome?: Buffer) {
+    const http2 = await import("node:http2");
+    const session = http2.connect(ts.url, { ca: ts.caPem, ...tls });
+    try {
+      const stream = session.request({ ":method": "POST", ":path": "/modelforge.agent.v1.AgentService/Session", "content-type": "application/grpc", te: "trailers" });
+      let messages = 0;
+      let status: { code?: string; message?: string } = {};
+      const read = (h: Record<string, unknown>) => {
+        if (h["grpc-status"] !== undefined) status = { code: String(h["grpc-status"]), message: decodeURIComponent(String(h["grpc-message"] ?? "")) };
+      };
+      stream.on("response", read);
+      stream.on("trailers", read);
+      stream.on("data", () => {
+        if (messages++ === 0 && afterWelcome !== undefined) stream.write(afterWelcome);
+      });
+      stream.write(first);
+      await new Promise<void>((resolve) => stream.on("close", () => resolve()));
+      return { messages, ...status };
+    } finally {
+      session.close();
+    }
+  }
+  /** Hello, length-prefixed as gRPC sends it. */
+  const helloFrame = async () => {
+    const { toBinary, create } = await import("@bufbuild/protobuf");
+    const { SessionRequestSchema } = await import("../gen/proto/modelforge/agent/v1/agent_pb.js");
+    const { frame } = await import("../server/services/session-grpc.js");
+    return frame(toBinary(SessionRequestSchema, create(SessionRequestSchema, { messageId: 1n, message: { case: "hello", value: { protocolVersion: 1, agentVersion: "raw" } } })));
+  };
+
+  it("refuses a Session without a client certificate, in a trailers-only response", async () => {
+    const res = await rawSession({}, await helloFrame());
+    expect(res).toEqual({ messages: 0, code: String(Code.Unauthenticated), message: "client certificate required" });
+  });
+
+  it("ends a Session that sends an oversized or malformed message, after its Welcome", async () => {
+    const s = await (await enrollTestNode(ts, "raw-client")).state();
+    const tls = { cert: s.certPem, key: s.keyPem };
+    const oversized = Buffer.alloc(5);
+    oversized.writeUInt32BE(64 * 1024 * 1024, 1);
+    const big = await rawSession(tls, await helloFrame(), oversized);
+    expect(big).toEqual({ messages: 1, code: String(Code.ResourceExhausted), message: "message larger than 1048576 bytes" });
+    // A frame whose protobuf cannot be parsed (field 0 does not exist).
+    const garbage = await rawSession(tls, await helloFrame(), Buffer.from([0, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff]));
+    expect(garbage).toEqual({ messages: 1, code: String(Code.InvalidArgument), message: "malformed message" });
+  });
+});
+
 describe("graceful shutdown", () => {
   it("ends open sessions with unavailable and stops promptly", async () => {
     const own = await startTestServer();

@@ -4,7 +4,7 @@
 // 150 µs and 75 KiB per connection more than this framing (bench/heartbeats.ts) and so kept a
 // 2-core server from holding 5,000 agents. gRPC-Web and the Connect protocol still reach Session
 // through Connect.
-import type http2 from "node:http2";
+import http2 from "node:http2";
 import type { TLSSocket } from "node:tls";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -25,6 +25,9 @@ export const sessionPath = `/${AgentService.typeName}/${AgentService.method.sess
 
 /** Session messages are small; anything larger is a broken or hostile peer. */
 const maxMessageBytes = 1024 * 1024;
+
+/** How long an ended Session stream waits for the agent to close its side before it is reset. */
+const releaseAfterMs = 1_000;
 
 /** Whether this request is a gRPC (not gRPC-Web, not Connect) call of Session with protobuf. */
 export function isGrpcSession(headers: http2.IncomingHttpHeaders): boolean {
@@ -79,7 +82,18 @@ export function serveGrpcSession(deps: Deps, stream: http2.ServerHttp2Stream, he
   const callLog = log.child({ correlationId });
   let responded = false;
   let trailers: http2.OutgoingHttpHeaders | undefined;
-  stream.on("wantTrailers", () => stream.sendTrailers(trailers ?? trailersOf(undefined)));
+  // The response is complete. A peer that never half-closes would hold the stream for the life of
+  // its connection, so it is reset without error (RST_STREAM NO_ERROR, as HTTP/2 8.1 allows), but
+  // only after a grace: a reset right behind the trailers can overtake them at the client.
+  const release = () => {
+    setTimeout(() => {
+      if (!stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+    }, releaseAfterMs).unref();
+  };
+  stream.on("wantTrailers", () => {
+    stream.sendTrailers(trailers ?? trailersOf(undefined));
+    release();
+  });
   stream.on("error", () => undefined);
 
   const end = (err: ConnectError | undefined) => {
@@ -95,6 +109,7 @@ export function serveGrpcSession(deps: Deps, stream: http2.ServerHttp2Stream, he
     if (!responded) {
       // Trailers-only response: the status travels in the headers.
       stream.respond({ ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId, ...trailers }, { endStream: true });
+      release();
       return;
     }
     stream.end();
@@ -125,6 +140,7 @@ export function serveGrpcSession(deps: Deps, stream: http2.ServerHttp2Stream, he
 
   const reader = new FrameReader();
   stream.on("data", (chunk: Buffer) => {
+    if (trailers !== undefined) return; // ended: what the agent still sends is not read
     try {
       for (const bytes of reader.push(chunk)) session.receive(fromBinary(SessionRequestSchema, bytes));
     } catch (err) {
