@@ -198,7 +198,7 @@ try {
 
   // 4. Ramp: half the agents, memory after GC, then the rest (so memory per agent is also
   // measured as the slope between the two, which the baseline's own noise does not touch).
-  const inclusive = ["openSession", "answer", "flush", "reconcileLiveness", "revokedSessionSweeper", "sweep", "sessionOpened", "authorizeNode", "heartbeatResponse", "agentConfigOf", "contextValues", "peerOf", "onStreamRead"];
+  const inclusive = ["serveGrpcSession", "receive", "answer", "flush", "reconcileLiveness", "revokedSessionSweeper", "sweep", "sessionOpened", "authorizeNode", "contextValues", "peerOf", "onStreamRead"];
   if (PROFILE === "ramp") await server.call("profileStart", { intervalUs: 1000 });
   const rampStart = Date.now();
   t = performance.now();
