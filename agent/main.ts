@@ -28,6 +28,7 @@ Environment:
   MODELFORGE_AGENT_LOG_LEVEL      log level (default info)
   MODELFORGE_AGENT_BACKOFF_BASE   first reconnect delay ceiling (default 500ms)
   MODELFORGE_AGENT_BACKOFF_MAX    largest reconnect delay (default 30s)
+  MODELFORGE_AGENT_REPLY_TIMEOUT  reconnect when Welcome or a heartbeat answer takes longer (default 30s)
   MODELFORGE_AGENT_CLOCK_OFFSET   shift the agent's observation clock, e.g. 1h or -1h (testing)
 `;
 
@@ -82,6 +83,7 @@ async function main(argv: string[]): Promise<number> {
         clockOffsetMs: env.MODELFORGE_AGENT_CLOCK_OFFSET ? signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET) : 0,
         backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
         backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
+        replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,
         // No capability handlers yet: the agent advertises none, so no job is created for it.
         jobs: await openJobRunner({ statePath, log, signal: stop.signal }),
       });

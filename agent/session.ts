@@ -52,6 +52,12 @@ export interface RunOptions {
   clockOffsetMs?: number;
   backoffBaseMs?: number;
   backoffMaxMs?: number;
+  /**
+   * How long to wait for Welcome, and for the answer to each heartbeat, before giving up on the
+   * session and reconnecting (default 30 s). Heartbeats need no I/O on the server, so a missing
+   * answer means a hung server or a stream that is dead in a way HTTP/2 pings cannot see.
+   */
+  replyTimeoutMs?: number;
 }
 
 /** Thrown out of a session to reconnect at once (after renewal), not after a backoff. */
@@ -93,6 +99,10 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
   const abort = new AbortController();
   const onStop = () => abort.abort();
   opts.signal.addEventListener("abort", onStop, { once: true });
+  const replyTimeoutMs = opts.replyTimeoutMs ?? 30_000;
+  // Ends the session when `what` has not arrived in time; the caller clears it when it does.
+  const deadline = (what: string) =>
+    setTimeout(() => abort.abort(new ConnectError(`no ${what} from the server within ${replyTimeoutMs} ms`, Code.DeadlineExceeded)), replyTimeoutMs);
   const outbound = new AsyncQueue<SessionRequest>();
   const pending = new Map<bigint, { resolve(r: ReplyResult): void; reject(e: unknown): void }>();
   let nextId = 0n;
@@ -149,7 +159,14 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
     const sequence = await store.nextSequence("telemetry");
     await publish("PutTelemetry", { case: "telemetry", value: { report: { sequence, observedAt: timestampFromMs(now()), telemetry } } });
   };
-  const sendHeartbeat = () => publish("Heartbeat", { case: "heartbeat", value: { agentVersion, sentAt: timestampFromMs(now()) } });
+  const sendHeartbeat = async () => {
+    const timer = deadline("heartbeat answer");
+    try {
+      return await publish("Heartbeat", { case: "heartbeat", value: { agentVersion, sentAt: timestampFromMs(now()) } });
+    } finally {
+      clearTimeout(timer);
+    }
+  };
 
   const renew = (reason: string) =>
     (renewing ??= (async () => {
@@ -186,11 +203,14 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
       },
     }),
   );
+  const welcomeTimer = deadline("Welcome");
+  timers.push(welcomeTimer);
   try {
     for await (const res of client.session(outbound, { signal: abort.signal })) {
       const m = res.message;
       switch (m.case) {
         case "welcome": {
+          clearTimeout(welcomeTimer);
           config = m.value.config;
           log.info({ nodeId: m.value.nodeId, serverVersion: m.value.serverVersion }, "session established");
           await catchUpSequences(store, m.value.streamSequences);
@@ -231,7 +251,8 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
       }
     }
   } catch (err) {
-    if (abort.signal.reason instanceof Reconnect) throw abort.signal.reason;
+    // Reconnect after renewal, or the deadline that ended the session: they say why, not "canceled".
+    if (abort.signal.reason instanceof Reconnect || abort.signal.reason instanceof ConnectError) throw abort.signal.reason;
     throw err;
   } finally {
     for (const t of timers) clearInterval(t);
@@ -240,7 +261,7 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
     opts.signal.removeEventListener("abort", onStop);
     abort.abort();
   }
-  if (abort.signal.reason instanceof Reconnect) throw abort.signal.reason;
+  if (abort.signal.reason instanceof Reconnect || abort.signal.reason instanceof ConnectError) throw abort.signal.reason;
 }
 
 /** After a restore from an older copy, continue after what the server has already accepted. */

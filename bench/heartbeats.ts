@@ -4,7 +4,7 @@
 //
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
 //   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB,
-//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP in the environment)
+//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP, RESTART in the environment)
 //
 // Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
 // <= 100 KiB server RSS after GC per connected agent.
@@ -55,6 +55,9 @@ const CLIENT = param("CLIENT", "raw");
 if (CLIENT !== "raw" && CLIENT !== "connect") throw new Error(`CLIENT must be "raw" or "connect", not "${CLIENT}"`);
 // HEAP=1: heap snapshots before and after (after the RSS readings; they disturb later ones).
 const HEAP = param("HEAP", "0") === "1";
+// RESTART=1: after the steady window, stop the server (gracefully: sessions end with unavailable)
+// and start a new one on the same port; report how long the fleet takes to come back.
+const RESTART = param("RESTART", "0") === "1";
 const intervalMs = (AGENTS / RATE) * 1000;
 
 interface ServerStats {
@@ -104,7 +107,7 @@ const children: Rpc[] = [];
 // bench/support/floor-server.ts); nodes are still provisioned by the real one.
 const FLOOR = param("BENCH_FLOOR", "");
 
-function startServerChild(extraFlags: string[] = [], floor = false): Rpc {
+function startServerChild(extraFlags: string[] = [], floor = false, port = 0): Rpc {
   const entry = floor ? "./support/floor-server.ts" : "./support/server-child.ts";
   const child = forkTs(new URL(entry, import.meta.url), {
     nodeFlags: ["--expose-gc", ...extraFlags, ...param("SERVER_FLAGS", "").split(" ").filter(Boolean)],
@@ -112,7 +115,7 @@ function startServerChild(extraFlags: string[] = [], floor = false): Rpc {
     env: {
       ...process.env,
       MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
-      MODELFORGE_PORT: "0",
+      MODELFORGE_PORT: String(port),
       MODELFORGE_DATA_DIR: join(dir, "data"),
       MODELFORGE_CERTS_DIR: join(dir, "certs"),
       MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"),
@@ -345,7 +348,36 @@ try {
     })}`,
   );
 
-  // 8. Tear down: agents end their streams, then the server stops.
+  // 8. Restart: the whole fleet reconnects, each agent with its own jittered backoff.
+  if (RESTART) {
+    const stopAt = performance.now();
+    const before = await sumCounts(workers);
+    await server.call("stop", {}, 60_000);
+    await server.exit();
+    log(`restart: server stopped in ${((performance.now() - stopAt) / 1000).toFixed(1)} s; starting a new one on the same port`);
+    server = startServerChild([], FLOOR !== "", Number(new URL(info.url).port));
+    await server.waitFor("ready", 120_000);
+    log(`restart: new server ready ${((performance.now() - stopAt) / 1000).toFixed(1)} s after the stop`);
+    let previous = await server.call<ServerStats>("stats", {});
+    const cpuFrom = previous;
+    const deadline = performance.now() + 180_000;
+    let now = await sumCounts(workers);
+    while (now.connected < AGENTS && now.connected + now.failed < AGENTS && performance.now() < deadline) {
+      await sleep(2000);
+      now = await sumCounts(workers);
+      const st = await server.call<ServerStats>("stats", {});
+      log(`restart: ${now.connected} connected, ${now.retries - before.retries} retries, ${now.failed} gave up; server ${coresUsed(previous.cpu, st.cpu, st.at - previous.at).toFixed(2)} cores`);
+      previous = st;
+    }
+    const backS = (performance.now() - stopAt) / 1000;
+    const cores = coresUsed(cpuFrom.cpu, previous.cpu, previous.at - cpuFrom.at);
+    console.log(
+      `restart:                 ${now.connected} of ${AGENTS} agents back ${backS.toFixed(1)} s after the stop (${now.retries - before.retries} retries, ${now.failed} gave up), ` +
+        `server ${cores.toFixed(2)} cores meanwhile${failureText(Object.fromEntries(Object.entries(now.failures).map(([k, n]) => [k, n - (before.failures[k] ?? 0)]).filter(([, n]) => (n as number) > 0)))}`,
+    );
+  }
+
+  // 9. Tear down: agents end their streams, then the server stops.
   await Promise.all(workers.map((w) => w.call("close", { waitMs: 10_000 }, 60_000).catch(() => undefined)));
   await Promise.all(workers.map((w) => w.exit()));
   await server.call("stop", {}, 60_000).catch(() => undefined);

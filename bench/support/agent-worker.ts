@@ -56,7 +56,8 @@ let setup: Setup;
 let measuring = false;
 let latencies: number[] = [];
 const counts = { sent: 0, acked: 0, refused: 0, connected: 0, failed: 0, ended: 0, retries: 0 };
-const MAX_ATTEMPTS = 8;
+/** A real agent retries forever; enough here to ride out a server restart (RESTART=1). */
+const MAX_ATTEMPTS = 20;
 let windowCounts = { sent: 0, acked: 0, refused: 0 };
 const failures = new Map<string, number>();
 const loopDelay = monitorEventLoopDelay({ resolution: 5 });
