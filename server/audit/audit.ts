@@ -17,26 +17,19 @@ export interface AuditEntry {
   details?: Record<string, string>;
 }
 
-function rowOf(entry: AuditEntry, at: Date) {
-  return {
-    id: randomUUID(),
-    time: at,
-    actor: entry.actor,
-    action: entry.action,
-    targetType: entry.targetType,
-    targetId: entry.targetId,
-    correlationId: entry.correlationId ?? null,
-    details: entry.details ?? {},
-  };
-}
-
 export async function recordAudit(db: AuditWriter, entry: AuditEntry, at: Date = new Date()): Promise<void> {
-  await db.auditEvent.create({ data: rowOf(entry, at) });
-}
-
-/** Many events in one statement, in the order given (their `seq` follows it). */
-export async function recordAudits(db: AuditWriter, entries: AuditEntry[], at: Date = new Date()): Promise<void> {
-  if (entries.length > 0) await db.auditEvent.createMany({ data: entries.map((e) => rowOf(e, at)) });
+  await db.auditEvent.create({
+    data: {
+      id: randomUUID(),
+      time: at,
+      actor: entry.actor,
+      action: entry.action,
+      targetType: entry.targetType,
+      targetId: entry.targetId,
+      correlationId: entry.correlationId ?? null,
+      details: entry.details ?? {},
+    },
+  });
 }
 
 export const operatorActor = "operator";

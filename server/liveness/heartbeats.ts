@@ -28,32 +28,43 @@ export class HeartbeatBook {
     return db === undefined ? mem : Math.max(mem, db);
   }
 
-  forget(nodeId: string): void {
-    this.latest.delete(nodeId);
-    this.persisted.delete(nodeId);
-    this.unflushed.delete(nodeId);
-  }
-
-  /** Writes every heartbeat received since the last flush in one statement. */
+  /**
+   * Writes every heartbeat received since the last flush in one statement. Rows another
+   * transaction holds locked (a reconciler moving liveness, a Hello) are skipped and kept for the
+   * next flush: the flush never waits on a lock, so it can never be part of a deadlock.
+   */
   async flush(prisma: PrismaClient): Promise<number> {
     if (this.unflushed.size === 0) return 0;
     const batch = this.unflushed;
     this.unflushed = new Map();
     const ids = [...batch.keys()];
     const times = ids.map((id) => new Date(batch.get(id)!));
+    let written: { id: string }[];
     try {
       // GREATEST: another replica may have written a newer time for the same node meanwhile.
-      await prisma.$executeRaw`
+      written = await prisma.$queryRaw<{ id: string }[]>`
+        WITH v AS (SELECT * FROM unnest(${ids}::uuid[], ${times}::timestamptz[]) AS v(id, t)),
+             free AS (SELECT n.id FROM "Node" AS n JOIN v ON v.id = n.id FOR UPDATE OF n SKIP LOCKED)
         UPDATE "Node" AS n
            SET "lastHeartbeatAt" = GREATEST(COALESCE(n."lastHeartbeatAt", v.t), v.t)
-          FROM unnest(${ids}::uuid[], ${times}::timestamptz[]) AS v(id, t)
-         WHERE n.id = v.id`;
+          FROM v
+         WHERE n.id = v.id AND n.id IN (SELECT id FROM free)
+        RETURNING n.id::text AS id`;
     } catch (err) {
-      // Keep them for the next flush, unless newer ones arrived meanwhile.
-      for (const [id, t] of batch) if (!this.unflushed.has(id)) this.unflushed.set(id, t);
+      this.keep(batch);
       throw err;
     }
-    for (const [id, t] of batch) this.persisted.set(id, t);
-    return ids.length;
+    for (const { id } of written) {
+      this.persisted.set(id, batch.get(id)!);
+      batch.delete(id);
+    }
+    // What is left was locked by another transaction.
+    this.keep(batch);
+    return written.length;
+  }
+
+  /** Puts heartbeats back for the next flush, unless newer ones arrived meanwhile. */
+  private keep(batch: Map<string, number>): void {
+    for (const [id, t] of batch) if (!this.unflushed.has(id)) this.unflushed.set(id, t);
   }
 }

@@ -4,7 +4,8 @@
 // revoked, or whose node was disabled or decommissioned, through another replica.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { computeLiveness, livenessTransition, type Liveness } from "../domain/liveness.js";
-import { recordAudits, systemActor } from "../audit/audit.js";
+import { systemActor } from "../audit/audit.js";
+import { moveLiveness } from "../liveness/sql.js";
 import type { Deps } from "../app.js";
 
 export async function reconcileLiveness(deps: Deps, now = Date.now()): Promise<number> {
@@ -46,30 +47,22 @@ export async function reconcileLiveness(deps: Deps, now = Date.now()): Promise<n
   for (const { previous, next, ids } of groups.values()) {
     const t = livenessTransition(previous, next);
     for (let i = 0; i < ids.length; i += batchSize) {
-      const moved = await prisma.$transaction(async (tx) => {
-        // Compare-and-set per node: another replica may have moved some of them first.
-        const rows = await tx.node.updateManyAndReturn({
-          where: { id: { in: ids.slice(i, i + batchSize) }, liveness: previous },
-          data: { liveness: next, livenessChangedAt: new Date(now) },
-          select: { id: true },
-        });
-        if (t.audit && t.action !== undefined && rows.length > 0) {
-          await recordAudits(
-            tx,
-            rows.map((r) => ({ actor: systemActor, action: t.action!, targetType: "node" as const, targetId: r.id, details: { from: previous, to: next } })),
-            new Date(now),
-          );
-        }
-        return rows;
+      const moved = await moveLiveness(prisma, {
+        ids: ids.slice(i, i + batchSize),
+        from: previous,
+        to: next,
+        at: new Date(now),
+        action: t.audit ? t.action : undefined,
+        actor: systemActor,
       });
       changes += moved.length;
-      for (const r of moved) deps.log.info({ nodeId: r.id, from: previous, to: next }, "node liveness changed");
+      for (const id of moved) deps.log.info({ nodeId: id, from: previous, to: next }, "node liveness changed");
     }
   }
   return changes;
 }
 
-/** Nodes moved per statement: well under PostgreSQL's bind-parameter limit. */
+/** Nodes moved per statement, so one statement never holds thousands of row locks. */
 const batchSize = 1000;
 
 /**
