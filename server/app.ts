@@ -26,7 +26,8 @@ import { adminJobs } from "./services/admin-jobs.js";
 import { jobsLoop } from "./sweeper/jobs.js";
 import { reconcileLiveness, revokedSessionSweeper } from "./sweeper/liveness.js";
 import { every } from "./sweeper/loop.js";
-import { http2ServerTuning } from "./tuning.js";
+import { http2ServerTuning, sessionOpenTuning } from "./tuning.js";
+import { Admission } from "./dispatch/admission.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { AgentService, type AgentConfig } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -55,6 +56,8 @@ export interface Deps {
   db: Database;
   sessions: SessionRegistry;
   heartbeats: HeartbeatBook;
+  /** Bounds how many sessions open (hit the database) at once. */
+  admission: Admission;
   jobs: JobDispatch;
   /** Aborted when shutdown begins; long-lived streams end on it. */
   shutdown: AbortSignal;
@@ -155,6 +158,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     db,
     sessions,
     heartbeats: new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3)),
+    admission: new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued),
     jobs: new JobEngine(() => deps),
     shutdown: shutdown.signal,
   };

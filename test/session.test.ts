@@ -287,6 +287,19 @@ describe("the gRPC Session on the raw HTTP/2 stream", () => {
     const garbage = await rawSession(tls, await helloFrame(), Buffer.from([0, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff]));
     expect(garbage).toEqual({ messages: 1, code: String(Code.InvalidArgument), message: "malformed message" });
   });
+
+  it("refuses an agent that piles up messages while its session is still opening", async () => {
+    const s = await (await enrollTestNode(ts, "flooding-client")).state();
+    const { toBinary, create } = await import("@bufbuild/protobuf");
+    const { SessionRequestSchema } = await import("../gen/proto/modelforge/agent/v1/agent_pb.js");
+    const { frame } = await import("../server/services/session-grpc.js");
+    const beats = Array.from({ length: 3000 }, (_, i) =>
+      frame(toBinary(SessionRequestSchema, create(SessionRequestSchema, { messageId: BigInt(i + 2), message: { case: "heartbeat", value: {} } }))),
+    );
+    // Sent with Hello in one write: they all arrive before the session's database work is done.
+    const res = await rawSession({ cert: s.certPem, key: s.keyPem }, Buffer.concat([await helloFrame(), ...beats]));
+    expect(res).toEqual({ messages: 0, code: String(Code.ResourceExhausted), message: "more than 1000 messages waiting for an answer" });
+  });
 });
 
 describe("graceful shutdown", () => {

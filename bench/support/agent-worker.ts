@@ -50,6 +50,8 @@ interface Link {
   send(message: SessionRequest): void;
   /** Half-closes: the server then ends its side. */
   end(): void;
+  /** Gives up on the connection at once, failing with `err`. */
+  abort(err: ConnectError): void;
 }
 
 let setup: Setup;
@@ -58,6 +60,8 @@ let latencies: number[] = [];
 const counts = { sent: 0, acked: 0, refused: 0, connected: 0, failed: 0, ended: 0, retries: 0 };
 /** A real agent retries forever; enough here to ride out a server restart (RESTART=1). */
 const MAX_ATTEMPTS = 20;
+/** The agent's default reply timeout. */
+const WELCOME_TIMEOUT_MS = 30_000;
 let windowCounts = { sent: 0, acked: 0, refused: 0 };
 const failures = new Map<string, number>();
 const loopDelay = monitorEventLoopDelay({ resolution: 5 });
@@ -84,7 +88,12 @@ class SimAgent {
     this.state = "connecting";
     this.pending.clear();
     const open = setup.client === "raw" ? openRaw : openConnect;
-    this.link = open(this.agent, (m) => this.onMessage(m), (state, err) => this.finish(state, err));
+    const link = open(this.agent, (m) => this.onMessage(m), (state, err) => this.finish(state, err));
+    this.link = link;
+    // As the agent (MODELFORGE_AGENT_REPLY_TIMEOUT): no Welcome in time, give up and retry.
+    this.timer = setTimeout(() => {
+      if (this.state === "connecting" && this.link === link) link.abort(new ConnectError(`no Welcome within ${WELCOME_TIMEOUT_MS} ms`, Code.DeadlineExceeded));
+    }, WELCOME_TIMEOUT_MS);
     this.link.send(
       create(SessionRequestSchema, {
         messageId: ++this.nextId,
@@ -96,6 +105,7 @@ class SimAgent {
   private onMessage(res: SessionResponse): void {
     const m = res.message;
     if (m.case === "welcome") {
+      clearTimeout(this.timer);
       this.state = "connected";
       this.attempt = 0;
       counts.connected++;
@@ -180,15 +190,23 @@ function openConnect(agent: { certPem: string }, onMessage: (m: SessionResponse)
   });
   const outbound = new AsyncQueue<SessionRequest>();
   const client = createClient(AgentService, transport);
+  const stop = new AbortController();
   void (async () => {
     try {
-      for await (const res of client.session(outbound, { signal: abort.signal })) onMessage(res);
+      for await (const res of client.session(outbound, { signal: AbortSignal.any([abort.signal, stop.signal]) })) onMessage(res);
       onEnd("ended");
     } catch (err) {
       onEnd("failed", err);
     }
   })();
-  return { send: (m) => void outbound.push(m), end: () => outbound.end() };
+  return {
+    send: (m) => void outbound.push(m),
+    end: () => outbound.end(),
+    abort(err) {
+      onEnd("failed", err);
+      stop.abort(err);
+    },
+  };
 }
 
 const sessionPath = `/${AgentService.typeName}/Session`;
@@ -238,6 +256,10 @@ function openRaw(agent: { certPem: string }, onMessage: (m: SessionResponse) => 
       stream.write(frame(toBinary(SessionRequestSchema, m)));
     },
     end: () => stream.end(),
+    abort(err) {
+      end("failed", err);
+      session.destroy();
+    },
   };
 }
 

@@ -17,6 +17,8 @@ import { startAllocationProfile, startProfile, stopAllocationProfile, stopProfil
 import { heapSummary } from "./heap.js";
 import type { Deps } from "../../server/app.js";
 import { SessionRegistry } from "../../server/dispatch/sessions.js";
+import { Admission } from "../../server/dispatch/admission.js";
+import { sessionOpenTuning } from "../../server/tuning.js";
 import { HeartbeatBook } from "../../server/liveness/heartbeats.js";
 import { JobEngine } from "../../server/jobs/engine.js";
 import { reconcileLiveness, revokedSessionSweeper } from "../../server/sweeper/liveness.js";
@@ -148,6 +150,7 @@ serve({
       db: server.db,
       sessions,
       heartbeats: new HeartbeatBook(0),
+      admission: new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued),
       jobs: undefined as unknown as JobEngine,
       shutdown: shutdown.signal,
     } as Deps;
@@ -167,8 +170,8 @@ serve({
       recordAll();
       await side.heartbeats.flush(prisma);
     }, rounds);
-    // The first round moves every node from its stored liveness to online (a transaction and an
-    // audit record each, as when a fleet connects); later rounds find no node whose stored liveness is contradicted.
+    // The first round moves every node from its stored liveness to online (with an audit record
+    // each, as when a fleet connects); later rounds find no node whose stored liveness is contradicted.
     const t0 = performance.now();
     out.livenessTransitions = await reconcileLiveness(side);
     out.firstReconcileMs = performance.now() - t0;

@@ -90,7 +90,10 @@ function replyTo(messageId: bigint, result: Result): SessionResponse {
   return create(SessionResponseSchema, { message: { case: "reply", value: create(ReplySchema, { messageId, result }) } });
 }
 
-type Phase = "authorizing" | "hello" | "open" | "closed";
+type Phase = "hello" | "open" | "closed";
+
+/** Messages an agent may have waiting behind one that is being answered. */
+const maxBacklog = 1000;
 
 /**
  * One node's Session on this replica. Agent messages are answered strictly in order, one at a
@@ -100,34 +103,36 @@ type Phase = "authorizing" | "hello" | "open" | "closed";
 export class AgentSession implements LiveSession {
   readonly nodeId: string;
   readonly serial: string;
-  private phase: Phase = "authorizing";
+  private phase: Phase = "hello";
   /** Messages received while an earlier one is still being answered. */
   private backlog: SessionRequest[] | undefined;
-  private busy = true;
-  /** The authorized node's row, until Hello has been answered. */
-  private node: Node | undefined;
+  private busy = false;
   private inputEnded = false;
   private readonly onShutdown = () => this.close(new ConnectError("server shutting down", Code.Unavailable));
 
   constructor(
     private readonly deps: Deps,
-    identity: NodeIdentity,
+    private readonly identity: NodeIdentity,
     private readonly caller: Caller,
     private readonly sink: SessionSink,
   ) {
     this.nodeId = identity.nodeId;
     this.serial = identity.serial;
-    authorizeNode(deps.db.prisma, identity).then(
-      (node) => this.authorized(node),
-      (err: unknown) => this.close(err),
-    );
+  }
+
+  /** Read through a getter so checks after an await are not narrowed away. */
+  private get closed(): boolean {
+    return this.phase === "closed";
   }
 
   /** An agent message arrived. */
   receive(message: SessionRequest): void {
     if (this.phase === "closed") return;
-    if (this.busy) (this.backlog ??= []).push(message);
-    else this.handle(message);
+    if (!this.busy) return this.handle(message);
+    const backlog = (this.backlog ??= []);
+    // An agent waits for answers; one that floods the stream while a message waits is refused.
+    if (backlog.length >= maxBacklog) return this.close(new ConnectError(`more than ${maxBacklog} messages waiting for an answer`, Code.ResourceExhausted));
+    backlog.push(message);
   }
 
   /** The agent closed its side: answer what is pending, then end cleanly. */
@@ -160,13 +165,6 @@ export class AgentSession implements LiveSession {
     this.sink.end(new ConnectError(`internal error (request ${this.caller.correlationId})`, Code.Internal));
   }
 
-  private authorized(node: Node): void {
-    if (this.phase === "closed") return;
-    this.node = node;
-    this.phase = "hello";
-    this.next();
-  }
-
   /** Takes backlog messages until one needs to wait. */
   private next(): void {
     this.busy = false;
@@ -183,9 +181,13 @@ export class AgentSession implements LiveSession {
   private handle(message: SessionRequest): void {
     if (this.phase === "hello") {
       this.busy = true;
-      const node = this.node!;
-      this.node = undefined;
-      this.open(node, message).then(
+      let said: ReturnType<typeof acceptHello>;
+      try {
+        said = acceptHello(message);
+      } catch (err) {
+        return this.close(err);
+      }
+      this.deps.admission.run(() => this.open(said)).then(
         () => this.next(),
         (err: unknown) => this.close(err),
       );
@@ -218,14 +220,16 @@ export class AgentSession implements LiveSession {
     return { case: "error", value: create(ReplyErrorSchema, { code: codeName(ce.code), message: text }) };
   }
 
-  private async open(node: Node, first: SessionRequest): Promise<void> {
-    const { hello, capabilities } = acceptHello(first);
+  /** Authorizes the credential, records Hello and answers Welcome: the database part of opening. */
+  private async open({ hello, capabilities }: ReturnType<typeof acceptHello>): Promise<void> {
+    if (this.closed) return; // gone while waiting for admission
     const prisma = this.deps.db.prisma;
+    const node = await authorizeNode(prisma, this.identity);
     const cursors = await prisma.streamCursor.findMany({ where: { nodeId: node.id }, select: { stream: true, sequence: true } });
     const said = { agentVersion: hello.agentVersion.slice(0, 64) || null, protocolVersion: hello.protocolVersion, capabilities };
     // A reconnecting agent usually says what it said last time: no write then (reconnect storms).
     if (!sameHello(node, said)) await prisma.node.update({ where: { id: node.id }, data: said });
-    if (this.phase === "closed") return;
+    if (this.closed) return;
     this.deps.heartbeats.record(node.id, Date.now());
     this.phase = "open";
     this.deps.shutdown.addEventListener("abort", this.onShutdown, { once: true });
