@@ -294,7 +294,7 @@ try {
   );
   console.log(`  RSS during the window: ${mid.map((m) => mib(m.mem.rss)).join(", ")} MiB`);
   console.log(
-    `load generator:          ${reports.map((r) => r.cpuCores.toFixed(2)).join(" + ")} cores, loop delay p99 ${reports.map((r) => ms(r.loopDelayP99Ms)).join(" / ")} ms; ` +
+    `load generator:          ${reports.map((r) => r.cpuCores.toFixed(2)).join(" + ")} cores, loop delay p99 ${reports.map((r) => ms(r.loopDelayP99Ms)).join(" / ")} ms, max ${reports.map((r) => ms(r.loopDelayMaxMs)).join(" / ")} ms; ` +
       `machine ${machineCores(machineBefore, machineAfter, cpus().length).toFixed(2)} of ${cpus().length} cores busy`,
   );
   console.log(

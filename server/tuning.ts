@@ -10,6 +10,7 @@
 // hold no record buffers. A bare node:http2 stream with these same TLS settings costs ~85 KiB,
 // with or without the options below (no measurable difference): they bound what a connection may
 // hold and how fast dead ones go; they do not shrink the steady cost.
+import { constants } from "node:crypto";
 import type { SecureServerOptions } from "node:http2";
 
 export const http2ServerTuning: SecureServerOptions = {
@@ -38,6 +39,9 @@ export const http2ServerTuning: SecureServerOptions = {
   // A TLS handshake that has not finished in 10 s is not going to (default 120 s): during a
   // reconnect storm stuck handshakes would otherwise hold sockets for two minutes.
   handshakeTimeout: 10_000,
+  // No TLS session tickets: agents reconnect with a full handshake (they pass no saved session),
+  // so the two tickets OpenSSL issues after every TLS 1.3 handshake were encrypted for nobody.
+  secureOptions: constants.SSL_OP_NO_TICKET,
 };
 
 /**
