@@ -152,6 +152,12 @@ export function parseIntFlag(text: string, flag: string, min: number, max: numbe
 }
 
 /** The node or job id argument: non-empty, no whitespace. The server checks the format. */
+/** A string option's value, "" when it was not given (the request fields it fills treat "" as unset). */
+export function textOption(values: OptionValues, name: string): string {
+  const value = values[name];
+  return typeof value === "string" ? value : "";
+}
+
 export function idArg(positionals: string[], what: string): string {
   const id = positionals[0]?.trim() ?? "";
   if (id === "") throw new UsageError(`missing ${what}`);

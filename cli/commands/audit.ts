@@ -1,7 +1,7 @@
 // forge audit list
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { ListAuditEventsResponseSchema, type AuditEvent } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { parseIntFlag, parseSince, type Command, type Group } from "../args.js";
+import { parseIntFlag, parseSince, textOption, type Command, type Group } from "../args.js";
 import { dateOf, formatLabels, formatTime, table } from "../format.js";
 import { printJson } from "../output.js";
 
@@ -36,9 +36,9 @@ const listCommand: Command = {
     const since = values.since === undefined ? undefined : timestampFromDate(parseSince(values.since as string, ctx.now()));
     const res = await ctx.client().listAuditEvents({
       pageSize: limit,
-      action: (values.action as string | undefined) ?? "",
-      targetId: (values.target as string | undefined) ?? "",
-      actor: (values.actor as string | undefined) ?? "",
+      action: textOption(values, "action"),
+      targetId: textOption(values, "target"),
+      actor: textOption(values, "actor"),
       since,
     });
     if (ctx.json) {

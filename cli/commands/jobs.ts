@@ -25,6 +25,7 @@ import {
   parseJobStates,
   UsageError,
   validEnumNames,
+  textOption,
   type Command,
   type Context,
   type Group,
@@ -208,7 +209,7 @@ const createCommand: Command = {
     const res = await ctx.client().createJob({
       nodeId: node,
       spec,
-      orderingKey: (values["ordering-key"] as string | undefined) ?? "",
+      orderingKey: textOption(values, "ordering-key"),
       maxAttempts,
     });
     if (ctx.json) {
@@ -239,9 +240,9 @@ const listCommand: Command = {
     let pageToken = "";
     do {
       const page = await ctx.client().listJobs({
-        nodeId: (values.node as string | undefined) ?? "",
+        nodeId: textOption(values, "node"),
         states,
-        orderingKey: (values["ordering-key"] as string | undefined) ?? "",
+        orderingKey: textOption(values, "ordering-key"),
         pageSize: 1000,
         pageToken,
       });
@@ -276,7 +277,7 @@ const cancelCommand: Command = {
   options: { reason: { type: "string", value: "TEXT", description: "why" } },
   async run(ctx, values, positionals) {
     const id = idArg(positionals, "job ID");
-    const res = await ctx.client().cancelJob({ jobId: id, reason: (values.reason as string | undefined) ?? "" });
+    const res = await ctx.client().cancelJob({ jobId: id, reason: textOption(values, "reason") });
     if (ctx.json) printJson(ctx, CancelJobResponseSchema, res);
     else if (res.job && terminal(res.job.state)) ctx.out(`Job ${id} had already ended: ${stateName(res.job.state)}.\n`);
     else ctx.out(`Cancellation of job ${id} requested.\n`);

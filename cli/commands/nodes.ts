@@ -17,7 +17,17 @@ import {
   type PreviewDecommissionResponse,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { Liveness } from "../../gen/proto/modelforge/common/v1/common_pb.js";
-import { idArg, parseLabels, parseLiveness, UsageError, validEnumNames, type Command, type Group, type OptionDef } from "../args.js";
+import {
+  idArg,
+  parseLabels,
+  parseLiveness,
+  UsageError,
+  validEnumNames,
+  textOption,
+  type Command,
+  type Group,
+  type OptionDef,
+} from "../args.js";
 import { confirmByTyping } from "../confirm.js";
 import {
   clean,
@@ -340,7 +350,7 @@ const disableCommand: Command = {
   options: { reason: { type: "string", value: "TEXT", description: "why; shown on the node" } },
   async run(ctx, values, positionals) {
     const id = idArg(positionals, "node ID");
-    const res = await ctx.client().disableNode({ nodeId: id, reason: (values.reason as string | undefined) ?? "" });
+    const res = await ctx.client().disableNode({ nodeId: id, reason: textOption(values, "reason") });
     if (ctx.json) printJson(ctx, DisableNodeResponseSchema, res);
     else ctx.out(`Node ${clean(nodeLabel(res.node, id))} is disabled.\n`);
     return 0;
@@ -401,8 +411,8 @@ const revokeCommand: Command = {
     const id = idArg(positionals, "node ID");
     const res = await ctx.client().revokeNodeCredential({
       nodeId: id,
-      serial: (values.serial as string | undefined) ?? "",
-      reason: (values.reason as string | undefined) ?? "",
+      serial: textOption(values, "serial"),
+      reason: textOption(values, "reason"),
     });
     if (ctx.json) printJson(ctx, RevokeNodeCredentialResponseSchema, res);
     else if (res.revokedSerials.length === 0) ctx.out(`Node ${id} had no active credential to revoke.\n`);
@@ -462,7 +472,7 @@ const decommissionCommand: Command = {
         return 1;
       }
     }
-    const res = await client.decommissionNode({ nodeId: id, reason: (values.reason as string | undefined) ?? "" });
+    const res = await client.decommissionNode({ nodeId: id, reason: textOption(values, "reason") });
     if (ctx.json) printJson(ctx, DecommissionNodeResponseSchema, res);
     else ctx.out(renderDecommission(res, id));
     return 0;

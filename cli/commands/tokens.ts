@@ -8,7 +8,7 @@ import {
   RevokeEnrollmentTokenResponseSchema,
   type EnrollmentToken,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { idArg, parseDurationFlag, parseLabels, type Command, type Group } from "../args.js";
+import { idArg, parseDurationFlag, parseLabels, textOption, type Command, type Group } from "../args.js";
 import { clean, dateOf, enumName, fields, formatAge, formatLabels, formatTimeAndAge, table } from "../format.js";
 import { printJson } from "../output.js";
 
@@ -26,8 +26,8 @@ const createCommand: Command = {
   async run(ctx, values) {
     const ttl = values.ttl === undefined ? undefined : durationFromMs(parseDurationFlag(values.ttl as string, "--ttl"));
     const res = await ctx.client().createEnrollmentToken({
-      nodeName: (values.name as string | undefined) ?? "",
-      nodeId: (values.node as string | undefined) ?? "",
+      nodeName: textOption(values, "name"),
+      nodeId: textOption(values, "node"),
       ttl,
       labels: parseLabels(values.label as string[] | undefined),
     });
