@@ -6,9 +6,13 @@ import { cpSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from "node:f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { GpuState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { SessionRequestSchema } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { frame } from "../server/services/session-grpc.js";
 import { Liveness } from "../gen/proto/modelforge/common/v1/common_pb.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
@@ -243,7 +247,6 @@ describe("the gRPC Session on the raw HTTP/2 stream", () => {
    * returns what came back: message count and status.
    */
   async function rawSession(tls: { cert?: string; key?: string }, first: Buffer, afterWelcome?: Buffer) {
-    const http2 = await import("node:http2");
     const session = http2.connect(ts.url, { ca: ts.caPem, ...tls });
     try {
       const stream = session.request({ ":method": "POST", ":path": "/modelforge.agent.v1.AgentService/Session", "content-type": "application/grpc", te: "trailers" });
@@ -264,16 +267,13 @@ describe("the gRPC Session on the raw HTTP/2 stream", () => {
       session.close();
     }
   }
-  /** Hello, length-prefixed as gRPC sends it. */
-  const helloFrame = async () => {
-    const { toBinary, create } = await import("@bufbuild/protobuf");
-    const { SessionRequestSchema } = await import("../gen/proto/modelforge/agent/v1/agent_pb.js");
-    const { frame } = await import("../server/services/session-grpc.js");
-    return frame(toBinary(SessionRequestSchema, create(SessionRequestSchema, { messageId: 1n, message: { case: "hello", value: { protocolVersion: 1, agentVersion: "raw" } } })));
-  };
+  /** One agent message, length-prefixed as gRPC sends it. */
+  const requestFrame = (messageId: bigint, message: MessageInitShape<typeof SessionRequestSchema>["message"]) =>
+    frame(toBinary(SessionRequestSchema, create(SessionRequestSchema, { messageId, message })));
+  const helloFrame = () => requestFrame(1n, { case: "hello", value: { protocolVersion: 1, agentVersion: "raw" } });
 
   it("refuses a Session without a client certificate, in a trailers-only response", async () => {
-    const res = await rawSession({}, await helloFrame());
+    const res = await rawSession({}, helloFrame());
     expect(res).toEqual({ messages: 0, code: String(Code.Unauthenticated), message: "client certificate required" });
   });
 
@@ -282,23 +282,18 @@ describe("the gRPC Session on the raw HTTP/2 stream", () => {
     const tls = { cert: s.certPem, key: s.keyPem };
     const oversized = Buffer.alloc(5);
     oversized.writeUInt32BE(64 * 1024 * 1024, 1);
-    const big = await rawSession(tls, await helloFrame(), oversized);
+    const big = await rawSession(tls, helloFrame(), oversized);
     expect(big).toEqual({ messages: 1, code: String(Code.ResourceExhausted), message: "message larger than 1048576 bytes" });
     // A frame whose protobuf cannot be parsed (field 0 does not exist).
-    const garbage = await rawSession(tls, await helloFrame(), Buffer.from([0, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff]));
+    const garbage = await rawSession(tls, helloFrame(), Buffer.from([0, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff]));
     expect(garbage).toEqual({ messages: 1, code: String(Code.InvalidArgument), message: "malformed message" });
   });
 
   it("refuses an agent that piles up messages while its session is still opening", async () => {
     const s = await (await enrollTestNode(ts, "flooding-client")).state();
-    const { toBinary, create } = await import("@bufbuild/protobuf");
-    const { SessionRequestSchema } = await import("../gen/proto/modelforge/agent/v1/agent_pb.js");
-    const { frame } = await import("../server/services/session-grpc.js");
-    const beats = Array.from({ length: 3000 }, (_, i) =>
-      frame(toBinary(SessionRequestSchema, create(SessionRequestSchema, { messageId: BigInt(i + 2), message: { case: "heartbeat", value: {} } }))),
-    );
+    const beats = Array.from({ length: 3000 }, (_, i) => requestFrame(BigInt(i + 2), { case: "heartbeat", value: {} }));
     // Sent with Hello in one write: they all arrive before the session's database work is done.
-    const res = await rawSession({ cert: s.certPem, key: s.keyPem }, Buffer.concat([await helloFrame(), ...beats]));
+    const res = await rawSession({ cert: s.certPem, key: s.keyPem }, Buffer.concat([helloFrame(), ...beats]));
     expect(res).toEqual({ messages: 0, code: String(Code.ResourceExhausted), message: "more than 1000 messages waiting for an answer" });
   });
 });

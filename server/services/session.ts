@@ -63,7 +63,7 @@ async function answer(deps: Deps, nodeId: string, msg: SessionRequest, correlati
 }
 
 /** Refuses a Hello this server cannot talk to; returns the capabilities it records. */
-export function acceptHello(first: SessionRequest): { hello: Hello; capabilities: string[] } {
+function acceptHello(first: SessionRequest): { hello: Hello; capabilities: string[] } {
   if (first.message.case !== "hello") {
     throw new ConnectError("the first session message must be hello", Code.InvalidArgument);
   }

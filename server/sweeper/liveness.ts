@@ -29,7 +29,7 @@ export async function reconcileLiveness(deps: Deps, now = Date.now()): Promise<n
   });
   // Grouped by transition, so a fleet coming online (or a replica's worth going stale) is a few
   // statements, not a transaction per node.
-  const groups = new Map<string, { previous: Liveness; next: Liveness; ids: string[] }>();
+  const groups = new Map<string, { previous: Liveness; next: Liveness; action: string | undefined; ids: string[] }>();
   for (const n of nodes) {
     const previous = n.liveness as Liveness;
     const next = computeLiveness(
@@ -37,22 +37,22 @@ export async function reconcileLiveness(deps: Deps, now = Date.now()): Promise<n
       now,
       { staleAfterMs: deps.config.staleAfterMs, offlineAfterMs: deps.config.offlineAfterMs },
     );
-    if (!livenessTransition(previous, next).changed) continue;
+    const t = livenessTransition(previous, next);
+    if (!t.changed) continue;
     const key = `${previous}>${next}`;
-    const group = groups.get(key) ?? { previous, next, ids: [] };
+    const group = groups.get(key) ?? { previous, next, action: t.audit ? t.action : undefined, ids: [] };
     group.ids.push(n.id);
     groups.set(key, group);
   }
   let changes = 0;
-  for (const { previous, next, ids } of groups.values()) {
-    const t = livenessTransition(previous, next);
+  for (const { previous, next, action, ids } of groups.values()) {
     for (let i = 0; i < ids.length; i += batchSize) {
       const moved = await moveLiveness(prisma, {
         ids: ids.slice(i, i + batchSize),
         from: previous,
         to: next,
         at: new Date(now),
-        action: t.audit ? t.action : undefined,
+        action,
         actor: systemActor,
       });
       changes += moved.length;
