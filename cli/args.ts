@@ -4,18 +4,9 @@ import { parseDuration } from "../common/duration.js";
 import { Liveness } from "../gen/proto/modelforge/common/v1/common_pb.js";
 import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { AdminClient } from "./client.js";
+import { UsageError } from "./usage-error.js";
 
-/** A mistake in how the CLI was called. Printed as "error: <message>" with exit code 2. */
-export class UsageError extends Error {
-  override name = "UsageError";
-  /** The help text to point at, e.g. "forge nodes list --help". */
-  constructor(
-    message: string,
-    readonly helpHint?: string,
-  ) {
-    super(message);
-  }
-}
+export { UsageError };
 
 export interface OptionDef {
   type: "string" | "boolean";

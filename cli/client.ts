@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { UsageError } from "./args.js";
+import { UsageError } from "./usage-error.js";
 
 export type AdminClient = Client<typeof AdminService>;
 

@@ -6,6 +6,7 @@ import type { AddressInfo } from "node:net";
 import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import { publicUrlOf, type Config } from "./config.js";
+import { systemClock, type Clock } from "../common/clock.js";
 import type { Logger } from "./observability/logger.js";
 import { correlationHeader, correlationIdFrom } from "./observability/correlation.js";
 import { callLogInterceptor } from "./observability/call-log.js";
@@ -17,19 +18,18 @@ import { openDatabase, type Database } from "./db/client.js";
 import { HealthState, healthService } from "./services/health.js";
 import { SessionRegistry } from "./dispatch/sessions.js";
 import { HeartbeatBook } from "./liveness/heartbeats.js";
-import { agentConfigOf, agentService, serverInfo } from "./services/agent.js";
+import { LivenessTracker } from "./liveness/tracker.js";
+import { agentConfigOf, agentService, serverInfo, type AgentServiceDeps } from "./services/agent.js";
 import { adminService } from "./services/admin.js";
-import type { JobDispatch } from "./jobs/dispatch.js";
 import { JobEngine } from "./jobs/engine.js";
 import { agentJobs } from "./services/agent-jobs.js";
 import { adminJobs } from "./services/admin-jobs.js";
-import { jobsLoop } from "./sweeper/jobs.js";
 import { reconcileLiveness, revokedSessionSweeper } from "./sweeper/liveness.js";
 import { every } from "./sweeper/loop.js";
 import { http2ServerTuning, sessionOpenTuning } from "./tuning.js";
 import { Admission } from "./dispatch/admission.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
-import { AgentService, type AgentConfig } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 
@@ -45,25 +45,13 @@ export interface RunningServer {
   stop(): Promise<void>;
 }
 
-export interface Deps {
-  config: Config;
-  /** The URL agents dial, for join commands. */
-  publicUrl: string;
-  /** What agents are told in Welcome and heartbeat replies. */
-  agentConfig: AgentConfig;
-  log: Logger;
-  ca: Ca;
-  db: Database;
-  sessions: SessionRegistry;
-  heartbeats: HeartbeatBook;
-  /** Bounds how many sessions open (hit the database) at once. */
-  admission: Admission;
-  jobs: JobDispatch;
-  /** Aborted when shutdown begins; long-lived streams end on it. */
-  shutdown: AbortSignal;
+export interface StartOptions {
+  /** The clock every time rule reads (default: the system clock; tests drive a manual one). */
+  clock?: Clock;
 }
 
-export async function startServer(config: Config, log: Logger): Promise<RunningServer> {
+export async function startServer(config: Config, log: Logger, options: StartOptions = {}): Promise<RunningServer> {
+  const clock = options.clock ?? systemClock;
   const ca = await loadOrCreateCa(config.certsDir);
   const tls = await ca.ensureServerCertificate(config.certsDir, config.serverNames);
   // The port opens before the database is ready, so agents can pin the CA and load balancers see
@@ -147,41 +135,74 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     await new Promise<void>((resolve) => server.close(() => resolve()));
     throw err;
   }
+  // Each feature is built from the narrow collaborators it uses; nothing reaches back here.
+  const prisma = db.prisma;
   const shutdown = new AbortController();
   const sessions = new SessionRegistry();
-  const deps: Deps = {
-    config,
-    publicUrl: publicUrlOf(config, port),
-    agentConfig: agentConfigOf(config),
+  const heartbeats = new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3));
+  const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);
+  const jobs = new JobEngine({
+    prisma,
+    clock,
+    log,
+    liveness,
+    sessions,
+    settings: {
+      leaseDurationMs: config.leaseDurationMs,
+      defaultMaxAttempts: config.defaultMaxAttempts,
+      approvedRoots: config.approvedRoots,
+      offlineAfterMs: config.offlineAfterMs,
+      reclaimGraceMs: config.reclaimGraceMs,
+    },
+    shutdown: shutdown.signal,
+  });
+  const agentDeps: AgentServiceDeps = {
+    prisma,
+    clock,
     log,
     ca,
-    db,
+    credentialTtlMs: config.credentialTtlMs,
+    agentConfig: agentConfigOf(config),
     sessions,
-    heartbeats: new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3)),
+    heartbeats,
     admission: new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued),
-    jobs: new JobEngine(() => deps),
+    reports: { prisma, clock, maxFutureSkewMs: config.maxFutureSkewMs },
+    jobs,
     shutdown: shutdown.signal,
   };
+  const admin = adminService(
+    {
+      prisma,
+      clock,
+      sessions,
+      liveness,
+      defaultTtlMs: config.enrollmentTokenTtlMs,
+      join: { serverUrl: publicUrlOf(config, port), caFingerprint: ca.fingerprint },
+      watchIntervalMs: config.reconcileIntervalMs,
+      shutdown: shutdown.signal,
+    },
+    adminJobs({ prisma, engine: jobs }),
+  );
   const connect = connectNodeAdapter({
     routes: (router: ConnectRouter) => {
       router.service(Health, healthService(health));
-      router.service(AgentService, agentService(deps, agentJobs(deps)));
-      router.service(AdminService, adminService(deps, adminJobs(deps)));
+      router.service(AgentService, agentService(agentDeps, agentJobs({ prisma, clock, engine: jobs })));
+      router.service(AdminService, admin);
       router.service(DeploymentService, {});
     },
     interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey)],
     contextValues,
   });
   handle = connect;
-  serveSession = (stream, headers) => serveGrpcSession(deps, stream, headers, log);
+  serveSession = (stream, headers) => serveGrpcSession(agentDeps, stream, headers, log);
   health.setServing();
   log.info({ url, database: db.describe }, "control plane ready");
 
   const stopLoops = [
-    every(config.livenessFlushIntervalMs, "heartbeat flush", log, () => deps.heartbeats.flush(db.prisma)),
-    every(config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness(deps)),
-    every(config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper(deps)),
-    jobsLoop(deps),
+    every(clock, config.livenessFlushIntervalMs, "heartbeat flush", log, () => heartbeats.flush(prisma)),
+    every(clock, config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness({ prisma, clock, liveness, log })),
+    every(clock, config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper({ prisma, clock, sessions })),
+    every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep()),
   ];
 
   let stopping: Promise<void> | undefined;
@@ -198,7 +219,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       await closed;
       clearTimeout(timer);
       await Promise.all(stopLoops.map((stopLoop) => stopLoop()));
-      await deps.heartbeats.flush(db.prisma).catch((err: unknown) => log.warn({ error: (err as Error).message }, "final heartbeat flush failed"));
+      await heartbeats.flush(prisma).catch((err: unknown) => log.warn({ error: (err as Error).message }, "final heartbeat flush failed"));
       await db.close();
       log.info("stopped");
     })());

@@ -9,17 +9,15 @@ import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { loadConfig } from "../../server/config.js";
 import { createLogger } from "../../server/observability/logger.js";
 import { startServer } from "../../server/app.js";
-import { agentConfigOf } from "../../server/services/agent.js";
 import { http2ServerTuning } from "../../server/tuning.js";
 import { emit, serve } from "./ipc.js";
 import { procStatus } from "./stats.js";
 import { startAllocationProfile, startProfile, stopAllocationProfile, stopProfile, summarizeProfile } from "./profile.js";
 import { heapSummary } from "./heap.js";
-import type { Deps } from "../../server/app.js";
 import { SessionRegistry } from "../../server/dispatch/sessions.js";
-import { Admission } from "../../server/dispatch/admission.js";
-import { sessionOpenTuning } from "../../server/tuning.js";
 import { HeartbeatBook } from "../../server/liveness/heartbeats.js";
+import { LivenessTracker } from "../../server/liveness/tracker.js";
+import { systemClock } from "../../common/clock.js";
 import { JobEngine } from "../../server/jobs/engine.js";
 import { reconcileLiveness, revokedSessionSweeper } from "../../server/sweeper/liveness.js";
 import { authorizeNode } from "../../server/auth/node.js";
@@ -140,21 +138,26 @@ serve({
     const sessions = new SessionRegistry();
     for (const c of creds) sessions.attach({ nodeId: c.nodeId, serial: c.serial, send: () => true, close: () => undefined });
     const shutdown = new AbortController();
-    // (Asserted: fields added to Deps later are not needed by these functions, or show up here.)
-    const side = {
-      config,
-      publicUrl: server.url,
-      agentConfig: agentConfigOf(config),
-      log: createLogger("warn"),
-      ca: server.ca,
-      db: server.db,
+    const clock = systemClock;
+    const log = createLogger("warn");
+    const heartbeats = new HeartbeatBook(0);
+    const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);
+    const engine = new JobEngine({
+      prisma,
+      clock,
+      log,
+      liveness,
       sessions,
-      heartbeats: new HeartbeatBook(0),
-      admission: new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued),
-      jobs: undefined as unknown as JobEngine,
+      settings: {
+        leaseDurationMs: config.leaseDurationMs,
+        defaultMaxAttempts: config.defaultMaxAttempts,
+        approvedRoots: config.approvedRoots,
+        offlineAfterMs: config.offlineAfterMs,
+        reclaimGraceMs: config.reclaimGraceMs,
+      },
       shutdown: shutdown.signal,
-    } as Deps;
-    side.jobs = new JobEngine(() => side);
+    });
+    const reconciler = { prisma, clock, liveness, log };
     const time = async (fn: () => Promise<unknown>, n: number) => {
       const t = performance.now();
       for (let i = 0; i < n; i++) await fn();
@@ -162,27 +165,26 @@ serve({
     };
     const recordAll = () => {
       const now = Date.now();
-      for (const c of creds) side.heartbeats.record(c.nodeId, now);
+      for (const c of creds) heartbeats.record(c.nodeId, now);
     };
-    const engine = side.jobs as JobEngine;
     const out: Record<string, number> = { nodes: creds.length };
     out.flushAllMs = await time(async () => {
       recordAll();
-      await side.heartbeats.flush(prisma);
+      await heartbeats.flush(prisma);
     }, rounds);
     // The first round moves every node from its stored liveness to online (with an audit record
     // each, as when a fleet connects); later rounds find no node whose stored liveness is contradicted.
     const t0 = performance.now();
-    out.livenessTransitions = await reconcileLiveness(side);
+    out.livenessTransitions = await reconcileLiveness(reconciler);
     out.firstReconcileMs = performance.now() - t0;
-    out.reconcileLivenessMs = await time(() => reconcileLiveness(side), rounds);
-    out.closeRevokedSessionsMs = await time(revokedSessionSweeper(side), rounds);
+    out.reconcileLivenessMs = await time(() => reconcileLiveness(reconciler), rounds);
+    out.closeRevokedSessionsMs = await time(revokedSessionSweeper({ prisma, clock, sessions }), rounds);
     out.jobsSweepMs = await time(() => engine.sweep(), rounds);
     const sample = creds.slice(0, Math.min(opens, creds.length));
     let k = 0;
     out.authorizeNodeMs = await time(() => {
       const c = sample[k++ % sample.length]!;
-      return authorizeNode(prisma, { nodeId: c.nodeId, serial: c.serial, certificateExpiresAt: c.expiresAt.getTime() });
+      return authorizeNode(prisma, { nodeId: c.nodeId, serial: c.serial, certificateExpiresAt: c.expiresAt.getTime() }, new Date());
     }, sample.length);
     out.sessionCursorsMs = await time(() => prisma.streamCursor.findMany({ where: { nodeId: sample[k++ % sample.length]!.nodeId }, select: { stream: true, sequence: true } }), sample.length);
     out.sessionHelloUpdateMs = await time(

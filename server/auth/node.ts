@@ -5,6 +5,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { callOf, type Caller } from "../context.js";
 import { canonicalSerial, nodeIdFromCertificate } from "../pki/ca.js";
 import type { PrismaClient } from "../../gen/prisma/client.js";
+import type { Clock } from "../../common/clock.js";
 
 export interface NodeIdentity {
   nodeId: string;
@@ -30,7 +31,7 @@ export function presentedIdentity(caller: Pick<Caller, "certificate" | "certific
 }
 
 /** The database part: the credential is active and belongs to that node, and the node may act. */
-export async function authorizeNode(prisma: PrismaClient, identity: NodeIdentity, now = new Date()) {
+export async function authorizeNode(prisma: PrismaClient, identity: NodeIdentity, now: Date) {
   const credential = await prisma.nodeCredential.findUnique({
     where: { serial: identity.serial },
     include: { node: true },
@@ -48,8 +49,8 @@ export async function authorizeNode(prisma: PrismaClient, identity: NodeIdentity
   return node;
 }
 
-export async function authenticateNode(prisma: PrismaClient, ctx: HandlerContext) {
+export async function authenticateNode(prisma: PrismaClient, ctx: HandlerContext, clock: Clock) {
   const identity = presentedIdentity(callOf(ctx));
-  const node = await authorizeNode(prisma, identity);
+  const node = await authorizeNode(prisma, identity, new Date(clock.now()));
   return { identity, node };
 }

@@ -17,7 +17,7 @@ export function pendingInstructions(node: { renewalRequestedAt: Date | null; ren
 }
 
 /** True when the node had an open session here and the instruction was queued on it. */
-export function pushRenewal(sessions: SessionRegistry, nodeId: string, reason: string): boolean {
+export function pushRenewal(sessions: Pick<SessionRegistry, "get">, nodeId: string, reason: string): boolean {
   const session = sessions.get(nodeId);
   if (session === undefined) return false;
   return session.send(

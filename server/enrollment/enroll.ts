@@ -8,7 +8,20 @@ import { secretsEqual } from "../auth/admin.js";
 import { recordAudit, nodeActor } from "../audit/audit.js";
 import { hashEnrollmentSecret, tokenState } from "./token.js";
 import { enrollNewNode } from "./sql.js";
-import type { Deps } from "../app.js";
+import type { PrismaClient } from "../../gen/prisma/client.js";
+import type { Clock } from "../../common/clock.js";
+import type { Logger } from "../observability/logger.js";
+import type { Ca } from "../pki/ca.js";
+
+/** What enrollment works with. */
+export interface EnrollDeps {
+  prisma: PrismaClient;
+  ca: Pick<Ca, "issueNodeCertificate">;
+  clock: Clock;
+  log: Logger;
+  /** Lifetime of an issued node certificate. */
+  credentialTtlMs: number;
+}
 
 export interface EnrollInput {
   token: string;
@@ -27,15 +40,15 @@ export interface Enrolled {
 const maxCsrBytes = 16 * 1024;
 const maxNameLength = 128;
 
-export async function enroll(deps: Deps, input: EnrollInput): Promise<Enrolled> {
+export async function enroll(deps: EnrollDeps, input: EnrollInput): Promise<Enrolled> {
   if (input.token === "") throw new ConnectError("token is required", Code.InvalidArgument);
   if (input.csrPem === "") throw new ConnectError("csr_pem is required", Code.InvalidArgument);
   if (input.csrPem.length > maxCsrBytes) throw new ConnectError("csr_pem is too large", Code.InvalidArgument);
   if (input.nodeName.length > maxNameLength) {
     throw new ConnectError(`node_name is longer than ${maxNameLength} characters`, Code.InvalidArgument);
   }
-  const prisma = deps.db.prisma;
-  const now = new Date();
+  const prisma = deps.prisma;
+  const now = new Date(deps.clock.now());
   const tokenHash = hashEnrollmentSecret(input.token);
   const token = await prisma.enrollmentToken.findUnique({ where: { tokenHash } });
   if (token === null || !secretsEqual(token.tokenHash, tokenHash)) {
@@ -49,7 +62,7 @@ export async function enroll(deps: Deps, input: EnrollInput): Promise<Enrolled> 
   // that then loses the claim is never recorded, so it is never accepted.
   let issued;
   try {
-    issued = deps.ca.issueNodeCertificate(input.csrPem, nodeId, { validityMs: deps.config.credentialTtlMs, now });
+    issued = deps.ca.issueNodeCertificate(input.csrPem, nodeId, { validityMs: deps.credentialTtlMs, now });
   } catch (err) {
     if (err instanceof CsrError) throw new ConnectError(`csr_pem: ${err.message}`, Code.InvalidArgument);
     throw err;
@@ -82,14 +95,14 @@ export async function enroll(deps: Deps, input: EnrollInput): Promise<Enrolled> 
 
 /** The recovery path: the same node id, any credential issued meanwhile revoked, one new one. */
 async function reenroll(
-  deps: Deps,
+  deps: EnrollDeps,
   tokenId: string,
   nodeId: string,
   issued: { serial: string; notAfter: Date },
   input: EnrollInput,
   now: Date,
 ): Promise<void> {
-  await deps.db.prisma.$transaction(async (tx) => {
+  await deps.prisma.$transaction(async (tx) => {
     const claim = await tx.enrollmentToken.updateMany({
       where: { id: tokenId, usedAt: null, revokedAt: null, expiresAt: { gt: now } },
       data: { usedAt: now, usedByNodeId: nodeId },

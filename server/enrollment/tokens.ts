@@ -4,7 +4,21 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { recordAudit, operatorActor } from "../audit/audit.js";
 import { newEnrollmentSecret, hashEnrollmentSecret } from "./token.js";
 import { findNodeOrThrow } from "../nodes/lifecycle.js";
-import type { Deps } from "../app.js";
+import type { PrismaClient } from "../../gen/prisma/client.js";
+import type { Clock } from "../../common/clock.js";
+import type { SessionRegistry } from "../dispatch/sessions.js";
+
+/** What the operator side of enrollment tokens works with. */
+export interface TokenDeps {
+  prisma: PrismaClient;
+  clock: Clock;
+  /** Lifetime of a token created without a ttl. */
+  defaultTtlMs: number;
+  /** A recovery token revokes the node's credential: its open stream ends too. */
+  sessions: Pick<SessionRegistry, "closeSerials">;
+  /** What a join command names: the URL agents dial and the CA they pin. */
+  join: { serverUrl: string; caFingerprint: string };
+}
 
 export interface CreateTokenInput {
   nodeName: string;
@@ -16,16 +30,16 @@ export interface CreateTokenInput {
 
 const maxTtlMs = 7 * 24 * 3600 * 1000;
 
-export async function createEnrollmentToken(deps: Deps, input: CreateTokenInput) {
-  const ttlMs = input.ttlMs ?? deps.config.enrollmentTokenTtlMs;
+export async function createEnrollmentToken(deps: TokenDeps, input: CreateTokenInput) {
+  const ttlMs = input.ttlMs ?? deps.defaultTtlMs;
   if (!(ttlMs > 0) || ttlMs > maxTtlMs) {
     throw new ConnectError("ttl must be positive and at most 7 days", Code.InvalidArgument);
   }
   validateLabels(input.labels);
   if (input.nodeName.length > 128) throw new ConnectError("node_name is longer than 128 characters", Code.InvalidArgument);
   const secret = newEnrollmentSecret();
-  const now = new Date();
-  const result = await deps.db.prisma.$transaction(async (tx) => {
+  const now = new Date(deps.clock.now());
+  const result = await deps.prisma.$transaction(async (tx) => {
     let revokedSerials: string[] = [];
     let nodeId: string | null = null;
     if (input.nodeId !== "") {
@@ -65,27 +79,27 @@ export async function createEnrollmentToken(deps: Deps, input: CreateTokenInput)
   });
   deps.sessions.closeSerials(result.revokedSerials, new ConnectError("credential revoked", Code.Unauthenticated));
   const joinCommand =
-    `npm run agent -- enroll --server ${deps.publicUrl} --token ${secret} --ca-fingerprint ${deps.ca.fingerprint}` +
+    `npm run agent -- enroll --server ${deps.join.serverUrl} --token ${secret} --ca-fingerprint ${deps.join.caFingerprint}` +
     (input.nodeName ? ` --name ${shellQuote(input.nodeName)}` : "");
   return { secret, token: result.token, joinCommand };
 }
 
-export async function listEnrollmentTokens(deps: Deps, pageSize: number, offset: number) {
-  return deps.db.prisma.enrollmentToken.findMany({
+export async function listEnrollmentTokens(deps: Pick<TokenDeps, "prisma">, pageSize: number, offset: number) {
+  return deps.prisma.enrollmentToken.findMany({
     orderBy: [{ createdAt: "desc" }, { id: "asc" }],
     take: pageSize + 1,
     skip: offset,
   });
 }
 
-export async function revokeEnrollmentToken(deps: Deps, id: string, correlationId: string) {
+export async function revokeEnrollmentToken(deps: Pick<TokenDeps, "prisma" | "clock">, id: string, correlationId: string) {
   if (!/^[0-9a-f-]{36}$/i.test(id)) throw new ConnectError("id must be a UUID", Code.InvalidArgument);
-  return deps.db.prisma.$transaction(async (tx) => {
+  return deps.prisma.$transaction(async (tx) => {
     const token = await tx.enrollmentToken.findUnique({ where: { id } });
     if (token === null) throw new ConnectError(`enrollment token ${id} not found`, Code.NotFound);
     if (token.usedAt !== null) throw new ConnectError("enrollment token already used", Code.FailedPrecondition);
     if (token.revokedAt !== null) return token;
-    const updated = await tx.enrollmentToken.update({ where: { id }, data: { revokedAt: new Date() } });
+    const updated = await tx.enrollmentToken.update({ where: { id }, data: { revokedAt: new Date(deps.clock.now()) } });
     await recordAudit(tx, {
       actor: operatorActor,
       action: "enrollment_token.revoked",

@@ -5,12 +5,12 @@ import type { Job as JobRow } from "../../gen/prisma/client.js";
 import { JobFailureCode } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { recordAudit, operatorActor } from "../audit/audit.js";
 import { failureJson } from "./codec.js";
-import type { JobContext } from "./context.js";
+import type { JobWork } from "./work.js";
 import { jobIdOf } from "./errors.js";
 
 const MAX_CANCEL_REASON = 256;
 
-export async function cancelJob(ctx: JobContext, rawId: string, reason: string, correlationId: string): Promise<JobRow> {
+export async function cancelJob(ctx: JobWork, rawId: string, reason: string, correlationId: string): Promise<JobRow> {
   const id = jobIdOf(rawId);
   if (reason.length > MAX_CANCEL_REASON) throw new ConnectError(`reason: at most ${MAX_CANCEL_REASON} characters`, Code.InvalidArgument);
   const why = reason.trim() || "cancelled by operator";
@@ -21,7 +21,7 @@ export async function cancelJob(ctx: JobContext, rawId: string, reason: string, 
     if (job.state === "succeeded" || job.state === "failed") {
       throw new ConnectError(`job ${id} already ${job.state}; nothing to cancel`, Code.FailedPrecondition);
     }
-    const now = new Date();
+    const now = new Date(ctx.clock.now());
     const pending = job.state === "pending";
     const applied = await ctx.prisma.$transaction(async (tx) => {
       const moved = await tx.job.updateMany({
@@ -48,8 +48,8 @@ export async function cancelJob(ctx: JobContext, rawId: string, reason: string, 
       return true;
     });
     if (!applied) continue; // the job moved meanwhile; decide again
-    if (pending) ctx.later("next in ordering key", () => ctx.afterFinish(job));
-    else ctx.sendCancel(job.nodeId, id, job.attempt, why); // elsewhere: the next progress reply says so
+    if (pending) ctx.leasing.later("next in ordering key", () => ctx.leasing.afterFinish(job));
+    else ctx.leasing.sendCancel(job.nodeId, id, job.attempt, why); // elsewhere: the next progress reply says so
     return (await ctx.prisma.job.findUnique({ where: { id } }))!;
   }
   throw new ConnectError(`job ${id} kept changing; try again`, Code.Aborted);

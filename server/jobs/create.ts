@@ -10,7 +10,7 @@ import { operatorActor } from "../audit/audit.js";
 import { validateJobSpec } from "../domain/job-spec.js";
 import { leaseExpiry } from "../domain/lease.js";
 import { leaseOf } from "./codec.js";
-import type { JobContext } from "./context.js";
+import type { JobWork } from "./work.js";
 import { jobIdOf, validating } from "./errors.js";
 import { insertJob } from "./sql.js";
 
@@ -27,8 +27,8 @@ export interface CreateJobInput {
   correlationId: string;
 }
 
-export async function createJob(ctx: JobContext, input: CreateJobInput): Promise<JobRow> {
-  const { config } = ctx.deps;
+export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<JobRow> {
+  const config = ctx.settings;
   const spec = input.spec;
   if (spec === undefined) throw new ConnectError("spec: is required: exactly one capability must be set", Code.InvalidArgument);
   validating(() => validateJobSpec(spec, { approvedRoots: config.approvedRoots }));
@@ -66,7 +66,7 @@ export async function createJob(ctx: JobContext, input: CreateJobInput): Promise
     }
     // The fast path: a job for a node that is online with a session here, and first in its
     // ordering key (if any), is leased in the same step that creates it.
-    let leaseNow = ctx.deps.sessions.isConnected(node.id) && ctx.livenessOf(node, Date.now()) === "online";
+    let leaseNow = ctx.leasing.connected(node.id) && ctx.liveness.of(node, ctx.clock.now()) === "online";
     if (orderingKey !== null) {
       // Jobs of one key get their creation order (seq) in commit order: a later job's seq is
       // drawn only after an earlier one committed, so a leasing pass can never see a key's
@@ -77,7 +77,7 @@ export async function createJob(ctx: JobContext, input: CreateJobInput): Promise
         leaseNow = ahead === null;
       }
     }
-    const now = new Date();
+    const now = new Date(ctx.clock.now());
     const leaseExpiresAt = leaseNow ? new Date(leaseExpiry(now.getTime(), config.leaseDurationMs)) : null;
     const row = {
       id: randomUUID(),
@@ -124,11 +124,11 @@ export async function createJob(ctx: JobContext, input: CreateJobInput): Promise
   const job = orderingKey !== null ? await ctx.prisma.$transaction((tx) => create(tx)) : await create(ctx.prisma);
   if (job.state === "leased" && job.leaseExpiresAt !== null) {
     const lease = leaseOf({ id: job.id, attempt: job.attempt, leaseExpiresAt: job.leaseExpiresAt.getTime(), spec, orderingKey: job.orderingKey });
-    if (!ctx.sendLease(job.nodeId, lease)) {
-      ctx.deps.log.warn({ nodeId: job.nodeId, jobId: job.id }, "lease created but the session closed");
+    if (!ctx.leasing.sendLease(job.nodeId, lease)) {
+      ctx.log.warn({ nodeId: job.nodeId, jobId: job.id }, "lease created but the session closed");
     }
   } else {
-    ctx.kick(job.nodeId);
+    ctx.leasing.kick(job.nodeId);
   }
   return job;
 }

@@ -7,7 +7,7 @@ import { recordAudit, systemActor } from "../audit/audit.js";
 import { afterLeaseExpiry } from "../domain/lease.js";
 import { reclaimDue } from "../domain/liveness.js";
 import { failureCodeOf, failureJson, recordOf } from "./codec.js";
-import type { JobContext } from "./context.js";
+import type { JobWork } from "./work.js";
 import { endAttempt } from "./sql.js";
 
 /** Reason recorded on work reclaimed from an unreachable node. */
@@ -23,7 +23,7 @@ const SWEEP_LIMIT = 500;
  * A lapsed lease on a node that is not online is left alone: the node may still be running it,
  * and either it comes back (and reports what it runs) or its work is reclaimed.
  */
-export async function expireLeases(ctx: JobContext, now = Date.now()): Promise<number> {
+export async function expireLeases(ctx: JobWork, now = ctx.clock.now()): Promise<number> {
   // Lapsed leases on nodes that are not online stay (possibly many, for a long while), so they
   // are filtered out before the batch is cut, or they would starve the others.
   const lapsed = await ctx.prisma.job.findMany({
@@ -32,7 +32,7 @@ export async function expireLeases(ctx: JobContext, now = Date.now()): Promise<n
     select: { id: true, node: { select: { id: true, lastHeartbeatAt: true } } },
     take: 20 * SWEEP_LIMIT,
   });
-  const due = lapsed.filter((j) => ctx.livenessOf(j.node, now) === "online").slice(0, SWEEP_LIMIT);
+  const due = lapsed.filter((j) => ctx.liveness.of(j.node, now) === "online").slice(0, SWEEP_LIMIT);
   if (due.length === 0) return 0;
   const rows = await ctx.prisma.job.findMany({ where: { id: { in: due.map((j) => j.id) } } });
   let changed = 0;
@@ -41,14 +41,14 @@ export async function expireLeases(ctx: JobContext, now = Date.now()): Promise<n
     if (outcome === null) continue;
     if (await applyExpiry(ctx, job, outcome, now, { leaseExpiresAt: { lte: new Date(now) } })) {
       changed++;
-      ctx.deps.log.info({ jobId: job.id, nodeId: job.nodeId, attempt: job.attempt, to: outcome.state }, "lease expired");
+      ctx.log.info({ jobId: job.id, nodeId: job.nodeId, attempt: job.attempt, to: outcome.state }, "lease expired");
     }
   }
   return changed;
 }
 
 export async function applyExpiry(
-  ctx: JobContext,
+  ctx: JobWork,
   job: JobRow,
   outcome: NonNullable<ReturnType<typeof afterLeaseExpiry>>,
   now: number,
@@ -81,8 +81,8 @@ export async function applyExpiry(
     return true;
   });
   if (!applied) return false;
-  if (outcome.state === "pending") ctx.kick(job.nodeId);
-  else ctx.later("next in ordering key", () => ctx.afterFinish(job));
+  if (outcome.state === "pending") ctx.leasing.kick(job.nodeId);
+  else ctx.leasing.later("next in ordering key", () => ctx.leasing.afterFinish(job));
   return true;
 }
 
@@ -92,8 +92,8 @@ export async function applyExpiry(
  * audited. Nothing is started elsewhere: a partitioned node may still be running it. Pending
  * jobs of such a node stay pending; they are leased only once it is online again.
  */
-export async function reclaimUnreachable(ctx: JobContext, now = Date.now()): Promise<{ jobs: string[]; deployments: string[] }> {
-  const { config, heartbeats } = ctx.deps;
+export async function reclaimUnreachable(ctx: JobWork, now = ctx.clock.now()): Promise<{ jobs: string[]; deployments: string[] }> {
+  const config = ctx.settings;
   // The persisted heartbeat is never newer than the one in memory, so a node it shows as recent
   // is not due; only the others are looked at further.
   const nodes = await ctx.prisma.node.findMany({
@@ -107,7 +107,7 @@ export async function reclaimUnreachable(ctx: JobContext, now = Date.now()): Pro
   });
   const reclaimed = { jobs: [] as string[], deployments: [] as string[] };
   for (const node of nodes) {
-    const last = heartbeats.lastHeartbeatAt(node.id, node.lastHeartbeatAt);
+    const last = ctx.liveness.lastHeartbeatAt(node);
     if (!reclaimDue(last, now, config.offlineAfterMs, config.reclaimGraceMs)) continue;
     const details = { reason: RECLAIMED, nodeId: node.id, unreachableForMs: String(now - (last ?? now)) };
     const jobs = await ctx.prisma.job.findMany({ where: { nodeId: node.id, state: "leased" }, take: SWEEP_LIMIT });
@@ -135,8 +135,8 @@ export async function reclaimUnreachable(ctx: JobContext, now = Date.now()): Pro
       });
       if (!done) continue;
       reclaimed.jobs.push(job.id);
-      ctx.deps.log.warn({ jobId: job.id, nodeId: node.id, attempt: job.attempt }, "job reclaimed: node unreachable");
-      ctx.later("next in ordering key", () => ctx.afterFinish(job));
+      ctx.log.warn({ jobId: job.id, nodeId: node.id, attempt: job.attempt }, "job reclaimed: node unreachable");
+      ctx.leasing.later("next in ordering key", () => ctx.leasing.afterFinish(job));
     }
     const deployments = await ctx.prisma.deployment.findMany({
       where: { nodeId: node.id, state: { in: liveDeploymentStates } },
@@ -160,7 +160,7 @@ export async function reclaimUnreachable(ctx: JobContext, now = Date.now()): Pro
       });
       if (!done) continue;
       reclaimed.deployments.push(d.id);
-      ctx.deps.log.warn({ deploymentId: d.id, nodeId: node.id }, "deployment reclaimed: node unreachable");
+      ctx.log.warn({ deploymentId: d.id, nodeId: node.id }, "deployment reclaimed: node unreachable");
     }
   }
   return reclaimed;

@@ -21,7 +21,7 @@ import { recordAudit, nodeActor } from "../audit/audit.js";
 import { validateJobResult, validateProgress } from "../domain/job-spec.js";
 import { afterFailure, checkReport, leaseExpiry } from "../domain/lease.js";
 import { failureToJson, recordOf, specFromJson } from "./codec.js";
-import type { JobContext } from "./context.js";
+import type { JobWork } from "./work.js";
 import { jobIdOf, leaseLost, refuseReport, validating } from "./errors.js";
 import { completeLeased, endAttempt } from "./sql.js";
 
@@ -32,22 +32,22 @@ const MAX_FAILURE_MESSAGE_BYTES = 1024;
  * permission_denied for another node's job, and the report rules (../domain/lease.ts) for a stale
  * attempt or a lapsed lease.
  */
-async function reportedJob(ctx: JobContext, nodeId: string, rawId: string, attempt: number): Promise<{ job: JobRow; now: number }> {
+async function reportedJob(ctx: JobWork, nodeId: string, rawId: string, attempt: number): Promise<{ job: JobRow; now: number }> {
   const id = jobIdOf(rawId);
   const job = await ctx.prisma.job.findUnique({ where: { id } });
   if (job === null) throw new ConnectError(`job ${id} not found`, Code.NotFound);
   if (job.nodeId !== nodeId) throw new ConnectError(`job ${id} is not this node's job`, Code.PermissionDenied);
-  const now = Date.now();
+  const now = ctx.clock.now();
   const check = checkReport(recordOf(job), attempt, now);
   if (!check.ok) refuseReport(check);
   return { job, now };
 }
 
-export async function reportProgress(ctx: JobContext, nodeId: string, req: ReportJobProgressRequest): Promise<ReportJobProgressResponse> {
+export async function reportProgress(ctx: JobWork, nodeId: string, req: ReportJobProgressRequest): Promise<ReportJobProgressResponse> {
   const { job, now } = await reportedJob(ctx, nodeId, req.jobId, req.attempt);
   const progress = req.progress;
   if (progress !== undefined) validating(() => validateProgress(progress));
-  const expiresAt = leaseExpiry(now, ctx.deps.config.leaseDurationMs);
+  const expiresAt = leaseExpiry(now, ctx.settings.leaseDurationMs);
   const renewed = await ctx.prisma.job.updateMany({
     where: { id: job.id, state: "leased", attempt: req.attempt, leaseExpiresAt: { gt: new Date(now) } },
     data: {
@@ -59,7 +59,7 @@ export async function reportProgress(ctx: JobContext, nodeId: string, req: Repor
   return create(ReportJobProgressResponseSchema, { expiresAt: timestampFromMs(expiresAt), cancelRequested: job.cancelRequested });
 }
 
-export async function completeJob(ctx: JobContext, nodeId: string, req: CompleteJobRequest, correlationId?: string): Promise<CompleteJobResponse> {
+export async function completeJob(ctx: JobWork, nodeId: string, req: CompleteJobRequest, correlationId?: string): Promise<CompleteJobResponse> {
   const { job, now } = await reportedJob(ctx, nodeId, req.jobId, req.attempt);
   const result = req.result;
   if (result === undefined) throw new ConnectError("result: is required", Code.InvalidArgument);
@@ -67,12 +67,12 @@ export async function completeJob(ctx: JobContext, nodeId: string, req: Complete
   if (!(await completeLeased(ctx.prisma, job.id, req.attempt, toJson(JobResultSchema, result), new Date(now)))) {
     throw leaseLost(`attempt ${req.attempt} changed while completing`);
   }
-  ctx.deps.log.info({ jobId: job.id, nodeId, attempt: req.attempt, correlationId }, "job succeeded");
-  ctx.later("next in ordering key", () => ctx.afterFinish(job));
+  ctx.log.info({ jobId: job.id, nodeId, attempt: req.attempt, correlationId }, "job succeeded");
+  ctx.leasing.later("next in ordering key", () => ctx.leasing.afterFinish(job));
   return create(CompleteJobResponseSchema);
 }
 
-export async function failJob(ctx: JobContext, nodeId: string, req: FailJobRequest, correlationId?: string): Promise<FailJobResponse> {
+export async function failJob(ctx: JobWork, nodeId: string, req: FailJobRequest, correlationId?: string): Promise<FailJobResponse> {
   const { job, now } = await reportedJob(ctx, nodeId, req.jobId, req.attempt);
   const failure = req.failure;
   if (failure === undefined) throw new ConnectError("failure: is required", Code.InvalidArgument);
@@ -108,12 +108,12 @@ export async function failJob(ctx: JobContext, nodeId: string, req: FailJobReque
       });
     }
   });
-  ctx.deps.log.info(
+  ctx.log.info(
     { jobId: job.id, nodeId, attempt: req.attempt, code: JobFailureCode[failure.code], state: next.state, correlationId },
     next.willRetry ? "job failed; will retry" : "job failed",
   );
-  if (next.state === "pending") ctx.kick(nodeId);
-  else ctx.later("next in ordering key", () => ctx.afterFinish(job));
+  if (next.state === "pending") ctx.leasing.kick(nodeId);
+  else ctx.leasing.later("next in ordering key", () => ctx.leasing.afterFinish(job));
   return create(FailJobResponseSchema, { willRetry: next.willRetry });
 }
 

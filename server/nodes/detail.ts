@@ -3,14 +3,13 @@
 import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { GpuSchema, GpuState, StreamCursorSchema, TelemetrySnapshotSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { GpuInfoSchema, TelemetrySchema } from "../../gen/proto/modelforge/common/v1/common_pb.js";
-import type { Deps } from "../app.js";
 import { findNodeOrThrow } from "./lifecycle.js";
-import { nodeMessages } from "./view.js";
+import { nodeMessages, type ViewDeps } from "./view.js";
 import { reportedGpu } from "../domain/gpus.js";
 import { credentialToProto, ts } from "../services/convert.js";
 
-export async function nodeDetail(deps: Deps, nodeId: string) {
-  const prisma = deps.db.prisma;
+export async function nodeDetail(deps: ViewDeps, nodeId: string) {
+  const prisma = deps.prisma;
   const node = await findNodeOrThrow(prisma, nodeId);
   const [gpus, telemetry, cursors, credentials] = await Promise.all([
     prisma.gpu.findMany({ where: { nodeId: node.id }, orderBy: [{ index: "asc" }, { uuid: "asc" }] }),

@@ -3,12 +3,28 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { CsrError } from "../pki/ca.js";
 import { recordAudit, nodeActor, operatorActor } from "../audit/audit.js";
-import type { Deps } from "../app.js";
-import type { Prisma } from "../../gen/prisma/client.js";
+import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
+import type { Clock } from "../../common/clock.js";
+import type { Ca } from "../pki/ca.js";
+import type { SessionRegistry } from "../dispatch/sessions.js";
 import type { NodeIdentity } from "../auth/node.js";
 import { pushRenewal } from "../dispatch/instructions.js";
 
 type Tx = Prisma.TransactionClient;
+
+/** What node and credential lifecycle changes work with. */
+export interface LifecycleDeps {
+  prisma: PrismaClient;
+  clock: Clock;
+  /** Streams of revoked, disabled and decommissioned nodes are ended here; renewals pushed. */
+  sessions: Pick<SessionRegistry, "get" | "isConnected" | "closeNode" | "closeSerials">;
+}
+
+/** Renewal also issues a certificate. */
+export interface RenewalDeps extends Pick<LifecycleDeps, "prisma" | "clock"> {
+  ca: Pick<Ca, "issueNodeCertificate">;
+  credentialTtlMs: number;
+}
 
 export async function findNodeOrThrow(tx: Pick<Tx, "node">, nodeId: string) {
   if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(nodeId)) {
@@ -35,16 +51,16 @@ async function revokeActive(tx: Tx, nodeId: string, reason: string, now: Date, s
 }
 
 /** RenewCredential: a fresh certificate for a fresh key; the calling one is revoked in the same step. */
-export async function renewCredential(deps: Deps, identity: NodeIdentity, csrPem: string, correlationId: string) {
-  const now = new Date();
+export async function renewCredential(deps: RenewalDeps, identity: NodeIdentity, csrPem: string, correlationId: string) {
+  const now = new Date(deps.clock.now());
   let issued;
   try {
-    issued = deps.ca.issueNodeCertificate(csrPem, identity.nodeId, { validityMs: deps.config.credentialTtlMs, now });
+    issued = deps.ca.issueNodeCertificate(csrPem, identity.nodeId, { validityMs: deps.credentialTtlMs, now });
   } catch (err) {
     if (err instanceof CsrError) throw new ConnectError(`csr_pem: ${err.message}`, Code.InvalidArgument);
     throw err;
   }
-  await deps.db.prisma.$transaction(async (tx) => {
+  await deps.prisma.$transaction(async (tx) => {
     const old = await tx.nodeCredential.updateMany({
       where: { serial: identity.serial, nodeId: identity.nodeId, revokedAt: null },
       data: { revokedAt: now, revokedReason: "renewed" },
@@ -68,9 +84,9 @@ export async function renewCredential(deps: Deps, identity: NodeIdentity, csrPem
 }
 
 /** RotateNodeCredential: ask the node to renew now; optionally revoke the current credential at once. */
-export async function rotateCredential(deps: Deps, nodeId: string, revokeCurrent: boolean, correlationId: string) {
-  const now = new Date();
-  const revoked = await deps.db.prisma.$transaction(async (tx) => {
+export async function rotateCredential(deps: LifecycleDeps, nodeId: string, revokeCurrent: boolean, correlationId: string) {
+  const now = new Date(deps.clock.now());
+  const revoked = await deps.prisma.$transaction(async (tx) => {
     const node = await findNodeOrThrow(tx, nodeId);
     refuseDecommissioned(node);
     const reason = "rotation requested by operator";
@@ -96,9 +112,9 @@ export async function rotateCredential(deps: Deps, nodeId: string, revokeCurrent
 }
 
 /** RevokeNodeCredential: immediate, including on open streams. */
-export async function revokeCredential(deps: Deps, nodeId: string, serial: string, reason: string, correlationId: string) {
-  const now = new Date();
-  const revoked = await deps.db.prisma.$transaction(async (tx) => {
+export async function revokeCredential(deps: LifecycleDeps, nodeId: string, serial: string, reason: string, correlationId: string) {
+  const now = new Date(deps.clock.now());
+  const revoked = await deps.prisma.$transaction(async (tx) => {
     const node = await findNodeOrThrow(tx, nodeId);
     if (serial !== "") {
       const cred = await tx.nodeCredential.findUnique({ where: { serial } });
@@ -123,14 +139,14 @@ export async function revokeCredential(deps: Deps, nodeId: string, serial: strin
   return revoked;
 }
 
-export async function setNodeDisabled(deps: Deps, nodeId: string, disabled: boolean, reason: string, correlationId: string) {
-  const node = await deps.db.prisma.$transaction(async (tx) => {
+export async function setNodeDisabled(deps: LifecycleDeps, nodeId: string, disabled: boolean, reason: string, correlationId: string) {
+  const node = await deps.prisma.$transaction(async (tx) => {
     const node = await findNodeOrThrow(tx, nodeId);
     refuseDecommissioned(node);
     const updated = await tx.node.update({
       where: { id: node.id },
       data: disabled
-        ? { disabledAt: node.disabledAt ?? new Date(), disabledReason: reason || null }
+        ? { disabledAt: node.disabledAt ?? new Date(deps.clock.now()), disabledReason: reason || null }
         : { disabledAt: null, disabledReason: null },
     });
     await recordAudit(tx, {
@@ -150,8 +166,8 @@ export async function setNodeDisabled(deps: Deps, nodeId: string, disabled: bool
 const unfinishedJobStates = ["pending", "leased"];
 const liveDeploymentStates = ["loading", "ready", "draining"];
 
-export async function previewDecommission(deps: Deps, nodeId: string) {
-  const prisma = deps.db.prisma;
+export async function previewDecommission(deps: Pick<LifecycleDeps, "prisma">, nodeId: string) {
+  const prisma = deps.prisma;
   const node = await findNodeOrThrow(prisma, nodeId);
   const [credentials, jobs, deployments] = await Promise.all([
     prisma.nodeCredential.findMany({ where: { nodeId: node.id, revokedAt: null }, select: { serial: true } }),
@@ -167,10 +183,10 @@ export async function previewDecommission(deps: Deps, nodeId: string) {
 }
 
 /** Terminal: every credential revoked, unfinished work failed, streams closed; the node stays listed. */
-export async function decommissionNode(deps: Deps, nodeId: string, reason: string, correlationId: string) {
-  const now = new Date();
+export async function decommissionNode(deps: LifecycleDeps, nodeId: string, reason: string, correlationId: string) {
+  const now = new Date(deps.clock.now());
   const why = reason || "decommissioned by operator";
-  const outcome = await deps.db.prisma.$transaction(async (tx) => {
+  const outcome = await deps.prisma.$transaction(async (tx) => {
     const node = await findNodeOrThrow(tx, nodeId);
     refuseDecommissioned(node);
     const revokedSerials = await revokeActive(tx, node.id, "node decommissioned", now);

@@ -15,8 +15,16 @@ import { HostInfoSchema, TelemetrySchema } from "../../gen/proto/modelforge/comm
 import { advanceCursor, judgeSample, type StreamCursor as CursorState, type Verdict } from "../domain/cursor.js";
 import { reconcileGpus, reportedGpu, InventoryError, type KnownGpu } from "../domain/gpus.js";
 import { recordAudit, nodeActor } from "../audit/audit.js";
-import type { Deps } from "../app.js";
-import type { Prisma } from "../../gen/prisma/client.js";
+import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
+import type { Clock } from "../../common/clock.js";
+
+/** What accepting a node's reports works with. */
+export interface ReportDeps {
+  prisma: PrismaClient;
+  clock: Clock;
+  /** Observations further in the future than this advance the cursor but are not applied. */
+  maxFutureSkewMs: number;
+}
 
 type Tx = Prisma.TransactionClient;
 type Stream = "inventory" | "telemetry";
@@ -86,14 +94,14 @@ function observedAtOf(report: { observedAt?: Parameters<typeof timestampMs>[0] }
   return timestampMs(report.observedAt);
 }
 
-export async function putInventory(deps: Deps, nodeId: string, report: InventoryReport | undefined, correlationId: string) {
+export async function putInventory(deps: ReportDeps, nodeId: string, report: InventoryReport | undefined, correlationId: string) {
   if (report === undefined) throw new ConnectError("report is required", Code.InvalidArgument);
   if (report.gpus.length > maxGpus) throw new ConnectError(`at most ${maxGpus} GPUs per inventory`, Code.InvalidArgument);
   if ((report.host?.disks.length ?? 0) > maxMounts) throw new ConnectError(`at most ${maxMounts} disks`, Code.InvalidArgument);
   const sample = { sequence: report.sequence, observedAt: observedAtOf(report) };
-  const receivedAt = Date.now();
-  const verdict = await deps.db.prisma.$transaction(async (tx) =>
-    acceptSample(tx, nodeId, "inventory", sample, receivedAt, deps.config.maxFutureSkewMs, async () => {
+  const receivedAt = deps.clock.now();
+  const verdict = await deps.prisma.$transaction(async (tx) =>
+    acceptSample(tx, nodeId, "inventory", sample, receivedAt, deps.maxFutureSkewMs, async () => {
       const known = await tx.gpu.findMany({ where: { nodeId } });
       let plan;
       try {
@@ -148,17 +156,17 @@ export async function putInventory(deps: Deps, nodeId: string, report: Inventory
   return create(PutInventoryResponseSchema, dispositionOf(verdict));
 }
 
-export async function putTelemetry(deps: Deps, nodeId: string, report: TelemetryReport | undefined) {
+export async function putTelemetry(deps: ReportDeps, nodeId: string, report: TelemetryReport | undefined) {
   if (report === undefined) throw new ConnectError("report is required", Code.InvalidArgument);
   const t = report.telemetry;
   if (t !== undefined && (t.gpus.length > maxGpus || t.mounts.length > maxMounts)) {
     throw new ConnectError("telemetry has too many GPUs or mounts", Code.InvalidArgument);
   }
   const sample = { sequence: report.sequence, observedAt: observedAtOf(report) };
-  const receivedAt = Date.now();
+  const receivedAt = deps.clock.now();
   // Telemetry is never audited: it changes every sample.
-  const verdict = await deps.db.prisma.$transaction(async (tx) =>
-    acceptSample(tx, nodeId, "telemetry", sample, receivedAt, deps.config.maxFutureSkewMs, async () => {
+  const verdict = await deps.prisma.$transaction(async (tx) =>
+    acceptSample(tx, nodeId, "telemetry", sample, receivedAt, deps.maxFutureSkewMs, async () => {
       const row = {
         sequence: sample.sequence,
         observedAt: new Date(sample.observedAt),

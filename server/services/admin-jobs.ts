@@ -9,19 +9,17 @@ import {
   GetJobResponseSchema,
   ListJobsResponseSchema,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import type { Prisma } from "../../gen/prisma/client.js";
-import type { Deps } from "../app.js";
+import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import { callOf } from "../context.js";
-import { engineOf } from "../jobs/engine.js";
+import type { JobEngine } from "../jobs/engine.js";
 import { jobStateFromProto, jobToProto } from "../jobs/codec.js";
 import { jobIdOf } from "../jobs/errors.js";
 import { decodeSeq, encodePageToken, pageSizeOf, splitPage } from "./paging.js";
 
 type JobRpcs = Pick<ServiceImpl<typeof AdminService>, "createJob" | "getJob" | "listJobs" | "cancelJob">;
 
-export function adminJobs(deps: Deps): JobRpcs {
-  const engine = engineOf(deps);
-  const prisma = deps.db.prisma;
+export function adminJobs(deps: { prisma: PrismaClient; engine: JobEngine }): JobRpcs {
+  const { engine, prisma } = deps;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
 
   return {

@@ -2,7 +2,7 @@
 // these run; handlers translate between messages and the lifecycle modules.
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { create, equals } from "@bufbuild/protobuf";
-import { timestampDate, durationMs } from "./time.js";
+import { timestampDate, positiveDurationMs } from "./time.js";
 import {
   AdminService,
   CreateEnrollmentTokenResponseSchema,
@@ -24,8 +24,7 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { Liveness as LivenessEnum } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import { callOf } from "../context.js";
-import type { Deps } from "../app.js";
-import { createEnrollmentToken, listEnrollmentTokens, revokeEnrollmentToken, validateLabels } from "../enrollment/tokens.js";
+import { createEnrollmentToken, listEnrollmentTokens, revokeEnrollmentToken, validateLabels, type TokenDeps } from "../enrollment/tokens.js";
 import {
   decommissionNode,
   findNodeOrThrow,
@@ -33,20 +32,28 @@ import {
   revokeCredential,
   rotateCredential,
   setNodeDisabled,
+  type LifecycleDeps,
 } from "../nodes/lifecycle.js";
-import { nodeMessages } from "../nodes/view.js";
+import { nodeMessages, type ViewDeps } from "../nodes/view.js";
 import { nodeDetail } from "../nodes/detail.js";
 import { auditToProto, livenessFromProto, tokenToProto } from "./convert.js";
 import { decodeOffset, decodeSeq, encodePageToken, pageSizeOf, splitPage } from "./paging.js";
 import { recordAudit, operatorActor } from "../audit/audit.js";
 import type { Prisma } from "../../gen/prisma/client.js";
-import { sleep } from "../../common/sleep.js";
+
+/** What the operator API works with. */
+export interface AdminServiceDeps extends Omit<TokenDeps, "sessions">, LifecycleDeps, Omit<ViewDeps, "sessions"> {
+  /** How often WatchNodes looks for changes. */
+  watchIntervalMs: number;
+  /** Aborted when shutdown begins: watches end. */
+  shutdown: AbortSignal;
+}
 
 export function adminService(
-  deps: Deps,
+  deps: AdminServiceDeps,
   jobs: Pick<ServiceImpl<typeof AdminService>, "createJob" | "getJob" | "listJobs" | "cancelJob">,
 ): ServiceImpl<typeof AdminService> {
-  const prisma = deps.db.prisma;
+  const prisma = deps.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
   const oneNode = async (id: string) => (await nodeMessages(deps, [await findNodeOrThrow(prisma, id)]))[0]!.message;
 
@@ -55,13 +62,13 @@ export function adminService(
       const created = await createEnrollmentToken(deps, {
         nodeName: req.nodeName,
         nodeId: req.nodeId,
-        ttlMs: req.ttl !== undefined ? durationMs(req.ttl) : undefined,
+        ttlMs: req.ttl !== undefined ? positiveDurationMs(req.ttl) : undefined,
         labels: req.labels,
         correlationId: correlation(ctx),
       });
       return create(CreateEnrollmentTokenResponseSchema, {
         token: created.secret,
-        enrollmentToken: tokenToProto(created.token),
+        enrollmentToken: tokenToProto(created.token, new Date(deps.clock.now())),
         joinCommand: created.joinCommand,
       });
     },
@@ -70,13 +77,13 @@ export function adminService(
       const offset = decodeOffset(req.pageToken);
       const { page, more } = splitPage(await listEnrollmentTokens(deps, size, offset), size);
       return create(ListEnrollmentTokensResponseSchema, {
-        enrollmentTokens: page.map((t) => tokenToProto(t)),
+        enrollmentTokens: page.map((t) => tokenToProto(t, new Date(deps.clock.now()))),
         nextPageToken: more ? encodePageToken(String(offset + size)) : "",
       });
     },
     async revokeEnrollmentToken(req, ctx) {
       const token = await revokeEnrollmentToken(deps, req.id, correlation(ctx));
-      return create(RevokeEnrollmentTokenResponseSchema, { enrollmentToken: tokenToProto(token) });
+      return create(RevokeEnrollmentTokenResponseSchema, { enrollmentToken: tokenToProto(token, new Date(deps.clock.now())) });
     },
     async listNodes(req) {
       const size = pageSizeOf(req.pageSize);
@@ -103,7 +110,7 @@ export function adminService(
             yield create(WatchNodesResponseSchema, { node });
           }
         }
-        await sleep(deps.config.reconcileIntervalMs, ctx.signal, deps.shutdown);
+        await deps.clock.sleep(deps.watchIntervalMs, ctx.signal, deps.shutdown);
       }
     },
     async updateNode(req, ctx) {
@@ -195,14 +202,14 @@ export function adminService(
   };
 }
 
-async function filteredNodes(deps: Deps, liveness: LivenessEnum[], labels: Record<string, string>): Promise<NodeMessage[]> {
+async function filteredNodes(deps: ViewDeps, liveness: LivenessEnum[], labels: Record<string, string>): Promise<NodeMessage[]> {
   const wanted = new Set(liveness.map((l) => {
     const name = livenessFromProto(l);
     if (name === undefined) throw new ConnectError(`liveness filter: unknown value ${l}`, Code.InvalidArgument);
     return name;
   }));
   const labelFilters = Object.entries(labels).map(([k, v]) => ({ labels: { path: [k], equals: v } }));
-  const nodes = await deps.db.prisma.node.findMany({
+  const nodes = await deps.prisma.node.findMany({
     where: labelFilters.length > 0 ? { AND: labelFilters } : {},
     orderBy: [{ name: "asc" }, { id: "asc" }],
   });

@@ -3,17 +3,17 @@
 // Session's job messages, after the same node authentication as every node RPC.
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import type { Deps } from "../app.js";
+import type { PrismaClient } from "../../gen/prisma/client.js";
+import type { Clock } from "../../common/clock.js";
 import { authenticateNode } from "../auth/node.js";
 import { callOf } from "../context.js";
-import { engineOf } from "../jobs/engine.js";
+import type { JobEngine } from "../jobs/engine.js";
 
 type JobRpcs = Pick<ServiceImpl<typeof AgentService>, "claimJob" | "reportJobProgress" | "completeJob" | "failJob">;
 
-export function agentJobs(deps: Deps): JobRpcs {
-  const engine = engineOf(deps);
-  const prisma = deps.db.prisma;
-  const nodeOf = async (ctx: HandlerContext) => (await authenticateNode(prisma, ctx)).node.id;
+export function agentJobs(deps: { prisma: PrismaClient; clock: Clock; engine: JobEngine }): JobRpcs {
+  const { engine } = deps;
+  const nodeOf = async (ctx: HandlerContext) => (await authenticateNode(deps.prisma, ctx, deps.clock)).node.id;
 
   return {
     async claimJob(_req, ctx) {

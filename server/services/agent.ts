@@ -13,8 +13,9 @@ import {
   type AgentConfig,
   type Instruction,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import type { Deps } from "../app.js";
 import type { Config } from "../config.js";
+import type { Ca } from "../pki/ca.js";
+import type { Logger } from "../observability/logger.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { callOf, withoutCertificate } from "../context.js";
 import { authenticateNode, presentedIdentity } from "../auth/node.js";
@@ -22,7 +23,7 @@ import { enroll } from "../enrollment/enroll.js";
 import { renewCredential } from "../nodes/lifecycle.js";
 import { putInventory, putTelemetry } from "../nodes/reports.js";
 import { pendingInstructions } from "../dispatch/instructions.js";
-import { connectSession } from "./session.js";
+import { connectSession, type SessionDeps } from "./session.js";
 import { ts } from "./convert.js";
 
 /** Built once per server: it only changes with the configuration. */
@@ -39,12 +40,20 @@ export function agentConfigOf(c: Config): AgentConfig {
   });
 }
 
-function heartbeatResponse(deps: Deps, instructions: Instruction[]) {
+/** What the node-facing API works with: a Session's collaborators, plus the CA that enrolls and renews. */
+export interface AgentServiceDeps extends SessionDeps {
+  ca: Ca;
+  log: Logger;
+  /** Lifetime of an issued node certificate. */
+  credentialTtlMs: number;
+}
+
+function heartbeatResponse(deps: AgentServiceDeps, instructions: Instruction[]) {
   return create(HeartbeatResponseSchema, { config: deps.agentConfig, instructions, serverTime: timestampNow() });
 }
 
 /** Needs no database: served from the moment the port opens. */
-export function serverInfo(ca: Pick<Deps["ca"], "certPem" | "fingerprint">) {
+export function serverInfo(ca: Pick<Ca, "certPem" | "fingerprint">) {
   return create(GetServerInfoResponseSchema, {
     serverVersion,
     protocolVersions: [...supportedProtocolVersions],
@@ -54,10 +63,10 @@ export function serverInfo(ca: Pick<Deps["ca"], "certPem" | "fingerprint">) {
 }
 
 export function agentService(
-  deps: Deps,
+  deps: AgentServiceDeps,
   jobs: Pick<ServiceImpl<typeof AgentService>, "claimJob" | "reportJobProgress" | "completeJob" | "failJob">,
 ): ServiceImpl<typeof AgentService> {
-  const prisma = deps.db.prisma;
+  const prisma = deps.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
 
   return {
@@ -79,13 +88,13 @@ export function agentService(
     },
     async renewCredential(req, ctx) {
       // A node that is disabled may not renew; a decommissioned one has no active credential left.
-      const { identity } = await authenticateNode(prisma, ctx);
+      const { identity } = await authenticateNode(prisma, ctx, deps.clock);
       const issued = await renewCredential(deps, identity, req.csrPem, correlation(ctx));
       return create(RenewCredentialResponseSchema, { certificatePem: issued.certPem, expiresAt: ts(issued.notAfter) });
     },
     async heartbeat(req, ctx) {
-      const { node } = await authenticateNode(prisma, ctx);
-      deps.heartbeats.record(node.id, Date.now());
+      const { node } = await authenticateNode(prisma, ctx, deps.clock);
+      deps.heartbeats.record(node.id, deps.clock.now());
       // A polling agent never says Hello: its heartbeat carries what it can do.
       if (req.capabilities.length > 0 || (req.agentVersion !== "" && req.agentVersion !== node.agentVersion)) {
         await prisma.node.update({
@@ -99,12 +108,12 @@ export function agentService(
       return heartbeatResponse(deps, pendingInstructions(node));
     },
     async putInventory(req, ctx) {
-      const { node } = await authenticateNode(prisma, ctx);
-      return putInventory(deps, node.id, req.report, correlation(ctx));
+      const { node } = await authenticateNode(prisma, ctx, deps.clock);
+      return putInventory(deps.reports, node.id, req.report, correlation(ctx));
     },
     async putTelemetry(req, ctx) {
-      const { node } = await authenticateNode(prisma, ctx);
-      return putTelemetry(deps, node.id, req.report);
+      const { node } = await authenticateNode(prisma, ctx, deps.clock);
+      return putTelemetry(deps.reports, node.id, req.report);
     },
     async *session(requests, ctx) {
       const caller = callOf(ctx);

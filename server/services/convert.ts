@@ -36,7 +36,7 @@ const tokenStateEnum = {
   expired: EnrollmentTokenState.EXPIRED,
 } as const;
 
-export function tokenToProto(t: EnrollmentToken, now = new Date()) {
+export function tokenToProto(t: EnrollmentToken, now: Date) {
   return create(EnrollmentTokenSchema, {
     id: t.id,
     nodeName: t.nodeName ?? "",

@@ -15,11 +15,10 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { codeName } from "../../common/codes.js";
 import { peerOf } from "../context.js";
-import type { Deps } from "../app.js";
 import type { Logger } from "../observability/logger.js";
 import { correlationHeader, correlationIdFrom } from "../observability/correlation.js";
 import { presentedIdentity } from "../auth/node.js";
-import { AgentSession } from "./session.js";
+import { AgentSession, type SessionDeps } from "./session.js";
 
 export const sessionPath = `/${AgentService.typeName}/${AgentService.method.session.name}`;
 
@@ -77,7 +76,7 @@ function trailersOf(err: unknown): http2.OutgoingHttpHeaders {
  * Serves one Session call on its HTTP/2 stream: length-prefixed messages in, messages out, the
  * status as trailers (or, when it fails before any message, in a trailers-only response).
  */
-export function serveGrpcSession(deps: Deps, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, log: Logger): void {
+export function serveGrpcSession(deps: SessionDeps, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, log: Logger): void {
   const correlationId = correlationIdFrom(headers[correlationHeader]);
   const callLog = log.child({ correlationId });
   let responded = false;

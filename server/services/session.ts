@@ -22,16 +22,20 @@ import {
   type SessionRequest,
   type SessionResponse,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import type { Node } from "../../gen/prisma/client.js";
-import type { Deps } from "../app.js";
+import type { Node, PrismaClient } from "../../gen/prisma/client.js";
+import type { AgentConfig } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { Clock } from "../../common/clock.js";
 import { authorizeNode, type NodeIdentity } from "../auth/node.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
 import type { Caller } from "../context.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { pendingInstructions } from "../dispatch/instructions.js";
-import type { LiveSession } from "../dispatch/sessions.js";
-import { putInventory, putTelemetry } from "../nodes/reports.js";
+import type { LiveSession, SessionRegistry } from "../dispatch/sessions.js";
+import type { Admission } from "../dispatch/admission.js";
+import type { HeartbeatBook } from "../liveness/heartbeats.js";
+import type { JobDispatch } from "../jobs/dispatch.js";
+import { putInventory, putTelemetry, type ReportDeps } from "../nodes/reports.js";
 
 type Result = Reply["result"];
 
@@ -43,14 +47,30 @@ export interface SessionSink {
   end(error: ConnectError | undefined): void;
 }
 
+/** What a Session works with. */
+export interface SessionDeps {
+  prisma: PrismaClient;
+  clock: Clock;
+  /** What agents are told in Welcome. */
+  agentConfig: AgentConfig;
+  sessions: SessionRegistry;
+  heartbeats: HeartbeatBook;
+  /** Bounds how many sessions open (hit the database) at once. */
+  admission: Admission;
+  reports: ReportDeps;
+  jobs: JobDispatch;
+  /** Aborted when shutdown begins: open sessions end with unavailable. */
+  shutdown: AbortSignal;
+}
+
 /** Answers one agent message that needs I/O; jobs add their cases through `deps.jobs`. */
-async function answer(deps: Deps, nodeId: string, msg: SessionRequest, correlationId: string): Promise<Result> {
+async function answer(deps: SessionDeps, nodeId: string, msg: SessionRequest, correlationId: string): Promise<Result> {
   const m = msg.message;
   switch (m.case) {
     case "inventory":
-      return { case: "inventory", value: await putInventory(deps, nodeId, m.value.report, correlationId) };
+      return { case: "inventory", value: await putInventory(deps.reports, nodeId, m.value.report, correlationId) };
     case "telemetry":
-      return { case: "telemetry", value: await putTelemetry(deps, nodeId, m.value.report) };
+      return { case: "telemetry", value: await putTelemetry(deps.reports, nodeId, m.value.report) };
     case "jobProgress":
     case "jobComplete":
     case "jobFail":
@@ -111,7 +131,7 @@ export class AgentSession implements LiveSession {
   private readonly onShutdown = () => this.close(new ConnectError("server shutting down", Code.Unavailable));
 
   constructor(
-    private readonly deps: Deps,
+    private readonly deps: SessionDeps,
     private readonly identity: NodeIdentity,
     private readonly caller: Caller,
     private readonly sink: SessionSink,
@@ -196,7 +216,7 @@ export class AgentSession implements LiveSession {
     if (message.message.case === "heartbeat") {
       // No I/O: answered at once. Pending instructions and configuration reach a connected node as
       // pushes, so the reply is only the server's clock: the hot path of a fleet stays small.
-      this.deps.heartbeats.record(this.nodeId, Date.now());
+      this.deps.heartbeats.record(this.nodeId, this.deps.clock.now());
       this.sink.send(replyTo(message.messageId, { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) }));
       return;
     }
@@ -223,14 +243,14 @@ export class AgentSession implements LiveSession {
   /** Authorizes the credential, records Hello and answers Welcome: the database part of opening. */
   private async open({ hello, capabilities }: ReturnType<typeof acceptHello>): Promise<void> {
     if (this.closed) return; // gone while waiting for admission
-    const prisma = this.deps.db.prisma;
-    const node = await authorizeNode(prisma, this.identity);
+    const prisma = this.deps.prisma;
+    const node = await authorizeNode(prisma, this.identity, new Date(this.deps.clock.now()));
     const cursors = await prisma.streamCursor.findMany({ where: { nodeId: node.id }, select: { stream: true, sequence: true } });
     const said = { agentVersion: hello.agentVersion.slice(0, 64) || null, protocolVersion: hello.protocolVersion, capabilities };
     // A reconnecting agent usually says what it said last time: no write then (reconnect storms).
     if (!sameHello(node, said)) await prisma.node.update({ where: { id: node.id }, data: said });
     if (this.closed) return;
-    this.deps.heartbeats.record(node.id, Date.now());
+    this.deps.heartbeats.record(node.id, this.deps.clock.now());
     this.phase = "open";
     this.deps.shutdown.addEventListener("abort", this.onShutdown, { once: true });
     if (this.deps.shutdown.aborted) return this.onShutdown();
@@ -256,7 +276,7 @@ export class AgentSession implements LiveSession {
 
 /** Session for Connect's handler interface (Connect and gRPC-Web protocols): the same object, fed by an async iterable. */
 export async function* connectSession(
-  deps: Deps,
+  deps: SessionDeps,
   identity: NodeIdentity,
   requests: AsyncIterable<SessionRequest>,
   caller: Caller,

@@ -4,7 +4,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 
 export { timestampDate };
 
-export function durationMs(d: Duration): number {
+/** A request's Duration in milliseconds; zero or negative is refused. */
+export function positiveDurationMs(d: Duration): number {
   const ms = Number(d.seconds) * 1000 + Math.round(d.nanos / 1e6);
   if (!Number.isFinite(ms) || ms <= 0) throw new ConnectError("durations must be positive", Code.InvalidArgument);
   return ms;

@@ -3,15 +3,28 @@
 // is a compare-and-set on the stored liveness). It also ends open streams whose credential was
 // revoked, or whose node was disabled or decommissioned, through another replica.
 import { Code, ConnectError } from "@connectrpc/connect";
-import { computeLiveness, livenessTransition, type Liveness } from "../domain/liveness.js";
+import type { PrismaClient } from "../../gen/prisma/client.js";
+import type { Clock } from "../../common/clock.js";
+import { livenessTransition, type Liveness } from "../domain/liveness.js";
 import { systemActor } from "../audit/audit.js";
 import { moveLiveness } from "../liveness/sql.js";
-import type { Deps } from "../app.js";
+import type { LivenessTracker } from "../liveness/tracker.js";
+import type { Logger } from "../observability/logger.js";
+import type { SessionRegistry } from "../dispatch/sessions.js";
 
-export async function reconcileLiveness(deps: Deps, now = Date.now()): Promise<number> {
-  const prisma = deps.db.prisma;
-  const staleCut = new Date(now - deps.config.staleAfterMs);
-  const offlineCut = new Date(now - deps.config.offlineAfterMs);
+/** What the liveness reconciler works with. */
+export interface ReconcilerDeps {
+  prisma: PrismaClient;
+  clock: Clock;
+  liveness: LivenessTracker;
+  log: Logger;
+}
+
+export async function reconcileLiveness(deps: ReconcilerDeps, now = deps.clock.now()): Promise<number> {
+  const prisma = deps.prisma;
+  const { staleAfterMs, offlineAfterMs } = deps.liveness.thresholds;
+  const staleCut = new Date(now - staleAfterMs);
+  const offlineCut = new Date(now - offlineAfterMs);
   // Only nodes whose stored liveness the persisted heartbeat contradicts; the heartbeat in memory,
   // which may be newer, decides below. A fleet at rest costs one indexed query that returns nothing.
   const nodes = await prisma.node.findMany({
@@ -32,11 +45,8 @@ export async function reconcileLiveness(deps: Deps, now = Date.now()): Promise<n
   const groups = new Map<string, { previous: Liveness; next: Liveness; action: string | undefined; ids: string[] }>();
   for (const n of nodes) {
     const previous = n.liveness as Liveness;
-    const next = computeLiveness(
-      { lastHeartbeatAt: deps.heartbeats.lastHeartbeatAt(n.id, n.lastHeartbeatAt), disabled: false, decommissioned: false },
-      now,
-      { staleAfterMs: deps.config.staleAfterMs, offlineAfterMs: deps.config.offlineAfterMs },
-    );
+    // The query left out disabled and decommissioned nodes: time alone decides here.
+    const next = deps.liveness.of(n, now);
     const t = livenessTransition(previous, next);
     if (!t.changed) continue;
     const key = `${previous}>${next}`;
@@ -70,14 +80,17 @@ const batchSize = 1000;
  * possibly through another replica. Asks only for changes since the last pass (with a margin for
  * clock differences between replicas), not about every open session.
  */
-export function revokedSessionSweeper(deps: Deps, marginMs = 10_000): () => Promise<void> {
-  let since = new Date(Date.now() - marginMs);
+export function revokedSessionSweeper(
+  deps: { prisma: PrismaClient; clock: Clock; sessions: SessionRegistry },
+  marginMs = 10_000,
+): () => Promise<void> {
+  let since = new Date(deps.clock.now() - marginMs);
   return async () => {
     if (deps.sessions.size === 0) return;
-    const started = Date.now();
+    const started = deps.clock.now();
     const [credentials, nodes] = await Promise.all([
-      deps.db.prisma.nodeCredential.findMany({ where: { revokedAt: { gte: since } }, select: { serial: true } }),
-      deps.db.prisma.node.findMany({
+      deps.prisma.nodeCredential.findMany({ where: { revokedAt: { gte: since } }, select: { serial: true } }),
+      deps.prisma.node.findMany({
         where: { OR: [{ disabledAt: { gte: since } }, { decommissionedAt: { gte: since } }] },
         select: { id: true, disabledAt: true, decommissionedAt: true },
       }),

@@ -8,7 +8,7 @@ import { createClient, type Client, type Interceptor } from "@connectrpc/connect
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { loadConfig, type Config } from "../../server/config.js";
 import { createLogger } from "../../server/observability/logger.js";
-import { startServer, type RunningServer } from "../../server/app.js";
+import { startServer, type RunningServer, type StartOptions } from "../../server/app.js";
 import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { createTestDatabase } from "./db.js";
@@ -28,7 +28,7 @@ export interface TestServer {
   stop(): Promise<void>;
 }
 
-export async function startTestServer(env: Record<string, string> = {}): Promise<TestServer> {
+export async function startTestServer(env: Record<string, string> = {}, options: StartOptions = {}): Promise<TestServer> {
   const dir = mkdtempSync(join(tmpdir(), "mf-server-"));
   const db = await createTestDatabase();
   const config = loadConfig({
@@ -51,7 +51,7 @@ export async function startTestServer(env: Record<string, string> = {}): Promise
       cb();
     },
   });
-  const server = await startServer(config, createLogger("debug", sink));
+  const server = await startServer(config, createLogger("debug", sink), options);
   const admin = createClient(AdminService, adminTransport(server.url, server.ca.certPem, testAdminKey));
   const anonymousAgent = createClient(
     AgentService,

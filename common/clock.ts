@@ -1,0 +1,105 @@
+// The one source of time for rules that depend on it (liveness, leases, expiry, renewal), injected
+// as SPIRE's CA and the Kubernetes node lifecycle controller inject theirs, so tests drive time
+// instead of sleeping. The TLS layer keeps using real time: a certificate's validity is not ours
+// to fake.
+
+export interface Clock {
+  /** Milliseconds since the epoch. */
+  now(): number;
+  /**
+   * Resolves after `ms` of this clock's time, or as soon as any signal aborts (it never rejects),
+   * so loops that pause between rounds stop promptly on shutdown.
+   */
+  sleep(ms: number, ...signals: (AbortSignal | undefined)[]): Promise<void>;
+}
+
+/** Wall-clock time and real timers. */
+export const systemClock: Clock = {
+  now: () => Date.now(),
+  sleep: (ms, ...signals) => waitUntil((done) => setTimeout(done, ms), clearTimeout, signals),
+};
+
+/**
+ * A clock that moves only when told to, for tests. Sleeps resolve when `advance` passes their
+ * deadline, in deadline order.
+ */
+export class ManualClock implements Clock {
+  private current: number;
+  private readonly sleepers = new Set<{ at: number; wake(): void }>();
+  /** Called whenever a sleep starts: `tick` waits on it for woken loops to go back to sleep. */
+  private onSleep: (() => void) | undefined;
+
+  constructor(start = Date.now()) {
+    this.current = start;
+  }
+
+  now(): number {
+    return this.current;
+  }
+
+  sleep(ms: number, ...signals: (AbortSignal | undefined)[]): Promise<void> {
+    return waitUntil(
+      (wake) => {
+        const sleeper = { at: this.current + Math.max(0, ms), wake };
+        this.sleepers.add(sleeper);
+        this.onSleep?.();
+        return sleeper;
+      },
+      (sleeper) => this.sleepers.delete(sleeper),
+      signals,
+    );
+  }
+
+  /** Moves time forward and wakes every sleeper whose deadline has come. */
+  advance(ms: number): void {
+    if (!(ms >= 0)) throw new RangeError("a clock only moves forward");
+    this.current += ms;
+    const due = [...this.sleepers].filter((s) => s.at <= this.current).sort((a, b) => a.at - b.at);
+    for (const s of due) {
+      this.sleepers.delete(s);
+      s.wake();
+    }
+  }
+
+  /** How many sleeps are waiting. */
+  get sleeping(): number {
+    return this.sleepers.size;
+  }
+
+  /**
+   * Advances by `ms`, then waits until as many sleeps are waiting as before: every periodic loop
+   * it woke has finished its round and gone back to sleep. One tick is one round of each loop
+   * that was due, whatever the machine's load.
+   */
+  async tick(ms: number, timeoutMs = 60_000): Promise<void> {
+    const before = this.sleepers.size;
+    this.advance(ms);
+    if (this.sleepers.size >= before) return;
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.onSleep = undefined;
+        reject(new Error(`ManualClock.tick: loops did not go back to sleep within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.onSleep = () => {
+        if (this.sleepers.size < before) return;
+        clearTimeout(timer);
+        this.onSleep = undefined;
+        resolve();
+      };
+    });
+  }
+}
+
+function waitUntil<T>(arm: (done: () => void) => T, disarm: (handle: T) => void, signals: (AbortSignal | undefined)[]): Promise<void> {
+  const live = signals.filter((s): s is AbortSignal => s !== undefined);
+  return new Promise((resolve) => {
+    if (live.some((s) => s.aborted)) return resolve();
+    const done = () => {
+      disarm(handle);
+      for (const s of live) s.removeEventListener("abort", done);
+      resolve();
+    };
+    const handle = arm(done);
+    for (const s of live) s.addEventListener("abort", done, { once: true });
+  });
+}

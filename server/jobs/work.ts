@@ -1,0 +1,30 @@
+// What the job modules (create, reports, cancel, expiry, leasing) work with: narrow collaborators
+// handed in by the engine's constructor, never the engine itself, so a job's flow goes one way:
+// engine -> module -> leasing.
+import type { PrismaClient } from "../../gen/prisma/client.js";
+import type { Clock } from "../../common/clock.js";
+import type { Logger } from "../observability/logger.js";
+import type { LivenessTracker } from "../liveness/tracker.js";
+import type { Leasing } from "./leasing.js";
+
+/** The configuration jobs obey. */
+export interface JobSettings {
+  leaseDurationMs: number;
+  defaultMaxAttempts: number;
+  /** Roots artifact jobs may write under. */
+  approvedRoots: string[];
+  /** Work on a node unreachable for longer than offlineAfterMs + reclaimGraceMs is reclaimed. */
+  offlineAfterMs: number;
+  reclaimGraceMs: number;
+}
+
+export interface JobWork {
+  readonly prisma: PrismaClient;
+  readonly clock: Clock;
+  readonly log: Logger;
+  readonly settings: JobSettings;
+  /** Liveness by server-received heartbeats, the newer of memory and database. */
+  readonly liveness: LivenessTracker;
+  /** Leasing passes, pushes down sessions here, and follow-ups. */
+  readonly leasing: Leasing;
+}
