@@ -3,8 +3,8 @@
 // client certificates, server/tuning.ts) and the same messages (Welcome, then a Reply with a
 // HeartbeatResponse carrying the server time per heartbeat, recorded in a HeartbeatBook, as the
 // control plane's Session replies), with no database, no interceptors, no authorization.
-//   BENCH_FLOOR=connect: a bidirectional Connect handler (connectNodeAdapter), as ARCHITECTURE.md's
-//                        "bare Connect" measurement;
+//   BENCH_FLOOR=connect: a bidirectional Connect handler (connectNodeAdapter): the cost of
+//                        Connect's generic streaming path alone;
 //   BENCH_FLOOR=raw:     node:http2's core stream API with gRPC framing by hand.
 // Answers the same IPC calls as server-child.ts where they make sense.
 import http2 from "node:http2";

@@ -40,7 +40,4 @@ export class SessionRegistry {
   closeAll(reason: ConnectError): void {
     for (const s of [...this.byNode.values()]) s.close(reason);
   }
-  serials(): string[] {
-    return [...this.byNode.values()].map((s) => s.serial);
-  }
 }
