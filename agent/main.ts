@@ -10,6 +10,7 @@ import { agentVersion } from "./version.js";
 import { parseDuration } from "../common/duration.js";
 import { ConnectError } from "@connectrpc/connect";
 import { codeName } from "../common/codes.js";
+import { offsetClock, systemClock } from "../common/clock.js";
 
 const usage = `Usage: agent <command> [options]
 
@@ -80,7 +81,7 @@ async function main(argv: string[]): Promise<number> {
         statePath,
         log,
         signal: stop.signal,
-        clockOffsetMs: env.MODELFORGE_AGENT_CLOCK_OFFSET ? signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET) : 0,
+        clock: env.MODELFORGE_AGENT_CLOCK_OFFSET ? offsetClock(systemClock, signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET)) : systemClock,
         backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
         backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
         replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,

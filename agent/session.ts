@@ -25,7 +25,7 @@ import { nodeClient } from "./transport.js";
 import { agentVersion, protocolVersion } from "./version.js";
 import { backoffDelay, renewalDue } from "./rules.js";
 import { checkIssued } from "./enroll.js";
-import { sleep } from "../common/sleep.js";
+import { systemClock, type Clock } from "../common/clock.js";
 
 type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 export type ReplyResult = Reply["result"];
@@ -48,8 +48,11 @@ export interface RunOptions {
   log: Logger;
   signal: AbortSignal;
   jobs?: SessionJobs;
-  /** Added to the agent's clock for observed_at (testing clock-skew handling). */
-  clockOffsetMs?: number;
+  /**
+   * The agent's time for observed_at, renewal and inventory cadence (default: the system clock;
+   * skew drills and tests pass another). Timers that pace the session stay on real time.
+   */
+  clock?: Clock;
   backoffBaseMs?: number;
   backoffMaxMs?: number;
   /**
@@ -88,13 +91,14 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       if (ce.code === Code.Unauthenticated) log.error("the control plane refuses this node's credential; re-enroll with a recovery token");
     }
     const delay = backoffDelay(attempt++, opts.backoffBaseMs ?? 500, opts.backoffMaxMs ?? 30_000);
-    await sleep(delay, signal);
+    await systemClock.sleep(delay, signal);
   }
 }
 
 async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
   const { log } = opts;
-  const now = () => Date.now() + (opts.clockOffsetMs ?? 0);
+  const clock = opts.clock ?? systemClock;
+  const now = () => clock.now();
   const client = nodeClient(store.current);
   const abort = new AbortController();
   const onStop = () => abort.abort();
@@ -142,7 +146,7 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
   const sendInventory = async (force: boolean) => {
     const inv = await collectInventory();
     const fp = inventoryFingerprint(inv);
-    const due = Date.now() - lastInventoryAt >= ms(config?.inventoryInterval, defaults.inventoryMs);
+    const due = now() - lastInventoryAt >= ms(config?.inventoryInterval, defaults.inventoryMs);
     if (!force && !due && fp === lastInventory) return;
     const sequence = await store.nextSequence("inventory");
     const r = await publish("PutInventory", {
@@ -151,7 +155,7 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
     });
     if (r !== undefined) {
       lastInventory = fp;
-      lastInventoryAt = Date.now();
+      lastInventoryAt = now();
     }
   };
   const sendTelemetry = async () => {
@@ -184,7 +188,7 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
   const checkRenewal = () => {
     const cert = new X509Certificate(store.current.certPem);
     const fraction = config?.renewRemainingFraction || defaults.renewFraction;
-    if (renewalDue(Date.parse(cert.validFrom), Date.parse(cert.validTo), Date.now(), fraction)) void renew("certificate nearing expiry");
+    if (renewalDue(Date.parse(cert.validFrom), Date.parse(cert.validTo), now(), fraction)) void renew("certificate nearing expiry");
   };
   const follow = (instructions: Instruction[]) => {
     for (const i of instructions) if (i.kind.case === "renewCredential") void renew(i.kind.value.reason);

@@ -19,6 +19,11 @@ export const systemClock: Clock = {
   sleep: (ms, ...signals) => waitUntil((done) => setTimeout(done, ms), clearTimeout, signals),
 };
 
+/** Another clock's time shifted by `offsetMs` (an agent whose clock is wrong, for skew drills). */
+export function offsetClock(base: Clock, offsetMs: number): Clock {
+  return { now: () => base.now() + offsetMs, sleep: (ms, ...signals) => base.sleep(ms, ...signals) };
+}
+
 /**
  * A clock that moves only when told to, for tests. Sleeps resolve when `advance` passes their
  * deadline, in deadline order.
