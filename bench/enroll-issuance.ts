@@ -7,7 +7,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { buildCsrPem } from '../agent/pki/keys.js';
-import { loadOrCreateCa } from '../server/pki/ca.js';
+import { loadOrCreateCa } from '../server/identity/pki/ca.js';
 
 const count = Number(process.argv[2] ?? 200);
 const WARMUP = 10;

@@ -46,7 +46,7 @@ export const http2ServerTuning: SecureServerOptions = {
 
 /**
  * Session opens that may use the database at once, and how many more may wait (see
- * ./dispatch/admission.ts). Eight leaves two of the pool's ten connections to the heartbeat flush,
+ * ./sessions/admission.ts). Eight leaves two of the pool's ten connections to the heartbeat flush,
  * the reconcilers and unary calls; eight opens at a few milliseconds each are far more than the
  * ~110 TLS handshakes a second two cores manage, so the limit costs no throughput. A waiter is
  * answered within the agent's 30 s Welcome deadline at that rate up to about 2,000 deep.

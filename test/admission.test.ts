@@ -1,7 +1,7 @@
 // Session-open admission: a bounded number at a time, in arrival order, refusing beyond the queue.
 import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Admission } from "../server/dispatch/admission.js";
+import { Admission } from "../server/sessions/admission.js";
 
 /** A task that finishes when told to, recording when it started. */
 function gate(started: string[], name: string) {

@@ -1,7 +1,7 @@
 // gRPC message framing for the Session fast path.
 import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { FrameReader, frame } from "../server/services/session-grpc.js";
+import { FrameReader, frame } from "../server/sessions/session-grpc.js";
 
 describe("FrameReader", () => {
   it("reassembles messages split across chunks and several in one chunk", () => {

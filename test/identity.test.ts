@@ -16,7 +16,7 @@ import { enrollNode, EnrollError } from "../agent/enroll.js";
 import { generateNodeKeyAndCsr } from "../agent/pki/keys.js";
 import { nodeClient, pinnedClient } from "../agent/transport.js";
 import { runAgent } from "../agent/session.js";
-import { loadOrCreateCa } from "../server/pki/ca.js";
+import { loadOrCreateCa } from "../server/identity/pki/ca.js";
 import { readState } from "../agent/state.js";
 import { ManualClock } from "../common/clock.js";
 

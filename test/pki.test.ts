@@ -14,7 +14,7 @@ import {
   loadOrCreateCa,
   nodeIdFromCertificate,
   type Ca,
-} from '../server/pki/ca.js';
+} from '../server/identity/pki/ca.js';
 
 const DAY = 24 * 60 * 60 * 1000;
 const SLOW = 30_000;

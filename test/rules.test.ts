@@ -5,8 +5,8 @@ import { parseDuration } from "../common/duration.js";
 import { correlationIdFrom } from "../server/observability/correlation.js";
 import { codeName } from "../common/codes.js";
 import { Code } from "@connectrpc/connect";
-import { secretsEqual, checkAdminToken } from "../server/auth/admin.js";
-import { tokenState } from "../server/enrollment/token.js";
+import { secretsEqual, checkAdminToken } from "../server/identity/admin-token.js";
+import { tokenState } from "../server/identity/enrollment/token.js";
 import { backoffDelay, renewalDue } from "../agent/rules.js";
 
 describe("configuration", () => {

@@ -28,7 +28,7 @@ import { AsyncQueue } from "../../common/queue.js";
 import { agentVersion, protocolVersion } from "../../agent/version.js";
 import { backoffDelay } from "../../agent/rules.js";
 import { emit, serve } from "./ipc.js";
-import { FrameReader, frame } from "../../server/services/session-grpc.js";
+import { FrameReader, frame } from "../../server/sessions/session-grpc.js";
 
 interface Setup {
   url: string;

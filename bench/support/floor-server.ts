@@ -25,13 +25,13 @@ import {
   type SessionResponse,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { loadConfig } from "../../server/config.js";
-import { loadOrCreateCa } from "../../server/pki/ca.js";
+import { loadOrCreateCa } from "../../server/identity/pki/ca.js";
 import { HeartbeatBook } from "../../server/liveness/heartbeats.js";
 import { http2ServerTuning } from "../../server/tuning.js";
 import { emit, serve } from "./ipc.js";
 import { procStatus } from "./stats.js";
 import { startAllocationProfile, startProfile, stopAllocationProfile, stopProfile, summarizeProfile } from "./profile.js";
-import { FrameReader, frame } from "../../server/services/session-grpc.js";
+import { FrameReader, frame } from "../../server/sessions/session-grpc.js";
 
 const mode = process.env.BENCH_FLOOR;
 if (mode !== "raw" && mode !== "connect") throw new Error(`BENCH_FLOOR must be raw or connect, not ${mode}`);

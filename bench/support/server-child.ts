@@ -14,13 +14,14 @@ import { emit, serve } from "./ipc.js";
 import { procStatus } from "./stats.js";
 import { startAllocationProfile, startProfile, stopAllocationProfile, stopProfile, summarizeProfile } from "./profile.js";
 import { heapSummary } from "./heap.js";
-import { SessionRegistry } from "../../server/dispatch/sessions.js";
+import { SessionRegistry } from "../../server/sessions/registry.js";
 import { HeartbeatBook } from "../../server/liveness/heartbeats.js";
 import { LivenessTracker } from "../../server/liveness/tracker.js";
 import { systemClock } from "../../common/clock.js";
 import { JobEngine } from "../../server/jobs/engine.js";
-import { reconcileLiveness, revokedSessionSweeper } from "../../server/sweeper/liveness.js";
-import { authorizeNode } from "../../server/auth/node.js";
+import { reconcileLiveness } from "../../server/liveness/reconciler.js";
+import { revokedSessionSweeper } from "../../server/sessions/revocation.js";
+import { authorizeNode } from "../../server/identity/node-auth.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 const override = process.env.BENCH_TUNING?.trim();

@@ -16,7 +16,7 @@ import {
   type JobSpec,
 } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { JobSchema, JobState as JobStateEnum, type Job as JobMessage } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import type { JobRecord, JobState, LeaseCandidate } from "../domain/lease.js";
+import type { JobRecord, JobState, LeaseCandidate } from "./lease.js";
 import { ts } from "../services/convert.js";
 
 const readOptions = { ignoreUnknownFields: true };
@@ -28,7 +28,7 @@ export function failureJson(code: JobFailureCode, message: string, retryable: bo
 }
 export const failureToJson = (f: JobFailure) => toJson(JobFailureSchema, f) as Prisma.InputJsonValue;
 
-/** The proto enum value of a failure code named in ../domain/lease.ts (e.g. "ATTEMPTS_EXHAUSTED"). */
+/** The proto enum value of a failure code named in ./lease.ts (e.g. "ATTEMPTS_EXHAUSTED"). */
 export function failureCodeOf(name: keyof typeof JobFailureCode): JobFailureCode {
   return JobFailureCode[name];
 }

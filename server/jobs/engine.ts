@@ -3,7 +3,7 @@
 // creation (./create.ts), agent reports (./reports.ts), cancellation (./cancel.ts), expiry and
 // reclaim (./expiry.ts) and leasing (./leasing.ts). Flow goes one way: engine -> module -> leasing.
 //
-// The rules are the pure functions in ../domain/lease.ts; these modules are the database around
+// The rules are the pure functions in ./lease.ts; these modules are the database around
 // them. Every state change is a conditional update on (id, state, attempt[, lease expiry]), so
 // several control-plane replicas on one PostgreSQL can run all of it at once: of two replicas
 // racing to lease, renew, finish or expire one attempt, exactly one update matches.
@@ -27,9 +27,9 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
-import type { SessionRegistry } from "../dispatch/sessions.js";
+import type { SessionRegistry } from "../sessions/registry.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
-import { afterLeaseExpiry, leaseExpiry, LEASE_LOST } from "../domain/lease.js";
+import { afterLeaseExpiry, leaseExpiry, LEASE_LOST } from "./lease.js";
 import { leaseOf, recordOf } from "./codec.js";
 import type { JobDispatch, JobMessage } from "./dispatch.js";
 import { Leasing } from "./leasing.js";
@@ -158,7 +158,7 @@ export class JobEngine implements JobDispatch {
   }
 
   // -------------------------------------------------------------------------------------------
-  // Sweeps (run periodically by ../sweeper/jobs.ts on every replica)
+  // Sweeps (run periodically on every replica by the jobs loop server/app.ts starts)
 
   async sweep(): Promise<void> {
     await expireLeases(this.work);

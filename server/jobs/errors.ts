@@ -1,8 +1,8 @@
 // How job rule violations become Connect errors: the pure rules name a code, this maps it.
 import { Code, ConnectError } from "@connectrpc/connect";
-import { JobSpecError } from "../domain/job-spec.js";
-import type { ReportCheck } from "../domain/lease.js";
-import { LEASE_LOST } from "../domain/lease.js";
+import { JobSpecError } from "./spec.js";
+import type { ReportCheck } from "./lease.js";
+import { LEASE_LOST } from "./lease.js";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -26,7 +26,7 @@ export function leaseLost(detail: string): ConnectError {
   return new ConnectError(`${LEASE_LOST} (${detail})`, Code.Aborted);
 }
 
-/** Runs a validation from ../domain/job-spec and turns its JobSpecError into invalid_argument. */
+/** Runs a validation from ./spec.ts and turns its JobSpecError into invalid_argument. */
 export function validating<T>(check: () => T): T {
   try {
     return check();

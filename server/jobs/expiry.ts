@@ -1,11 +1,11 @@
-// The periodic sweeps (run by ../sweeper/jobs.ts on every replica): leases that lapsed on online
+// The periodic sweeps (run by the jobs loop server/app.ts starts on every replica): leases that lapsed on online
 // nodes, and work on nodes unreachable past the reclaim grace. Also the expiry rule applied when
 // a reconnecting agent no longer holds a lease.
 import type { Job as JobRow, Prisma } from "../../gen/prisma/client.js";
 import { JobFailureCode } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { recordAudit, systemActor } from "../audit/audit.js";
-import { afterLeaseExpiry } from "../domain/lease.js";
-import { reclaimDue } from "../domain/liveness.js";
+import { afterLeaseExpiry } from "./lease.js";
+import { reclaimDue } from "../liveness/rules.js";
 import { failureCodeOf, failureJson, recordOf } from "./codec.js";
 import type { JobWork } from "./work.js";
 import { endAttempt } from "./sql.js";

@@ -8,9 +8,9 @@ import { JobCancelSchema, SessionResponseSchema } from "../../gen/proto/modelfor
 import type { JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
-import type { SessionRegistry } from "../dispatch/sessions.js";
+import type { SessionRegistry } from "../sessions/registry.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
-import { claimLease, nextLeasable, type LeaseCandidate } from "../domain/lease.js";
+import { claimLease, nextLeasable, type LeaseCandidate } from "./lease.js";
 import { candidateOf, leaseOf } from "./codec.js";
 
 /** Most pending jobs of one node looked at per leasing pass; the rest follow in later passes. */

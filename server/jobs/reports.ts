@@ -18,8 +18,8 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { JobFailureCode, JobProgressSchema, JobResultSchema } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { recordAudit, nodeActor } from "../audit/audit.js";
-import { validateJobResult, validateProgress } from "../domain/job-spec.js";
-import { afterFailure, checkReport, leaseExpiry } from "../domain/lease.js";
+import { validateJobResult, validateProgress } from "./spec.js";
+import { afterFailure, checkReport, leaseExpiry } from "./lease.js";
 import { failureToJson, recordOf, specFromJson } from "./codec.js";
 import type { JobWork } from "./work.js";
 import { jobIdOf, leaseLost, refuseReport, validating } from "./errors.js";
@@ -29,7 +29,7 @@ const MAX_FAILURE_MESSAGE_BYTES = 1024;
 
 /**
  * The job a report is about, at the moment of the report: not_found for an unknown id,
- * permission_denied for another node's job, and the report rules (../domain/lease.ts) for a stale
+ * permission_denied for another node's job, and the report rules (./lease.ts) for a stale
  * attempt or a lapsed lease.
  */
 async function reportedJob(ctx: JobWork, nodeId: string, rawId: string, attempt: number): Promise<{ job: JobRow; now: number }> {

@@ -1,8 +1,8 @@
-// A node's liveness right now: the pure rule (../domain/liveness.ts) over the newer of the
+// A node's liveness right now: the pure rule (./rules.ts) over the newer of the
 // heartbeat held in memory and the persisted one, at the injected clock's time. The one place
 // that builds that call, for views, leasing and the reconciler alike.
 import type { Clock } from "../../common/clock.js";
-import { computeLiveness, type Liveness, type LivenessThresholds } from "../domain/liveness.js";
+import { computeLiveness, type Liveness, type LivenessThresholds } from "./rules.js";
 import type { HeartbeatBook } from "./heartbeats.js";
 
 export interface LivenessFacts {

@@ -5,7 +5,7 @@ import { GpuSchema, GpuState, StreamCursorSchema, TelemetrySnapshotSchema } from
 import { GpuInfoSchema, TelemetrySchema } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import { findNodeOrThrow } from "./lifecycle.js";
 import { nodeMessages, type ViewDeps } from "./view.js";
-import { reportedGpu } from "../domain/gpus.js";
+import { reportedGpu } from "./gpus.js";
 import { credentialToProto, ts } from "../services/convert.js";
 
 export async function nodeDetail(deps: ViewDeps, nodeId: string) {

@@ -1,14 +1,14 @@
 // Node and credential lifecycle: renewal, rotation, revocation, disable, enable, decommission.
 // Each change and its audit event commit together; open streams are closed after the commit.
 import { Code, ConnectError } from "@connectrpc/connect";
-import { CsrError } from "../pki/ca.js";
+import { CsrError } from "../identity/pki/ca.js";
 import { recordAudit, nodeActor, operatorActor } from "../audit/audit.js";
 import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
-import type { Ca } from "../pki/ca.js";
-import type { SessionRegistry } from "../dispatch/sessions.js";
-import type { NodeIdentity } from "../auth/node.js";
-import { pushRenewal } from "../dispatch/instructions.js";
+import type { Ca } from "../identity/pki/ca.js";
+import type { SessionRegistry } from "../sessions/registry.js";
+import type { NodeIdentity } from "../identity/node-auth.js";
+import { pushRenewal } from "../sessions/instructions.js";
 
 type Tx = Prisma.TransactionClient;
 

@@ -1,6 +1,6 @@
 // What a node reports: heartbeats, inventories and telemetry, with identical rules whether they
 // arrive on the Session stream or as unary calls. The ordering and reconciliation rules are the
-// pure functions in ../domain; this module is the database around them.
+// pure functions in ./cursor.ts and ./gpus.ts; this module is the database around them.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { create, toJson } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
@@ -12,8 +12,8 @@ import {
   type TelemetryReport,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { HostInfoSchema, TelemetrySchema } from "../../gen/proto/modelforge/common/v1/common_pb.js";
-import { advanceCursor, judgeSample, type StreamCursor as CursorState, type Verdict } from "../domain/cursor.js";
-import { reconcileGpus, reportedGpu, InventoryError, type KnownGpu } from "../domain/gpus.js";
+import { advanceCursor, judgeSample, type StreamCursor as CursorState, type Verdict } from "./cursor.js";
+import { reconcileGpus, reportedGpu, InventoryError, type KnownGpu } from "./gpus.js";
 import { recordAudit, nodeActor } from "../audit/audit.js";
 import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";

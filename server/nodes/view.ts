@@ -3,7 +3,7 @@
 import type { Node, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
-import type { SessionRegistry } from "../dispatch/sessions.js";
+import type { SessionRegistry } from "../sessions/registry.js";
 import { nodeToProto, type NodeView } from "../services/convert.js";
 
 /** What presenting nodes works with. */

@@ -24,7 +24,7 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { Liveness as LivenessEnum } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import { callOf } from "../context.js";
-import { createEnrollmentToken, listEnrollmentTokens, revokeEnrollmentToken, validateLabels, type TokenDeps } from "../enrollment/tokens.js";
+import { createEnrollmentToken, listEnrollmentTokens, revokeEnrollmentToken, validateLabels, type TokenDeps } from "../identity/enrollment/tokens.js";
 import {
   decommissionNode,
   findNodeOrThrow,

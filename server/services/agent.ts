@@ -14,16 +14,16 @@ import {
   type Instruction,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Config } from "../config.js";
-import type { Ca } from "../pki/ca.js";
+import type { Ca } from "../identity/pki/ca.js";
 import type { Logger } from "../observability/logger.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { callOf, withoutCertificate } from "../context.js";
-import { authenticateNode, presentedIdentity } from "../auth/node.js";
-import { enroll } from "../enrollment/enroll.js";
+import { authenticateNode, presentedIdentity } from "../identity/node-auth.js";
+import { enroll } from "../identity/enrollment/enroll.js";
 import { renewCredential } from "../nodes/lifecycle.js";
 import { putInventory, putTelemetry } from "../nodes/reports.js";
-import { pendingInstructions } from "../dispatch/instructions.js";
-import { connectSession, type SessionDeps } from "./session.js";
+import { pendingInstructions } from "../sessions/instructions.js";
+import { connectSession, type SessionDeps } from "../sessions/session.js";
 import { ts } from "./convert.js";
 
 /** Built once per server: it only changes with the configuration. */

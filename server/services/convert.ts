@@ -12,8 +12,8 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { HostInfoSchema, Liveness as LivenessEnum } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import type { AuditEvent, EnrollmentToken, Node, NodeCredential } from "../../gen/prisma/client.js";
-import { tokenState } from "../enrollment/token.js";
-import type { Liveness } from "../domain/liveness.js";
+import { tokenState } from "../identity/enrollment/token.js";
+import type { Liveness } from "../liveness/rules.js";
 
 export const ts = (d: Date | null | undefined): Timestamp | undefined => (d ? timestampFromDate(d) : undefined);
 

@@ -25,14 +25,14 @@ import {
 import type { Node, PrismaClient } from "../../gen/prisma/client.js";
 import type { AgentConfig } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Clock } from "../../common/clock.js";
-import { authorizeNode, type NodeIdentity } from "../auth/node.js";
+import { authorizeNode, type NodeIdentity } from "../identity/node-auth.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
 import type { Caller } from "../context.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
-import { pendingInstructions } from "../dispatch/instructions.js";
-import type { LiveSession, SessionRegistry } from "../dispatch/sessions.js";
-import type { Admission } from "../dispatch/admission.js";
+import { pendingInstructions } from "./instructions.js";
+import type { LiveSession, SessionRegistry } from "./registry.js";
+import type { Admission } from "./admission.js";
 import type { HeartbeatBook } from "../liveness/heartbeats.js";
 import type { JobDispatch } from "../jobs/dispatch.js";
 import { putInventory, putTelemetry, type ReportDeps } from "../nodes/reports.js";

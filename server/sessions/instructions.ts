@@ -6,7 +6,7 @@ import {
   SessionResponseSchema,
   type Instruction,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import type { SessionRegistry } from "./sessions.js";
+import type { SessionRegistry } from "./registry.js";
 
 export function renewalInstruction(reason: string): Instruction {
   return create(InstructionSchema, { kind: { case: "renewCredential", value: { reason } } });

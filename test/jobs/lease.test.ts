@@ -11,7 +11,7 @@ import {
   type JobRecord,
   type JobState,
   type LeaseCandidate,
-} from '../../server/domain/lease.js';
+} from '../../server/jobs/lease.js';
 
 const T0 = Date.UTC(2026, 10, 1, 12, 0, 0);
 const EXP = T0 + DEFAULT_LEASE_DURATION_MS;

@@ -17,7 +17,7 @@ import { codeName } from "../../common/codes.js";
 import { peerOf } from "../context.js";
 import type { Logger } from "../observability/logger.js";
 import { correlationHeader, correlationIdFrom } from "../observability/correlation.js";
-import { presentedIdentity } from "../auth/node.js";
+import { presentedIdentity } from "../identity/node-auth.js";
 import { AgentSession, type SessionDeps } from "./session.js";
 
 export const sessionPath = `/${AgentService.typeName}/${AgentService.method.session.name}`;

@@ -6,7 +6,7 @@ import {
   reclaimDue,
   type Liveness,
   type LivenessTransition,
-} from '../../server/domain/liveness.js';
+} from '../../server/liveness/rules.js';
 
 const T = { staleAfterMs: 30_000, offlineAfterMs: 90_000 };
 const NOW = 1_800_000_000_000;

@@ -4,7 +4,7 @@
 // UPDATE is the claim: of any number of concurrent callers exactly one gets its row back, and
 // nothing else is inserted for the others. Timestamps go as ISO strings with an explicit offset, so
 // the session's time zone never matters; columns follow prisma/schema.prisma.
-import type { Prisma } from "../../gen/prisma/client.js";
+import type { Prisma } from "../../../gen/prisma/client.js";
 
 type Db = Pick<Prisma.TransactionClient, "$queryRaw">;
 

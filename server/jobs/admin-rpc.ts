@@ -11,10 +11,10 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import { callOf } from "../context.js";
-import type { JobEngine } from "../jobs/engine.js";
-import { jobStateFromProto, jobToProto } from "../jobs/codec.js";
-import { jobIdOf } from "../jobs/errors.js";
-import { decodeSeq, encodePageToken, pageSizeOf, splitPage } from "./paging.js";
+import type { JobEngine } from "./engine.js";
+import { jobStateFromProto, jobToProto } from "./codec.js";
+import { jobIdOf } from "./errors.js";
+import { decodeSeq, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
 
 type JobRpcs = Pick<ServiceImpl<typeof AdminService>, "createJob" | "getJob" | "listJobs" | "cancelJob">;
 

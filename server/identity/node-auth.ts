@@ -3,7 +3,7 @@
 // whose node is enabled and not decommissioned.
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { callOf, type Caller } from "../context.js";
-import { canonicalSerial, nodeIdFromCertificate } from "../pki/ca.js";
+import { canonicalSerial, nodeIdFromCertificate } from "./pki/ca.js";
 import type { PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 

@@ -6,7 +6,7 @@ import {
   type Sample,
   type StreamCursor,
   type Verdict,
-} from '../../server/domain/cursor.js';
+} from '../../server/nodes/cursor.js';
 
 const NOW = 1_800_000_000_000;
 const S = 1000;

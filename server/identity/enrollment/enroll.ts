@@ -4,13 +4,13 @@
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { CsrError } from "../pki/ca.js";
-import { secretsEqual } from "../auth/admin.js";
-import { recordAudit, nodeActor } from "../audit/audit.js";
+import { secretsEqual } from "../admin-token.js";
+import { recordAudit, nodeActor } from "../../audit/audit.js";
 import { hashEnrollmentSecret, tokenState } from "./token.js";
 import { enrollNewNode } from "./sql.js";
-import type { PrismaClient } from "../../gen/prisma/client.js";
-import type { Clock } from "../../common/clock.js";
-import type { Logger } from "../observability/logger.js";
+import type { PrismaClient } from "../../../gen/prisma/client.js";
+import type { Clock } from "../../../common/clock.js";
+import type { Logger } from "../../observability/logger.js";
 import type { Ca } from "../pki/ca.js";
 
 /** What enrollment works with. */

@@ -1,16 +1,13 @@
-// The liveness reconciler: moves nodes between online, stale and
-// offline, and audits each transition exactly once even with several replicas (the state change
-// is a compare-and-set on the stored liveness). It also ends open streams whose credential was
-// revoked, or whose node was disabled or decommissioned, through another replica.
-import { Code, ConnectError } from "@connectrpc/connect";
+// The liveness reconciler: moves nodes between online, stale and offline, and audits each
+// transition exactly once even with several replicas (the state change is a compare-and-set on
+// the stored liveness).
 import type { PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
-import { livenessTransition, type Liveness } from "../domain/liveness.js";
+import { livenessTransition, type Liveness } from "./rules.js";
 import { systemActor } from "../audit/audit.js";
-import { moveLiveness } from "../liveness/sql.js";
-import type { LivenessTracker } from "../liveness/tracker.js";
+import { moveLiveness } from "./sql.js";
+import type { LivenessTracker } from "./tracker.js";
 import type { Logger } from "../observability/logger.js";
-import type { SessionRegistry } from "../dispatch/sessions.js";
 
 /** What the liveness reconciler works with. */
 export interface ReconcilerDeps {
@@ -74,36 +71,3 @@ export async function reconcileLiveness(deps: ReconcilerDeps, now = deps.clock.n
 
 /** Nodes moved per statement, so one statement never holds thousands of row locks. */
 const batchSize = 1000;
-
-/**
- * Closes sessions here whose credential was revoked, or whose node was disabled or decommissioned,
- * possibly through another replica. Asks only for changes since the last pass (with a margin for
- * clock differences between replicas), not about every open session.
- */
-export function revokedSessionSweeper(
-  deps: { prisma: PrismaClient; clock: Clock; sessions: SessionRegistry },
-  marginMs = 10_000,
-): () => Promise<void> {
-  let since = new Date(deps.clock.now() - marginMs);
-  return async () => {
-    if (deps.sessions.size === 0) return;
-    const started = deps.clock.now();
-    const [credentials, nodes] = await Promise.all([
-      deps.prisma.nodeCredential.findMany({ where: { revokedAt: { gte: since } }, select: { serial: true } }),
-      deps.prisma.node.findMany({
-        where: { OR: [{ disabledAt: { gte: since } }, { decommissionedAt: { gte: since } }] },
-        select: { id: true, disabledAt: true, decommissionedAt: true },
-      }),
-    ]);
-    deps.sessions.closeSerials(
-      credentials.map((c) => c.serial),
-      new ConnectError("credential revoked", Code.Unauthenticated),
-    );
-    for (const n of nodes) {
-      if (n.disabledAt !== null || n.decommissionedAt !== null) {
-        deps.sessions.closeNode(n.id, new ConnectError("node disabled or decommissioned", Code.PermissionDenied));
-      }
-    }
-    since = new Date(started - marginMs);
-  };
-}

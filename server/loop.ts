@@ -1,7 +1,7 @@
 // Runs a periodic task without overlap: the next round starts only after the previous one ends.
 // Rounds are paced by the injected clock, so a test with a manual clock runs one by advancing it.
-import type { Clock } from "../../common/clock.js";
-import type { Logger } from "../observability/logger.js";
+import type { Clock } from "../common/clock.js";
+import type { Logger } from "./observability/logger.js";
 
 export function every(clock: Clock, intervalMs: number, name: string, log: Logger, task: () => Promise<unknown>): () => Promise<void> {
   const stop = new AbortController();

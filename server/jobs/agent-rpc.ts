@@ -5,9 +5,9 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
-import { authenticateNode } from "../auth/node.js";
+import { authenticateNode } from "../identity/node-auth.js";
 import { callOf } from "../context.js";
-import type { JobEngine } from "../jobs/engine.js";
+import type { JobEngine } from "./engine.js";
 
 type JobRpcs = Pick<ServiceImpl<typeof AgentService>, "claimJob" | "reportJobProgress" | "completeJob" | "failJob">;
 

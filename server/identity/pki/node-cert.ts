@@ -1,5 +1,5 @@
 import { acceptedCsrPublicKey } from './csr.js';
-import { isUuid, nodeUri } from '../../common/x509.js';
+import { isUuid, nodeUri } from '../../../common/x509.js';
 import { canonicalSerial, randomSerialHex } from './serial.js';
 import { clampToCa, type CaSigner } from './signer.js';
 import { buildSignedCertificatePem, wholeSeconds } from './x509-build.js';

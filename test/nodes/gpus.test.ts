@@ -5,7 +5,7 @@ import {
   type GpuEvent,
   type KnownGpu,
   type ReportedGpu,
-} from '../../server/domain/gpus.js';
+} from '../../server/nodes/gpus.js';
 
 const NOW = 1_800_000_000_000;
 const EARLIER = NOW - 3_600_000;

@@ -1,12 +1,12 @@
 // Operator side of enrollment tokens: create (the secret is returned once), list, revoke.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { recordAudit, operatorActor } from "../audit/audit.js";
+import { recordAudit, operatorActor } from "../../audit/audit.js";
 import { newEnrollmentSecret, hashEnrollmentSecret } from "./token.js";
-import { findNodeOrThrow } from "../nodes/lifecycle.js";
-import type { PrismaClient } from "../../gen/prisma/client.js";
-import type { Clock } from "../../common/clock.js";
-import type { SessionRegistry } from "../dispatch/sessions.js";
+import { findNodeOrThrow } from "../../nodes/lifecycle.js";
+import type { PrismaClient } from "../../../gen/prisma/client.js";
+import type { Clock } from "../../../common/clock.js";
+import type { SessionRegistry } from "../../sessions/registry.js";
 
 /** What the operator side of enrollment tokens works with. */
 export interface TokenDeps {

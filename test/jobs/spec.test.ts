@@ -7,7 +7,7 @@ import {
   validateJobResult,
   validateJobSpec,
   validateProgress,
-} from '../../server/domain/job-spec.js';
+} from '../../server/jobs/spec.js';
 import {
   ArtifactAcquireSchema,
   DeploymentDrainSchema,

@@ -2,7 +2,7 @@ import { createPrivateKey, generateKeyPair, X509Certificate } from 'node:crypto'
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import forge from 'node-forge';
-import { ensurePrivateDir, readIfExists, writeFileAtomic } from '../../common/files.js';
+import { ensurePrivateDir, readIfExists, writeFileAtomic } from '../../../common/files.js';
 import { randomSerialHex } from './serial.js';
 import { altNameKey, normalizeServerNames } from './server-names.js';
 import { clampToCa, type CaSigner } from './signer.js';
