@@ -19,7 +19,6 @@ import {
 } from "./nvidia-smi.js";
 
 export {
-  DEFAULT_NVIDIA_SMI_TIMEOUT_MS,
   NvidiaSmiParseError,
   parseNvidiaSmiInventory,
   type NvidiaSmiInventoryRow,

@@ -5,9 +5,9 @@ import { CapabilityRegistry } from "./registry.js";
 import { ReceiptStore, receiptsPathFor } from "./receipts.js";
 import { JobRunner } from "./runner.js";
 
-export { CapabilityRegistry, JobFailureError, DESTRUCTIVE_CAPABILITIES } from "./registry.js";
-export type { JobContext, JobHandler, ProgressUpdate } from "./registry.js";
-export { JobRunner, LeaseLost, JobCancelled, AgentStopping } from "./runner.js";
+export { CapabilityRegistry, JobFailureError } from "./registry.js";
+export type { JobHandler } from "./registry.js";
+export { JobRunner, LeaseLost, JobCancelled } from "./runner.js";
 export { ReceiptStore, receiptsPathFor } from "./receipts.js";
 
 export interface OpenJobRunnerOptions {

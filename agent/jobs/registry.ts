@@ -20,7 +20,8 @@ export interface ProgressUpdate {
   message?: string;
 }
 
-export interface JobContext {
+/** What a handler is given for one attempt of one job. */
+export interface JobAttempt {
   readonly jobId: string;
   readonly attempt: number;
   /**
@@ -36,7 +37,7 @@ export interface JobContext {
 }
 
 export type JobHandlerResult = MessageInitShape<typeof JobResultSchema>;
-export type JobHandler = (spec: JobSpec, ctx: JobContext) => Promise<JobHandlerResult>;
+export type JobHandler = (spec: JobSpec, ctx: JobAttempt) => Promise<JobHandlerResult>;
 
 /** A typed failure a handler throws; anything else thrown becomes a retryable INTERNAL failure. */
 export class JobFailureError extends Error {

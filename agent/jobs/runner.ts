@@ -27,7 +27,7 @@ import {
   type JobResult,
 } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { ReplyResult, SessionJobs, SessionLink } from "../session.js";
-import { CapabilityRegistry, isDestructive, JobFailureError, type JobContext, type ProgressUpdate } from "./registry.js";
+import { CapabilityRegistry, isDestructive, JobFailureError, type JobAttempt, type ProgressUpdate } from "./registry.js";
 import type { ReceiptStore } from "./receipts.js";
 import { agentVersion } from "../version.js";
 import { sleep } from "../../common/sleep.js";
@@ -269,7 +269,7 @@ export class JobRunner implements SessionJobs {
     await this.report(run, outcome, log);
   }
 
-  private contextOf(run: Run, log: Logger): JobContext {
+  private contextOf(run: Run, log: Logger): JobAttempt {
     let lastSent = 0;
     return {
       jobId: run.jobId,

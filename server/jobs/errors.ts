@@ -12,10 +12,6 @@ export function jobIdOf(raw: string, field = "job_id"): string {
   return raw.toLowerCase();
 }
 
-export function isUuid(raw: string): boolean {
-  return UUID.test(raw);
-}
-
 /** Throws the refusal a failed `checkReport` describes: aborted (409) or failed_precondition. */
 export function refuseReport(check: Exclude<ReportCheck, { ok: true }>): never {
   throw new ConnectError(check.reason, check.code === "aborted" ? Code.Aborted : Code.FailedPrecondition);

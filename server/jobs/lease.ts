@@ -30,8 +30,6 @@ export interface JobRecord {
 
 /** Default lease duration: two minutes, renewed by progress. */
 export const DEFAULT_LEASE_DURATION_MS = 2 * 60 * 1000;
-/** Default bound on leases per job. */
-export const DEFAULT_MAX_ATTEMPTS = 5;
 /** Every refusal of a report because the reporter no longer holds the lease starts with this. */
 export const LEASE_LOST = 'lease lost: stop work';
 

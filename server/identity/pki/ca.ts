@@ -11,8 +11,8 @@ import { ensureServerCertificate, type ServerCertificate } from './server-cert.j
 import type { CaSigner } from './signer.js';
 import { buildSignedCertificatePem, wholeSeconds } from './x509-build.js';
 
-export { CaFileError, CsrError } from './errors.js';
-export { fingerprintOfPem, nodeIdFromCertificate, NODE_URI_PREFIX } from '../../../common/x509.js';
+export { CsrError } from './errors.js';
+export { fingerprintOfPem, nodeIdFromCertificate } from "../../../common/x509.js";
 export type { IssuedNodeCertificate, IssueNodeCertificateOptions } from './node-cert.js';
 export { canonicalSerial } from './serial.js';
 export type { ServerCertificate } from './server-cert.js';
