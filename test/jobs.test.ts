@@ -1,6 +1,8 @@
 // Typed jobs end to end with a real server and real in-process agents (runAgent + JobRunner, with
 // test-only capability handlers): leases pushed and completed, lost leases, bounded retries,
-// ordering keys, cancellation, ownership, unknown kinds and receipts of destructive jobs.
+// ordering keys, cancellation, ownership, unknown kinds and receipts of destructive jobs. The
+// server's time is a manual clock: a lease lapses when the test says so, never because the
+// machine was busy.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { statSync, readFileSync } from "node:fs";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -14,11 +16,13 @@ import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { postJson } from "./support/http.js";
 import { startAgent, type InProcessAgent } from "./support/agent.js";
+import { ManualClock } from "../common/clock.js";
 
 type SpecInit = MessageInitShape<typeof JobSpecSchema>;
 
 let ts: TestServer;
 const agents: InProcessAgent[] = [];
+const clock = new ManualClock();
 
 beforeAll(async () => {
   ts = await startTestServer({
@@ -29,7 +33,7 @@ beforeAll(async () => {
     MODELFORGE_RECLAIM_GRACE: "500ms",
     MODELFORGE_LEASE_DURATION: "2s",
     MODELFORGE_APPROVED_ROOTS: "/srv/models",
-  });
+  }, { clock });
 });
 afterAll(async () => {
   await Promise.all(agents.map((a) => a.stop()));
@@ -86,19 +90,12 @@ async function untilState(jobId: string, state: JobState, timeoutMs = 10_000) {
   }, timeoutMs, `job ${jobId} ${JobState[state]}`);
 }
 
-/** Keeps a node without a session online through unary heartbeats. */
-function heartbeating(node: TestNode): () => void {
-  let stopped = false;
-  void (async () => {
-    const client = await node.client();
-    while (!stopped) {
-      await client.heartbeat({ agentVersion: "test" }).catch(() => undefined);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  })();
-  return () => {
-    stopped = true;
-  };
+/** Waits until the server has heard from the node at or after `at` (its clock's time). */
+async function heardFromSince(node: TestNode, at: number): Promise<void> {
+  await eventually(async () => {
+    const last = (await ts.admin.getNode({ nodeId: node.nodeId })).node!.lastHeartbeatAt;
+    return last !== undefined && timestampMs(last) >= at;
+  }, 10_000, `a heartbeat from ${node.nodeId} at the new time`);
 }
 
 describe("creating jobs", () => {
@@ -172,9 +169,7 @@ describe("leasing and running", () => {
     expect(seen.at - started).toBeLessThan(1_000);
     expect(seen.lease.attempt).toBe(1);
     expect(seen.lease.spec?.kind.case).toBe("runtimeHealth");
-    const expiresIn = timestampMs(seen.lease.expiresAt!) - Date.now();
-    expect(expiresIn).toBeGreaterThan(0);
-    expect(expiresIn).toBeLessThanOrEqual(2_000);
+    expect(timestampMs(seen.lease.expiresAt!) - clock.now()).toBe(2_000);
 
     const done = await untilState(created.id, JobState.SUCCEEDED);
     expect(done.attempt).toBe(1);
@@ -182,7 +177,7 @@ describe("leasing and running", () => {
     expect(done.progress?.message).toBe("halfway");
     expect(done.finishedAt).toBeDefined();
     // Stored instants are the server's, in UTC whatever the database session's zone.
-    expect(Math.abs(timestampMs(done.createdAt!) - Date.now())).toBeLessThan(30_000);
+    expect(timestampMs(done.createdAt!)).toBe(clock.now());
     expect(timestampMs(done.createdAt!)).toBe(timestampMs(created.createdAt!));
     expect(await attemptsOf(created.id)).toEqual([{ attempt: 1, outcome: "succeeded" }]);
     expect((await auditOf(created.id)).map((e) => e.action)).toContain("job.created");
@@ -209,11 +204,16 @@ describe("leasing and running", () => {
     const job = (await ts.admin.createJob({ nodeId: node.nodeId, spec: health() })).job!;
     await eventually(() => seen.length === 1, 5_000, "attempt 1 running");
 
-    agent.tap.pause(); // the agent freezes: no renewals get out, nothing gets in
+    agent.tap.pause(); // the agent freezes: no renewals get out, nothing gets in (heartbeats go on)
+    await clock.tick(2_001); // attempt 1's two-second lease has lapsed (loops run once, the node looks stale)
+    // Only a lease lapsed on an online node is re-queued: wait for the node's next heartbeat.
+    await heardFromSince(node, clock.now());
+    await clock.tick(100); // one sweep: attempt 1 expires and goes back to the queue
+    // The leasing pass the expiry starts runs on its own: wait for its outcome (its push is held).
     await eventually(async () => {
       const j = await getJob(job.id);
       return j.attempt === 2 && j.state === JobState.LEASED;
-    }, 8_000, "attempt 2 leased after attempt 1 expired");
+    }, 10_000, "attempt 2 leased after attempt 1 expired");
 
     const stale = await errorOf((await node.client()).reportJobProgress({ jobId: job.id, attempt: 1 }));
     expect(stale.code).toBe(Code.Aborted);
@@ -269,16 +269,18 @@ describe("leasing and running", () => {
     await agent.stop();
     await untilDisconnected(node);
     const client = await node.client();
-    await eventually(async () => (await ts.admin.getNode({ nodeId: node.nodeId })).node!.liveness !== Liveness.ONLINE, 5_000, "node no longer online");
+    await clock.tick(1_001); // silent for longer than the stale threshold
+    expect((await ts.admin.getNode({ nodeId: node.nodeId })).node!.liveness).toBe(Liveness.STALE);
     const job = (await ts.admin.createJob({ nodeId: node.nodeId, spec: health(), maxAttempts: 2 })).job!;
     expect((await client.claimJob({})).lease).toBeUndefined(); // not online: nothing is leased
 
-    const stop = heartbeating(node);
-    try {
-      const first = await eventually(async () => (await client.claimJob({})).lease, 5_000, "a lease once online");
+    {
+      await client.heartbeat({ agentVersion: "test" }); // heard from: online again
+      const first = (await client.claimJob({})).lease!;
       expect(first.jobId).toBe(job.id);
       expect(first.attempt).toBe(1);
       // Progress renews the lease, and is bounded.
+      await clock.tick(10);
       const renewed = await client.reportJobProgress({ jobId: job.id, attempt: 1, progress: { percent: 10, bytesDone: 5n, bytesTotal: 50n } });
       expect(timestampMs(renewed.expiresAt!)).toBeGreaterThan(timestampMs(first.expiresAt!));
       expect(renewed.cancelRequested).toBe(false);
@@ -295,10 +297,17 @@ describe("leasing and running", () => {
       expect(wrong.rawMessage).toMatch(/deployment\.health\.v1 result, but the job is runtime\.health\.v1/);
 
       // No more renewals: the lease lapses and the job goes back to the queue for attempt 2.
-      await untilState(job.id, JobState.PENDING, 5_000);
-      const second = await eventually(async () => (await client.claimJob({})).lease, 5_000, "attempt 2");
+      await clock.tick(2_001);
+      await client.heartbeat({ agentVersion: "test" });
+      await clock.tick(100);
+      expect((await getJob(job.id)).state).toBe(JobState.PENDING);
+      const second = (await client.claimJob({})).lease!;
       expect(second.attempt).toBe(2);
-      const failed = await untilState(job.id, JobState.FAILED, 5_000);
+      await clock.tick(2_001);
+      await client.heartbeat({ agentVersion: "test" });
+      await clock.tick(100);
+      const failed = await getJob(job.id);
+      expect(failed.state).toBe(JobState.FAILED);
       expect(failed.failure?.code).toBe(JobFailureCode.ATTEMPTS_EXHAUSTED);
       expect(failed.failure?.message).toBe("lease expired on attempt 2 of 2: attempts exhausted");
       expect(await attemptsOf(job.id)).toEqual([
@@ -306,8 +315,6 @@ describe("leasing and running", () => {
         { attempt: 2, outcome: "expired" },
       ]);
       expect((await auditOf(job.id)).some((e) => e.action === "job.failed" && e.details.code === "ATTEMPTS_EXHAUSTED")).toBe(true);
-    } finally {
-      stop();
     }
   });
 
@@ -479,7 +486,9 @@ describe("leasing and running", () => {
     await untilDisconnected(first.node);
     expect((await getJob(job.id)).state).toBe(JobState.LEASED);
 
-    // A new agent process (same state directory, so same receipts) gets the lease again.
+    // A new agent process (same state directory, so same receipts) gets the lease again. Time moves
+    // on a little first: its session must open after the lease it no longer holds was granted.
+    await clock.tick(1);
     const second = await nodeWith("drainer", { "deployment.drain.v1": drain }, first.node);
     const done = await untilState(job.id, JobState.SUCCEEDED);
     expect(runs).toBe(1);
