@@ -83,7 +83,8 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     interceptors: [callLogInterceptor()],
     contextValues,
     fallback: (_req, res) => {
-      res.writeHead(503, { "content-type": "application/json" });
+      // Retry-After: agents come back this soon instead of backing off as from a dead server.
+      res.writeHead(503, { "content-type": "application/json", "retry-after": "1" });
       res.end(JSON.stringify({ code: "unavailable", message: "control plane starting: database not ready" }));
     },
   });
@@ -178,9 +179,9 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
   log.info({ url, database: db.describe }, "control plane ready");
 
   const stopLoops = [
-    every(config.livenessFlushIntervalMs, "heartbeat flush", log, () => deps.heartbeats.flush(db.prisma)),
-    every(config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness(deps)),
-    every(config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper(deps)),
+    every(config.livenessFlushIntervalMs, "heartbeat flush", log, () => deps.heartbeats.flush(db.prisma), db.outage),
+    every(config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness(deps), db.outage),
+    every(config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper(deps), db.outage),
     jobsLoop(deps),
   ];
 

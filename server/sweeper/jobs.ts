@@ -13,5 +13,5 @@ export function sweepJobs(deps: Deps): Promise<void> {
 
 /** Starts the sweep loop; the returned function stops it and waits for a round in progress. */
 export function jobsLoop(deps: Deps, log: Logger = deps.log): () => Promise<void> {
-  return every(deps.config.reconcileIntervalMs, "jobs", log, () => sweepJobs(deps));
+  return every(deps.config.reconcileIntervalMs, "jobs", log, () => sweepJobs(deps), deps.db.outage);
 }
