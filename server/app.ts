@@ -170,7 +170,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       router.service(AdminService, adminService(deps, adminJobs(deps)));
       router.service(DeploymentService, {});
     },
-    interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey)],
+    interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(config.operatorApiKey)],
     contextValues,
   });
   handle = connect;

@@ -138,6 +138,16 @@ describe("what a failure becomes on the wire", () => {
     const out = publicError(err, "r1");
     expect([Code[out.error.code], out.error.rawMessage, out.level]).toEqual([Code[code], message, level]);
   });
+
+  it("tells the outage monitor of a connectivity failure, and of nothing else", () => {
+    const heard: unknown[] = [];
+    const sink = { failed: (e: unknown) => (heard.push(e), true) };
+    const outage = adapterError({ kind: "DatabaseNotReachable" }, "P1001");
+    publicError(outage, "r1", sink);
+    publicError(new Error("boom"), "r1", sink);
+    publicError(new ConnectError("nope", Code.NotFound), "r1", sink);
+    expect(heard).toEqual([outage]);
+  });
 });
 
 describe("the outage monitor", () => {

@@ -59,6 +59,11 @@ function search(err: unknown, depth: number): boolean {
   return inner.some((i) => search(i, depth + 1));
 }
 
+/** Where connectivity failures are reported (./outage-monitor.ts); true when it took the error. */
+export interface OutageSink {
+  failed(err: unknown): boolean;
+}
+
 /** The answer for a database connectivity failure, or undefined when `err` is something else. */
 export function unavailableError(err: unknown): ConnectError | undefined {
   if (err instanceof ConnectError || !isDatabaseUnavailable(err)) return undefined;

@@ -9,7 +9,7 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { callerKey } from "../context.js";
 import { codeName } from "../../common/codes.js";
-import { unavailableError } from "../db/availability.js";
+import { unavailableError, type OutageSink } from "../db/availability.js";
 
 /** What a failure is answered with, and how loudly it is logged here. */
 export interface PublicError {
@@ -20,18 +20,22 @@ export interface PublicError {
   detail?: { name: string; message: string; stack?: string };
 }
 
-export function publicError(err: unknown, correlationId: string | undefined): PublicError {
+/** `outage`, when the database is open, hears of every connectivity failure (it logs the outage once). */
+export function publicError(err: unknown, correlationId: string | undefined, outage?: OutageSink): PublicError {
   const internal = () => new ConnectError(`internal error (request ${correlationId ?? "unknown"})`, Code.Internal);
   if (err instanceof ConnectError) {
     if (err.code === Code.Unknown) return { error: internal(), level: "error", detail: describe(err) };
     return { error: err, level: err.code === Code.Internal ? "error" : "warn" };
   }
   const unavailable = unavailableError(err);
-  if (unavailable !== undefined) return { error: unavailable, level: "debug" };
+  if (unavailable !== undefined) {
+    outage?.failed(err);
+    return { error: unavailable, level: "debug" };
+  }
   return { error: internal(), level: "error", detail: describe(err) };
 }
 
-export function callLogInterceptor(): Interceptor {
+export function callLogInterceptor(outage?: OutageSink): Interceptor {
   return (next) => async (req) => {
     const caller = req.contextValues.get(callerKey);
     const started = performance.now();
@@ -42,7 +46,7 @@ export function callLogInterceptor(): Interceptor {
     });
     // Returns the error to send, so database or library messages never reach the caller.
     const failed = (err: unknown): ConnectError => {
-      const { error, level, detail } = publicError(err, caller?.correlationId);
+      const { error, level, detail } = publicError(err, caller?.correlationId, outage);
       const line = { ...fields(), code: codeName(error.code), message: error.rawMessage, ...(detail ? { err: detail } : {}) };
       caller?.log[level](line, level === "error" ? "rpc failed" : "rpc refused");
       return error;

@@ -163,7 +163,7 @@ export class AgentSession implements LiveSession {
     if (reason === undefined) return this.sink.end(undefined);
     // Not ours to show the agent (a bug): logged here, a plain status there. A database outage is
     // `unavailable`, which the agent retries.
-    const { error, level, detail } = publicError(reason, this.caller.correlationId);
+    const { error, level, detail } = publicError(reason, this.caller.correlationId, this.deps.db.outage);
     if (detail !== undefined) this.caller.log[level]({ nodeId: this.nodeId, error: detail.message }, "session failed");
     this.sink.end(error);
   }
@@ -215,7 +215,7 @@ export class AgentSession implements LiveSession {
   }
 
   private refusal(message: SessionRequest, err: unknown): Result {
-    const { error, level, detail } = publicError(err, this.caller.correlationId);
+    const { error, level, detail } = publicError(err, this.caller.correlationId, this.deps.db.outage);
     const fields = { nodeId: this.nodeId, message: message.message.case, code: codeName(error.code) };
     if (detail !== undefined) this.caller.log[level]({ ...fields, error: detail.message }, "session message failed");
     else this.caller.log[level]({ ...fields, reason: error.rawMessage }, "session message refused");

@@ -2,11 +2,7 @@
 // A round that fails because the database cannot be reached is the outage monitor's to report
 // (one line when lost, one when back), not a line per round.
 import type { Logger } from "../observability/logger.js";
-
-/** Where connectivity failures go (server/db/outage-monitor.ts); true when it took the error. */
-export interface OutageSink {
-  failed(err: unknown): boolean;
-}
+import type { OutageSink } from "../db/availability.js";
 
 export function every(intervalMs: number, name: string, log: Logger, task: () => Promise<unknown>, outage?: OutageSink): () => Promise<void> {
   let stopped = false;
