@@ -11,3 +11,14 @@ export function renewalDue(notBefore: number, notAfter: number, now: number, fra
   const lifetime = notAfter - notBefore;
   return notAfter - now <= lifetime * fraction;
 }
+
+/**
+ * The wait a server asked for with `Retry-After` (whole seconds, as HTTP has it) when it is up but
+ * not ready yet, jittered over its second half and capped at `maxMs`; undefined without a usable
+ * hint. Such an answer says nothing about the server being down, so it must not grow the backoff.
+ */
+export function retryAfterDelay(header: string | null | undefined, maxMs: number, random: () => number = Math.random): number | undefined {
+  if (header == null || !/^\d{1,4}$/.test(header.trim())) return undefined;
+  const ms = Math.min(maxMs, Number(header.trim()) * 1000);
+  return Math.floor(ms / 2 + (random() * ms) / 2);
+}

@@ -23,7 +23,7 @@ import { generateNodeKeyAndCsr } from "./pki/keys.js";
 import { readState, StateStore, StateError } from "./state.js";
 import { nodeClient } from "./transport.js";
 import { agentVersion, protocolVersion } from "./version.js";
-import { backoffDelay, renewalDue } from "./rules.js";
+import { backoffDelay, renewalDue, retryAfterDelay } from "./rules.js";
 import { checkIssued } from "./enroll.js";
 import { systemClock, type Clock } from "../common/clock.js";
 
@@ -72,6 +72,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
   const { log, signal } = opts;
   let attempt = 0;
   while (!signal.aborted) {
+    let hinted: number | undefined;
     // Re-read each time: `agent enroll --force` may have replaced the identity meanwhile.
     const state = await readState(opts.statePath);
     if (state === undefined) throw new StateError(`no agent state at ${opts.statePath}: run "agent enroll" first`);
@@ -89,8 +90,11 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       // Status, method and path only: never a body or credential.
       log.warn({ code: codeName(ce.code), method: "Session", path: "/modelforge.agent.v1.AgentService/Session", reason: ce.rawMessage }, "session failed");
       if (ce.code === Code.Unauthenticated) log.error("the control plane refuses this node's credential; re-enroll with a recovery token");
+      // A server starting up answers, and says when to come back: no exponential growth for that.
+      hinted = ce.code === Code.Unavailable ? retryAfterDelay(ce.metadata.get("retry-after"), opts.backoffMaxMs ?? 30_000) : undefined;
     }
-    const delay = backoffDelay(attempt++, opts.backoffBaseMs ?? 500, opts.backoffMaxMs ?? 30_000);
+    if (hinted !== undefined) attempt = 0;
+    const delay = hinted ?? backoffDelay(attempt++, opts.backoffBaseMs ?? 500, opts.backoffMaxMs ?? 30_000);
     await systemClock.sleep(delay, signal);
   }
 }

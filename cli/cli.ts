@@ -134,7 +134,7 @@ function hintFor(err: ConnectError): string | undefined {
   if (/certificate|self[- ]signed|altname|CERT_|issuer/i.test(err.rawMessage)) {
     return "the server's certificate was not accepted: check --ca / MODELFORGE_CA_FILE and --server";
   }
-  if (err.code === Code.Unavailable) return "is the control plane running at --server / MODELFORGE_SERVER?";
+  if (err.code === Code.Unavailable && err.cause !== undefined) return "is the control plane running at --server / MODELFORGE_SERVER?";
   return undefined;
 }
 
@@ -234,7 +234,9 @@ export async function runCli(argv: string[], io: Io): Promise<number> {
       return 2;
     }
     if (err instanceof ConnectError) {
-      errOut(`error: ${codeName(err.code)}: ${err.rawMessage}\n`);
+      // Unavailable is the one answer that says "safe to retry": say so first, the detail after.
+      if (err.code === Code.Unavailable) errOut(`error: control plane unavailable, retry (${err.rawMessage})\n`);
+      else errOut(`error: ${codeName(err.code)}: ${err.rawMessage}\n`);
       const hint = hintFor(err);
       if (hint) errOut(`hint: ${hint}\n`);
       return 1;

@@ -72,7 +72,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     interceptors: [callLogInterceptor()],
     contextValues,
     fallback: (_req, res) => {
-      res.writeHead(503, { "content-type": "application/json" });
+      // Retry-After: agents come back this soon instead of backing off as from a dead server.
+      res.writeHead(503, { "content-type": "application/json", "retry-after": "1" });
       res.end(JSON.stringify({ code: "unavailable", message: "control plane starting: database not ready" }));
     },
   });
@@ -170,6 +171,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     reports: { prisma, clock, maxFutureSkewMs: config.maxFutureSkewMs },
     jobs,
     shutdown: shutdown.signal,
+    outage: db.outage,
   };
   const admin = adminService(
     {
@@ -191,7 +193,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       router.service(AdminService, admin);
       router.service(DeploymentService, {});
     },
-    interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey)],
+    interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(config.operatorApiKey)],
     contextValues,
   });
   handle = connect;
@@ -200,10 +202,10 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   log.info({ url, database: db.describe }, "control plane ready");
 
   const stopLoops = [
-    every(clock, config.livenessFlushIntervalMs, "heartbeat flush", log, () => heartbeats.flush(prisma)),
-    every(clock, config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness({ prisma, clock, liveness, log })),
-    every(clock, config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper({ prisma, clock, sessions })),
-    every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep()),
+    every(clock, config.livenessFlushIntervalMs, "heartbeat flush", log, () => heartbeats.flush(prisma), db.outage),
+    every(clock, config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness({ prisma, clock, liveness, log }), db.outage),
+    every(clock, config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper({ prisma, clock, sessions }), db.outage),
+    every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep(), db.outage),
   ];
 
   let stopping: Promise<void> | undefined;

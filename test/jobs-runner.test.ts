@@ -70,7 +70,7 @@ function until(signal: AbortSignal): Promise<never> {
 function runnerWith(handlers: Record<string, JobHandler>, receipts?: ReceiptStore) {
   const registry = new CapabilityRegistry();
   for (const [k, h] of Object.entries(handlers)) registry.register(k, h);
-  return new JobRunner({ registry, log, retryDelayMs: 20, ...(receipts ? { receipts } : {}) });
+  return new JobRunner({ registry, log, retryDelayMs: 20, unavailableRetryMs: 20, ...(receipts ? { receipts } : {}) });
 }
 
 describe("JobRunner", () => {
@@ -121,6 +121,50 @@ describe("JobRunner", () => {
     r.onLease(lease(healthSpec, 1, 300), link.link);
     await r.idle();
     expect(reasons[0]).toBeInstanceOf(LeaseLost);
+    expect(link.of("jobComplete")).toHaveLength(0);
+    expect(link.of("jobFail")).toHaveLength(0);
+  });
+
+  it("keeps working while the server answers unavailable, and re-sends its completion until accepted, on the newest session", async () => {
+    const release = new AbortController();
+    let aborted = false;
+    const r = runnerWith({
+      "runtime.health.v1": async (_s, ctx) => {
+        ctx.signal.addEventListener("abort", () => (aborted = true));
+        await until(release.signal).catch(() => undefined);
+        return { result: { case: "runtimeHealth", value: { healthy: true } } };
+      },
+    });
+    // The database is away: every report is refused for now on the first session (progress with
+    // `unknown`, as servers before the central mapping answered: not a verdict on the lease either).
+    const outage = fakeLink((m) => refuse(m.case === "jobProgress" ? "unknown" : "unavailable", "database unavailable: retry"));
+    const l = lease(healthSpec, 1, 2_000);
+    r.onLease(l, outage.link);
+    await eventually(() => outage.of("jobProgress").length >= 2, 5_000, "renewals refused");
+    release.abort();
+    await eventually(() => outage.of("jobComplete").length >= 3, 5_000, "the completion sent again");
+    // The session is replaced (a reconnect re-sends the lease) and the database is back.
+    const next = fakeLink();
+    r.onLease(l, next.link);
+    await r.idle();
+    expect(aborted).toBe(false);
+    expect(next.of("jobComplete")).toHaveLength(1);
+  });
+
+  it("stops the work once the lease's own expiry passes while the server cannot renew it", async () => {
+    const reasons: unknown[] = [];
+    const r = runnerWith({
+      "runtime.health.v1": async (_s, ctx) => {
+        await until(ctx.signal).catch((e: unknown) => reasons.push(e));
+        throw ctx.signal.reason as Error;
+      },
+    });
+    const link = fakeLink(() => refuse("unavailable", "database unavailable: retry"));
+    const started = Date.now();
+    r.onLease(lease(healthSpec, 1, 300), link.link);
+    await r.idle();
+    expect(reasons[0]).toBeInstanceOf(LeaseLost);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(290);
     expect(link.of("jobComplete")).toHaveLength(0);
     expect(link.of("jobFail")).toHaveLength(0);
   });

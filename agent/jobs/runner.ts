@@ -10,7 +10,10 @@
 // supersedes it.
 //
 // Reports that cannot be delivered (the session is down) are retried on whichever session the
-// job's lease last arrived on, until the server answers: accepted, or refused.
+// job's lease last arrived on, until the server answers: accepted, or refused. A server that
+// answers but cannot decide now (`unavailable` during a database outage, `internal`) is asked
+// again, about once a second, while the work goes on: only an answer that the lease is gone
+// (`refusalVerdict`), or the lease's own expiry passing meanwhile, stops the work.
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
@@ -54,6 +57,28 @@ export interface JobRunnerOptions {
   signal?: AbortSignal;
   /** Delay between attempts to deliver a report while the session is down (default 250 ms). */
   retryDelayMs?: number;
+  /** Delay before asking again after a server answered "not now" (unavailable; default 1 s). */
+  unavailableRetryMs?: number;
+}
+
+/**
+ * What a refused progress, completion or failure means for the work, by the server's code:
+ * "lost", the lease is not ours any more (stop, report nothing); "refused", this report is wrong
+ * (invalid_argument); "retry", the server could not decide now (unavailable, internal, and any
+ * code this agent does not know), so ask again.
+ */
+export function refusalVerdict(code: string): "lost" | "refused" | "retry" {
+  switch (code) {
+    case "aborted":
+    case "not_found":
+    case "permission_denied":
+    case "failed_precondition":
+      return "lost";
+    case "invalid_argument":
+      return "refused";
+    default:
+      return "retry";
+  }
 }
 
 /** Used when a lease's expiry cannot be trusted (clock skew): renew often enough for any sane lease. */
@@ -98,6 +123,10 @@ class Run {
   finish(): void {
     this.resolveFinished();
   }
+  /** The lease ran out without a renewal the server accepted. */
+  leaseEnded(now = Date.now()): boolean {
+    return now - this.lastContact >= this.leaseMs;
+  }
 }
 
 function leaseMsOf(lease: JobLease): number {
@@ -115,11 +144,13 @@ export class JobRunner implements SessionJobs {
   private readonly registry: CapabilityRegistry;
   private readonly log: Logger;
   private readonly retryDelayMs: number;
+  private readonly unavailableRetryMs: number;
 
   constructor(private readonly opts: JobRunnerOptions) {
     this.registry = opts.registry;
     this.log = opts.log;
     this.retryDelayMs = opts.retryDelayMs ?? 250;
+    this.unavailableRetryMs = opts.unavailableRetryMs ?? 1_000;
     opts.signal?.addEventListener("abort", () => this.stopAll(), { once: true });
   }
 
@@ -298,8 +329,14 @@ export class JobRunner implements SessionJobs {
       let outcome: Awaited<ReturnType<JobRunner["sendProgress"]>> | undefined;
       if (Date.now() - run.lastContact >= interval - 5) outcome = await this.sendProgress(run, undefined, log);
       if (stopped) return;
-      // Session down: try again shortly (the lease may come back on a new session).
-      const wait = outcome === "unsent" ? this.retryDelayMs : interval - (Date.now() - run.lastContact);
+      // Session down: try again shortly (the lease may come back on a new session). Server unable
+      // to answer now: ask again at a steady pace while the lease lasts.
+      const wait =
+        outcome === "unsent"
+          ? this.retryDelayMs
+          : outcome === "retry"
+            ? Math.min(this.unavailableRetryMs, interval)
+            : interval - (Date.now() - run.lastContact);
       timer = setTimeout(() => void tick(), Math.max(20, wait));
     };
     timer = setTimeout(() => void tick(), Math.max(20, run.leaseMs / 3));
@@ -311,9 +348,10 @@ export class JobRunner implements SessionJobs {
 
   /**
    * Sends progress (none: a pure renewal). "ok": renewed; "lost": the lease is gone and the work
-   * was stopped; "refused": the server refused this progress; "unsent": the session is down.
+   * was stopped; "refused": the server refused this progress; "unsent": the session is down;
+   * "retry": the server could not answer now.
    */
-  private async sendProgress(run: Run, progress: JobProgress | undefined, log: Logger): Promise<"ok" | "lost" | "refused" | "unsent"> {
+  private async sendProgress(run: Run, progress: JobProgress | undefined, log: Logger): Promise<"ok" | "lost" | "refused" | "unsent" | "retry"> {
     let reply: ReplyResult;
     try {
       reply = await run.link.send({
@@ -333,20 +371,32 @@ export class JobRunner implements SessionJobs {
       return "ok";
     }
     if (reply.case === "error") {
-      if (reply.value.code === "invalid_argument") {
-        log.warn({ code: reply.value.code, reason: reply.value.message }, "progress refused");
+      const { code, message } = reply.value;
+      const verdict = refusalVerdict(code);
+      if (verdict === "refused") {
+        log.warn({ code, reason: message }, "progress refused");
         return "refused";
       }
-      if (reply.value.code === "unavailable" || reply.value.code === "internal") return "unsent";
-      // aborted (lease lost), failed_precondition, not_found, permission_denied: not ours any more.
-      log.warn({ code: reply.value.code, reason: reply.value.message }, "lease lost: stop work");
-      run.stop("lost", new LeaseLost(reply.value.message));
+      if (verdict === "retry") {
+        if (!run.leaseEnded()) {
+          log.debug({ code, reason: message }, "progress not accepted now; will renew again");
+          return "retry";
+        }
+        log.warn({ code, reason: message }, "lease lost: stop work (it expired while the server could not renew it)");
+        run.stop("lost", new LeaseLost("lease expired"));
+        return "lost";
+      }
+      log.warn({ code, reason: message }, "lease lost: stop work");
+      run.stop("lost", new LeaseLost(message));
       return "lost";
     }
     return "unsent";
   }
 
-  /** Delivers the outcome; retries while the session is down, stops on any answer. */
+  /**
+   * Delivers the outcome; retries while the session is down or the server cannot answer now,
+   * until it is accepted, refused, or the lease has ended.
+   */
   private async report(run: Run, outcome: Outcome, log: Logger): Promise<void> {
     for (;;) {
       if (run.stopped === "stopping" || run.stopped === "lost") return;
@@ -364,11 +414,19 @@ export class JobRunner implements SessionJobs {
         else log.info({ code: JobFailureCode[outcome.failure.code], retryable: outcome.failure.retryable }, "job failed");
         return;
       }
-      if (reply?.case === "error" && reply.value.code !== "unavailable" && reply.value.code !== "internal") {
-        log.warn({ code: reply.value.code, reason: reply.value.message }, reply.value.code === "aborted" ? "lease lost: outcome not accepted" : "outcome refused");
-        return;
+      if (reply?.case === "error") {
+        const { code, message } = reply.value;
+        if (refusalVerdict(code) !== "retry") {
+          log.warn({ code, reason: message }, code === "aborted" ? "lease lost: outcome not accepted" : "outcome refused");
+          return;
+        }
+        if (run.leaseEnded()) {
+          log.warn({ code, reason: message }, "lease lost: outcome not delivered before the lease expired");
+          return;
+        }
+        log.debug({ code, reason: message }, "outcome not accepted now; will send it again");
       }
-      await sleep(this.retryDelayMs, this.opts.signal);
+      await sleep(reply === undefined ? this.retryDelayMs : this.unavailableRetryMs, this.opts.signal);
     }
   }
 }

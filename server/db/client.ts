@@ -24,6 +24,7 @@ import pg from "pg";
 import { PrismaClient } from "../../gen/prisma/client.js";
 import { DatabaseOpenError, MigrationError, describeCause, errorCode, oneLine } from "./errors.js";
 import { migrate, pgExecutor, pgliteExecutor, type MigrationLogger } from "./migrate.js";
+import { OutageMonitor } from "./outage-monitor.js";
 
 export { DatabaseOpenError } from "./errors.js";
 
@@ -49,6 +50,8 @@ export interface Database {
   describe: string;
   /** Migrations applied by this open (empty when the schema was already current). */
   migrationsApplied: string[];
+  /** Connectivity failures are reported here: one line when the database is lost, one when it is back. */
+  outage: OutageMonitor;
   /** Disconnects Prisma and closes the pool or the embedded database. Idempotent. */
   close(): Promise<void>;
 }
@@ -203,13 +206,17 @@ async function openPostgres(rawUrl: string, opts: OpenDatabaseOptions): Promise<
   }
 
   const pool = new pg.Pool({ ...clientConfig, max: 10, idleTimeoutMillis: 30_000 });
+  const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
+  const outage = new OutageMonitor(() => prisma.$queryRaw`SELECT 1`, opts.log, describe);
   pool.on("error", (err) => {
     // An idle connection died (server restart, network). The pool replaces it on demand; without
-    // a listener the 'error' event would crash the process.
+    // a listener the 'error' event would crash the process. A server going away ends every idle
+    // connection at once: that is one outage, not one line per connection.
+    if (outage.failed(err)) return;
     opts.log?.warn({ db: describe, err: redact(describeCause(err), secrets) }, "idle PostgreSQL connection failed");
   });
-  const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
   const close = once(async () => {
+    outage.close();
     await prisma.$disconnect().catch(() => undefined);
     await pool.end().catch(() => undefined);
   });
@@ -226,7 +233,7 @@ async function openPostgres(rawUrl: string, opts: OpenDatabaseOptions): Promise<
   }
 
   opts.log?.info({ backend: "postgres", db: describe, migrationsApplied, ms: Date.now() - started }, "database ready");
-  return { prisma, kind: "postgres", describe, migrationsApplied, close };
+  return { prisma, kind: "postgres", describe, migrationsApplied, outage, close };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -432,7 +439,9 @@ async function openPglite(opts: OpenDatabaseOptions): Promise<Database> {
     }
 
     const pglite = db;
+    const outage = new OutageMonitor(() => prisma.$queryRaw`SELECT 1`, opts.log, describe);
     const close = once(async () => {
+      outage.close();
       await prisma.$disconnect().catch(() => undefined);
       await pglite.close().catch((err: unknown) => {
         opts.log?.warn({ db: describe, err: describeCause(err) }, "closing the embedded database failed");
@@ -440,7 +449,7 @@ async function openPglite(opts: OpenDatabaseOptions): Promise<Database> {
       await release();
     });
     opts.log?.info({ backend: "pglite", db: describe, migrationsApplied, ms: Date.now() - started }, "database ready");
-    return { prisma, kind: "pglite", describe, migrationsApplied, close };
+    return { prisma, kind: "pglite", describe, migrationsApplied, outage, close };
   } catch (err) {
     if (db) await closeQuietly(db);
     await release();

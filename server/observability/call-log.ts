@@ -1,10 +1,41 @@
 // One log line per failed RPC (and one per call at debug level): status, method and path, with the
 // request's correlation id. Never a body, header value or credential.
+//
+// `publicError` decides what any failure becomes on the wire, for unary calls, Connect streams
+// and the Session (./services/session.ts, ./services/session-grpc.ts) alike: a ConnectError as
+// thrown; a database connectivity failure `unavailable` (server/db/availability.ts), logged by
+// the outage monitor rather than per call; anything else a bare `internal` with the details in
+// the log only. Nothing ever answers `unknown`.
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { callerKey } from "../context.js";
 import { codeName } from "../../common/codes.js";
+import { unavailableError, type OutageSink } from "../db/availability.js";
 
-export function callLogInterceptor(): Interceptor {
+/** What a failure is answered with, and how loudly it is logged here. */
+export interface PublicError {
+  error: ConnectError;
+  /** error: a bug or unexpected failure; warn: a refusal; debug: a database outage, reported once elsewhere. */
+  level: "error" | "warn" | "debug";
+  /** The original error's description, for an unexpected failure only. */
+  detail?: { name: string; message: string; stack?: string };
+}
+
+/** `outage`, when the database is open, hears of every connectivity failure (it logs the outage once). */
+export function publicError(err: unknown, correlationId: string | undefined, outage?: OutageSink): PublicError {
+  const internal = () => new ConnectError(`internal error (request ${correlationId ?? "unknown"})`, Code.Internal);
+  if (err instanceof ConnectError) {
+    if (err.code === Code.Unknown) return { error: internal(), level: "error", detail: describe(err) };
+    return { error: err, level: err.code === Code.Internal ? "error" : "warn" };
+  }
+  const unavailable = unavailableError(err);
+  if (unavailable !== undefined) {
+    outage?.failed(err);
+    return { error: unavailable, level: "debug" };
+  }
+  return { error: internal(), level: "error", detail: describe(err) };
+}
+
+export function callLogInterceptor(outage?: OutageSink): Interceptor {
   return (next) => async (req) => {
     const caller = req.contextValues.get(callerKey);
     const started = performance.now();
@@ -13,17 +44,12 @@ export function callLogInterceptor(): Interceptor {
       path: `/${req.service.typeName}/${req.method.name}`,
       ms: Math.round(performance.now() - started),
     });
-    // Returns the error to send: an unexpected one is logged here and replaced by a bare
-    // "internal error", so database or library messages never reach the caller.
+    // Returns the error to send, so database or library messages never reach the caller.
     const failed = (err: unknown): ConnectError => {
-      if (!(err instanceof ConnectError)) {
-        caller?.log.error({ ...fields(), code: "internal", err: describe(err) }, "rpc failed");
-        return new ConnectError(`internal error (request ${caller?.correlationId ?? "unknown"})`, Code.Internal);
-      }
-      const line = { ...fields(), code: codeName(err.code), message: err.rawMessage };
-      if (err.code === Code.Internal || err.code === Code.Unknown) caller?.log.error(line, "rpc failed");
-      else caller?.log.warn(line, "rpc refused");
-      return err;
+      const { error, level, detail } = publicError(err, caller?.correlationId, outage);
+      const line = { ...fields(), code: codeName(error.code), message: error.rawMessage, ...(detail ? { err: detail } : {}) };
+      caller?.log[level](line, level === "error" ? "rpc failed" : "rpc refused");
+      return error;
     };
     try {
       const res = await next(req);

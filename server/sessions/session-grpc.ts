@@ -19,6 +19,7 @@ import type { Logger } from "../observability/logger.js";
 import { correlationHeader, correlationIdFrom } from "../observability/correlation.js";
 import { presentedIdentity } from "../identity/node-auth.js";
 import { AgentSession, type SessionDeps } from "./session.js";
+import { publicError } from "../observability/call-log.js";
 
 export const sessionPath = `/${AgentService.typeName}/${AgentService.method.session.name}`;
 
@@ -66,10 +67,9 @@ export function frame(message: Uint8Array): Buffer {
   return out;
 }
 
-function trailersOf(err: unknown): http2.OutgoingHttpHeaders {
+function trailersOf(err: ConnectError | undefined): http2.OutgoingHttpHeaders {
   if (err === undefined) return { "grpc-status": "0" };
-  const ce = err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal);
-  return { "grpc-status": String(ce.code), "grpc-message": encodeURIComponent(ce.rawMessage) };
+  return { "grpc-status": String(err.code), "grpc-message": encodeURIComponent(err.rawMessage) };
 }
 
 /**
@@ -95,15 +95,15 @@ export function serveGrpcSession(deps: SessionDeps, stream: http2.ServerHttp2Str
   });
   stream.on("error", () => undefined);
 
-  const end = (err: ConnectError | undefined) => {
+  const end = (failure: unknown) => {
     if (trailers !== undefined) return;
+    const { error: err, level, detail } = failure === undefined ? { error: undefined, level: "debug" as const } : publicError(failure, correlationId);
     trailers = trailersOf(err);
     // A stream that is already gone (the agent left) has no one to tell and nothing to log.
     if (stream.destroyed || stream.closed) return;
     if (err !== undefined) {
-      const line = { method: "Session", path: sessionPath, code: codeName(err.code), message: err.rawMessage };
-      if (err.code === Code.Internal || err.code === Code.Unknown) callLog.error(line, "rpc failed");
-      else callLog.warn(line, "rpc refused");
+      const line = { method: "Session", path: sessionPath, code: codeName(err.code), message: err.rawMessage, ...(detail ? { err: detail } : {}) };
+      callLog[level](line, level === "error" ? "rpc failed" : "rpc refused");
     }
     if (!responded) {
       // Trailers-only response: the status travels in the headers.
@@ -133,7 +133,7 @@ export function serveGrpcSession(deps: SessionDeps, stream: http2.ServerHttp2Str
       end,
     });
   } catch (err) {
-    end(ConnectError.from(err));
+    end(err);
     return;
   }
 

@@ -36,6 +36,8 @@ import type { Admission } from "./admission.js";
 import type { HeartbeatBook } from "../liveness/heartbeats.js";
 import type { JobDispatch } from "../jobs/dispatch.js";
 import { putInventory, putTelemetry, type ReportDeps } from "../nodes/reports.js";
+import { publicError } from "../observability/call-log.js";
+import type { OutageSink } from "../db/availability.js";
 
 type Result = Reply["result"];
 
@@ -61,6 +63,8 @@ export interface SessionDeps {
   jobs: JobDispatch;
   /** Aborted when shutdown begins: open sessions end with unavailable. */
   shutdown: AbortSignal;
+  /** Hears of database connectivity failures (logged once per outage, answered unavailable). */
+  outage?: OutageSink;
 }
 
 /** Answers one agent message that needs I/O; jobs add their cases through `deps.jobs`. */
@@ -179,10 +183,12 @@ export class AgentSession implements LiveSession {
       this.deps.shutdown.removeEventListener("abort", this.onShutdown);
       this.caller.log.info({ nodeId: this.nodeId }, "session closed");
     }
-    if (reason === undefined || reason instanceof ConnectError) return this.sink.end(reason);
-    // Not ours to show the agent (a database error, a bug): logged here, a plain status there.
-    this.caller.log.error({ nodeId: this.nodeId, error: reason instanceof Error ? reason.message : String(reason) }, "session failed");
-    this.sink.end(new ConnectError(`internal error (request ${this.caller.correlationId})`, Code.Internal));
+    if (reason === undefined) return this.sink.end(undefined);
+    // Not ours to show the agent (a bug): logged here, a plain status there. A database outage is
+    // `unavailable`, which the agent retries.
+    const { error, level, detail } = publicError(reason, this.caller.correlationId, this.deps.outage);
+    if (detail !== undefined) this.caller.log[level]({ nodeId: this.nodeId, error: detail.message }, "session failed");
+    this.sink.end(error);
   }
 
   /** Takes backlog messages until one needs to wait. */
@@ -232,12 +238,11 @@ export class AgentSession implements LiveSession {
   }
 
   private refusal(message: SessionRequest, err: unknown): Result {
-    const ce = ConnectError.from(err);
-    const log = this.caller.log;
-    if (!(err instanceof ConnectError)) log.error({ nodeId: this.nodeId, error: ce.message }, "session message failed");
-    else log.warn({ nodeId: this.nodeId, message: message.message.case, code: codeName(ce.code), reason: ce.rawMessage }, "session message refused");
-    const text = err instanceof ConnectError ? ce.rawMessage : `internal error (request ${this.caller.correlationId})`;
-    return { case: "error", value: create(ReplyErrorSchema, { code: codeName(ce.code), message: text }) };
+    const { error, level, detail } = publicError(err, this.caller.correlationId, this.deps.outage);
+    const fields = { nodeId: this.nodeId, message: message.message.case, code: codeName(error.code) };
+    if (detail !== undefined) this.caller.log[level]({ ...fields, error: detail.message }, "session message failed");
+    else this.caller.log[level]({ ...fields, reason: error.rawMessage }, "session message refused");
+    return { case: "error", value: create(ReplyErrorSchema, { code: codeName(error.code), message: error.rawMessage }) };
   }
 
   /** Authorizes the credential, records Hello and answers Welcome: the database part of opening. */

@@ -96,6 +96,8 @@ export interface AgentOptions {
   /** Reuse a runner (and its running jobs) from an earlier, disconnected agent. */
   runner?: JobRunner;
   receiptsPath?: string;
+  /** Session reconnect backoff (default 50 ms doubling to 300 ms, so tests reconnect fast). */
+  backoff?: { baseMs: number; maxMs: number };
 }
 
 /** Runs the agent of an enrolled node in this process. */
@@ -123,7 +125,7 @@ export async function startAgent(node: TestNode, opts: AgentOptions = {}): Promi
       ...(opts.receiptsPath !== undefined ? { receiptsPath: opts.receiptsPath } : {}),
     }));
   const tap = new JobTap(runner);
-  const running = runAgent({ statePath: node.statePath, log, signal: sessionStop.signal, jobs: tap, backoffBaseMs: 50, backoffMaxMs: 300 });
+  const running = runAgent({ statePath: node.statePath, log, signal: sessionStop.signal, jobs: tap, backoffBaseMs: opts.backoff?.baseMs ?? 50, backoffMaxMs: opts.backoff?.maxMs ?? 300 });
   running.catch(() => undefined);
   const disconnect = async () => {
     sessionStop.abort();
