@@ -12,6 +12,8 @@ import { callLogInterceptor } from "./observability/call-log.js";
 import { callerKey, peerOf, type Caller } from "./context.js";
 import { isGrpcSession, serveGrpcSession } from "./services/session-grpc.js";
 import { adminAuthInterceptor } from "./auth/admin.js";
+import { validationInterceptor } from "./edge/validate.js";
+import { undecodableAsInvalidArgument } from "./edge/decode-errors.js";
 import { loadOrCreateCa, type Ca } from "./pki/ca.js";
 import { openDatabase, type Database } from "./db/client.js";
 import { HealthState, healthService } from "./services/health.js";
@@ -79,6 +81,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     routes: (router) => {
       router.service(Health, healthService(health));
       router.rpc(AgentService.method.getServerInfo, () => serverInfo(ca));
+      undecodableAsInvalidArgument(router);
     },
     interceptors: [callLogInterceptor()],
     contextValues,
@@ -168,8 +171,9 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       router.service(AgentService, agentService(deps, agentJobs(deps)));
       router.service(AdminService, adminService(deps, adminJobs(deps)));
       router.service(DeploymentService, {});
+      undecodableAsInvalidArgument(router);
     },
-    interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey)],
+    interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey), validationInterceptor()],
     contextValues,
   });
   handle = connect;

@@ -23,6 +23,7 @@ import { renewCredential } from "../nodes/lifecycle.js";
 import { putInventory, putTelemetry } from "../nodes/reports.js";
 import { pendingInstructions } from "../dispatch/instructions.js";
 import { connectSession } from "./session.js";
+import { partitionCapabilities } from "../../common/capabilities.js";
 import { ts } from "./convert.js";
 
 /** Built once per server: it only changes with the configuration. */
@@ -39,8 +40,8 @@ export function agentConfigOf(c: Config): AgentConfig {
   });
 }
 
-function heartbeatResponse(deps: Deps, instructions: Instruction[]) {
-  return create(HeartbeatResponseSchema, { config: deps.agentConfig, instructions, serverTime: timestampNow() });
+function heartbeatResponse(deps: Deps, instructions: Instruction[], ignoredCapabilities: string[]) {
+  return create(HeartbeatResponseSchema, { config: deps.agentConfig, instructions, serverTime: timestampNow(), ignoredCapabilities });
 }
 
 /** Needs no database: served from the moment the port opens. */
@@ -86,17 +87,19 @@ export function agentService(
     async heartbeat(req, ctx) {
       const { node } = await authenticateNode(prisma, ctx);
       deps.heartbeats.record(node.id, Date.now());
-      // A polling agent never says Hello: its heartbeat carries what it can do.
+      // A polling agent never says Hello: its heartbeat carries what it can do. The edge has
+      // bounded the names; only those of the contract are recorded.
+      const { known, unknown } = partitionCapabilities(req.capabilities);
       if (req.capabilities.length > 0 || (req.agentVersion !== "" && req.agentVersion !== node.agentVersion)) {
         await prisma.node.update({
           where: { id: node.id },
           data: {
-            ...(req.capabilities.length > 0 ? { capabilities: [...new Set(req.capabilities)].slice(0, 256) } : {}),
-            ...(req.agentVersion !== "" ? { agentVersion: req.agentVersion.slice(0, 64) } : {}),
+            ...(req.capabilities.length > 0 ? { capabilities: known } : {}),
+            ...(req.agentVersion !== "" ? { agentVersion: req.agentVersion } : {}),
           },
         });
       }
-      return heartbeatResponse(deps, pendingInstructions(node));
+      return heartbeatResponse(deps, pendingInstructions(node), unknown);
     },
     async putInventory(req, ctx) {
       const { node } = await authenticateNode(prisma, ctx);
