@@ -222,6 +222,30 @@ function failureLines(ts: TestServer): string[] {
     });
 }
 
+/** One gRPC-Web call; resolves with the status of its trailer frame, or "ok-streaming". */
+function grpcWebCall(session: http2.ClientHttp2Session, path: string, body: Uint8Array, headers: Record<string, string>): Promise<string> {
+  return new Promise((resolve) => {
+    const req = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc-web+proto", ...headers });
+    const chunks: Buffer[] = [];
+    let headerStatus: string | undefined;
+    req.on("response", (h) => {
+      if (typeof h["grpc-status"] === "string") headerStatus = h["grpc-status"];
+    });
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("close", () => {
+      const all = Buffer.concat(chunks);
+      for (let at = 0; at + 5 <= all.length; at += 5 + all.readUInt32BE(at + 1)) {
+        if (all[at] !== 0x80) continue;
+        const trailer = all.subarray(at + 5, at + 5 + all.readUInt32BE(at + 1)).toString("utf8");
+        return resolve(/grpc-status: *(\d+)/i.exec(trailer)?.[1] ?? "no-status");
+      }
+      resolve(headerStatus ?? "no-status");
+    });
+    req.on("error", (err: Error) => resolve(`stream error: ${err.message}`));
+    req.end(envelope(body));
+  });
+}
+
 /** Runs `tasks` with a little concurrency, in order of submission. */
 async function inParallel<T>(tasks: (() => Promise<T>)[], width = 6): Promise<T[]> {
   const results: T[] = new Array(tasks.length);
@@ -275,6 +299,7 @@ describe("edge fuzzing from the descriptors", () => {
           tasks.push(async () => ({ call: `${path} grpc ${g.label}`, code: await grpcCall(session(), path, g.bytes, headers) }));
           if (method.methodKind === "unary") {
             tasks.push(async () => ({ call: `${path} connect ${g.label}`, code: await connectCall(session(), path, g.bytes, headers) }));
+            tasks.push(async () => ({ call: `${path} grpc-web ${g.label}`, code: await grpcWebCall(session(), path, g.bytes, headers) }));
           }
         }
         for (const v of variantsOf(method.input)) {
