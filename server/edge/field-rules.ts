@@ -65,7 +65,8 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   'modelforge.common.v1.HostInfo.kernel': name,
   'modelforge.common.v1.HostInfo.architecture': { maxBytes: 32 },
   'modelforge.common.v1.HostInfo.cpu_model': name,
-  'modelforge.common.v1.HostInfo.disks': { maxCount: 256 },
+  // Container hosts mount a file system per pod volume: room for many.
+  'modelforge.common.v1.HostInfo.disks': { maxCount: 1024 },
   'modelforge.common.v1.Disk.mount': mountPath,
   'modelforge.common.v1.Disk.filesystem': shortId,
   'modelforge.common.v1.GpuInfo.uuid': shortId,
@@ -73,7 +74,7 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   'modelforge.common.v1.GpuInfo.model': name,
   'modelforge.common.v1.GpuInfo.driver_version': version,
   'modelforge.common.v1.GpuInfo.vendor': shortId,
-  'modelforge.common.v1.Telemetry.mounts': { maxCount: 256 },
+  'modelforge.common.v1.Telemetry.mounts': { maxCount: 1024 },
   'modelforge.common.v1.Telemetry.gpus': { maxCount: 64 },
   'modelforge.common.v1.MountUsage.mount': mountPath,
   'modelforge.common.v1.GpuTelemetry.uuid': shortId,

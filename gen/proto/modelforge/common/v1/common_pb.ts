@@ -95,7 +95,7 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * Block devices and file systems.
-   * Bounds: at most 256 entries.
+   * Bounds: at most 1024 entries.
    *
    * @generated from field: repeated modelforge.common.v1.Disk disks = 9;
    */
@@ -236,7 +236,7 @@ export type Telemetry = Message<"modelforge.common.v1.Telemetry"> & {
 
   /**
    * Usage per mounted file system.
-   * Bounds: at most 256 entries.
+   * Bounds: at most 1024 entries.
    *
    * @generated from field: repeated modelforge.common.v1.MountUsage mounts = 3;
    */
