@@ -130,3 +130,15 @@ export function specFieldNameOfCase(kase: JobSpecCase): string {
 export function isKnownCapability(name: string): boolean {
   return specCaseByCapability.has(name);
 }
+
+/**
+ * Splits the names an agent advertises into this build's capabilities (deduplicated, in the order
+ * given) and the rest (deduplicated). Unknown names, say from a newer agent, are not recorded but
+ * reported back, so an agent is never refused for knowing more than the server.
+ */
+export function partitionCapabilities(names: readonly string[]): { known: string[]; unknown: string[] } {
+  const known = new Set<string>();
+  const unknown = new Set<string>();
+  for (const name of names) (isKnownCapability(name) ? known : unknown).add(name);
+  return { known: [...known], unknown: [...unknown] };
+}

@@ -14,6 +14,8 @@ import { callerKey, peerOf, type Caller } from "./context.js";
 import { isGrpcSession, serveGrpcSession } from "./sessions/session-grpc.js";
 import { adminAuthInterceptor } from "./identity/admin-token.js";
 import { loadOrCreateCa, type Ca } from "./identity/pki/ca.js";
+import { validationInterceptor } from "./edge/validate.js";
+import { undecodableAsInvalidArgument } from "./edge/decode-errors.js";
 import { openDatabase, type Database } from "./db/client.js";
 import { HealthState, healthService } from "./services/health.js";
 import { SessionRegistry } from "./sessions/registry.js";
@@ -68,6 +70,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     routes: (router) => {
       router.service(Health, healthService(health));
       router.rpc(AgentService.method.getServerInfo, () => serverInfo(ca));
+      undecodableAsInvalidArgument(router);
     },
     interceptors: [callLogInterceptor()],
     contextValues,
@@ -192,8 +195,9 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       router.service(AgentService, agentService(agentDeps, agentJobs({ prisma, clock, engine: jobs })));
       router.service(AdminService, admin);
       router.service(DeploymentService, {});
+      undecodableAsInvalidArgument(router);
     },
-    interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(config.operatorApiKey)],
+    interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(config.operatorApiKey), validationInterceptor()],
     contextValues,
   });
   handle = connect;

@@ -8,7 +8,7 @@ import { pino } from "pino";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { JobCancelSchema, type Reply } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { JobFailureCode, JobLeaseSchema, type JobLease } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { JobFailureCode, JobLeaseSchema, JobSpecSchema, type JobLease } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { SessionLink } from "../agent/session.js";
 import {
   CapabilityRegistry,
@@ -185,6 +185,31 @@ describe("JobRunner", () => {
     expect(reasons[0]).toBeInstanceOf(JobCancelled);
     const fail = link.of("jobFail")[0]!.m;
     expect(fail.case === "jobFail" && fail.value.failure).toMatchObject({ code: JobFailureCode.CANCELLED, retryable: false, message: "cancelled: operator said so" });
+  });
+
+  it("fails a lease whose paths break the artifact path grammar with PATH_REJECTED, without running it", async () => {
+    let ran = 0;
+    const r = runnerWith({ "artifact.acquire.v1": async () => (ran++, { result: { case: "artifactAcquire", value: {} } }) });
+    const link = fakeLink();
+    const acquire = (path: string) =>
+      create(JobSpecSchema, {
+        kind: { case: "artifactAcquire", value: { repository: "org/m", commit: "a".repeat(40), targetRoot: "/srv/models", files: [{ path, sizeBytes: 1n, sha256: "b".repeat(64) }] } },
+      });
+    for (const path of ["%2e%2e/%2e%2e/etc/passwd", "\u2024\u2024/etc/passwd", "\uff0e\uff0e/x", "~/.ssh/authorized_keys", ".git/hooks/post-checkout", "a\nb"]) {
+      r.onLease(lease(acquire(path)), link.link);
+    }
+    await r.idle();
+    expect(ran).toBe(0);
+    const failures = link.of("jobFail").map((s) => (s.m.case === "jobFail" ? s.m.value.failure : undefined));
+    expect(failures).toHaveLength(6);
+    for (const f of failures) {
+      expect(f).toMatchObject({ code: JobFailureCode.PATH_REJECTED, retryable: false });
+      expect(f!.message).toMatch(/^spec\.artifact_acquire\.files\[0\]\.path: /);
+    }
+    // A path of the grammar runs.
+    r.onLease(lease(acquire("weights/model-00001-of-00002.safetensors")), link.link);
+    await r.idle();
+    expect(ran).toBe(1);
   });
 
   it("fails an unknown or empty kind at once with UNSUPPORTED_CAPABILITY", async () => {

@@ -1,7 +1,8 @@
 // Runs the leases the server pushes down the Session (the agent's `SessionJobs`).
 //
 // For each lease: a destructive job with a receipt re-sends the recorded outcome; a kind with no
-// handler fails at once (UNSUPPORTED_CAPABILITY, not retryable); otherwise the handler runs while
+// handler fails at once (UNSUPPORTED_CAPABILITY, not retryable), and so does a lease naming a path
+// outside the artifact path grammar of common/paths.ts (PATH_REJECTED); otherwise the handler runs while
 // the lease is renewed by progress at least every third of its duration. The work stops when the
 // server says the lease is lost (aborted, "lease lost: stop work"), when a cancel arrives (on the
 // stream or in a progress reply; then the job is reported CANCELLED), or when the agent shuts
@@ -30,6 +31,7 @@ import {
   type JobResult,
 } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { ReplyResult, SessionJobs, SessionLink } from "../session.js";
+import { jobSpecPathProblem } from "../../common/paths.js";
 import { CapabilityRegistry, isDestructive, JobFailureError, type JobAttempt, type ProgressUpdate } from "./registry.js";
 import type { ReceiptStore } from "./receipts.js";
 import { agentVersion } from "../version.js";
@@ -252,6 +254,14 @@ export class JobRunner implements SessionJobs {
             : `the job spec names no capability; this agent ${implemented.replace(/^it /, "")}`;
       log.warn({ capability }, "unsupported capability: failing the job");
       await this.report(run, failureOutcome(JobFailureCode.UNSUPPORTED_CAPABILITY, message, false), log);
+      return;
+    }
+    // The server checked the paths against the contract's grammar; the agent does not take that on
+    // trust before anything touches its file system.
+    const pathProblem = jobSpecPathProblem(lease.spec);
+    if (pathProblem !== undefined) {
+      log.warn({ capability }, "lease names a path outside the artifact path grammar: failing the job");
+      await this.report(run, failureOutcome(JobFailureCode.PATH_REJECTED, truncate(pathProblem), false), log);
       return;
     }
 

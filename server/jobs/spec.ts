@@ -15,6 +15,7 @@ import {
   specFieldNameOfCase,
   type JobSpecCase,
 } from '../../common/capabilities.js';
+import { absoluteArtifactPathProblem, relativeArtifactPathProblem } from '../../common/paths.js';
 import type {
   ArtifactAcquire,
   DeploymentLoad,
@@ -45,8 +46,6 @@ export interface JobSpecContext {
 
 /** Largest deployment.invoke.v1 payload relayed to a node: 4 MiB. */
 export const MAX_INVOKE_PAYLOAD_BYTES = 4 * 1024 * 1024;
-/** Longest artifact file path (UTF-16 code units, i.e. JavaScript string length). */
-export const MAX_ARTIFACT_PATH_LENGTH = 1024;
 /** Default bound on a progress message (the proto documents 256 bytes). */
 export const DEFAULT_MAX_PROGRESS_MESSAGE_BYTES = 256;
 
@@ -90,20 +89,11 @@ function checkRepository(value: string, field: string): void {
   }
 }
 
-/** A relative, canonical file path inside an artifact directory. */
+/** A file path inside an artifact directory: the contract's artifact path grammar (common/paths.ts). */
 function checkRelativePath(value: string, field: string): void {
   if (value === '') fail(field, 'is required');
-  if (value.length > MAX_ARTIFACT_PATH_LENGTH) fail(field, `is longer than ${MAX_ARTIFACT_PATH_LENGTH} characters`);
-  if (value.includes('\0')) fail(field, 'must not contain a NUL character');
-  if (value.includes('\\')) fail(field, 'must use "/" as separator; "\\" is not allowed');
-  if (value.startsWith('/')) fail(field, 'must be relative to the artifact directory, not absolute');
-  for (const segment of value.split('/')) {
-    if (segment === '') fail(field, 'must not contain an empty segment ("//" or a trailing "/")');
-    if (segment === '..') fail(field, 'must not contain a ".." segment');
-    // "." is harmless to the file system but makes two spellings of one file, which would defeat
-    // the duplicate check; require the canonical spelling.
-    if (segment === '.') fail(field, 'must not contain a "." segment');
-  }
+  const problem = relativeArtifactPathProblem(value);
+  if (problem !== undefined) fail(field, problem);
 }
 
 /** `path.posix.normalize`, minus any trailing "/" (except for the file system root itself). */
@@ -142,6 +132,8 @@ function checkResolvedPath(value: string, field: string, roots: string[]): void 
   if (normal !== value) {
     fail(field, 'must be in canonical form: no "..", "." or empty segments and no trailing "/"');
   }
+  const problem = absoluteArtifactPathProblem(value);
+  if (problem !== undefined) fail(field, problem);
 }
 
 function checkResolvedArtifacts(artifacts: ResolvedArtifact[], at: string, ctx: JobSpecContext): void {

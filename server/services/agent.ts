@@ -24,6 +24,7 @@ import { renewCredential } from "../nodes/lifecycle.js";
 import { putInventory, putTelemetry } from "../nodes/reports.js";
 import { pendingInstructions } from "../sessions/instructions.js";
 import { connectSession, type SessionDeps } from "../sessions/session.js";
+import { partitionCapabilities } from "../../common/capabilities.js";
 import { ts } from "./convert.js";
 
 /** Built once per server: it only changes with the configuration. */
@@ -48,8 +49,8 @@ export interface AgentServiceDeps extends SessionDeps {
   credentialTtlMs: number;
 }
 
-function heartbeatResponse(deps: AgentServiceDeps, instructions: Instruction[]) {
-  return create(HeartbeatResponseSchema, { config: deps.agentConfig, instructions, serverTime: timestampNow() });
+function heartbeatResponse(deps: AgentServiceDeps, instructions: Instruction[], ignoredCapabilities: string[]) {
+  return create(HeartbeatResponseSchema, { config: deps.agentConfig, instructions, serverTime: timestampNow(), ignoredCapabilities });
 }
 
 /** Needs no database: served from the moment the port opens. */
@@ -95,17 +96,19 @@ export function agentService(
     async heartbeat(req, ctx) {
       const { node } = await authenticateNode(prisma, ctx, deps.clock);
       deps.heartbeats.record(node.id, deps.clock.now());
-      // A polling agent never says Hello: its heartbeat carries what it can do.
+      // A polling agent never says Hello: its heartbeat carries what it can do. The edge has
+      // bounded the names; only those of the contract are recorded.
+      const { known, unknown } = partitionCapabilities(req.capabilities);
       if (req.capabilities.length > 0 || (req.agentVersion !== "" && req.agentVersion !== node.agentVersion)) {
         await prisma.node.update({
           where: { id: node.id },
           data: {
-            ...(req.capabilities.length > 0 ? { capabilities: [...new Set(req.capabilities)].slice(0, 256) } : {}),
-            ...(req.agentVersion !== "" ? { agentVersion: req.agentVersion.slice(0, 64) } : {}),
+            ...(req.capabilities.length > 0 ? { capabilities: known } : {}),
+            ...(req.agentVersion !== "" ? { agentVersion: req.agentVersion } : {}),
           },
         });
       }
-      return heartbeatResponse(deps, pendingInstructions(node));
+      return heartbeatResponse(deps, pendingInstructions(node), unknown);
     },
     async putInventory(req, ctx) {
       const { node } = await authenticateNode(prisma, ctx, deps.clock);

@@ -15,6 +15,7 @@ import {
   HeartbeatResponseSchema,
   ReplyErrorSchema,
   ReplySchema,
+  SessionRequestSchema,
   SessionResponseSchema,
   WelcomeSchema,
   type Hello,
@@ -38,6 +39,8 @@ import type { JobDispatch } from "../jobs/dispatch.js";
 import { putInventory, putTelemetry, type ReportDeps } from "../nodes/reports.js";
 import { publicError } from "../observability/call-log.js";
 import type { OutageSink } from "../db/availability.js";
+import { requestViolation } from "../edge/validate.js";
+import { partitionCapabilities } from "../../common/capabilities.js";
 
 type Result = Reply["result"];
 
@@ -86,8 +89,8 @@ async function answer(deps: SessionDeps, nodeId: string, msg: SessionRequest, co
   }
 }
 
-/** Refuses a Hello this server cannot talk to; returns the capabilities it records. */
-function acceptHello(first: SessionRequest): { hello: Hello; capabilities: string[] } {
+/** Refuses a Hello this server cannot talk to; returns the capabilities it records and those it ignores. */
+function acceptHello(first: SessionRequest): { hello: Hello; capabilities: string[]; ignored: string[] } {
   if (first.message.case !== "hello") {
     throw new ConnectError("the first session message must be hello", Code.InvalidArgument);
   }
@@ -98,7 +101,9 @@ function acceptHello(first: SessionRequest): { hello: Hello; capabilities: strin
       Code.Aborted,
     );
   }
-  return { hello, capabilities: [...new Set(hello.capabilities)].slice(0, 256) };
+  // The edge has bounded the names; only those of the contract are recorded, the rest reported back.
+  const { known, unknown } = partitionCapabilities(hello.capabilities);
+  return { hello, capabilities: known, ignored: unknown };
 }
 
 function sameHello(node: Node, said: Pick<Node, "agentVersion" | "protocolVersion" | "capabilities">): boolean {
@@ -205,6 +210,12 @@ export class AgentSession implements LiveSession {
   }
 
   private handle(message: SessionRequest): void {
+    // The edge check every request gets: a bad Hello ends the stream, any other bad message is
+    // refused alone and the stream stays open.
+    const invalid = requestViolation(SessionRequestSchema, message);
+    if (invalid !== undefined) {
+      return this.phase === "hello" ? this.close(invalid) : this.sink.send(replyTo(message.messageId, this.refusal(message, invalid)));
+    }
     if (this.phase === "hello") {
       this.busy = true;
       let said: ReturnType<typeof acceptHello>;
@@ -246,12 +257,12 @@ export class AgentSession implements LiveSession {
   }
 
   /** Authorizes the credential, records Hello and answers Welcome: the database part of opening. */
-  private async open({ hello, capabilities }: ReturnType<typeof acceptHello>): Promise<void> {
+  private async open({ hello, capabilities, ignored }: ReturnType<typeof acceptHello>): Promise<void> {
     if (this.closed) return; // gone while waiting for admission
     const prisma = this.deps.prisma;
     const node = await authorizeNode(prisma, this.identity, new Date(this.deps.clock.now()));
     const cursors = await prisma.streamCursor.findMany({ where: { nodeId: node.id }, select: { stream: true, sequence: true } });
-    const said = { agentVersion: hello.agentVersion.slice(0, 64) || null, protocolVersion: hello.protocolVersion, capabilities };
+    const said = { agentVersion: hello.agentVersion || null, protocolVersion: hello.protocolVersion, capabilities };
     // A reconnecting agent usually says what it said last time: no write then (reconnect storms).
     if (!sameHello(node, said)) await prisma.node.update({ where: { id: node.id }, data: said });
     if (this.closed) return;
@@ -260,7 +271,7 @@ export class AgentSession implements LiveSession {
     this.deps.shutdown.addEventListener("abort", this.onShutdown, { once: true });
     if (this.deps.shutdown.aborted) return this.onShutdown();
     this.deps.sessions.attach(this);
-    this.caller.log.info({ nodeId: node.id, agentVersion: hello.agentVersion, capabilities }, "session opened");
+    this.caller.log.info({ nodeId: node.id, agentVersion: hello.agentVersion, capabilities, ignoredCapabilities: ignored }, "session opened");
     this.sink.send(
       create(SessionResponseSchema, {
         message: {
@@ -271,6 +282,7 @@ export class AgentSession implements LiveSession {
             config: this.deps.agentConfig,
             instructions: pendingInstructions(node),
             streamSequences: Object.fromEntries(cursors.map((c) => [c.stream, c.sequence])),
+            ignoredCapabilities: ignored,
           }),
         },
       }),

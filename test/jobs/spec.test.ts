@@ -165,6 +165,8 @@ describe('validateJobSpec', () => {
     ['empty path', (v) => (v.files[0]!.path = ''), `${A}.files[0].path`, /required/],
     ['NUL in path', (v) => (v.files[0]!.path = 'a\0b'), `${A}.files[0].path`, /NUL/],
     ['path too long', (v) => (v.files[0]!.path = 'a'.repeat(1025)), `${A}.files[0].path`, /1024/],
+    ['percent-encoded dot-dot', (v) => (v.files[0]!.path = '%2e%2e/%2e%2e/etc/passwd'), `${A}.files[0].path`, /"%"/],
+    ['hidden VCS directory', (v) => (v.files[0]!.path = '.git/hooks/post-checkout'), `${A}.files[0].path`, /starting with "\."/],
     ['zero size', (v) => (v.files[1]!.sizeBytes = 0n), `${A}.files[1].size_bytes`, /greater than zero/],
     ['short sha256', (v) => (v.files[2]!.sha256 = 'abc'), `${A}.files[2].sha256`, /64 lowercase hex/],
     ['empty sha256', (v) => (v.files[2]!.sha256 = ''), `${A}.files[2].sha256`, /required/],
@@ -189,8 +191,8 @@ describe('validateJobSpec', () => {
 
   it('artifact.acquire.v1: accepts boundary values', () => {
     const v = acquire();
-    v.files[0]!.path = 'a'.repeat(1024);
-    v.files[1]!.path = '.hidden/..x/x..';
+    v.files[0]!.path = Array(4).fill('a'.repeat(255)).join('/').slice(0, 1024);
+    v.files[1]!.path = 'x..y/_under-score/x..';
     v.reserve!.minFreePercent = 100;
     v.targetRoot = '/data/cache/';
     expect(() => validateJobSpec(spec({ case: 'artifactAcquire', value: v }), ctx)).not.toThrow();
@@ -209,6 +211,8 @@ describe('validateJobSpec', () => {
     ['double slash', (v) => (v.artifacts[0]!.path = '/srv/models//b'), `${at}[0].path`, /canonical/],
     ['NUL', (v) => (v.artifacts[0]!.path = '/srv/models/a\0'), `${at}[0].path`, /NUL/],
     ['backslash', (v) => (v.artifacts[0]!.path = '/srv/models\\..\\x'), `${at}[0].path`, /"\\"/],
+    ['look-alike dots inside a root', (v) => (v.artifacts[0]!.path = '/srv/models/\u2024\u2024/x'), `${at}[0].path`, /U\+2024/],
+    ['hidden file inside a root', (v) => (v.artifacts[0]!.path = '/srv/models/.ssh/id_ed25519'), `${at}[0].path`, /starting with "\."/],
     ['bad sha256', (v) => (v.artifacts[0]!.sha256 = 'x'), `${at}[0].sha256`, /64 lowercase hex/],
     ['uppercase sha256', (v) => (v.artifacts[0]!.sha256 = SHA.toUpperCase()), `${at}[0].sha256`, /lowercase/],
   ];

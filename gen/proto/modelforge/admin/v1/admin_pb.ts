@@ -4,6 +4,16 @@
 
 // The operator API. Every RPC requires the header "X-ModelForge-Admin-Token" matching the server's
 // MODELFORGE_OPERATOR_API_KEY; with no key configured every call fails closed with unauthenticated.
+//
+// Input bounds. The server checks every request message at the edge, before anything else reads
+// it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
+// control character (U+0000)"); an undecodable body is invalid_argument too. A field's comment
+// states its own bounds ("Bounds: ..."); unless it says otherwise: a string is at most 256 bytes
+// of UTF-8 with no control characters (U+0000-U+001F, U+007F-U+009F) and no unpaired surrogates,
+// a repeated field has at most 100 entries, a bytes field at most 64 KiB, a uint64 is at most
+// 9223372036854775807 (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores,
+// a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
+// and a Duration is at most 10,000 years.
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
@@ -106,6 +116,7 @@ export const EnrollmentTokenSchema: GenMessage<EnrollmentToken> = /*@__PURE__*/
 export type CreateEnrollmentTokenRequest = Message<"modelforge.admin.v1.CreateEnrollmentTokenRequest"> & {
   /**
    * The name the enrolling node gets (optional).
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string node_name = 1;
    */
@@ -114,6 +125,7 @@ export type CreateEnrollmentTokenRequest = Message<"modelforge.admin.v1.CreateEn
   /**
    * An existing node to re-enroll (the recovery path for a lost or stolen credential). Its active
    * credential is revoked at once.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 2;
    */
@@ -128,6 +140,8 @@ export type CreateEnrollmentTokenRequest = Message<"modelforge.admin.v1.CreateEn
 
   /**
    * Labels the enrolling node gets.
+   * Bounds: at most 64 entries; keys non-empty, at most 63 bytes, values at most 253 bytes of
+   * UTF-8, no control characters.
    *
    * @generated from field: map<string, string> labels = 4;
    */
@@ -191,6 +205,7 @@ export type ListEnrollmentTokensRequest = Message<"modelforge.admin.v1.ListEnrol
 
   /**
    * The next_page_token of a previous call.
+   * Bounds: at most 512 bytes of UTF-8, no control characters.
    *
    * @generated from field: string page_token = 2;
    */
@@ -240,6 +255,7 @@ export const ListEnrollmentTokensResponseSchema: GenMessage<ListEnrollmentTokens
 export type RevokeEnrollmentTokenRequest = Message<"modelforge.admin.v1.RevokeEnrollmentTokenRequest"> & {
   /**
    * The token's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string id = 1;
    */
@@ -590,6 +606,7 @@ export const TelemetrySnapshotSchema: GenMessage<TelemetrySnapshot> = /*@__PURE_
 export type ListNodesRequest = Message<"modelforge.admin.v1.ListNodesRequest"> & {
   /**
    * Only nodes in these liveness states; all when empty.
+   * Bounds: at most 16 entries.
    *
    * @generated from field: repeated modelforge.common.v1.Liveness liveness = 1;
    */
@@ -597,6 +614,8 @@ export type ListNodesRequest = Message<"modelforge.admin.v1.ListNodesRequest"> &
 
   /**
    * Only nodes carrying all these labels with these values.
+   * Bounds: at most 64 entries; keys non-empty, at most 63 bytes, values at most 253 bytes of
+   * UTF-8, no control characters.
    *
    * @generated from field: map<string, string> labels = 2;
    */
@@ -611,6 +630,7 @@ export type ListNodesRequest = Message<"modelforge.admin.v1.ListNodesRequest"> &
 
   /**
    * The next_page_token of a previous call.
+   * Bounds: at most 512 bytes of UTF-8, no control characters.
    *
    * @generated from field: string page_token = 4;
    */
@@ -660,6 +680,7 @@ export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE_
 export type GetNodeRequest = Message<"modelforge.admin.v1.GetNodeRequest"> & {
   /**
    * The node's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 1;
    */
@@ -730,6 +751,7 @@ export const GetNodeResponseSchema: GenMessage<GetNodeResponse> = /*@__PURE__*/
 export type WatchNodesRequest = Message<"modelforge.admin.v1.WatchNodesRequest"> & {
   /**
    * Only nodes in these liveness states; all when empty.
+   * Bounds: at most 16 entries.
    *
    * @generated from field: repeated modelforge.common.v1.Liveness liveness = 1;
    */
@@ -737,6 +759,8 @@ export type WatchNodesRequest = Message<"modelforge.admin.v1.WatchNodesRequest">
 
   /**
    * Only nodes carrying all these labels with these values.
+   * Bounds: at most 64 entries; keys non-empty, at most 63 bytes, values at most 253 bytes of
+   * UTF-8, no control characters.
    *
    * @generated from field: map<string, string> labels = 2;
    */
@@ -779,6 +803,7 @@ export const WatchNodesResponseSchema: GenMessage<WatchNodesResponse> = /*@__PUR
 export type UpdateNodeRequest = Message<"modelforge.admin.v1.UpdateNodeRequest"> & {
   /**
    * The node's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 1;
    */
@@ -786,6 +811,7 @@ export type UpdateNodeRequest = Message<"modelforge.admin.v1.UpdateNodeRequest">
 
   /**
    * The new name, if "name" is in update_mask.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string name = 2;
    */
@@ -793,6 +819,8 @@ export type UpdateNodeRequest = Message<"modelforge.admin.v1.UpdateNodeRequest">
 
   /**
    * The new labels (replacing all), if "labels" is in update_mask.
+   * Bounds: at most 64 entries; keys non-empty, at most 63 bytes, values at most 253 bytes of
+   * UTF-8, no control characters.
    *
    * @generated from field: map<string, string> labels = 3;
    */
@@ -842,6 +870,7 @@ export const UpdateNodeResponseSchema: GenMessage<UpdateNodeResponse> = /*@__PUR
 export type DisableNodeRequest = Message<"modelforge.admin.v1.DisableNodeRequest"> & {
   /**
    * The node's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 1;
    */
@@ -849,6 +878,7 @@ export type DisableNodeRequest = Message<"modelforge.admin.v1.DisableNodeRequest
 
   /**
    * Why; shown on the node.
+   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string reason = 2;
    */
@@ -891,6 +921,7 @@ export const DisableNodeResponseSchema: GenMessage<DisableNodeResponse> = /*@__P
 export type EnableNodeRequest = Message<"modelforge.admin.v1.EnableNodeRequest"> & {
   /**
    * The node's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 1;
    */
@@ -933,6 +964,7 @@ export const EnableNodeResponseSchema: GenMessage<EnableNodeResponse> = /*@__PUR
 export type RotateNodeCredentialRequest = Message<"modelforge.admin.v1.RotateNodeCredentialRequest"> & {
   /**
    * The node's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 1;
    */
@@ -990,6 +1022,7 @@ export const RotateNodeCredentialResponseSchema: GenMessage<RotateNodeCredential
 export type RevokeNodeCredentialRequest = Message<"modelforge.admin.v1.RevokeNodeCredentialRequest"> & {
   /**
    * The node's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 1;
    */
@@ -997,6 +1030,7 @@ export type RevokeNodeCredentialRequest = Message<"modelforge.admin.v1.RevokeNod
 
   /**
    * One serial to revoke; every active credential of the node when empty.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string serial = 2;
    */
@@ -1004,6 +1038,7 @@ export type RevokeNodeCredentialRequest = Message<"modelforge.admin.v1.RevokeNod
 
   /**
    * Why.
+   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string reason = 3;
    */
@@ -1046,6 +1081,7 @@ export const RevokeNodeCredentialResponseSchema: GenMessage<RevokeNodeCredential
 export type PreviewDecommissionRequest = Message<"modelforge.admin.v1.PreviewDecommissionRequest"> & {
   /**
    * The node's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 1;
    */
@@ -1109,6 +1145,7 @@ export const PreviewDecommissionResponseSchema: GenMessage<PreviewDecommissionRe
 export type DecommissionNodeRequest = Message<"modelforge.admin.v1.DecommissionNodeRequest"> & {
   /**
    * The node's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 1;
    */
@@ -1116,6 +1153,7 @@ export type DecommissionNodeRequest = Message<"modelforge.admin.v1.DecommissionN
 
   /**
    * Why.
+   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string reason = 2;
    */
@@ -1305,6 +1343,7 @@ export const JobSchema: GenMessage<Job> = /*@__PURE__*/
 export type CreateJobRequest = Message<"modelforge.admin.v1.CreateJobRequest"> & {
   /**
    * The node to run it on.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 1;
    */
@@ -1319,6 +1358,7 @@ export type CreateJobRequest = Message<"modelforge.admin.v1.CreateJobRequest"> &
 
   /**
    * An optional ordering key (e.g. a deployment id).
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string ordering_key = 3;
    */
@@ -1368,6 +1408,7 @@ export const CreateJobResponseSchema: GenMessage<CreateJobResponse> = /*@__PURE_
 export type GetJobRequest = Message<"modelforge.admin.v1.GetJobRequest"> & {
   /**
    * The job's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string job_id = 1;
    */
@@ -1410,6 +1451,7 @@ export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
 export type ListJobsRequest = Message<"modelforge.admin.v1.ListJobsRequest"> & {
   /**
    * Only this node's jobs, when set.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string node_id = 1;
    */
@@ -1417,6 +1459,7 @@ export type ListJobsRequest = Message<"modelforge.admin.v1.ListJobsRequest"> & {
 
   /**
    * Only jobs in these states; all when empty.
+   * Bounds: at most 16 entries.
    *
    * @generated from field: repeated modelforge.admin.v1.JobState states = 2;
    */
@@ -1424,6 +1467,7 @@ export type ListJobsRequest = Message<"modelforge.admin.v1.ListJobsRequest"> & {
 
   /**
    * Only jobs with this ordering key, when set.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string ordering_key = 3;
    */
@@ -1438,6 +1482,7 @@ export type ListJobsRequest = Message<"modelforge.admin.v1.ListJobsRequest"> & {
 
   /**
    * The next_page_token of a previous call.
+   * Bounds: at most 512 bytes of UTF-8, no control characters.
    *
    * @generated from field: string page_token = 5;
    */
@@ -1487,6 +1532,7 @@ export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*
 export type CancelJobRequest = Message<"modelforge.admin.v1.CancelJobRequest"> & {
   /**
    * The job's id.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string job_id = 1;
    */
@@ -1494,6 +1540,7 @@ export type CancelJobRequest = Message<"modelforge.admin.v1.CancelJobRequest"> &
 
   /**
    * Why.
+   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string reason = 2;
    */
@@ -1613,6 +1660,7 @@ export type ListAuditEventsRequest = Message<"modelforge.admin.v1.ListAuditEvent
 
   /**
    * The next_page_token of a previous call.
+   * Bounds: at most 512 bytes of UTF-8, no control characters.
    *
    * @generated from field: string page_token = 2;
    */
@@ -1620,6 +1668,7 @@ export type ListAuditEventsRequest = Message<"modelforge.admin.v1.ListAuditEvent
 
   /**
    * Only events with this action, when set.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string action = 3;
    */
@@ -1627,6 +1676,7 @@ export type ListAuditEventsRequest = Message<"modelforge.admin.v1.ListAuditEvent
 
   /**
    * Only events about this target id, when set.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string target_id = 4;
    */
@@ -1634,6 +1684,7 @@ export type ListAuditEventsRequest = Message<"modelforge.admin.v1.ListAuditEvent
 
   /**
    * Only events by this actor, when set.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string actor = 5;
    */

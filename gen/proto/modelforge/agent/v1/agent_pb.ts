@@ -4,6 +4,16 @@
 
 // The API node agents call. Agents dial outbound only, over HTTP/2 with mutual TLS. Every RPC but
 // GetServerInfo and Enroll requires the node's client certificate from the control plane's CA.
+//
+// Input bounds. The server checks every request message at the edge, before anything else reads
+// it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
+// control character (U+0000)"); an undecodable body is invalid_argument too. A field's comment
+// states its own bounds ("Bounds: ..."); unless it says otherwise: a string is at most 256 bytes
+// of UTF-8 with no control characters (U+0000-U+001F, U+007F-U+009F) and no unpaired surrogates,
+// a repeated field has at most 100 entries, a bytes field at most 64 KiB, a uint64 is at most
+// 9223372036854775807 (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores,
+// a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
+// and a Duration is at most 10,000 years.
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
@@ -19,7 +29,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/agent/v1/agent.proto.
  */
 export const file_modelforge_agent_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Ch9tb2RlbGZvcmdlL2FnZW50L3YxL2FnZW50LnByb3RvEhNtb2RlbGZvcmdlLmFnZW50LnYxIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0In4KFUdldFNlcnZlckluZm9SZXNwb25zZRIWCg5zZXJ2ZXJfdmVyc2lvbhgBIAEoCRIZChFwcm90b2NvbF92ZXJzaW9ucxgCIAMoDRIaChJjYV9jZXJ0aWZpY2F0ZV9wZW0YAyABKAkSFgoOY2FfZmluZ2VycHJpbnQYBCABKAkiWQoNRW5yb2xsUmVxdWVzdBINCgV0b2tlbhgBIAEoCRIPCgdjc3JfcGVtGAIgASgJEhEKCW5vZGVfbmFtZRgDIAEoCRIVCg1hZ2VudF92ZXJzaW9uGAQgASgJIoYBCg5FbnJvbGxSZXNwb25zZRIPCgdub2RlX2lkGAEgASgJEhcKD2NlcnRpZmljYXRlX3BlbRgCIAEoCRIaChJjYV9jZXJ0aWZpY2F0ZV9wZW0YAyABKAkSLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiKQoWUmVuZXdDcmVkZW50aWFsUmVxdWVzdBIPCgdjc3JfcGVtGAEgASgJImIKF1JlbmV3Q3JlZGVudGlhbFJlc3BvbnNlEhcKD2NlcnRpZmljYXRlX3BlbRgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKOAwoLQWdlbnRDb25maWcSNQoSaGVhcnRiZWF0X2ludGVydmFsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjUKEnRlbGVtZXRyeV9pbnRlcnZhbBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJpbnZlbnRvcnlfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLc3RhbGVfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoNb2ZmbGluZV9hZnRlchgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIyCg9tYXhfZnV0dXJlX3NrZXcYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SIAoYcmVuZXdfcmVtYWluaW5nX2ZyYWN0aW9uGAcgASgBEiIKGm1heF9wcm9ncmVzc19tZXNzYWdlX2J5dGVzGAggASgNImIKC0luc3RydWN0aW9uEksKEHJlbmV3X2NyZWRlbnRpYWwYASABKAsyLy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlbmV3Q3JlZGVudGlhbEluc3RydWN0aW9uSABCBgoEa2luZCIsChpSZW5ld0NyZWRlbnRpYWxJbnN0cnVjdGlvbhIOCgZyZWFzb24YASABKAkibAoQSGVhcnRiZWF0UmVxdWVzdBIVCg1hZ2VudF92ZXJzaW9uGAEgASgJEisKB3NlbnRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGNhcGFiaWxpdGllcxgDIAMoCSKuAQoRSGVhcnRiZWF0UmVzcG9uc2USMAoGY29uZmlnGAEgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5BZ2VudENvbmZpZxI2CgxpbnN0cnVjdGlvbnMYAiADKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkluc3RydWN0aW9uEi8KC3NlcnZlcl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLuAQoPSW52ZW50b3J5UmVwb3J0EhAKCHNlcXVlbmNlGAEgASgEEi8KC29ic2VydmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgRob3N0GAMgASgLMh4ubW9kZWxmb3JnZS5jb21tb24udjEuSG9zdEluZm8SKwoEZ3B1cxgEIAMoCzIdLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkdwdUluZm8SHwoXZ3B1X2NvbGxlY3Rpb25fY29tcGxldGUYBSABKAgSHAoUZ3B1X2NvbGxlY3Rpb25fZXJyb3IYBiABKAkiSwoTUHV0SW52ZW50b3J5UmVxdWVzdBI0CgZyZXBvcnQYASABKAsyJC5tb2RlbGZvcmdlLmFnZW50LnYxLkludmVudG9yeVJlcG9ydCJjChRQdXRJbnZlbnRvcnlSZXNwb25zZRI7CgtkaXNwb3NpdGlvbhgBIAEoDjImLm1vZGVsZm9yZ2UuYWdlbnQudjEuU2FtcGxlRGlzcG9zaXRpb24SDgoGcmVhc29uGAIgASgJIogBCg9UZWxlbWV0cnlSZXBvcnQSEAoIc2VxdWVuY2UYASABKAQSLwoLb2JzZXJ2ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKCXRlbGVtZXRyeRgDIAEoCzIfLm1vZGVsZm9yZ2UuY29tbW9uLnYxLlRlbGVtZXRyeSJLChNQdXRUZWxlbWV0cnlSZXF1ZXN0EjQKBnJlcG9ydBgBIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuVGVsZW1ldHJ5UmVwb3J0ImMKFFB1dFRlbGVtZXRyeVJlc3BvbnNlEjsKC2Rpc3Bvc2l0aW9uGAEgASgOMiYubW9kZWxmb3JnZS5hZ2VudC52MS5TYW1wbGVEaXNwb3NpdGlvbhIOCgZyZWFzb24YAiABKAkiEQoPQ2xhaW1Kb2JSZXF1ZXN0Ij8KEENsYWltSm9iUmVzcG9uc2USKwoFbGVhc2UYASABKAsyHC5tb2RlbGZvcmdlLmpvYnMudjEuSm9iTGVhc2UibgoYUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEjEKCHByb2dyZXNzGAMgASgLMh8ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYlByb2dyZXNzImUKGVJlcG9ydEpvYlByb2dyZXNzUmVzcG9uc2USLgoKZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQY2FuY2VsX3JlcXVlc3RlZBgCIAEoCCJkChJDb21wbGV0ZUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SLQoGcmVzdWx0GAMgASgLMh0ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYlJlc3VsdCIVChNDb21wbGV0ZUpvYlJlc3BvbnNlImIKDkZhaWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi8KB2ZhaWx1cmUYAyABKAsyHi5tb2RlbGZvcmdlLmpvYnMudjEuSm9iRmFpbHVyZSIlCg9GYWlsSm9iUmVzcG9uc2USEgoKd2lsbF9yZXRyeRgBIAEoCCJnCgVIZWxsbxIYChBwcm90b2NvbF92ZXJzaW9uGAEgASgNEhUKDWFnZW50X3ZlcnNpb24YAiABKAkSFAoMY2FwYWJpbGl0aWVzGAMgAygJEhcKD3J1bm5pbmdfam9iX2lkcxgEIAMoCSKhAgoHV2VsY29tZRIPCgdub2RlX2lkGAEgASgJEhYKDnNlcnZlcl92ZXJzaW9uGAIgASgJEjAKBmNvbmZpZxgDIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuQWdlbnRDb25maWcSNgoMaW5zdHJ1Y3Rpb25zGAQgAygLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbhJLChBzdHJlYW1fc2VxdWVuY2VzGAUgAygLMjEubW9kZWxmb3JnZS5hZ2VudC52MS5XZWxjb21lLlN0cmVhbVNlcXVlbmNlc0VudHJ5GjYKFFN0cmVhbVNlcXVlbmNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEi1wMKDlNlc3Npb25SZXF1ZXN0EhIKCm1lc3NhZ2VfaWQYASABKAQSKwoFaGVsbG8YAiABKAsyGi5tb2RlbGZvcmdlLmFnZW50LnYxLkhlbGxvSAASOgoJaGVhcnRiZWF0GAMgASgLMiUubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXF1ZXN0SAASPQoJaW52ZW50b3J5GAQgASgLMigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXF1ZXN0SAASPQoJdGVsZW1ldHJ5GAUgASgLMigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRUZWxlbWV0cnlSZXF1ZXN0SAASRQoMam9iX3Byb2dyZXNzGAYgASgLMi0ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBvcnRKb2JQcm9ncmVzc1JlcXVlc3RIABI/Cgxqb2JfY29tcGxldGUYByABKAsyJy5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVxdWVzdEgAEjcKCGpvYl9mYWlsGAggASgLMiMubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVxdWVzdEgAQgkKB21lc3NhZ2UiKwoKUmVwbHlFcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAki2AMKBVJlcGx5EhIKCm1lc3NhZ2VfaWQYASABKAQSMAoFZXJyb3IYAiABKAsyHy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcGx5RXJyb3JIABI7CgloZWFydGJlYXQYAyABKAsyJi5tb2RlbGZvcmdlLmFnZW50LnYxLkhlYXJ0YmVhdFJlc3BvbnNlSAASPgoJaW52ZW50b3J5GAQgASgLMikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXNwb25zZUgAEj4KCXRlbGVtZXRyeRgFIAEoCzIpLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVzcG9uc2VIABJGCgxqb2JfcHJvZ3Jlc3MYBiABKAsyLi5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcG9ydEpvYlByb2dyZXNzUmVzcG9uc2VIABJACgxqb2JfY29tcGxldGUYByABKAsyKC5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVzcG9uc2VIABI4Cghqb2JfZmFpbBgIIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlc3BvbnNlSABCCAoGcmVzdWx0IlAKCUpvYkNhbmNlbBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIOCgZyZWFzb24YAyABKAkSEgoKbGVhc2VfbG9zdBgEIAEoCCLIAgoPU2Vzc2lvblJlc3BvbnNlEi8KB3dlbGNvbWUYASABKAsyHC5tb2RlbGZvcmdlLmFnZW50LnYxLldlbGNvbWVIABIrCgVyZXBseRgCIAEoCzIaLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwbHlIABItCgVsZWFzZRgDIAEoCzIcLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JMZWFzZUgAEjAKBmNhbmNlbBgEIAEoCzIeLm1vZGVsZm9yZ2UuYWdlbnQudjEuSm9iQ2FuY2VsSAASMgoGY29uZmlnGAUgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5BZ2VudENvbmZpZ0gAEjcKC2luc3RydWN0aW9uGAYgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbkgAQgkKB21lc3NhZ2UqrwEKEVNhbXBsZURpc3Bvc2l0aW9uEiIKHlNBTVBMRV9ESVNQT1NJVElPTl9VTlNQRUNJRklFRBAAEh4KGlNBTVBMRV9ESVNQT1NJVElPTl9BUFBMSUVEEAESKAokU0FNUExFX0RJU1BPU0lUSU9OX09CU0VSVkFUSU9OX09MREVSEAISLAooU0FNUExFX0RJU1BPU0lUSU9OX09CU0VSVkFUSU9OX0lOX0ZVVFVSRRADMrwICgxBZ2VudFNlcnZpY2USZgoNR2V0U2VydmVySW5mbxIpLm1vZGVsZm9yZ2UuYWdlbnQudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaKi5tb2RlbGZvcmdlLmFnZW50LnYxLkdldFNlcnZlckluZm9SZXNwb25zZRJRCgZFbnJvbGwSIi5tb2RlbGZvcmdlLmFnZW50LnYxLkVucm9sbFJlcXVlc3QaIy5tb2RlbGZvcmdlLmFnZW50LnYxLkVucm9sbFJlc3BvbnNlElgKB1Nlc3Npb24SIy5tb2RlbGZvcmdlLmFnZW50LnYxLlNlc3Npb25SZXF1ZXN0GiQubW9kZWxmb3JnZS5hZ2VudC52MS5TZXNzaW9uUmVzcG9uc2UoATABEloKCUhlYXJ0YmVhdBIlLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVxdWVzdBomLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVzcG9uc2USYwoMUHV0SW52ZW50b3J5EigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXF1ZXN0GikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXNwb25zZRJjCgxQdXRUZWxlbWV0cnkSKC5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlcXVlc3QaKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlc3BvbnNlElcKCENsYWltSm9iEiQubW9kZWxmb3JnZS5hZ2VudC52MS5DbGFpbUpvYlJlcXVlc3QaJS5tb2RlbGZvcmdlLmFnZW50LnYxLkNsYWltSm9iUmVzcG9uc2UScgoRUmVwb3J0Sm9iUHJvZ3Jlc3MSLS5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcG9ydEpvYlByb2dyZXNzUmVxdWVzdBouLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXNwb25zZRJgCgtDb21wbGV0ZUpvYhInLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ29tcGxldGVKb2JSZXF1ZXN0GigubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlc3BvbnNlElQKB0ZhaWxKb2ISIy5tb2RlbGZvcmdlLmFnZW50LnYxLkZhaWxKb2JSZXF1ZXN0GiQubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVzcG9uc2USbAoPUmVuZXdDcmVkZW50aWFsEisubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxSZXF1ZXN0GiwubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_modelforge_common_v1_common, file_modelforge_jobs_v1_jobs]);
+  fileDesc("Ch9tb2RlbGZvcmdlL2FnZW50L3YxL2FnZW50LnByb3RvEhNtb2RlbGZvcmdlLmFnZW50LnYxIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0In4KFUdldFNlcnZlckluZm9SZXNwb25zZRIWCg5zZXJ2ZXJfdmVyc2lvbhgBIAEoCRIZChFwcm90b2NvbF92ZXJzaW9ucxgCIAMoDRIaChJjYV9jZXJ0aWZpY2F0ZV9wZW0YAyABKAkSFgoOY2FfZmluZ2VycHJpbnQYBCABKAkiWQoNRW5yb2xsUmVxdWVzdBINCgV0b2tlbhgBIAEoCRIPCgdjc3JfcGVtGAIgASgJEhEKCW5vZGVfbmFtZRgDIAEoCRIVCg1hZ2VudF92ZXJzaW9uGAQgASgJIoYBCg5FbnJvbGxSZXNwb25zZRIPCgdub2RlX2lkGAEgASgJEhcKD2NlcnRpZmljYXRlX3BlbRgCIAEoCRIaChJjYV9jZXJ0aWZpY2F0ZV9wZW0YAyABKAkSLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiKQoWUmVuZXdDcmVkZW50aWFsUmVxdWVzdBIPCgdjc3JfcGVtGAEgASgJImIKF1JlbmV3Q3JlZGVudGlhbFJlc3BvbnNlEhcKD2NlcnRpZmljYXRlX3BlbRgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKOAwoLQWdlbnRDb25maWcSNQoSaGVhcnRiZWF0X2ludGVydmFsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjUKEnRlbGVtZXRyeV9pbnRlcnZhbBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJpbnZlbnRvcnlfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLc3RhbGVfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoNb2ZmbGluZV9hZnRlchgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIyCg9tYXhfZnV0dXJlX3NrZXcYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SIAoYcmVuZXdfcmVtYWluaW5nX2ZyYWN0aW9uGAcgASgBEiIKGm1heF9wcm9ncmVzc19tZXNzYWdlX2J5dGVzGAggASgNImIKC0luc3RydWN0aW9uEksKEHJlbmV3X2NyZWRlbnRpYWwYASABKAsyLy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlbmV3Q3JlZGVudGlhbEluc3RydWN0aW9uSABCBgoEa2luZCIsChpSZW5ld0NyZWRlbnRpYWxJbnN0cnVjdGlvbhIOCgZyZWFzb24YASABKAkibAoQSGVhcnRiZWF0UmVxdWVzdBIVCg1hZ2VudF92ZXJzaW9uGAEgASgJEisKB3NlbnRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGNhcGFiaWxpdGllcxgDIAMoCSLMAQoRSGVhcnRiZWF0UmVzcG9uc2USMAoGY29uZmlnGAEgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5BZ2VudENvbmZpZxI2CgxpbnN0cnVjdGlvbnMYAiADKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkluc3RydWN0aW9uEi8KC3NlcnZlcl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRpZ25vcmVkX2NhcGFiaWxpdGllcxgEIAMoCSLuAQoPSW52ZW50b3J5UmVwb3J0EhAKCHNlcXVlbmNlGAEgASgEEi8KC29ic2VydmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgRob3N0GAMgASgLMh4ubW9kZWxmb3JnZS5jb21tb24udjEuSG9zdEluZm8SKwoEZ3B1cxgEIAMoCzIdLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkdwdUluZm8SHwoXZ3B1X2NvbGxlY3Rpb25fY29tcGxldGUYBSABKAgSHAoUZ3B1X2NvbGxlY3Rpb25fZXJyb3IYBiABKAkiSwoTUHV0SW52ZW50b3J5UmVxdWVzdBI0CgZyZXBvcnQYASABKAsyJC5tb2RlbGZvcmdlLmFnZW50LnYxLkludmVudG9yeVJlcG9ydCJjChRQdXRJbnZlbnRvcnlSZXNwb25zZRI7CgtkaXNwb3NpdGlvbhgBIAEoDjImLm1vZGVsZm9yZ2UuYWdlbnQudjEuU2FtcGxlRGlzcG9zaXRpb24SDgoGcmVhc29uGAIgASgJIogBCg9UZWxlbWV0cnlSZXBvcnQSEAoIc2VxdWVuY2UYASABKAQSLwoLb2JzZXJ2ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKCXRlbGVtZXRyeRgDIAEoCzIfLm1vZGVsZm9yZ2UuY29tbW9uLnYxLlRlbGVtZXRyeSJLChNQdXRUZWxlbWV0cnlSZXF1ZXN0EjQKBnJlcG9ydBgBIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuVGVsZW1ldHJ5UmVwb3J0ImMKFFB1dFRlbGVtZXRyeVJlc3BvbnNlEjsKC2Rpc3Bvc2l0aW9uGAEgASgOMiYubW9kZWxmb3JnZS5hZ2VudC52MS5TYW1wbGVEaXNwb3NpdGlvbhIOCgZyZWFzb24YAiABKAkiEQoPQ2xhaW1Kb2JSZXF1ZXN0Ij8KEENsYWltSm9iUmVzcG9uc2USKwoFbGVhc2UYASABKAsyHC5tb2RlbGZvcmdlLmpvYnMudjEuSm9iTGVhc2UibgoYUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEjEKCHByb2dyZXNzGAMgASgLMh8ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYlByb2dyZXNzImUKGVJlcG9ydEpvYlByb2dyZXNzUmVzcG9uc2USLgoKZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQY2FuY2VsX3JlcXVlc3RlZBgCIAEoCCJkChJDb21wbGV0ZUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SLQoGcmVzdWx0GAMgASgLMh0ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYlJlc3VsdCIVChNDb21wbGV0ZUpvYlJlc3BvbnNlImIKDkZhaWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi8KB2ZhaWx1cmUYAyABKAsyHi5tb2RlbGZvcmdlLmpvYnMudjEuSm9iRmFpbHVyZSIlCg9GYWlsSm9iUmVzcG9uc2USEgoKd2lsbF9yZXRyeRgBIAEoCCJnCgVIZWxsbxIYChBwcm90b2NvbF92ZXJzaW9uGAEgASgNEhUKDWFnZW50X3ZlcnNpb24YAiABKAkSFAoMY2FwYWJpbGl0aWVzGAMgAygJEhcKD3J1bm5pbmdfam9iX2lkcxgEIAMoCSK/AgoHV2VsY29tZRIPCgdub2RlX2lkGAEgASgJEhYKDnNlcnZlcl92ZXJzaW9uGAIgASgJEjAKBmNvbmZpZxgDIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuQWdlbnRDb25maWcSNgoMaW5zdHJ1Y3Rpb25zGAQgAygLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbhJLChBzdHJlYW1fc2VxdWVuY2VzGAUgAygLMjEubW9kZWxmb3JnZS5hZ2VudC52MS5XZWxjb21lLlN0cmVhbVNlcXVlbmNlc0VudHJ5EhwKFGlnbm9yZWRfY2FwYWJpbGl0aWVzGAYgAygJGjYKFFN0cmVhbVNlcXVlbmNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEi1wMKDlNlc3Npb25SZXF1ZXN0EhIKCm1lc3NhZ2VfaWQYASABKAQSKwoFaGVsbG8YAiABKAsyGi5tb2RlbGZvcmdlLmFnZW50LnYxLkhlbGxvSAASOgoJaGVhcnRiZWF0GAMgASgLMiUubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXF1ZXN0SAASPQoJaW52ZW50b3J5GAQgASgLMigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXF1ZXN0SAASPQoJdGVsZW1ldHJ5GAUgASgLMigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRUZWxlbWV0cnlSZXF1ZXN0SAASRQoMam9iX3Byb2dyZXNzGAYgASgLMi0ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBvcnRKb2JQcm9ncmVzc1JlcXVlc3RIABI/Cgxqb2JfY29tcGxldGUYByABKAsyJy5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVxdWVzdEgAEjcKCGpvYl9mYWlsGAggASgLMiMubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVxdWVzdEgAQgkKB21lc3NhZ2UiKwoKUmVwbHlFcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAki2AMKBVJlcGx5EhIKCm1lc3NhZ2VfaWQYASABKAQSMAoFZXJyb3IYAiABKAsyHy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcGx5RXJyb3JIABI7CgloZWFydGJlYXQYAyABKAsyJi5tb2RlbGZvcmdlLmFnZW50LnYxLkhlYXJ0YmVhdFJlc3BvbnNlSAASPgoJaW52ZW50b3J5GAQgASgLMikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXNwb25zZUgAEj4KCXRlbGVtZXRyeRgFIAEoCzIpLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVzcG9uc2VIABJGCgxqb2JfcHJvZ3Jlc3MYBiABKAsyLi5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcG9ydEpvYlByb2dyZXNzUmVzcG9uc2VIABJACgxqb2JfY29tcGxldGUYByABKAsyKC5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVzcG9uc2VIABI4Cghqb2JfZmFpbBgIIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlc3BvbnNlSABCCAoGcmVzdWx0IlAKCUpvYkNhbmNlbBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIOCgZyZWFzb24YAyABKAkSEgoKbGVhc2VfbG9zdBgEIAEoCCLIAgoPU2Vzc2lvblJlc3BvbnNlEi8KB3dlbGNvbWUYASABKAsyHC5tb2RlbGZvcmdlLmFnZW50LnYxLldlbGNvbWVIABIrCgVyZXBseRgCIAEoCzIaLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwbHlIABItCgVsZWFzZRgDIAEoCzIcLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JMZWFzZUgAEjAKBmNhbmNlbBgEIAEoCzIeLm1vZGVsZm9yZ2UuYWdlbnQudjEuSm9iQ2FuY2VsSAASMgoGY29uZmlnGAUgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5BZ2VudENvbmZpZ0gAEjcKC2luc3RydWN0aW9uGAYgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbkgAQgkKB21lc3NhZ2UqrwEKEVNhbXBsZURpc3Bvc2l0aW9uEiIKHlNBTVBMRV9ESVNQT1NJVElPTl9VTlNQRUNJRklFRBAAEh4KGlNBTVBMRV9ESVNQT1NJVElPTl9BUFBMSUVEEAESKAokU0FNUExFX0RJU1BPU0lUSU9OX09CU0VSVkFUSU9OX09MREVSEAISLAooU0FNUExFX0RJU1BPU0lUSU9OX09CU0VSVkFUSU9OX0lOX0ZVVFVSRRADMrwICgxBZ2VudFNlcnZpY2USZgoNR2V0U2VydmVySW5mbxIpLm1vZGVsZm9yZ2UuYWdlbnQudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaKi5tb2RlbGZvcmdlLmFnZW50LnYxLkdldFNlcnZlckluZm9SZXNwb25zZRJRCgZFbnJvbGwSIi5tb2RlbGZvcmdlLmFnZW50LnYxLkVucm9sbFJlcXVlc3QaIy5tb2RlbGZvcmdlLmFnZW50LnYxLkVucm9sbFJlc3BvbnNlElgKB1Nlc3Npb24SIy5tb2RlbGZvcmdlLmFnZW50LnYxLlNlc3Npb25SZXF1ZXN0GiQubW9kZWxmb3JnZS5hZ2VudC52MS5TZXNzaW9uUmVzcG9uc2UoATABEloKCUhlYXJ0YmVhdBIlLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVxdWVzdBomLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVzcG9uc2USYwoMUHV0SW52ZW50b3J5EigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXF1ZXN0GikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXNwb25zZRJjCgxQdXRUZWxlbWV0cnkSKC5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlcXVlc3QaKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlc3BvbnNlElcKCENsYWltSm9iEiQubW9kZWxmb3JnZS5hZ2VudC52MS5DbGFpbUpvYlJlcXVlc3QaJS5tb2RlbGZvcmdlLmFnZW50LnYxLkNsYWltSm9iUmVzcG9uc2UScgoRUmVwb3J0Sm9iUHJvZ3Jlc3MSLS5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcG9ydEpvYlByb2dyZXNzUmVxdWVzdBouLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXNwb25zZRJgCgtDb21wbGV0ZUpvYhInLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ29tcGxldGVKb2JSZXF1ZXN0GigubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlc3BvbnNlElQKB0ZhaWxKb2ISIy5tb2RlbGZvcmdlLmFnZW50LnYxLkZhaWxKb2JSZXF1ZXN0GiQubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVzcG9uc2USbAoPUmVuZXdDcmVkZW50aWFsEisubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxSZXF1ZXN0GiwubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_modelforge_common_v1_common, file_modelforge_jobs_v1_jobs]);
 
 /**
  * Asks for the server's description.
@@ -86,6 +96,7 @@ export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*
 export type EnrollRequest = Message<"modelforge.agent.v1.EnrollRequest"> & {
   /**
    * The one-time enrollment token. Never logged.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string token = 1;
    */
@@ -94,6 +105,7 @@ export type EnrollRequest = Message<"modelforge.agent.v1.EnrollRequest"> & {
   /**
    * A PKCS#10 certificate signing request, PEM, for a key generated on the node (RSA, 2048 bits or
    * more). The subject is ignored: the server names the node.
+   * Bounds: at most 16384 bytes of UTF-8, line breaks allowed but no other control characters.
    *
    * @generated from field: string csr_pem = 2;
    */
@@ -101,6 +113,7 @@ export type EnrollRequest = Message<"modelforge.agent.v1.EnrollRequest"> & {
 
   /**
    * A display name for the node; defaults to the token's node name.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string node_name = 3;
    */
@@ -108,6 +121,7 @@ export type EnrollRequest = Message<"modelforge.agent.v1.EnrollRequest"> & {
 
   /**
    * The agent's version.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string agent_version = 4;
    */
@@ -171,6 +185,7 @@ export const EnrollResponseSchema: GenMessage<EnrollResponse> = /*@__PURE__*/
 export type RenewCredentialRequest = Message<"modelforge.agent.v1.RenewCredentialRequest"> & {
   /**
    * A CSR for a freshly generated key, PEM.
+   * Bounds: at most 16384 bytes of UTF-8, line breaks allowed but no other control characters.
    *
    * @generated from field: string csr_pem = 1;
    */
@@ -340,6 +355,7 @@ export const RenewCredentialInstructionSchema: GenMessage<RenewCredentialInstruc
 export type HeartbeatRequest = Message<"modelforge.agent.v1.HeartbeatRequest"> & {
   /**
    * The agent's version.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string agent_version = 1;
    */
@@ -355,7 +371,10 @@ export type HeartbeatRequest = Message<"modelforge.agent.v1.HeartbeatRequest"> &
 
   /**
    * The capabilities the agent implements, for agents that poll with unary calls and never open a
-   * Session; empty leaves the recorded capabilities unchanged.
+   * Session; empty leaves the recorded capabilities unchanged. Names this server does not know
+   * (for example from a newer agent) are not recorded; the reply lists them in
+   * ignored_capabilities, and the call still succeeds.
+   * Bounds: at most 64 entries, each at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: repeated string capabilities = 3;
    */
@@ -396,6 +415,13 @@ export type HeartbeatResponse = Message<"modelforge.agent.v1.HeartbeatResponse">
    * @generated from field: google.protobuf.Timestamp server_time = 3;
    */
   serverTime?: Timestamp | undefined;
+
+  /**
+   * The advertised capabilities this server does not know and did not record.
+   *
+   * @generated from field: repeated string ignored_capabilities = 4;
+   */
+  ignoredCapabilities: string[];
 };
 
 /**
@@ -434,6 +460,7 @@ export type InventoryReport = Message<"modelforge.agent.v1.InventoryReport"> & {
 
   /**
    * The GPUs found.
+   * Bounds: at most 64 entries.
    *
    * @generated from field: repeated modelforge.common.v1.GpuInfo gpus = 4;
    */
@@ -449,6 +476,7 @@ export type InventoryReport = Message<"modelforge.agent.v1.InventoryReport"> & {
 
   /**
    * Why GPU collection was incomplete, when it was.
+   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string gpu_collection_error = 6;
    */
@@ -639,6 +667,7 @@ export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*
 export type ReportJobProgressRequest = Message<"modelforge.agent.v1.ReportJobProgressRequest"> & {
   /**
    * The job.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string job_id = 1;
    */
@@ -702,6 +731,7 @@ export const ReportJobProgressResponseSchema: GenMessage<ReportJobProgressRespon
 export type CompleteJobRequest = Message<"modelforge.agent.v1.CompleteJobRequest"> & {
   /**
    * The job.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string job_id = 1;
    */
@@ -752,6 +782,7 @@ export const CompleteJobResponseSchema: GenMessage<CompleteJobResponse> = /*@__P
 export type FailJobRequest = Message<"modelforge.agent.v1.FailJobRequest"> & {
   /**
    * The job.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string job_id = 1;
    */
@@ -816,13 +847,16 @@ export type Hello = Message<"modelforge.agent.v1.Hello"> & {
 
   /**
    * The agent's version.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string agent_version = 2;
    */
   agentVersion: string;
 
   /**
-   * The capabilities the agent implements, e.g. "artifact.acquire.v1".
+   * The capabilities the agent implements, e.g. "artifact.acquire.v1". Names this server does not
+   * know are not recorded; Welcome lists them in ignored_capabilities.
+   * Bounds: at most 64 entries, each at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: repeated string capabilities = 3;
    */
@@ -830,6 +864,7 @@ export type Hello = Message<"modelforge.agent.v1.Hello"> & {
 
   /**
    * What the agent is running now (job ids), so the server can reconcile after a partition.
+   * Bounds: at most 4096 entries, each a UUID (8-4-4-4-12 hex digits).
    *
    * @generated from field: repeated string running_job_ids = 4;
    */
@@ -884,6 +919,13 @@ export type Welcome = Message<"modelforge.agent.v1.Welcome"> & {
    * @generated from field: map<string, uint64> stream_sequences = 5;
    */
   streamSequences: { [key: string]: bigint };
+
+  /**
+   * The capabilities of the Hello this server does not know and did not record.
+   *
+   * @generated from field: repeated string ignored_capabilities = 6;
+   */
+  ignoredCapabilities: string[];
 };
 
 /**

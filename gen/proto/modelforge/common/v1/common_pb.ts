@@ -4,6 +4,16 @@
 
 // Types shared by the agent-facing and the operator-facing APIs: what a node is made of and what it
 // measures.
+//
+// Input bounds. The server checks every request message at the edge, before anything else reads
+// it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
+// control character (U+0000)"); an undecodable body is invalid_argument too. A field's comment
+// states its own bounds ("Bounds: ..."); unless it says otherwise: a string is at most 256 bytes
+// of UTF-8 with no control characters (U+0000-U+001F, U+007F-U+009F) and no unpaired surrogates,
+// a repeated field has at most 100 entries, a bytes field at most 64 KiB, a uint64 is at most
+// 9223372036854775807 (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores,
+// a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
+// and a Duration is at most 10,000 years.
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
@@ -23,6 +33,7 @@ export const file_modelforge_common_v1_common: GenFile = /*@__PURE__*/
 export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
   /**
    * Host name as the node reports it. A mutable fact, never an identity.
+   * Bounds: at most 253 bytes of UTF-8, no control characters.
    *
    * @generated from field: string hostname = 1;
    */
@@ -30,6 +41,7 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * Operating system distribution, e.g. "Ubuntu".
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string os_name = 2;
    */
@@ -37,6 +49,7 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * Operating system release, e.g. "24.04".
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string os_version = 3;
    */
@@ -44,6 +57,7 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * Kernel release, e.g. "6.8.0-45-generic".
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string kernel = 4;
    */
@@ -51,6 +65,7 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * CPU architecture, e.g. "x64" or "arm64".
+   * Bounds: at most 32 bytes of UTF-8, no control characters.
    *
    * @generated from field: string architecture = 5;
    */
@@ -58,6 +73,7 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * CPU model name.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string cpu_model = 6;
    */
@@ -79,6 +95,7 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * Block devices and file systems.
+   * Bounds: at most 1024 entries.
    *
    * @generated from field: repeated modelforge.common.v1.Disk disks = 9;
    */
@@ -100,6 +117,7 @@ export const HostInfoSchema: GenMessage<HostInfo> = /*@__PURE__*/
 export type Disk = Message<"modelforge.common.v1.Disk"> & {
   /**
    * Mount point, e.g. "/var/lib/modelforge".
+   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string mount = 1;
    */
@@ -107,6 +125,7 @@ export type Disk = Message<"modelforge.common.v1.Disk"> & {
 
   /**
    * File system type, e.g. "ext4".
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string filesystem = 2;
    */
@@ -135,6 +154,7 @@ export const DiskSchema: GenMessage<Disk> = /*@__PURE__*/
 export type GpuInfo = Message<"modelforge.common.v1.GpuInfo"> & {
   /**
    * Vendor UUID of the device, e.g. "GPU-5d3e...". The reconciliation key (with the node id).
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string uuid = 1;
    */
@@ -149,6 +169,7 @@ export type GpuInfo = Message<"modelforge.common.v1.GpuInfo"> & {
 
   /**
    * PCI bus id, e.g. "00000000:3B:00.0". Mutable.
+   * Bounds: at most 32 bytes of UTF-8, no control characters.
    *
    * @generated from field: string pci_bus_id = 3;
    */
@@ -156,6 +177,7 @@ export type GpuInfo = Message<"modelforge.common.v1.GpuInfo"> & {
 
   /**
    * Model name, e.g. "NVIDIA A100-SXM4-80GB".
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string model = 4;
    */
@@ -170,6 +192,7 @@ export type GpuInfo = Message<"modelforge.common.v1.GpuInfo"> & {
 
   /**
    * Driver version, e.g. "550.54.15".
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string driver_version = 6;
    */
@@ -177,6 +200,7 @@ export type GpuInfo = Message<"modelforge.common.v1.GpuInfo"> & {
 
   /**
    * Vendor, e.g. "NVIDIA".
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string vendor = 7;
    */
@@ -212,6 +236,7 @@ export type Telemetry = Message<"modelforge.common.v1.Telemetry"> & {
 
   /**
    * Usage per mounted file system.
+   * Bounds: at most 1024 entries.
    *
    * @generated from field: repeated modelforge.common.v1.MountUsage mounts = 3;
    */
@@ -219,6 +244,7 @@ export type Telemetry = Message<"modelforge.common.v1.Telemetry"> & {
 
   /**
    * Per-GPU measurements.
+   * Bounds: at most 64 entries.
    *
    * @generated from field: repeated modelforge.common.v1.GpuTelemetry gpus = 4;
    */
@@ -240,6 +266,7 @@ export const TelemetrySchema: GenMessage<Telemetry> = /*@__PURE__*/
 export type MountUsage = Message<"modelforge.common.v1.MountUsage"> & {
   /**
    * Mount point.
+   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string mount = 1;
    */
@@ -275,6 +302,7 @@ export const MountUsageSchema: GenMessage<MountUsage> = /*@__PURE__*/
 export type GpuTelemetry = Message<"modelforge.common.v1.GpuTelemetry"> & {
   /**
    * UUID of the GPU these measurements belong to.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string uuid = 1;
    */

@@ -5,6 +5,16 @@
 // The API service clients use to call deployed models. Their traffic is relayed to nodes as typed
 // deployment.invoke.v1 jobs and never reaches a node directly; a node credential is never accepted
 // here.
+//
+// Input bounds. The server checks every request message at the edge, before anything else reads
+// it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
+// control character (U+0000)"); an undecodable body is invalid_argument too. A field's comment
+// states its own bounds ("Bounds: ..."); unless it says otherwise: a string is at most 256 bytes
+// of UTF-8 with no control characters (U+0000-U+001F, U+007F-U+009F) and no unpaired surrogates,
+// a repeated field has at most 100 entries, a bytes field at most 64 KiB, a uint64 is at most
+// 9223372036854775807 (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores,
+// a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
+// and a Duration is at most 10,000 years.
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
@@ -96,6 +106,7 @@ export const DeploymentSchema: GenMessage<Deployment> = /*@__PURE__*/
 export type InvokeRequest = Message<"modelforge.deployment.v1.InvokeRequest"> & {
   /**
    * The deployment to call.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -103,6 +114,7 @@ export type InvokeRequest = Message<"modelforge.deployment.v1.InvokeRequest"> & 
 
   /**
    * MIME type of the payload.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string content_type = 2;
    */
@@ -110,6 +122,7 @@ export type InvokeRequest = Message<"modelforge.deployment.v1.InvokeRequest"> & 
 
   /**
    * The request body. Never logged.
+   * Bounds: at most 4194304 bytes.
    *
    * @generated from field: bytes payload = 3;
    */
@@ -180,6 +193,7 @@ export type ListDeploymentsRequest = Message<"modelforge.deployment.v1.ListDeplo
 
   /**
    * The next_page_token of a previous call.
+   * Bounds: at most 512 bytes of UTF-8, no control characters.
    *
    * @generated from field: string page_token = 2;
    */

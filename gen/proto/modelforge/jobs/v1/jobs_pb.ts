@@ -4,6 +4,16 @@
 
 // Typed jobs. A node never runs an arbitrary command: every job is exactly one of the closed set of
 // versioned capabilities below, and each carries only what that job needs.
+//
+// Input bounds. The server checks every request message at the edge, before anything else reads
+// it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
+// control character (U+0000)"); an undecodable body is invalid_argument too. A field's comment
+// states its own bounds ("Bounds: ..."); unless it says otherwise: a string is at most 256 bytes
+// of UTF-8 with no control characters (U+0000-U+001F, U+007F-U+009F) and no unpaired surrogates,
+// a repeated field has at most 100 entries, a bytes field at most 64 KiB, a uint64 is at most
+// 9223372036854775807 (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores,
+// a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
+// and a Duration is at most 10,000 years.
 
 import type { GenEnum, GenExtension, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, extDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
@@ -15,7 +25,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/jobs/v1/jobs.proto.
  */
 export const file_modelforge_jobs_v1_jobs: GenFile = /*@__PURE__*/
-  fileDesc("Ch1tb2RlbGZvcmdlL2pvYnMvdjEvam9icy5wcm90bxISbW9kZWxmb3JnZS5qb2JzLnYxIqwGCgdKb2JTcGVjElgKEGFydGlmYWN0X2FjcXVpcmUYASABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RBY3F1aXJlQheKtRgTYXJ0aWZhY3QuYWNxdWlyZS52MUgAEk8KDXJ1bnRpbWVfcHJvYmUYAiABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2JlQhSKtRgQcnVudGltZS5wcm9iZS52MUgAElIKDnJ1bnRpbWVfaGVhbHRoGAMgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVIZWFsdGhCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElIKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVVbmxvYWRCFYq1GBFydW50aW1lLnVubG9hZC52MUgAElUKD2RlcGxveW1lbnRfbG9hZBgFIAEoCzIiLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50TG9hZEIWirUYEmRlcGxveW1lbnQubG9hZC52MUgAElsKEWRlcGxveW1lbnRfaW52b2tlGAYgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2VCGIq1GBRkZXBsb3ltZW50Lmludm9rZS52MUgAElsKEWRlcGxveW1lbnRfaGVhbHRoGAcgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRIZWFsdGhCGIq1GBRkZXBsb3ltZW50LmhlYWx0aC52MUgAElgKEGRlcGxveW1lbnRfZHJhaW4YCCABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudERyYWluQheKtRgTZGVwbG95bWVudC5kcmFpbi52MUgAElsKEWRlcGxveW1lbnRfdW5sb2FkGAkgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRVbmxvYWRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQgYKBGtpbmQiQAoMQXJ0aWZhY3RGaWxlEgwKBHBhdGgYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoBBIOCgZzaGEyNTYYAyABKAkiRQoRRGlza1Jlc2VydmVQb2xpY3kSFgoObWluX2ZyZWVfYnl0ZXMYASABKAQSGAoQbWluX2ZyZWVfcGVyY2VudBgCIAEoDSKzAQoPQXJ0aWZhY3RBY3F1aXJlEhIKCnJlcG9zaXRvcnkYASABKAkSDgoGY29tbWl0GAIgASgJEi8KBWZpbGVzGAMgAygLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0RmlsZRITCgt0YXJnZXRfcm9vdBgEIAEoCRI2CgdyZXNlcnZlGAUgASgLMiUubW9kZWxmb3JnZS5qb2JzLnYxLkRpc2tSZXNlcnZlUG9saWN5IjAKEFJlc29sdmVkQXJ0aWZhY3QSDAoEcGF0aBgBIAEoCRIOCgZzaGEyNTYYAiABKAkilQEKDFJ1bnRpbWVQcm9iZRIXCg9ydW50aW1lX3Byb2ZpbGUYASABKAkSGwoTcnVudGltZV9lbnZpcm9ubWVudBgCIAEoCRI3CglhcnRpZmFjdHMYAyADKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuUmVzb2x2ZWRBcnRpZmFjdBIWCg5wcm9iZV9pbnB1dF9pZBgEIAEoCSIjCg1SdW50aW1lSGVhbHRoEhIKCnJ1bnRpbWVfaWQYASABKAkiIwoNUnVudGltZVVubG9hZBISCgpydW50aW1lX2lkGAEgASgJIosBCg5EZXBsb3ltZW50TG9hZBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEEhcKD3J1bnRpbWVfcHJvZmlsZRgDIAEoCRI3CglhcnRpZmFjdHMYBCADKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuUmVzb2x2ZWRBcnRpZmFjdCKQAQoQRGVwbG95bWVudEludm9rZRIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSFAoMY29udGVudF90eXBlGAMgASgJEg8KB3BheWxvYWQYBCABKAwSKgoHdGltZW91dBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIpChBEZXBsb3ltZW50SGVhbHRoEhUKDWRlcGxveW1lbnRfaWQYASABKAkiVAoPRGVwbG95bWVudERyYWluEhUKDWRlcGxveW1lbnRfaWQYASABKAkSKgoHdGltZW91dBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIpChBEZXBsb3ltZW50VW5sb2FkEhUKDWRlcGxveW1lbnRfaWQYASABKAkixAYKCUpvYlJlc3VsdBJeChBhcnRpZmFjdF9hY3F1aXJlGAEgASgLMikubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0QWNxdWlyZVJlc3VsdEIXirUYE2FydGlmYWN0LmFjcXVpcmUudjFIABJVCg1ydW50aW1lX3Byb2JlGAIgASgLMiYubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVQcm9iZVJlc3VsdEIUirUYEHJ1bnRpbWUucHJvYmUudjFIABJRCg5ydW50aW1lX2hlYWx0aBgDIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5IZWFsdGhSZXN1bHRCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElEKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiAubW9kZWxmb3JnZS5qb2JzLnYxLlVubG9hZFJlc3VsdEIVirUYEXJ1bnRpbWUudW5sb2FkLnYxSAASWwoPZGVwbG95bWVudF9sb2FkGAUgASgLMigubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRMb2FkUmVzdWx0QhaKtRgSZGVwbG95bWVudC5sb2FkLnYxSAASYQoRZGVwbG95bWVudF9pbnZva2UYBiABKAsyKi5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudEludm9rZVJlc3VsdEIYirUYFGRlcGxveW1lbnQuaW52b2tlLnYxSAASVwoRZGVwbG95bWVudF9oZWFsdGgYByABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuSGVhbHRoUmVzdWx0QhiKtRgUZGVwbG95bWVudC5oZWFsdGgudjFIABJeChBkZXBsb3ltZW50X2RyYWluGAggASgLMikubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnREcmFpblJlc3VsdEIXirUYE2RlcGxveW1lbnQuZHJhaW4udjFIABJXChFkZXBsb3ltZW50X3VubG9hZBgJIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5VbmxvYWRSZXN1bHRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQggKBnJlc3VsdCJtChVBcnRpZmFjdEFjcXVpcmVSZXN1bHQSDAoEcGF0aBgBIAEoCRIVCg1ieXRlc193cml0dGVuGAIgASgEEi8KBWZpbGVzGAMgAygLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0RmlsZSKrAQoSUnVudGltZVByb2JlUmVzdWx0EhIKCnJ1bnRpbWVfaWQYASABKAkSMAoNbG9hZF9kdXJhdGlvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIwCg1wcm9iZV9sYXRlbmN5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh0KFXBlYWtfZ3B1X21lbW9yeV9ieXRlcxgEIAEoBCIvCgxIZWFsdGhSZXN1bHQSDwoHaGVhbHRoeRgBIAEoCBIOCgZkZXRhaWwYAiABKAkiIwoMVW5sb2FkUmVzdWx0EhMKC2ZyZWVkX2J5dGVzGAEgASgEIjwKFERlcGxveW1lbnRMb2FkUmVzdWx0EhIKCnJ1bnRpbWVfaWQYASABKAkSEAoIcmV2aXNpb24YAiABKAQiPwoWRGVwbG95bWVudEludm9rZVJlc3VsdBIUCgxjb250ZW50X3R5cGUYASABKAkSDwoHcGF5bG9hZBgCIAEoDCI0ChVEZXBsb3ltZW50RHJhaW5SZXN1bHQSGwoTY29tcGxldGVkX2luX2ZsaWdodBgBIAEoDSJiCgpKb2JGYWlsdXJlEjAKBGNvZGUYASABKA4yIi5tb2RlbGZvcmdlLmpvYnMudjEuSm9iRmFpbHVyZUNvZGUSDwoHbWVzc2FnZRgCIAEoCRIRCglyZXRyeWFibGUYAyABKAgiWAoLSm9iUHJvZ3Jlc3MSDwoHcGVyY2VudBgBIAEoARISCgpieXRlc19kb25lGAIgASgEEhMKC2J5dGVzX3RvdGFsGAMgASgEEg8KB21lc3NhZ2UYBCABKAkinAEKCEpvYkxlYXNlEg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKBHNwZWMYBCABKAsyGy5tb2RlbGZvcmdlLmpvYnMudjEuSm9iU3BlYxIUCgxvcmRlcmluZ19rZXkYBSABKAkqwwMKDkpvYkZhaWx1cmVDb2RlEiAKHEpPQl9GQUlMVVJFX0NPREVfVU5TUEVDSUZJRUQQABIrCidKT0JfRkFJTFVSRV9DT0RFX1VOU1VQUE9SVEVEX0NBUEFCSUxJVFkQARIhCh1KT0JfRkFJTFVSRV9DT0RFX0lOVkFMSURfU1BFQxACEiYKIkpPQl9GQUlMVVJFX0NPREVfQ0hFQ0tTVU1fTUlTTUFUQ0gQAxImCiJKT0JfRkFJTFVSRV9DT0RFX0lOU1VGRklDSUVOVF9ESVNLEAQSHgoaSk9CX0ZBSUxVUkVfQ09ERV9OT1RfRk9VTkQQBRIiCh5KT0JfRkFJTFVSRV9DT0RFX1JVTlRJTUVfRVJST1IQBhIcChhKT0JfRkFJTFVSRV9DT0RFX1RJTUVPVVQQBxIeChpKT0JfRkFJTFVSRV9DT0RFX0NBTkNFTExFRBAIEicKI0pPQl9GQUlMVVJFX0NPREVfQVRURU1QVFNfRVhIQVVTVEVEEAkSJQohSk9CX0ZBSUxVUkVfQ09ERV9OT0RFX1VOUkVBQ0hBQkxFEAoSHQoZSk9CX0ZBSUxVUkVfQ09ERV9JTlRFUk5BTBALOj8KCmNhcGFiaWxpdHkSHS5nb29nbGUucHJvdG9idWYuRmllbGRPcHRpb25zGNGGAyABKAlSCmNhcGFiaWxpdHliBnByb3RvMw", [file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1tb2RlbGZvcmdlL2pvYnMvdjEvam9icy5wcm90bxISbW9kZWxmb3JnZS5qb2JzLnYxIqwGCgdKb2JTcGVjElgKEGFydGlmYWN0X2FjcXVpcmUYASABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RBY3F1aXJlQheKtRgTYXJ0aWZhY3QuYWNxdWlyZS52MUgAEk8KDXJ1bnRpbWVfcHJvYmUYAiABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2JlQhSKtRgQcnVudGltZS5wcm9iZS52MUgAElIKDnJ1bnRpbWVfaGVhbHRoGAMgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVIZWFsdGhCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElIKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVVbmxvYWRCFYq1GBFydW50aW1lLnVubG9hZC52MUgAElUKD2RlcGxveW1lbnRfbG9hZBgFIAEoCzIiLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50TG9hZEIWirUYEmRlcGxveW1lbnQubG9hZC52MUgAElsKEWRlcGxveW1lbnRfaW52b2tlGAYgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2VCGIq1GBRkZXBsb3ltZW50Lmludm9rZS52MUgAElsKEWRlcGxveW1lbnRfaGVhbHRoGAcgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRIZWFsdGhCGIq1GBRkZXBsb3ltZW50LmhlYWx0aC52MUgAElgKEGRlcGxveW1lbnRfZHJhaW4YCCABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudERyYWluQheKtRgTZGVwbG95bWVudC5kcmFpbi52MUgAElsKEWRlcGxveW1lbnRfdW5sb2FkGAkgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRVbmxvYWRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQgYKBGtpbmQiQAoMQXJ0aWZhY3RGaWxlEgwKBHBhdGgYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoBBIOCgZzaGEyNTYYAyABKAkiRQoRRGlza1Jlc2VydmVQb2xpY3kSFgoObWluX2ZyZWVfYnl0ZXMYASABKAQSGAoQbWluX2ZyZWVfcGVyY2VudBgCIAEoDSKzAQoPQXJ0aWZhY3RBY3F1aXJlEhIKCnJlcG9zaXRvcnkYASABKAkSDgoGY29tbWl0GAIgASgJEi8KBWZpbGVzGAMgAygLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0RmlsZRITCgt0YXJnZXRfcm9vdBgEIAEoCRI2CgdyZXNlcnZlGAUgASgLMiUubW9kZWxmb3JnZS5qb2JzLnYxLkRpc2tSZXNlcnZlUG9saWN5IjAKEFJlc29sdmVkQXJ0aWZhY3QSDAoEcGF0aBgBIAEoCRIOCgZzaGEyNTYYAiABKAkilQEKDFJ1bnRpbWVQcm9iZRIXCg9ydW50aW1lX3Byb2ZpbGUYASABKAkSGwoTcnVudGltZV9lbnZpcm9ubWVudBgCIAEoCRI3CglhcnRpZmFjdHMYAyADKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuUmVzb2x2ZWRBcnRpZmFjdBIWCg5wcm9iZV9pbnB1dF9pZBgEIAEoCSIjCg1SdW50aW1lSGVhbHRoEhIKCnJ1bnRpbWVfaWQYASABKAkiIwoNUnVudGltZVVubG9hZBISCgpydW50aW1lX2lkGAEgASgJIosBCg5EZXBsb3ltZW50TG9hZBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEEhcKD3J1bnRpbWVfcHJvZmlsZRgDIAEoCRI3CglhcnRpZmFjdHMYBCADKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuUmVzb2x2ZWRBcnRpZmFjdCKQAQoQRGVwbG95bWVudEludm9rZRIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSFAoMY29udGVudF90eXBlGAMgASgJEg8KB3BheWxvYWQYBCABKAwSKgoHdGltZW91dBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIpChBEZXBsb3ltZW50SGVhbHRoEhUKDWRlcGxveW1lbnRfaWQYASABKAkiVAoPRGVwbG95bWVudERyYWluEhUKDWRlcGxveW1lbnRfaWQYASABKAkSKgoHdGltZW91dBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIpChBEZXBsb3ltZW50VW5sb2FkEhUKDWRlcGxveW1lbnRfaWQYASABKAkixAYKCUpvYlJlc3VsdBJeChBhcnRpZmFjdF9hY3F1aXJlGAEgASgLMikubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0QWNxdWlyZVJlc3VsdEIXirUYE2FydGlmYWN0LmFjcXVpcmUudjFIABJVCg1ydW50aW1lX3Byb2JlGAIgASgLMiYubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVQcm9iZVJlc3VsdEIUirUYEHJ1bnRpbWUucHJvYmUudjFIABJRCg5ydW50aW1lX2hlYWx0aBgDIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5IZWFsdGhSZXN1bHRCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElEKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiAubW9kZWxmb3JnZS5qb2JzLnYxLlVubG9hZFJlc3VsdEIVirUYEXJ1bnRpbWUudW5sb2FkLnYxSAASWwoPZGVwbG95bWVudF9sb2FkGAUgASgLMigubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRMb2FkUmVzdWx0QhaKtRgSZGVwbG95bWVudC5sb2FkLnYxSAASYQoRZGVwbG95bWVudF9pbnZva2UYBiABKAsyKi5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudEludm9rZVJlc3VsdEIYirUYFGRlcGxveW1lbnQuaW52b2tlLnYxSAASVwoRZGVwbG95bWVudF9oZWFsdGgYByABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuSGVhbHRoUmVzdWx0QhiKtRgUZGVwbG95bWVudC5oZWFsdGgudjFIABJeChBkZXBsb3ltZW50X2RyYWluGAggASgLMikubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnREcmFpblJlc3VsdEIXirUYE2RlcGxveW1lbnQuZHJhaW4udjFIABJXChFkZXBsb3ltZW50X3VubG9hZBgJIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5VbmxvYWRSZXN1bHRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQggKBnJlc3VsdCJtChVBcnRpZmFjdEFjcXVpcmVSZXN1bHQSDAoEcGF0aBgBIAEoCRIVCg1ieXRlc193cml0dGVuGAIgASgEEi8KBWZpbGVzGAMgAygLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0RmlsZSKrAQoSUnVudGltZVByb2JlUmVzdWx0EhIKCnJ1bnRpbWVfaWQYASABKAkSMAoNbG9hZF9kdXJhdGlvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIwCg1wcm9iZV9sYXRlbmN5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh0KFXBlYWtfZ3B1X21lbW9yeV9ieXRlcxgEIAEoBCIvCgxIZWFsdGhSZXN1bHQSDwoHaGVhbHRoeRgBIAEoCBIOCgZkZXRhaWwYAiABKAkiIwoMVW5sb2FkUmVzdWx0EhMKC2ZyZWVkX2J5dGVzGAEgASgEIjwKFERlcGxveW1lbnRMb2FkUmVzdWx0EhIKCnJ1bnRpbWVfaWQYASABKAkSEAoIcmV2aXNpb24YAiABKAQiPwoWRGVwbG95bWVudEludm9rZVJlc3VsdBIUCgxjb250ZW50X3R5cGUYASABKAkSDwoHcGF5bG9hZBgCIAEoDCI0ChVEZXBsb3ltZW50RHJhaW5SZXN1bHQSGwoTY29tcGxldGVkX2luX2ZsaWdodBgBIAEoDSJiCgpKb2JGYWlsdXJlEjAKBGNvZGUYASABKA4yIi5tb2RlbGZvcmdlLmpvYnMudjEuSm9iRmFpbHVyZUNvZGUSDwoHbWVzc2FnZRgCIAEoCRIRCglyZXRyeWFibGUYAyABKAgiWAoLSm9iUHJvZ3Jlc3MSDwoHcGVyY2VudBgBIAEoARISCgpieXRlc19kb25lGAIgASgEEhMKC2J5dGVzX3RvdGFsGAMgASgEEg8KB21lc3NhZ2UYBCABKAkinAEKCEpvYkxlYXNlEg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKBHNwZWMYBCABKAsyGy5tb2RlbGZvcmdlLmpvYnMudjEuSm9iU3BlYxIUCgxvcmRlcmluZ19rZXkYBSABKAkq5wMKDkpvYkZhaWx1cmVDb2RlEiAKHEpPQl9GQUlMVVJFX0NPREVfVU5TUEVDSUZJRUQQABIrCidKT0JfRkFJTFVSRV9DT0RFX1VOU1VQUE9SVEVEX0NBUEFCSUxJVFkQARIhCh1KT0JfRkFJTFVSRV9DT0RFX0lOVkFMSURfU1BFQxACEiYKIkpPQl9GQUlMVVJFX0NPREVfQ0hFQ0tTVU1fTUlTTUFUQ0gQAxImCiJKT0JfRkFJTFVSRV9DT0RFX0lOU1VGRklDSUVOVF9ESVNLEAQSHgoaSk9CX0ZBSUxVUkVfQ09ERV9OT1RfRk9VTkQQBRIiCh5KT0JfRkFJTFVSRV9DT0RFX1JVTlRJTUVfRVJST1IQBhIcChhKT0JfRkFJTFVSRV9DT0RFX1RJTUVPVVQQBxIeChpKT0JfRkFJTFVSRV9DT0RFX0NBTkNFTExFRBAIEicKI0pPQl9GQUlMVVJFX0NPREVfQVRURU1QVFNfRVhIQVVTVEVEEAkSJQohSk9CX0ZBSUxVUkVfQ09ERV9OT0RFX1VOUkVBQ0hBQkxFEAoSHQoZSk9CX0ZBSUxVUkVfQ09ERV9JTlRFUk5BTBALEiIKHkpPQl9GQUlMVVJFX0NPREVfUEFUSF9SRUpFQ1RFRBAMOj8KCmNhcGFiaWxpdHkSHS5nb29nbGUucHJvdG9idWYuRmllbGRPcHRpb25zGNGGAyABKAlSCmNhcGFiaWxpdHliBnByb3RvMw", [file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * What a node is asked to do: exactly one typed capability.
@@ -117,7 +127,20 @@ export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
  */
 export type ArtifactFile = Message<"modelforge.jobs.v1.ArtifactFile"> & {
   /**
-   * Path relative to the artifact's directory; never absolute, never containing "..".
+   * Path relative to the artifact's directory, in the artifact path grammar, which the server
+   * checks when a job is created and the agent again before it runs a lease:
+   *
+   *   path    = segment *( "/" segment )     at most 1024 bytes and 32 segments
+   *   segment = first *254( char )           so never "." or ".."
+   *   first   = ALPHA / DIGIT / "_" / "-"    no hidden names (".git", ".ssh", ".env", ...)
+   *   char    = ALPHA / DIGIT / "_" / "-" / "."
+   *
+   * Only the POSIX portable file name characters: no "%" (nothing is percent-decoded), no "~", no
+   * "\", no spaces or control characters, no look-alike dots such as U+2024 or U+FF0E, and
+   * nothing Unicode normalisation could change. Absolute paths on a node (approved roots and
+   * resolved artifact paths) are "/" followed by segments of the same grammar (at most 4096 bytes
+   * and 64 segments).
+   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string path = 1;
    */
@@ -132,6 +155,7 @@ export type ArtifactFile = Message<"modelforge.jobs.v1.ArtifactFile"> & {
 
   /**
    * SHA-256 of the content, 64 lowercase hex digits.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string sha256 = 3;
    */
@@ -181,6 +205,7 @@ export const DiskReservePolicySchema: GenMessage<DiskReservePolicy> = /*@__PURE_
 export type ArtifactAcquire = Message<"modelforge.jobs.v1.ArtifactAcquire"> & {
   /**
    * Repository the files come from, e.g. "org/model".
+   * Bounds: at most 256 bytes of UTF-8, no control characters.
    *
    * @generated from field: string repository = 1;
    */
@@ -188,6 +213,7 @@ export type ArtifactAcquire = Message<"modelforge.jobs.v1.ArtifactAcquire"> & {
 
   /**
    * The exact commit: 40 lowercase hex digits. Branches and tags are not accepted.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string commit = 2;
    */
@@ -195,6 +221,7 @@ export type ArtifactAcquire = Message<"modelforge.jobs.v1.ArtifactAcquire"> & {
 
   /**
    * The files to fetch, with sizes and digests.
+   * Bounds: at most 1000 entries.
    *
    * @generated from field: repeated modelforge.jobs.v1.ArtifactFile files = 3;
    */
@@ -202,6 +229,7 @@ export type ArtifactAcquire = Message<"modelforge.jobs.v1.ArtifactAcquire"> & {
 
   /**
    * The approved target root the files land under; one of the server's approved roots.
+   * Bounds: at most 4096 bytes of UTF-8, no control characters.
    *
    * @generated from field: string target_root = 4;
    */
@@ -229,7 +257,9 @@ export const ArtifactAcquireSchema: GenMessage<ArtifactAcquire> = /*@__PURE__*/
  */
 export type ResolvedArtifact = Message<"modelforge.jobs.v1.ResolvedArtifact"> & {
   /**
-   * Absolute path on the node, inside an approved root.
+   * Absolute path on the node, inside an approved root: "/" and segments of the artifact path
+   * grammar (see ArtifactFile.path).
+   * Bounds: at most 4096 bytes of UTF-8, no control characters.
    *
    * @generated from field: string path = 1;
    */
@@ -237,6 +267,7 @@ export type ResolvedArtifact = Message<"modelforge.jobs.v1.ResolvedArtifact"> & 
 
   /**
    * SHA-256 of the file, 64 lowercase hex digits.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string sha256 = 2;
    */
@@ -258,6 +289,7 @@ export const ResolvedArtifactSchema: GenMessage<ResolvedArtifact> = /*@__PURE__*
 export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
   /**
    * Immutable runtime profile identity, e.g. "vllm-0.6-fp16".
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_profile = 1;
    */
@@ -265,6 +297,7 @@ export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
 
   /**
    * Immutable runtime environment identity, e.g. "cuda12.4-py3.11".
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_environment = 2;
    */
@@ -272,6 +305,7 @@ export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
 
   /**
    * The artifacts the runtime loads.
+   * Bounds: at most 1000 entries.
    *
    * @generated from field: repeated modelforge.jobs.v1.ResolvedArtifact artifacts = 3;
    */
@@ -279,6 +313,7 @@ export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
 
   /**
    * Identifier of the fixed probe input; never free text from a user.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string probe_input_id = 4;
    */
@@ -300,6 +335,7 @@ export const RuntimeProbeSchema: GenMessage<RuntimeProbe> = /*@__PURE__*/
 export type RuntimeHealth = Message<"modelforge.jobs.v1.RuntimeHealth"> & {
   /**
    * The runtime to check.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_id = 1;
    */
@@ -321,6 +357,7 @@ export const RuntimeHealthSchema: GenMessage<RuntimeHealth> = /*@__PURE__*/
 export type RuntimeUnload = Message<"modelforge.jobs.v1.RuntimeUnload"> & {
   /**
    * The runtime to stop.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_id = 1;
    */
@@ -342,6 +379,7 @@ export const RuntimeUnloadSchema: GenMessage<RuntimeUnload> = /*@__PURE__*/
 export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
   /**
    * The deployment to load.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -356,6 +394,7 @@ export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
 
   /**
    * Runtime profile identity.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_profile = 3;
    */
@@ -363,6 +402,7 @@ export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
 
   /**
    * The artifacts the deployment serves.
+   * Bounds: at most 1000 entries.
    *
    * @generated from field: repeated modelforge.jobs.v1.ResolvedArtifact artifacts = 4;
    */
@@ -384,6 +424,7 @@ export const DeploymentLoadSchema: GenMessage<DeploymentLoad> = /*@__PURE__*/
 export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & {
   /**
    * The deployment to call.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -391,6 +432,7 @@ export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & 
 
   /**
    * Request id of the service client's call, for tracing.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string request_id = 2;
    */
@@ -398,6 +440,7 @@ export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & 
 
   /**
    * MIME type of the payload, e.g. "application/json".
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string content_type = 3;
    */
@@ -405,6 +448,7 @@ export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & 
 
   /**
    * The request body. Never logged.
+   * Bounds: at most 4194304 bytes.
    *
    * @generated from field: bytes payload = 4;
    */
@@ -433,6 +477,7 @@ export const DeploymentInvokeSchema: GenMessage<DeploymentInvoke> = /*@__PURE__*
 export type DeploymentHealth = Message<"modelforge.jobs.v1.DeploymentHealth"> & {
   /**
    * The deployment to check.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -454,6 +499,7 @@ export const DeploymentHealthSchema: GenMessage<DeploymentHealth> = /*@__PURE__*
 export type DeploymentDrain = Message<"modelforge.jobs.v1.DeploymentDrain"> & {
   /**
    * The deployment to drain.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -482,6 +528,7 @@ export const DeploymentDrainSchema: GenMessage<DeploymentDrain> = /*@__PURE__*/
 export type DeploymentUnload = Message<"modelforge.jobs.v1.DeploymentUnload"> & {
   /**
    * The deployment to unload.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -596,6 +643,7 @@ export const JobResultSchema: GenMessage<JobResult> = /*@__PURE__*/
 export type ArtifactAcquireResult = Message<"modelforge.jobs.v1.ArtifactAcquireResult"> & {
   /**
    * Directory the verified files are in.
+   * Bounds: at most 4096 bytes of UTF-8, no control characters.
    *
    * @generated from field: string path = 1;
    */
@@ -610,6 +658,7 @@ export type ArtifactAcquireResult = Message<"modelforge.jobs.v1.ArtifactAcquireR
 
   /**
    * The files, as verified.
+   * Bounds: at most 1000 entries.
    *
    * @generated from field: repeated modelforge.jobs.v1.ArtifactFile files = 3;
    */
@@ -631,6 +680,7 @@ export const ArtifactAcquireResultSchema: GenMessage<ArtifactAcquireResult> = /*
 export type RuntimeProbeResult = Message<"modelforge.jobs.v1.RuntimeProbeResult"> & {
   /**
    * Identifier of the runtime started for the probe.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_id = 1;
    */
@@ -680,6 +730,7 @@ export type HealthResult = Message<"modelforge.jobs.v1.HealthResult"> & {
 
   /**
    * A short human-readable detail.
+   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string detail = 2;
    */
@@ -722,6 +773,7 @@ export const UnloadResultSchema: GenMessage<UnloadResult> = /*@__PURE__*/
 export type DeploymentLoadResult = Message<"modelforge.jobs.v1.DeploymentLoadResult"> & {
   /**
    * The runtime now serving the deployment.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_id = 1;
    */
@@ -750,6 +802,7 @@ export const DeploymentLoadResultSchema: GenMessage<DeploymentLoadResult> = /*@_
 export type DeploymentInvokeResult = Message<"modelforge.jobs.v1.DeploymentInvokeResult"> & {
   /**
    * MIME type of the payload.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string content_type = 1;
    */
@@ -757,6 +810,7 @@ export type DeploymentInvokeResult = Message<"modelforge.jobs.v1.DeploymentInvok
 
   /**
    * The response body. Never logged.
+   * Bounds: at most 4194304 bytes.
    *
    * @generated from field: bytes payload = 2;
    */
@@ -806,6 +860,7 @@ export type JobFailure = Message<"modelforge.jobs.v1.JobFailure"> & {
 
   /**
    * A short human-readable message. Never contains secrets or payloads.
+   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string message = 2;
    */
@@ -855,6 +910,7 @@ export type JobProgress = Message<"modelforge.jobs.v1.JobProgress"> & {
 
   /**
    * A short status line (at most 256 bytes).
+   * Bounds: at most 256 bytes of UTF-8, no control characters.
    *
    * @generated from field: string message = 4;
    */
@@ -1006,6 +1062,14 @@ export enum JobFailureCode {
    * @generated from enum value: JOB_FAILURE_CODE_INTERNAL = 11;
    */
   INTERNAL = 11,
+
+  /**
+   * The lease names a path outside the artifact path grammar (see ArtifactFile.path); the agent
+   * refused it without running anything. Never retryable.
+   *
+   * @generated from enum value: JOB_FAILURE_CODE_PATH_REJECTED = 12;
+   */
+  PATH_REJECTED = 12,
 }
 
 /**
