@@ -16,9 +16,9 @@ export function isUuid(raw: string): boolean {
   return UUID.test(raw);
 }
 
-/** Throws the refusal a failed `checkReport` describes: aborted (409) or failed_precondition. */
-export function refuseReport(check: Exclude<ReportCheck, { ok: true }>): never {
-  throw new ConnectError(check.reason, check.code === "aborted" ? Code.Aborted : Code.FailedPrecondition);
+/** The refusal a failed `checkReport` describes: aborted (409) or failed_precondition. */
+export function refusalOf(check: Exclude<ReportCheck, { ok: true }>): ConnectError {
+  return new ConnectError(check.reason, check.code === "aborted" ? Code.Aborted : Code.FailedPrecondition);
 }
 
 /** A conditional update found the lease gone between the check and the write. */
