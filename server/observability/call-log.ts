@@ -4,6 +4,17 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { callerKey } from "../context.js";
 import { codeName } from "../../common/codes.js";
 
+const selfLogged = new WeakSet<ConnectError>();
+
+/**
+ * Marks a refusal its handler has already logged (or counted, under a flood), so that it is one
+ * debug line here rather than a warn line per call.
+ */
+export function loggedByHandler(err: ConnectError): ConnectError {
+  selfLogged.add(err);
+  return err;
+}
+
 export function callLogInterceptor(): Interceptor {
   return (next) => async (req) => {
     const caller = req.contextValues.get(callerKey);
@@ -22,6 +33,7 @@ export function callLogInterceptor(): Interceptor {
       }
       const line = { ...fields(), code: codeName(err.code), message: err.rawMessage };
       if (err.code === Code.Internal || err.code === Code.Unknown) caller?.log.error(line, "rpc failed");
+      else if (selfLogged.has(err)) caller?.log.debug(line, "rpc refused");
       else caller?.log.warn(line, "rpc refused");
       return err;
     };

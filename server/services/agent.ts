@@ -18,7 +18,7 @@ import type { Config } from "../config.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { callOf, withoutCertificate } from "../context.js";
 import { authenticateNode, presentedIdentity } from "../auth/node.js";
-import { enroll } from "../enrollment/enroll.js";
+import { enroller } from "../enrollment/enroll.js";
 import { renewCredential } from "../nodes/lifecycle.js";
 import { putInventory, putTelemetry } from "../nodes/reports.js";
 import { pendingInstructions } from "../dispatch/instructions.js";
@@ -59,16 +59,18 @@ export function agentService(
 ): ServiceImpl<typeof AgentService> {
   const prisma = deps.db.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
+  const enroll = enroller(deps);
 
   return {
     getServerInfo: () => serverInfo(deps.ca),
     async enroll(req, ctx) {
-      const enrolled = await enroll(deps, {
+      const enrolled = await enroll({
         token: req.token,
         csrPem: req.csrPem,
         nodeName: req.nodeName.trim(),
         agentVersion: req.agentVersion,
         correlationId: correlation(ctx),
+        peerAddress: callOf(ctx).peerAddress,
       });
       return create(EnrollResponseSchema, {
         nodeId: enrolled.nodeId,
