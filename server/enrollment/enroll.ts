@@ -2,7 +2,7 @@
 // next) credential. The token is claimed with a conditional update in the same atomic step that
 // creates the node and credential, so of any number of concurrent callers exactly one wins.
 // Failed enrollments are limited per peer address (./failure-limit.ts), and their log lines are
-// flood-proof (./flood-log.ts): guessing tokens is slow, cheap to refuse, and cannot fill the log.
+// flood-proof (../observability/flood-log.ts): guessing tokens is slow, cheap to refuse, and cannot fill the log.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { CsrError } from "../pki/ca.js";
@@ -13,7 +13,7 @@ import { enrollNewNode } from "./sql.js";
 import type { Deps } from "../app.js";
 import { loggedByHandler } from "../observability/call-log.js";
 import { enrollmentFailureLimit, FailureLimiter, peerKey } from "./failure-limit.js";
-import { enrollmentFloodPolicy, FloodLogger } from "./flood-log.js";
+import { floodPolicy, FloodLogger } from "../observability/flood-log.js";
 
 export interface EnrollInput {
   token: string;
@@ -41,7 +41,7 @@ const maxNameLength = 128;
  */
 export function enroller(deps: Deps, clock: () => number = () => performance.now()): (input: EnrollInput) => Promise<Enrolled> {
   const limiter = new FailureLimiter(enrollmentFailureLimit);
-  const refusals = new FloodLogger(deps.log, "enrollment refused", enrollmentFloodPolicy, clock);
+  const refusals = new FloodLogger(deps.log, "enrollment refused", floodPolicy, clock);
   return async (input) => {
     const peer = peerKey(input.peerAddress);
     const peerAddress = input.peerAddress ?? "unknown";
@@ -56,13 +56,24 @@ export function enroller(deps: Deps, clock: () => number = () => performance.now
     try {
       return await enroll(deps, input);
     } catch (err) {
-      // Only a refused token counts: a bad CSR or a decommissioned node is not guessing.
       if (!(err instanceof ConnectError) || err.code !== Code.Unauthenticated) throw err;
-      limiter.failed(peer, clock());
+      // Only an unknown token is guessing: the losers of a race for a real token, or an agent
+      // retrying with its used one, hold a real secret.
+      if (unknownTokens.has(err)) limiter.failed(peer, clock());
       refusals.warn(peerAddress, { reason: err.rawMessage, correlationId: input.correlationId });
       throw loggedByHandler(err);
     }
   };
+}
+
+// Marks the refusals of unknown tokens (ConnectError's own `instanceof` sees every ConnectError as
+// an instance of any subclass, so a subclass cannot tell them apart).
+const unknownTokens = new WeakSet<ConnectError>();
+
+function unknownToken(): ConnectError {
+  const err = new ConnectError("enrollment token not valid", Code.Unauthenticated);
+  unknownTokens.add(err);
+  return err;
 }
 
 async function enroll(deps: Deps, input: EnrollInput): Promise<Enrolled> {
@@ -77,7 +88,7 @@ async function enroll(deps: Deps, input: EnrollInput): Promise<Enrolled> {
   const tokenHash = hashEnrollmentSecret(input.token);
   const token = await prisma.enrollmentToken.findUnique({ where: { tokenHash } });
   if (token === null || !secretsEqual(token.tokenHash, tokenHash)) {
-    throw new ConnectError("enrollment token not valid", Code.Unauthenticated);
+    throw unknownToken();
   }
   const state = tokenState(token, now);
   if (state !== "active") throw new ConnectError(`enrollment token ${state}`, Code.Unauthenticated);

@@ -1,7 +1,9 @@
 // How many failed enrollments a peer address may make: a token bucket per address. Each failure
 // takes a token; tokens come back one per `refillMs` up to `burst`; with none left the peer is
 // refused before its token is even looked at, until one has come back. Successful enrollments
-// cost nothing. In memory, per replica: the point is to make guessing slow and cheap to refuse,
+// cost nothing. Attempts are checked, not reserved, so a peer's concurrent attempts all get
+// through once; each failure among them still costs a token, the bucket going into debt (up to
+// `maxPenaltyMs`), so a concurrent burst buys a proportionally longer wait. In memory, per replica: the point is to make guessing slow and cheap to refuse,
 // not to count exactly across replicas. The caller passes the clock (monotonic milliseconds).
 import { isIPv6 } from "node:net";
 
@@ -12,9 +14,11 @@ export interface FailureLimitPolicy {
   refillMs: number;
   /** Most peers tracked at once; beyond it the least recently failing is forgotten. */
   maxPeers: number;
+  /** The longest wait failures can run up. */
+  maxPenaltyMs: number;
 }
 
-export const enrollmentFailureLimit: FailureLimitPolicy = { burst: 5, refillMs: 5_000, maxPeers: 10_000 };
+export const enrollmentFailureLimit: FailureLimitPolicy = { burst: 5, refillMs: 5_000, maxPeers: 10_000, maxPenaltyMs: 15 * 60_000 };
 
 /** Tokens are kept as milliseconds of refill (one token = `refillMs`), so the arithmetic is exact. */
 interface Bucket {
@@ -46,7 +50,7 @@ export class FailureLimiter {
     const bucket = this.buckets.get(peer);
     const credit = bucket === undefined ? this.full : this.creditAt(bucket, now);
     this.buckets.delete(peer);
-    this.buckets.set(peer, { credit: Math.max(0, credit - this.policy.refillMs), at: now });
+    this.buckets.set(peer, { credit: Math.max(this.policy.refillMs - this.policy.maxPenaltyMs, credit - this.policy.refillMs), at: now });
     if (this.buckets.size > this.policy.maxPeers) this.buckets.delete(this.buckets.keys().next().value!);
   }
 

@@ -1,8 +1,9 @@
-// Log lines about refused enrollments without letting a flood of them fill the log: in each window
-// the first few events get a line of their own, the rest are only counted, and the window ends with
-// one summary line (how many, from how many addresses, the busiest ones). The rule is pure (the
+// Log lines about refusals (enrollments, TLS handshakes) that anyone can provoke, without letting a
+// flood of them fill the log: in each window the first few events get a line of their own, the rest
+// are only counted, and the window ends with one summary line (how many, from how many addresses,
+// the busiest ones). The rule is pure (the
 // caller passes the clock); `FloodLogger` below is the thin part that writes and schedules.
-import type { Logger } from "../observability/logger.js";
+import type { Logger } from "./logger.js";
 
 export interface FloodPolicy {
   /** Events logged one by one per window. */
@@ -14,7 +15,8 @@ export interface FloodPolicy {
   topPeers: number;
 }
 
-export const enrollmentFloodPolicy: FloodPolicy = { firstPerWindow: 5, windowMs: 10_000, maxPeers: 1_000, topPeers: 5 };
+/** Five lines, then one summary, per ten seconds. */
+export const floodPolicy: FloodPolicy = { firstPerWindow: 5, windowMs: 10_000, maxPeers: 1_000, topPeers: 5 };
 
 export interface FloodSummary {
   /** Events counted but not logged in the window. */
