@@ -25,6 +25,7 @@ import { nodeClient } from "./transport.js";
 import { agentVersion, protocolVersion } from "./version.js";
 import { backoffDelay, renewalDue } from "./rules.js";
 import { checkIssued } from "./enroll.js";
+import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
 import { sleep } from "../common/sleep.js";
 
 type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
@@ -68,6 +69,7 @@ const defaults = { heartbeatMs: 10_000, telemetryMs: 15_000, inventoryMs: 300_00
 export async function runAgent(opts: RunOptions): Promise<void> {
   const { log, signal } = opts;
   let attempt = 0;
+  const refusals = new CredentialRefusals();
   while (!signal.aborted) {
     // Re-read each time: `agent enroll --force` may have replaced the identity meanwhile.
     const state = await readState(opts.statePath);
@@ -76,6 +78,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
     try {
       await runSession(store, opts);
       attempt = 0;
+      refusals.accepted();
     } catch (err) {
       if (err instanceof Reconnect) {
         attempt = 0;
@@ -85,7 +88,8 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       const ce = ConnectError.from(err);
       // Status, method and path only: never a body or credential.
       log.warn({ code: codeName(ce.code), method: "Session", path: "/modelforge.agent.v1.AgentService/Session", reason: ce.rawMessage }, "session failed");
-      if (ce.code === Code.Unauthenticated) log.error("the control plane refuses this node's credential; re-enroll with a recovery token");
+      const refusal = refusals.failed(err, Date.now());
+      if (refusal !== undefined) log.error({ nodeId: state.nodeId, reason: refusal.reason }, refusalAdvice(refusal, state.nodeId));
     }
     const delay = backoffDelay(attempt++, opts.backoffBaseMs ?? 500, opts.backoffMaxMs ?? 30_000);
     await sleep(delay, signal);
