@@ -121,8 +121,8 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
   });
   // Failed handshakes: a client that no longer trusts our CA (an agent from before the CA was
   // replaced) at warn, through the flood-proof logger since anyone can cause it; probes and
-  // scanners at debug. Reading the address on connection keeps it on the raw socket (Node caches it),
-  // so a handshake ended by a reset can still be put to a peer.
+  // scanners at debug. After a reset the TLS socket has lost its address and byte count; the raw
+  // socket under it (Node's `_parent`) keeps both, once its address was read on connection (cached).
   const handshakeFailures = new FloodLogger(log, "TLS handshake failed", floodPolicy);
   server.on("connection", (raw: Socket) => void raw.remoteAddress);
   server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) => {
