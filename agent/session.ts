@@ -26,6 +26,7 @@ import { agentVersion, protocolVersion } from "./version.js";
 import { backoffDelay, renewalDue, retryAfterDelay } from "./rules.js";
 import { checkIssued } from "./enroll.js";
 import { systemClock, type Clock } from "../common/clock.js";
+import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
 
 type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 export type ReplyResult = Reply["result"];
@@ -71,6 +72,7 @@ const defaults = { heartbeatMs: 10_000, telemetryMs: 15_000, inventoryMs: 300_00
 export async function runAgent(opts: RunOptions): Promise<void> {
   const { log, signal } = opts;
   let attempt = 0;
+  const refusals = new CredentialRefusals();
   while (!signal.aborted) {
     let hinted: number | undefined;
     // Re-read each time: `agent enroll --force` may have replaced the identity meanwhile.
@@ -80,6 +82,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
     try {
       await runSession(store, opts);
       attempt = 0;
+      refusals.accepted();
     } catch (err) {
       if (err instanceof Reconnect) {
         attempt = 0;
@@ -89,7 +92,8 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       const ce = ConnectError.from(err);
       // Status, method and path only: never a body or credential.
       log.warn({ code: codeName(ce.code), method: "Session", path: "/modelforge.agent.v1.AgentService/Session", reason: ce.rawMessage }, "session failed");
-      if (ce.code === Code.Unauthenticated) log.error("the control plane refuses this node's credential; re-enroll with a recovery token");
+      const refusal = refusals.failed(err, (opts.clock ?? systemClock).now());
+      if (refusal !== undefined) log.error({ nodeId: state.nodeId, reason: refusal.reason }, refusalAdvice(refusal, state.nodeId));
       // A server starting up answers, and says when to come back: no exponential growth for that.
       hinted = ce.code === Code.Unavailable ? retryAfterDelay(ce.metadata.get("retry-after"), opts.backoffMaxMs ?? 30_000) : undefined;
     }

@@ -2,7 +2,7 @@
 // serving Connect, gRPC and gRPC-Web. `startServer` is what `main` and the tests both run.
 import http2 from "node:http2";
 import type { TLSSocket } from "node:tls";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import { publicUrlOf, type Config } from "./config.js";
@@ -10,6 +10,8 @@ import { systemClock, type Clock } from "../common/clock.js";
 import type { Logger } from "./observability/logger.js";
 import { correlationHeader, correlationIdFrom } from "./observability/correlation.js";
 import { callLogInterceptor } from "./observability/call-log.js";
+import { floodPolicy, FloodLogger } from "./observability/flood-log.js";
+import { judgeHandshakeFailure } from "./observability/tls-handshake.js";
 import { callerKey, peerOf, type Caller } from "./context.js";
 import { isGrpcSession, serveGrpcSession } from "./sessions/session-grpc.js";
 import { adminAuthInterceptor } from "./identity/admin-token.js";
@@ -110,11 +112,19 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     if (serveSession !== undefined && isGrpcSession(headers)) serveSession(stream, headers);
     else compat[0]!.call(server, stream, headers, ...rest);
   });
-  // Failed handshakes (a wrong CA pin, a scanner, a storm's timeouts) at debug level: one line per
-  // attempt would let anyone fill the log.
-  server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) =>
-    log.debug({ code: err.code ?? err.message, peer: socket.remoteAddress }, "TLS handshake failed"),
-  );
+  // Failed handshakes: a client that no longer trusts our CA (an agent from before the CA was
+  // replaced) at warn, through the flood-proof logger since anyone can cause it; probes and
+  // scanners at debug. After a reset the TLS socket has lost its address and byte count; the raw
+  // socket under it (Node's `_parent`) keeps both, once its address was read on connection (cached).
+  const handshakeFailures = new FloodLogger(log, "TLS handshake failed", floodPolicy);
+  server.on("connection", (raw: Socket) => void raw.remoteAddress);
+  server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) => {
+    const raw = (socket as TLSSocket & { _parent?: Socket })._parent;
+    const peer = socket.remoteAddress ?? raw?.remoteAddress ?? "unknown";
+    const verdict = judgeHandshakeFailure({ code: err.code, bytesRead: raw?.bytesRead ?? socket.bytesRead });
+    if (verdict.level === "warn") handshakeFailures.warn(peer, { code: err.code, reason: verdict.reason });
+    else log.debug({ code: err.code ?? err.message, peer, reason: verdict.reason }, "TLS handshake failed");
+  });
   const connections = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     connections.add(s);

@@ -1,5 +1,5 @@
-// What every handler learns about its caller: the correlation id, a logger bound to it, and the
-// TLS client certificate if one was presented. Handlers read it with `callOf(ctx)`.
+// What every handler learns about its caller: the correlation id, a logger bound to it, its IP
+// address, and the TLS client certificate if one was presented. Handlers read it with `callOf(ctx)`.
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { TLSSocket, PeerCertificate } from "node:tls";
 import type { Logger } from "./observability/logger.js";
@@ -11,6 +11,8 @@ export interface Caller {
   certificate: PeerCertificate | undefined;
   /** Why a presented certificate was not accepted by the TLS layer (e.g. CERT_HAS_EXPIRED). */
   certificateError: string | undefined;
+  /** The peer's IP address (what limits and log lines about unauthenticated callers key on). */
+  peerAddress?: string | undefined;
 }
 
 export const callerKey = createContextKey<Caller | undefined>(undefined, { description: "caller" });
@@ -21,17 +23,18 @@ export function callOf(ctx: HandlerContext): Caller {
   return caller;
 }
 
-/** Reads the verified client certificate off the TLS socket. */
-export function peerOf(socket: TLSSocket): Pick<Caller, "certificate" | "certificateError"> {
-  if (typeof socket.getPeerCertificate !== "function") return { certificate: undefined, certificateError: undefined };
+/** Reads the peer's address and verified client certificate off the TLS socket. */
+export function peerOf(socket: TLSSocket): Pick<Caller, "certificate" | "certificateError" | "peerAddress"> {
+  const peerAddress = socket.remoteAddress;
+  if (typeof socket.getPeerCertificate !== "function") return { certificate: undefined, certificateError: undefined, peerAddress };
   const cert = socket.getPeerCertificate();
   const presented = cert !== null && Object.keys(cert).length > 0;
-  if (!presented) return { certificate: undefined, certificateError: undefined };
+  if (!presented) return { certificate: undefined, certificateError: undefined, peerAddress };
   if (!socket.authorized) {
     const err = socket.authorizationError;
-    return { certificate: undefined, certificateError: err instanceof Error ? err.message : String(err) };
+    return { certificate: undefined, certificateError: err instanceof Error ? err.message : String(err), peerAddress };
   }
-  return { certificate: cert, certificateError: undefined };
+  return { certificate: cert, certificateError: undefined, peerAddress };
 }
 
 /**
@@ -39,5 +42,5 @@ export function peerOf(socket: TLSSocket): Pick<Caller, "certificate" | "certifi
  * certificate is several KiB, and a long-lived stream has no further use for it.
  */
 export function withoutCertificate(caller: Caller): Caller {
-  return { correlationId: caller.correlationId, log: caller.log, certificate: undefined, certificateError: undefined };
+  return { correlationId: caller.correlationId, log: caller.log, certificate: undefined, certificateError: undefined, peerAddress: caller.peerAddress };
 }

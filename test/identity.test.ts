@@ -298,7 +298,10 @@ describe("decommission", () => {
     expect((await rejection(ts.admin.createEnrollmentToken({ nodeId: node.nodeId }))).code).toBe(Code.FailedPrecondition);
     expect((await rejection(ts.admin.rotateNodeCredential({ nodeId: node.nodeId }))).code).toBe(Code.FailedPrecondition);
     expect((await rejection(ts.admin.decommissionNode({ nodeId: node.nodeId }))).code).toBe(Code.FailedPrecondition);
+    const renamed = await rejection(ts.admin.updateNode({ nodeId: node.nodeId, name: "reborn", labels: { a: "b" }, updateMask: { paths: ["name", "labels"] } }));
+    expect([renamed.code, renamed.rawMessage]).toEqual([Code.FailedPrecondition, `node ${node.nodeId} is decommissioned`]);
     const got = await ts.admin.getNode({ nodeId: node.nodeId });
+    expect(got.node?.name).toBe("retired");
     expect(got.node?.decommissionedAt).toBeDefined();
     expect(got.node?.liveness).toBe(6); // LIVENESS_DECOMMISSIONED
   });

@@ -12,9 +12,9 @@ export function jobIdOf(raw: string, field = "job_id"): string {
   return raw.toLowerCase();
 }
 
-/** Throws the refusal a failed `checkReport` describes: aborted (409) or failed_precondition. */
-export function refuseReport(check: Exclude<ReportCheck, { ok: true }>): never {
-  throw new ConnectError(check.reason, check.code === "aborted" ? Code.Aborted : Code.FailedPrecondition);
+/** The refusal a failed `checkReport` describes: aborted (409) or failed_precondition. */
+export function refusalOf(check: Exclude<ReportCheck, { ok: true }>): ConnectError {
+  return new ConnectError(check.reason, check.code === "aborted" ? Code.Aborted : Code.FailedPrecondition);
 }
 
 /** A conditional update found the lease gone between the check and the write. */

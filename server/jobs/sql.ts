@@ -74,7 +74,17 @@ export async function completeLeased(db: Db, jobId: string, attempt: number, res
   return Number(rows[0]?.n ?? 0) === 1;
 }
 
-/** Closes an attempt's row (once: an ended attempt keeps its first outcome). */
-export async function endAttempt(tx: Pick<Prisma.TransactionClient, "jobAttempt">, jobId: string, attempt: number, outcome: string, now: number): Promise<void> {
-  await tx.jobAttempt.updateMany({ where: { jobId, attempt, endedAt: null }, data: { endedAt: new Date(now), outcome } });
+/**
+ * Closes an attempt's row (once: an ended attempt keeps its first outcome), with the agent's
+ * failure when its report ended it (a repeated report is compared against it).
+ */
+export async function endAttempt(
+  tx: Pick<Prisma.TransactionClient, "jobAttempt">,
+  jobId: string,
+  attempt: number,
+  outcome: string,
+  now: number,
+  failure?: Prisma.InputJsonValue,
+): Promise<void> {
+  await tx.jobAttempt.updateMany({ where: { jobId, attempt, endedAt: null }, data: { endedAt: new Date(now), outcome, ...(failure !== undefined ? { failure } : {}) } });
 }

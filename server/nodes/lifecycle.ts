@@ -35,7 +35,7 @@ export async function findNodeOrThrow(tx: Pick<Tx, "node">, nodeId: string) {
   return node;
 }
 
-function refuseDecommissioned(node: { decommissionedAt: Date | null; id: string }): void {
+export function refuseDecommissioned(node: { decommissionedAt: Date | null; id: string }): void {
   if (node.decommissionedAt !== null) {
     throw new ConnectError(`node ${node.id} is decommissioned`, Code.FailedPrecondition);
   }

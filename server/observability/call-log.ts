@@ -11,6 +11,17 @@ import { callerKey } from "../context.js";
 import { codeName } from "../../common/codes.js";
 import { unavailableError, type OutageSink } from "../db/availability.js";
 
+const selfLogged = new WeakSet<ConnectError>();
+
+/**
+ * Marks a refusal its handler has already logged (or counted, under a flood), so that it is one
+ * debug line here rather than a warn line per call.
+ */
+export function loggedByHandler(err: ConnectError): ConnectError {
+  selfLogged.add(err);
+  return err;
+}
+
 /** What a failure is answered with, and how loudly it is logged here. */
 export interface PublicError {
   error: ConnectError;
@@ -48,7 +59,9 @@ export function callLogInterceptor(outage?: OutageSink): Interceptor {
     const failed = (err: unknown): ConnectError => {
       const { error, level, detail } = publicError(err, caller?.correlationId, outage);
       const line = { ...fields(), code: codeName(error.code), message: error.rawMessage, ...(detail ? { err: detail } : {}) };
-      caller?.log[level](line, level === "error" ? "rpc failed" : "rpc refused");
+      // A refusal its handler already logged (or counted, under a flood) is one debug line here.
+      const quiet = level === "warn" && selfLogged.has(error);
+      caller?.log[quiet ? "debug" : level](line, level === "error" ? "rpc failed" : "rpc refused");
       return error;
     };
     try {

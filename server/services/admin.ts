@@ -28,6 +28,7 @@ import { createEnrollmentToken, listEnrollmentTokens, revokeEnrollmentToken, val
 import {
   decommissionNode,
   findNodeOrThrow,
+  refuseDecommissioned,
   previewDecommission,
   revokeCredential,
   rotateCredential,
@@ -131,6 +132,7 @@ export function adminService(
       }
       await prisma.$transaction(async (tx) => {
         const node = await findNodeOrThrow(tx, req.nodeId);
+        refuseDecommissioned(node); // terminal: kept as it was when it left the fleet
         await tx.node.update({ where: { id: node.id }, data });
         await recordAudit(tx, {
           actor: operatorActor,

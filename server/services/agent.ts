@@ -19,7 +19,7 @@ import type { Logger } from "../observability/logger.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { callOf, withoutCertificate } from "../context.js";
 import { authenticateNode, presentedIdentity } from "../identity/node-auth.js";
-import { enroll } from "../identity/enrollment/enroll.js";
+import { enroller } from "../identity/enrollment/enroll.js";
 import { renewCredential } from "../nodes/lifecycle.js";
 import { putInventory, putTelemetry } from "../nodes/reports.js";
 import { pendingInstructions } from "../sessions/instructions.js";
@@ -69,16 +69,18 @@ export function agentService(
 ): ServiceImpl<typeof AgentService> {
   const prisma = deps.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
+  const enroll = enroller(deps);
 
   return {
     getServerInfo: () => serverInfo(deps.ca),
     async enroll(req, ctx) {
-      const enrolled = await enroll(deps, {
+      const enrolled = await enroll({
         token: req.token,
         csrPem: req.csrPem,
         nodeName: req.nodeName.trim(),
         agentVersion: req.agentVersion,
         correlationId: correlation(ctx),
+        peerAddress: callOf(ctx).peerAddress,
       });
       return create(EnrollResponseSchema, {
         nodeId: enrolled.nodeId,

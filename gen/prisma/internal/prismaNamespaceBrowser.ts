@@ -203,7 +203,8 @@ export const JobAttemptScalarFieldEnum = {
   leasedAt: 'leasedAt',
   expiresAt: 'expiresAt',
   endedAt: 'endedAt',
-  outcome: 'outcome'
+  outcome: 'outcome',
+  failure: 'failure'
 } as const
 
 export type JobAttemptScalarFieldEnum = (typeof JobAttemptScalarFieldEnum)[keyof typeof JobAttemptScalarFieldEnum]

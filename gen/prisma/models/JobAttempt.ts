@@ -59,6 +59,7 @@ export type JobAttemptCountAggregateOutputType = {
   expiresAt: number
   endedAt: number
   outcome: number
+  failure: number
   _all: number
 }
 
@@ -96,6 +97,7 @@ export type JobAttemptCountAggregateInputType = {
   expiresAt?: true
   endedAt?: true
   outcome?: true
+  failure?: true
   _all?: true
 }
 
@@ -192,6 +194,7 @@ export type JobAttemptGroupByOutputType = {
   expiresAt: Date
   endedAt: Date | null
   outcome: string | null
+  failure: runtime.JsonValue | null
   _count: JobAttemptCountAggregateOutputType | null
   _avg: JobAttemptAvgAggregateOutputType | null
   _sum: JobAttemptSumAggregateOutputType | null
@@ -224,6 +227,7 @@ export type JobAttemptWhereInput = {
   expiresAt?: Prisma.DateTimeFilter<"JobAttempt"> | Date | string
   endedAt?: Prisma.DateTimeNullableFilter<"JobAttempt"> | Date | string | null
   outcome?: Prisma.StringNullableFilter<"JobAttempt"> | string | null
+  failure?: Prisma.JsonNullableFilter<"JobAttempt">
   job?: Prisma.XOR<Prisma.JobScalarRelationFilter, Prisma.JobWhereInput>
 }
 
@@ -234,6 +238,7 @@ export type JobAttemptOrderByWithRelationInput = {
   expiresAt?: Prisma.SortOrder
   endedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   outcome?: Prisma.SortOrderInput | Prisma.SortOrder
+  failure?: Prisma.SortOrderInput | Prisma.SortOrder
   job?: Prisma.JobOrderByWithRelationInput
 }
 
@@ -248,6 +253,7 @@ export type JobAttemptWhereUniqueInput = Prisma.AtLeast<{
   expiresAt?: Prisma.DateTimeFilter<"JobAttempt"> | Date | string
   endedAt?: Prisma.DateTimeNullableFilter<"JobAttempt"> | Date | string | null
   outcome?: Prisma.StringNullableFilter<"JobAttempt"> | string | null
+  failure?: Prisma.JsonNullableFilter<"JobAttempt">
   job?: Prisma.XOR<Prisma.JobScalarRelationFilter, Prisma.JobWhereInput>
 }, "jobId_attempt">
 
@@ -258,6 +264,7 @@ export type JobAttemptOrderByWithAggregationInput = {
   expiresAt?: Prisma.SortOrder
   endedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   outcome?: Prisma.SortOrderInput | Prisma.SortOrder
+  failure?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.JobAttemptCountOrderByAggregateInput
   _avg?: Prisma.JobAttemptAvgOrderByAggregateInput
   _max?: Prisma.JobAttemptMaxOrderByAggregateInput
@@ -275,6 +282,7 @@ export type JobAttemptScalarWhereWithAggregatesInput = {
   expiresAt?: Prisma.DateTimeWithAggregatesFilter<"JobAttempt"> | Date | string
   endedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"JobAttempt"> | Date | string | null
   outcome?: Prisma.StringNullableWithAggregatesFilter<"JobAttempt"> | string | null
+  failure?: Prisma.JsonNullableWithAggregatesFilter<"JobAttempt">
 }
 
 export type JobAttemptCreateInput = {
@@ -283,6 +291,7 @@ export type JobAttemptCreateInput = {
   expiresAt: Date | string
   endedAt?: Date | string | null
   outcome?: string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   job: Prisma.JobCreateNestedOneWithoutAttemptsInput
 }
 
@@ -293,6 +302,7 @@ export type JobAttemptUncheckedCreateInput = {
   expiresAt: Date | string
   endedAt?: Date | string | null
   outcome?: string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 export type JobAttemptUpdateInput = {
@@ -301,6 +311,7 @@ export type JobAttemptUpdateInput = {
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   outcome?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   job?: Prisma.JobUpdateOneRequiredWithoutAttemptsNestedInput
 }
 
@@ -311,6 +322,7 @@ export type JobAttemptUncheckedUpdateInput = {
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   outcome?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 export type JobAttemptCreateManyInput = {
@@ -320,6 +332,7 @@ export type JobAttemptCreateManyInput = {
   expiresAt: Date | string
   endedAt?: Date | string | null
   outcome?: string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 export type JobAttemptUpdateManyMutationInput = {
@@ -328,6 +341,7 @@ export type JobAttemptUpdateManyMutationInput = {
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   outcome?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 export type JobAttemptUncheckedUpdateManyInput = {
@@ -337,6 +351,7 @@ export type JobAttemptUncheckedUpdateManyInput = {
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   outcome?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 export type JobAttemptListRelationFilter = {
@@ -361,6 +376,7 @@ export type JobAttemptCountOrderByAggregateInput = {
   expiresAt?: Prisma.SortOrder
   endedAt?: Prisma.SortOrder
   outcome?: Prisma.SortOrder
+  failure?: Prisma.SortOrder
 }
 
 export type JobAttemptAvgOrderByAggregateInput = {
@@ -437,6 +453,7 @@ export type JobAttemptCreateWithoutJobInput = {
   expiresAt: Date | string
   endedAt?: Date | string | null
   outcome?: string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 export type JobAttemptUncheckedCreateWithoutJobInput = {
@@ -445,6 +462,7 @@ export type JobAttemptUncheckedCreateWithoutJobInput = {
   expiresAt: Date | string
   endedAt?: Date | string | null
   outcome?: string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 export type JobAttemptCreateOrConnectWithoutJobInput = {
@@ -483,6 +501,7 @@ export type JobAttemptScalarWhereInput = {
   expiresAt?: Prisma.DateTimeFilter<"JobAttempt"> | Date | string
   endedAt?: Prisma.DateTimeNullableFilter<"JobAttempt"> | Date | string | null
   outcome?: Prisma.StringNullableFilter<"JobAttempt"> | string | null
+  failure?: Prisma.JsonNullableFilter<"JobAttempt">
 }
 
 export type JobAttemptCreateManyJobInput = {
@@ -491,6 +510,7 @@ export type JobAttemptCreateManyJobInput = {
   expiresAt: Date | string
   endedAt?: Date | string | null
   outcome?: string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 export type JobAttemptUpdateWithoutJobInput = {
@@ -499,6 +519,7 @@ export type JobAttemptUpdateWithoutJobInput = {
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   outcome?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 export type JobAttemptUncheckedUpdateWithoutJobInput = {
@@ -507,6 +528,7 @@ export type JobAttemptUncheckedUpdateWithoutJobInput = {
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   outcome?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 export type JobAttemptUncheckedUpdateManyWithoutJobInput = {
@@ -515,6 +537,7 @@ export type JobAttemptUncheckedUpdateManyWithoutJobInput = {
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   outcome?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  failure?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
 }
 
 
@@ -526,6 +549,7 @@ export type JobAttemptSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   expiresAt?: boolean
   endedAt?: boolean
   outcome?: boolean
+  failure?: boolean
   job?: boolean | Prisma.JobDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["jobAttempt"]>
 
@@ -536,6 +560,7 @@ export type JobAttemptSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   expiresAt?: boolean
   endedAt?: boolean
   outcome?: boolean
+  failure?: boolean
   job?: boolean | Prisma.JobDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["jobAttempt"]>
 
@@ -546,6 +571,7 @@ export type JobAttemptSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   expiresAt?: boolean
   endedAt?: boolean
   outcome?: boolean
+  failure?: boolean
   job?: boolean | Prisma.JobDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["jobAttempt"]>
 
@@ -556,9 +582,10 @@ export type JobAttemptSelectScalar = {
   expiresAt?: boolean
   endedAt?: boolean
   outcome?: boolean
+  failure?: boolean
 }
 
-export type JobAttemptOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"jobId" | "attempt" | "leasedAt" | "expiresAt" | "endedAt" | "outcome", ExtArgs["result"]["jobAttempt"]>
+export type JobAttemptOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"jobId" | "attempt" | "leasedAt" | "expiresAt" | "endedAt" | "outcome" | "failure", ExtArgs["result"]["jobAttempt"]>
 export type JobAttemptInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   job?: boolean | Prisma.JobDefaultArgs<ExtArgs>
 }
@@ -584,6 +611,11 @@ export type $JobAttemptPayload<ExtArgs extends runtime.Types.Extensions.Internal
      * succeeded, failed, expired, cancelled, reclaimed
      */
     outcome: string | null
+    /**
+     * The agent's jobs.v1.JobFailure as JSON when it failed this attempt, so that a repeated FailJob
+     * (its first reply lost) can be told apart from a different outcome.
+     */
+    failure: runtime.JsonValue | null
   }, ExtArgs["result"]["jobAttempt"]>
   composites: {}
 }
@@ -1014,6 +1046,7 @@ export interface JobAttemptFieldRefs {
   readonly expiresAt: Prisma.FieldRef<"JobAttempt", 'DateTime'>
   readonly endedAt: Prisma.FieldRef<"JobAttempt", 'DateTime'>
   readonly outcome: Prisma.FieldRef<"JobAttempt", 'String'>
+  readonly failure: Prisma.FieldRef<"JobAttempt", 'Json'>
 }
     
 

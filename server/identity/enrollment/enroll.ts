@@ -1,6 +1,8 @@
 // Enrollment: a one-time token and a CSR become a node and its first (or, for a recovery token, its
 // next) credential. The token is claimed with a conditional update in the same atomic step that
 // creates the node and credential, so of any number of concurrent callers exactly one wins.
+// Failed enrollments are limited per peer address (./failure-limit.ts), and their log lines are
+// flood-proof (../../observability/flood-log.ts): guessing tokens is slow, cheap to refuse, and cannot fill the log.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { CsrError } from "../pki/ca.js";
@@ -8,6 +10,9 @@ import { secretsEqual } from "../admin-token.js";
 import { recordAudit, nodeActor } from "../../audit/audit.js";
 import { hashEnrollmentSecret, tokenState } from "./token.js";
 import { enrollNewNode } from "./sql.js";
+import { loggedByHandler } from "../../observability/call-log.js";
+import { enrollmentFailureLimit, FailureLimiter, peerKey } from "./failure-limit.js";
+import { floodPolicy, FloodLogger } from "../../observability/flood-log.js";
 import type { PrismaClient } from "../../../gen/prisma/client.js";
 import type { Clock } from "../../../common/clock.js";
 import type { Logger } from "../../observability/logger.js";
@@ -29,6 +34,8 @@ export interface EnrollInput {
   nodeName: string;
   agentVersion: string;
   correlationId: string;
+  /** The caller's IP address, which failed attempts are limited and logged by. */
+  peerAddress: string | undefined;
 }
 
 export interface Enrolled {
@@ -40,7 +47,49 @@ export interface Enrolled {
 const maxCsrBytes = 16 * 1024;
 const maxNameLength = 128;
 
-export async function enroll(deps: EnrollDeps, input: EnrollInput): Promise<Enrolled> {
+/**
+ * Enrollment for one server: a peer that has failed too often is refused with resource_exhausted
+ * and a retry delay (in the message and a `retry-after` header, in seconds) before its token is
+ * looked at. `clock` is monotonic milliseconds.
+ */
+export function enroller(deps: EnrollDeps, clock: () => number = () => deps.clock.now()): (input: EnrollInput) => Promise<Enrolled> {
+  const limiter = new FailureLimiter(enrollmentFailureLimit);
+  const refusals = new FloodLogger(deps.log, "enrollment refused", floodPolicy, clock);
+  return async (input) => {
+    const peer = peerKey(input.peerAddress);
+    const peerAddress = input.peerAddress ?? "unknown";
+    const waitMs = limiter.retryAfterMs(peer, clock());
+    if (waitMs > 0) {
+      const seconds = Math.ceil(waitMs / 1000);
+      refusals.warn(peerAddress, { reason: "too many failed enrollments", retryAfterSeconds: seconds, correlationId: input.correlationId });
+      throw loggedByHandler(
+        new ConnectError(`too many failed enrollments from this address; retry in ${seconds} s`, Code.ResourceExhausted, { "retry-after": String(seconds) }),
+      );
+    }
+    try {
+      return await enroll(deps, input);
+    } catch (err) {
+      if (!(err instanceof ConnectError) || err.code !== Code.Unauthenticated) throw err;
+      // Only an unknown token is guessing: the losers of a race for a real token, or an agent
+      // retrying with its used one, hold a real secret.
+      if (unknownTokens.has(err)) limiter.failed(peer, clock());
+      refusals.warn(peerAddress, { reason: err.rawMessage, correlationId: input.correlationId });
+      throw loggedByHandler(err);
+    }
+  };
+}
+
+// Marks the refusals of unknown tokens (ConnectError's own `instanceof` sees every ConnectError as
+// an instance of any subclass, so a subclass cannot tell them apart).
+const unknownTokens = new WeakSet<ConnectError>();
+
+function unknownToken(): ConnectError {
+  const err = new ConnectError("enrollment token not valid", Code.Unauthenticated);
+  unknownTokens.add(err);
+  return err;
+}
+
+async function enroll(deps: EnrollDeps, input: EnrollInput): Promise<Enrolled> {
   if (input.token === "") throw new ConnectError("token is required", Code.InvalidArgument);
   if (input.csrPem === "") throw new ConnectError("csr_pem is required", Code.InvalidArgument);
   if (input.csrPem.length > maxCsrBytes) throw new ConnectError("csr_pem is too large", Code.InvalidArgument);
@@ -52,7 +101,7 @@ export async function enroll(deps: EnrollDeps, input: EnrollInput): Promise<Enro
   const tokenHash = hashEnrollmentSecret(input.token);
   const token = await prisma.enrollmentToken.findUnique({ where: { tokenHash } });
   if (token === null || !secretsEqual(token.tokenHash, tokenHash)) {
-    throw new ConnectError("enrollment token not valid", Code.Unauthenticated);
+    throw unknownToken();
   }
   const state = tokenState(token, now);
   if (state !== "active") throw new ConnectError(`enrollment token ${state}`, Code.Unauthenticated);

@@ -1873,12 +1873,18 @@ export const JobStateSchema: GenEnum<JobState> = /*@__PURE__*/
 /**
  * Operations on enrollment tokens, nodes, jobs and the audit log.
  *
+ * Errors are Connect codes (the README's error table lists them all). failed_precondition means
+ * the request is well-formed but the target's state forbids it: a decommissioned node (terminal),
+ * a disabled node, a capability the node never advertised, a finished job, a used token. Retrying
+ * the same request cannot help until that state changes.
+ *
  * @generated from service modelforge.admin.v1.AdminService
  */
 export const AdminService: GenService<{
   /**
    * Creates a one-time enrollment token. The token is returned once, here, and stored only as a
-   * hash. A token for an existing node revokes that node's active credential at once.
+   * hash. A token for an existing node revokes that node's active credential at once; for a
+   * decommissioned node it is failed_precondition.
    *
    * @generated from rpc modelforge.admin.v1.AdminService.CreateEnrollmentToken
    */
@@ -1898,7 +1904,7 @@ export const AdminService: GenService<{
     output: typeof ListEnrollmentTokensResponseSchema;
   },
   /**
-   * Revokes an unused enrollment token.
+   * Revokes an unused enrollment token; a used one is failed_precondition.
    *
    * @generated from rpc modelforge.admin.v1.AdminService.RevokeEnrollmentToken
    */
@@ -1938,7 +1944,7 @@ export const AdminService: GenService<{
     output: typeof WatchNodesResponseSchema;
   },
   /**
-   * Changes a node's name or labels.
+   * Changes a node's name or labels. A decommissioned node is failed_precondition.
    *
    * @generated from rpc modelforge.admin.v1.AdminService.UpdateNode
    */
@@ -1948,7 +1954,8 @@ export const AdminService: GenService<{
     output: typeof UpdateNodeResponseSchema;
   },
   /**
-   * Disables a node: its credential is refused with permission_denied until enabled.
+   * Disables a node: its credential is refused with permission_denied until enabled. A
+   * decommissioned node is failed_precondition.
    *
    * @generated from rpc modelforge.admin.v1.AdminService.DisableNode
    */
@@ -1958,7 +1965,7 @@ export const AdminService: GenService<{
     output: typeof DisableNodeResponseSchema;
   },
   /**
-   * Enables a disabled node.
+   * Enables a disabled node. A decommissioned node is failed_precondition.
    *
    * @generated from rpc modelforge.admin.v1.AdminService.EnableNode
    */
@@ -1968,7 +1975,8 @@ export const AdminService: GenService<{
     output: typeof EnableNodeResponseSchema;
   },
   /**
-   * Tells a node to renew its certificate now; optionally revokes the current one at once.
+   * Tells a node to renew its certificate now; optionally revokes the current one at once. A
+   * decommissioned node is failed_precondition.
    *
    * @generated from rpc modelforge.admin.v1.AdminService.RotateNodeCredential
    */
@@ -1999,6 +2007,7 @@ export const AdminService: GenService<{
   },
   /**
    * Decommissions a node. Terminal: every credential revoked, open streams closed, work reclaimed.
+   * Decommissioning it again is failed_precondition.
    *
    * @generated from rpc modelforge.admin.v1.AdminService.DecommissionNode
    */
@@ -2008,7 +2017,8 @@ export const AdminService: GenService<{
     output: typeof DecommissionNodeResponseSchema;
   },
   /**
-   * Creates a typed job for one node.
+   * Creates a typed job for one node. A decommissioned or disabled node, or a capability the node
+   * never advertised, is failed_precondition.
    *
    * @generated from rpc modelforge.admin.v1.AdminService.CreateJob
    */
@@ -2038,7 +2048,8 @@ export const AdminService: GenService<{
     output: typeof ListJobsResponseSchema;
   },
   /**
-   * Requests cancellation of a job.
+   * Requests cancellation of a job. A job that already succeeded or failed is failed_precondition;
+   * cancelling a cancelled job again answers it as it is.
    *
    * @generated from rpc modelforge.admin.v1.AdminService.CancelJob
    */

@@ -1289,6 +1289,13 @@ export const SampleDispositionSchema: GenEnum<SampleDisposition> = /*@__PURE__*/
  * The node agent's service. The Session stream is the main path; the unary RPCs do the same with
  * identical rules, for simple clients, polling agents and debugging with curl.
  *
+ * Errors are Connect codes (the README's error table lists them all): unauthenticated for a
+ * missing, foreign, revoked or unknown certificate; permission_denied for a disabled or
+ * decommissioned node, or another node's job; aborted when a job's lease was lost;
+ * failed_precondition when the request is well-formed but names a state the server never produced
+ * (a job attempt never issued), so retrying it cannot help; unavailable while the control plane
+ * starts or its database is unreachable, which is always safe to retry.
+ *
  * @generated from service modelforge.agent.v1.AgentService
  */
 export const AgentService: GenService<{
@@ -1305,7 +1312,9 @@ export const AgentService: GenService<{
   },
   /**
    * Exchanges a one-time enrollment token and a CSR for the node's certificate. No client
-   * certificate is needed.
+   * certificate is needed. An unknown, used, revoked or expired token is unauthenticated; after a
+   * few unknown tokens from one address, further attempts from it are resource_exhausted for a
+   * while (the message and a retry-after header say how many seconds).
    *
    * @generated from rpc modelforge.agent.v1.AgentService.Enroll
    */
@@ -1316,6 +1325,14 @@ export const AgentService: GenService<{
   },
   /**
    * The long-lived bidirectional stream. The agent's first message must be a Hello.
+   *
+   * A node has at most one Session: when a second one opens (say, the agent reconnected before the
+   * server noticed the old connection was gone), the earlier one ends with aborted ("replaced by a
+   * newer session of the same node") and the newer one carries on; an agent that gets this on its
+   * only stream shares its identity with another process. The stream also
+   * ends with unauthenticated when the credential is revoked, permission_denied when the node is
+   * disabled or decommissioned, and unavailable when the server shuts down or too many sessions are
+   * opening at once (reconnect with backoff).
    *
    * @generated from rpc modelforge.agent.v1.AgentService.Session
    */
@@ -1365,7 +1382,8 @@ export const AgentService: GenService<{
     output: typeof ClaimJobResponseSchema;
   },
   /**
-   * Reports progress on a leased job and renews its lease.
+   * Reports progress on a leased job and renews its lease. A lapsed lease or a stale attempt is
+   * aborted ("lease lost: stop work"); an attempt the server never issued is failed_precondition.
    *
    * @generated from rpc modelforge.agent.v1.AgentService.ReportJobProgress
    */
@@ -1375,7 +1393,9 @@ export const AgentService: GenService<{
     output: typeof ReportJobProgressResponseSchema;
   },
   /**
-   * Reports that a leased job succeeded, with its typed result.
+   * Reports that a leased job succeeded, with its typed result. Idempotent per attempt: repeating
+   * it (say, when the first reply was lost) with an equal result answers as the first time; any
+   * other report for an attempt that already ended is aborted. Otherwise as ReportJobProgress.
    *
    * @generated from rpc modelforge.agent.v1.AgentService.CompleteJob
    */
@@ -1385,7 +1405,9 @@ export const AgentService: GenService<{
     output: typeof CompleteJobResponseSchema;
   },
   /**
-   * Reports that a leased job failed, with a typed failure.
+   * Reports that a leased job failed, with a typed failure. Idempotent per attempt like
+   * CompleteJob: the same failure (code, message, retryable) answers as the first time, with the
+   * same will_retry.
    *
    * @generated from rpc modelforge.agent.v1.AgentService.FailJob
    */

@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "JobAttempt" ADD COLUMN     "failure" JSONB;
+

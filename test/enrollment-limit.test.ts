@@ -1,0 +1,152 @@
+// Failed enrollments are limited per peer address and logged without flooding: the pure rules as
+// tables with an injected clock, and a token-guessing run against the real server.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { generateNodeKeyAndCsr } from "../agent/pki/keys.js";
+import { FailureLimiter, peerKey } from "../server/identity/enrollment/failure-limit.js";
+import { FloodGate } from "../server/observability/flood-log.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+import { eventually } from "./support/node.js";
+
+describe("FailureLimiter", () => {
+  const policy = { burst: 3, refillMs: 1_000, maxPeers: 2, maxPenaltyMs: 5_000 };
+  // Each step: [what, at (ms), action on peer "a" unless named, expected retryAfterMs of that peer after it]
+  const steps: [string, number, "fail" | "check", number, string?][] = [
+    ["a stranger may try", 0, "check", 0],
+    ["first failure", 0, "fail", 0],
+    ["second failure", 10, "fail", 0],
+    ["third failure empties the bucket", 20, "fail", 980],
+    ["still waiting", 500, "check", 500],
+    ["one token back", 1_020, "check", 0],
+    ["a failure then costs that token again (the 20 ms of partial refill stay)", 1_020, "fail", 980],
+    ["the wait only shrinks", 1_520, "check", 480],
+    ["fully recovered after burst x refill", 4_100, "check", 0],
+    ["another peer is unaffected", 4_100, "check", 0, "b"],
+  ];
+  it("follows the table", () => {
+    const limiter = new FailureLimiter(policy);
+    for (const [what, at, action, want, peer = "a"] of steps) {
+      if (action === "fail") limiter.failed(peer, at);
+      expect(limiter.retryAfterMs(peer, at), what).toBe(want);
+    }
+  });
+  it("charges every failure of a concurrent burst, up to the longest penalty", () => {
+    const limiter = new FailureLimiter(policy);
+    for (let i = 0; i < 5; i++) limiter.failed("a", 0); // all admitted at once, all failed
+    expect(limiter.retryAfterMs("a", 0)).toBe(3_000);
+    for (let i = 0; i < 100; i++) limiter.failed("a", 0);
+    expect(limiter.retryAfterMs("a", 0)).toBe(5_000);
+    expect(limiter.retryAfterMs("a", 5_000)).toBe(0);
+  });
+  it("forgets the least recently failing peer when full, and a recovered one at once", () => {
+    const limiter = new FailureLimiter(policy);
+    for (const peer of ["a", "b", "c"]) for (let i = 0; i < 3; i++) limiter.failed(peer, 0);
+    expect(limiter.size).toBe(2);
+    expect(limiter.retryAfterMs("a", 0)).toBe(0); // evicted
+    expect(limiter.retryAfterMs("c", 0)).toBe(1_000);
+    expect(limiter.retryAfterMs("c", 10_000)).toBe(0);
+    expect(limiter.size).toBe(1);
+  });
+  it.each([
+    ["127.0.0.1", "127.0.0.1"],
+    ["::ffff:10.1.2.3", "10.1.2.3"],
+    ["2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"],
+    ["2001:db8:1:2::ffff", "2001:db8:1:2::/64"],
+    ["2001:db8::1", "2001:db8:0:0::/64"],
+    ["::1", "0:0:0:0::/64"],
+    [undefined, "unknown"],
+  ])("keys %s as %s", (address, key) => {
+    expect(peerKey(address)).toBe(key);
+  });
+});
+
+describe("FloodGate", () => {
+  it("logs the first events of a window, counts the rest, and summarises them once the window ends", () => {
+    const gate = new FloodGate({ firstPerWindow: 2, windowMs: 1_000, maxPeers: 2, topPeers: 1 });
+    const got = [gate.note("a", 0), gate.note("a", 1), gate.note("a", 2), gate.note("b", 3), gate.note("a", 4), gate.note("c", 5)];
+    expect(got).toEqual([true, true, false, false, false, false]);
+    expect(gate.close(999)).toBeUndefined(); // not over yet
+    expect(gate.close(1_000)).toEqual({ suppressed: 4, peers: 2, top: [{ peer: "a", count: 2 }], windowMs: 1_000 });
+    expect(gate.note("a", 1_001)).toBe(true); // a new window
+    expect(gate.close(2_001)).toBeUndefined(); // nothing suppressed in it
+  });
+});
+
+describe("enrollment guessing against the real server", () => {
+  let ts: TestServer;
+  beforeAll(async () => {
+    ts = await startTestServer();
+  });
+  afterAll(async () => {
+    await ts?.stop();
+  });
+
+  // The connection's source address (any of 127/8 on loopback); net.connect takes it, the TLS types omit it.
+  const clientFrom = (localAddress: string) =>
+    createClient(AgentService, createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem, ...({ localAddress } as object) } }));
+
+  it("refuses a guessing peer with resource_exhausted after a few, logs it briefly, and lets others and the penalty's end through", async () => {
+    const { csrPem } = generateNodeKeyAndCsr("guesser");
+    const attacker = clientFrom("127.0.0.1"); // one client, one HTTP/2 connection
+    const codes = new Map<Code, number>();
+    let exhausted: ConnectError | undefined;
+    const started = performance.now();
+    for (let i = 0; i < 2_000; i++) {
+      const err = await attacker.enroll({ token: `mfet_guess-${i}`, csrPem }).then(() => undefined, (e: unknown) => e as ConnectError);
+      const code = err?.code ?? Code.Unknown;
+      codes.set(code, (codes.get(code) ?? 0) + 1);
+      if (code === Code.ResourceExhausted) exhausted = err;
+    }
+    const elapsed = performance.now() - started;
+    // Five, plus one per five seconds the run took (tokens come back meanwhile).
+    expect(codes.get(Code.Unauthenticated)).toBeLessThanOrEqual(5 + Math.ceil(elapsed / 5_000));
+    expect(codes.get(Code.ResourceExhausted)).toBeGreaterThanOrEqual(1_950);
+    expect([...codes.keys()].sort()).toEqual([Code.Unauthenticated, Code.ResourceExhausted].sort());
+    expect(exhausted!.rawMessage).toMatch(/^too many failed enrollments from this address; retry in \d+ s$/);
+    const retryAfter = Number(exhausted!.metadata.get("retry-after"));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(5);
+
+    // The log at the production level (info and up): a few lines, each with the peer, no tokens.
+    const lines = () => ts.logs().split("\n").filter((l) => l !== "" && (JSON.parse(l) as { level: number }).level >= 30);
+    const refusals = lines().filter((l) => l.includes("enrollment refused"));
+    expect(lines().length).toBeLessThan(50);
+    expect(refusals.length).toBeGreaterThanOrEqual(1);
+    for (const l of refusals.filter((l) => !l.includes("summary"))) expect(JSON.parse(l)).toMatchObject({ peer: "127.0.0.1", level: 40 });
+    expect(ts.logs()).not.toContain("mfet_guess");
+
+    // Another address enrolls with a good token at once.
+    const bystander = clientFrom("127.0.0.2");
+    const good = await ts.admin.createEnrollmentToken({ nodeName: "bystander" });
+    expect((await bystander.enroll({ token: good.token, csrPem: generateNodeKeyAndCsr("bystander").csrPem })).nodeId).not.toBe("");
+
+    // The guessing address, holding a real token now: refused until the penalty lapses (the token
+    // is not even looked at, so not used up), then enrolled.
+    const real = await ts.admin.createEnrollmentToken({ nodeName: "late" });
+    const ownCsr = generateNodeKeyAndCsr("late").csrPem;
+    // Guess on until a token has come back and been spent again, so that a full penalty lies ahead.
+    await eventually(async () => {
+      const err = await attacker.enroll({ token: "mfet_guess-again", csrPem }).then(() => undefined, (e: unknown) => e as ConnectError);
+      return err?.code === Code.Unauthenticated;
+    }, 15_000, "one more failure counted");
+    const refused = await attacker.enroll({ token: real.token, csrPem: ownCsr }).then(() => undefined, (e: unknown) => e as ConnectError);
+    expect(refused?.code).toBe(Code.ResourceExhausted);
+    const enrolled = await eventually(
+      () => attacker.enroll({ token: real.token, csrPem: ownCsr }).catch((e: unknown) => {
+        if ((e as ConnectError).code !== Code.ResourceExhausted) throw e;
+        return undefined;
+      }),
+      15_000,
+      "enrollment after the penalty",
+    );
+    expect(enrolled.nodeId).not.toBe("");
+
+    // One summary line per ten-second window accounts for the rest: counts and the busiest address.
+    type Summary = { suppressed: number; peers: number; top: { peer: string; count: number }[] };
+    const summaries = () => lines().filter((l) => l.includes("enrollment refused (summary")).map((l) => JSON.parse(l) as Summary);
+    await eventually(() => summaries().reduce((n, s) => n + s.suppressed, 0) + refusals.length >= 2_000, 20_000, "summaries of every refusal");
+    for (const s of summaries()) expect(s.top[0]!.peer).toBe("127.0.0.1");
+  }, 300_000);
+});
