@@ -12,6 +12,7 @@ import { callLogInterceptor } from "./observability/call-log.js";
 import { callerKey, peerOf, type Caller } from "./context.js";
 import { isGrpcSession, serveGrpcSession } from "./services/session-grpc.js";
 import { adminAuthInterceptor } from "./auth/admin.js";
+import { edgeAdapterOptions, edgeGuard } from "./edge/guard.js";
 import { loadOrCreateCa, type Ca } from "./pki/ca.js";
 import { openDatabase, type Database } from "./db/client.js";
 import { HealthState, healthService } from "./services/health.js";
@@ -82,12 +83,15 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     },
     interceptors: [callLogInterceptor()],
     contextValues,
+    ...edgeAdapterOptions,
     fallback: (_req, res) => {
       res.writeHead(503, { "content-type": "application/json" });
       res.end(JSON.stringify({ code: "unavailable", message: "control plane starting: database not ready" }));
     },
   });
 
+  // Limits and authentication from headers and TLS, before any body is read (./edge/guard.ts).
+  const guard = edgeGuard(config.operatorApiKey, log);
   const server = http2.createSecureServer(
     {
       ...http2ServerTuning,
@@ -104,6 +108,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
       const id = correlationIdFrom(req.headers[correlationHeader]);
       (req as unknown as Record<symbol, string>)[correlationSymbol] = id;
       res.setHeader(correlationHeader, id);
+      guard(req, res, id);
       handle(req, res);
     },
   );
@@ -171,6 +176,7 @@ export async function startServer(config: Config, log: Logger): Promise<RunningS
     },
     interceptors: [callLogInterceptor(), adminAuthInterceptor(config.operatorApiKey)],
     contextValues,
+    ...edgeAdapterOptions,
   });
   handle = connect;
   serveSession = (stream, headers) => serveGrpcSession(deps, stream, headers, log);
