@@ -4,7 +4,7 @@
 // its own and not the test's.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type http2 from "node:http2";
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -136,19 +136,20 @@ describe("request bodies are bounded at the edge", () => {
 
   it("GetServerInfo stays fast and the server stays small while attackers stream 300 MB bodies", async () => {
     const probe = await connect();
+    let attacker: ChildProcess | undefined;
     try {
       await serverInfoLatencies(probe, 20); // warm-up
       const before = await serverInfoLatencies(probe, 100);
       const rssBefore = serverRss();
       const peak = watchRss();
-      const attacker = spawn(process.execPath, ["--import", "tsx", "test/support/attack.ts", url, join(dir, "certs", "ca.crt"), listNodes, String(attackBytes), "4"], {
+      attacker = spawn(process.execPath, ["--import", "tsx", "test/support/attack.ts", url, join(dir, "certs", "ca.crt"), listNodes, String(attackBytes), "4"], {
         cwd: repoRoot,
         stdio: ["ignore", "pipe", "inherit"],
       });
       let report = "";
       attacker.stdout!.on("data", (c: Buffer) => (report += c.toString()));
-      const exited = new Promise((resolve) => attacker.on("exit", resolve));
-      await new Promise<void>((resolve) => attacker.stdout!.on("data", () => report.includes("attacking") && resolve()));
+      const exited = new Promise((resolve) => attacker!.on("exit", resolve));
+      await new Promise<void>((resolve) => attacker!.stdout!.on("data", () => report.includes("attacking") && resolve()));
       const during = await serverInfoLatencies(probe, 200);
       attacker.kill("SIGTERM");
       await exited;
@@ -164,6 +165,7 @@ describe("request bodies are bounded at the edge", () => {
       expect(answers.unauthenticated).toBeGreaterThan(4);
       expect(grown).toBeLessThan(64 * MiB);
     } finally {
+      if (attacker?.exitCode === null) attacker.kill("SIGKILL");
       probe.destroy();
     }
   });
