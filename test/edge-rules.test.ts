@@ -1,12 +1,15 @@
 // The edge's pure rules: the per-method request limits and what is decided from headers and TLS
 // alone. test/edge-limits.test.ts tries them through the real server.
 import { describe, expect, it } from "vitest";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
+import { WireType } from "@bufbuild/protobuf/wire";
 import type { PeerCertificate } from "node:tls";
 import { admit, type EdgeRequest } from "../server/edge/admission.js";
 import { defaultRequestBytes, largestRequestBytes, requestLimitOf } from "../server/edge/limits.js";
+import { edgeAdapterOptions } from "../server/edge/guard.js";
 import { MAX_INVOKE_PAYLOAD_BYTES } from "../server/domain/job-spec.js";
-import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { AgentService, GetServerInfoRequestSchema, type GetServerInfoRequest } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
@@ -101,5 +104,22 @@ describe("admission from headers and TLS", () => {
     };
     expect(admit(request({ path: admin("ListNodes"), adminToken: key, peer }), key).admitted).toBe(true);
     expect(admit(request({ path: agent("Enroll"), peer }), key).admitted).toBe(true);
+  });
+});
+
+describe("the Connect adapters' options", () => {
+  it("skip unknown fields instead of keeping them on the request", async () => {
+    let seen: GetServerInfoRequest | undefined;
+    const transport = createRouterTransport(
+      (router) => router.rpc(AgentService.method.getServerInfo, (req) => ((seen = req), {})),
+      { router: edgeAdapterOptions },
+    );
+    // What a body of 0x41 bytes is: field 8, fixed64, over and over.
+    const $unknown = Array.from({ length: 1000 }, () => ({ no: 8, wireType: WireType.Bit64, data: new Uint8Array(8).fill(0x41) }));
+    const request = create(GetServerInfoRequestSchema);
+    request.$unknown = $unknown;
+    await createClient(AgentService, transport).getServerInfo(request);
+    expect(seen).toBeDefined();
+    expect(seen!.$unknown ?? []).toHaveLength(0);
   });
 });
