@@ -33,6 +33,8 @@ export interface Body {
   data?: Buffer;
   /** A content-length to declare. */
   declared?: number;
+  /** Leave the request open after the bytes, as a client still sending would. */
+  open?: boolean;
 }
 
 const chunk = (fill: number) => Buffer.alloc(64 * 1024, fill);
@@ -63,7 +65,7 @@ export function call(session: http2.ClientHttp2Session, path: string, contentTyp
       sent += n;
       if (!req.write(n === piece.length ? piece : piece.subarray(0, n))) return void req.once("drain", pump);
     }
-    if (sent >= body.bytes && !req.closed) req.end();
+    if (sent >= body.bytes && !req.closed && body.open !== true) req.end();
   };
   if (enveloped) {
     const prefix = Buffer.alloc(5);
