@@ -60,7 +60,12 @@ afterAll(async () => {
 
 /** The server process's resident set, from /proc; infinite once the process is gone. */
 function serverRss(): number {
-  const status = server.child.exitCode === null ? readFileSync(`/proc/${server.child.pid}/status`, "utf8") : "";
+  let status = "";
+  try {
+    status = readFileSync(`/proc/${server.child.pid}/status`, "utf8");
+  } catch {
+    // Gone: the server died.
+  }
   const kb = /VmRSS:\s+(\d+) kB/.exec(status)?.[1];
   return kb === undefined ? Infinity : Number(kb) * 1024;
 }
