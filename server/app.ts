@@ -18,6 +18,7 @@ import { adminAuthInterceptor } from "./identity/admin-token.js";
 import { loadOrCreateCa, type Ca } from "./identity/pki/ca.js";
 import { validationInterceptor } from "./edge/validate.js";
 import { undecodableAsInvalidArgument } from "./edge/decode-errors.js";
+import { edgeAdapterOptions, edgeGuard } from "./edge/guard.js";
 import { openDatabase, type Database } from "./db/client.js";
 import { HealthState, healthService } from "./services/health.js";
 import { SessionRegistry } from "./sessions/registry.js";
@@ -76,6 +77,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     },
     interceptors: [callLogInterceptor()],
     contextValues,
+    ...edgeAdapterOptions,
     fallback: (_req, res) => {
       // Retry-After: agents come back this soon instead of backing off as from a dead server.
       res.writeHead(503, { "content-type": "application/json", "retry-after": "1" });
@@ -83,6 +85,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     },
   });
 
+  // Limits and authentication from headers and TLS, before any body is read (./edge/guard.ts).
+  const guard = edgeGuard(config.operatorApiKey, log);
   const server = http2.createSecureServer(
     {
       ...http2ServerTuning,
@@ -99,6 +103,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       const id = correlationIdFrom(req.headers[correlationHeader]);
       (req as unknown as Record<symbol, string>)[correlationSymbol] = id;
       res.setHeader(correlationHeader, id);
+      guard(req, res, id);
       handle(req, res);
     },
   );
@@ -209,6 +214,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     },
     interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(config.operatorApiKey), validationInterceptor()],
     contextValues,
+    ...edgeAdapterOptions,
   });
   handle = connect;
   serveSession = (stream, headers) => serveGrpcSession(agentDeps, stream, headers, log);

@@ -39,8 +39,12 @@ export const http2ServerTuning: SecureServerOptions = {
   // A TLS handshake that has not finished in 10 s is not going to (default 120 s): during a
   // reconnect storm stuck handshakes would otherwise hold sockets for two minutes.
   handshakeTimeout: 10_000,
-  // No TLS session tickets: agents reconnect with a full handshake (they pass no saved session),
-  // so the two tickets OpenSSL issues after every TLS 1.3 handshake were encrypted for nobody.
+  // No session resumption: agents reconnect with a full handshake (they pass no saved session).
+  // SSL_OP_NO_TICKET stops TLS 1.2 tickets. In TLS 1.3 it only makes OpenSSL's tickets stateful
+  // (a 32-byte id for a server-side session cache, which Node does not keep), so they resume
+  // nothing, but OpenSSL still sends two after every handshake: only SSL_CTX_set_num_tickets(0)
+  // stops them, and Node 20 reaches that only through a process-wide OpenSSL configuration
+  // (NumTickets = 0). test/tuning.test.ts holds the server to this.
   secureOptions: constants.SSL_OP_NO_TICKET,
 };
 

@@ -20,7 +20,12 @@ export function checkAdminToken(given: string | null, configuredKey: string | un
     );
   }
   if (given === null || given === "") {
-    throw new ConnectError(`missing ${adminTokenHeader} header`, Code.Unauthenticated);
+    // HTTP/2 drops a header whose value begins or ends with whitespace (RFC 9113), so a key pasted
+    // with a space or tab arrives as no header at all; the server cannot tell the two apart.
+    throw new ConnectError(
+      `invalid admin token: the ${adminTokenHeader} header is missing (HTTP/2 drops a value with leading or trailing whitespace)`,
+      Code.Unauthenticated,
+    );
   }
   if (!secretsEqual(given, configuredKey)) {
     throw new ConnectError("invalid admin token", Code.Unauthenticated);

@@ -20,11 +20,9 @@ import { correlationHeader, correlationIdFrom } from "../observability/correlati
 import { presentedIdentity } from "../identity/node-auth.js";
 import { AgentSession, type SessionDeps } from "./session.js";
 import { publicError } from "../observability/call-log.js";
+import { requestLimitOf } from "../edge/limits.js";
 
 export const sessionPath = `/${AgentService.typeName}/${AgentService.method.session.name}`;
-
-/** Session messages are small; anything larger is a broken or hostile peer. */
-const maxMessageBytes = 1024 * 1024;
 
 /** How long an ended Session stream waits for the agent to close its side before it is reset. */
 const releaseAfterMs = 1_000;
@@ -38,24 +36,35 @@ export function isGrpcSession(headers: http2.IncomingHttpHeaders): boolean {
 
 /** Splits gRPC length-prefixed messages out of the byte stream. */
 export class FrameReader {
-  private pending: Buffer | undefined;
+  /** Received and not yet returned; joined only once a whole message is in. */
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  constructor(private readonly maxMessageBytes = requestLimitOf(sessionPath, "application/grpc").bytes) {}
   /** Returns the complete messages in `chunk` (with what was left over before). */
   push(chunk: Buffer): Buffer[] {
-    let buf = this.pending === undefined ? chunk : Buffer.concat([this.pending, chunk]);
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
     const out: Buffer[] = [];
-    while (buf.length >= 5) {
-      if (buf[0] !== 0) throw new ConnectError("compressed messages are not supported", Code.Unimplemented);
-      const length = buf.readUInt32BE(1);
-      if (length > maxMessageBytes) throw new ConnectError(`message larger than ${maxMessageBytes} bytes`, Code.ResourceExhausted);
-      if (buf.length < 5 + length) break;
-      out.push(buf.subarray(5, 5 + length));
-      buf = buf.subarray(5 + length);
+    while (this.buffered >= 5) {
+      if (this.chunks[0]!.length < 5) this.chunks = [Buffer.concat(this.chunks)];
+      const head = this.chunks[0]!;
+      if (head[0] !== 0) throw new ConnectError("compressed messages are not supported", Code.Unimplemented);
+      const length = head.readUInt32BE(1);
+      // Refused on its declared length, before any of it is held.
+      if (length > this.maxMessageBytes) {
+        throw new ConnectError(`message of ${length} bytes is over the limit of ${this.maxMessageBytes} bytes for ${sessionPath}`, Code.ResourceExhausted);
+      }
+      if (this.buffered < 5 + length) break;
+      const joined = this.chunks.length === 1 ? head : Buffer.concat(this.chunks);
+      out.push(joined.subarray(5, 5 + length));
+      const rest = joined.subarray(5 + length);
+      this.chunks = rest.length > 0 ? [rest] : [];
+      this.buffered = rest.length;
     }
-    this.pending = buf.length > 0 ? buf : undefined;
     return out;
   }
   get empty(): boolean {
-    return this.pending === undefined;
+    return this.buffered === 0;
   }
 }
 
@@ -141,7 +150,7 @@ export function serveGrpcSession(deps: SessionDeps, stream: http2.ServerHttp2Str
   stream.on("data", (chunk: Buffer) => {
     if (trailers !== undefined) return; // ended: what the agent still sends is not read
     try {
-      for (const bytes of reader.push(chunk)) session.receive(fromBinary(SessionRequestSchema, bytes));
+      for (const bytes of reader.push(chunk)) session.receive(fromBinary(SessionRequestSchema, bytes, { readUnknownFields: false }));
     } catch (err) {
       session.close(err instanceof ConnectError ? err : new ConnectError("malformed message", Code.InvalidArgument));
     }

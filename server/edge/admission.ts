@@ -1,0 +1,53 @@
+// What the edge decides from a request's headers and TLS state alone, before a byte of its body is
+// read: whether it fits its method's limit as declared, and whether an admin or node call carries
+// the credential it needs. The handlers check again in full (the admin interceptor, the node's
+// credential in the database); this only keeps the unauthenticated from making the server read.
+import { Code, ConnectError } from "@connectrpc/connect";
+import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { checkAdminToken } from "../identity/admin-token.js";
+import { presentedIdentity } from "../identity/node-auth.js";
+import type { Caller } from "../context.js";
+import { requestLimitOf, type RequestLimit } from "./limits.js";
+
+export interface EdgeRequest {
+  /** The request path without its query string. */
+  path: string;
+  contentType: string;
+  /** The declared content-length, if any. */
+  contentLength: number | undefined;
+  /** The x-modelforge-admin-token header, if any. */
+  adminToken: string | undefined;
+  /** The TLS client certificate, read only for calls that need one. */
+  peer: () => Pick<Caller, "certificate" | "certificateError">;
+}
+
+export type Admission = { admitted: true; limit: RequestLimit } | { admitted: false; refusal: ConnectError };
+
+const adminPrefix = `/${AdminService.typeName}/`;
+const agentPrefix = `/${AgentService.typeName}/`;
+/** The agent calls a node makes before it has a certificate. */
+const anonymousAgentPaths: ReadonlySet<string> = new Set(
+  [AgentService.method.getServerInfo, AgentService.method.enroll].map((m) => `${agentPrefix}${m.name}`),
+);
+
+export function tooLarge(path: string, limit: number, declared?: number): ConnectError {
+  const size = declared !== undefined ? `of ${declared} bytes ` : "";
+  return new ConnectError(`request body ${size}is over the limit of ${limit} bytes for ${path}`, Code.ResourceExhausted);
+}
+
+export function admit(req: EdgeRequest, operatorApiKey: string | undefined): Admission {
+  const limit = requestLimitOf(req.path, req.contentType);
+  try {
+    // A stream's content-length, should it declare one, is its total: only its messages are bounded.
+    if (!limit.perMessage && req.contentLength !== undefined && req.contentLength > limit.bytes) {
+      throw tooLarge(req.path, limit.bytes, req.contentLength);
+    }
+    if (req.path.startsWith(adminPrefix)) checkAdminToken(req.adminToken ?? null, operatorApiKey);
+    else if (req.path.startsWith(agentPrefix) && !anonymousAgentPaths.has(req.path)) presentedIdentity(req.peer());
+  } catch (err) {
+    if (err instanceof ConnectError) return { admitted: false, refusal: err };
+    throw err;
+  }
+  return { admitted: true, limit };
+}
