@@ -30,14 +30,18 @@ async function reconcileFleet(replicas: TestServer[]) {
   const prisma = replicas[0]!.server.db.prisma;
   const ids = Array.from({ length: fleet }, () => randomUUID());
   const online = moves(replicas, "online");
+  const stale = moves(replicas, "stale");
   const offline = moves(replicas, "offline");
+  const progress = () => `${online()} online, ${stale()} stale, ${offline()} offline of ${fleet}`;
   const logs = anyOf(...replicas.map((r) => r.logFeed));
-  // Heard from just now through some replica's flush: the reconcilers take it from here.
-  await prisma.node.createMany({ data: ids.map((id, i) => ({ id, name: `fleet-${i}`, lastHeartbeatAt: new Date() })) });
+  await prisma.node.createMany({ data: ids.map((id, i) => ({ id, name: `fleet-${i}` })) });
+  // Heard from just now through some replica's flush (one statement, as a flush is; the slow insert
+  // above must not eat into the online state): the reconcilers take it from here.
+  await prisma.node.updateMany({ where: { id: { in: ids } }, data: { lastHeartbeatAt: new Date() } });
   const countIn = (liveness: string) => prisma.node.count({ where: { id: { in: ids }, liveness } });
   // Each move is logged after its transaction (with its audit event) commits.
-  await waitFor(() => online() >= fleet, { on: logs, what: "the fleet online" });
-  await waitFor(() => offline() >= fleet, { on: logs, what: "the fleet offline" });
+  await waitFor(() => online() >= fleet, { on: logs, what: () => `the fleet online (${progress()})` });
+  await waitFor(() => offline() >= fleet, { on: logs, what: () => `the fleet offline (${progress()})` });
   expect(await countIn("offline")).toBe(fleet);
   const audits = await prisma.auditEvent.findMany({ where: { targetId: { in: ids } }, select: { targetId: true, action: true, details: true } });
   const perNode = new Map<string, string[]>();

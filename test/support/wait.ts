@@ -14,8 +14,8 @@ export interface Changes {
 export interface WaitOptions {
   /** Deadline in milliseconds (default generousMs). */
   timeout?: number;
-  /** What is awaited, for the timeout's message. */
-  what?: string;
+  /** What is awaited, for the timeout's message (a function can describe the progress made). */
+  what?: string | (() => string);
   /** Re-check on each change announced here. */
   on?: Changes;
   /** Re-check interval in milliseconds (default 100; 250 as a fallback to `on`). */
@@ -62,7 +62,10 @@ export function waitFor<T>(check: () => Promise<T | undefined | false> | T | und
       }
     };
     const deadline = setTimeout(
-      () => finish(() => reject(new Error(`timed out after ${timeout} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ""}`))),
+      () => {
+        const described = typeof what === "function" ? what() : what;
+        finish(() => reject(new Error(`timed out after ${timeout} ms waiting for ${described}${last ? `: ${(last as Error).message}` : ""}`)));
+      },
       timeout,
     );
     const poll = setInterval(() => void run(), interval);
