@@ -1,5 +1,7 @@
-// The operator CLI `forge`: pure formatting and parsing helpers in-process, and every command as a
-// real child process (`node --import tsx cli/main.ts ...`) against a real TLS control plane.
+// The operator CLI `forge`: pure formatting and parsing helpers, and every command through
+// `runCli` (everything the entry point does but exit) against a real TLS control plane, in this
+// process. A few smoke tests run the real entry point as a child process (`node --import tsx
+// cli/main.ts ...`): help, an API error's exit code, and a watch ended by Ctrl-C.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -10,6 +12,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { pino } from "pino";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { startTestServer, testAdminKey } from "./support/server.js";
+import { generousMs, waitFor } from "./support/wait.js";
 import { enrollNode } from "../agent/enroll.js";
 import { runAgent, type SessionJobs, type SessionLink } from "../agent/session.js";
 import { JobFailureCode, type JobLease } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -29,6 +32,7 @@ import {
 import { parseEnumList, parseIntFlag, parseLabels, parseSince, UsageError } from "../cli/args.js";
 import { loadJobSpec } from "../cli/commands/jobs.js";
 import { confirmByTyping } from "../cli/confirm.js";
+import { runCli } from "../cli/cli.js";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -182,7 +186,7 @@ describe("argument parsing", () => {
 });
 
 // ---------------------------------------------------------------------------------------------
-// The CLI as a child process against a real server
+// The CLI against a real server
 
 const server = await startTestServer();
 const tmp = mkdtempSync(join(tmpdir(), "mf-cli-"));
@@ -209,30 +213,55 @@ interface Run {
   stderr: string;
 }
 
-function baseEnv(): Record<string, string> {
-  const env: Record<string, string> = {
+function cliEnv(env: Record<string, string | undefined>): Record<string, string> {
+  const merged: Record<string, string | undefined> = {
     MODELFORGE_SERVER: server.url,
     MODELFORGE_CA_FILE: caFile,
     MODELFORGE_OPERATOR_API_KEY: testAdminKey,
+    ...env,
   };
-  for (const k of ["PATH", "HOME", "TMPDIR", "SYSTEMROOT"]) if (process.env[k] !== undefined) env[k] = process.env[k]!;
-  return env;
+  for (const k of Object.keys(merged)) if (merged[k] === undefined) delete merged[k];
+  return merged as Record<string, string>;
 }
 
+/** A stream that keeps what is written to it. */
+function sink(): Writable & { text: string } {
+  const w = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      w.text += chunk.toString();
+      cb();
+    },
+  }) as Writable & { text: string };
+  w.text = "";
+  return w;
+}
+
+/** Runs `forge args...` in this process; stdin is empty (not a TTY). The admin key must never appear in output. */
+async function forge(args: string[], env: Record<string, string | undefined> = {}): Promise<Run> {
+  const stdout = sink();
+  const stderr = sink();
+  const stdin = new PassThrough();
+  stdin.end();
+  const code = await runCli(args, { stdout, stderr, stdin, env: cliEnv(env), signal: new AbortController().signal });
+  expect(stdout.text + stderr.text).not.toContain(testAdminKey);
+  return { code, stdout: stdout.text, stderr: stderr.text };
+}
+
+/** The real entry point as a child process, with the same environment. */
 function start(args: string[], env: Record<string, string | undefined> = {}) {
-  const merged = { ...baseEnv(), ...env };
-  for (const k of Object.keys(merged)) if (merged[k] === undefined) delete merged[k];
+  const inherited: Record<string, string> = {};
+  for (const k of ["PATH", "HOME", "TMPDIR", "SYSTEMROOT"]) if (process.env[k] !== undefined) inherited[k] = process.env[k]!;
   return spawn(process.execPath, ["--import", "tsx", "cli/main.ts", ...args], {
     cwd: root,
-    env: merged as NodeJS.ProcessEnv,
+    env: { ...inherited, ...cliEnv(env) },
     stdio: ["pipe", "pipe", "pipe"],
   });
 }
 
-/** Runs `forge args...`; stdin is empty (not a TTY). The admin key must never appear in output. */
-function forge(args: string[], env: Record<string, string | undefined> = {}): Promise<Run> {
+/** Runs `forge args...` as a child process, as `forge()` does in this one. */
+function forgeProcess(args: string[]): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = start(args, env);
+    const child = start(args);
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
@@ -264,8 +293,8 @@ async function enroll(name: string, labels: string[] = []): Promise<{ nodeId: st
 }
 
 describe("forge help and usage", () => {
-  it("prints the command list with --help, exit 0", async () => {
-    const r = await forge(["--help"]);
+  it("prints the command list with --help, exit 0 (child process)", async () => {
+    const r = await forgeProcess(["--help"]);
     expect(r.code).toBe(0);
     for (const cmd of ["tokens create", "tokens list", "tokens revoke ID", "nodes list", "nodes get ID", "nodes watch", "nodes decommission ID", "jobs create", "jobs watch ID", "audit list"]) {
       expect(r.stdout).toContain(cmd);
@@ -321,8 +350,8 @@ describe("forge against an empty fleet", () => {
     expect(json.nodes ?? []).toEqual([]);
   });
 
-  it("nodes get of an unknown id fails with not_found, exit 1", async () => {
-    const r = await forge(["nodes", "get", randomId]);
+  it("nodes get of an unknown id fails with not_found, exit 1 (child process)", async () => {
+    const r = await forgeProcess(["nodes", "get", randomId]);
     expect(r.code).toBe(1);
     expect(r.stdout).toBe("");
     expect(r.stderr).toBe(`error: not_found: node ${randomId} not found\n`);
@@ -459,13 +488,13 @@ describe("forge nodes with an enrolled node", () => {
     expect(get.stdout).toMatch(new RegExp(`${detail.credentials[0]!.serial}\\s+\\d{4}-\\d{2}-\\d{2} [\\d:]+Z\\s+\\d{4}-\\d{2}-\\d{2} [\\d:]+Z\\s+-`));
   });
 
-  it("nodes watch streams lines until Ctrl-C, then exits 0", async () => {
+  it("nodes watch streams lines until Ctrl-C, then exits 0 (child process)", async () => {
     const child = start(["nodes", "watch"]);
     child.stdin.end();
     let stdout = "";
     const exited = new Promise<number | null>((resolve) => child.on("close", resolve));
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no watch line; got ${JSON.stringify(stdout)}`)), 15_000);
+      const timer = setTimeout(() => reject(new Error(`no watch line; got ${JSON.stringify(stdout)}`)), generousMs);
       child.stdout.on("data", (d: Buffer) => {
         stdout += d.toString();
         if (stdout.includes(nodeId)) {
@@ -597,11 +626,10 @@ describe("forge jobs", () => {
     };
     const log = pino({ level: "silent" });
     agentRuns.push(runAgent({ statePath, log, signal: agents.signal, jobs }).catch(() => undefined));
-    for (let i = 0; i < 100; i++) {
+    await waitFor(async () => {
       const { node } = await server.admin.getNode({ nodeId });
-      if (node?.connected && node.capabilities.includes("runtime.health.v1")) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
+      return node?.connected && node.capabilities.includes("runtime.health.v1");
+    }, { what: "the agent connected with its capability" });
 
     const spec = (runtimeId: string) => {
       const file = join(tmp, `health-${runtimeId}.json`);

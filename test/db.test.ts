@@ -44,7 +44,7 @@ describe(`database on ${backend}`, () => {
   const opts = () => ({ ...(tdb.databaseUrl ? { databaseUrl: tdb.databaseUrl } : {}), dataDir: tdb.dataDir });
 
   beforeAll(async () => {
-    tdb = await createTestDatabase();
+    tdb = await createTestDatabase(backend, { empty: true });
   });
   afterAll(async () => {
     await db?.close();
@@ -132,7 +132,7 @@ describe(`database on ${backend}`, () => {
   });
 
   it.skipIf(!onPostgres)("applies each migration exactly once when two servers start together", async () => {
-    const fresh = await createTestDatabase("postgres");
+    const fresh = await createTestDatabase("postgres", { empty: true });
     try {
       const o = { databaseUrl: fresh.databaseUrl!, dataDir: fresh.dataDir };
       const [a, b] = await Promise.all([openDatabase(o), openDatabase(o)]);

@@ -1,15 +1,20 @@
 // A fresh, private database for one test file, so files can run in parallel.
 //
-// MODELFORGE_TEST_DB=pglite (default): an empty temporary data directory; the embedded database
-// is created in it on first open.
+// MODELFORGE_TEST_DB=pglite (default): a temporary data directory holding a copy of the run's
+// migrated template (test/global-setup.ts), or nothing (`empty`: PGlite creates the database on
+// first open).
 // MODELFORGE_TEST_DB=postgres: a new database mf_test_<hex> on the server named by
-// MODELFORGE_TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/postgres), dropped
-// on cleanup. The data directory is still a fresh temporary directory (certificates etc.).
+// MODELFORGE_TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/postgres), created
+// from the run's migrated template database unless `empty`, and dropped on cleanup. The data
+// directory is still a fresh temporary directory (certificates etc.).
+// Outside a vitest run (benchmarks) there is no template: every database starts empty.
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
+import { cp, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
+import { inject } from "vitest";
+import type { TemplateLocation } from "./template.js";
 
 export type TestBackend = "pglite" | "postgres";
 
@@ -22,6 +27,11 @@ export interface TestDatabase {
   cleanup(): Promise<void>;
 }
 
+export interface TestDatabaseOptions {
+  /** No schema at all, for tests of migration itself; otherwise the migrated template's copy. */
+  empty?: boolean;
+}
+
 export const DEFAULT_TEST_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres";
 
 /** The backend chosen by MODELFORGE_TEST_DB. */
@@ -32,37 +42,54 @@ export function testBackend(): TestBackend {
   throw new Error(`MODELFORGE_TEST_DB must be "pglite" or "postgres", not "${v}"`);
 }
 
-export async function createTestDatabase(backend: TestBackend = testBackend()): Promise<TestDatabase> {
+/** The PostgreSQL server tests use, as a URL to its maintenance database. */
+export function testPostgresBase(): URL {
+  return new URL(process.env.MODELFORGE_TEST_POSTGRES_URL ?? DEFAULT_TEST_POSTGRES_URL);
+}
+
+/** Runs one statement on the test PostgreSQL server's maintenance database. */
+export async function postgresAdmin(sql: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: testPostgresBase().toString(), connectionTimeoutMillis: 5_000 });
+  try {
+    await admin.connect();
+    await admin.query(sql);
+  } finally {
+    await admin.end().catch(() => undefined);
+  }
+}
+
+/** The migrated template test/global-setup.ts built for this run, if this is a vitest run. */
+function runTemplate(backend: TestBackend): TemplateLocation | undefined {
+  if (!process.env.VITEST) return undefined;
+  const template = inject("databaseTemplate");
+  return template?.backend === backend ? template : undefined;
+}
+
+export async function createTestDatabase(backend: TestBackend = testBackend(), opts: TestDatabaseOptions = {}): Promise<TestDatabase> {
+  const template = opts.empty ? undefined : runTemplate(backend);
   const dataDir = await mkdtemp(join(tmpdir(), "mf-test-"));
   const removeDir = () => rm(dataDir, { recursive: true, force: true });
   if (backend === "pglite") {
+    if (template?.backend === "pglite") await cp(template.dir, join(dataDir, "pglite"), { recursive: true });
     let done: Promise<void> | undefined;
     return { backend, dataDir, cleanup: () => (done ??= removeDir()) };
   }
 
-  const base = new URL(process.env.MODELFORGE_TEST_POSTGRES_URL ?? DEFAULT_TEST_POSTGRES_URL);
   const name = `mf_test_${randomBytes(6).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: base.toString(), connectionTimeoutMillis: 5_000 });
   try {
-    await admin.connect();
-    await admin.query(`CREATE DATABASE "${name}"`);
+    await postgresAdmin(`CREATE DATABASE "${name}"${template?.backend === "postgres" ? ` TEMPLATE "${template.database}"` : ""}`);
   } catch (err) {
     await removeDir();
     throw err;
-  } finally {
-    await admin.end().catch(() => undefined);
   }
-  const url = new URL(base.toString());
+  const url = testPostgresBase();
   url.pathname = `/${name}`;
 
   let done: Promise<void> | undefined;
   const cleanup = async () => {
-    const drop = new pg.Client({ connectionString: base.toString(), connectionTimeoutMillis: 5_000 });
     try {
-      await drop.connect();
-      await drop.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      await postgresAdmin(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
     } finally {
-      await drop.end().catch(() => undefined);
       await removeDir();
     }
   };

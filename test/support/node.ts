@@ -7,6 +7,7 @@ import { enrollNode } from "../../agent/enroll.js";
 import { readState, type AgentState } from "../../agent/state.js";
 import { nodeClient, type AgentClient } from "../../agent/transport.js";
 import type { TestServer } from "./server.js";
+import { waitFor } from "./wait.js";
 
 export interface TestNode {
   nodeId: string;
@@ -37,18 +38,7 @@ export function nodeFromState(statePath: string, nodeId: string): TestNode {
   return { nodeId, statePath, state, client: async () => nodeClient(await state()) };
 }
 
-/** Polls until `check` returns a truthy value or the timeout passes. */
-export async function eventually<T>(check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 10_000, what = "condition"): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await check();
-      if (v) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ""}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+/** Polls until `check` returns a truthy value or the timeout passes (waitFor with positional options). */
+export function eventually<T>(check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 10_000, what = "condition"): Promise<T> {
+  return waitFor(check, { timeout: timeoutMs, what, interval: 50 });
 }

@@ -12,6 +12,7 @@ import { startServer, type RunningServer, type StartOptions } from "../../server
 import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { createTestDatabase } from "./db.js";
+import { TextFeed } from "./wait.js";
 
 export const testAdminKey = "test-admin-key-0123456789abcdef";
 
@@ -22,6 +23,8 @@ export interface TestServer {
   caPem: string;
   /** Every log line written so far, as text. */
   logs(): string;
+  /** The log as it grows: wait for a line with logFeed.waitForMatch. */
+  logFeed: TextFeed;
   admin: Client<typeof AdminService>;
   /** An AgentService client without a client certificate. */
   anonymousAgent: Client<typeof AgentService>;
@@ -44,10 +47,10 @@ export async function startTestServer(env: Record<string, string> = {}, options:
     ...(db.databaseUrl !== undefined ? { DATABASE_URL: db.databaseUrl } : {}),
     ...env,
   });
-  const lines: string[] = [];
+  const logFeed = new TextFeed();
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
-      lines.push(chunk.toString("utf8"));
+      logFeed.append(chunk.toString("utf8"));
       cb();
     },
   });
@@ -63,7 +66,8 @@ export async function startTestServer(env: Record<string, string> = {}, options:
     config,
     url: server.url,
     caPem: server.ca.certPem,
-    logs: () => lines.join(""),
+    logs: () => logFeed.toString(),
+    logFeed,
     admin,
     anonymousAgent,
     async stop() {
