@@ -10,7 +10,6 @@ import { PassThrough, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { pino } from "pino";
-import { Code, ConnectError } from "@connectrpc/connect";
 import { startTestServer, testAdminKey } from "./support/server.js";
 import { generousMs, waitFor } from "./support/wait.js";
 import { enrollNode } from "../agent/enroll.js";
@@ -200,12 +199,6 @@ afterAll(async () => {
   await server.stop();
   rmSync(tmp, { recursive: true, force: true });
 });
-
-/** Whether the server implements the jobs RPCs yet (they are being built separately). */
-const jobsImplemented = await server.admin.listJobs({}).then(
-  () => true,
-  (err: unknown) => !(err instanceof ConnectError && err.code === Code.Unimplemented),
-);
 
 interface Run {
   code: number;
@@ -589,13 +582,7 @@ describe("forge jobs", () => {
     expect(missing.stderr).toContain("missing --spec");
   });
 
-  it.skipIf(jobsImplemented)("while the server lacks jobs, job commands fail with unimplemented, exit 1", async () => {
-    const r = await forge(["jobs", "list"]);
-    expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/^error: unimplemented: /);
-  });
-
-  it.skipIf(!jobsImplemented)("jobs create / list / get / watch / cancel against a live agent", async () => {
+  it("jobs create / list / get / watch / cancel against a live agent", async () => {
     const { nodeId, statePath } = await enroll("cli-jobs-node");
     // A stand-in agent job runner: runtime.health.v1 jobs for "ok" succeed, "broken" fail, and
     // "hold" never finish until cancelled.

@@ -22,7 +22,7 @@ import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { Liveness } from "../gen/proto/modelforge/common/v1/common_pb.js";
 import { CapabilityRegistry, type JobHandler } from "../agent/jobs/index.js";
 import { MIGRATION_LOCK_KEY } from "../server/db/migrate.js";
-import { sleep } from "../common/sleep.js";
+import { systemClock } from "../common/clock.js";
 import { eventually } from "./support/node.js";
 import { repoRoot, spawnServer, type ServerProcess } from "./support/process.js";
 import { adminClientAt, enrollAt, startAgent } from "./support/agent.js";
@@ -142,7 +142,7 @@ describe.skipIf(problem !== undefined)(`database outage${problem ? ` (skipped: $
       while (!release[group]) {
         ctx.signal.throwIfAborted();
         await ctx.progress({ message: `tick ${++ticks}` });
-        await sleep(250, ctx.signal);
+        await systemClock.sleep(250, ctx.signal);
       }
       returned.add(ctx.jobId);
       return { result: { case: "runtimeHealth", value: { healthy: true, detail: id } } };
@@ -182,7 +182,7 @@ describe.skipIf(problem !== undefined)(`database outage${problem ? ` (skipped: $
       const early = created.filter((c) => c.job!.spec?.kind.case === "runtimeHealth" && c.job!.spec.kind.value.runtimeId.startsWith("early"));
       await eventually(() => early.every((c) => returned.has(c.job!.id)), 10_000, "the early jobs finished their work");
       // The drill's premise is an outage of this length, not a wait for an event.
-      await sleep(Math.max(0, 12_000 - (Date.now() - outageStarted)));
+      await systemClock.sleep(Math.max(0, 12_000 - (Date.now() - outageStarted)));
     } finally {
       await postgres.start();
     }

@@ -35,7 +35,7 @@ import { jobSpecPathProblem } from "../../common/paths.js";
 import { CapabilityRegistry, isDestructive, JobFailureError, type JobAttempt, type ProgressUpdate } from "./registry.js";
 import type { ReceiptStore } from "./receipts.js";
 import { agentVersion } from "../version.js";
-import { sleep } from "../../common/sleep.js";
+import { systemClock } from "../../common/clock.js";
 
 /** Why a handler's signal was aborted. */
 export class LeaseLost extends Error {
@@ -436,7 +436,7 @@ export class JobRunner implements SessionJobs {
         }
         log.debug({ code, reason: message }, "outcome not accepted now; will send it again");
       }
-      await sleep(reply === undefined ? this.retryDelayMs : this.unavailableRetryMs, this.opts.signal);
+      await systemClock.sleep(reply === undefined ? this.retryDelayMs : this.unavailableRetryMs, this.opts.signal);
     }
   }
 }

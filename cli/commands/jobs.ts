@@ -32,7 +32,7 @@ import {
 } from "../args.js";
 import { clean, dateOf, enumName, fields, formatAge, formatPercent, formatTimeAndAge, progressLine, table } from "../format.js";
 import { printJson, printJsonLine } from "../output.js";
-import { sleep } from "../../common/sleep.js";
+import { systemClock } from "../../common/clock.js";
 
 /** A problem with the spec file's content or access: exit 2, without the usage hint. */
 export class SpecFileError extends UsageError {
@@ -307,7 +307,7 @@ async function watchJob(ctx: Context, id: string): Promise<number> {
     } catch (err) {
       if (ctx.signal.aborted) break;
       if (transient(err) && ++failures < 20) {
-        await sleep(pollIntervalMs, ctx.signal);
+        await systemClock.sleep(pollIntervalMs, ctx.signal);
         continue;
       }
       clearLine();
@@ -338,7 +338,7 @@ async function watchJob(ctx: Context, id: string): Promise<number> {
       }
       return job.state === JobState.SUCCEEDED ? 0 : 1;
     }
-    await sleep(pollIntervalMs, ctx.signal);
+    await systemClock.sleep(pollIntervalMs, ctx.signal);
     if (ctx.signal.aborted) break;
   }
   if (tty && lastLine !== "") ctx.out("\n");
