@@ -45,7 +45,7 @@ export function edgeGuard(operatorApiKey: string | undefined, log: Logger): Edge
       },
       operatorApiKey,
     );
-    endUnreadRequestOnceAnswered(req);
+    endUnreadRequestOnceAnswered(req, res);
     const refused = (refusal: ConnectError) => {
       log.warn(
         { correlationId, path, code: codeName(refusal.code), message: refusal.rawMessage, peer: req.socket.remoteAddress },
@@ -93,12 +93,14 @@ function replaceBody(req: NodeRequest, body: () => AsyncGenerator<Buffer>): void
  * RST_STREAM NO_ERROR. The reset waits a turn of the event loop after the trailers are handed
  * over: sent from within the trailers callback, it overtakes them.
  */
-function endUnreadRequestOnceAnswered(req: NodeRequest): void {
+function endUnreadRequestOnceAnswered(req: NodeRequest, res: NodeResponse): void {
   if (!("stream" in req)) return;
   const stream = req.stream;
-  stream.once("wantTrailers", () =>
+  const end = () =>
     setImmediate(() => {
       if (!req.complete && !stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
-    }),
-  );
+    });
+  stream.once("wantTrailers", end);
+  // A trailers-only answer (gRPC's refusal before any message) has no trailers callback.
+  res.once("finish", end);
 }
