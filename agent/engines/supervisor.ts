@@ -11,7 +11,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { systemClock, type Clock } from "../../common/clock.js";
 import { OpenAiClient } from "./openai-client.js";
-import { buildArgv, type OpenAiHttpTemplate } from "./openai-http.js";
+import { buildArgv, TemplateError, validateTemplate, type OpenAiHttpTemplate } from "./openai-http.js";
 import { readMemory, readStat, type ProcessMemory } from "./proc.js";
 import { RuntimeRegistry, type RuntimeRecord } from "./registry.js";
 import type { ListeningLine } from "./llama-cpp/worker.js";
@@ -126,6 +126,8 @@ export class Supervisor {
     this.registry = new RuntimeRegistry(options.registryPath);
     this.clock = options.clock ?? systemClock;
     this.graceMs = options.stopGraceMs ?? 10_000;
+    // A bad template is the operator's configuration error: refuse it when the agent starts.
+    if (options.openAiHttp) validateTemplate(options.openAiHttp);
   }
 
   /** The engines this agent can run, to advertise. */
@@ -169,8 +171,8 @@ export class Supervisor {
         // The group may outlive its leader (an external server's workers): end it too. Never the
         // bare pid: it is free for reuse now.
         if (child.pid !== undefined) killGroup(child.pid, "SIGKILL", false);
-        void this.registry.remove(id).catch(() => undefined);
-        resolve(exit);
+        // Resolve once the registry forgets it, so whoever awaited the exit sees a clean registry.
+        void this.registry.remove(id).catch(() => undefined).then(() => resolve(exit!));
       };
       child.once("exit", done);
       child.once("error", () => done(null, null));
@@ -298,7 +300,14 @@ export class Supervisor {
     }
     const template = this.options.openAiHttp!;
     const port = await freePort();
-    const [command, ...args] = buildArgv(template, { model: modelPath, port, host: loopback, ...params });
+    let argv: string[];
+    try {
+      argv = buildArgv(template, { model: modelPath, port, host: loopback, ...params });
+    } catch (err) {
+      if (err instanceof TemplateError) throw new EngineError("invalid_params", err.message);
+      throw err;
+    }
+    const [command, ...args] = argv;
     return { command: command!, args, env: { ...base, ...template.env }, port, healthPath: template.healthPath ?? "/health" };
   }
 

@@ -4,6 +4,7 @@
 import { basename } from "node:path";
 import { parseArgs } from "node:util";
 import { LlamaCppGenerator } from "./generator.js";
+import { checkGgufFile } from "./gguf-header.js";
 import { createRuntimeServer } from "./server.js";
 
 /** The line the supervisor waits for. */
@@ -32,6 +33,7 @@ async function main(): Promise<void> {
   if (!Number.isInteger(threads) || threads < 1) throw new Error("--threads must be a positive integer");
 
   const started = performance.now();
+  await checkGgufFile(values.model);
   const generator = await LlamaCppGenerator.load({ modelPath: values.model, contextSize, threads });
   const loadMs = performance.now() - started;
   const server = createRuntimeServer({ generator, modelId: values["model-id"] ?? basename(values.model) });
