@@ -104,7 +104,7 @@ describe("llama.cpp runtime", () => {
   });
 
   it("generates for one request at a time: a concurrent one gets 429", async () => {
-    const long = runtime.client.completion("busy", { max_tokens: 400, temperature: 0 });
+    const long = runtime.client.completion("busy", { max_tokens: 900, temperature: 0 });
     // Wait until the first one holds the runtime, then ask again.
     let second: Response | undefined;
     const deadline = Date.now() + 60_000;

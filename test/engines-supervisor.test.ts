@@ -132,6 +132,13 @@ describe("supervisor", { timeout: 180_000 }, () => {
     expect(JSON.parse(readFileSync(registryPath, "utf8")).runtimes).toEqual([]);
   });
 
+  it("reports an external server that cannot be started", async () => {
+    const s = supervisor({ openAiHttp: { command: [join(dir, "no-such-server"), "--port", "{port}"] } });
+    const err = (await s.start("openai-http", { modelPath }).catch((e: unknown) => e)) as EngineError;
+    expect(err.code).toBe("process_failed_to_start");
+    expect(s.list()).toEqual([]);
+  });
+
   it("stops a runtime that is not healthy by the deadline", async () => {
     // An external "server" that never listens: the health deadline passes and it is stopped.
     const template: OpenAiHttpTemplate = { command: [process.execPath, "-e", "setInterval(Date.now, 1000)", "{port}", "{model}"] };
