@@ -91,8 +91,7 @@ export class OpenAiClient {
     let buffered = "";
     for await (const bytes of res.body as unknown as AsyncIterable<Uint8Array>) {
       buffered += decoder.decode(bytes, { stream: true });
-      let end: number;
-      while ((end = buffered.indexOf("\n\n")) >= 0) {
+      for (let end = buffered.indexOf("\n\n"); end >= 0; end = buffered.indexOf("\n\n")) {
         const event = buffered.slice(0, end);
         buffered = buffered.slice(end + 2);
         const data = event

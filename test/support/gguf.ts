@@ -23,7 +23,7 @@ const heads = 4;
 const feedForward = 128;
 
 // GGUF metadata value types (the subset this file uses).
-const enum ValueType {
+enum ValueType {
   Uint32 = 4,
   Int32 = 5,
   Float32 = 6,
@@ -34,7 +34,7 @@ const enum ValueType {
 const f32Tensor = 0;
 
 // llama.cpp token types.
-const enum TokenType {
+enum TokenType {
   Normal = 1,
   Unknown = 2,
   Control = 3,
@@ -189,15 +189,18 @@ class Writer {
     this.u32(v.type);
     switch (v.type) {
       case ValueType.Uint32:
-        return this.u32(v.value);
+        this.u32(v.value);
+        break;
       case ValueType.Int32:
-        return this.scalar(v.type, v.value);
       case ValueType.Float32:
-        return this.scalar(v.type, v.value);
+        this.scalar(v.type, v.value);
+        break;
       case ValueType.Bool:
-        return this.raw(Buffer.from([v.value ? 1 : 0]));
+        this.raw(Buffer.from([v.value ? 1 : 0]));
+        break;
       case ValueType.String:
-        return this.string(v.value);
+        this.string(v.value);
+        break;
       case ValueType.Array:
         this.u32(v.of);
         this.u64(v.values.length);
