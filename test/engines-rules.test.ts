@@ -58,7 +58,16 @@ describe("OpenAI request validation", () => {
 
   it.each([
     [{ messages: [{ role: "user", content: "hi" }] }, "accepted"],
-    [{ messages: [{ role: "system", content: "s" }, { role: "assistant", content: "a" }, { role: "user", content: "u" }] }, "accepted"],
+    [
+      {
+        messages: [
+          { role: "system", content: "s" },
+          { role: "assistant", content: "a" },
+          { role: "user", content: "u" },
+        ],
+      },
+      "accepted",
+    ],
     [{ messages: [] }, "400 messages"],
     [{ messages: "hi" }, "400 messages"],
     [{ messages: Array.from({ length: 257 }, () => ({ role: "user", content: "x" })) }, "400 messages"],
@@ -105,11 +114,20 @@ describe("streamed text", () => {
 });
 
 describe("openai-http template", () => {
-  const template: OpenAiHttpTemplate = { command: ["/usr/bin/server", "--model", "{model}", "--listen={host}:{port}", "--ctx", "{context_size}"] };
+  const template: OpenAiHttpTemplate = {
+    command: ["/usr/bin/server", "--model", "{model}", "--listen={host}:{port}", "--ctx", "{context_size}"],
+  };
   const values = { model: "/models/a b; rm -rf /", port: 8123, host: "127.0.0.1", contextSize: 2048 };
 
   it("substitutes inside argv elements: a value never becomes another argument", () => {
-    expect(buildArgv(template, values)).toEqual(["/usr/bin/server", "--model", "/models/a b; rm -rf /", "--listen=127.0.0.1:8123", "--ctx", "2048"]);
+    expect(buildArgv(template, values)).toEqual([
+      "/usr/bin/server",
+      "--model",
+      "/models/a b; rm -rf /",
+      "--listen=127.0.0.1:8123",
+      "--ctx",
+      "2048",
+    ]);
   });
 
   it.each([

@@ -158,7 +158,14 @@ describe("supervisor", { timeout: 180_000 }, () => {
     await new Promise((r) => ended.once("exit", r));
     const bystander = spawn(process.execPath, ["-e", "setInterval(Date.now, 1000)"]);
     const records = JSON.parse(readFileSync(registryPath, "utf8")).runtimes as object[];
-    const fake = (id: string, pid: number, startTicks: number) => ({ id, engine: "llama.cpp", pid, startTicks, modelPath, startedAt: new Date().toISOString() });
+    const fake = (id: string, pid: number, startTicks: number) => ({
+      id,
+      engine: "llama.cpp",
+      pid,
+      startTicks,
+      modelPath,
+      startedAt: new Date().toISOString(),
+    });
     const bystanderTicks = (await readStat(bystander.pid!))!.startTicks;
     records.push(fake("ended", ended.pid!, 1), fake("reused", bystander.pid!, bystanderTicks + 1));
     writeFileSync(registryPath, JSON.stringify({ runtimes: records }));

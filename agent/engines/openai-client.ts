@@ -1,6 +1,13 @@
 // The agent's one client for every engine's OpenAI-compatible API (the llama.cpp worker and any
 // external server alike). Bounded: every call has a deadline and a stream's events a size limit.
-import type { ChatCompletionChunk, ChatCompletionResponse, ChatMessage, CompletionResponse, ErrorBody, ModelList } from "./openai-protocol.js";
+import type {
+  ChatCompletionChunk,
+  ChatCompletionResponse,
+  ChatMessage,
+  CompletionResponse,
+  ErrorBody,
+  ModelList,
+} from "./openai-protocol.js";
 
 export interface GenerationParams {
   model?: string;
@@ -105,7 +112,8 @@ export class OpenAiClient {
         if (parsed.error) throw new OpenAiClientError(res.status, parsed.error.type, parsed.error.code ?? undefined, parsed.error.message);
         yield parsed;
       }
-      if (buffered.length > maxEventBytes) throw new OpenAiClientError(res.status, undefined, undefined, "a stream event exceeds the size limit");
+      if (buffered.length > maxEventBytes)
+        throw new OpenAiClientError(res.status, undefined, undefined, "a stream event exceeds the size limit");
     }
     throw new OpenAiClientError(res.status, undefined, undefined, "the stream ended without [DONE]");
   }

@@ -41,7 +41,8 @@ export function validateTemplate(t: OpenAiHttpTemplate): void {
     }
   }
   if (!t.command.some((a) => a.includes("{port}"))) throw new TemplateError("the command must take the port ({port})");
-  if (t.healthPath !== undefined && !/^\/[A-Za-z0-9/_.-]*$/.test(t.healthPath)) throw new TemplateError("healthPath must be a plain absolute path");
+  if (t.healthPath !== undefined && !/^\/[A-Za-z0-9/_.-]*$/.test(t.healthPath))
+    throw new TemplateError("healthPath must be a plain absolute path");
 }
 
 const names: Record<string, (v: TemplateValues) => string | undefined> = {

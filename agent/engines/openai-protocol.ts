@@ -165,8 +165,7 @@ function sampling(o: Record<string, unknown>): SamplingRequest {
   }
   if (o.stream !== undefined && typeof o.stream !== "boolean") throw invalid("stream", "stream must be a boolean");
   const options = o.stream_options;
-  const includeUsage =
-    options !== null && typeof options === "object" && (options as Record<string, unknown>).include_usage === true;
+  const includeUsage = options !== null && typeof options === "object" && (options as Record<string, unknown>).include_usage === true;
   return {
     model: o.model as string | undefined,
     maxTokens: maxTokens as number,

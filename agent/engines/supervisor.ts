@@ -106,7 +106,8 @@ const tailBytes = 4096;
 /** Pure check of engine parameters from a runtime profile. */
 export function validateParams(params: EngineParams): EngineParams {
   const within = (v: number | undefined, min: number, max: number) => v === undefined || (Number.isInteger(v) && v >= min && v <= max);
-  if (!within(params.contextSize, 16, 1 << 20)) throw new EngineError("invalid_params", "contextSize must be an integer from 16 to 1048576");
+  if (!within(params.contextSize, 16, 1 << 20))
+    throw new EngineError("invalid_params", "contextSize must be an integer from 16 to 1048576");
   if (!within(params.threads, 1, 1024)) throw new EngineError("invalid_params", "threads must be an integer from 1 to 1024");
   return params;
 }
@@ -172,7 +173,10 @@ export class Supervisor {
         // bare pid: it is free for reuse now.
         if (child.pid !== undefined) killGroup(child.pid, "SIGKILL", false);
         // Resolve once the registry forgets it, so whoever awaited the exit sees a clean registry.
-        void this.registry.remove(id).catch(() => undefined).then(() => resolve(exit!));
+        void this.registry
+          .remove(id)
+          .catch(() => undefined)
+          .then(() => resolve(exit!));
       };
       child.once("exit", done);
       child.once("error", () => done(null, null));
@@ -186,7 +190,14 @@ export class Supervisor {
     const pid = child.pid;
     const startedAt = new Date(this.clock.now());
     const stat = await readStat(pid);
-    await this.registry.add({ id, engine, pid, startTicks: stat?.startTicks ?? 0, modelPath: options.modelPath, startedAt: startedAt.toISOString() });
+    await this.registry.add({
+      id,
+      engine,
+      pid,
+      startTicks: stat?.startTicks ?? 0,
+      modelPath: options.modelPath,
+      startedAt: startedAt.toISOString(),
+    });
 
     const deadline = this.clock.now() + (options.healthDeadlineMs ?? 120_000);
     try {
@@ -230,7 +241,11 @@ export class Supervisor {
     if (r === undefined) throw new EngineError("runtime_not_found", `no runtime ${id}`);
     const exit = r.exitStatus();
     if (exit) return { state: "exited", exit };
-    return { state: (await r.client.healthy(r.engine === "openai-http" ? (this.options.openAiHttp?.healthPath ?? "/health") : "/health")) ? "healthy" : "unhealthy" };
+    return {
+      state: (await r.client.healthy(r.engine === "openai-http" ? (this.options.openAiHttp?.healthPath ?? "/health") : "/health"))
+        ? "healthy"
+        : "unhealthy",
+    };
   }
 
   /**
@@ -334,7 +349,10 @@ export class Supervisor {
       });
     });
     const timer = new AbortController();
-    const line = await Promise.race([announced, this.clock.sleep(Math.max(0, deadline - this.clock.now()), gone, timer.signal).then(() => undefined)]);
+    const line = await Promise.race([
+      announced,
+      this.clock.sleep(Math.max(0, deadline - this.clock.now()), gone, timer.signal).then(() => undefined),
+    ]);
     timer.abort();
     if (line === undefined) {
       if (gone.aborted) throw new Error("exited");

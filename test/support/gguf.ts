@@ -137,7 +137,8 @@ function vocabulary(): { text: string; score: number; type: TokenType }[] {
     { text: "<s>", score: 0, type: TokenType.Control },
     { text: "</s>", score: 0, type: TokenType.Control },
   ];
-  for (let b = 0; b < 256; b++) tokens.push({ text: `<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`, score: 0, type: TokenType.Byte });
+  for (let b = 0; b < 256; b++)
+    tokens.push({ text: `<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`, score: 0, type: TokenType.Byte });
   tokens.push({ text: "\u2581", score: -1, type: TokenType.Normal });
   for (let c = 0x21; c <= 0x7e; c++) tokens.push({ text: String.fromCharCode(c), score: -1, type: TokenType.Normal });
   return tokens;

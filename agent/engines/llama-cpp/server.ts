@@ -95,7 +95,13 @@ export function createRuntimeServer({ generator, modelId }: RuntimeServerOptions
             object: "chat.completion.chunk",
             created: now,
             model: modelId,
-            choices: [{ index: 0, delta: { ...(first ? { role: "assistant" as const } : {}), ...(text !== undefined ? { content: text } : {}) }, finish_reason: finish }],
+            choices: [
+              {
+                index: 0,
+                delta: { ...(first ? { role: "assistant" as const } : {}), ...(text !== undefined ? { content: text } : {}) },
+                finish_reason: finish,
+              },
+            ],
           } satisfies ChatCompletionChunk)
         : ({
             id,
@@ -147,7 +153,11 @@ function usage(r: GenerationResult): Usage {
 
 function json(res: ServerResponse, status: number, body: unknown, close = false): void {
   const data = JSON.stringify(body);
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(data), ...(close ? { connection: "close" } : {}) });
+  res.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(data),
+    ...(close ? { connection: "close" } : {}),
+  });
   res.end(data);
 }
 
