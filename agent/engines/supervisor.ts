@@ -179,7 +179,10 @@ export class Supervisor {
           .then(() => resolve(exit!));
       };
       child.once("exit", done);
-      child.once("error", () => done(null, null));
+      // Only a failed spawn counts as an end; a process that has a pid ends with "exit".
+      child.once("error", () => {
+        if (child.pid === undefined) done(null, null);
+      });
     });
     const gone = new AbortController();
     void exited.then(() => gone.abort());
@@ -198,6 +201,8 @@ export class Supervisor {
       modelPath: options.modelPath,
       startedAt: startedAt.toISOString(),
     });
+    // It may have ended while being recorded, its removal queued before the record.
+    if (exit) await this.registry.remove(id);
 
     const deadline = this.clock.now() + (options.healthDeadlineMs ?? 120_000);
     try {
