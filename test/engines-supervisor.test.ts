@@ -150,8 +150,35 @@ describe("supervisor", { timeout: 180_000 }, () => {
   });
 
   it("a later agent stops the runtimes an earlier one left, and only those", async () => {
-    const earlier = supervisor();
-    const left = await earlier.start("llama.cpp", { modelPath, ...load });
+    // The earlier agent is a real process that starts a runtime, then dies by SIGKILL: no goodbye.
+    const earlier = spawn(
+      process.execPath,
+      [
+        "--import",
+        "tsx",
+        "--input-type=module",
+        "-e",
+        `const { Supervisor } = await import(process.argv[1]);
+         const r = await new Supervisor({ registryPath: process.argv[2] }).start("llama.cpp", { modelPath: process.argv[3] });
+         process.stdout.write(JSON.stringify({ id: r.id, pid: r.pid }) + "\\n");
+         setInterval(Date.now, 1000);`,
+        fileURLToPath(new URL("../agent/engines/supervisor.ts", import.meta.url)),
+        registryPath,
+        modelPath,
+      ],
+      { stdio: ["ignore", "pipe", "inherit"] },
+    );
+    const left = await new Promise<{ id: string; pid: number }>((resolve, reject) => {
+      let out = "";
+      earlier.stdout!.on("data", (c: Buffer) => {
+        out += c.toString();
+        if (out.includes("\n")) resolve(JSON.parse(out));
+      });
+      earlier.once("exit", (code) => reject(new Error(`the earlier agent exited with ${code}`)));
+    });
+    earlier.kill("SIGKILL");
+    await new Promise((r) => earlier.once("exit", r));
+    expect(await alive(left.pid)).toBe(true);
     // A process that ended on its own, and a live process whose pid a record names with another
     // start time (pid reuse): neither may be signalled.
     const ended = spawn(process.execPath, ["-e", ""]);
@@ -180,6 +207,7 @@ describe("supervisor", { timeout: 180_000 }, () => {
       expect(await later.reapOrphans()).toEqual([]);
     } finally {
       bystander.kill("SIGKILL");
+      if (await alive(left.pid)) process.kill(-left.pid, "SIGKILL");
     }
   });
 });
