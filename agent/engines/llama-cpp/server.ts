@@ -1,0 +1,181 @@
+// The OpenAI-compatible HTTP API of a runtime, on loopback only: /health, /v1/models,
+// /v1/completions and /v1/chat/completions (JSON or server-sent events). One generation at a
+// time: a second concurrent one is refused with 429 rather than queued behind an unbounded wait.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { randomUUID } from "node:crypto";
+import {
+  limits,
+  OpenAiError,
+  parseChatRequest,
+  parseCompletionRequest,
+  type ChatCompletionChunk,
+  type ChatCompletionResponse,
+  type CompletionResponse,
+  type GenerationRequest,
+  type ModelList,
+  type Usage,
+} from "../openai-protocol.js";
+import type { GenerationResult, TextGenerator } from "./generator.js";
+
+export interface RuntimeServerOptions {
+  generator: TextGenerator;
+  /** The id /v1/models lists and requests may name. */
+  modelId: string;
+}
+
+export function createRuntimeServer({ generator, modelId }: RuntimeServerOptions): Server {
+  const created = Math.floor(Date.now() / 1000);
+  let busy = false;
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? "/").split("?")[0];
+    const route = routes[path ?? ""];
+    if (route === undefined) throw new OpenAiError(404, "not_found_error", "not_found", "no such route");
+    if (req.method !== route) throw new OpenAiError(405, "invalid_request_error", "method_not_allowed", `use ${route}`);
+    if (path === "/health") return json(res, 200, { status: "ok" });
+    if (path === "/v1/models") {
+      const list: ModelList = { object: "list", data: [{ id: modelId, object: "model", created, owned_by: "modelforge" }] };
+      return json(res, 200, list);
+    }
+    const body = await readJson(req);
+    const request = path === "/v1/completions" ? parseCompletionRequest(body) : parseChatRequest(body);
+    if (request.model !== undefined && request.model !== modelId) {
+      throw new OpenAiError(404, "not_found_error", "model_not_found", "this runtime does not serve that model", "model");
+    }
+    if (busy) throw new OpenAiError(429, "rate_limit_error", "runtime_busy", "the runtime is generating for another request");
+    busy = true;
+    const abort = new AbortController();
+    // The client went away: stop generating for nobody.
+    res.on("close", () => abort.abort());
+    try {
+      await (request.stream ? stream(res, request, abort.signal) : respond(res, request, abort.signal));
+    } finally {
+      busy = false;
+    }
+  }
+
+  async function respond(res: ServerResponse, request: GenerationRequest, signal: AbortSignal): Promise<void> {
+    const gen = generator.generate(request, signal);
+    let step = await gen.next();
+    while (!step.done) step = await gen.next();
+    const result = step.value;
+    const id = `${request.kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID()}`;
+    const now = Math.floor(Date.now() / 1000);
+    if (request.kind === "chat") {
+      const body: ChatCompletionResponse = {
+        id,
+        object: "chat.completion",
+        created: now,
+        model: modelId,
+        choices: [{ index: 0, message: { role: "assistant", content: result.text }, finish_reason: result.finishReason }],
+        usage: usage(result),
+        timings: result.timings,
+      };
+      return json(res, 200, body);
+    }
+    const body: CompletionResponse = {
+      id,
+      object: "text_completion",
+      created: now,
+      model: modelId,
+      choices: [{ index: 0, text: result.text, finish_reason: result.finishReason, logprobs: null }],
+      usage: usage(result),
+      timings: result.timings,
+    };
+    json(res, 200, body);
+  }
+
+  async function stream(res: ServerResponse, request: GenerationRequest, signal: AbortSignal): Promise<void> {
+    const id = `${request.kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID()}`;
+    const now = Math.floor(Date.now() / 1000);
+    const chunk = (text: string | undefined, finish: GenerationResult["finishReason"] | null, first = false) =>
+      request.kind === "chat"
+        ? ({
+            id,
+            object: "chat.completion.chunk",
+            created: now,
+            model: modelId,
+            choices: [
+              {
+                index: 0,
+                delta: { ...(first ? { role: "assistant" as const } : {}), ...(text !== undefined ? { content: text } : {}) },
+                finish_reason: finish,
+              },
+            ],
+          } satisfies ChatCompletionChunk)
+        : ({
+            id,
+            object: "text_completion",
+            created: now,
+            model: modelId,
+            choices: [{ index: 0, text: text ?? "", finish_reason: finish, logprobs: null }],
+          } satisfies CompletionResponse);
+    const gen = generator.generate(request, signal);
+    // The first step may refuse the request (context too long): answer with a status, not a stream.
+    let step = await gen.next();
+    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+    const send = (data: unknown) => res.write(`data: ${JSON.stringify(data)}\n\n`);
+    if (request.kind === "chat") send(chunk("", null, true));
+    while (!step.done) {
+      send(chunk(step.value, null));
+      step = await gen.next();
+    }
+    const result = step.value;
+    send({ ...chunk(undefined, result.finishReason), timings: result.timings });
+    if (request.includeUsage) send({ ...chunk(undefined, null), choices: [], usage: usage(result) });
+    res.end("data: [DONE]\n\n");
+  }
+
+  return createServer((req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      const e = err instanceof OpenAiError ? err : new OpenAiError(500, "server_error", "internal", "the runtime failed to answer");
+      if (!(err instanceof OpenAiError)) process.stderr.write(`runtime: request failed: ${(err as Error).message}\n`);
+      if (res.headersSent) {
+        // Mid-stream: the status is gone; end the stream with an error event.
+        res.end(`data: ${JSON.stringify(e.body())}\n\n`);
+        return;
+      }
+      json(res, e.status, e.body(), e.status === 413);
+    });
+  });
+}
+
+const routes: Record<string, "GET" | "POST"> = {
+  "/health": "GET",
+  "/v1/models": "GET",
+  "/v1/completions": "POST",
+  "/v1/chat/completions": "POST",
+};
+
+function usage(r: GenerationResult): Usage {
+  return { prompt_tokens: r.promptTokens, completion_tokens: r.completionTokens, total_tokens: r.promptTokens + r.completionTokens };
+}
+
+function json(res: ServerResponse, status: number, body: unknown, close = false): void {
+  const data = JSON.stringify(body);
+  res.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(data),
+    ...(close ? { connection: "close" } : {}),
+  });
+  res.end(data);
+}
+
+/** Reads at most `limits.bodyBytes`, then parses JSON; either failure is the client's. */
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const declared = Number(req.headers["content-length"] ?? 0);
+  const tooLarge = () => new OpenAiError(413, "invalid_request_error", "request_too_large", `the body exceeds ${limits.bodyBytes} bytes`);
+  if (declared > limits.bodyBytes) throw tooLarge();
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const part of req as AsyncIterable<Buffer>) {
+    size += part.length;
+    if (size > limits.bodyBytes) throw tooLarge();
+    parts.push(part);
+  }
+  try {
+    return JSON.parse(Buffer.concat(parts).toString("utf8"));
+  } catch {
+    throw new OpenAiError(400, "invalid_request_error", "invalid_json", "the body is not valid JSON");
+  }
+}

@@ -1,0 +1,120 @@
+// The agent's one client for every engine's OpenAI-compatible API (the llama.cpp worker and any
+// external server alike). Bounded: every call has a deadline and a stream's events a size limit.
+import type {
+  ChatCompletionChunk,
+  ChatCompletionResponse,
+  ChatMessage,
+  CompletionResponse,
+  ErrorBody,
+  ModelList,
+} from "./openai-protocol.js";
+
+export interface GenerationParams {
+  model?: string;
+  max_tokens?: number;
+  temperature?: number;
+  seed?: number;
+  stop?: string[];
+}
+
+/** A refusal or failure from the engine, with OpenAI's error type and code when it gave them. */
+export class OpenAiClientError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: string | undefined,
+    readonly code: string | undefined,
+    message: string,
+  ) {
+    super(message);
+    this.name = "OpenAiClientError";
+  }
+}
+
+const maxEventBytes = 1024 * 1024;
+
+export class OpenAiClient {
+  constructor(
+    readonly baseUrl: string,
+    private readonly timeoutMs = 120_000,
+  ) {}
+
+  /** True when GET `path` answers 200 within `timeoutMs`. */
+  async healthy(path = "/health", timeoutMs = 5_000): Promise<boolean> {
+    try {
+      const res = await fetch(new URL(path, this.baseUrl), { signal: AbortSignal.timeout(timeoutMs) });
+      await res.body?.cancel();
+      return res.status === 200;
+    } catch {
+      return false;
+    }
+  }
+
+  async models(): Promise<ModelList> {
+    return (await this.json("GET", "/v1/models")) as ModelList;
+  }
+
+  async completion(prompt: string, params: GenerationParams = {}): Promise<CompletionResponse> {
+    return (await this.json("POST", "/v1/completions", { ...params, prompt })) as CompletionResponse;
+  }
+
+  async chat(messages: ChatMessage[], params: GenerationParams = {}): Promise<ChatCompletionResponse> {
+    return (await this.json("POST", "/v1/chat/completions", { ...params, messages })) as ChatCompletionResponse;
+  }
+
+  /** Streamed completion chunks; the stream's usage arrives in its last chunk. */
+  streamCompletion(prompt: string, params: GenerationParams = {}): AsyncGenerator<CompletionResponse> {
+    return this.events("/v1/completions", { ...params, prompt }) as AsyncGenerator<CompletionResponse>;
+  }
+
+  streamChat(messages: ChatMessage[], params: GenerationParams = {}): AsyncGenerator<ChatCompletionChunk> {
+    return this.events("/v1/chat/completions", { ...params, messages }) as AsyncGenerator<ChatCompletionChunk>;
+  }
+
+  private async request(method: string, path: string, body?: unknown): Promise<Response> {
+    const res = await fetch(new URL(path, this.baseUrl), {
+      method,
+      headers: body === undefined ? {} : { "content-type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(this.timeoutMs),
+    });
+    if (res.ok) return res;
+    const text = await res.text().catch(() => "");
+    let error: Partial<ErrorBody["error"]> = {};
+    try {
+      error = (JSON.parse(text) as ErrorBody).error ?? {};
+    } catch {
+      /* not OpenAI's shape: the status says enough */
+    }
+    throw new OpenAiClientError(res.status, error.type, error.code ?? undefined, error.message ?? `HTTP ${res.status}`);
+  }
+
+  private async json(method: string, path: string, body?: unknown): Promise<unknown> {
+    return (await this.request(method, path, body)).json();
+  }
+
+  private async *events(path: string, body: Record<string, unknown>): AsyncGenerator<unknown> {
+    const res = await this.request("POST", path, { ...body, stream: true, stream_options: { include_usage: true } });
+    const decoder = new TextDecoder();
+    let buffered = "";
+    for await (const bytes of res.body as unknown as AsyncIterable<Uint8Array>) {
+      buffered += decoder.decode(bytes, { stream: true });
+      for (let end = buffered.indexOf("\n\n"); end >= 0; end = buffered.indexOf("\n\n")) {
+        const event = buffered.slice(0, end);
+        buffered = buffered.slice(end + 2);
+        const data = event
+          .split("\n")
+          .filter((l) => l.startsWith("data:"))
+          .map((l) => l.slice(5).trimStart())
+          .join("\n");
+        if (data === "") continue;
+        if (data === "[DONE]") return;
+        const parsed = JSON.parse(data) as { error?: ErrorBody["error"] };
+        if (parsed.error) throw new OpenAiClientError(res.status, parsed.error.type, parsed.error.code ?? undefined, parsed.error.message);
+        yield parsed;
+      }
+      if (buffered.length > maxEventBytes)
+        throw new OpenAiClientError(res.status, undefined, undefined, "a stream event exceeds the size limit");
+    }
+    throw new OpenAiClientError(res.status, undefined, undefined, "the stream ended without [DONE]");
+  }
+}

@@ -1,0 +1,436 @@
+// Starts, watches and stops runtime processes for the closed set of engines the agent implements.
+// Each runtime is its own process group on loopback: started with a clean environment, healthy
+// within a deadline or stopped, measured (load time, RSS), stopped with SIGTERM then SIGKILL, and
+// recorded in a registry so a later agent can stop the ones an earlier agent left behind.
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { lstat } from "node:fs/promises";
+import { createServer } from "node:net";
+import { isAbsolute, normalize } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { systemClock, type Clock } from "../../common/clock.js";
+import { OpenAiClient } from "./openai-client.js";
+import { buildArgv, TemplateError, validateTemplate, type OpenAiHttpTemplate } from "./openai-http.js";
+import { readMemory, readStat, type ProcessMemory } from "./proc.js";
+import { RuntimeRegistry, type RuntimeRecord } from "./registry.js";
+import type { ListeningLine } from "./llama-cpp/worker.js";
+
+export const engineKinds = ["llama.cpp", "openai-http"] as const;
+export type EngineKind = (typeof engineKinds)[number];
+
+export interface EngineParams {
+  contextSize?: number;
+  threads?: number;
+}
+
+export type EngineErrorCode =
+  | "engine_not_supported"
+  | "invalid_params"
+  | "model_not_found"
+  | "process_failed_to_start"
+  | "exited_before_ready"
+  | "health_deadline_exceeded"
+  | "runtime_not_found";
+
+/** A typed engine failure; later layers map the codes onto the contract's normalised failures. */
+export class EngineError extends Error {
+  constructor(
+    readonly code: EngineErrorCode,
+    message: string,
+  ) {
+    super(message);
+    this.name = "EngineError";
+  }
+}
+
+export interface ExitStatus {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** True when the supervisor stopped it; false is a crash. */
+  stopped: boolean;
+}
+
+export interface Runtime {
+  readonly id: string;
+  readonly engine: EngineKind;
+  readonly pid: number;
+  readonly baseUrl: string;
+  readonly modelPath: string;
+  readonly startedAt: Date;
+  /** From spawning the process to its first healthy answer. */
+  readonly loadMs: number;
+  /** The engine's own model load time, when it reports one (the llama.cpp worker does). */
+  readonly modelLoadMs: number | undefined;
+  /** The same OpenAI-compatible client for every engine. */
+  readonly client: OpenAiClient;
+  /** Resolves when the process ends, for whatever reason. */
+  readonly exited: Promise<ExitStatus>;
+  /** Undefined while the process lives. */
+  exitStatus(): ExitStatus | undefined;
+  /** RSS and peak RSS of the runtime process, or undefined once it is gone. */
+  memory(): Promise<ProcessMemory | undefined>;
+}
+
+export type RuntimeHealth = { state: "healthy" | "unhealthy" } | { state: "exited"; exit: ExitStatus };
+
+export interface StartOptions {
+  modelPath: string;
+  params?: EngineParams;
+  /** How long the runtime has to load and answer its health check (default 120 s). */
+  healthDeadlineMs?: number;
+}
+
+export interface OrphanReport {
+  record: RuntimeRecord;
+  /** stopped: it was running and is not any more; gone: it had already ended. */
+  outcome: "stopped" | "gone";
+}
+
+export interface SupervisorOptions {
+  /** The runtime registry file, beside the agent's state. */
+  registryPath: string;
+  /** The operator's command template for `openai-http`; without it that engine is not offered. */
+  openAiHttp?: OpenAiHttpTemplate;
+  clock?: Clock;
+  /** Time between SIGTERM and SIGKILL (default 10 s). */
+  stopGraceMs?: number;
+}
+
+const repoRoot = fileURLToPath(new URL("../..", import.meta.url));
+const workerPath = fileURLToPath(new URL("./llama-cpp/worker.ts", import.meta.url));
+const loopback = "127.0.0.1";
+const pollMs = 100;
+const tailBytes = 4096;
+
+/** Pure check of engine parameters from a runtime profile. */
+export function validateParams(params: EngineParams): EngineParams {
+  const within = (v: number | undefined, min: number, max: number) => v === undefined || (Number.isInteger(v) && v >= min && v <= max);
+  if (!within(params.contextSize, 16, 1 << 20))
+    throw new EngineError("invalid_params", "contextSize must be an integer from 16 to 1048576");
+  if (!within(params.threads, 1, 1024)) throw new EngineError("invalid_params", "threads must be an integer from 1 to 1024");
+  return params;
+}
+
+interface Held extends Runtime {
+  child: ChildProcess;
+  markStopping(): void;
+}
+
+export class Supervisor {
+  private readonly held = new Map<string, Held>();
+  private readonly registry: RuntimeRegistry;
+  private readonly clock: Clock;
+  private readonly graceMs: number;
+
+  constructor(private readonly options: SupervisorOptions) {
+    this.registry = new RuntimeRegistry(options.registryPath);
+    this.clock = options.clock ?? systemClock;
+    this.graceMs = options.stopGraceMs ?? 10_000;
+    // A bad template is the operator's configuration error: refuse it when the agent starts.
+    if (options.openAiHttp) validateTemplate(options.openAiHttp);
+  }
+
+  /** The engines this agent can run, to advertise. */
+  engines(): EngineKind[] {
+    return engineKinds.filter((k) => k !== "openai-http" || this.options.openAiHttp !== undefined);
+  }
+
+  list(): Runtime[] {
+    return [...this.held.values()];
+  }
+
+  get(id: string): Runtime {
+    const r = this.held.get(id);
+    if (r === undefined) throw new EngineError("runtime_not_found", `no runtime ${id}`);
+    return r;
+  }
+
+  async start(engine: EngineKind, options: StartOptions): Promise<Runtime> {
+    if (!this.engines().includes(engine)) throw new EngineError("engine_not_supported", `engine ${engine} is not available on this node`);
+    const params = validateParams(options.params ?? {});
+    await checkModelPath(options.modelPath, engine);
+    const id = randomUUID();
+    const plan = await this.plan(engine, id, options.modelPath, params);
+    const began = performance.now();
+    const child = spawn(plan.command, plan.args, {
+      cwd: repoRoot,
+      env: plan.env,
+      // Its own process group: stop() reaches every process the engine starts.
+      detached: true,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let tail = "";
+    const keepTail = (c: Buffer) => (tail = (tail + c.toString()).slice(-tailBytes));
+    child.stderr!.on("data", keepTail);
+    let stopping = false;
+    let exit: ExitStatus | undefined;
+    const exited = new Promise<ExitStatus>((resolve) => {
+      const done = (code: number | null, signal: NodeJS.Signals | null) => {
+        if (exit) return;
+        exit = { code, signal, stopped: stopping };
+        // The group may outlive its leader (an external server's workers): end it too. Never the
+        // bare pid: it is free for reuse now.
+        if (child.pid !== undefined) killGroup(child.pid, "SIGKILL", false);
+        // Resolve once the registry forgets it, so whoever awaited the exit sees a clean registry.
+        void this.registry
+          .remove(id)
+          .catch(() => undefined)
+          .then(() => resolve(exit!));
+      };
+      child.once("exit", done);
+      // Only a failed spawn counts as an end; a process that has a pid ends with "exit".
+      child.once("error", () => {
+        if (child.pid === undefined) done(null, null);
+      });
+    });
+    const gone = new AbortController();
+    void exited.then(() => gone.abort());
+    if (child.pid === undefined) {
+      await exited;
+      throw new EngineError("process_failed_to_start", `the ${engine} runtime could not be started`);
+    }
+    const pid = child.pid;
+    const startedAt = new Date(this.clock.now());
+    const stat = await readStat(pid);
+    await this.registry.add({
+      id,
+      engine,
+      pid,
+      startTicks: stat?.startTicks ?? 0,
+      modelPath: options.modelPath,
+      startedAt: startedAt.toISOString(),
+    });
+    // It may have ended while being recorded, its removal queued before the record.
+    if (exit) await this.registry.remove(id);
+
+    const deadline = this.clock.now() + (options.healthDeadlineMs ?? 120_000);
+    try {
+      const ready = await this.waitForPort(plan, child, deadline, gone.signal, keepTail);
+      const client = new OpenAiClient(`http://${loopback}:${ready.port}`);
+      await this.waitForHealth(client, plan.healthPath, deadline, gone.signal);
+      if (exit) throw new Error("exited");
+      const runtime: Held = {
+        id,
+        engine,
+        pid,
+        baseUrl: client.baseUrl,
+        modelPath: options.modelPath,
+        startedAt,
+        loadMs: performance.now() - began,
+        modelLoadMs: ready.modelLoadMs,
+        client,
+        exited,
+        exitStatus: () => exit,
+        memory: () => (exit ? Promise.resolve(undefined) : readMemory(pid)),
+        child,
+        markStopping: () => (stopping = true),
+      };
+      this.held.set(id, runtime);
+      return runtime;
+    } catch (err) {
+      stopping = true;
+      await this.terminate(child, exited);
+      if (err instanceof EngineError && err.code === "health_deadline_exceeded") throw err;
+      const status = exit as ExitStatus | undefined;
+      throw new EngineError(
+        "exited_before_ready",
+        `the ${engine} runtime exited before it was ready (code ${status?.code ?? "none"}, signal ${status?.signal ?? "none"}): ${lastLine(tail)}`,
+      );
+    }
+  }
+
+  /** Asks a held runtime's health endpoint; a crashed runtime reports how it ended. */
+  async health(id: string): Promise<RuntimeHealth> {
+    const r = this.held.get(id);
+    if (r === undefined) throw new EngineError("runtime_not_found", `no runtime ${id}`);
+    const exit = r.exitStatus();
+    if (exit) return { state: "exited", exit };
+    return {
+      state: (await r.client.healthy(r.engine === "openai-http" ? (this.options.openAiHttp?.healthPath ?? "/health") : "/health"))
+        ? "healthy"
+        : "unhealthy",
+    };
+  }
+
+  /**
+   * SIGTERM, then SIGKILL after the grace period; resolves once the process is gone and forgets
+   * the runtime. A runtime that already crashed answers how it ended.
+   */
+  async stop(id: string): Promise<ExitStatus> {
+    const r = this.held.get(id);
+    if (r === undefined) throw new EngineError("runtime_not_found", `no runtime ${id}`);
+    r.markStopping();
+    try {
+      return await this.terminate(r.child, r.exited);
+    } finally {
+      this.held.delete(id);
+    }
+  }
+
+  async stopAll(): Promise<void> {
+    await Promise.all([...this.held.keys()].map((id) => this.stop(id).catch(() => undefined)));
+  }
+
+  /**
+   * Stops the runtimes the registry names that this supervisor does not hold: an earlier agent
+   * started them. Only a process whose start time still matches its record is signalled, so a
+   * reused pid is never hit.
+   */
+  async reapOrphans(): Promise<OrphanReport[]> {
+    const reports: OrphanReport[] = [];
+    for (const record of await this.registry.read()) {
+      if (this.held.has(record.id)) continue;
+      const alive = async () => (await readStat(record.pid))?.startTicks === record.startTicks;
+      if (!(await alive())) {
+        reports.push({ record, outcome: "gone" });
+        continue;
+      }
+      killGroup(record.pid, "SIGTERM");
+      if (!(await this.waitUntil(async () => !(await alive()), this.graceMs))) {
+        killGroup(record.pid, "SIGKILL");
+        await this.waitUntil(async () => !(await alive()), this.graceMs);
+      }
+      reports.push({ record, outcome: "stopped" });
+    }
+    await this.registry.retain((r) => this.held.has(r.id));
+    return reports;
+  }
+
+  private async terminate(child: ChildProcess, exited: Promise<ExitStatus>): Promise<ExitStatus> {
+    if (child.exitCode !== null || child.signalCode !== null) return exited;
+    killGroup(child.pid!, "SIGTERM");
+    const timer = new AbortController();
+    const ended = await Promise.race([exited, this.clock.sleep(this.graceMs, timer.signal).then(() => undefined)]);
+    timer.abort();
+    if (ended) return ended;
+    if (child.exitCode === null && child.signalCode === null) killGroup(child.pid!, "SIGKILL");
+    return exited;
+  }
+
+  private async plan(engine: EngineKind, id: string, modelPath: string, params: EngineParams): Promise<LaunchPlan> {
+    const base = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp" };
+    if (engine === "llama.cpp") {
+      const args = ["--import", "tsx", workerPath, "--model", modelPath, "--model-id", id, "--port", "0"];
+      if (params.contextSize !== undefined) args.push("--context-size", String(params.contextSize));
+      if (params.threads !== undefined) args.push("--threads", String(params.threads));
+      // Belt and braces with build: "never": node-llama-cpp must never fetch or compile anything.
+      const env = { ...base, NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true", NODE_LLAMA_CPP_GPU: "false" };
+      return { command: process.execPath, args, env, port: "announced", healthPath: "/health" };
+    }
+    const template = this.options.openAiHttp!;
+    const port = await freePort();
+    let argv: string[];
+    try {
+      argv = buildArgv(template, { model: modelPath, port, host: loopback, ...params });
+    } catch (err) {
+      if (err instanceof TemplateError) throw new EngineError("invalid_params", err.message);
+      throw err;
+    }
+    const [command, ...args] = argv;
+    return { command: command!, args, env: { ...base, ...template.env }, port, healthPath: template.healthPath ?? "/health" };
+  }
+
+  private async waitForPort(
+    plan: LaunchPlan,
+    child: ChildProcess,
+    deadline: number,
+    gone: AbortSignal,
+    keepTail: (c: Buffer) => void,
+  ): Promise<{ port: number; modelLoadMs?: number }> {
+    if (plan.port !== "announced") {
+      child.stdout!.on("data", keepTail);
+      return { port: plan.port };
+    }
+    const lines = createInterface({ input: child.stdout! });
+    const announced = new Promise<ListeningLine>((resolve) => {
+      lines.on("line", (line) => {
+        try {
+          const parsed = JSON.parse(line) as Partial<ListeningLine>;
+          if (parsed.event === "listening" && Number.isInteger(parsed.port)) resolve(parsed as ListeningLine);
+        } catch {
+          /* not the announcement */
+        }
+      });
+    });
+    const timer = new AbortController();
+    const line = await Promise.race([
+      announced,
+      this.clock.sleep(Math.max(0, deadline - this.clock.now()), gone, timer.signal).then(() => undefined),
+    ]);
+    timer.abort();
+    if (line === undefined) {
+      if (gone.aborted) throw new Error("exited");
+      throw new EngineError("health_deadline_exceeded", "the runtime did not announce its port before the deadline");
+    }
+    return { port: line.port, modelLoadMs: line.loadMs };
+  }
+
+  private async waitForHealth(client: OpenAiClient, path: string, deadline: number, gone: AbortSignal): Promise<void> {
+    while (!gone.aborted) {
+      const left = deadline - this.clock.now();
+      if (left <= 0) throw new EngineError("health_deadline_exceeded", "the runtime did not become healthy before the deadline");
+      if (await client.healthy(path, Math.min(left, 5_000))) return;
+      await this.clock.sleep(pollMs, gone);
+    }
+    throw new Error("exited");
+  }
+
+  private async waitUntil(done: () => Promise<boolean>, ms: number): Promise<boolean> {
+    const deadline = this.clock.now() + ms;
+    while (this.clock.now() < deadline) {
+      if (await done()) return true;
+      await this.clock.sleep(pollMs);
+    }
+    return done();
+  }
+}
+
+interface LaunchPlan {
+  command: string;
+  args: string[];
+  env: Record<string, string>;
+  /** A fixed port, or "announced": the process prints it (the llama.cpp worker). */
+  port: number | "announced";
+  healthPath: string;
+}
+
+/** The model must be a real file (llama.cpp) or a file or directory (external servers), not a link. */
+async function checkModelPath(path: string, engine: EngineKind): Promise<void> {
+  if (!isAbsolute(path) || normalize(path) !== path || path.includes("\0")) {
+    throw new EngineError("invalid_params", "the model path must be an absolute, normalised path");
+  }
+  const st = await lstat(path).catch(() => undefined);
+  const ok = st !== undefined && (st.isFile() || (engine === "openai-http" && st.isDirectory()));
+  if (!ok) throw new EngineError("model_not_found", "the model path is not a regular file or directory");
+}
+
+/** Signals a whole process group, or (when `orLeader`) the lone process when it leads none. */
+function killGroup(pid: number, signal: NodeJS.Signals, orLeader = true): void {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    if (!orLeader) return;
+    try {
+      process.kill(pid, signal);
+    } catch {
+      /* already gone */
+    }
+  }
+}
+
+/** A loopback port free right now, for servers that must be told theirs. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, loopback, () => {
+      const address = s.address();
+      s.close(() => (typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port"))));
+    });
+  });
+}
+
+function lastLine(text: string): string {
+  return text.trim().split("\n").pop()?.slice(0, 300) ?? "";
+}
