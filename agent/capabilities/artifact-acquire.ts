@@ -45,7 +45,7 @@ interface Plan {
 }
 
 const SHA256 = /^[0-9a-f]{64}$/;
-const O_WRITE = constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW;
+const O_WRITE = constants.O_RDWR | constants.O_CREAT | constants.O_NOFOLLOW;
 const O_READ = constants.O_RDONLY | constants.O_NOFOLLOW;
 
 function failure(code: JobFailureCode, message: string, retryable = false): JobFailureError {

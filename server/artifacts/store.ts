@@ -32,7 +32,8 @@ export class ArtifactStore {
   }
 
   async find(name: FileName): Promise<StoredArtifact | null> {
-    return this.deps.prisma.storedArtifact.findUnique({ where: { repository_commit_path: name } });
+    const { repository, commit, path } = name;
+    return this.deps.prisma.storedArtifact.findUnique({ where: { repository_commit_path: { repository, commit, path } } });
   }
 
   /** Takes one chunk of a push; an empty chunk only asks how far the upload got. */
