@@ -18,7 +18,8 @@ export class PathRejected extends Error {
 }
 
 // A portable set: letters, digits, ".", "_", "-", "+", "=", "@", ",". No "%" (no encoded
-// spellings), no spaces, no control characters, no "\\", ":" or other shell or URL specials.
+// spellings), no "~" (no home directories), no spaces, no control characters, no "\\", ":" or
+// other shell or URL specials.
 const SEGMENT = /^[A-Za-z0-9._+=@,-]+$/;
 
 /**
@@ -35,7 +36,6 @@ export function checkRelativePath(value: string, what = "path"): string[] {
     if (segment === "") throw new PathRejected(`${what} has an empty segment`);
     if (segment === "." || segment === "..") throw new PathRejected(`${what} has a "${segment}" segment`);
     if (!SEGMENT.test(segment)) throw new PathRejected(`${what} has a character outside the portable set`);
-    if (segment.startsWith("~")) throw new PathRejected(`${what} has a segment starting with "~"`);
     if (segment.toLowerCase() === ".git") throw new PathRejected(`${what} has a ".git" segment`);
     if (segment.length > MAX_SEGMENT_BYTES) throw new PathRejected(`${what} has a segment longer than ${MAX_SEGMENT_BYTES} bytes`);
   }

@@ -101,7 +101,7 @@ const pushCommand: Command = {
     const name = { repository: requiredOption(values, "repository"), commit: requiredOption(values, "commit") };
     const { files, skipped } = await collectFiles(positionals[0]!);
     if (files.length === 0) throw new UsageError(`${positionals[0]} holds no files`);
-    for (const path of skipped) ctx.err(`skipped ${clean(path)} (not a regular file)\n`);
+    for (const path of skipped) ctx.err(`skipped ${clean(path)} (${path.endsWith(".git") ? "git metadata" : "not a regular file"})\n`);
     let total = 0;
     for (const f of files) {
       const local = { ...f, sha256: await sha256Of(f.absolute) };
