@@ -19,6 +19,7 @@ import { JobFailureError, type JobAttempt, type JobHandler, type JobHandlerResul
 import { JobCancelled } from "../jobs/runner.js";
 import { checkCommit, checkDistinctPaths, checkRelativePath, checkRepository, checkTargetRoot, PathRejected } from "./artifact-paths.js";
 import { SourceError, type ArtifactSource } from "./artifact-sources.js";
+import { ArtifactWriteError, HashWriter } from "./hash-writer.js";
 
 /** The staging area's name inside a target root; repository owners cannot start with ".". */
 export const STAGING_DIR = ".partial";
@@ -210,6 +211,7 @@ export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler
 
     let bytesWritten = 0;
     const sourcesUsed = new Set<string>();
+    const writer = new HashWriter();
     try {
       await mkdirInside(plan.root, [STAGING_DIR, ...checkRelativePath(ctx.jobId, "job id")]);
       let sinceReserveCheck = 0;
@@ -225,7 +227,7 @@ export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler
       };
       for (const f of missing) {
         const dir = await mkdirInside(plan.stagingDir, f.segments.slice(0, -1));
-        const label = await fetchFile(join(dir, f.segments.at(-1)!), plan, f, opts.sources, ctx, meter, onBytes, log);
+        const label = await fetchFile(join(dir, f.segments.at(-1)!), plan, f, opts.sources, writer, ctx, meter, onBytes, log);
         if (label !== undefined) sourcesUsed.add(label);
       }
       await promote(plan, missing);
@@ -237,6 +239,8 @@ export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler
       if (cancelled || full) await rm(plan.stagingDir, { recursive: true, force: true });
       if (ctx.signal.aborted) throw reason;
       throw err;
+    } finally {
+      await writer.close();
     }
     log.info({ bytesWritten, bytesReused, files: plan.files.length }, "artifact acquired");
     return {
@@ -263,6 +267,7 @@ async function fetchFile(
   plan: Plan,
   f: Plan["files"][number],
   sources: ArtifactSource[],
+  writer: HashWriter,
   ctx: JobAttempt,
   meter: ProgressMeter,
   onBytes: (n: number, path: string) => Promise<void>,
@@ -281,9 +286,8 @@ async function fetchFile(
       await fh.truncate(0);
       have = 0;
     }
-    let hash = createHash("sha256");
-    await hashPrefix(fh, have, hash);
     meter.add(have, `resuming ${f.file.path}`);
+    let digest: string | undefined;
     let used: string | undefined;
     let unavailable: string | undefined;
     for (const source of sources) {
@@ -308,24 +312,31 @@ async function fetchFile(
           await fh.truncate(0);
           meter.add(-have, `restarting ${f.file.path}`);
           have = 0;
-          hash = createHash("sha256");
         }
         if (have > 0) log.info({ source: source.label, path: f.file.path, offset: have }, "resuming a partial file");
         used = source.label;
-        for await (const chunk of body.chunks) {
-          if (have + chunk.byteLength > f.size) {
-            throw failure(JobFailureCode.SIZE_MISMATCH, `${f.file.path}: ${source.label} sent more than the ${f.size} bytes the job expects`);
+        await writer.open(fh.fd, have);
+        let received = false;
+        try {
+          for await (const chunk of body.chunks) {
+            if (have + chunk.byteLength > f.size) {
+              throw failure(JobFailureCode.SIZE_MISMATCH, `${f.file.path}: ${source.label} sent more than the ${f.size} bytes the job expects`);
+            }
+            await writer.push(chunk);
+            have += chunk.byteLength;
+            await onBytes(chunk.byteLength, f.file.path);
           }
-          hash.update(chunk);
-          await fh.write(chunk, 0, chunk.byteLength, have);
-          have += chunk.byteLength;
-          await onBytes(chunk.byteLength, f.file.path);
+          received = true;
+        } finally {
+          // Everything counted in `have` is on disk before anyone resumes from it.
+          const written = await writer.finish().catch(diskFailure);
+          if (received) digest = written;
         }
         if (have < f.size) throw new SourceError("unavailable", `${source.label}: the connection ended at byte ${have} of ${f.size}`);
       } catch (err) {
         body.close();
         if (ctx.signal.aborted) throw ctx.signal.reason;
-        if (err instanceof JobFailureError) throw err;
+        if (err instanceof JobFailureError || err instanceof ArtifactWriteError) throw err;
         // A dropped connection: keep what arrived; the next source (or attempt) resumes from here.
         unavailable = err instanceof SourceError ? err.message : `${source.label}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`;
         log.warn({ source: source.label, path: f.file.path, reason: unavailable, bytes: have }, "artifact download interrupted");
@@ -336,7 +347,11 @@ async function fetchFile(
       if (unavailable !== undefined) throw failure(JobFailureCode.SOURCE_UNAVAILABLE, `${f.file.path}: ${unavailable}`, true);
       throw failure(JobFailureCode.NOT_FOUND, `${f.file.path}: no configured source has ${plan.spec.repository}@${plan.spec.commit}`);
     }
-    const digest = hash.digest("hex");
+    if (digest === undefined) {
+      // Complete already (staged by an earlier attempt): hash what is there.
+      await writer.open(fh.fd, have);
+      digest = await writer.finish().catch(diskFailure);
+    }
     if (digest !== f.file.sha256) {
       keep = false;
       throw failure(JobFailureCode.CHECKSUM_MISMATCH, `${f.file.path}: SHA-256 of the ${f.size} bytes received does not match the job's digest`);
@@ -348,6 +363,12 @@ async function fetchFile(
     // Corrupt bytes must not be resumed from.
     if (!keep) await rm(target, { force: true });
   }
+}
+
+/** A failed write: a full disk is INSUFFICIENT_DISK, anything else stays an unexpected error. */
+function diskFailure(err: Error): never {
+  if (/ENOSPC|EDQUOT/.test(err.message)) throw failure(JobFailureCode.INSUFFICIENT_DISK, "the file system filled up while writing");
+  throw err;
 }
 
 /** Moves the verified files into the commit's directory: the whole staging directory when it can. */

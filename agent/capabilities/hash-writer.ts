@@ -1,0 +1,124 @@
+// Hashing and writing of downloaded bytes on a worker thread, so the thread that receives them
+// does nothing else: on a busy two-core machine, SHA-256 and per-chunk write round trips on the
+// receiving thread cut acquisition throughput to a third of the source's raw speed.
+//
+// The worker gets the file's descriptor (descriptors are process-wide), hashes the bytes already
+// in the file (a resume), then hashes and writes each chunk it is sent at the next position.
+// The sender waits only when more than MAX_BACKLOG_BYTES are queued.
+import { Worker } from "node:worker_threads";
+
+const MAX_BACKLOG_BYTES = 32 * 1024 * 1024;
+
+/** Writing or hashing on the node failed (not the source): never a reason to try another source. */
+export class ArtifactWriteError extends Error {
+  override readonly name = "ArtifactWriteError";
+}
+
+// Plain JavaScript, evaluated: the worker needs no TypeScript loader in any runtime.
+const workerSource = `
+const { parentPort } = require("node:worker_threads");
+const { createHash } = require("node:crypto");
+const fs = require("node:fs");
+let file;
+parentPort.on("message", (m) => {
+  try {
+    if (m.op === "open") {
+      const hash = createHash("sha256");
+      const buf = Buffer.allocUnsafe(1 << 20);
+      for (let at = 0; at < m.have; ) {
+        const n = fs.readSync(m.fd, buf, 0, Math.min(buf.length, m.have - at), at);
+        if (n === 0) throw new Error("the partial file shrank while it was being read");
+        hash.update(buf.subarray(0, n));
+        at += n;
+      }
+      file = { fd: m.fd, at: m.have, hash, failed: undefined };
+      parentPort.postMessage({ op: "opened" });
+    } else if (m.op === "chunk") {
+      if (file.failed === undefined) {
+        const chunk = Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength);
+        file.hash.update(chunk);
+        for (let off = 0; off < chunk.length; ) off += fs.writeSync(file.fd, chunk, off, chunk.length - off, file.at + off);
+        file.at += chunk.length;
+      }
+      parentPort.postMessage({ op: "ack", bytes: m.data.byteLength });
+    } else if (m.op === "finish") {
+      const f = file;
+      file = undefined;
+      if (f.failed !== undefined) parentPort.postMessage({ op: "error", message: f.failed });
+      else parentPort.postMessage({ op: "digest", digest: f.hash.digest("hex") });
+    }
+  } catch (err) {
+    if (file !== undefined && m.op === "chunk") {
+      file.failed = err.code || err.message;
+      parentPort.postMessage({ op: "ack", bytes: m.data.byteLength });
+    } else parentPort.postMessage({ op: "error", message: err.code || err.message });
+  }
+});
+`;
+
+export class HashWriter {
+  private readonly worker: Worker;
+  private backlog = 0;
+  private drained: (() => void) | undefined;
+  private waiting: { resolve(m: { op: string; digest?: string }): void; reject(e: Error): void } | undefined;
+  private dead: ArtifactWriteError | undefined;
+
+  constructor() {
+    this.worker = new Worker(workerSource, { eval: true });
+    this.worker.unref();
+    this.worker.on("message", (m: { op: string; bytes?: number; digest?: string; message?: string }) => {
+      if (m.op === "ack") {
+        this.backlog -= m.bytes!;
+        if (this.backlog <= MAX_BACKLOG_BYTES / 2) this.drained?.();
+        return;
+      }
+      const waiting = this.waiting;
+      this.waiting = undefined;
+      if (m.op === "error") waiting?.reject(new ArtifactWriteError(`writing the artifact file failed: ${m.message}`));
+      else waiting?.resolve(m);
+    });
+    this.worker.on("error", (err) => this.fail(new ArtifactWriteError(`the hashing worker failed: ${err.message}`)));
+    this.worker.on("exit", () => this.fail(new ArtifactWriteError("the hashing worker exited")));
+  }
+
+  private fail(err: ArtifactWriteError): void {
+    this.dead ??= err;
+    this.waiting?.reject(err);
+    this.waiting = undefined;
+    this.drained?.();
+  }
+
+  private request(message: object): Promise<{ op: string; digest?: string }> {
+    if (this.dead) return Promise.reject(this.dead);
+    return new Promise((resolve, reject) => {
+      this.waiting = { resolve, reject };
+      this.worker.postMessage(message);
+    });
+  }
+
+  /** Starts a file: `fd` open for reading and writing, its first `have` bytes already there. */
+  async open(fd: number, have: number): Promise<void> {
+    await this.request({ op: "open", fd, have });
+  }
+
+  /** Queues a chunk; resolves at once unless too much is queued. */
+  async push(chunk: Uint8Array): Promise<void> {
+    if (this.dead) throw this.dead;
+    this.backlog += chunk.byteLength;
+    this.worker.postMessage({ op: "chunk", data: chunk });
+    if (this.backlog > MAX_BACKLOG_BYTES) {
+      await new Promise<void>((resolve) => (this.drained = resolve));
+      this.drained = undefined;
+      if (this.dead) throw this.dead;
+    }
+  }
+
+  /** Waits until every queued chunk is written, and returns the SHA-256 of the whole file. */
+  async finish(): Promise<string> {
+    return (await this.request({ op: "finish" })).digest!;
+  }
+
+  async close(): Promise<void> {
+    await this.worker.terminate();
+  }
+}
