@@ -8,6 +8,8 @@
 import { Worker } from "node:worker_threads";
 
 const MAX_BACKLOG_BYTES = 32 * 1024 * 1024;
+/** Chunks are gathered into batches of this size and moved (not copied) to the worker. */
+const BATCH_BYTES = 1024 * 1024;
 
 /** Writing or hashing on the node failed (not the source): never a reason to try another source. */
 export class ArtifactWriteError extends Error {
@@ -62,6 +64,8 @@ export class HashWriter {
   private drained: (() => void) | undefined;
   private waiting: { resolve(m: { op: string; digest?: string }): void; reject(e: Error): void } | undefined;
   private dead: ArtifactWriteError | undefined;
+  private batch: Uint8Array[] = [];
+  private batchBytes = 0;
 
   constructor() {
     this.worker = new Worker(workerSource, { eval: true });
@@ -98,14 +102,18 @@ export class HashWriter {
 
   /** Starts a file: `fd` open for reading and writing, its first `have` bytes already there. */
   async open(fd: number, have: number): Promise<void> {
+    this.batch = [];
+    this.batchBytes = 0;
     await this.request({ op: "open", fd, have });
   }
 
   /** Queues a chunk; resolves at once unless too much is queued. */
   async push(chunk: Uint8Array): Promise<void> {
     if (this.dead) throw this.dead;
-    this.backlog += chunk.byteLength;
-    this.worker.postMessage({ op: "chunk", data: chunk });
+    this.batch.push(chunk);
+    this.batchBytes += chunk.byteLength;
+    if (this.batchBytes < BATCH_BYTES) return;
+    this.send();
     if (this.backlog > MAX_BACKLOG_BYTES) {
       await new Promise<void>((resolve) => (this.drained = resolve));
       this.drained = undefined;
@@ -113,8 +121,20 @@ export class HashWriter {
     }
   }
 
+  private send(): void {
+    if (this.batchBytes === 0) return;
+    // A fresh buffer of its own (over half Node's pool size), so it can be transferred.
+    const data = Buffer.concat(this.batch, this.batchBytes);
+    this.batch = [];
+    this.batchBytes = 0;
+    this.backlog += data.byteLength;
+    const whole = data.byteOffset === 0 && data.byteLength === data.buffer.byteLength;
+    this.worker.postMessage({ op: "chunk", data }, whole ? [data.buffer as ArrayBuffer] : []);
+  }
+
   /** Waits until every queued chunk is written, and returns the SHA-256 of the whole file. */
   async finish(): Promise<string> {
+    if (!this.dead) this.send();
     return (await this.request({ op: "finish" })).digest!;
   }
 
