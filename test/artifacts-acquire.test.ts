@@ -189,6 +189,13 @@ describe("artifact.acquire.v1 through a real server and agent process", () => {
     const jobId = await run(commit, [fileOf("model.bin", content)]);
     const staged = join(root, STAGING_DIR, jobId, "model.bin");
     await eventually(() => existsSync(staged) && readFileSync(staged).length > 0, 20_000, "bytes staged");
+    // Progress reaches the server in bytes.
+    const progress = await eventually(async () => {
+      const p = (await ts.admin.getJob({ jobId })).job!.progress;
+      return p !== undefined && p.bytesDone > 0n ? p : undefined;
+    }, 20_000, "progress in bytes");
+    expect(progress.bytesTotal).toBe(BigInt(content.length));
+    expect(progress.bytesDone).toBeLessThan(BigInt(content.length));
     await ts.admin.cancelJob({ jobId, reason: "test cancels" });
     const job = await finished(jobId);
     expect(job.state).toBe(JobState.CANCELLED);
