@@ -128,17 +128,25 @@ async function main(): Promise<void> {
   const floorRatios: number[] = [];
   const acq: number[] = [];
   const raws: number[] = [];
+  const cpu = async (work: () => Promise<number>) => {
+    const before = process.cpuUsage();
+    const ms = await work();
+    const used = process.cpuUsage(before);
+    return { ms, cpuS: (used.user + used.system) / 1e6 };
+  };
   for (let i = 1; i <= rounds; i++) {
-    const r = await raw();
+    const rc = await cpu(raw);
     const d = await disk();
-    const a = await acquire(i);
+    const ac = await cpu(() => acquire(i));
+    const [r, a] = [rc.ms, ac.ms];
     raws.push(gibps(r));
     acq.push(gibps(a));
     ratios.push(r / a);
     floorRatios.push(Math.max(r, d) / a);
     console.log(
       `round ${i}: raw ${gibps(r).toFixed(2)} GiB/s, disk ${gibps(d).toFixed(2)} GiB/s, acquire ${gibps(a).toFixed(2)} GiB/s (${(a / 1000).toFixed(1)} s); ` +
-        `ratio to raw ${(r / a).toFixed(2)}, to min(raw, disk) ${(Math.max(r, d) / a).toFixed(2)}`,
+        `ratio to raw ${(r / a).toFixed(2)}, to min(raw, disk) ${(Math.max(r, d) / a).toFixed(2)}; ` +
+        `client CPU s: raw ${rc.cpuS.toFixed(1)}, acquire ${ac.cpuS.toFixed(1)}`,
     );
   }
   const spread = (xs: number[]) => `${Math.min(...xs).toFixed(2)}-${Math.max(...xs).toFixed(2)}`;

@@ -3,7 +3,8 @@
 // receiving thread cut acquisition throughput to a third of the source's raw speed.
 //
 // The worker gets the file's descriptor (descriptors are process-wide), hashes the bytes already
-// in the file (a resume), then hashes and writes each chunk it is sent at the next position.
+// in the file (a resume), then hashes each batch it is sent and writes it at the next position
+// through the thread pool.
 // The sender waits only when more than MAX_BACKLOG_BYTES are queued.
 import { Worker } from "node:worker_threads";
 
@@ -22,6 +23,22 @@ const { parentPort } = require("node:worker_threads");
 const { createHash } = require("node:crypto");
 const fs = require("node:fs");
 let file;
+// Writes go to the thread pool, so hashing the next batch overlaps writing this one.
+function write(f, chunk, off, at, done) {
+  fs.write(f.fd, chunk, off, chunk.length - off, at + off, (err, n) => {
+    if (err) {
+      f.failed ??= err.code || err.message;
+      return done();
+    }
+    if (off + n < chunk.length) write(f, chunk, off + n, at, done);
+    else done();
+  });
+}
+function settle(f) {
+  if (!f.finishing || f.pending > 0) return;
+  if (f.failed !== undefined) parentPort.postMessage({ op: "error", message: f.failed });
+  else parentPort.postMessage({ op: "digest", digest: f.hash.digest("hex") });
+}
 parentPort.on("message", (m) => {
   try {
     if (m.op === "open") {
@@ -33,27 +50,30 @@ parentPort.on("message", (m) => {
         hash.update(buf.subarray(0, n));
         at += n;
       }
-      file = { fd: m.fd, at: m.have, hash, failed: undefined };
+      file = { fd: m.fd, at: m.have, hash, failed: undefined, pending: 0, finishing: false };
       parentPort.postMessage({ op: "opened" });
     } else if (m.op === "chunk") {
-      if (file.failed === undefined) {
-        const chunk = Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength);
-        file.hash.update(chunk);
-        for (let off = 0; off < chunk.length; ) off += fs.writeSync(file.fd, chunk, off, chunk.length - off, file.at + off);
-        file.at += chunk.length;
-      }
-      parentPort.postMessage({ op: "ack", bytes: m.data.byteLength });
+      const f = file;
+      const bytes = m.data.byteLength;
+      if (f.failed !== undefined) return parentPort.postMessage({ op: "ack", bytes });
+      const chunk = Buffer.from(m.data.buffer, m.data.byteOffset, bytes);
+      f.hash.update(chunk);
+      const at = f.at;
+      f.at += bytes;
+      f.pending++;
+      write(f, chunk, 0, at, () => {
+        f.pending--;
+        parentPort.postMessage({ op: "ack", bytes });
+        settle(f);
+      });
     } else if (m.op === "finish") {
       const f = file;
       file = undefined;
-      if (f.failed !== undefined) parentPort.postMessage({ op: "error", message: f.failed });
-      else parentPort.postMessage({ op: "digest", digest: f.hash.digest("hex") });
+      f.finishing = true;
+      settle(f);
     }
   } catch (err) {
-    if (file !== undefined && m.op === "chunk") {
-      file.failed = err.code || err.message;
-      parentPort.postMessage({ op: "ack", bytes: m.data.byteLength });
-    } else parentPort.postMessage({ op: "error", message: err.code || err.message });
+    parentPort.postMessage({ op: "error", message: err.code || err.message });
   }
 });
 `;
