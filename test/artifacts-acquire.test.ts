@@ -293,4 +293,28 @@ describe("the agent's own path rules, whatever the lease says", () => {
     rmSync(join(root, "evil"), { recursive: true, force: true });
     rmSync(join(root, STAGING_DIR, jobId), { recursive: true, force: true });
   });
+
+  it("sends the mirror's bearer token from its file, and names NOT_FOUND and SOURCE_UNAVAILABLE apart", async () => {
+    const tokenFile = join(root, "..", `mf-token-${process.pid}`);
+    writeFileSync(tokenFile, "s3cret-token\n");
+    const commit = commitOf("token");
+    mirror.put(repository, commit, "ok.bin", { content });
+    const withToken = artifactAcquireHandler({ sources: [new MirrorSource({ baseUrl: mirror.url, tokenFile })], roots: [root], log });
+    await withToken(create(JobSpecSchema, spec(commit, [fileOf("ok.bin", content)])), attempt("2b3c4d5e-6f70-4182-93a4-b5c6d7e8f901"));
+    expect(requestsFor(commit).map((r) => r.authorization)).toEqual(["Bearer s3cret-token"]);
+    rmSync(tokenFile);
+
+    const missing = (await handler()(create(JobSpecSchema, spec(commitOf("nowhere"), [fileOf("ok.bin", content)])), attempt("3c4d5e6f-7081-4293-a4b5-c6d7e8f90a12")).then(
+      () => undefined,
+      (e: unknown) => e,
+    )) as JobFailureError;
+    expect(missing).toMatchObject({ code: JobFailureCode.NOT_FOUND, retryable: false });
+
+    const down = artifactAcquireHandler({ sources: [new MirrorSource({ baseUrl: "http://127.0.0.1:9" })], roots: [root], log });
+    const unavailable = (await down(create(JobSpecSchema, spec(commitOf("down"), [fileOf("ok.bin", content)])), attempt("4d5e6f70-8192-43a4-b5c6-d7e8f90a1b23")).then(
+      () => undefined,
+      (e: unknown) => e,
+    )) as JobFailureError;
+    expect(unavailable).toMatchObject({ code: JobFailureCode.SOURCE_UNAVAILABLE, retryable: true });
+  });
 });
