@@ -6,6 +6,8 @@ import { enrollNode, EnrollError } from "./enroll.js";
 import { readState, StateError } from "./state.js";
 import { runAgent } from "./session.js";
 import { openJobRunner } from "./jobs/index.js";
+import { capabilityRegistry } from "./capabilities/index.js";
+import { SourceConfigError } from "./capabilities/artifact-sources.js";
 import { agentVersion } from "./version.js";
 import { parseDuration } from "../common/duration.js";
 import { ConnectError } from "@connectrpc/connect";
@@ -31,6 +33,10 @@ Environment:
   MODELFORGE_AGENT_BACKOFF_MAX    largest reconnect delay (default 30s)
   MODELFORGE_AGENT_REPLY_TIMEOUT  reconnect when Welcome or a heartbeat answer takes longer (default 30s)
   MODELFORGE_AGENT_CLOCK_OFFSET   shift the agent's observation clock, e.g. 1h or -1h (testing)
+  MODELFORGE_AGENT_ARTIFACT_SOURCES  artifact.acquire.v1 sources in order, comma-separated:
+                                  control-plane, https://mirror/base[;token-file=/path] (unset: not offered)
+  MODELFORGE_AGENT_ARTIFACT_ROOTS target roots this agent writes artifacts under
+                                  (default /var/lib/modelforge/artifacts)
 `;
 
 async function main(argv: string[]): Promise<number> {
@@ -85,8 +91,7 @@ async function main(argv: string[]): Promise<number> {
         backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
         backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
         replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,
-        // No capability handlers yet: the agent advertises none, so no job is created for it.
-        jobs: await openJobRunner({ statePath, log, signal: stop.signal }),
+        jobs: await openJobRunner({ statePath, log, signal: stop.signal, registry: capabilityRegistry({ statePath, log, env }) }),
       });
       return 0;
     }
@@ -126,7 +131,7 @@ main(process.argv.slice(2)).then(
     const message =
       err instanceof ConnectError
         ? `${codeName(err.code)}: ${err.rawMessage}`
-        : err instanceof EnrollError || err instanceof StateError
+        : err instanceof EnrollError || err instanceof StateError || err instanceof SourceConfigError
           ? err.message
           : (err as Error).message;
     process.stderr.write(`agent: ${message}\n`);

@@ -10,8 +10,9 @@ import { tokensGroup } from "./commands/tokens.js";
 import { nodesGroup } from "./commands/nodes.js";
 import { auditGroup } from "./commands/audit.js";
 import { jobsGroup } from "./commands/jobs.js";
+import { artifactsGroup } from "./commands/artifacts.js";
 
-export const groups: Group[] = [tokensGroup, nodesGroup, jobsGroup, auditGroup];
+export const groups: Group[] = [tokensGroup, nodesGroup, jobsGroup, artifactsGroup, auditGroup];
 
 const globalOptions: Record<string, OptionDef> = {
   server: { type: "string", value: "URL", description: `control plane URL (env MODELFORGE_SERVER; default ${defaultServer})` },

@@ -29,6 +29,9 @@ import { adminService } from "./services/admin.js";
 import { JobEngine } from "./jobs/engine.js";
 import { agentJobs } from "./jobs/agent-rpc.js";
 import { adminJobs } from "./jobs/admin-rpc.js";
+import { ArtifactStore } from "./artifacts/store.js";
+import { adminArtifacts } from "./artifacts/admin-rpc.js";
+import { agentArtifacts } from "./artifacts/agent-rpc.js";
 import { reconcileLiveness } from "./liveness/reconciler.js";
 import { revokedSessionSweeper } from "./sessions/revocation.js";
 import { every } from "./loop.js";
@@ -176,6 +179,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     },
     shutdown: shutdown.signal,
   });
+  const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
   const agentDeps: AgentServiceDeps = {
     prisma,
     clock,
@@ -203,11 +207,12 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       shutdown: shutdown.signal,
     },
     adminJobs({ prisma, engine: jobs }),
+    adminArtifacts(artifacts),
   );
   const connect = connectNodeAdapter({
     routes: (router: ConnectRouter) => {
       router.service(Health, healthService(health));
-      router.service(AgentService, agentService(agentDeps, agentJobs({ prisma, clock, engine: jobs })));
+      router.service(AgentService, agentService(agentDeps, agentJobs({ prisma, clock, engine: jobs }), agentArtifacts({ prisma, clock, store: artifacts })));
       router.service(AdminService, admin);
       router.service(DeploymentService, {});
       undecodableAsInvalidArgument(router);

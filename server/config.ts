@@ -31,6 +31,8 @@ export interface Config {
   reclaimGraceMs: number;
   approvedRoots: string[];
   shutdownGraceMs: number;
+  /** Where the artifact store keeps its content (default `<dataDir>/artifacts`). */
+  artifactDir: string;
 }
 
 export class ConfigError extends Error {
@@ -128,6 +130,7 @@ export function loadConfig(env: Env): Config {
     reclaimGraceMs: duration("MODELFORGE_RECLAIM_GRACE"),
     approvedRoots: list("MODELFORGE_APPROVED_ROOTS"),
     shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
+    artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,
   };
   if (config.operatorApiKey !== undefined && config.operatorApiKey.length < 16) {
     throw new ConfigError("MODELFORGE_OPERATOR_API_KEY: use at least 16 characters");

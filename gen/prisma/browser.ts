@@ -67,3 +67,9 @@ export type Deployment = Prisma.DeploymentModel
  * An audited action. Never holds a secret.
  */
 export type AuditEvent = Prisma.AuditEventModel
+/**
+ * Model StoredArtifact
+ * A file in the control plane's artifact store. Content lives once per digest under the artifact
+ * directory (blobs/<first two hex>/<sha256>); rows name it by repository, commit and path.
+ */
+export type StoredArtifact = Prisma.StoredArtifactModel

@@ -18,6 +18,7 @@ import {
 import { absoluteArtifactPathProblem, relativeArtifactPathProblem } from '../../common/paths.js';
 import type {
   ArtifactAcquire,
+  ArtifactAcquireResult,
   DeploymentLoad,
   DeploymentInvoke,
   JobProgress,
@@ -61,14 +62,14 @@ function requireText(value: string, field: string): void {
   if (value.trim() === '') fail(field, 'is required and must not be blank');
 }
 
-function checkSha256(value: string, field: string): void {
+export function checkSha256(value: string, field: string): void {
   if (SHA256.test(value)) return;
   if (/^[0-9a-fA-F]{64}$/.test(value)) fail(field, 'must be lowercase hex: write the SHA-256 digest in lowercase');
   if (value === '') fail(field, 'is required: the SHA-256 digest as 64 lowercase hex digits');
   fail(field, `must be a SHA-256 digest of exactly 64 lowercase hex digits (got ${value.length} characters)`);
 }
 
-function checkCommit(value: string, field: string): void {
+export function checkCommit(value: string, field: string): void {
   if (COMMIT.test(value)) return;
   if (value === '') fail(field, 'is required: the exact commit as 40 lowercase hex digits');
   if (/^[0-9a-fA-F]{40}$/.test(value)) fail(field, 'must be lowercase hex: write the commit id in lowercase');
@@ -78,7 +79,7 @@ function checkCommit(value: string, field: string): void {
   fail(field, 'must be an exact commit (40 lowercase hex digits); branch and tag names are not accepted');
 }
 
-function checkRepository(value: string, field: string): void {
+export function checkRepository(value: string, field: string): void {
   if (value === '') fail(field, 'is required, in the form owner/name');
   if (!REPOSITORY.test(value)) {
     fail(field, 'must have the form owner/name: letters, digits, "-", "_" and "." with exactly one "/"');
@@ -90,7 +91,7 @@ function checkRepository(value: string, field: string): void {
 }
 
 /** A file path inside an artifact directory: the contract's artifact path grammar (common/paths.ts). */
-function checkRelativePath(value: string, field: string): void {
+export function checkRelativePath(value: string, field: string): void {
   if (value === '') fail(field, 'is required');
   const problem = relativeArtifactPathProblem(value);
   if (problem !== undefined) fail(field, problem);
@@ -263,6 +264,37 @@ export function validateJobResult(spec: JobSpec, result: JobResult): void {
   const actual = capabilityOfResult(result);
   if (actual === undefined) fail('result', `no result case is set; the job expects a ${expected} result`);
   if (actual !== expected) fail('result', `is a ${actual} result, but the job is ${expected}`);
+  if (spec.kind.case === 'artifactAcquire' && result.result.case === 'artifactAcquire') {
+    checkAcquireResult(spec.kind.value, result.result.value);
+  }
+}
+
+/**
+ * An acquisition is accepted only when its report is the spec's inventory exactly (every file,
+ * with the spec's size and digest, nothing else) in the directory the spec implies.
+ */
+function checkAcquireResult(spec: ArtifactAcquire, result: ArtifactAcquireResult): void {
+  const at = 'result.artifact_acquire';
+  const expectedDir = path.posix.join(spec.targetRoot, spec.repository, spec.commit);
+  if (result.path !== expectedDir) fail(`${at}.path`, 'must be <target_root>/<repository>/<commit> of the job');
+  if (result.files.length !== spec.files.length) {
+    fail(`${at}.files`, `reports ${result.files.length} files; the job names ${spec.files.length}`);
+  }
+  const wanted = new Map(spec.files.map((f) => [f.path, f]));
+  const seen = new Set<string>();
+  let total = 0n;
+  result.files.forEach((file, i) => {
+    const expected = wanted.get(file.path);
+    if (expected === undefined) fail(`${at}.files[${i}].path`, 'is not a file of the job');
+    if (seen.has(file.path)) fail(`${at}.files[${i}].path`, 'is reported twice');
+    seen.add(file.path);
+    if (file.sizeBytes !== expected.sizeBytes) fail(`${at}.files[${i}].size_bytes`, 'differs from the job');
+    if (file.sha256 !== expected.sha256) fail(`${at}.files[${i}].sha256`, 'differs from the job');
+    total += file.sizeBytes;
+  });
+  if (result.bytesWritten + result.bytesReused > total) {
+    fail(`${at}.bytes_written`, 'with bytes_reused exceeds the size of the files');
+  }
 }
 
 /**

@@ -53,6 +53,7 @@ export interface AdminServiceDeps extends Omit<TokenDeps, "sessions">, Lifecycle
 export function adminService(
   deps: AdminServiceDeps,
   jobs: Pick<ServiceImpl<typeof AdminService>, "createJob" | "getJob" | "listJobs" | "cancelJob">,
+  artifacts: Pick<ServiceImpl<typeof AdminService>, "uploadArtifactChunk" | "listArtifactFiles" | "deleteArtifactFiles">,
 ): ServiceImpl<typeof AdminService> {
   const prisma = deps.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
@@ -201,6 +202,7 @@ export function adminService(
       });
     },
     ...jobs,
+    ...artifacts,
   };
 }
 

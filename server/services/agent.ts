@@ -66,6 +66,7 @@ export function serverInfo(ca: Pick<Ca, "certPem" | "fingerprint">) {
 export function agentService(
   deps: AgentServiceDeps,
   jobs: Pick<ServiceImpl<typeof AgentService>, "claimJob" | "reportJobProgress" | "completeJob" | "failJob">,
+  artifacts: Pick<ServiceImpl<typeof AgentService>, "downloadArtifactFile">,
 ): ServiceImpl<typeof AgentService> {
   const prisma = deps.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
@@ -125,5 +126,6 @@ export function agentService(
       yield* connectSession(deps, presentedIdentity(caller), requests, withoutCertificate(caller));
     },
     ...jobs,
+    ...artifacts,
   };
 }

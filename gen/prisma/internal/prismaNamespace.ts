@@ -406,7 +406,8 @@ export const ModelName = {
   Job: 'Job',
   JobAttempt: 'JobAttempt',
   Deployment: 'Deployment',
-  AuditEvent: 'AuditEvent'
+  AuditEvent: 'AuditEvent',
+  StoredArtifact: 'StoredArtifact'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -422,7 +423,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent"
+    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1166,6 +1167,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    StoredArtifact: {
+      payload: Prisma.$StoredArtifactPayload<ExtArgs>
+      fields: Prisma.StoredArtifactFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.StoredArtifactFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.StoredArtifactFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload>
+        }
+        findFirst: {
+          args: Prisma.StoredArtifactFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.StoredArtifactFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload>
+        }
+        findMany: {
+          args: Prisma.StoredArtifactFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload>[]
+        }
+        create: {
+          args: Prisma.StoredArtifactCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload>
+        }
+        createMany: {
+          args: Prisma.StoredArtifactCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.StoredArtifactCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload>[]
+        }
+        delete: {
+          args: Prisma.StoredArtifactDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload>
+        }
+        update: {
+          args: Prisma.StoredArtifactUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload>
+        }
+        deleteMany: {
+          args: Prisma.StoredArtifactDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.StoredArtifactUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.StoredArtifactUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload>[]
+        }
+        upsert: {
+          args: Prisma.StoredArtifactUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$StoredArtifactPayload>
+        }
+        aggregate: {
+          args: Prisma.StoredArtifactAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateStoredArtifact>
+        }
+        groupBy: {
+          args: Prisma.StoredArtifactGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.StoredArtifactGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.StoredArtifactCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.StoredArtifactCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1363,6 +1438,18 @@ export const AuditEventScalarFieldEnum = {
 } as const
 
 export type AuditEventScalarFieldEnum = (typeof AuditEventScalarFieldEnum)[keyof typeof AuditEventScalarFieldEnum]
+
+
+export const StoredArtifactScalarFieldEnum = {
+  repository: 'repository',
+  commit: 'commit',
+  path: 'path',
+  sizeBytes: 'sizeBytes',
+  sha256: 'sha256',
+  createdAt: 'createdAt'
+} as const
+
+export type StoredArtifactScalarFieldEnum = (typeof StoredArtifactScalarFieldEnum)[keyof typeof StoredArtifactScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -1670,6 +1757,7 @@ export type GlobalOmitConfig = {
   jobAttempt?: Prisma.JobAttemptOmit
   deployment?: Prisma.DeploymentOmit
   auditEvent?: Prisma.AuditEventOmit
+  storedArtifact?: Prisma.StoredArtifactOmit
 }
 
 /* Types for Logging */

@@ -60,7 +60,8 @@ export const ModelName = {
   Job: 'Job',
   JobAttempt: 'JobAttempt',
   Deployment: 'Deployment',
-  AuditEvent: 'AuditEvent'
+  AuditEvent: 'AuditEvent',
+  StoredArtifact: 'StoredArtifact'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -237,6 +238,18 @@ export const AuditEventScalarFieldEnum = {
 } as const
 
 export type AuditEventScalarFieldEnum = (typeof AuditEventScalarFieldEnum)[keyof typeof AuditEventScalarFieldEnum]
+
+
+export const StoredArtifactScalarFieldEnum = {
+  repository: 'repository',
+  commit: 'commit',
+  path: 'path',
+  sizeBytes: 'sizeBytes',
+  sha256: 'sha256',
+  createdAt: 'createdAt'
+} as const
+
+export type StoredArtifactScalarFieldEnum = (typeof StoredArtifactScalarFieldEnum)[keyof typeof StoredArtifactScalarFieldEnum]
 
 
 export const SortOrder = {

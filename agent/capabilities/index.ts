@@ -1,0 +1,58 @@
+// The agent's capability handlers, built from its configuration. A capability is registered (and
+// so advertised) only when the agent is configured to serve it.
+import type { Logger } from "pino";
+import { CapabilityRegistry } from "../jobs/registry.js";
+import { readState, StateError } from "../state.js";
+import { nodeClient } from "../transport.js";
+import { artifactAcquireHandler } from "./artifact-acquire.js";
+import { ControlPlaneSource, MirrorSource, parseSourceList, SourceConfigError, type ArtifactSource } from "./artifact-sources.js";
+
+export const DEFAULT_ARTIFACT_ROOTS = "/var/lib/modelforge/artifacts";
+
+export interface CapabilityConfig {
+  statePath: string;
+  log: Logger;
+  env: Record<string, string | undefined>;
+}
+
+/** The sources named by MODELFORGE_AGENT_ARTIFACT_SOURCES, in order. */
+export function artifactSourcesFrom(text: string, statePath: string): ArtifactSource[] {
+  return parseSourceList(text).map((config) =>
+    config.kind === "mirror"
+      ? new MirrorSource(config)
+      : new ControlPlaneSource(async () => {
+          const state = await readState(statePath);
+          if (state === undefined) throw new StateError(`no agent state at ${statePath}`);
+          return nodeClient(state);
+        }),
+  );
+}
+
+/** Roots from MODELFORGE_AGENT_ARTIFACT_ROOTS: absolute, comma-separated. */
+export function artifactRootsFrom(text: string): string[] {
+  const roots = text.split(",").map((r) => r.trim()).filter((r) => r !== "");
+  for (const root of roots) {
+    if (!root.startsWith("/") || root.split("/").some((s) => s === "." || s === "..") || (root.length > 1 && root.endsWith("/"))) {
+      throw new SourceConfigError(`MODELFORGE_AGENT_ARTIFACT_ROOTS: "${root}" is not a canonical absolute path`);
+    }
+  }
+  return roots;
+}
+
+export function capabilityRegistry(config: CapabilityConfig): CapabilityRegistry {
+  const registry = new CapabilityRegistry();
+  const sourcesText = config.env.MODELFORGE_AGENT_ARTIFACT_SOURCES?.trim() ?? "";
+  if (sourcesText !== "") {
+    let sources: ArtifactSource[];
+    let roots: string[];
+    try {
+      sources = artifactSourcesFrom(sourcesText, config.statePath);
+      roots = artifactRootsFrom(config.env.MODELFORGE_AGENT_ARTIFACT_ROOTS ?? DEFAULT_ARTIFACT_ROOTS);
+    } catch (err) {
+      if (err instanceof SourceConfigError) throw new SourceConfigError(`MODELFORGE_AGENT_ARTIFACT_SOURCES: ${err.message}`);
+      throw err;
+    }
+    registry.register("artifact.acquire.v1", artifactAcquireHandler({ sources, roots, log: config.log }));
+  }
+  return registry;
+}
