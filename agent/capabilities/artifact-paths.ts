@@ -2,44 +2,25 @@
 // agent checks again before touching the disk, because a lease is data from the network and a
 // compromised or buggy control plane must not be able to write outside the target root.
 //
-// Every relative path the handler uses goes through `checkRelativePath`, so the contract's shared
-// path grammar can replace this strict implementation in one place.
-
-/** Longest relative path accepted, in bytes of UTF-8. */
-export const MAX_RELATIVE_PATH_BYTES = 1024;
-/** Deepest relative path accepted, in segments. */
-export const MAX_RELATIVE_PATH_DEPTH = 16;
-/** Longest single segment, in bytes (the usual NAME_MAX). */
-export const MAX_SEGMENT_BYTES = 255;
+// Every relative path the handler uses goes through `checkRelativePath`, which applies the
+// contract's shared path grammar.
+import { relativeArtifactPathProblem } from "../../common/paths.js";
 
 /** A path, repository or root refused by the node's own rules (JOB_FAILURE_CODE_PATH_REJECTED). */
 export class PathRejected extends Error {
   override readonly name = "PathRejected";
 }
 
-// A portable set: letters, digits, ".", "_", "-", "+", "=", "@", ",". No "%" (no encoded
-// spellings), no "~" (no home directories), no spaces, no control characters, no "\\", ":" or
-// other shell or URL specials.
-const SEGMENT = /^[A-Za-z0-9._+=@,-]+$/;
-
 /**
- * Checks a "/"-separated path relative to a directory the agent owns, and returns its segments.
+ * Checks a "/"-separated path relative to a directory the agent owns against the contract's
+ * artifact path grammar (common/paths.ts, the same function the server validates leases with),
+ * and returns its segments.
  * @throws PathRejected naming the broken rule, never echoing more than the rule.
  */
 export function checkRelativePath(value: string, what = "path"): string[] {
-  if (value === "") throw new PathRejected(`${what} is empty`);
-  if (Buffer.byteLength(value, "utf8") > MAX_RELATIVE_PATH_BYTES) throw new PathRejected(`${what} is longer than ${MAX_RELATIVE_PATH_BYTES} bytes`);
-  if (value.startsWith("/")) throw new PathRejected(`${what} must be relative`);
-  const segments = value.split("/");
-  if (segments.length > MAX_RELATIVE_PATH_DEPTH) throw new PathRejected(`${what} is deeper than ${MAX_RELATIVE_PATH_DEPTH} segments`);
-  for (const segment of segments) {
-    if (segment === "") throw new PathRejected(`${what} has an empty segment`);
-    if (segment === "." || segment === "..") throw new PathRejected(`${what} has a "${segment}" segment`);
-    if (!SEGMENT.test(segment)) throw new PathRejected(`${what} has a character outside the portable set`);
-    if (segment.toLowerCase() === ".git") throw new PathRejected(`${what} has a ".git" segment`);
-    if (segment.length > MAX_SEGMENT_BYTES) throw new PathRejected(`${what} has a segment longer than ${MAX_SEGMENT_BYTES} bytes`);
-  }
-  return segments;
+  const problem = relativeArtifactPathProblem(value);
+  if (problem !== undefined) throw new PathRejected(`${what} ${problem}`);
+  return value.split("/");
 }
 
 /** A repository is "owner/name": exactly two segments of the same grammar. */

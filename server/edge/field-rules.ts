@@ -43,6 +43,7 @@ const resolvedPath: FieldRule = { maxBytes: 4096 };
 export const fieldRules: Readonly<Record<string, FieldRule>> = {
   // modelforge.agent.v1
   'modelforge.agent.v1.EnrollRequest.token': { maxBytes: 128 },
+  'modelforge.agent.v1.DownloadArtifactFileRequest.path': { maxBytes: 1024 },
   'modelforge.agent.v1.EnrollRequest.csr_pem': pem,
   'modelforge.agent.v1.EnrollRequest.node_name': name,
   'modelforge.agent.v1.EnrollRequest.agent_version': version,
@@ -81,6 +82,9 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
 
   // modelforge.jobs.v1
   'modelforge.jobs.v1.ArtifactFile.path': { maxBytes: 1024 },
+  'modelforge.admin.v1.UploadArtifactChunkRequest.path': { maxBytes: 1024 },
+  'modelforge.admin.v1.UploadArtifactChunkRequest.data': { maxBytes: 1024 * 1024 },
+  'modelforge.admin.v1.DeleteArtifactFilesRequest.path': { maxBytes: 1024 },
   'modelforge.jobs.v1.ArtifactFile.sha256': shortId,
   'modelforge.jobs.v1.ArtifactAcquire.repository': { maxBytes: 256 },
   'modelforge.jobs.v1.ArtifactAcquire.commit': shortId,

@@ -10,32 +10,18 @@ import { artifactRootsFrom } from "../../agent/capabilities/index.js";
 import { JobSpecError, validateJobResult } from "../../server/jobs/spec.js";
 
 describe("checkRelativePath", () => {
-  it.each(["model.gguf", "tokenizer/vocab.json", "a/b/c/d.safetensors", "v1.0+cpu@x=1,2", "-dash"])("accepts %j", (p) => {
+  // The grammar itself is the contract's (common/paths.ts, tested in test/common/paths.test.ts);
+  // here: the agent applies it and refuses with PathRejected naming the path's role.
+  it.each(["model.gguf", "tokenizer/vocab.json", "a/b/c/d.safetensors", "v1.0-cpu_x", "-dash"])("accepts %j", (p) => {
     expect(checkRelativePath(p)).toEqual(p.split("/"));
   });
-  it.each([
-    ["", "empty"],
-    ["/abs", "relative"],
-    ["a/../b", '".." segment'],
-    [".", '"." segment'],
-    ["a//b", "empty segment"],
-    ["a/", "empty segment"],
-    [".git/HEAD", '".git"'],
-    ["x/.GIT/config", '".git"'],
-    ["~/x", "portable"],
-    ["a%2e", "portable"],
-    ["sp ace", "portable"],
-    ["tab\t", "portable"],
-    ["back\\slash", "portable"],
-    ["colon:x", "portable"],
-    ["ünï", "portable"],
-    ["x".repeat(256), "longer than 255"],
-    [Array(17).fill("a").join("/"), "deeper"],
-    ["a/".repeat(600) + "b", "longer than 1024"],
-  ])("refuses %j (%s)", (p, why) => {
-    expect(() => checkRelativePath(p)).toThrow(PathRejected);
-    expect(() => checkRelativePath(p)).toThrow(why);
-  });
+  it.each(["", "/abs", "a/../b", ".", "a//b", ".git/HEAD", "x/.GIT/config", "~/x", "a%2e", "sp ace", "tab\t", "back\\slash", "ünï", "x".repeat(256), Array(33).fill("a").join("/"), `${"a/".repeat(600)}b`])(
+    "refuses %j",
+    (p) => {
+      expect(() => checkRelativePath(p, "files[0].path")).toThrow(PathRejected);
+      expect(() => checkRelativePath(p, "files[0].path")).toThrow(/^files\[0\]\.path /);
+    },
+  );
   it("repositories are owner/name without leading dots", () => {
     expect(checkRepository("acme/model-7b")).toEqual(["acme", "model-7b"]);
     for (const bad of ["acme", "a/b/c", ".partial/x", "acme/.hidden", "../x"]) expect(() => checkRepository(bad)).toThrow(PathRejected);

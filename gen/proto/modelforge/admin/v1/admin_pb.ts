@@ -1811,6 +1811,7 @@ export type UploadArtifactChunkRequest = Message<"modelforge.admin.v1.UploadArti
 
   /**
    * Path relative to the commit's directory.
+   * Bounds: at most 1024 bytes; the artifact path grammar (see modelforge.jobs.v1.ArtifactFile.path).
    *
    * @generated from field: string path = 3;
    */
@@ -1838,7 +1839,8 @@ export type UploadArtifactChunkRequest = Message<"modelforge.admin.v1.UploadArti
   offset: bigint;
 
   /**
-   * The chunk, at most 1 MiB.
+   * The chunk.
+   * Bounds: at most 1048576 bytes (1 MiB).
    *
    * @generated from field: bytes data = 7;
    */
@@ -1979,6 +1981,7 @@ export type DeleteArtifactFilesRequest = Message<"modelforge.admin.v1.DeleteArti
 
   /**
    * Only this file, when set; else every file of the commit.
+   * Bounds: at most 1024 bytes.
    *
    * @generated from field: string path = 3;
    */

@@ -1266,6 +1266,7 @@ export type DownloadArtifactFileRequest = Message<"modelforge.agent.v1.DownloadA
 
   /**
    * Path of the file relative to the commit's directory.
+   * Bounds: at most 1024 bytes.
    *
    * @generated from field: string path = 3;
    */
