@@ -15,9 +15,7 @@ const UNTRUSTED_SERVER = new Set([
   "CERT_SIGNATURE_FAILURE",
 ]);
 
-export type CredentialRefusal =
-  | { kind: "server-untrusted"; reason: string }
-  | { kind: "credential-refused"; reason: string };
+export type CredentialRefusal = { kind: "server-untrusted"; reason: string } | { kind: "credential-refused"; reason: string };
 
 /** What a failed session says about the credential, if anything. */
 export function credentialRefusalOf(err: unknown): CredentialRefusal | undefined {

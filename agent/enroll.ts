@@ -65,7 +65,11 @@ export function checkIssued(certPem: string, keyPem: string, caPem: string, node
 }
 
 export function normalizeFingerprint(text: string): string {
-  const hex = text.trim().toLowerCase().replace(/^sha256:/, "").replace(/:/g, "");
+  const hex = text
+    .trim()
+    .toLowerCase()
+    .replace(/^sha256:/, "")
+    .replace(/:/g, "");
   if (!/^[0-9a-f]{64}$/.test(hex)) throw new EnrollError("--ca-fingerprint must be sha256:<64 hex digits>");
   return `sha256:${hex}`;
 }

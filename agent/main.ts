@@ -87,7 +87,9 @@ async function main(argv: string[]): Promise<number> {
         statePath,
         log,
         signal: stop.signal,
-        clock: env.MODELFORGE_AGENT_CLOCK_OFFSET ? offsetClock(systemClock, signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET)) : systemClock,
+        clock: env.MODELFORGE_AGENT_CLOCK_OFFSET
+          ? offsetClock(systemClock, signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET))
+          : systemClock,
         backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
         backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
         replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,

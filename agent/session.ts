@@ -91,7 +91,10 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       if (signal.aborted) break;
       const ce = ConnectError.from(err);
       // Status, method and path only: never a body or credential.
-      log.warn({ code: codeName(ce.code), method: "Session", path: "/modelforge.agent.v1.AgentService/Session", reason: ce.rawMessage }, "session failed");
+      log.warn(
+        { code: codeName(ce.code), method: "Session", path: "/modelforge.agent.v1.AgentService/Session", reason: ce.rawMessage },
+        "session failed",
+      );
       const refusal = refusals.failed(err, (opts.clock ?? systemClock).now());
       if (refusal !== undefined) log.error({ nodeId: state.nodeId, reason: refusal.reason }, refusalAdvice(refusal, state.nodeId));
       // A server starting up answers, and says when to come back: no exponential growth for that.
@@ -114,7 +117,10 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
   const replyTimeoutMs = opts.replyTimeoutMs ?? 30_000;
   // Ends the session when `what` has not arrived in time; the caller clears it when it does.
   const deadline = (what: string) =>
-    setTimeout(() => abort.abort(new ConnectError(`no ${what} from the server within ${replyTimeoutMs} ms`, Code.DeadlineExceeded)), replyTimeoutMs);
+    setTimeout(
+      () => abort.abort(new ConnectError(`no ${what} from the server within ${replyTimeoutMs} ms`, Code.DeadlineExceeded)),
+      replyTimeoutMs,
+    );
   const outbound = new AsyncQueue<SessionRequest>();
   const pending = new Map<bigint, { resolve(r: ReplyResult): void; reject(e: unknown): void }>();
   let nextId = 0n;
@@ -141,7 +147,10 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
     try {
       const result = await link.send(message);
       if (result.case === "error") {
-        log.warn({ code: result.value.code, method, path: `/modelforge.agent.v1.AgentService/${method}`, reason: result.value.message }, "publication refused");
+        log.warn(
+          { code: result.value.code, method, path: `/modelforge.agent.v1.AgentService/${method}`, reason: result.value.message },
+          "publication refused",
+        );
         return undefined;
       }
       return result;
@@ -202,7 +211,10 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
     for (const i of instructions) if (i.kind.case === "renewCredential") void renew(i.kind.value.reason);
   };
   const every = (intervalMs: number, task: () => Promise<unknown>) => {
-    const t = setInterval(() => void task().catch((err: unknown) => log.warn({ error: (err as Error).message }, "periodic task failed")), intervalMs);
+    const t = setInterval(
+      () => void task().catch((err: unknown) => log.warn({ error: (err as Error).message }, "periodic task failed")),
+      intervalMs,
+    );
     timers.push(t);
   };
 
@@ -211,7 +223,12 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
       messageId: ++nextId,
       message: {
         case: "hello",
-        value: { protocolVersion, agentVersion, capabilities: opts.jobs?.capabilities() ?? [], runningJobIds: opts.jobs?.runningJobIds() ?? [] },
+        value: {
+          protocolVersion,
+          agentVersion,
+          capabilities: opts.jobs?.capabilities() ?? [],
+          runningJobIds: opts.jobs?.runningJobIds() ?? [],
+        },
       },
     }),
   );
@@ -238,7 +255,9 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
             await sendInventory(false);
           });
           void sendHeartbeat();
-          void sendInventory(true).then(sendTelemetry).catch((err: unknown) => log.warn({ error: (err as Error).message }, "first report failed"));
+          void sendInventory(true)
+            .then(sendTelemetry)
+            .catch((err: unknown) => log.warn({ error: (err as Error).message }, "first report failed"));
           break;
         }
         case "reply": {
@@ -295,5 +314,3 @@ function ms(d: Parameters<typeof durationMs>[0] | undefined, fallback: number): 
   const v = d === undefined ? 0 : durationMs(d);
   return v > 0 ? v : fallback;
 }
-
-

@@ -15,7 +15,18 @@
 //                                       BENCH_ACQUIRE_ROOT=/dev/shm (where target roots are made)
 import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { createReadStream, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync, openSync, writeSync, closeSync } from "node:fs";
+import {
+  createReadStream,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  openSync,
+  writeSync,
+  closeSync,
+} from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -102,7 +113,15 @@ async function main(): Promise<void> {
     const root = mkdtempSync(join(rootBase, "mf-bench-root-"));
     const handler = artifactAcquireHandler({ sources: [source], roots: [root], log });
     const spec = create(JobSpecSchema, {
-      kind: { case: "artifactAcquire", value: { repository, commit, targetRoot: root, files: files.map((f) => ({ path: f.path, sizeBytes: BigInt(f.size), sha256: f.sha256 })) } },
+      kind: {
+        case: "artifactAcquire",
+        value: {
+          repository,
+          commit,
+          targetRoot: root,
+          files: files.map((f) => ({ path: f.path, sizeBytes: BigInt(f.size), sha256: f.sha256 })),
+        },
+      },
     });
     const t = performance.now();
     await handler(spec, { jobId: `bench-${n}`, attempt: 1, signal, progress: async () => ({ cancelRequested: false }) });
@@ -123,7 +142,9 @@ async function main(): Promise<void> {
     return ms;
   };
   const gibps = (ms: number) => total / MiB / 1024 / (ms / 1000);
-  console.log(`artifact: ${files.length} files, ${(total / MiB).toFixed(0)} MiB; mirror ${url} in its own process; target roots under ${rootBase}`);
+  console.log(
+    `artifact: ${files.length} files, ${(total / MiB).toFixed(0)} MiB; mirror ${url} in its own process; target roots under ${rootBase}`,
+  );
   const ratios: number[] = [];
   const floorRatios: number[] = [];
   const acq: number[] = [];
@@ -151,14 +172,21 @@ async function main(): Promise<void> {
   }
   const spread = (xs: number[]) => `${Math.min(...xs).toFixed(2)}-${Math.max(...xs).toFixed(2)}`;
   const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
-  console.log(`raw GiB/s ${spread(raws)}; acquire GiB/s ${spread(acq)}; ratio to raw: median ${median(ratios).toFixed(2)} (spread ${spread(ratios)}; target >= 0.8)`);
+  console.log(
+    `raw GiB/s ${spread(raws)}; acquire GiB/s ${spread(acq)}; ratio to raw: median ${median(ratios).toFixed(2)} (spread ${spread(ratios)}; target >= 0.8)`,
+  );
   console.log(`ratio to min(raw, disk): median ${median(floorRatios).toFixed(2)} (spread ${spread(floorRatios)})`);
-  console.log(`load average before ${load0.map((l) => l.toFixed(2)).join(" ")}, after ${loadavg().map((l) => l.toFixed(2)).join(" ")} (2 cores)`);
+  console.log(
+    `load average before ${load0.map((l) => l.toFixed(2)).join(" ")}, after ${loadavg()
+      .map((l) => l.toFixed(2))
+      .join(" ")} (2 cores)`,
+  );
   child.kill();
 }
 
 if (process.argv[2] === "mirror") void mirrorChild();
-else void main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(1);
-});
+else
+  void main().catch((err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  });

@@ -117,7 +117,11 @@ async function drain(db: Database, nodeId: string): Promise<{ jobs: number; lost
   let claimed = 0;
   const worker = async () => {
     for (;;) {
-      const candidate = await db.prisma.job.findFirst({ where: { nodeId, state: "pending" }, orderBy: { seq: "asc" }, select: { id: true } });
+      const candidate = await db.prisma.job.findFirst({
+        where: { nodeId, state: "pending" },
+        orderBy: { seq: "asc" },
+        select: { id: true },
+      });
       if (!candidate) return;
       const r = await db.prisma.job.updateMany({
         where: { id: candidate.id, state: "pending" },
@@ -189,8 +193,7 @@ async function run(backend: TestBackend): Promise<Result> {
   }
 }
 
-const backends: TestBackend[] =
-  args.only === "pglite" ? ["pglite"] : args.only === "postgres" ? ["postgres"] : ["pglite", "postgres"];
+const backends: TestBackend[] = args.only === "pglite" ? ["pglite"] : args.only === "postgres" ? ["postgres"] : ["pglite", "postgres"];
 const results: Result[] = [];
 for (const b of backends) {
   try {
@@ -200,7 +203,9 @@ for (const b of backends) {
   }
 }
 
-console.log(`\nNode ${process.version}; ${UPSERTS} upserts per mode, ${ROUNDS} claim rounds of ${RACERS} racers, ${QUEUE}-job drain by ${RACERS} workers\n`);
+console.log(
+  `\nNode ${process.version}; ${UPSERTS} upserts per mode, ${ROUNDS} claim rounds of ${RACERS} racers, ${QUEUE}-job drain by ${RACERS} workers\n`,
+);
 console.log(
   "| backend | first open ms | reopen ms | upserts/s (1) | upserts/s (16) | claim attempts/s (50-way) | claim rounds/s | naive drain jobs/s | lost races | SKIP LOCKED drain jobs/s |",
 );

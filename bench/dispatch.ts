@@ -46,7 +46,10 @@ try {
     req.header.set("x-modelforge-admin-token", key);
     return next(req);
   };
-  const admin = createClient(AdminService, createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.ca.certPem }, interceptors: [auth] }));
+  const admin = createClient(
+    AdminService,
+    createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.ca.certPem }, interceptors: [auth] }),
+  );
   const quiet = pino({ level: "warn" });
 
   // Lease arrival, keyed by the runtime id each job carries.

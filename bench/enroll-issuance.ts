@@ -1,26 +1,26 @@
 // Throughput of node certificate issuance (CSR checks + native signing), the CPU-bound part
 // of enrollment. CSRs are prepared first so key generation is not measured.
 // Usage: npx tsx bench/enroll-issuance.ts [count=200]
-import { generateKeyPair, randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { promisify } from 'node:util';
-import { buildCsrPem } from '../agent/pki/keys.js';
-import { loadOrCreateCa } from '../server/identity/pki/ca.js';
+import { generateKeyPair, randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { cpus, tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { buildCsrPem } from "../agent/pki/keys.js";
+import { loadOrCreateCa } from "../server/identity/pki/ca.js";
 
 const count = Number(process.argv[2] ?? 200);
 const WARMUP = 10;
 
-const dir = mkdtempSync(join(tmpdir(), 'modelforge-bench-pki-'));
+const dir = mkdtempSync(join(tmpdir(), "modelforge-bench-pki-"));
 try {
   const ca = await loadOrCreateCa(dir);
   const prepStart = performance.now();
   // Same key type and CSR builder as the agent, but keys generated in parallel on the libuv pool.
   const keys = await Promise.all(
     Array.from({ length: count }, () =>
-      promisify(generateKeyPair)('rsa', { modulusLength: 2048 }).then(({ privateKey }) =>
-        privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+      promisify(generateKeyPair)("rsa", { modulusLength: 2048 }).then(({ privateKey }) =>
+        privateKey.export({ type: "pkcs8", format: "pem" }).toString(),
       ),
     ),
   );
@@ -40,7 +40,7 @@ try {
 
   durations.sort((a, b) => a - b);
   const pct = (p: number) => durations[Math.min(durations.length - 1, Math.ceil((p / 100) * durations.length) - 1)]!;
-  console.log(`cpu: ${cpus()[0]?.model ?? 'unknown'} x${cpus().length}, node ${process.version}`);
+  console.log(`cpu: ${cpus()[0]?.model ?? "unknown"} x${cpus().length}, node ${process.version}`);
   console.log(
     `certificates issued: ${count}, per second: ${((count / totalMs) * 1000).toFixed(0)}, ` +
       `p50 ms: ${pct(50).toFixed(2)}, p99 ms: ${pct(99).toFixed(2)}`,

@@ -68,13 +68,18 @@ const server = new Rpc(child, "server");
 try {
   await server.waitFor("ready", 120_000);
   const info = await server.call<{ url: string; caPem: string; database: string }>("info");
-  console.log(`server ${info.url}, database: ${info.database}, node ${process.version}, cpu ${cpus()[0]?.model} x${cpus().length}, load average ${loadavg()[0]!.toFixed(1)}`);
+  console.log(
+    `server ${info.url}, database: ${info.database}, node ${process.version}, cpu ${cpus()[0]?.model} x${cpus().length}, load average ${loadavg()[0]!.toFixed(1)}`,
+  );
 
   const auth: Interceptor = (next) => (req) => {
     req.header.set("x-modelforge-admin-token", adminKey);
     return next(req);
   };
-  const admin = createClient(AdminService, createGrpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors: [auth] }));
+  const admin = createClient(
+    AdminService,
+    createGrpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors: [auth] }),
+  );
   const agents = Array.from({ length: CONNECTIONS }, () =>
     createClient(AgentService, createGrpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem } })),
   );
@@ -85,7 +90,9 @@ try {
   await pool(total, 16, async (i) => {
     tokens[i] = (await admin.createEnrollmentToken({ nodeName: `bench-enroll-${i}` })).token;
   });
-  console.log(`prepared ${total} enrollment tokens in ${((performance.now() - t0) / 1000).toFixed(1)} s (admin API, 16 at a time; not timed)`);
+  console.log(
+    `prepared ${total} enrollment tokens in ${((performance.now() - t0) / 1000).toFixed(1)} s (admin API, 16 at a time; not timed)`,
+  );
 
   t0 = performance.now();
   const keyPems = await Promise.all(
@@ -138,17 +145,31 @@ try {
   const after = await server.call<Stats>("stats", {});
   const profile = PROFILE
     ? await server.call<ProfileSummary>("profileStop", {
-        inclusive: ["issueNodeCertificate", "acceptedCsrPublicKey", "verify", "buildSignedCertificatePem", "sign", "enroll", "recordAudit", "$transaction", "hashEnrollmentSecret"],
+        inclusive: [
+          "issueNodeCertificate",
+          "acceptedCsrPublicKey",
+          "verify",
+          "buildSignedCertificatePem",
+          "sign",
+          "enroll",
+          "recordAudit",
+          "$transaction",
+          "hashEnrollmentSecret",
+        ],
       })
     : undefined;
 
   const l = summarize(latencies);
   const serverCpuMs = (after.cpu.user - before.cpu.user + after.cpu.system - before.cpu.system) / 1000;
   const rate = (latencies.length / wallMs) * 1000;
-  console.log(`\nenrollments: ${latencies.length} ok, ${[...failures.values()].reduce((a, b) => a + b, 0)} failed, in ${(wallMs / 1000).toFixed(2)} s`);
+  console.log(
+    `\nenrollments: ${latencies.length} ok, ${[...failures.values()].reduce((a, b) => a + b, 0)} failed, in ${(wallMs / 1000).toFixed(2)} s`,
+  );
   for (const [m, n] of failures) console.log(`  failure x${n}: ${m}`);
   console.log(`enrollments/s: ${rate.toFixed(0)} (target >= ${TARGET}: ${rate >= TARGET ? "met" : "NOT met"})`);
-  console.log(`latency ms: p50 ${ms(l.p50)}, p90 ${ms(l.p90)}, p99 ${ms(l.p99)}, max ${ms(l.max)} (concurrency ${CONCURRENCY}, ${CONNECTIONS} HTTP/2 connections)`);
+  console.log(
+    `latency ms: p50 ${ms(l.p50)}, p90 ${ms(l.p90)}, p99 ${ms(l.p99)}, max ${ms(l.max)} (concurrency ${CONCURRENCY}, ${CONNECTIONS} HTTP/2 connections)`,
+  );
   console.log(
     `server: ${coresUsed(before.cpu, after.cpu, after.at - before.at).toFixed(2)} cores, event loop ${(after.elu * 100).toFixed(0)}% busy, ` +
       `loop delay p99 ${ms(after.loopDelayMs.p99)} ms; client ${coresUsed(clientBefore, clientAfter, wallMs).toFixed(2)} cores; ` +
@@ -161,7 +182,9 @@ try {
   if (profile) {
     printProfile("server CPU profile during the timed run", profile);
     const perEnroll = (name: string) => (profile.inclusive.find((r) => r.name === name)?.ms ?? 0) / latencies.length;
-    console.log(`  per enrollment: issueNodeCertificate ${perEnroll("issueNodeCertificate").toFixed(2)} ms (CSR checks ${perEnroll("acceptedCsrPublicKey").toFixed(2)} ms)`);
+    console.log(
+      `  per enrollment: issueNodeCertificate ${perEnroll("issueNodeCertificate").toFixed(2)} ms (CSR checks ${perEnroll("acceptedCsrPublicKey").toFixed(2)} ms)`,
+    );
   }
   console.log(
     `RESULT ${JSON.stringify({ bench: "enroll", count: latencies.length, perSecond: Math.round(rate), p50Ms: l.p50, p99Ms: l.p99, serverCpuMsPerEnroll: serverCpuMs / latencies.length, concurrency: CONCURRENCY, connections: CONNECTIONS, database: info.database })}`,

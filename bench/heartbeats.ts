@@ -145,7 +145,9 @@ try {
   const csrPem = buildCsrPem(keyPem, "bench-agent");
   let t = performance.now();
   const identities = await server.call<{ nodeId: string; certPem: string }[]>("provision", { count: AGENTS, csrPem });
-  log(`provisioned ${identities.length} nodes + credentials in ${((performance.now() - t) / 1000).toFixed(1)} s (batched inserts, certificates from ca.issueNodeCertificate, one shared key pair)`);
+  log(
+    `provisioned ${identities.length} nodes + credentials in ${((performance.now() - t) / 1000).toFixed(1)} s (batched inserts, certificates from ca.issueNodeCertificate, one shared key pair)`,
+  );
   if (param("LOOP_COSTS", "1") === "1") {
     const c = await server.call<Record<string, number>>("loopCosts", { rounds: 5, opens: 200 }, 300_000);
     const perSecond = c.flushAllMs! + c.reconcileLivenessMs! + c.closeRevokedSessionsMs! + c.jobsSweepMs!;
@@ -154,7 +156,9 @@ try {
       `server loop costs at ${c.nodes} nodes, ms per call: heartbeat flush (all nodes) ${ms(c.flushAllMs!)}, reconcileLiveness ${ms(c.reconcileLivenessMs!)}, ` +
         `revoked-session sweep ${ms(c.closeRevokedSessionsMs!)}, jobs sweep ${ms(c.jobsSweepMs!)} => ${ms(perSecond)} ms per second of wall time at the 1 s intervals`,
     );
-    log(`liveness transitions when a fleet connects: ${c.livenessTransitions} in ${ms(c.firstReconcileMs!)} ms (${ms(c.firstReconcileMs! / Math.max(1, c.livenessTransitions!))} ms each)`);
+    log(
+      `liveness transitions when a fleet connects: ${c.livenessTransitions} in ${ms(c.firstReconcileMs!)} ms (${ms(c.firstReconcileMs! / Math.max(1, c.livenessTransitions!))} ms each)`,
+    );
     log(
       `session open, ms per query: authorizeNode ${ms(c.authorizeNodeMs!)}, cursors ${ms(c.sessionCursorsMs!)}, hello update ${ms(c.sessionHelloUpdateMs!)}, ` +
         `jobs.sessionOpened ${ms(c.jobsSessionOpenedMs!)} => ${ms(perOpen)} ms, at most ~${Math.round(1000 / perOpen)} session opens/s from the database alone`,
@@ -168,18 +172,24 @@ try {
   await server.waitFor("ready", 120_000);
   const info = await server.call<{ url: string; caPem: string; pid: number; tuning: unknown; database: string }>("info");
   await server.call("knownNodes");
-  if (FLOOR !== "") log(`BENCH_FLOOR=${FLOOR}: the measured server is a reference without the control plane (no database, no authorization)`);
+  if (FLOOR !== "")
+    log(`BENCH_FLOOR=${FLOOR}: the measured server is a reference without the control plane (no database, no authorization)`);
   log(`server pid ${info.pid} at ${info.url}, database: ${info.database}`);
   log(`http2 tuning in effect: ${JSON.stringify(info.tuning)}`);
   await sleep(3000); // a few flush and reconcile rounds over the full node table
   const baseline = await server.call<ServerStats>("stats", { collect: true });
-  log(`baseline after GC: RSS ${mib(baseline.mem.rss)} MiB, heap used ${mib(baseline.mem.heapUsed)} MiB, external ${mib(baseline.mem.external)} MiB`);
+  log(
+    `baseline after GC: RSS ${mib(baseline.mem.rss)} MiB, heap used ${mib(baseline.mem.heapUsed)} MiB, external ${mib(baseline.mem.external)} MiB`,
+  );
   const heapBefore = HEAP ? await server.call<HeapSummary>("heapSummary") : undefined;
 
   // 3. Load generators.
   const workers: Rpc[] = [];
   for (let w = 0; w < WORKERS; w++) {
-    const rpc = new Rpc(forkTs(new URL("./support/agent-worker.ts", import.meta.url), { nodeFlags: ["--max-old-space-size=4096"] }), `worker ${w}`);
+    const rpc = new Rpc(
+      forkTs(new URL("./support/agent-worker.ts", import.meta.url), { nodeFlags: ["--max-old-space-size=4096"] }),
+      `worker ${w}`,
+    );
     children.push(rpc);
     workers.push(rpc);
   }
@@ -201,7 +211,20 @@ try {
 
   // 4. Ramp: half the agents, memory after GC, then the rest (so memory per agent is also
   // measured as the slope between the two, which the baseline's own noise does not touch).
-  const inclusive = ["serveGrpcSession", "receive", "answer", "flush", "reconcileLiveness", "revokedSessionSweeper", "sweep", "sessionOpened", "authorizeNode", "contextValues", "peerOf", "onStreamRead"];
+  const inclusive = [
+    "serveGrpcSession",
+    "receive",
+    "answer",
+    "flush",
+    "reconcileLiveness",
+    "revokedSessionSweeper",
+    "sweep",
+    "sessionOpened",
+    "authorizeNode",
+    "contextValues",
+    "peerOf",
+    "onStreamRead",
+  ];
   if (PROFILE === "ramp") await server.call("profileStart", { intervalUs: 1000 });
   const rampStart = Date.now();
   t = performance.now();
@@ -230,8 +253,11 @@ try {
   log(`half way: ${half.connected} connected, RSS after GC ${mib(half.mem.rss)} MiB`);
   await rampTo(Math.ceil(AGENTS / WORKERS), AGENTS);
   const rampSeconds = (performance.now() - t) / 1000;
-  log(`ramp done in ${rampSeconds.toFixed(1)} s: ${counts.connected} connected, ${counts.retries} sessions retried after a failure, ${counts.failed} gave up${failureText(counts.failures)}`);
-  if (PROFILE === "ramp") printProfile("server CPU profile, ramp (profiler overhead included)", await server.call<ProfileSummary>("profileStop", { inclusive }));
+  log(
+    `ramp done in ${rampSeconds.toFixed(1)} s: ${counts.connected} connected, ${counts.retries} sessions retried after a failure, ${counts.failed} gave up${failureText(counts.failures)}`,
+  );
+  if (PROFILE === "ramp")
+    printProfile("server CPU profile, ramp (profiler overhead included)", await server.call<ProfileSummary>("profileStop", { inclusive }));
 
   // 5. Settle: every connected node stored online (the reconciler audits each transition once).
   t = performance.now();
@@ -285,9 +311,15 @@ try {
   const persistedLagS = persisted.oldest === null ? NaN : (persisted.at - persisted.oldest) / 1000;
 
   console.log(`\n=== steady state, ${(windowMs / 1000).toFixed(1)} s ===`);
-  console.log(`connected agents:        ${connected} (load generator: ${reports.reduce((a, r) => a + r.connected, 0)}, failed ${reports.reduce((a, r) => a + r.failed, 0)})`);
-  console.log(`heartbeats/s sustained:  ${hbRate.toFixed(0)} acknowledged (sent ${((sent / windowMs) * 1000).toFixed(0)}/s, refused ${refused}, unanswered at the end ${sent - acked - refused})`);
-  console.log(`ack latency ms:          p50 ${ms(lat.p50)}, p90 ${ms(lat.p90)}, p99 ${ms(lat.p99)}, max ${ms(lat.max)} (${lat.count} samples)`);
+  console.log(
+    `connected agents:        ${connected} (load generator: ${reports.reduce((a, r) => a + r.connected, 0)}, failed ${reports.reduce((a, r) => a + r.failed, 0)})`,
+  );
+  console.log(
+    `heartbeats/s sustained:  ${hbRate.toFixed(0)} acknowledged (sent ${((sent / windowMs) * 1000).toFixed(0)}/s, refused ${refused}, unanswered at the end ${sent - acked - refused})`,
+  );
+  console.log(
+    `ack latency ms:          p50 ${ms(lat.p50)}, p90 ${ms(lat.p90)}, p99 ${ms(lat.p99)}, max ${ms(lat.max)} (${lat.count} samples)`,
+  );
   console.log(
     `server CPU:              ${serverCores.toFixed(2)} cores (${((serverCores * 1e6) / Math.max(1, hbRate)).toFixed(0)} µs per heartbeat); event loop ${(after.elu * 100).toFixed(0)}% busy, ` +
       `loop delay p50 ${ms(after.loopDelayMs.p50)} / p99 ${ms(after.loopDelayMs.p99)} / max ${ms(after.loopDelayMs.max)} ms`,
@@ -312,7 +344,8 @@ try {
   if (heapBefore && heapAfter) {
     const d = heapDiff(heapBefore, heapAfter, connected, 40);
     console.log(`\nJS heap per connected agent, from two heap snapshots: ${kib(d.totalPerAgentBytes)} KiB`);
-    for (const r of d.rows) console.log(`  ${String(Math.round(r.perAgentBytes)).padStart(7)} B  ${r.perAgentCount.toFixed(1).padStart(6)} x  ${r.kind}`);
+    for (const r of d.rows)
+      console.log(`  ${String(Math.round(r.perAgentBytes)).padStart(7)} B  ${r.perAgentCount.toFixed(1).padStart(6)} x  ${r.kind}`);
   }
   if (allocations) printAllocations("server allocations, steady state", allocations, acked, "heartbeat");
   if (profile) printProfile("server CPU profile, steady state (profiler overhead included)", profile);
@@ -323,7 +356,9 @@ try {
     ["<= 100 KiB RSS per agent", rssPerAgent <= 100 * 1024 && rssSlope <= 100 * 1024],
     ["liveness persisted", FLOOR === "" ? persisted.fresh >= connected && connected > 0 : undefined],
   ] as const;
-  console.log(`targets: ${targets.map(([name, ok]) => `${name}: ${ok === undefined ? "n/a (reference server)" : ok ? "met" : "NOT met"}`).join("; ")}`);
+  console.log(
+    `targets: ${targets.map(([name, ok]) => `${name}: ${ok === undefined ? "n/a (reference server)" : ok ? "met" : "NOT met"}`).join("; ")}`,
+  );
   console.log(
     `RESULT ${JSON.stringify({
       bench: "heartbeats",
@@ -366,14 +401,22 @@ try {
       await sleep(2000);
       now = await sumCounts(workers);
       const st = await server.call<ServerStats>("stats", {});
-      log(`restart: ${now.connected} connected, ${now.retries - before.retries} retries, ${now.failed} gave up; server ${coresUsed(previous.cpu, st.cpu, st.at - previous.at).toFixed(2)} cores`);
+      log(
+        `restart: ${now.connected} connected, ${now.retries - before.retries} retries, ${now.failed} gave up; server ${coresUsed(previous.cpu, st.cpu, st.at - previous.at).toFixed(2)} cores`,
+      );
       previous = st;
     }
     const backS = (performance.now() - stopAt) / 1000;
     const cores = coresUsed(cpuFrom.cpu, previous.cpu, previous.at - cpuFrom.at);
     console.log(
       `restart:                 ${now.connected} of ${AGENTS} agents back ${backS.toFixed(1)} s after the stop (${now.retries - before.retries} retries, ${now.failed} gave up), ` +
-        `server ${cores.toFixed(2)} cores meanwhile${failureText(Object.fromEntries(Object.entries(now.failures).map(([k, n]) => [k, n - (before.failures[k] ?? 0)]).filter(([, n]) => (n as number) > 0)))}`,
+        `server ${cores.toFixed(2)} cores meanwhile${failureText(
+          Object.fromEntries(
+            Object.entries(now.failures)
+              .map(([k, n]) => [k, n - (before.failures[k] ?? 0)])
+              .filter(([, n]) => (n as number) > 0),
+          ),
+        )}`,
     );
   }
 

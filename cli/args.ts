@@ -69,7 +69,7 @@ export function parseLabels(pairs: string[] | undefined, flag = "--label"): Reco
     const eq = pair.indexOf("=");
     if (eq <= 0) throw new UsageError(`${flag} expects KEY=VALUE, got "${pair}"`);
     const key = pair.slice(0, eq);
-    if (Object.prototype.hasOwnProperty.call(labels, key)) throw new UsageError(`${flag} ${key} given more than once`);
+    if (Object.hasOwn(labels, key)) throw new UsageError(`${flag} ${key} given more than once`);
     labels[key] = pair.slice(eq + 1);
   }
   return labels;
@@ -79,11 +79,7 @@ export function parseLabels(pairs: string[] | undefined, flag = "--label"): Reco
  * A comma-separated list of enum value names ("online,stale") into enum values. Names are the
  * enum's short names, case-insensitive; UNSPECIFIED is not accepted.
  */
-export function parseEnumList<E extends number>(
-  text: string | undefined,
-  enumObject: Record<string, string | number>,
-  flag: string,
-): E[] {
+export function parseEnumList<E extends number>(text: string | undefined, enumObject: Record<string, string | number>, flag: string): E[] {
   if (text === undefined) return [];
   const names = validEnumNames(enumObject);
   const out: E[] = [];

@@ -71,8 +71,8 @@ export function mainUsage(): string {
     rows.map(([s, d]) => `  ${s.padEnd(width)}  ${d}\n`).join("") +
     "\nGlobal options:\n" +
     optionLines(globalOptions) +
-    "\nRun \"forge <group> --help\" or \"forge <group> <command> --help\" for details.\n" +
-    "Exit status: 0 success; 1 failure (an API error prints \"error: <code>: <message>\"); 2 usage error.\n"
+    '\nRun "forge <group> --help" or "forge <group> <command> --help" for details.\n' +
+    'Exit status: 0 success; 1 failure (an API error prints "error: <code>: <message>"); 2 usage error.\n'
   );
 }
 
@@ -91,7 +91,7 @@ export function commandUsage(g: Group, c: Command): string {
   return (
     `Usage: forge ${g.name} ${synopsis(c)}${c.options ? " [options]" : ""}\n\n` +
     `${c.summary}.\n` +
-    (c.options ? "\nOptions:\n" + optionLines(c.options) : "") +
+    (c.options ? `\nOptions:\n${optionLines(c.options)}` : "") +
     (c.notes ? `\n${c.notes}\n` : "") +
     "\nGlobal options:\n" +
     optionLines(globalOptions)
@@ -214,7 +214,10 @@ export async function runCli(argv: string[], io: Io): Promise<number> {
       err: errOut,
       client() {
         client ??= createAdminClient(
-          resolveConfig({ server: values.server as string | undefined, ca: values.ca as string | undefined, adminKey: adminKeyFlag }, io.env),
+          resolveConfig(
+            { server: values.server as string | undefined, ca: values.ca as string | undefined, adminKey: adminKeyFlag },
+            io.env,
+          ),
         );
         return client;
       },

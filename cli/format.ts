@@ -19,23 +19,21 @@ export function clean(text: string): string {
 export function table(headers: string[], rows: string[][]): string {
   const all = [headers, ...rows].map((r) => headers.map((_, i) => clean(r[i] ?? "")));
   const widths = headers.map((_, i) => Math.max(...all.map((r) => [...r[i]!].length)));
-  return (
-    all
-      .map((r) =>
-        r
-          .map((cell, i) => (i === r.length - 1 ? cell : cell + " ".repeat(widths[i]! - [...cell].length)))
-          .join("  ")
-          .trimEnd(),
-      )
-      .join("\n") + "\n"
-  );
+  return `${all
+    .map((r) =>
+      r
+        .map((cell, i) => (i === r.length - 1 ? cell : cell + " ".repeat(widths[i]! - [...cell].length)))
+        .join("  ")
+        .trimEnd(),
+    )
+    .join("\n")}\n`;
 }
 
 /** "Key:  value" lines with the values aligned; entries with an undefined value are left out. */
 export function fields(entries: [string, string | undefined][], indent = "  "): string {
   const shown = entries.filter((e): e is [string, string] => e[1] !== undefined);
   const width = Math.max(0, ...shown.map(([k]) => k.length + 1));
-  return shown.map(([k, v]) => `${indent}${(k + ":").padEnd(width)}  ${clean(v)}\n`).join("");
+  return shown.map(([k, v]) => `${indent}${(`${k}:`).padEnd(width)}  ${clean(v)}\n`).join("");
 }
 
 const units: [string, number][] = [
@@ -78,7 +76,10 @@ export function dateOf(ts: Timestamp | undefined): Date | undefined {
 /** UTC, to the second: 2024-05-01 12:00:03Z. */
 export function formatTime(when: Date | undefined): string {
   if (when === undefined) return "-";
-  return when.toISOString().replace("T", " ").replace(/\.\d{3}Z$/, "Z");
+  return when
+    .toISOString()
+    .replace("T", " ")
+    .replace(/\.\d{3}Z$/, "Z");
 }
 
 /** A time with its age: "2024-05-01 12:00:03Z (4s ago)"; "-" when unset. */

@@ -9,26 +9,20 @@
 // a result case naming a capability no spec case has), loading this module throws: that is a
 // build-time mistake in the proto, and failing at start is better than mislabelling jobs later.
 
-import { getOption, hasOption, type DescField, type DescMessage } from '@bufbuild/protobuf';
-import {
-  capability,
-  JobResultSchema,
-  JobSpecSchema,
-  type JobResult,
-  type JobSpec,
-} from '../gen/proto/modelforge/jobs/v1/jobs_pb.js';
+import { getOption, hasOption, type DescField, type DescMessage } from "@bufbuild/protobuf";
+import { capability, JobResultSchema, JobSpecSchema, type JobResult, type JobSpec } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 
 /** A JobSpec oneof case (`spec.kind.case`) that is set. */
-export type JobSpecCase = NonNullable<JobSpec['kind']['case']>;
+export type JobSpecCase = NonNullable<JobSpec["kind"]["case"]>;
 /** A JobResult oneof case (`result.result.case`) that is set. */
-export type JobResultCase = NonNullable<JobResult['result']['case']>;
+export type JobResultCase = NonNullable<JobResult["result"]["case"]>;
 
 /** The shape every capability name has: `<area>.<verb>.v<major>`, e.g. `artifact.acquire.v1`. */
 export const CAPABILITY_NAME_PATTERN = /^[a-z]+\.[a-z]+\.v\d+$/;
 
 /** A message names no capability (its oneof has no case set), or names one this build does not know. */
 export class CapabilityError extends Error {
-  override readonly name = 'CapabilityError';
+  override readonly name = "CapabilityError";
 }
 
 interface CaseInfo {
@@ -64,8 +58,8 @@ function readOneof(schema: DescMessage, oneofName: string): Map<string, CaseInfo
   return byCase;
 }
 
-const specCases = readOneof(JobSpecSchema, 'kind');
-const resultCases = readOneof(JobResultSchema, 'result');
+const specCases = readOneof(JobSpecSchema, "kind");
+const resultCases = readOneof(JobResultSchema, "result");
 
 const specCaseByCapability = new Map<string, JobSpecCase>();
 for (const [kase, info] of specCases) specCaseByCapability.set(info.capability, kase as JobSpecCase);
@@ -88,7 +82,7 @@ export const allCapabilities: readonly string[] = Object.freeze([...specCaseByCa
 export function capabilityOfSpec(spec: JobSpec): string {
   const kase = spec.kind.case;
   if (kase === undefined) {
-    throw new CapabilityError('job spec names no capability: exactly one kind must be set');
+    throw new CapabilityError("job spec names no capability: exactly one kind must be set");
   }
   const info = specCases.get(kase);
   if (!info) throw new CapabilityError(`job spec has an unknown kind "${String(kase)}"`);
@@ -110,12 +104,12 @@ export function capabilityOfSpecCase(kase: JobSpecCase): string {
 }
 
 /** The JobSpec oneof case that carries a capability, or undefined for an unknown name. */
-export function specCaseForCapability(name: string): JobSpec['kind']['case'] | undefined {
+export function specCaseForCapability(name: string): JobSpec["kind"]["case"] | undefined {
   return specCaseByCapability.get(name);
 }
 
 /** The JobResult oneof case that answers a capability, or undefined for an unknown name. */
-export function resultCaseForCapability(name: string): JobResult['result']['case'] | undefined {
+export function resultCaseForCapability(name: string): JobResult["result"]["case"] | undefined {
   return resultCaseByCapability.get(name);
 }
 

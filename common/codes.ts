@@ -4,4 +4,3 @@ import { Code } from "@connectrpc/connect";
 export function codeName(code: Code): string {
   return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
 }
-

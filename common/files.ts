@@ -1,6 +1,6 @@
-import { randomBytes } from 'node:crypto';
-import { mkdir, open, rename, unlink } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { randomBytes } from "node:crypto";
+import { mkdir, open, rename, unlink } from "node:fs/promises";
+import { dirname } from "node:path";
 
 export async function ensurePrivateDir(dir: string): Promise<void> {
   await mkdir(dir, { recursive: true, mode: 0o700 });
@@ -12,8 +12,8 @@ export async function ensurePrivateDir(dir: string): Promise<void> {
  * so a private key is never readable by others, not even briefly.
  */
 export async function writeFileAtomic(path: string, data: string, mode: number): Promise<void> {
-  const tmp = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
-  const fh = await open(tmp, 'wx', mode);
+  const tmp = `${path}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
+  const fh = await open(tmp, "wx", mode);
   try {
     try {
       await fh.writeFile(data);
@@ -32,7 +32,7 @@ export async function writeFileAtomic(path: string, data: string, mode: number):
 /** Makes the rename durable; best effort because not every platform can fsync a directory. */
 async function syncDir(dir: string): Promise<void> {
   try {
-    const fh = await open(dir, 'r');
+    const fh = await open(dir, "r");
     try {
       await fh.sync();
     } finally {
@@ -45,14 +45,14 @@ async function syncDir(dir: string): Promise<void> {
 
 export async function readIfExists(path: string): Promise<string | undefined> {
   try {
-    const fh = await open(path, 'r');
+    const fh = await open(path, "r");
     try {
-      return await fh.readFile('utf8');
+      return await fh.readFile("utf8");
     } finally {
       await fh.close();
     }
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
     throw err;
   }
 }

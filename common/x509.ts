@@ -1,6 +1,6 @@
-import { createHash, X509Certificate } from 'node:crypto';
+import { createHash, X509Certificate } from "node:crypto";
 
-export const NODE_URI_PREFIX = 'urn:modelforge:node:';
+export const NODE_URI_PREFIX = "urn:modelforge:node:";
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -25,7 +25,7 @@ export function nodeIdFromCertificate(cert: { subjectaltname?: string } | X509Ce
   const ids = new Set<string>();
   // Node joins entries with ", " and quotes any entry that itself contains a separator,
   // so a plain split cannot be fooled into matching half an entry.
-  for (const entry of san.split(', ')) {
+  for (const entry of san.split(", ")) {
     if (!entry.startsWith(`URI:${NODE_URI_PREFIX}`)) continue;
     const id = entry.slice(`URI:${NODE_URI_PREFIX}`.length);
     if (!isUuid(id)) return undefined;
@@ -35,7 +35,7 @@ export function nodeIdFromCertificate(cert: { subjectaltname?: string } | X509Ce
 }
 
 export function fingerprintOfDer(der: Uint8Array): string {
-  return `sha256:${createHash('sha256').update(der).digest('hex')}`;
+  return `sha256:${createHash("sha256").update(der).digest("hex")}`;
 }
 
 /** `sha256:<hex>` of the DER of a PEM certificate (the first one if the PEM holds a chain). */

@@ -212,7 +212,10 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const connect = connectNodeAdapter({
     routes: (router: ConnectRouter) => {
       router.service(Health, healthService(health));
-      router.service(AgentService, agentService(agentDeps, agentJobs({ prisma, clock, engine: jobs }), agentArtifacts({ prisma, clock, store: artifacts })));
+      router.service(
+        AgentService,
+        agentService(agentDeps, agentJobs({ prisma, clock, engine: jobs }), agentArtifacts({ prisma, clock, store: artifacts })),
+      );
       router.service(AdminService, admin);
       router.service(DeploymentService, {});
       undecodableAsInvalidArgument(router);

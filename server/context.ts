@@ -42,5 +42,11 @@ export function peerOf(socket: TLSSocket): Pick<Caller, "certificate" | "certifi
  * certificate is several KiB, and a long-lived stream has no further use for it.
  */
 export function withoutCertificate(caller: Caller): Caller {
-  return { correlationId: caller.correlationId, log: caller.log, certificate: undefined, certificateError: undefined, peerAddress: caller.peerAddress };
+  return {
+    correlationId: caller.correlationId,
+    log: caller.log,
+    certificate: undefined,
+    certificateError: undefined,
+    peerAddress: caller.peerAddress,
+  };
 }

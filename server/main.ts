@@ -1,11 +1,11 @@
 // The control plane's entry point: configuration from the environment, one clear line on a failed
 // start, graceful shutdown on SIGTERM and SIGINT (also while still starting).
-import { loadConfig } from "./config.js";
+import { loadConfig, type Config } from "./config.js";
 import { createLogger } from "./observability/logger.js";
 import { startServer, type RunningServer } from "./app.js";
 
 async function main(): Promise<void> {
-  let config;
+  let config: Config;
   try {
     config = loadConfig(process.env);
   } catch (err) {

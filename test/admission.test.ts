@@ -11,7 +11,14 @@ function gate(started: string[], name: string) {
     open = () => resolve(name);
     fail = reject;
   });
-  return { task: () => (started.push(name), done), open, fail };
+  return {
+    task: () => {
+      started.push(name);
+      return done;
+    },
+    open,
+    fail,
+  };
 }
 const settle = () => new Promise((r) => setImmediate(r));
 
@@ -49,10 +56,12 @@ describe("Admission", () => {
     const second = gate(started, "second");
     const running = admission.run(first.task);
     const queued = admission.run(second.task);
-    const refused = await admission.run(async () => "third").then(
-      () => undefined,
-      (e: unknown) => e,
-    );
+    const refused = await admission
+      .run(async () => "third")
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
     expect(refused).toBeInstanceOf(ConnectError);
     expect((refused as ConnectError).code).toBe(Code.Unavailable);
     first.open();

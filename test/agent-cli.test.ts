@@ -56,7 +56,17 @@ describe("agent CLI", () => {
   it("reports a wrong fingerprint in one line", async () => {
     const created = await ts.admin.createEnrollmentToken({});
     const statePath = join(mkdtempSync(join(tmpdir(), "mf-cli-agent-")), "state.json");
-    const r = await agent(["enroll", "--server", ts.url, "--token", created.token, "--ca-fingerprint", `sha256:${"ab".repeat(32)}`, "--state", statePath]);
+    const r = await agent([
+      "enroll",
+      "--server",
+      ts.url,
+      "--token",
+      created.token,
+      "--ca-fingerprint",
+      `sha256:${"ab".repeat(32)}`,
+      "--state",
+      statePath,
+    ]);
     expect(r.code).toBe(1);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
     expect(r.stderr).toMatch(/does not match/);

@@ -41,8 +41,19 @@ async function silentServer(welcome: boolean) {
     stream.resume();
     if (!welcome) return;
     stream.respond({ ":status": 200, "content-type": "application/grpc+proto" });
-    const config = { heartbeatInterval: durationFromMs(50), telemetryInterval: durationFromMs(60_000), inventoryInterval: durationFromMs(60_000) };
-    stream.write(frame(toBinary(SessionResponseSchema, create(SessionResponseSchema, { message: { case: "welcome", value: { nodeId: "silent", config } } }))));
+    const config = {
+      heartbeatInterval: durationFromMs(50),
+      telemetryInterval: durationFromMs(60_000),
+      inventoryInterval: durationFromMs(60_000),
+    };
+    stream.write(
+      frame(
+        toBinary(
+          SessionResponseSchema,
+          create(SessionResponseSchema, { message: { case: "welcome", value: { nodeId: "silent", config } } }),
+        ),
+      ),
+    );
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const url = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -61,9 +72,24 @@ async function agentAgainst(url: string, name: string) {
   const state = JSON.parse(readFileSync(node.statePath, "utf8")) as { serverUrl: string };
   writeFileSync(node.statePath, JSON.stringify({ ...state, serverUrl: url }), { mode: 0o600 });
   const lines: string[] = [];
-  const log = pino({ level: "debug" }, new Writable({ write: (chunk: Buffer, _e, cb) => (lines.push(chunk.toString()), cb()) }));
+  const log = pino(
+    { level: "debug" },
+    new Writable({
+      write: (chunk: Buffer, _e, cb) => {
+        lines.push(chunk.toString());
+        cb();
+      },
+    }),
+  );
   const stop = new AbortController();
-  const running = runAgent({ statePath: node.statePath, log, signal: stop.signal, backoffBaseMs: 20, backoffMaxMs: 50, replyTimeoutMs: 300 });
+  const running = runAgent({
+    statePath: node.statePath,
+    log,
+    signal: stop.signal,
+    backoffBaseMs: 20,
+    backoffMaxMs: 50,
+    replyTimeoutMs: 300,
+  });
   return {
     logs: () => lines.join(""),
     stop: async () => {
@@ -82,8 +108,18 @@ async function sessionsSeen(silent: { streams: unknown[] }, agent: { logs(): str
 
 describe("agent reply deadline", () => {
   it.each([
-    { when: "the server never answers Hello", welcome: false, attempts: 3, logged: ["no Welcome from the server within 300 ms", '"code":"deadline_exceeded"'] },
-    { when: "heartbeats go unanswered after Welcome", welcome: true, attempts: 2, logged: ["session established", "no heartbeat answer from the server within 300 ms"] },
+    {
+      when: "the server never answers Hello",
+      welcome: false,
+      attempts: 3,
+      logged: ["no Welcome from the server within 300 ms", '"code":"deadline_exceeded"'],
+    },
+    {
+      when: "heartbeats go unanswered after Welcome",
+      welcome: true,
+      attempts: 2,
+      logged: ["session established", "no heartbeat answer from the server within 300 ms"],
+    },
   ])("reconnects when $when", async ({ welcome, attempts, logged }) => {
     const silent = await silentServer(welcome);
     const agent = await agentAgainst(silent.url, `silent-${attempts}`);

@@ -12,7 +12,12 @@ import { pino } from "pino";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { JobFailureCode, JobSpecSchema, type ArtifactFileSchema, type DiskReservePolicySchema } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import {
+  JobFailureCode,
+  JobSpecSchema,
+  type ArtifactFileSchema,
+  type DiskReservePolicySchema,
+} from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { JobFailureError, type JobAttempt } from "../agent/jobs/registry.js";
 import { artifactAcquireHandler, STAGING_DIR } from "../agent/capabilities/artifact-acquire.js";
 import { MirrorSource } from "../agent/capabilities/artifact-sources.js";
@@ -118,7 +123,11 @@ describe("artifact.acquire.v1 through a real server and agent process", () => {
     const before = requestsFor(commit).length;
     const again = await finished(await run(commit, [fileOf("model.gguf", a), fileOf("tokenizer/vocab.json", b), fileOf("config.json", c)]));
     expect(again.state, JSON.stringify(again.failure)).toBe(JobState.SUCCEEDED);
-    expect(requestsFor(commit).slice(before).map((r) => r.path)).toEqual([`/${repository}/resolve/${commit}/config.json`]);
+    expect(
+      requestsFor(commit)
+        .slice(before)
+        .map((r) => r.path),
+    ).toEqual([`/${repository}/resolve/${commit}/config.json`]);
     const value = again.result!.result.value as { bytesReused: bigint; bytesWritten: bigint };
     expect(value.bytesReused).toBe(BigInt(a.length + b.length));
     expect(value.bytesWritten).toBe(BigInt(c.length));
@@ -128,11 +137,30 @@ describe("artifact.acquire.v1 through a real server and agent process", () => {
   it("acquires from the control plane's store when the mirror lacks the commit", async () => {
     const commit = commitOf("control-plane-happy");
     const content = randomBytes(2_500_000); // several download chunks
-    const pushed = await ts.admin.uploadArtifactChunk({ repository, commit, path: "weights.bin", sizeBytes: BigInt(content.length), sha256: sha256(content), offset: 0n });
+    const pushed = await ts.admin.uploadArtifactChunk({
+      repository,
+      commit,
+      path: "weights.bin",
+      sizeBytes: BigInt(content.length),
+      sha256: sha256(content),
+      offset: 0n,
+    });
     let offset = Number(pushed.receivedBytes);
     while (offset < content.length) {
       const data = content.subarray(offset, offset + 1024 * 1024);
-      offset = Number((await ts.admin.uploadArtifactChunk({ repository, commit, path: "weights.bin", sizeBytes: BigInt(content.length), sha256: sha256(content), offset: BigInt(offset), data })).receivedBytes);
+      offset = Number(
+        (
+          await ts.admin.uploadArtifactChunk({
+            repository,
+            commit,
+            path: "weights.bin",
+            sizeBytes: BigInt(content.length),
+            sha256: sha256(content),
+            offset: BigInt(offset),
+            data,
+          })
+        ).receivedBytes,
+      );
     }
     const job = await finished(await run(commit, [fileOf("weights.bin", content)]));
     expect(job.state, JSON.stringify(job.failure)).toBe(JobState.SUCCEEDED);
@@ -144,7 +172,10 @@ describe("artifact.acquire.v1 through a real server and agent process", () => {
     const client = await node.client();
     const err = await (async () => {
       for await (const _ of client.downloadArtifactFile({ repository, commit, path: "weights.bin", offset: 0n })) void _;
-    })().then(() => undefined, (e: unknown) => ConnectError.from(e));
+    })().then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e),
+    );
     expect(err?.code).toBe(Code.PermissionDenied);
   });
 
@@ -190,10 +221,14 @@ describe("artifact.acquire.v1 through a real server and agent process", () => {
     const staged = join(root, STAGING_DIR, jobId, "model.bin");
     await eventually(() => existsSync(staged) && readFileSync(staged).length > 0, 20_000, "bytes staged");
     // Progress reaches the server in bytes.
-    const progress = await eventually(async () => {
-      const p = (await ts.admin.getJob({ jobId })).job!.progress;
-      return p !== undefined && p.bytesDone > 0n ? p : undefined;
-    }, 20_000, "progress in bytes");
+    const progress = await eventually(
+      async () => {
+        const p = (await ts.admin.getJob({ jobId })).job!.progress;
+        return p !== undefined && p.bytesDone > 0n ? p : undefined;
+      },
+      20_000,
+      "progress in bytes",
+    );
     expect(progress.bytesTotal).toBe(BigInt(content.length));
     expect(progress.bytesDone).toBeLessThan(BigInt(content.length));
     await ts.admin.cancelJob({ jobId, reason: "test cancels" });
@@ -236,7 +271,10 @@ describe("the agent's own path rules, whatever the lease says", () => {
     const s = spec(commitOf("hostile"), [fileOf("ok.bin", content)]);
     mutate(s);
     const before = mirror.requests.length;
-    const err = await handler()(create(JobSpecSchema, s), attempt()).then(() => undefined, (e: unknown) => e);
+    const err = await handler()(create(JobSpecSchema, s), attempt()).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(mirror.requests.length).toBe(before);
     return err as JobFailureError;
   };
@@ -274,7 +312,10 @@ describe("the agent's own path rules, whatever the lease says", () => {
     symlinkSync(elsewhere, join(root, "evil", "model"));
     const s = spec(commit, [fileOf("ok.bin", content)]);
     value(s).repository = "evil/model";
-    const err = (await handler()(create(JobSpecSchema, s), attempt("0b5c1d2e-3f40-4a5b-8c6d-7e8f90a1b2c3")).then(() => undefined, (e: unknown) => e)) as JobFailureError;
+    const err = (await handler()(create(JobSpecSchema, s), attempt("0b5c1d2e-3f40-4a5b-8c6d-7e8f90a1b2c3")).then(
+      () => undefined,
+      (e: unknown) => e,
+    )) as JobFailureError;
     expect(err.code).toBe(JobFailureCode.PATH_REJECTED);
     expect(readdirSync(elsewhere)).toEqual([]);
 
@@ -286,7 +327,10 @@ describe("the agent's own path rules, whatever the lease says", () => {
     symlinkSync(target, join(root, STAGING_DIR, jobId, "ok.bin"));
     const s2 = spec(commitOf("symlinked-file"), [fileOf("ok.bin", content)]);
     mirror.put(repository, commitOf("symlinked-file"), "ok.bin", { content });
-    const err2 = (await handler()(create(JobSpecSchema, s2), attempt(jobId)).then(() => undefined, (e: unknown) => e)) as JobFailureError;
+    const err2 = (await handler()(create(JobSpecSchema, s2), attempt(jobId)).then(
+      () => undefined,
+      (e: unknown) => e,
+    )) as JobFailureError;
     expect(err2.code).toBe(JobFailureCode.PATH_REJECTED);
     expect(readFileSync(target, "utf8")).toBe("untouched");
     rmSync(elsewhere, { recursive: true, force: true });
@@ -304,14 +348,20 @@ describe("the agent's own path rules, whatever the lease says", () => {
     expect(requestsFor(commit).map((r) => r.authorization)).toEqual(["Bearer s3cret-token"]);
     rmSync(tokenFile);
 
-    const missing = (await handler()(create(JobSpecSchema, spec(commitOf("nowhere"), [fileOf("ok.bin", content)])), attempt("3c4d5e6f-7081-4293-a4b5-c6d7e8f90a12")).then(
+    const missing = (await handler()(
+      create(JobSpecSchema, spec(commitOf("nowhere"), [fileOf("ok.bin", content)])),
+      attempt("3c4d5e6f-7081-4293-a4b5-c6d7e8f90a12"),
+    ).then(
       () => undefined,
       (e: unknown) => e,
     )) as JobFailureError;
     expect(missing).toMatchObject({ code: JobFailureCode.NOT_FOUND, retryable: false });
 
     const down = artifactAcquireHandler({ sources: [new MirrorSource({ baseUrl: "http://127.0.0.1:9" })], roots: [root], log });
-    const unavailable = (await down(create(JobSpecSchema, spec(commitOf("down"), [fileOf("ok.bin", content)])), attempt("4d5e6f70-8192-43a4-b5c6-d7e8f90a1b23")).then(
+    const unavailable = (await down(
+      create(JobSpecSchema, spec(commitOf("down"), [fileOf("ok.bin", content)])),
+      attempt("4d5e6f70-8192-43a4-b5c6-d7e8f90a1b23"),
+    ).then(
       () => undefined,
       (e: unknown) => e,
     )) as JobFailureError;

@@ -23,7 +23,13 @@ function forge(args: string[]): Promise<{ code: number; stdout: string; stderr: 
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ["--import", "tsx", "cli/main.ts", ...args], {
       cwd: repoRoot,
-      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", MODELFORGE_SERVER: ts.url, MODELFORGE_CA_FILE: caFile, MODELFORGE_OPERATOR_API_KEY: testAdminKey },
+      env: {
+        PATH: process.env.PATH ?? "",
+        HOME: process.env.HOME ?? "/tmp",
+        MODELFORGE_SERVER: ts.url,
+        MODELFORGE_CA_FILE: caFile,
+        MODELFORGE_OPERATOR_API_KEY: testAdminKey,
+      },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stdout = "";
@@ -36,7 +42,10 @@ function forge(args: string[]): Promise<{ code: number; stdout: string; stderr: 
 }
 
 async function codeOf(p: Promise<unknown>): Promise<Code | undefined> {
-  return p.then(() => undefined, (e: unknown) => ConnectError.from(e).code);
+  return p.then(
+    () => undefined,
+    (e: unknown) => ConnectError.from(e).code,
+  );
 }
 
 beforeAll(async () => {
@@ -101,7 +110,13 @@ describe("forge artifacts", () => {
 });
 
 describe("UploadArtifactChunk, ListArtifactFiles, DeleteArtifactFiles", () => {
-  const base = (content: Buffer, commit: string, path = "w.bin") => ({ repository, commit, path, sizeBytes: BigInt(content.length), sha256: sha256(content) });
+  const base = (content: Buffer, commit: string, path = "w.bin") => ({
+    repository,
+    commit,
+    path,
+    sizeBytes: BigInt(content.length),
+    sha256: sha256(content),
+  });
 
   it("resumes an interrupted push from what the store holds, and refuses a gap", async () => {
     const content = randomBytes(1_500_000);
@@ -110,7 +125,9 @@ describe("UploadArtifactChunk, ListArtifactFiles, DeleteArtifactFiles", () => {
     expect(first).toMatchObject({ receivedBytes: 1_000_000n, complete: false });
     // A client that lost track asks with an empty chunk.
     expect((await ts.admin.uploadArtifactChunk({ ...base(content, commit), offset: 0n })).receivedBytes).toBe(1_000_000n);
-    expect(await codeOf(ts.admin.uploadArtifactChunk({ ...base(content, commit), offset: 1_200_000n, data: content.subarray(1_200_000) }))).toBe(Code.Aborted);
+    expect(
+      await codeOf(ts.admin.uploadArtifactChunk({ ...base(content, commit), offset: 1_200_000n, data: content.subarray(1_200_000) })),
+    ).toBe(Code.Aborted);
     const done = await ts.admin.uploadArtifactChunk({ ...base(content, commit), offset: 1_000_000n, data: content.subarray(1_000_000) });
     expect(done).toMatchObject({ receivedBytes: 1_500_000n, complete: true });
     expect(done.file).toMatchObject({ repository, commit, path: "w.bin", sha256: sha256(content) });
@@ -123,11 +140,15 @@ describe("UploadArtifactChunk, ListArtifactFiles, DeleteArtifactFiles", () => {
     wrong[10] = wrong[10]! ^ 1;
     expect(await codeOf(ts.admin.uploadArtifactChunk({ ...base(content, commit), offset: 0n, data: wrong }))).toBe(Code.InvalidArgument);
     for (const path of ["../x", "/abs", "a//b"]) {
-      expect(await codeOf(ts.admin.uploadArtifactChunk({ ...base(content, commit, path), offset: 0n, data: content }))).toBe(Code.InvalidArgument);
+      expect(await codeOf(ts.admin.uploadArtifactChunk({ ...base(content, commit, path), offset: 0n, data: content }))).toBe(
+        Code.InvalidArgument,
+      );
     }
     expect(await codeOf(ts.admin.uploadArtifactChunk({ ...base(content, "main"), offset: 0n, data: content }))).toBe(Code.InvalidArgument);
     const huge = randomBytes(1024 * 1024 + 1);
-    expect(await codeOf(ts.admin.uploadArtifactChunk({ ...base(huge, commit, "huge"), offset: 0n, data: huge }))).toBe(Code.InvalidArgument);
+    expect(await codeOf(ts.admin.uploadArtifactChunk({ ...base(huge, commit, "huge"), offset: 0n, data: huge }))).toBe(
+      Code.InvalidArgument,
+    );
     // A stored name never changes content.
     await ts.admin.uploadArtifactChunk({ ...base(content, commit), offset: 0n, data: content });
     const other = randomBytes(1000);
@@ -144,7 +165,10 @@ describe("UploadArtifactChunk, ListArtifactFiles, DeleteArtifactFiles", () => {
     expect(existsSync(blob)).toBe(true);
     expect(await ts.admin.deleteArtifactFiles({ repository, commit: c1 })).toMatchObject({ deletedFiles: 1, freedBytes: 0n });
     expect(existsSync(blob)).toBe(true);
-    expect(await ts.admin.deleteArtifactFiles({ repository, commit: c2, path: "w.bin" })).toMatchObject({ deletedFiles: 1, freedBytes: 50_000n });
+    expect(await ts.admin.deleteArtifactFiles({ repository, commit: c2, path: "w.bin" })).toMatchObject({
+      deletedFiles: 1,
+      freedBytes: 50_000n,
+    });
     expect(existsSync(blob)).toBe(false);
     expect(await codeOf(ts.admin.deleteArtifactFiles({ repository, commit: c2 }))).toBe(Code.NotFound);
     expect((await ts.admin.listArtifactFiles({ repository, commit: c2 })).files).toEqual([]);

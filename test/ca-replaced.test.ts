@@ -17,9 +17,21 @@ const wrapped = (code: string) => new ConnectError("transport failed", Code.Inte
 
 describe("credential refusals on the agent", () => {
   it.each([
-    ["a pinned CA that no longer verifies the server", wrapped("SELF_SIGNED_CERT_IN_CHAIN"), { kind: "server-untrusted", reason: "SELF_SIGNED_CERT_IN_CHAIN" }],
-    ["a bad signature on the server's chain", wrapped("CERT_SIGNATURE_FAILURE"), { kind: "server-untrusted", reason: "CERT_SIGNATURE_FAILURE" }],
-    ["the server refusing the certificate", new ConnectError("client certificate not accepted: UNABLE_TO_VERIFY_LEAF_SIGNATURE", Code.Unauthenticated), { kind: "credential-refused", reason: "client certificate not accepted: UNABLE_TO_VERIFY_LEAF_SIGNATURE" }],
+    [
+      "a pinned CA that no longer verifies the server",
+      wrapped("SELF_SIGNED_CERT_IN_CHAIN"),
+      { kind: "server-untrusted", reason: "SELF_SIGNED_CERT_IN_CHAIN" },
+    ],
+    [
+      "a bad signature on the server's chain",
+      wrapped("CERT_SIGNATURE_FAILURE"),
+      { kind: "server-untrusted", reason: "CERT_SIGNATURE_FAILURE" },
+    ],
+    [
+      "the server refusing the certificate",
+      new ConnectError("client certificate not accepted: UNABLE_TO_VERIFY_LEAF_SIGNATURE", Code.Unauthenticated),
+      { kind: "credential-refused", reason: "client certificate not accepted: UNABLE_TO_VERIFY_LEAF_SIGNATURE" },
+    ],
     ["a server that is down", wrapped("ECONNREFUSED"), undefined],
     ["an unavailable server", new ConnectError("database not ready", Code.Unavailable), undefined],
     ["a wrong server name (configuration, not the credential)", wrapped("ERR_TLS_CERT_ALTNAME_INVALID"), undefined],
@@ -76,26 +88,54 @@ describe("an agent after its control plane's CA was replaced", () => {
     await Promise.all([before?.stop(), after?.stop()]);
   });
 
-  const sessionFailures = () => agent!.logs().split("\n").filter((l) => l.includes('"session failed"')).length;
+  const sessionFailures = () =>
+    agent!
+      .logs()
+      .split("\n")
+      .filter((l) => l.includes('"session failed"')).length;
 
   it("is told by the server log who gave up and why, and tells its operator how to recover", async () => {
     const state = (await readState(node.statePath))!;
     await writeState(node.statePath, { ...state, serverUrl: after.url });
     agent = await startAgent(node);
 
-    const advice = await eventually(() => agent!.logs().split("\n").find((l) => l.includes("no longer verifies against the CA pinned")), 20_000, "the agent's advice");
+    const advice = await eventually(
+      () =>
+        agent!
+          .logs()
+          .split("\n")
+          .find((l) => l.includes("no longer verifies against the CA pinned")),
+      20_000,
+      "the agent's advice",
+    );
     expect(JSON.parse(advice)).toMatchObject({ level: 50, nodeId: node.nodeId, reason: "SELF_SIGNED_CERT_IN_CHAIN" });
     expect(advice).toContain(`tokens create --node ${node.nodeId}`);
     expect(sessionFailures()).toBeGreaterThanOrEqual(3);
 
-    const warned = await eventually(() => after.logs().split("\n").find((l) => l.includes('"TLS handshake failed"') && l.includes('"level":40')), 10_000, "the server's warn line");
+    const warned = await eventually(
+      () =>
+        after
+          .logs()
+          .split("\n")
+          .find((l) => l.includes('"TLS handshake failed"') && l.includes('"level":40')),
+      10_000,
+      "the server's warn line",
+    );
     expect(JSON.parse(warned)).toMatchObject({ peer: "127.0.0.1", code: "ECONNRESET", reason: NOT_TRUSTED });
 
     // It keeps trying (the old CA may come back), and neither log grows a line per attempt.
     await eventually(() => sessionFailures() >= 30, 30_000, "many more attempts");
-    const warnLines = after.logs().split("\n").filter((l) => l.includes('"TLS handshake failed"') && l.includes('"level":40') && !l.includes("summary"));
+    const warnLines = after
+      .logs()
+      .split("\n")
+      .filter((l) => l.includes('"TLS handshake failed"') && l.includes('"level":40') && !l.includes("summary"));
     expect(warnLines.length).toBeLessThanOrEqual(5 * 3); // five per ten-second window
-    expect(agent.logs().split("\n").filter((l) => l.includes("no longer verifies")).length).toBe(1);
+    expect(
+      agent
+        .logs()
+        .split("\n")
+        .filter((l) => l.includes("no longer verifies")).length,
+    ).toBe(1);
     await agent.stop();
     agent = undefined;
   }, 90_000);
@@ -104,7 +144,15 @@ describe("an agent after its control plane's CA was replaced", () => {
     const state = (await readState(node.statePath))!;
     await writeState(node.statePath, { ...state, serverUrl: after.url, caPem: after.caPem });
     agent = await startAgent(node);
-    const advice = await eventually(() => agent!.logs().split("\n").find((l) => l.includes("no longer accepts this node's credential")), 20_000, "the agent's advice");
+    const advice = await eventually(
+      () =>
+        agent!
+          .logs()
+          .split("\n")
+          .find((l) => l.includes("no longer accepts this node's credential")),
+      20_000,
+      "the agent's advice",
+    );
     expect(JSON.parse(advice)).toMatchObject({ level: 50, reason: expect.stringMatching(/^client certificate not accepted: /) });
     expect(after.logs()).toMatch(/"code":"unauthenticated","message":"client certificate not accepted: /);
   }, 60_000);

@@ -94,7 +94,15 @@ describe("format", () => {
   });
 
   it("aligns tables and strips control characters from cells", () => {
-    expect(table(["ID", "NAME", "X"], [["1", "alpha", "y"], ["22", "b", ""]])).toBe("ID  NAME   X\n1   alpha  y\n22  b\n");
+    expect(
+      table(
+        ["ID", "NAME", "X"],
+        [
+          ["1", "alpha", "y"],
+          ["22", "b", ""],
+        ],
+      ),
+    ).toBe("ID  NAME   X\n1   alpha  y\n22  b\n");
     expect(table(["A"], [])).toBe("A\n");
     expect(clean("evil\u001b[2Jname\n")).toBe("evil?[2Jname?");
     expect(table(["N"], [["a\u001b]0;x\u0007"]])).not.toContain("\u001b");
@@ -102,7 +110,10 @@ describe("format", () => {
 
   it.each([
     [{ percent: 0, bytesDone: 0n, bytesTotal: 0n, message: "" }, "[----------]    0.0%"],
-    [{ percent: 40, bytesDone: 400n * 1048576n, bytesTotal: 1000n * 1048576n, message: "downloading" }, "[####------]   40.0%  400 MiB / 1000 MiB  downloading"],
+    [
+      { percent: 40, bytesDone: 400n * 1048576n, bytesTotal: 1000n * 1048576n, message: "downloading" },
+      "[####------]   40.0%  400 MiB / 1000 MiB  downloading",
+    ],
     [{ percent: 250, bytesDone: 2048n, bytesTotal: 0n, message: "" }, "[##########]  100.0%  2.0 KiB"],
     [{ percent: -5, bytesDone: 0n, bytesTotal: 0n, message: "a\u001bb" }, "[----------]    0.0%  a?b"],
   ])("progressLine %#", (p, text) => {
@@ -289,7 +300,18 @@ describe("forge help and usage", () => {
   it("prints the command list with --help, exit 0 (child process)", async () => {
     const r = await forgeProcess(["--help"]);
     expect(r.code).toBe(0);
-    for (const cmd of ["tokens create", "tokens list", "tokens revoke ID", "nodes list", "nodes get ID", "nodes watch", "nodes decommission ID", "jobs create", "jobs watch ID", "audit list"]) {
+    for (const cmd of [
+      "tokens create",
+      "tokens list",
+      "tokens revoke ID",
+      "nodes list",
+      "nodes get ID",
+      "nodes watch",
+      "nodes decommission ID",
+      "jobs create",
+      "jobs watch ID",
+      "audit list",
+    ]) {
       expect(r.stdout).toContain(cmd);
     }
     expect(r.stdout).toContain("--admin-key KEY");
@@ -372,7 +394,9 @@ describe("forge authentication and connection", () => {
   });
 
   it("flags override the environment; a missing CA file is reported by name", async () => {
-    const r = await forge(["nodes", "list", "--server", server.url, "--ca", join(tmp, "nope.crt")], { MODELFORGE_SERVER: "https://127.0.0.1:1" });
+    const r = await forge(["nodes", "list", "--server", server.url, "--ca", join(tmp, "nope.crt")], {
+      MODELFORGE_SERVER: "https://127.0.0.1:1",
+    });
     expect(r.code).toBe(2);
     expect(r.stderr).toContain(`cannot read the CA certificate ${join(tmp, "nope.crt")}`);
     const ok = await forge(["nodes", "list", "--server", server.url], { MODELFORGE_SERVER: "https://127.0.0.1:1" });
@@ -440,10 +464,19 @@ describe("forge audit", () => {
     const r = await forge(["audit", "list", "--action", "enrollment_token.created", "--since", "1h"]);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/^TIME\s+ACTOR\s+ACTION\s+TARGET\s+CORRELATION\s+DETAILS\n/);
-    expect(r.stdout).toMatch(new RegExp(`operator\\s+enrollment_token\\.created\\s+enrollment_token/${enrollmentToken.id}\\s+[0-9a-f-]{36}`));
+    expect(r.stdout).toMatch(
+      new RegExp(`operator\\s+enrollment_token\\.created\\s+enrollment_token/${enrollmentToken.id}\\s+[0-9a-f-]{36}`),
+    );
 
-    const byTarget = await forgeJson<{ events: { action: string; targetId: string; actor: string }[] }>(["audit", "list", "--target", enrollmentToken.id]);
-    expect(byTarget.events).toEqual([expect.objectContaining({ action: "enrollment_token.created", targetId: enrollmentToken.id, actor: "operator" })]);
+    const byTarget = await forgeJson<{ events: { action: string; targetId: string; actor: string }[] }>([
+      "audit",
+      "list",
+      "--target",
+      enrollmentToken.id,
+    ]);
+    expect(byTarget.events).toEqual([
+      expect.objectContaining({ action: "enrollment_token.created", targetId: enrollmentToken.id, actor: "operator" }),
+    ]);
 
     const limited = await forgeJson<{ events: unknown[] }>(["audit", "list", "--limit", "1"]);
     expect(limited.events).toHaveLength(1);
@@ -478,7 +511,9 @@ describe("forge nodes with an enrolled node", () => {
     const detail = await forgeJson<{ node: { id: string }; credentials: { serial: string }[] }>(["nodes", "get", nodeId]);
     expect(detail.node.id).toBe(nodeId);
     expect(detail.credentials).toHaveLength(1);
-    expect(get.stdout).toMatch(new RegExp(`${detail.credentials[0]!.serial}\\s+\\d{4}-\\d{2}-\\d{2} [\\d:]+Z\\s+\\d{4}-\\d{2}-\\d{2} [\\d:]+Z\\s+-`));
+    expect(get.stdout).toMatch(
+      new RegExp(`${detail.credentials[0]!.serial}\\s+\\d{4}-\\d{2}-\\d{2} [\\d:]+Z\\s+\\d{4}-\\d{2}-\\d{2} [\\d:]+Z\\s+-`),
+    );
   });
 
   it("nodes watch streams lines until Ctrl-C, then exits 0 (child process)", async () => {
@@ -613,10 +648,13 @@ describe("forge jobs", () => {
     };
     const log = pino({ level: "silent" });
     agentRuns.push(runAgent({ statePath, log, signal: agents.signal, jobs }).catch(() => undefined));
-    await waitFor(async () => {
-      const { node } = await server.admin.getNode({ nodeId });
-      return node?.connected && node.capabilities.includes("runtime.health.v1");
-    }, { what: "the agent connected with its capability" });
+    await waitFor(
+      async () => {
+        const { node } = await server.admin.getNode({ nodeId });
+        return node?.connected && node.capabilities.includes("runtime.health.v1");
+      },
+      { what: "the agent connected with its capability" },
+    );
 
     const spec = (runtimeId: string) => {
       const file = join(tmp, `health-${runtimeId}.json`);
@@ -624,7 +662,8 @@ describe("forge jobs", () => {
       return file;
     };
     const create = async (runtimeId: string) =>
-      (await forgeJson<{ job: { id: string } }>(["jobs", "create", "--node", nodeId, "--spec", spec(runtimeId), "--max-attempts", "1"])).job.id;
+      (await forgeJson<{ job: { id: string } }>(["jobs", "create", "--node", nodeId, "--spec", spec(runtimeId), "--max-attempts", "1"])).job
+        .id;
 
     const textCreate = await forge(["jobs", "create", "--node", nodeId, "--spec", spec("ok"), "--ordering-key", "k1"]);
     expect(textCreate.code).toBe(0);

@@ -5,11 +5,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { create } from "@bufbuild/protobuf";
-import {
-  DiskSchema,
-  GpuInfoSchema,
-  HostInfoSchema,
-} from "../gen/proto/modelforge/common/v1/common_pb.js";
+import { DiskSchema, GpuInfoSchema, HostInfoSchema } from "../gen/proto/modelforge/common/v1/common_pb.js";
 import {
   collectInventory,
   inventoryFingerprint,
@@ -18,11 +14,7 @@ import {
   type Inventory,
   type NvidiaSmiInventoryRow,
 } from "../agent/collectors/inventory.js";
-import {
-  collectTelemetry,
-  parseNvidiaSmiTelemetry,
-  type NvidiaSmiTelemetryRow,
-} from "../agent/collectors/telemetry.js";
+import { collectTelemetry, parseNvidiaSmiTelemetry, type NvidiaSmiTelemetryRow } from "../agent/collectors/telemetry.js";
 
 const MIB = 1024n * 1024n;
 const FAKE_BIN_DIR = fileURLToPath(new URL("./fixtures/nvidia-smi/", import.meta.url));
@@ -325,9 +317,7 @@ describe("collectInventory", () => {
   });
 
   it("is incomplete with a short error when nvidia-smi cannot reach the driver", async () => {
-    useFakeNvidiaSmi(
-      await scenario({ "inventory.csv": null, exit_code: "9", stderr: `${DRIVER_FAILED}\n` }),
-    );
+    useFakeNvidiaSmi(await scenario({ "inventory.csv": null, exit_code: "9", stderr: `${DRIVER_FAILED}\n` }));
     const inv = await collectInventory();
     expect(inv.gpuCollectionComplete).toBe(false);
     expect(inv.gpus).toEqual([]);
@@ -426,9 +416,7 @@ describe("collectTelemetry", () => {
       expect(m.mount).not.toBe("");
       expect(m.usedBytes).toBeLessThanOrEqual(m.sizeBytes);
     }
-    expect(
-      t.gpus.map((g) => [g.uuid, g.utilizationPercent, g.memoryUsedBytes, g.temperatureCelsius, g.powerWatts]),
-    ).toEqual([
+    expect(t.gpus.map((g) => [g.uuid, g.utilizationPercent, g.memoryUsedBytes, g.temperatureCelsius, g.powerWatts])).toEqual([
       [UUID_0, 97, 71234n * MIB, 67, 389.41],
       [UUID_1, 0, 4n * MIB, 34, 61.87],
       [UUID_2, 42, 20480n * MIB, 51, 312.05],
@@ -436,9 +424,7 @@ describe("collectTelemetry", () => {
   });
 
   it("turns unavailable values into 0", async () => {
-    useFakeNvidiaSmi(
-      await scenario({ "telemetry.csv": `${UUID_0}, [N/A], 1024, [Not Supported], [N/A]\n` }),
-    );
+    useFakeNvidiaSmi(await scenario({ "telemetry.csv": `${UUID_0}, [N/A], 1024, [Not Supported], [N/A]\n` }));
     const t = await collectTelemetry();
     expect(t.gpus).toHaveLength(1);
     expect(t.gpus[0]).toMatchObject({
@@ -451,9 +437,7 @@ describe("collectTelemetry", () => {
   });
 
   it("omits the GPUs, without throwing, when nvidia-smi fails", async () => {
-    useFakeNvidiaSmi(
-      await scenario({ "telemetry.csv": null, exit_code: "9", stderr: `${DRIVER_FAILED}\n` }),
-    );
+    useFakeNvidiaSmi(await scenario({ "telemetry.csv": null, exit_code: "9", stderr: `${DRIVER_FAILED}\n` }));
     const t = await collectTelemetry();
     expect(t.gpus).toEqual([]);
     expect(t.memoryTotalBytes).toBeGreaterThan(0n);
@@ -500,7 +484,10 @@ describe("inventoryFingerprint", () => {
       disks: disks.map(([mount, filesystem, sizeBytes]) => create(DiskSchema, { mount, filesystem, sizeBytes })),
     });
   const base = {
-    host: host([["/", "ext4", 1_000n], ["/data", "xfs", 2_000n]]),
+    host: host([
+      ["/", "ext4", 1_000n],
+      ["/data", "xfs", 2_000n],
+    ]),
     gpus: [gpu(UUID_0, 0), gpu(UUID_1, 1)],
     gpuCollectionComplete: true,
     gpuCollectionError: "",
@@ -512,7 +499,10 @@ describe("inventoryFingerprint", () => {
     expect(
       inventoryFingerprint({
         ...base,
-        host: host([["/data", "xfs", 2_000n], ["/", "ext4", 1_000n]]),
+        host: host([
+          ["/data", "xfs", 2_000n],
+          ["/", "ext4", 1_000n],
+        ]),
         gpus: [gpu(UUID_1, 1), gpu(UUID_0, 0)],
       }),
     ).toBe(fp);
@@ -523,8 +513,25 @@ describe("inventoryFingerprint", () => {
     { name: "a driver upgrade", change: { gpus: [gpu(UUID_0, 0, "555.42.02"), gpu(UUID_1, 1, "555.42.02")] } },
     { name: "GPU indices swap", change: { gpus: [gpu(UUID_0, 1), gpu(UUID_1, 0)] } },
     { name: "collection becomes incomplete", change: { gpuCollectionComplete: false, gpuCollectionError: "x" } },
-    { name: "a disk is added", change: { host: host([["/", "ext4", 1_000n], ["/data", "xfs", 2_000n], ["/scratch", "xfs", 5n]]) } },
-    { name: "a disk grows", change: { host: host([["/", "ext4", 1_000n], ["/data", "xfs", 4_000n]]) } },
+    {
+      name: "a disk is added",
+      change: {
+        host: host([
+          ["/", "ext4", 1_000n],
+          ["/data", "xfs", 2_000n],
+          ["/scratch", "xfs", 5n],
+        ]),
+      },
+    },
+    {
+      name: "a disk grows",
+      change: {
+        host: host([
+          ["/", "ext4", 1_000n],
+          ["/data", "xfs", 4_000n],
+        ]),
+      },
+    },
   ];
   it.each(changes)("changes when $name", ({ change }) => {
     expect(inventoryFingerprint({ ...base, ...change })).not.toBe(inventoryFingerprint(base));

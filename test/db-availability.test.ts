@@ -63,7 +63,10 @@ async function failureAt(port: number, pool: Partial<pg.PoolConfig> = {}): Promi
 }
 
 const adapterError = (cause: Record<string, unknown>, code = "P2010") =>
-  Object.assign(new Error("\nInvalid `prisma.$queryRaw()` invocation:\n\nRaw query failed."), { code, meta: { driverAdapterError: { name: "DriverAdapterError", cause } } });
+  Object.assign(new Error("\nInvalid `prisma.$queryRaw()` invocation:\n\nRaw query failed."), {
+    code,
+    meta: { driverAdapterError: { name: "DriverAdapterError", cause } },
+  });
 
 describe("database connectivity failures", () => {
   it("are recognised in the errors the drivers raise", async () => {
@@ -111,7 +114,11 @@ describe("database connectivity failures", () => {
     ["08006 connection failure", adapterError({ originalCode: "08006", kind: "postgres", code: "08006" }), true],
     ["connection closed (ECONNRESET)", adapterError({ kind: "ConnectionClosed" }, "P1017"), true],
     ["too many connections", adapterError({ kind: "TooManyConnections", cause: "53300" }), true],
-    ["P2024 pool timeout", Object.assign(new Error("Timed out fetching a new connection from the connection pool."), { code: "P2024" }), true],
+    [
+      "P2024 pool timeout",
+      Object.assign(new Error("Timed out fetching a new connection from the connection pool."), { code: "P2024" }),
+      true,
+    ],
     ["raw ECONNREFUSED", Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5432"), { code: "ECONNREFUSED" }), true],
     ["AggregateError of refusals", new AggregateError([Object.assign(new Error("x"), { code: "ECONNREFUSED" })], ""), true],
     ["pool ended during shutdown", new Error("Cannot use a pool after calling end on the pool"), true],
@@ -141,7 +148,12 @@ describe("what a failure becomes on the wire", () => {
 
   it("tells the outage monitor of a connectivity failure, and of nothing else", () => {
     const heard: unknown[] = [];
-    const sink = { failed: (e: unknown) => (heard.push(e), true) };
+    const sink = {
+      failed: (e: unknown) => {
+        heard.push(e);
+        return true;
+      },
+    };
     const outage = adapterError({ kind: "DatabaseNotReachable" }, "P1001");
     publicError(outage, "r1", sink);
     publicError(new Error("boom"), "r1", sink);

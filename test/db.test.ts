@@ -71,7 +71,14 @@ describe(`database on ${backend}`, () => {
 
   it("records migrations as Prisma does", async () => {
     const rows = await db!.prisma.$queryRaw<
-      { migration_name: string; checksum: string; finished_at: Date | null; rolled_back_at: Date | null; applied_steps_count: number; id: string }[]
+      {
+        migration_name: string;
+        checksum: string;
+        finished_at: Date | null;
+        rolled_back_at: Date | null;
+        applied_steps_count: number;
+        id: string;
+      }[]
     >`SELECT id, migration_name, checksum, finished_at, rolled_back_at, applied_steps_count FROM "_prisma_migrations" ORDER BY migration_name`;
     const files = await readMigrations();
     expect(rows.map((r) => r.migration_name)).toEqual(files.map((f) => f.name));
@@ -95,7 +102,17 @@ describe(`database on ${backend}`, () => {
         labels: { zone: "eu-1", nested: { list: [1, "two", null, true] } },
         capabilities: ["artifact.acquire.v1", "runtime.probe.v1"],
         lastHeartbeatAt: heartbeat,
-        gpus: { create: { uuid: "GPU-0", index: 0, pciBusId: "0000:01:00.0", model: "H100", memoryTotalBytes: 85_899_345_920n, driverVersion: "560.1", vendor: "nvidia" } },
+        gpus: {
+          create: {
+            uuid: "GPU-0",
+            index: 0,
+            pciBusId: "0000:01:00.0",
+            model: "H100",
+            memoryTotalBytes: 85_899_345_920n,
+            driverVersion: "560.1",
+            vendor: "nvidia",
+          },
+        },
         cursors: { create: { stream: "inventory", sequence: big, receivedAt: heartbeat } },
       },
     });
@@ -204,7 +221,9 @@ describe(`database on ${backend}`, () => {
       expect(d1.migrationsApplied).toEqual(["29991231000001_scratch"]);
       const rows = await d1.prisma.$queryRaw<{ n: number }[]>`SELECT count(*)::int AS n FROM "Scratch"`;
       expect(rows[0]?.n).toBe(1);
-      const failed = await d1.prisma.$queryRaw<{ n: number }[]>`SELECT count(*)::int AS n FROM "_prisma_migrations" WHERE migration_name LIKE '%broken'`;
+      const failed = await d1.prisma.$queryRaw<
+        { n: number }[]
+      >`SELECT count(*)::int AS n FROM "_prisma_migrations" WHERE migration_name LIKE '%broken'`;
       expect(failed[0]?.n).toBe(0);
       await d1.close();
       const d2 = await openDatabase(o());
@@ -218,7 +237,9 @@ describe(`database on ${backend}`, () => {
         VALUES (${randomUUID()}, ${"0".repeat(64)}, ${"29991231000002_half_done"}, now(), 0)`;
       await d.close();
       const e = await openError(openDatabase(o()));
-      expect(e.message).toMatch(/^migration 29991231000002_half_done was started at .* but never finished; .*prisma migrate resolve --rolled-back 29991231000002_half_done/);
+      expect(e.message).toMatch(
+        /^migration 29991231000002_half_done was started at .* but never finished; .*prisma migrate resolve --rolled-back 29991231000002_half_done/,
+      );
     });
   });
 
@@ -236,7 +257,7 @@ describe(`database on ${backend}`, () => {
       const secret = "s3cret-Pa55word";
       for (const databaseUrl of [
         `postgresql://postgres:${secret}@127.0.0.1:1/x`,
-        `postgres://postgres:${encodeURIComponent(secret + "/@")}@127.0.0.1:1/x?sslmode=disable`,
+        `postgres://postgres:${encodeURIComponent(`${secret}/@`)}@127.0.0.1:1/x?sslmode=disable`,
         `postgresql://postgres@127.0.0.1:1/x?password=${secret}`,
         `postgresql://postgres:${secret}@[bad host/x`,
         `mysql://root:${secret}@127.0.0.1/x`,
@@ -257,7 +278,9 @@ describe(`database on ${backend}`, () => {
       const url = new URL(tdb.databaseUrl!);
       url.pathname = `/mf_missing_${randomUUID().slice(0, 8)}`;
       const e = await openError(openDatabase({ databaseUrl: url.toString(), dataDir: tdb.dataDir }));
-      expect(e.message).toMatch(/^PostgreSQL at postgresql:\/\/127\.0\.0\.1:5432\/mf_missing_\w+ refused the connection: database "mf_missing_\w+" does not exist/);
+      expect(e.message).toMatch(
+        /^PostgreSQL at postgresql:\/\/127\.0\.0\.1:5432\/mf_missing_\w+ refused the connection: database "mf_missing_\w+" does not exist/,
+      );
       expect(e.code).toBe("3D000");
     });
   });
@@ -274,12 +297,14 @@ describe(`database on ${backend}`, () => {
       return { dataDir, dir: join(dataDir, "pglite") };
     }
 
+    // biome-ignore lint/suspicious/noDuplicateTestHooks: Biome reads describe.skipIf(...)(...) as the outer scope
     beforeAll(async () => {
       // The suite's own database (closed, then copied) serves as the template.
       await db?.close();
       db = undefined;
       template = join(tdb.dataDir, "pglite");
     });
+    // biome-ignore lint/suspicious/noDuplicateTestHooks: as above
     afterAll(async () => {
       for (const d of scratch) await rm(d, { recursive: true, force: true });
     });
@@ -297,10 +322,13 @@ describe(`database on ${backend}`, () => {
         },
       ],
       ["missing base/", (dir) => rm(join(dir, "base"), { recursive: true })],
-      ["not a directory", async (dir) => {
-        await rm(dir, { recursive: true });
-        await writeFile(dir, "oops");
-      }],
+      [
+        "not a directory",
+        async (dir) => {
+          await rm(dir, { recursive: true });
+          await writeFile(dir, "oops");
+        },
+      ],
     ];
 
     for (const [what, damage] of damages) {

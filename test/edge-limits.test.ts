@@ -98,49 +98,64 @@ async function serverInfoLatencies(session: http2.ClientHttp2Session, n: number)
 }
 
 describe("request bodies are bounded at the edge", () => {
-  it.each(Object.entries(protocols))("a streamed 300 MB body to ListNodes without a token is refused within a second (%s)", async (_name, contentType) => {
-    const session = await connect();
-    try {
-      const peak = watchRss();
-      const before = serverRss();
-      const answer = await call(session, listNodes, contentType, { bytes: attackBytes });
-      expect(["resource_exhausted", "unauthenticated"]).toContain(answer.code);
-      expect(answer.ms).toBeLessThan(1_000);
-      // The server reset the stream, so the client stopped pushing long before 300 MB.
-      expect(await answer.closed).toBe(true);
-      expect(answer.sent).toBeLessThan(16 * MiB);
-      expect(peak() - before).toBeLessThan(64 * MiB);
-    } finally {
-      session.destroy();
-    }
-  });
+  it.each(Object.entries(protocols))(
+    "a streamed 300 MB body to ListNodes without a token is refused within a second (%s)",
+    async (_name, contentType) => {
+      const session = await connect();
+      try {
+        const peak = watchRss();
+        const before = serverRss();
+        const answer = await call(session, listNodes, contentType, { bytes: attackBytes });
+        expect(["resource_exhausted", "unauthenticated"]).toContain(answer.code);
+        expect(answer.ms).toBeLessThan(1_000);
+        // The server reset the stream, so the client stopped pushing long before 300 MB.
+        expect(await answer.closed).toBe(true);
+        expect(answer.sent).toBeLessThan(16 * MiB);
+        expect(peak() - before).toBeLessThan(64 * MiB);
+      } finally {
+        session.destroy();
+      }
+    },
+  );
 
-  it.each(Object.entries(protocols))("a declared 300 MB content-length is refused before the body is read (%s)", async (_name, contentType) => {
-    const session = await connect();
-    try {
-      // No body follows the declaration (bar gRPC's 5-byte prefix) and the request stays open: an
-      // answer can come only from the header.
-      const answer = await call(session, listNodes, contentType, { bytes: 0, declared: attackBytes, open: true }, { "x-modelforge-admin-token": adminKey });
-      expect(answer.code).toBe("resource_exhausted");
-      expect(answer.message).toMatch(/limit|readMaxBytes/);
-      expect(answer.ms).toBeLessThan(1_000);
-    } finally {
-      session.destroy();
-    }
-  });
+  it.each(Object.entries(protocols))(
+    "a declared 300 MB content-length is refused before the body is read (%s)",
+    async (_name, contentType) => {
+      const session = await connect();
+      try {
+        // No body follows the declaration (bar gRPC's 5-byte prefix) and the request stays open: an
+        // answer can come only from the header.
+        const answer = await call(
+          session,
+          listNodes,
+          contentType,
+          { bytes: 0, declared: attackBytes, open: true },
+          { "x-modelforge-admin-token": adminKey },
+        );
+        expect(answer.code).toBe("resource_exhausted");
+        expect(answer.message).toMatch(/limit|readMaxBytes/);
+        expect(answer.ms).toBeLessThan(1_000);
+      } finally {
+        session.destroy();
+      }
+    },
+  );
 
   // In gRPC and gRPC-Web that is grpc-status 8.
-  it.each(Object.entries(protocols))("an authenticated but over-limit request is refused with resource_exhausted naming the limit (%s)", async (_name, contentType) => {
-    const session = await connect();
-    try {
-      const answer = await call(session, listNodes, contentType, { bytes: 2 * MiB }, { "x-modelforge-admin-token": adminKey });
-      expect(answer.code).toBe("resource_exhausted");
-      expect(answer.message).toMatch(/\d+ bytes/);
-      expect(answer.message).toContain("ListNodes");
-    } finally {
-      session.destroy();
-    }
-  });
+  it.each(Object.entries(protocols))(
+    "an authenticated but over-limit request is refused with resource_exhausted naming the limit (%s)",
+    async (_name, contentType) => {
+      const session = await connect();
+      try {
+        const answer = await call(session, listNodes, contentType, { bytes: 2 * MiB }, { "x-modelforge-admin-token": adminKey });
+        expect(answer.code).toBe("resource_exhausted");
+        expect(answer.message).toMatch(/\d+ bytes/);
+        expect(answer.message).toContain("ListNodes");
+      } finally {
+        session.destroy();
+      }
+    },
+  );
 
   it("GetServerInfo stays fast and the server stays small while attackers stream 300 MB bodies", async () => {
     const probe = await connect();
@@ -150,10 +165,14 @@ describe("request bodies are bounded at the edge", () => {
       const before = await serverInfoLatencies(probe, 100);
       const rssBefore = serverRss();
       const peak = watchRss();
-      attacker = spawn(process.execPath, ["--import", "tsx", "test/support/attack.ts", url, join(dir, "certs", "ca.crt"), listNodes, String(attackBytes), "4"], {
-        cwd: repoRoot,
-        stdio: ["ignore", "pipe", "inherit"],
-      });
+      attacker = spawn(
+        process.execPath,
+        ["--import", "tsx", "test/support/attack.ts", url, join(dir, "certs", "ca.crt"), listNodes, String(attackBytes), "4"],
+        {
+          cwd: repoRoot,
+          stdio: ["ignore", "pipe", "inherit"],
+        },
+      );
       let report = "";
       attacker.stdout!.on("data", (c: Buffer) => (report += c.toString()));
       const exited = new Promise((resolve) => attacker!.on("exit", resolve));

@@ -1,7 +1,7 @@
 // The edge's pure rules: the per-method request limits and what is decided from headers and TLS
 // alone. test/edge-limits.test.ts tries them through the real server.
 import { describe, expect, it } from "vitest";
-import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { Code, type ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import type { PeerCertificate } from "node:tls";
@@ -58,7 +58,11 @@ describe("request limits", () => {
 
 describe("admission from headers and TLS", () => {
   const key = "k".repeat(16);
-  const certificate = { subjectaltname: "URI:urn:modelforge:node:5b0c2a3e-9a37-4d5e-8f7a-0c1e2d3f4a5b", serialNumber: "01", valid_to: "Jan 1 00:00:00 2100 GMT" } as PeerCertificate;
+  const certificate = {
+    subjectaltname: "URI:urn:modelforge:node:5b0c2a3e-9a37-4d5e-8f7a-0c1e2d3f4a5b",
+    serialNumber: "01",
+    valid_to: "Jan 1 00:00:00 2100 GMT",
+  } as PeerCertificate;
   const noPeer = () => ({ certificate: undefined, certificateError: undefined });
   const request = (over: Partial<EdgeRequest>): EdgeRequest => ({
     path: agent("GetServerInfo"),
@@ -77,15 +81,45 @@ describe("admission from headers and TLS", () => {
     ["anonymous GetServerInfo", {}, undefined, undefined],
     ["anonymous Enroll", { path: agent("Enroll") }, undefined, undefined],
     ["admin call without a token", { path: admin("ListNodes") }, Code.Unauthenticated, /x-modelforge-admin-token/],
-    ["admin call with a wrong token", { path: admin("ListNodes"), adminToken: "x".repeat(16) }, Code.Unauthenticated, /invalid admin token/],
+    [
+      "admin call with a wrong token",
+      { path: admin("ListNodes"), adminToken: "x".repeat(16) },
+      Code.Unauthenticated,
+      /invalid admin token/,
+    ],
     ["admin call with the key", { path: admin("ListNodes"), adminToken: key }, undefined, undefined],
     ["node call without a certificate", { path: agent("Heartbeat") }, Code.Unauthenticated, /^client certificate required$/],
-    ["node call with a refused certificate", { path: agent("Session"), peer: () => ({ certificate: undefined, certificateError: "certificate has expired" }) }, Code.Unauthenticated, /not accepted: certificate has expired/],
-    ["node call with a node's certificate", { path: agent("Heartbeat"), peer: () => ({ certificate, certificateError: undefined }) }, undefined, undefined],
-    ["declared body over the limit", { contentLength: 1 * KiB + 1 }, Code.ResourceExhausted, /of 1025 bytes is over the limit of 1024 bytes for \/modelforge\.agent\.v1\.AgentService\/GetServerInfo/],
+    [
+      "node call with a refused certificate",
+      { path: agent("Session"), peer: () => ({ certificate: undefined, certificateError: "certificate has expired" }) },
+      Code.Unauthenticated,
+      /not accepted: certificate has expired/,
+    ],
+    [
+      "node call with a node's certificate",
+      { path: agent("Heartbeat"), peer: () => ({ certificate, certificateError: undefined }) },
+      undefined,
+      undefined,
+    ],
+    [
+      "declared body over the limit",
+      { contentLength: 1 * KiB + 1 },
+      Code.ResourceExhausted,
+      /of 1025 bytes is over the limit of 1024 bytes for \/modelforge\.agent\.v1\.AgentService\/GetServerInfo/,
+    ],
     ["declared body at the limit", { contentLength: 1 * KiB }, undefined, undefined],
-    ["declared over-limit body, before the token is looked at", { path: admin("ListNodes"), contentLength: 300e6 }, Code.ResourceExhausted, /limit of 65536 bytes/],
-    ["a Session's declared length (its total)", { path: agent("Session"), contentLength: 300e6, peer: () => ({ certificate, certificateError: undefined }) }, undefined, undefined],
+    [
+      "declared over-limit body, before the token is looked at",
+      { path: admin("ListNodes"), contentLength: 300e6 },
+      Code.ResourceExhausted,
+      /limit of 65536 bytes/,
+    ],
+    [
+      "a Session's declared length (its total)",
+      { path: agent("Session"), contentLength: 300e6, peer: () => ({ certificate, certificateError: undefined }) },
+      undefined,
+      undefined,
+    ],
     ["an unknown path (the adapter answers it without reading)", { path: "/no.such.Service/Method" }, undefined, undefined],
   ])("%s", (_name, over, code, message) => {
     const r = refusal(request(over));
@@ -111,8 +145,14 @@ describe("the Connect adapters' options", () => {
   it("skip unknown fields instead of keeping them on the request", async () => {
     let seen: GetServerInfoRequest | undefined;
     const transport = createRouterTransport(
-      (router) => router.rpc(AgentService.method.getServerInfo, (req) => ((seen = req), {})),
-      { router: edgeAdapterOptions },
+      (router) =>
+        router.rpc(AgentService.method.getServerInfo, (req) => {
+          seen = req;
+          return {};
+        }),
+      {
+        router: edgeAdapterOptions,
+      },
     );
     // What a body of 0x41 bytes is: field 8, fixed64, over and over.
     const $unknown = Array.from({ length: 1000 }, () => ({ no: 8, wireType: WireType.Bit64, data: new Uint8Array(8).fill(0x41) }));

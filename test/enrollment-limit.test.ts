@@ -1,7 +1,7 @@
 // Failed enrollments are limited per peer address and logged without flooding: the pure rules as
 // tables with an injected clock, and a token-guessing run against the real server.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, type ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { generateNodeKeyAndCsr } from "../agent/pki/keys.js";
@@ -96,7 +96,10 @@ describe("enrollment guessing against the real server", () => {
     const codes = new Map<Code, number>();
     let exhausted: ConnectError | undefined;
     for (let i = 0; i < 2_000; i++) {
-      const err = await attacker.enroll({ token: `mfet_guess-${i}`, csrPem }).then(() => undefined, (e: unknown) => e as ConnectError);
+      const err = await attacker.enroll({ token: `mfet_guess-${i}`, csrPem }).then(
+        () => undefined,
+        (e: unknown) => e as ConnectError,
+      );
       const code = err?.code ?? Code.Unknown;
       codes.set(code, (codes.get(code) ?? 0) + 1);
       if (code === Code.ResourceExhausted) exhausted = err;
@@ -110,7 +113,11 @@ describe("enrollment guessing against the real server", () => {
     expect(retryAfter).toBe(5);
 
     // The log at the production level (info and up): a few lines, each with the peer, no tokens.
-    const lines = () => ts.logs().split("\n").filter((l) => l !== "" && (JSON.parse(l) as { level: number }).level >= 30);
+    const lines = () =>
+      ts
+        .logs()
+        .split("\n")
+        .filter((l) => l !== "" && (JSON.parse(l) as { level: number }).level >= 30);
     const refusals = lines().filter((l) => l.includes("enrollment refused"));
     expect(lines().length).toBeLessThan(50);
     expect(refusals.length).toBeGreaterThanOrEqual(1);
@@ -126,10 +133,16 @@ describe("enrollment guessing against the real server", () => {
     // is not even looked at, so not used up), then enrolled.
     const real = await ts.admin.createEnrollmentToken({ nodeName: "late" });
     const ownCsr = generateNodeKeyAndCsr("late").csrPem;
-    const refused = await attacker.enroll({ token: real.token, csrPem: ownCsr }).then(() => undefined, (e: unknown) => e as ConnectError);
+    const refused = await attacker.enroll({ token: real.token, csrPem: ownCsr }).then(
+      () => undefined,
+      (e: unknown) => e as ConnectError,
+    );
     expect(refused?.code).toBe(Code.ResourceExhausted);
     clock.advance(4_999);
-    const early = await attacker.enroll({ token: real.token, csrPem: ownCsr }).then(() => undefined, (e: unknown) => e as ConnectError);
+    const early = await attacker.enroll({ token: real.token, csrPem: ownCsr }).then(
+      () => undefined,
+      (e: unknown) => e as ConnectError,
+    );
     expect(early?.code).toBe(Code.ResourceExhausted);
     clock.advance(1);
     const enrolled = await attacker.enroll({ token: real.token, csrPem: ownCsr });
@@ -137,11 +150,18 @@ describe("enrollment guessing against the real server", () => {
 
     // One summary line per ten-second window accounts for the rest: counts and the busiest address.
     type Summary = { suppressed: number; peers: number; top: { peer: string; count: number }[] };
-    const summaries = () => lines().filter((l) => l.includes("enrollment refused (summary")).map((l) => JSON.parse(l) as Summary);
+    const summaries = () =>
+      lines()
+        .filter((l) => l.includes("enrollment refused (summary"))
+        .map((l) => JSON.parse(l) as Summary);
     // The window is over: the next refusal closes it with its summary first.
     clock.advance(10_000);
     await attacker.enroll({ token: "mfet_guess-after", csrPem }).catch(() => undefined);
-    await eventually(() => summaries().reduce((n, s) => n + s.suppressed, 0) + refusals.length >= 2_000, 20_000, "summaries of every refusal");
+    await eventually(
+      () => summaries().reduce((n, s) => n + s.suppressed, 0) + refusals.length >= 2_000,
+      20_000,
+      "summaries of every refusal",
+    );
     for (const s of summaries()) expect(s.top[0]!.peer).toBe("127.0.0.1");
   }, 300_000);
 });

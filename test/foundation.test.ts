@@ -32,12 +32,24 @@ describe("one TLS port, three protocols", () => {
   });
 
   it("echoes the caller's x-request-id and puts it on the request's log lines", async () => {
-    const res = await postJson(`${ts.url}/modelforge.admin.v1.AdminService/ListNodes`, ts.caPem, {}, { "x-request-id": "corr-foundation-1" });
+    const res = await postJson(
+      `${ts.url}/modelforge.admin.v1.AdminService/ListNodes`,
+      ts.caPem,
+      {},
+      { "x-request-id": "corr-foundation-1" },
+    );
     expect(res.status).toBe(401);
     expect(res.headers["x-request-id"]).toBe("corr-foundation-1");
-    const lines = ts.logs().split("\n").filter((l) => l.includes("corr-foundation-1"));
+    const lines = ts
+      .logs()
+      .split("\n")
+      .filter((l) => l.includes("corr-foundation-1"));
     expect(lines.length).toBeGreaterThan(0);
-    expect(JSON.parse(lines[0]!)).toMatchObject({ correlationId: "corr-foundation-1", path: "/modelforge.admin.v1.AdminService/ListNodes", code: "unauthenticated" });
+    expect(JSON.parse(lines[0]!)).toMatchObject({
+      correlationId: "corr-foundation-1",
+      path: "/modelforge.admin.v1.AdminService/ListNodes",
+      code: "unauthenticated",
+    });
   });
 
   it("serves gRPC to a client generated from proto/ at run time, and a SERVING health check", async () => {
@@ -53,9 +65,13 @@ describe("one TLS port, three protocols", () => {
     const agent = new loaded.modelforge.agent.v1.AgentService(target, creds);
     const health = new loaded.grpc.health.v1.Health(target, creds);
     try {
-      const info = await new Promise<any>((resolve, reject) => agent.GetServerInfo({}, (e: unknown, r: unknown) => (e ? reject(e) : resolve(r))));
+      const info = await new Promise<any>((resolve, reject) =>
+        agent.GetServerInfo({}, (e: unknown, r: unknown) => (e ? reject(e) : resolve(r))),
+      );
       expect(info.caCertificatePem ?? info.ca_certificate_pem).toBe(ts.caPem);
-      const status = await new Promise<any>((resolve, reject) => health.Check({ service: "" }, (e: unknown, r: unknown) => (e ? reject(e) : resolve(r))));
+      const status = await new Promise<any>((resolve, reject) =>
+        health.Check({ service: "" }, (e: unknown, r: unknown) => (e ? reject(e) : resolve(r))),
+      );
       expect(status.status).toBe("SERVING");
       const named = await new Promise<any>((resolve, reject) =>
         health.Check({ service: "modelforge.admin.v1.AdminService" }, (e: unknown, r: unknown) => (e ? reject(e) : resolve(r))),
@@ -85,20 +101,28 @@ describe("admin API with no key configured", () => {
   afterAll(() => ts?.stop());
 
   it("fails every admin method closed, even with a header", async () => {
-    const client = createClient(AdminService, adminTransport(ts.url, ts.caPem, testAdminKey)) as unknown as Record<string, (req: object) => unknown>;
+    const client = createClient(AdminService, adminTransport(ts.url, ts.caPem, testAdminKey)) as unknown as Record<
+      string,
+      (req: object) => unknown
+    >;
     for (const method of AdminService.methods) {
       if (method.methodKind !== "unary") continue;
       const err = await Promise.resolve()
         .then(() => client[method.localName]!({}))
-        .then(() => undefined, (e: unknown) => e);
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
       expect(err, method.name).toBeInstanceOf(ConnectError);
       expect((err as ConnectError).code, method.name).toBe(Code.Unauthenticated);
       expect((err as ConnectError).rawMessage).toMatch(/MODELFORGE_OPERATOR_API_KEY/);
     }
     const watch = (client as any).watchNodes({}) as AsyncIterable<unknown>;
-    await expect((async () => {
-      for await (const _ of watch) break;
-    })()).rejects.toMatchObject({ code: Code.Unauthenticated });
+    await expect(
+      (async () => {
+        for await (const _ of watch) break;
+      })(),
+    ).rejects.toMatchObject({ code: Code.Unauthenticated });
   });
 });
 

@@ -7,14 +7,28 @@
 // never a stack in the log, and the server keeps serving.
 import http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { create, fromBinary, toBinary, ScalarType, type DescField, type DescMessage, type DescService, type Message } from "@bufbuild/protobuf";
+import {
+  create,
+  fromBinary,
+  toBinary,
+  ScalarType,
+  type DescField,
+  type DescMessage,
+  type DescService,
+  type Message,
+} from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { enrollTestNode, type TestNode } from "./support/node.js";
 import { AsyncQueue } from "../common/queue.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { AgentService, SessionRequestSchema, type SessionRequest, type SessionResponse } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import {
+  AgentService,
+  SessionRequestSchema,
+  type SessionRequest,
+  type SessionResponse,
+} from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { supportedProtocolVersions } from "../server/version.js";
@@ -35,7 +49,10 @@ function hostileValues(field: DescField): { label: string; value: unknown }[] {
     case "scalar":
       return scalarValues(field.scalar);
     case "enum":
-      return [{ label: "unknown enum", value: 999 }, { label: "negative enum", value: -5 }];
+      return [
+        { label: "unknown enum", value: 999 },
+        { label: "negative enum", value: -5 },
+      ];
     case "list":
       if (field.listKind === "scalar" && field.scalar === ScalarType.STRING) {
         return [
@@ -44,8 +61,13 @@ function hostileValues(field: DescField): { label: string; value: unknown }[] {
           { label: "long element", value: [longText] },
         ];
       }
-      if (field.listKind === "enum") return [{ label: "huge list", value: Array<number>(hugeCount).fill(1) }, { label: "unknown enum element", value: [999] }];
-      if (field.listKind === "message") return [{ label: "huge list", value: Array.from({ length: hugeCount }, () => create(field.message)) }];
+      if (field.listKind === "enum")
+        return [
+          { label: "huge list", value: Array<number>(hugeCount).fill(1) },
+          { label: "unknown enum element", value: [999] },
+        ];
+      if (field.listKind === "message")
+        return [{ label: "huge list", value: Array.from({ length: hugeCount }, () => create(field.message)) }];
       if (field.listKind === "scalar") return [{ label: "huge list", value: Array<unknown>(hugeCount).fill(zeroOf(field.scalar)) }];
       return [];
     case "map": {
@@ -67,7 +89,11 @@ function hostileValues(field: DescField): { label: string; value: unknown }[] {
 
 function zeroOf(scalar: ScalarType): unknown {
   switch (scalar) {
-    case ScalarType.INT64: case ScalarType.UINT64: case ScalarType.FIXED64: case ScalarType.SFIXED64: case ScalarType.SINT64:
+    case ScalarType.INT64:
+    case ScalarType.UINT64:
+    case ScalarType.FIXED64:
+    case ScalarType.SFIXED64:
+    case ScalarType.SINT64:
       return 0n;
     case ScalarType.BOOL:
       return false;
@@ -87,16 +113,36 @@ function scalarValues(scalar: ScalarType): { label: string; value: unknown }[] {
         { label: "over-long", value: longText },
         { label: "36 dashes", value: "-".repeat(36) },
       ];
-    case ScalarType.UINT64: case ScalarType.FIXED64:
-      return [{ label: "2^64-1", value: 2n ** 64n - 1n }, { label: "2^63", value: 2n ** 63n }];
-    case ScalarType.INT64: case ScalarType.SFIXED64: case ScalarType.SINT64:
-      return [{ label: "-2^63", value: -(2n ** 63n) }, { label: "2^63-1", value: 2n ** 63n - 1n }];
-    case ScalarType.INT32: case ScalarType.SFIXED32: case ScalarType.SINT32:
-      return [{ label: "int32 max", value: 2 ** 31 - 1 }, { label: "int32 min", value: -(2 ** 31) }];
-    case ScalarType.UINT32: case ScalarType.FIXED32:
+    case ScalarType.UINT64:
+    case ScalarType.FIXED64:
+      return [
+        { label: "2^64-1", value: 2n ** 64n - 1n },
+        { label: "2^63", value: 2n ** 63n },
+      ];
+    case ScalarType.INT64:
+    case ScalarType.SFIXED64:
+    case ScalarType.SINT64:
+      return [
+        { label: "-2^63", value: -(2n ** 63n) },
+        { label: "2^63-1", value: 2n ** 63n - 1n },
+      ];
+    case ScalarType.INT32:
+    case ScalarType.SFIXED32:
+    case ScalarType.SINT32:
+      return [
+        { label: "int32 max", value: 2 ** 31 - 1 },
+        { label: "int32 min", value: -(2 ** 31) },
+      ];
+    case ScalarType.UINT32:
+    case ScalarType.FIXED32:
       return [{ label: "uint32 max", value: 2 ** 32 - 1 }];
-    case ScalarType.DOUBLE: case ScalarType.FLOAT:
-      return [{ label: "NaN", value: Number.NaN }, { label: "Infinity", value: Number.POSITIVE_INFINITY }, { label: "-1e300", value: -1e300 }];
+    case ScalarType.DOUBLE:
+    case ScalarType.FLOAT:
+      return [
+        { label: "NaN", value: Number.NaN },
+        { label: "Infinity", value: Number.POSITIVE_INFINITY },
+        { label: "-1e300", value: -1e300 },
+      ];
     default:
       return [];
   }
@@ -155,7 +201,10 @@ interface Outcome {
 }
 
 /** gRPC status numbers that must never answer bad input. */
-const grpcForbidden = new Map([["2", "unknown"], ["13", "internal"]]);
+const grpcForbidden = new Map([
+  ["2", "unknown"],
+  ["13", "internal"],
+]);
 
 function envelope(bytes: Uint8Array): Uint8Array {
   const out = new Uint8Array(5 + bytes.byteLength);
@@ -308,10 +357,20 @@ describe("edge fuzzing from the descriptors", () => {
       }
     }
     const outcomes = await inParallel(tasks);
-    const bad = outcomes.filter((o) => grpcForbidden.has(o.code) || o.code === "internal" || o.code === "unknown" || o.code === "no-status" || o.code.startsWith("stream error"));
+    const bad = outcomes.filter(
+      (o) =>
+        grpcForbidden.has(o.code) ||
+        o.code === "internal" ||
+        o.code === "unknown" ||
+        o.code === "no-status" ||
+        o.code.startsWith("stream error"),
+    );
     const byCode = new Map<string, number>();
     for (const o of outcomes) byCode.set(o.code, (byCode.get(o.code) ?? 0) + 1);
-    console.log(`fuzzed ${methods} methods with ${outcomes.length} requests; ${bad.length} answered badly; answers by code:`, Object.fromEntries(byCode));
+    console.log(
+      `fuzzed ${methods} methods with ${outcomes.length} requests; ${bad.length} answered badly; answers by code:`,
+      Object.fromEntries(byCode),
+    );
     // Undecodable bodies are the caller's mistake, in every protocol.
     const undecodable = outcomes.filter((o) => /(illegal tag|truncated length|bad wire type|random)$/.test(o.call));
     expect(undecodable.filter((o) => o.code !== "3" && o.code !== "invalid_argument").map((o) => `${o.call} -> ${o.code}`)).toEqual([]);
@@ -326,10 +385,16 @@ describe("edge fuzzing from the descriptors", () => {
   it("answers every hostile Session message with a typed refusal and keeps the stream", async () => {
     const client = createClient(
       AgentService,
-      createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem, cert: (await node.state()).certPem, key: (await node.state()).keyPem } }),
+      createGrpcTransport({
+        baseUrl: ts.url,
+        nodeOptions: { ca: ts.caPem, cert: (await node.state()).certPem, key: (await node.state()).keyPem },
+      }),
     );
     const hello = (): SessionRequest =>
-      create(SessionRequestSchema, { messageId: 0n, message: { case: "hello", value: { protocolVersion: supportedProtocolVersions[0]!, agentVersion: "fuzz" } } });
+      create(SessionRequestSchema, {
+        messageId: 0n,
+        message: { case: "hello", value: { protocolVersion: supportedProtocolVersions[0]!, agentVersion: "fuzz" } },
+      });
 
     // Opens a stream, says Hello, waits for Welcome; `send` answers one message or the stream's end.
     const open = async () => {

@@ -50,13 +50,15 @@ function enrollRaw(tokenSecret: string, server: TestServer = ts) {
 }
 
 async function rejection(p: Promise<unknown>): Promise<ConnectError> {
-  const err = await p.then(() => undefined, (e: unknown) => e);
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(err).toBeInstanceOf(ConnectError);
   return err as ConnectError;
 }
 
-const activeCredentials = (nodeId: string) =>
-  ts.server.db.prisma.nodeCredential.count({ where: { nodeId, revokedAt: null } });
+const activeCredentials = (nodeId: string) => ts.server.db.prisma.nodeCredential.count({ where: { nodeId, revokedAt: null } });
 
 describe("enrollment tokens", () => {
   it("a 60-way storm on one token yields exactly one node and one active credential", async () => {
@@ -89,7 +91,7 @@ describe("enrollment tokens", () => {
     await ts.admin.revokeEnrollmentToken({ id: revoked.enrollmentToken!.id });
     expect((await rejection(enrollRaw(revoked.token).call)).rawMessage).toBe("enrollment token revoked");
 
-    const wrong = await rejection(enrollRaw("mfet_" + "A".repeat(43)).call);
+    const wrong = await rejection(enrollRaw(`mfet_${"A".repeat(43)}`).call);
     expect(wrong.code).toBe(Code.Unauthenticated);
     expect(wrong.rawMessage).toBe("enrollment token not valid");
   });
@@ -107,7 +109,12 @@ describe("enrollment tokens", () => {
 
   it("refuses a malformed CSR without burning the token", async () => {
     const t = await token();
-    const err = await rejection(pinnedClient(ts.url, ts.caPem).enroll({ token: t.token, csrPem: "-----BEGIN CERTIFICATE REQUEST-----\nxx\n-----END CERTIFICATE REQUEST-----\n" }));
+    const err = await rejection(
+      pinnedClient(ts.url, ts.caPem).enroll({
+        token: t.token,
+        csrPem: "-----BEGIN CERTIFICATE REQUEST-----\nxx\n-----END CERTIFICATE REQUEST-----\n",
+      }),
+    );
     expect(err.code).toBe(Code.InvalidArgument);
     await enrollRaw(t.token).call; // still usable
   });
@@ -201,7 +208,10 @@ describe("revocation", () => {
     expect((await it.next()).value?.message.case).toBe("welcome");
     const started = Date.now();
     await ts.admin.revokeNodeCredential({ nodeId: node.nodeId, reason: "stolen laptop" });
-    const end = await it.next().then(() => undefined, (e: unknown) => e);
+    const end = await it.next().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(Date.now() - started).toBeLessThan(1000);
     expect(end).toBeInstanceOf(ConnectError);
     expect((end as ConnectError).code).toBe(Code.Unauthenticated);
@@ -220,9 +230,15 @@ describe("revocation", () => {
     const it = client.session(outbound)[Symbol.asyncIterator]();
     expect((await it.next()).value?.message.case).toBe("welcome");
     // As another replica would: the row changes, this replica's registry is not told.
-    await ts.server.db.prisma.nodeCredential.updateMany({ where: { nodeId: node.nodeId }, data: { revokedAt: new Date(), revokedReason: "elsewhere" } });
+    await ts.server.db.prisma.nodeCredential.updateMany({
+      where: { nodeId: node.nodeId },
+      data: { revokedAt: new Date(), revokedReason: "elsewhere" },
+    });
     const started = Date.now();
-    const end = await it.next().then(() => undefined, (e: unknown) => e);
+    const end = await it.next().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(Date.now() - started).toBeLessThan(1000);
     expect((end as ConnectError).code).toBe(Code.Unauthenticated);
   });
@@ -232,7 +248,13 @@ describe("revocation", () => {
     const recovery = await token({ nodeId: node.nodeId });
     expect(await activeCredentials(node.nodeId)).toBe(0);
     expect((await rejection((await node.client()).heartbeat({}))).code).toBe(Code.Unauthenticated);
-    const state = await enrollNode({ serverUrl: ts.url, token: recovery.token, caFingerprint: ts.server.ca.fingerprint, statePath: node.statePath, force: true });
+    const state = await enrollNode({
+      serverUrl: ts.url,
+      token: recovery.token,
+      caFingerprint: ts.server.ca.fingerprint,
+      statePath: node.statePath,
+      force: true,
+    });
     expect(state.nodeId).toBe(node.nodeId);
     expect(await activeCredentials(node.nodeId)).toBe(1);
     await nodeClient(state).heartbeat({});
@@ -268,7 +290,9 @@ describe("renewal and rotation keep the node id and one active credential", () =
       expect(await activeCredentials(node.nodeId)).toBe(1);
       expect(await ts.server.db.prisma.nodeCredential.count({ where: { nodeId: node.nodeId } })).toBe(2);
       const audit = await ts.admin.listAuditEvents({ targetId: node.nodeId });
-      expect(audit.events.map((e) => e.action)).toEqual(expect.arrayContaining(["credential.rotation_requested", "credential.renewed", "node.enrolled"]));
+      expect(audit.events.map((e) => e.action)).toEqual(
+        expect.arrayContaining(["credential.rotation_requested", "credential.renewed", "node.enrolled"]),
+      );
     } finally {
       stop.abort();
       await running;
@@ -298,7 +322,9 @@ describe("decommission", () => {
     expect((await rejection(ts.admin.createEnrollmentToken({ nodeId: node.nodeId }))).code).toBe(Code.FailedPrecondition);
     expect((await rejection(ts.admin.rotateNodeCredential({ nodeId: node.nodeId }))).code).toBe(Code.FailedPrecondition);
     expect((await rejection(ts.admin.decommissionNode({ nodeId: node.nodeId }))).code).toBe(Code.FailedPrecondition);
-    const renamed = await rejection(ts.admin.updateNode({ nodeId: node.nodeId, name: "reborn", labels: { a: "b" }, updateMask: { paths: ["name", "labels"] } }));
+    const renamed = await rejection(
+      ts.admin.updateNode({ nodeId: node.nodeId, name: "reborn", labels: { a: "b" }, updateMask: { paths: ["name", "labels"] } }),
+    );
     expect([renamed.code, renamed.rawMessage]).toEqual([Code.FailedPrecondition, `node ${node.nodeId} is decommissioned`]);
     const got = await ts.admin.getNode({ nodeId: node.nodeId });
     expect(got.node?.name).toBe("retired");
@@ -394,8 +420,12 @@ describe("node metadata", () => {
     const h100 = await ts.admin.listNodes({ labels: { pool: "h100" } });
     expect(h100.nodes.map((n) => n.id)).toEqual([a.nodeId]);
     expect((await ts.admin.getNode({ nodeId: b.nodeId })).node?.name).toBe("renamed-b");
-    expect((await rejection(ts.admin.updateNode({ nodeId: a.nodeId, updateMask: { paths: ["liveness"] } }))).code).toBe(Code.InvalidArgument);
-    expect((await rejection(ts.admin.updateNode({ nodeId: a.nodeId, labels: { "bad key!": "x" }, updateMask: { paths: ["labels"] } }))).code).toBe(Code.InvalidArgument);
+    expect((await rejection(ts.admin.updateNode({ nodeId: a.nodeId, updateMask: { paths: ["liveness"] } }))).code).toBe(
+      Code.InvalidArgument,
+    );
+    expect(
+      (await rejection(ts.admin.updateNode({ nodeId: a.nodeId, labels: { "bad key!": "x" }, updateMask: { paths: ["labels"] } }))).code,
+    ).toBe(Code.InvalidArgument);
   });
 
   it("pages audit events newest first", async () => {

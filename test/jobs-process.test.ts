@@ -61,7 +61,10 @@ async function start(env: Record<string, string>): Promise<{ proc: ServerProcess
 const health = (runtimeId: string) => ({ kind: { case: "runtimeHealth" as const, value: { runtimeId } } });
 
 async function postgresReachable(): Promise<string | undefined> {
-  const client = new pg.Client({ connectionString: process.env.MODELFORGE_TEST_POSTGRES_URL ?? DEFAULT_TEST_POSTGRES_URL, connectionTimeoutMillis: 3_000 });
+  const client = new pg.Client({
+    connectionString: process.env.MODELFORGE_TEST_POSTGRES_URL ?? DEFAULT_TEST_POSTGRES_URL,
+    connectionTimeoutMillis: 3_000,
+  });
   try {
     await client.connect();
     return undefined;
@@ -141,7 +144,9 @@ describe("control-plane processes", () => {
 
       // The node advertises over a session once, then only polls.
       const agent = await startAgent(node, {
-        registry: new CapabilityRegistry().register("runtime.health.v1", async () => ({ result: { case: "runtimeHealth", value: { healthy: true } } })),
+        registry: new CapabilityRegistry().register("runtime.health.v1", async () => ({
+          result: { case: "runtimeHealth", value: { healthy: true } },
+        })),
       });
       await eventually(async () => (await adminB.getNode({ nodeId: node.nodeId })).node!.capabilities.length === 1, 15_000, "advertised");
       await agent.stop();
@@ -153,9 +158,13 @@ describe("control-plane processes", () => {
       const plain = 40;
       const keys = ["k1", "k2", "k3"];
       const created = await Promise.all([
-        ...Array.from({ length: plain }, (_, i) => (i % 2 ? adminA : adminB).createJob({ nodeId: node.nodeId, spec: health(`plain-${i}`) })),
+        ...Array.from({ length: plain }, (_, i) =>
+          (i % 2 ? adminA : adminB).createJob({ nodeId: node.nodeId, spec: health(`plain-${i}`) }),
+        ),
         ...keys.flatMap((k) =>
-          Array.from({ length: 4 }, (_, i) => (i % 2 ? adminB : adminA).createJob({ nodeId: node.nodeId, spec: health(`${k}-${i}`), orderingKey: k })),
+          Array.from({ length: 4 }, (_, i) =>
+            (i % 2 ? adminB : adminA).createJob({ nodeId: node.nodeId, spec: health(`${k}-${i}`), orderingKey: k }),
+          ),
         ),
       ]);
       expect(created.every((c) => c.job!.state === JobState.PENDING)).toBe(true); // no session anywhere
@@ -163,7 +172,9 @@ describe("control-plane processes", () => {
       const leases: { lease: JobLease; via: number }[] = [];
       for (let round = 0; round < 20; round++) {
         const got = await Promise.all(
-          Array.from({ length: 60 }, (_, i) => clients[i % 2]!.claimJob({}).then((r) => (r.lease ? { lease: r.lease, via: i % 2 } : undefined))),
+          Array.from({ length: 60 }, (_, i) =>
+            clients[i % 2]!.claimJob({}).then((r) => (r.lease ? { lease: r.lease, via: i % 2 } : undefined)),
+          ),
         );
         const won = got.filter((g): g is { lease: JobLease; via: number } => g !== undefined);
         leases.push(...won);

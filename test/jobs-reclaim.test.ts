@@ -19,16 +19,19 @@ const clock = new ManualClock();
 const agents: InProcessAgent[] = [];
 
 beforeAll(async () => {
-  ts = await startTestServer({
-    MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
-    MODELFORGE_TELEMETRY_INTERVAL: "10s",
-    MODELFORGE_STALE_AFTER: "1s",
-    MODELFORGE_OFFLINE_AFTER: "2s",
-    MODELFORGE_RECLAIM_GRACE: "500ms",
-    // Longer than the stale threshold: the lease lapses while the node is already unreachable,
-    // which must not put the job back in the queue.
-    MODELFORGE_LEASE_DURATION: "3s",
-  }, { clock });
+  ts = await startTestServer(
+    {
+      MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
+      MODELFORGE_TELEMETRY_INTERVAL: "10s",
+      MODELFORGE_STALE_AFTER: "1s",
+      MODELFORGE_OFFLINE_AFTER: "2s",
+      MODELFORGE_RECLAIM_GRACE: "500ms",
+      // Longer than the stale threshold: the lease lapses while the node is already unreachable,
+      // which must not put the job back in the queue.
+      MODELFORGE_LEASE_DURATION: "3s",
+    },
+    { clock },
+  );
 });
 afterAll(async () => {
   await Promise.all(agents.map((a) => a.stop()));
@@ -62,7 +65,9 @@ describe("a partitioned node", () => {
 
     const deploymentId = randomUUID();
     await ts.server.db.prisma.deployment.create({ data: { id: deploymentId, name: "llm", nodeId: node.nodeId, state: "ready" } });
-    const long = (await ts.admin.createJob({ nodeId: node.nodeId, spec: { kind: { case: "runtimeHealth", value: { runtimeId: "long" } } } })).job!;
+    const long = (
+      await ts.admin.createJob({ nodeId: node.nodeId, spec: { kind: { case: "runtimeHealth", value: { runtimeId: "long" } } } })
+    ).job!;
     await eventually(() => started.includes("long@1"), 5_000, "long job running");
 
     // The partition: the session and heartbeats stop, the job keeps running on the node.
@@ -70,7 +75,9 @@ describe("a partitioned node", () => {
     // A job created before the server notices the dead session is leased to it (and reclaimed
     // later, correctly); this one is meant to wait for the node, so create it once it is gone.
     await eventually(async () => !(await ts.admin.getNode({ nodeId: node.nodeId })).node!.connected, 5_000, "session gone on the server");
-    const queued = (await ts.admin.createJob({ nodeId: node.nodeId, spec: { kind: { case: "runtimeHealth", value: { runtimeId: "queued" } } } })).job!;
+    const queued = (
+      await ts.admin.createJob({ nodeId: node.nodeId, spec: { kind: { case: "runtimeHealth", value: { runtimeId: "queued" } } } })
+    ).job!;
 
     // Offline (past 2 s) but still within the reclaim grace: the job stays leased to the node.
     await clock.tick(2_400);
@@ -80,7 +87,11 @@ describe("a partitioned node", () => {
     await clock.tick(200);
     const reclaimed = await getJob(long.id);
     expect(reclaimed.state).toBe(JobState.FAILED);
-    expect(reclaimed.failure).toMatchObject({ code: JobFailureCode.NODE_UNREACHABLE, message: "node unreachable: reclaimed", retryable: false });
+    expect(reclaimed.failure).toMatchObject({
+      code: JobFailureCode.NODE_UNREACHABLE,
+      message: "node unreachable: reclaimed",
+      retryable: false,
+    });
     expect(reclaimed.attempt).toBe(1);
     expect((await ts.admin.getNode({ nodeId: node.nodeId })).node!.liveness).toBe(Liveness.OFFLINE);
     const deployment = await ts.server.db.prisma.deployment.findUniqueOrThrow({ where: { id: deploymentId } });

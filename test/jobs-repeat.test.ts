@@ -26,11 +26,16 @@ afterAll(async () => {
 });
 
 const spec: MessageInitShape<typeof JobSpecSchema> = { kind: { case: "runtimeHealth", value: { runtimeId: "rt-1" } } };
-const healthy = (detail: string): MessageInitShape<typeof ResultSchema> => ({ result: { case: "runtimeHealth", value: { healthy: true, detail } } });
+const healthy = (detail: string): MessageInitShape<typeof ResultSchema> => ({
+  result: { case: "runtimeHealth", value: { healthy: true, detail } },
+});
 const failure = (message: string, retryable = false) => ({ code: JobFailureCode.RUNTIME_ERROR, message, retryable });
 
 async function errorOf(p: Promise<unknown>): Promise<ConnectError> {
-  const err = await p.then(() => undefined, (e: unknown) => e);
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(err).toBeInstanceOf(ConnectError);
   return err as ConnectError;
 }
@@ -46,7 +51,11 @@ async function leasedJob(node: TestNode, maxAttempts = 1) {
 }
 
 const getJob = async (jobId: string) => (await ts.admin.getJob({ jobId })).job!;
-const succeededLines = (jobId: string) => ts.logs().split("\n").filter((l) => l.includes(jobId) && l.includes('"job succeeded"')).length;
+const succeededLines = (jobId: string) =>
+  ts
+    .logs()
+    .split("\n")
+    .filter((l) => l.includes(jobId) && l.includes('"job succeeded"')).length;
 
 describe("repeated job outcomes, unary", () => {
   it("answers a repeated completion OK, refuses a different result or a failure of that attempt", async () => {
@@ -76,7 +85,9 @@ describe("repeated job outcomes, unary", () => {
     const other = await errorOf(client.failJob({ jobId, attempt, failure: failure("disk on fire") }));
     expect(other.code).toBe(Code.Aborted);
     expect(other.rawMessage).toMatch(/already failed with a different failure/);
-    expect((await errorOf(client.failJob({ jobId, attempt, failure: { ...failure("disk full"), retryable: true } }))).code).toBe(Code.Aborted);
+    expect((await errorOf(client.failJob({ jobId, attempt, failure: { ...failure("disk full"), retryable: true } }))).code).toBe(
+      Code.Aborted,
+    );
     expect((await errorOf(client.completeJob({ jobId, attempt, result: healthy("ok") }))).code).toBe(Code.Aborted);
     expect((await getJob(jobId)).failure).toMatchObject({ message: "disk full", retryable: false });
   });
@@ -102,7 +113,10 @@ describe("repeated job outcomes, on the Session", () => {
     const node = await enrollTestNode(ts, "session-completer");
     const { client, jobId, attempt } = await leasedJob(node);
     type Req = MessageInitShape<typeof SessionRequestSchema>;
-    const complete = (messageId: bigint, detail: string): Req => ({ messageId, message: { case: "jobComplete", value: { jobId, attempt, result: healthy(detail) } } });
+    const complete = (messageId: bigint, detail: string): Req => ({
+      messageId,
+      message: { case: "jobComplete", value: { jobId, attempt, result: healthy(detail) } },
+    });
     let done!: () => void;
     const finished = new Promise<void>((resolve) => (done = resolve));
     const outbound = (async function* (): AsyncGenerator<Req> {
@@ -128,24 +142,83 @@ describe("repeated job outcomes, on the Session", () => {
 
 describe("judgeRepeat", () => {
   const result = (detail: string): ReportedOutcome => ({ kind: "result", result: create(JobResultSchema, healthy(detail)) });
-  const failed = (message: string, retryable = false): ReportedOutcome => ({ kind: "failure", failure: create(JobFailureSchema, failure(message, retryable)) });
+  const failed = (message: string, retryable = false): ReportedOutcome => ({
+    kind: "failure",
+    failure: create(JobFailureSchema, failure(message, retryable)),
+  });
   const cases: [string, Parameters<typeof judgeRepeat>, ReturnType<typeof judgeRepeat>][] = [
     ["attempt still running", [{ state: "leased", attempt: 1 }, 1, { outcome: null, recorded: undefined }, result("ok")], { kind: "none" }],
     ["attempt row unknown", [{ state: "leased", attempt: 1 }, 1, null, result("ok")], { kind: "none" }],
-    ["attempt expired (the server ended it)", [{ state: "leased", attempt: 2 }, 1, { outcome: "expired", recorded: undefined }, result("ok")], { kind: "none" }],
-    ["attempt reclaimed", [{ state: "failed", attempt: 1 }, 1, { outcome: "reclaimed", recorded: failed("x") }, failed("x")], { kind: "none" }],
-    ["ended before outcomes were recorded", [{ state: "failed", attempt: 1 }, 1, { outcome: "failed", recorded: undefined }, failed("x")], { kind: "none" }],
-    ["same result", [{ state: "succeeded", attempt: 1 }, 1, { outcome: "succeeded", recorded: result("ok") }, result("ok")], { kind: "same", willRetry: false }],
-    ["other result", [{ state: "succeeded", attempt: 1 }, 1, { outcome: "succeeded", recorded: result("ok") }, result("no")], { kind: "different", reason: "lease lost: stop work (attempt 1 already succeeded with a different result)" }],
-    ["failure after success", [{ state: "succeeded", attempt: 1 }, 1, { outcome: "succeeded", recorded: result("ok") }, failed("x")], { kind: "different", reason: "lease lost: stop work (attempt 1 already succeeded with a different result)" }],
-    ["no payload", [{ state: "succeeded", attempt: 1 }, 1, { outcome: "succeeded", recorded: result("ok") }, undefined], { kind: "different", reason: "lease lost: stop work (attempt 1 already succeeded with a different result)" }],
-    ["same final failure", [{ state: "failed", attempt: 2 }, 2, { outcome: "failed", recorded: failed("x") }, failed("x")], { kind: "same", willRetry: false }],
-    ["same retried failure, job pending", [{ state: "pending", attempt: 1 }, 1, { outcome: "failed", recorded: failed("x", true) }, failed("x", true)], { kind: "same", willRetry: true }],
-    ["same retried failure, next attempt finished", [{ state: "succeeded", attempt: 2 }, 1, { outcome: "failed", recorded: failed("x", true) }, failed("x", true)], { kind: "same", willRetry: true }],
-    ["other message", [{ state: "failed", attempt: 1 }, 1, { outcome: "failed", recorded: failed("x") }, failed("y")], { kind: "different", reason: "lease lost: stop work (attempt 1 already failed with a different failure)" }],
-    ["other retryable flag", [{ state: "failed", attempt: 1 }, 1, { outcome: "failed", recorded: failed("x") }, failed("x", true)], { kind: "different", reason: "lease lost: stop work (attempt 1 already failed with a different failure)" }],
-    ["completion after failure", [{ state: "failed", attempt: 1 }, 1, { outcome: "failed", recorded: failed("x") }, result("ok")], { kind: "different", reason: "lease lost: stop work (attempt 1 already failed with a different failure)" }],
-    ["same cancellation", [{ state: "cancelled", attempt: 1 }, 1, { outcome: "cancelled", recorded: failed("c") }, failed("c")], { kind: "same", willRetry: false }],
+    [
+      "attempt expired (the server ended it)",
+      [{ state: "leased", attempt: 2 }, 1, { outcome: "expired", recorded: undefined }, result("ok")],
+      { kind: "none" },
+    ],
+    [
+      "attempt reclaimed",
+      [{ state: "failed", attempt: 1 }, 1, { outcome: "reclaimed", recorded: failed("x") }, failed("x")],
+      { kind: "none" },
+    ],
+    [
+      "ended before outcomes were recorded",
+      [{ state: "failed", attempt: 1 }, 1, { outcome: "failed", recorded: undefined }, failed("x")],
+      { kind: "none" },
+    ],
+    [
+      "same result",
+      [{ state: "succeeded", attempt: 1 }, 1, { outcome: "succeeded", recorded: result("ok") }, result("ok")],
+      { kind: "same", willRetry: false },
+    ],
+    [
+      "other result",
+      [{ state: "succeeded", attempt: 1 }, 1, { outcome: "succeeded", recorded: result("ok") }, result("no")],
+      { kind: "different", reason: "lease lost: stop work (attempt 1 already succeeded with a different result)" },
+    ],
+    [
+      "failure after success",
+      [{ state: "succeeded", attempt: 1 }, 1, { outcome: "succeeded", recorded: result("ok") }, failed("x")],
+      { kind: "different", reason: "lease lost: stop work (attempt 1 already succeeded with a different result)" },
+    ],
+    [
+      "no payload",
+      [{ state: "succeeded", attempt: 1 }, 1, { outcome: "succeeded", recorded: result("ok") }, undefined],
+      { kind: "different", reason: "lease lost: stop work (attempt 1 already succeeded with a different result)" },
+    ],
+    [
+      "same final failure",
+      [{ state: "failed", attempt: 2 }, 2, { outcome: "failed", recorded: failed("x") }, failed("x")],
+      { kind: "same", willRetry: false },
+    ],
+    [
+      "same retried failure, job pending",
+      [{ state: "pending", attempt: 1 }, 1, { outcome: "failed", recorded: failed("x", true) }, failed("x", true)],
+      { kind: "same", willRetry: true },
+    ],
+    [
+      "same retried failure, next attempt finished",
+      [{ state: "succeeded", attempt: 2 }, 1, { outcome: "failed", recorded: failed("x", true) }, failed("x", true)],
+      { kind: "same", willRetry: true },
+    ],
+    [
+      "other message",
+      [{ state: "failed", attempt: 1 }, 1, { outcome: "failed", recorded: failed("x") }, failed("y")],
+      { kind: "different", reason: "lease lost: stop work (attempt 1 already failed with a different failure)" },
+    ],
+    [
+      "other retryable flag",
+      [{ state: "failed", attempt: 1 }, 1, { outcome: "failed", recorded: failed("x") }, failed("x", true)],
+      { kind: "different", reason: "lease lost: stop work (attempt 1 already failed with a different failure)" },
+    ],
+    [
+      "completion after failure",
+      [{ state: "failed", attempt: 1 }, 1, { outcome: "failed", recorded: failed("x") }, result("ok")],
+      { kind: "different", reason: "lease lost: stop work (attempt 1 already failed with a different failure)" },
+    ],
+    [
+      "same cancellation",
+      [{ state: "cancelled", attempt: 1 }, 1, { outcome: "cancelled", recorded: failed("c") }, failed("c")],
+      { kind: "same", willRetry: false },
+    ],
   ];
   it.each(cases)("%s", (_name, args, want) => {
     expect(judgeRepeat(...args)).toEqual(want);

@@ -10,14 +10,7 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { JobCancelSchema, type Reply } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { JobFailureCode, JobLeaseSchema, JobSpecSchema, type JobLease } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { SessionLink } from "../agent/session.js";
-import {
-  CapabilityRegistry,
-  JobCancelled,
-  JobRunner,
-  LeaseLost,
-  ReceiptStore,
-  type JobHandler,
-} from "../agent/jobs/index.js";
+import { CapabilityRegistry, JobCancelled, JobRunner, LeaseLost, ReceiptStore, type JobHandler } from "../agent/jobs/index.js";
 import { eventually } from "./support/node.js";
 import type { LinkMessage } from "./support/agent.js";
 
@@ -57,11 +50,22 @@ const refuse = (code: string, message: string): Reply["result"] => ({
 });
 
 let n = 0;
-function lease(spec: JobLease["spec"] | undefined, attempt = 1, leaseMs = 600, jobId = `00000000-0000-4000-8000-${String(++n).padStart(12, "0")}`): JobLease {
+function lease(
+  spec: JobLease["spec"] | undefined,
+  attempt = 1,
+  leaseMs = 600,
+  jobId = `00000000-0000-4000-8000-${String(++n).padStart(12, "0")}`,
+): JobLease {
   return create(JobLeaseSchema, { jobId, attempt, expiresAt: timestampFromMs(Date.now() + leaseMs), ...(spec ? { spec } : {}) });
 }
-const healthSpec = { $typeName: "modelforge.jobs.v1.JobSpec", kind: { case: "runtimeHealth", value: { $typeName: "modelforge.jobs.v1.RuntimeHealth", runtimeId: "rt" } } } as const;
-const drainSpec = { $typeName: "modelforge.jobs.v1.JobSpec", kind: { case: "deploymentDrain", value: { $typeName: "modelforge.jobs.v1.DeploymentDrain", deploymentId: "d" } } } as const;
+const healthSpec = {
+  $typeName: "modelforge.jobs.v1.JobSpec",
+  kind: { case: "runtimeHealth", value: { $typeName: "modelforge.jobs.v1.RuntimeHealth", runtimeId: "rt" } },
+} as const;
+const drainSpec = {
+  $typeName: "modelforge.jobs.v1.JobSpec",
+  kind: { case: "deploymentDrain", value: { $typeName: "modelforge.jobs.v1.DeploymentDrain", deploymentId: "d" } },
+} as const;
 
 function until(signal: AbortSignal): Promise<never> {
   return new Promise((_resolve, reject) => signal.addEventListener("abort", () => reject(signal.reason as Error)));
@@ -117,7 +121,9 @@ describe("JobRunner", () => {
         throw ctx.signal.reason as Error;
       },
     });
-    const link = fakeLink((m) => (m.case === "jobProgress" ? refuse("aborted", "lease lost: stop work (attempt 1 is stale; current attempt is 2)") : okAnswer(m)));
+    const link = fakeLink((m) =>
+      m.case === "jobProgress" ? refuse("aborted", "lease lost: stop work (attempt 1 is stale; current attempt is 2)") : okAnswer(m),
+    );
     r.onLease(lease(healthSpec, 1, 300), link.link);
     await r.idle();
     expect(reasons[0]).toBeInstanceOf(LeaseLost);
@@ -184,18 +190,42 @@ describe("JobRunner", () => {
     await r.idle();
     expect(reasons[0]).toBeInstanceOf(JobCancelled);
     const fail = link.of("jobFail")[0]!.m;
-    expect(fail.case === "jobFail" && fail.value.failure).toMatchObject({ code: JobFailureCode.CANCELLED, retryable: false, message: "cancelled: operator said so" });
+    expect(fail.case === "jobFail" && fail.value.failure).toMatchObject({
+      code: JobFailureCode.CANCELLED,
+      retryable: false,
+      message: "cancelled: operator said so",
+    });
   });
 
   it("fails a lease whose paths break the artifact path grammar with PATH_REJECTED, without running it", async () => {
     let ran = 0;
-    const r = runnerWith({ "artifact.acquire.v1": async () => (ran++, { result: { case: "artifactAcquire", value: {} } }) });
+    const r = runnerWith({
+      "artifact.acquire.v1": async () => {
+        ran++;
+        return { result: { case: "artifactAcquire", value: {} } };
+      },
+    });
     const link = fakeLink();
     const acquire = (path: string) =>
       create(JobSpecSchema, {
-        kind: { case: "artifactAcquire", value: { repository: "org/m", commit: "a".repeat(40), targetRoot: "/srv/models", files: [{ path, sizeBytes: 1n, sha256: "b".repeat(64) }] } },
+        kind: {
+          case: "artifactAcquire",
+          value: {
+            repository: "org/m",
+            commit: "a".repeat(40),
+            targetRoot: "/srv/models",
+            files: [{ path, sizeBytes: 1n, sha256: "b".repeat(64) }],
+          },
+        },
       });
-    for (const path of ["%2e%2e/%2e%2e/etc/passwd", "\u2024\u2024/etc/passwd", "\uff0e\uff0e/x", "~/.ssh/authorized_keys", ".git/hooks/post-checkout", "a\nb"]) {
+    for (const path of [
+      "%2e%2e/%2e%2e/etc/passwd",
+      "\u2024\u2024/etc/passwd",
+      "\uff0e\uff0e/x",
+      "~/.ssh/authorized_keys",
+      ".git/hooks/post-checkout",
+      "a\nb",
+    ]) {
       r.onLease(lease(acquire(path)), link.link);
     }
     await r.idle();
@@ -220,7 +250,11 @@ describe("JobRunner", () => {
     await r.idle();
     const failures = link.of("jobFail").map((s) => (s.m.case === "jobFail" ? s.m.value.failure : undefined));
     expect(failures).toEqual([
-      expect.objectContaining({ code: JobFailureCode.UNSUPPORTED_CAPABILITY, retryable: false, message: 'this agent does not implement capability "deployment.drain.v1"; it implements: runtime.health.v1' }),
+      expect.objectContaining({
+        code: JobFailureCode.UNSUPPORTED_CAPABILITY,
+        retryable: false,
+        message: 'this agent does not implement capability "deployment.drain.v1"; it implements: runtime.health.v1',
+      }),
       expect.objectContaining({ code: JobFailureCode.UNSUPPORTED_CAPABILITY, retryable: false }),
     ]);
     expect(link.of("jobProgress")).toHaveLength(0);
@@ -235,11 +269,25 @@ describe("JobRunner", () => {
     });
     const link = fakeLink();
     r.onLease(lease(healthSpec), link.link);
-    r.onLease(lease({ $typeName: "modelforge.jobs.v1.JobSpec", kind: { case: "deploymentHealth", value: { $typeName: "modelforge.jobs.v1.DeploymentHealth", deploymentId: "d" } } }), link.link);
+    r.onLease(
+      lease({
+        $typeName: "modelforge.jobs.v1.JobSpec",
+        kind: { case: "deploymentHealth", value: { $typeName: "modelforge.jobs.v1.DeploymentHealth", deploymentId: "d" } },
+      }),
+      link.link,
+    );
     await r.idle();
     const failures = link.of("jobFail").map((s) => (s.m.case === "jobFail" ? s.m.value.failure : undefined));
-    expect(failures).toContainEqual(expect.objectContaining({ code: JobFailureCode.INTERNAL, retryable: false, message: "the handler of runtime.health.v1 returned a deployment.health.v1 result" }));
-    expect(failures).toContainEqual(expect.objectContaining({ code: JobFailureCode.INTERNAL, retryable: true, message: "unexpected error: disk on fire" }));
+    expect(failures).toContainEqual(
+      expect.objectContaining({
+        code: JobFailureCode.INTERNAL,
+        retryable: false,
+        message: "the handler of runtime.health.v1 returned a deployment.health.v1 result",
+      }),
+    );
+    expect(failures).toContainEqual(
+      expect.objectContaining({ code: JobFailureCode.INTERNAL, retryable: true, message: "unexpected error: disk on fire" }),
+    );
   });
 
   it("keeps receipts of finished destructive jobs across restarts and replays them without running the job", async () => {
@@ -255,7 +303,13 @@ describe("JobRunner", () => {
       return okAnswer(m);
     });
     const stop = new AbortController();
-    const first = new JobRunner({ registry: new CapabilityRegistry().register("deployment.drain.v1", drain), receipts: await ReceiptStore.open(path), log, signal: stop.signal, retryDelayMs: 20 });
+    const first = new JobRunner({
+      registry: new CapabilityRegistry().register("deployment.drain.v1", drain),
+      receipts: await ReceiptStore.open(path),
+      log,
+      signal: stop.signal,
+      retryDelayMs: 20,
+    });
     const l = lease(drainSpec);
     first.onLease(l, lost.link);
     await eventually(() => lost.of("jobComplete").length >= 2, 2_000, "report retried");
@@ -264,13 +318,21 @@ describe("JobRunner", () => {
     expect(statSync(path).mode & 0o777).toBe(0o600);
 
     // A new agent process gets the lease again (a higher attempt) and only re-sends the outcome.
-    const second = new JobRunner({ registry: new CapabilityRegistry().register("deployment.drain.v1", drain), receipts: await ReceiptStore.open(path), log });
+    const second = new JobRunner({
+      registry: new CapabilityRegistry().register("deployment.drain.v1", drain),
+      receipts: await ReceiptStore.open(path),
+      log,
+    });
     const link = fakeLink();
     second.onLease(lease(drainSpec, 2, 600, l.jobId), link.link);
     await second.idle();
     expect(runs).toBe(1);
     const complete = link.of("jobComplete")[0]!.m;
-    expect(complete.case === "jobComplete" && complete.value).toMatchObject({ jobId: l.jobId, attempt: 2, result: { result: { case: "deploymentDrain", value: { completedInFlight: 3 } } } });
+    expect(complete.case === "jobComplete" && complete.value).toMatchObject({
+      jobId: l.jobId,
+      attempt: 2,
+      result: { result: { case: "deploymentDrain", value: { completedInFlight: 3 } } },
+    });
 
     // A damaged receipts file is an error, never an empty store.
     const damaged = join(dir, "damaged.json");

@@ -25,15 +25,18 @@ const agents: InProcessAgent[] = [];
 const clock = new ManualClock();
 
 beforeAll(async () => {
-  ts = await startTestServer({
-    MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
-    MODELFORGE_TELEMETRY_INTERVAL: "10s",
-    MODELFORGE_STALE_AFTER: "1s",
-    MODELFORGE_OFFLINE_AFTER: "2s",
-    MODELFORGE_RECLAIM_GRACE: "500ms",
-    MODELFORGE_LEASE_DURATION: "2s",
-    MODELFORGE_APPROVED_ROOTS: "/srv/models",
-  }, { clock });
+  ts = await startTestServer(
+    {
+      MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
+      MODELFORGE_TELEMETRY_INTERVAL: "10s",
+      MODELFORGE_STALE_AFTER: "1s",
+      MODELFORGE_OFFLINE_AFTER: "2s",
+      MODELFORGE_RECLAIM_GRACE: "500ms",
+      MODELFORGE_LEASE_DURATION: "2s",
+      MODELFORGE_APPROVED_ROOTS: "/srv/models",
+    },
+    { clock },
+  );
 });
 afterAll(async () => {
   await Promise.all(agents.map((a) => a.stop()));
@@ -65,10 +68,14 @@ async function nodeWith(name: string, handlers: Record<string, JobHandler>, node
   const agent = await startAgent(n, { registry: registryWith(handlers) });
   agents.push(agent);
   const want = Object.keys(handlers).sort();
-  await eventually(async () => {
-    const got = (await ts.admin.getNode({ nodeId: n.nodeId })).node!;
-    return got.connected && [...got.capabilities].sort().join() === want.join();
-  }, 10_000, `${name} online advertising ${want.join(", ")}`);
+  await eventually(
+    async () => {
+      const got = (await ts.admin.getNode({ nodeId: n.nodeId })).node!;
+      return got.connected && [...got.capabilities].sort().join() === want.join();
+    },
+    10_000,
+    `${name} online advertising ${want.join(", ")}`,
+  );
   return { node: n, agent };
 }
 
@@ -78,24 +85,35 @@ async function untilDisconnected(node: TestNode): Promise<void> {
 }
 
 async function errorOf(p: Promise<unknown>): Promise<ConnectError> {
-  const err = await p.then(() => undefined, (e: unknown) => e);
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(err).toBeInstanceOf(ConnectError);
   return err as ConnectError;
 }
 
 async function untilState(jobId: string, state: JobState, timeoutMs = 10_000) {
-  return eventually(async () => {
-    const job = await getJob(jobId);
-    return job.state === state ? job : undefined;
-  }, timeoutMs, `job ${jobId} ${JobState[state]}`);
+  return eventually(
+    async () => {
+      const job = await getJob(jobId);
+      return job.state === state ? job : undefined;
+    },
+    timeoutMs,
+    `job ${jobId} ${JobState[state]}`,
+  );
 }
 
 /** Waits until the server has heard from the node at or after `at` (its clock's time). */
 async function heardFromSince(node: TestNode, at: number): Promise<void> {
-  await eventually(async () => {
-    const last = (await ts.admin.getNode({ nodeId: node.nodeId })).node!.lastHeartbeatAt;
-    return last !== undefined && timestampMs(last) >= at;
-  }, 10_000, `a heartbeat from ${node.nodeId} at the new time`);
+  await eventually(
+    async () => {
+      const last = (await ts.admin.getNode({ nodeId: node.nodeId })).node!.lastHeartbeatAt;
+      return last !== undefined && timestampMs(last) >= at;
+    },
+    10_000,
+    `a heartbeat from ${node.nodeId} at the new time`,
+  );
 }
 
 describe("creating jobs", () => {
@@ -121,7 +139,10 @@ describe("creating jobs", () => {
       [{ kind: { case: undefined } }, /spec\.kind/],
       [artifact({ commit: "0123456" }), /spec\.artifact_acquire\.commit.*full 40-digit/],
       [artifact({ commit: "main" }), /spec\.artifact_acquire\.commit/],
-      [artifact({ files: [{ path: "../etc/passwd", sizeBytes: 1n, sha256: "a".repeat(64) }] }), /spec\.artifact_acquire\.files\[0\]\.path.*\.\./],
+      [
+        artifact({ files: [{ path: "../etc/passwd", sizeBytes: 1n, sha256: "a".repeat(64) }] }),
+        /spec\.artifact_acquire\.files\[0\]\.path.*\.\./,
+      ],
       [artifact({ files: [{ path: "a", sizeBytes: 1n, sha256: "xyz" }] }), /spec\.artifact_acquire\.files\[0\]\.sha256/],
       [artifact({ files: [{ path: "a", sizeBytes: 0n, sha256: "a".repeat(64) }] }), /spec\.artifact_acquire\.files\[0\]\.size_bytes/],
       [artifact({ targetRoot: "/tmp" }), /spec\.artifact_acquire\.target_root.*approved roots \(\/srv\/models\)/],
@@ -136,7 +157,9 @@ describe("creating jobs", () => {
 
     const unadvertised = await errorOf(create(artifact()));
     expect(unadvertised.code).toBe(Code.FailedPrecondition);
-    expect(unadvertised.rawMessage).toBe(`node ${node.nodeId} never advertised capability "artifact.acquire.v1"; it advertises: runtime.health.v1`);
+    expect(unadvertised.rawMessage).toBe(
+      `node ${node.nodeId} never advertised capability "artifact.acquire.v1"; it advertises: runtime.health.v1`,
+    );
 
     expect((await errorOf(create(health(), { nodeId: "8d3c1c1e-0000-4000-8000-000000000000" }))).code).toBe(Code.NotFound);
 
@@ -210,10 +233,14 @@ describe("leasing and running", () => {
     await heardFromSince(node, clock.now());
     await clock.tick(100); // one sweep: attempt 1 expires and goes back to the queue
     // The leasing pass the expiry starts runs on its own: wait for its outcome (its push is held).
-    await eventually(async () => {
-      const j = await getJob(job.id);
-      return j.attempt === 2 && j.state === JobState.LEASED;
-    }, 10_000, "attempt 2 leased after attempt 1 expired");
+    await eventually(
+      async () => {
+        const j = await getJob(job.id);
+        return j.attempt === 2 && j.state === JobState.LEASED;
+      },
+      10_000,
+      "attempt 2 leased after attempt 1 expired",
+    );
 
     const stale = await errorOf((await node.client()).reportJobProgress({ jobId: job.id, attempt: 1 }));
     expect(stale.code).toBe(Code.Aborted);
@@ -281,18 +308,26 @@ describe("leasing and running", () => {
       expect(first.attempt).toBe(1);
       // Progress renews the lease, and is bounded.
       await clock.tick(10);
-      const renewed = await client.reportJobProgress({ jobId: job.id, attempt: 1, progress: { percent: 10, bytesDone: 5n, bytesTotal: 50n } });
+      const renewed = await client.reportJobProgress({
+        jobId: job.id,
+        attempt: 1,
+        progress: { percent: 10, bytesDone: 5n, bytesTotal: 50n },
+      });
       expect(timestampMs(renewed.expiresAt!)).toBeGreaterThan(timestampMs(first.expiresAt!));
       expect(renewed.cancelRequested).toBe(false);
       expect((await client.claimJob({})).lease).toBeUndefined(); // nothing else to lease
       const oversized = await errorOf(client.reportJobProgress({ jobId: job.id, attempt: 1, progress: { message: "x".repeat(300) } }));
       expect(oversized.code).toBe(Code.InvalidArgument);
       expect(oversized.rawMessage).toMatch(/progress\.message/);
-      expect((await errorOf(client.reportJobProgress({ jobId: job.id, attempt: 1, progress: { percent: 150 } }))).rawMessage).toMatch(/progress\.percent/);
+      expect((await errorOf(client.reportJobProgress({ jobId: job.id, attempt: 1, progress: { percent: 150 } }))).rawMessage).toMatch(
+        /progress\.percent/,
+      );
       expect((await errorOf(client.reportJobProgress({ jobId: job.id, attempt: 2 }))).code).toBe(Code.FailedPrecondition);
       expect((await getJob(job.id)).progress).toMatchObject({ percent: 10, bytesDone: 5n, bytesTotal: 50n });
       // A result of another capability is refused.
-      const wrong = await errorOf(client.completeJob({ jobId: job.id, attempt: 1, result: { result: { case: "deploymentHealth", value: { healthy: true } } } }));
+      const wrong = await errorOf(
+        client.completeJob({ jobId: job.id, attempt: 1, result: { result: { case: "deploymentHealth", value: { healthy: true } } } }),
+      );
       expect(wrong.code).toBe(Code.InvalidArgument);
       expect(wrong.rawMessage).toMatch(/deployment\.health\.v1 result, but the job is runtime\.health\.v1/);
 
@@ -326,7 +361,11 @@ describe("leasing and running", () => {
     const job = (await ts.admin.createJob({ nodeId: node.nodeId, spec: health("rt-poll") })).job!;
     const lease = await eventually(async () => (await client.claimJob({})).lease, 5_000, "a lease by polling");
     expect(lease.jobId).toBe(job.id);
-    await client.completeJob({ jobId: job.id, attempt: lease.attempt, result: { result: { case: "runtimeHealth", value: { healthy: true } } } });
+    await client.completeJob({
+      jobId: job.id,
+      attempt: lease.attempt,
+      result: { result: { case: "runtimeHealth", value: { healthy: true } } },
+    });
     expect((await untilState(job.id, JobState.SUCCEEDED)).result?.result.case).toBe("runtimeHealth");
   });
 
@@ -352,10 +391,14 @@ describe("leasing and running", () => {
         return ts.admin.createJob({ nodeId: node.nodeId, spec: health(`${key}#${i}`), orderingKey: key });
       }),
     );
-    await eventually(async () => {
-      const jobs = await Promise.all(made.map((m) => getJob(m.job!.id)));
-      return jobs.every((j) => j.state === JobState.SUCCEEDED);
-    }, 20_000, "all keyed jobs succeeded");
+    await eventually(
+      async () => {
+        const jobs = await Promise.all(made.map((m) => getJob(m.job!.id)));
+        return jobs.every((j) => j.state === JobState.SUCCEEDED);
+      },
+      20_000,
+      "all keyed jobs succeeded",
+    );
     expect(overlap).toBe(0);
     for (const key of keys) {
       // Creation order is the server's order (newest first in ListJobs).
@@ -441,7 +484,9 @@ describe("leasing and running", () => {
     );
     expect(http.status).toBe(403);
     expect((await client.claimJob({})).lease).toBeUndefined();
-    expect((await errorOf(client.reportJobProgress({ jobId: "8d3c1c1e-0000-4000-8000-000000000000", attempt: 1 }))).code).toBe(Code.NotFound);
+    expect((await errorOf(client.reportJobProgress({ jobId: "8d3c1c1e-0000-4000-8000-000000000000", attempt: 1 }))).code).toBe(
+      Code.NotFound,
+    );
     expect((await errorOf(client.reportJobProgress({ jobId: "not-a-job", attempt: 1 }))).code).toBe(Code.InvalidArgument);
     expect(other.agent.tap.leases).toHaveLength(0);
 

@@ -29,7 +29,10 @@ async function reconcileFleet(replicas: TestServer[], clock: ManualClock) {
   expect(await countIn("stale")).toBe(fleet);
   await clock.tick(1500); // 3.1 s: offline
   expect(await countIn("offline")).toBe(fleet);
-  const audits = await prisma.auditEvent.findMany({ where: { targetId: { in: ids } }, select: { targetId: true, action: true, details: true } });
+  const audits = await prisma.auditEvent.findMany({
+    where: { targetId: { in: ids } },
+    select: { targetId: true, action: true, details: true },
+  });
   const perNode = new Map<string, string[]>();
   for (const a of audits) perNode.set(a.targetId, [...(perNode.get(a.targetId) ?? []), a.action]);
   expect(perNode.size).toBe(fleet);

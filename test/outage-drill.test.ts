@@ -149,11 +149,17 @@ describe.skipIf(problem !== undefined)(`database outage${problem ? ` (skipped: $
     };
     const agent = await startAgent(node, { registry: new CapabilityRegistry().register("runtime.health.v1", handler) });
     cleanups.push(() => agent.stop());
-    await eventually(async () => (await adminA.getNode({ nodeId: node.nodeId })).node!.capabilities.length === 1, 20_000, "capability advertised");
+    await eventually(
+      async () => (await adminA.getNode({ nodeId: node.nodeId })).node!.capabilities.length === 1,
+      20_000,
+      "capability advertised",
+    );
 
     const jobs = 24;
     const created = await Promise.all(
-      Array.from({ length: jobs }, (_, i) => (i % 2 ? adminA : adminB).createJob({ nodeId: node.nodeId, spec: health(`${i % 3 === 0 ? "early" : "late"}-${i}`) })),
+      Array.from({ length: jobs }, (_, i) =>
+        (i % 2 ? adminA : adminB).createJob({ nodeId: node.nodeId, spec: health(`${i % 3 === 0 ? "early" : "late"}-${i}`) }),
+      ),
     );
     const ids = created.map((c) => c.job!.id);
     await eventually(() => starts.size === jobs, 20_000, "every job running");
@@ -174,27 +180,40 @@ describe.skipIf(problem !== undefined)(`database outage${problem ? ` (skipped: $
         expect.soft(err?.code === undefined ? "ok" : Code[err.code], err?.rawMessage).toBe("Unavailable");
         expect.soft(err?.rawMessage).toBe("database unavailable: retry");
       }
-      const cli = await forge(["nodes", "list"], { MODELFORGE_SERVER: aUrl, MODELFORGE_CA_FILE: join(certs, "ca.crt"), MODELFORGE_OPERATOR_API_KEY: key });
+      const cli = await forge(["nodes", "list"], {
+        MODELFORGE_SERVER: aUrl,
+        MODELFORGE_CA_FILE: join(certs, "ca.crt"),
+        MODELFORGE_OPERATOR_API_KEY: key,
+      });
       expect.soft(cli.code).toBe(1);
       expect.soft(cli.stderr).toContain("control plane unavailable, retry");
       expect.soft(cli.stderr).not.toMatch(/prisma|invocation|ECONNREFUSED/i);
       // The early jobs finish while the database is away: their completions must wait for it.
-      const early = created.filter((c) => c.job!.spec?.kind.case === "runtimeHealth" && c.job!.spec.kind.value.runtimeId.startsWith("early"));
+      const early = created.filter(
+        (c) => c.job!.spec?.kind.case === "runtimeHealth" && c.job!.spec.kind.value.runtimeId.startsWith("early"),
+      );
       await eventually(() => early.every((c) => returned.has(c.job!.id)), 10_000, "the early jobs finished their work");
       // The drill's premise is an outage of this length, not a wait for an event.
       await systemClock.sleep(Math.max(0, 12_000 - (Date.now() - outageStarted)));
     } finally {
       await postgres.start();
     }
-    await eventually(() => count(a.stdout(), back) === 1 && count(b.stdout(), back) === 1, 15_000, "both servers saw the database back").catch(
-      (err: unknown) => expect.soft(String(err)).toBe(""),
-    );
+    await eventually(
+      () => count(a.stdout(), back) === 1 && count(b.stdout(), back) === 1,
+      15_000,
+      "both servers saw the database back",
+    ).catch((err: unknown) => expect.soft(String(err)).toBe(""));
     release.late = true;
 
     // Nothing was abandoned: every job not yet finished is still running on the agent.
     expect.soft(count(agent.logs(), /lease lost/), "lease lost lines on the agent").toBe(0);
     const late = ids.filter((id) => !returned.has(id));
-    expect.soft(late.filter((id) => !agent.runner.runningJobIds().includes(id)), "late jobs no longer running").toEqual([]);
+    expect
+      .soft(
+        late.filter((id) => !agent.runner.runningJobIds().includes(id)),
+        "late jobs no longer running",
+      )
+      .toEqual([]);
     await eventually(
       async () => (await Promise.all(ids.map((jobId) => adminB.getJob({ jobId })))).every((r) => r.job!.state === JobState.SUCCEEDED),
       30_000,

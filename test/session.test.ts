@@ -71,10 +71,13 @@ afterAll(async () => {
 describe("a real agent process", () => {
   it("comes online with its inventory, GPUs and telemetry", async () => {
     start();
-    const got = await waitFor(async () => {
-      const n = await getNode();
-      return n.node?.liveness === Liveness.ONLINE && n.gpus.length === 3 && n.telemetry !== undefined ? n : undefined;
-    }, { what: "node online with 3 GPUs" });
+    const got = await waitFor(
+      async () => {
+        const n = await getNode();
+        return n.node?.liveness === Liveness.ONLINE && n.gpus.length === 3 && n.telemetry !== undefined ? n : undefined;
+      },
+      { what: "node online with 3 GPUs" },
+    );
     expect(got.node?.connected).toBe(true);
     expect(got.node?.gpuCount).toBe(3);
     expect(got.node?.host?.hostname).not.toBe("");
@@ -92,11 +95,14 @@ describe("a real agent process", () => {
 
   it("marks a GPU missing when a complete inventory omits it", async () => {
     const lines = readFileSync(join(fixture, "inventory.csv"), "utf8").trim().split("\n");
-    writeFileSync(join(gpuDir, "inventory.csv"), lines.slice(0, 2).join("\n") + "\n");
-    const got = await waitFor(async () => {
-      const n = await getNode();
-      return n.gpus.some((g) => g.state === GpuState.MISSING) ? n : undefined;
-    }, { what: "a missing GPU" });
+    writeFileSync(join(gpuDir, "inventory.csv"), `${lines.slice(0, 2).join("\n")}\n`);
+    const got = await waitFor(
+      async () => {
+        const n = await getNode();
+        return n.gpus.some((g) => g.state === GpuState.MISSING) ? n : undefined;
+      },
+      { what: "a missing GPU" },
+    );
     const missing = got.gpus.filter((g) => g.state === GpuState.MISSING);
     expect(missing.map((g) => g.info?.uuid)).toEqual(["GPU-c3d4e5f6-a7b8-49c0-d1e2-f3a4b5c6d7e8"]);
     expect(got.node?.gpuCount).toBe(2);
@@ -151,9 +157,10 @@ describe("a real agent process", () => {
   it("refuses a replayed sample with 409, on the unary path as on the stream", async () => {
     const c = (await cursor("telemetry"))!;
     const client = await node.client();
-    const err = await client
-      .putTelemetry({ report: { sequence: c.sequence, observedAt: timestampFromMs(Date.now()) } })
-      .then(() => undefined, (e: unknown) => e);
+    const err = await client.putTelemetry({ report: { sequence: c.sequence, observedAt: timestampFromMs(Date.now()) } }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(ConnectError);
     expect((err as ConnectError).code).toBe(Code.Aborted);
     const state = await node.state();
@@ -171,13 +178,19 @@ describe("a real agent process", () => {
   it("an agent clock an hour ahead or behind advances the cursor but leaves last-good state, with the reason visible", async () => {
     await agent!.stop();
     const goodObserved = timestampMs((await getNode()).telemetry!.observedAt!);
-    for (const [offset, pattern] of [["1h", /ahead of the server clock/], ["-1h", /older than the last applied/]] as const) {
+    for (const [offset, pattern] of [
+      ["1h", /ahead of the server clock/],
+      ["-1h", /older than the last applied/],
+    ] as const) {
       const seqBefore = (await cursor("telemetry"))!.sequence;
       start({ MODELFORGE_AGENT_CLOCK_OFFSET: offset });
-      const c = await waitFor(async () => {
-        const cur = (await cursor("telemetry"))!;
-        return cur.sequence > seqBefore && pattern.test(cur.rejectionReason) ? cur : undefined;
-      }, { what: `rejection for clock ${offset}` });
+      const c = await waitFor(
+        async () => {
+          const cur = (await cursor("telemetry"))!;
+          return cur.sequence > seqBefore && pattern.test(cur.rejectionReason) ? cur : undefined;
+        },
+        { what: `rejection for clock ${offset}` },
+      );
       expect(c.appliedSequence).toBeLessThanOrEqual(seqBefore);
       const n = await getNode();
       expect(timestampMs(n.telemetry!.observedAt!)).toBe(goodObserved);
@@ -207,7 +220,10 @@ describe("session protocol", () => {
     })();
     const err = await (async () => {
       for await (const _ of client.session(outbound)) return undefined;
-    })().then(() => undefined, (e: unknown) => e);
+    })().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(ConnectError);
     expect((err as ConnectError).code).toBe(Code.Aborted);
     expect((err as ConnectError).rawMessage).toBe("protocol version 99 is not supported; this server accepts 1");
@@ -259,7 +275,10 @@ describe("session protocol", () => {
     })();
     const err = await (async () => {
       for await (const _ of client.session(outbound)) return undefined;
-    })().then(() => undefined, (e: unknown) => e);
+    })().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect((err as ConnectError).code).toBe(Code.InvalidArgument);
   });
 });
@@ -272,11 +291,17 @@ describe("the gRPC Session on the raw HTTP/2 stream", () => {
   async function rawSession(tls: { cert?: string; key?: string }, first: Buffer, afterWelcome?: Buffer) {
     const session = http2.connect(ts.url, { ca: ts.caPem, ...tls });
     try {
-      const stream = session.request({ ":method": "POST", ":path": "/modelforge.agent.v1.AgentService/Session", "content-type": "application/grpc", te: "trailers" });
+      const stream = session.request({
+        ":method": "POST",
+        ":path": "/modelforge.agent.v1.AgentService/Session",
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
       let messages = 0;
       let status: { code?: string; message?: string } = {};
       const read = (h: Record<string, unknown>) => {
-        if (h["grpc-status"] !== undefined) status = { code: String(h["grpc-status"]), message: decodeURIComponent(String(h["grpc-message"] ?? "")) };
+        if (h["grpc-status"] !== undefined)
+          status = { code: String(h["grpc-status"]), message: decodeURIComponent(String(h["grpc-message"] ?? "")) };
       };
       stream.on("response", read);
       stream.on("trailers", read);
@@ -306,7 +331,11 @@ describe("the gRPC Session on the raw HTTP/2 stream", () => {
     const oversized = Buffer.alloc(5);
     oversized.writeUInt32BE(64 * 1024 * 1024, 1);
     const big = await rawSession(tls, helloFrame(), oversized);
-    expect(big).toEqual({ messages: 1, code: String(Code.ResourceExhausted), message: expect.stringMatching(/^message of 67108864 bytes is over the limit of \d+ bytes/) });
+    expect(big).toEqual({
+      messages: 1,
+      code: String(Code.ResourceExhausted),
+      message: expect.stringMatching(/^message of 67108864 bytes is over the limit of \d+ bytes/),
+    });
     // A frame whose protobuf cannot be parsed (field 0 does not exist).
     const garbage = await rawSession(tls, helloFrame(), Buffer.from([0, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff]));
     expect(garbage).toEqual({ messages: 1, code: String(Code.InvalidArgument), message: "malformed message" });
@@ -334,7 +363,10 @@ describe("graceful shutdown", () => {
     expect((await stream.next()).value?.message.case).toBe("welcome");
     const started = Date.now();
     const stopping = own.stop();
-    const end = await stream.next().then(() => undefined, (e: unknown) => e);
+    const end = await stream.next().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     await stopping;
     // Well before the ten seconds the agent would hold its side open: the server ended it.
     expect(Date.now() - started).toBeLessThan(8_000);

@@ -18,7 +18,7 @@ import { JobFailureCode, type ArtifactAcquire, type ArtifactFile, type JobSpec }
 import { JobFailureError, type JobAttempt, type JobHandler, type JobHandlerResult } from "../jobs/registry.js";
 import { JobCancelled } from "../jobs/runner.js";
 import { checkCommit, checkDistinctPaths, checkRelativePath, checkRepository, checkTargetRoot, PathRejected } from "./artifact-paths.js";
-import { SourceError, type ArtifactSource } from "./artifact-sources.js";
+import { SourceError, type ArtifactSource, type SourceBody } from "./artifact-sources.js";
 import { ArtifactWriteError, HashWriter } from "./hash-writer.js";
 
 /** The staging area's name inside a target root; repository owners cannot start with ".". */
@@ -94,7 +94,8 @@ async function lstatInside(base: string, segments: readonly string[]) {
     });
     if (st === undefined) return undefined;
     if (st.isSymbolicLink()) throw failure(JobFailureCode.PATH_REJECTED, "a symlink is in the way of an artifact path");
-    if (i < segments.length - 1 && !st.isDirectory()) throw failure(JobFailureCode.PATH_REJECTED, "a file is in the way of an artifact directory");
+    if (i < segments.length - 1 && !st.isDirectory())
+      throw failure(JobFailureCode.PATH_REJECTED, "a file is in the way of an artifact directory");
     if (i === segments.length - 1) return st;
   }
   return undefined;
@@ -109,7 +110,8 @@ async function mkdirInside(base: string, segments: readonly string[]): Promise<s
       if (err.code !== "EEXIST") throw err;
     });
     const st = await lstat(p);
-    if (!st.isDirectory() || st.isSymbolicLink()) throw failure(JobFailureCode.PATH_REJECTED, "a symlink or file is in the way of an artifact directory");
+    if (!st.isDirectory() || st.isSymbolicLink())
+      throw failure(JobFailureCode.PATH_REJECTED, "a symlink or file is in the way of an artifact directory");
   }
   return p;
 }
@@ -191,7 +193,11 @@ export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler
     const plan = planAcquisition(spec, ctx.jobId, opts.roots);
     const log = opts.log.child({ jobId: ctx.jobId, attempt: ctx.attempt, repository: plan.spec.repository, commit: plan.spec.commit });
     await checkRoot(plan.root);
-    const meter = new ProgressMeter(ctx, plan.files.reduce((n, f) => n + f.size, 0), progressIntervalMs);
+    const meter = new ProgressMeter(
+      ctx,
+      plan.files.reduce((n, f) => n + f.size, 0),
+      progressIntervalMs,
+    );
 
     // What the commit's directory already holds, verified, is kept; the rest is fetched.
     const missing: Plan["files"] = [];
@@ -293,19 +299,31 @@ async function fetchFile(
     for (const source of sources) {
       if (have === f.size) break;
       ctx.signal.throwIfAborted();
-      let body;
+      let body: SourceBody;
       try {
-        body = await source.open({ repository: plan.spec.repository, commit: plan.spec.commit, path: f.file.path, offset: have, signal: ctx.signal });
+        body = await source.open({
+          repository: plan.spec.repository,
+          commit: plan.spec.commit,
+          path: f.file.path,
+          offset: have,
+          signal: ctx.signal,
+        });
       } catch (err) {
         if (ctx.signal.aborted) throw ctx.signal.reason;
         if (!(err instanceof SourceError)) throw err;
         if (err.kind === "unavailable") unavailable = err.message;
-        log.warn({ source: source.label, path: f.file.path, reason: err.message }, "artifact source could not serve the file; trying the next");
+        log.warn(
+          { source: source.label, path: f.file.path, reason: err.message },
+          "artifact source could not serve the file; trying the next",
+        );
         continue;
       }
       try {
         if (body.totalSize !== undefined && body.totalSize !== f.size) {
-          throw failure(JobFailureCode.SIZE_MISMATCH, `${f.file.path}: ${source.label} has ${body.totalSize} bytes, the job expects ${f.size}`);
+          throw failure(
+            JobFailureCode.SIZE_MISMATCH,
+            `${f.file.path}: ${source.label} has ${body.totalSize} bytes, the job expects ${f.size}`,
+          );
         }
         if (body.start !== have) {
           if (body.start !== 0) throw new SourceError("unavailable", `${source.label}: answered from byte ${body.start}, not ${have}`);
@@ -320,7 +338,10 @@ async function fetchFile(
         try {
           for await (const chunk of body.chunks) {
             if (have + chunk.byteLength > f.size) {
-              throw failure(JobFailureCode.SIZE_MISMATCH, `${f.file.path}: ${source.label} sent more than the ${f.size} bytes the job expects`);
+              throw failure(
+                JobFailureCode.SIZE_MISMATCH,
+                `${f.file.path}: ${source.label} sent more than the ${f.size} bytes the job expects`,
+              );
             }
             await writer.push(chunk);
             have += chunk.byteLength;
@@ -338,9 +359,9 @@ async function fetchFile(
         if (ctx.signal.aborted) throw ctx.signal.reason;
         if (err instanceof JobFailureError || err instanceof ArtifactWriteError) throw err;
         // A dropped connection: keep what arrived; the next source (or attempt) resumes from here.
-        unavailable = err instanceof SourceError ? err.message : `${source.label}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`;
+        unavailable =
+          err instanceof SourceError ? err.message : `${source.label}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`;
         log.warn({ source: source.label, path: f.file.path, reason: unavailable, bytes: have }, "artifact download interrupted");
-        continue;
       }
     }
     if (have < f.size) {
@@ -354,7 +375,10 @@ async function fetchFile(
     }
     if (digest !== f.file.sha256) {
       keep = false;
-      throw failure(JobFailureCode.CHECKSUM_MISMATCH, `${f.file.path}: SHA-256 of the ${f.size} bytes received does not match the job's digest`);
+      throw failure(
+        JobFailureCode.CHECKSUM_MISMATCH,
+        `${f.file.path}: SHA-256 of the ${f.size} bytes received does not match the job's digest`,
+      );
     }
     await fh.sync();
     return used;
@@ -389,7 +413,8 @@ async function promote(plan: Plan, fetched: Plan["files"]): Promise<void> {
   for (const f of fetched) {
     const dir = await mkdirInside(plan.finalDir, f.segments.slice(0, -1));
     const st = await lstatInside(plan.finalDir, f.segments);
-    if (st !== undefined && !st.isFile()) throw failure(JobFailureCode.PATH_REJECTED, "an artifact path in the commit's directory is not a regular file");
+    if (st !== undefined && !st.isFile())
+      throw failure(JobFailureCode.PATH_REJECTED, "an artifact path in the commit's directory is not a regular file");
     await rename(join(plan.stagingDir, ...f.segments), join(dir, f.segments.at(-1)!));
   }
   await rm(plan.stagingDir, { recursive: true, force: true });

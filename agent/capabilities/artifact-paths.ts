@@ -28,7 +28,7 @@ export function checkRepository(value: string): string[] {
   const segments = checkRelativePath(value, "repository");
   if (segments.length !== 2) throw new PathRejected("repository must be owner/name");
   // Leading dots are not repository names, and keep the agent's own ".partial" area apart.
-  if (segments.some((s) => s.startsWith("."))) throw new PathRejected("repository owner and name must not start with \".\"");
+  if (segments.some((s) => s.startsWith("."))) throw new PathRejected('repository owner and name must not start with "."');
   return segments;
 }
 

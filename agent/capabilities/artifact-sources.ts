@@ -74,8 +74,10 @@ export function parseSourceList(text: string): SourceConfig[] {
     } catch {
       throw new SourceConfigError(`"${base}" is neither control-plane nor an http(s) URL`);
     }
-    if (url.protocol !== "http:" && url.protocol !== "https:") throw new SourceConfigError(`mirror ${url.host}: only http and https are supported`);
-    if (url.username !== "" || url.password !== "") throw new SourceConfigError(`mirror ${url.host}: put credentials in a token file, not in the URL`);
+    if (url.protocol !== "http:" && url.protocol !== "https:")
+      throw new SourceConfigError(`mirror ${url.host}: only http and https are supported`);
+    if (url.username !== "" || url.password !== "")
+      throw new SourceConfigError(`mirror ${url.host}: put credentials in a token file, not in the URL`);
     if (url.search !== "" || url.hash !== "") throw new SourceConfigError(`mirror ${url.host}: the base URL takes no query or fragment`);
     const source: SourceConfig = { kind: "mirror", baseUrl: url.href.replace(/\/+$/, "") };
     for (const option of options) {

@@ -30,7 +30,10 @@ export function artifactSourcesFrom(text: string, statePath: string): ArtifactSo
 
 /** Roots from MODELFORGE_AGENT_ARTIFACT_ROOTS: absolute, comma-separated. */
 export function artifactRootsFrom(text: string): string[] {
-  const roots = text.split(",").map((r) => r.trim()).filter((r) => r !== "");
+  const roots = text
+    .split(",")
+    .map((r) => r.trim())
+    .filter((r) => r !== "");
   for (const root of roots) {
     if (!root.startsWith("/") || root.split("/").some((s) => s === "." || s === "..") || (root.length > 1 && root.endsWith("/"))) {
       throw new SourceConfigError(`MODELFORGE_AGENT_ARTIFACT_ROOTS: "${root}" is not a canonical absolute path`);

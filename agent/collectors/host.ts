@@ -38,10 +38,22 @@ function known(value: string | undefined | null): string {
 
 export async function collectHostInfo(): Promise<HostInfo> {
   const [osData, cpuData, memData, fsData] = await Promise.all([
-    orFallback(() => si.osInfo(), () => undefined),
-    orFallback(() => si.cpu(), () => undefined),
-    orFallback(() => si.mem(), () => undefined),
-    orFallback(() => si.fsSize(), () => []),
+    orFallback(
+      () => si.osInfo(),
+      () => undefined,
+    ),
+    orFallback(
+      () => si.cpu(),
+      () => undefined,
+    ),
+    orFallback(
+      () => si.mem(),
+      () => undefined,
+    ),
+    orFallback(
+      () => si.fsSize(),
+      () => [],
+    ),
   ]);
   return create(HostInfoSchema, {
     hostname: known(osData?.hostname) || os.hostname(),
@@ -63,9 +75,7 @@ export async function collectHostInfo(): Promise<HostInfo> {
 function cpuModel(cpu: { manufacturer: string; brand: string } | undefined): string {
   const manufacturer = known(cpu?.manufacturer);
   const brand = known(cpu?.brand);
-  const joined = brand.toLowerCase().startsWith(manufacturer.toLowerCase())
-    ? brand
-    : `${manufacturer} ${brand}`.trim();
+  const joined = brand.toLowerCase().startsWith(manufacturer.toLowerCase()) ? brand : `${manufacturer} ${brand}`.trim();
   return joined || (os.cpus()[0]?.model.trim() ?? "");
 }
 
@@ -86,9 +96,7 @@ function byMount(entries: readonly FsEntry[]): FsEntry[] {
 }
 
 function disksOf(entries: readonly FsEntry[]): Disk[] {
-  return byMount(entries).map((e) =>
-    create(DiskSchema, { mount: e.mount, filesystem: e.type, sizeBytes: toUint64(e.size) }),
-  );
+  return byMount(entries).map((e) => create(DiskSchema, { mount: e.mount, filesystem: e.type, sizeBytes: toUint64(e.size) }));
 }
 
 export interface MemoryUsage {
@@ -108,7 +116,10 @@ export async function collectMemoryUsage(): Promise<MemoryUsage> {
 }
 
 export async function collectMountUsage(): Promise<MountUsage[]> {
-  const fsData = await orFallback(() => si.fsSize(), () => []);
+  const fsData = await orFallback(
+    () => si.fsSize(),
+    () => [],
+  );
   return byMount(fsData).map((e) =>
     create(MountUsageSchema, {
       mount: e.mount,

@@ -2,11 +2,7 @@
 
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import {
-  GpuInfoSchema,
-  type GpuInfo,
-  type HostInfo,
-} from "../../gen/proto/modelforge/common/v1/common_pb.js";
+import { GpuInfoSchema, type GpuInfo, type HostInfo } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import { collectHostInfo } from "./host.js";
 import {
   NVIDIA_SMI_INVENTORY_ARGS,
@@ -123,8 +119,10 @@ export interface FingerprintInput {
  */
 export function inventoryFingerprint(inv: FingerprintInput): string {
   const h = inv.host;
-  const byKey = <T>(key: (t: T) => string) => (a: T, b: T) =>
-    key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0;
+  const byKey =
+    <T>(key: (t: T) => string) =>
+    (a: T, b: T) =>
+      key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0;
   const canonical = {
     v: 1,
     host: h
@@ -143,15 +141,7 @@ export function inventoryFingerprint(inv: FingerprintInput): string {
         }
       : null,
     gpus: inv.gpus
-      .map((g) => [
-        g.uuid,
-        g.index,
-        g.pciBusId,
-        g.model,
-        g.memoryTotalBytes.toString(),
-        g.driverVersion,
-        g.vendor,
-      ] as const)
+      .map((g) => [g.uuid, g.index, g.pciBusId, g.model, g.memoryTotalBytes.toString(), g.driverVersion, g.vendor] as const)
       .sort(byKey((g) => `${g[0]}\0${JSON.stringify(g)}`)),
     gpuCollectionComplete: inv.gpuCollectionComplete,
     gpuCollectionError: inv.gpuCollectionError,

@@ -14,23 +14,10 @@ export const DEFAULT_NVIDIA_SMI_TIMEOUT_MS = 10_000;
 export const NVIDIA_SMI_COMMAND = "nvidia-smi";
 
 /** Fields queried for the inventory, in output order. */
-export const NVIDIA_SMI_INVENTORY_FIELDS = [
-  "uuid",
-  "index",
-  "pci.bus_id",
-  "name",
-  "memory.total",
-  "driver_version",
-] as const;
+export const NVIDIA_SMI_INVENTORY_FIELDS = ["uuid", "index", "pci.bus_id", "name", "memory.total", "driver_version"] as const;
 
 /** Fields queried for telemetry, in output order. */
-export const NVIDIA_SMI_TELEMETRY_FIELDS = [
-  "uuid",
-  "utilization.gpu",
-  "memory.used",
-  "temperature.gpu",
-  "power.draw",
-] as const;
+export const NVIDIA_SMI_TELEMETRY_FIELDS = ["uuid", "utilization.gpu", "memory.used", "temperature.gpu", "power.draw"] as const;
 
 export const NVIDIA_SMI_INVENTORY_ARGS: readonly string[] = [
   `--query-gpu=${NVIDIA_SMI_INVENTORY_FIELDS.join(",")}`,
@@ -87,9 +74,7 @@ export class NvidiaSmiParseError<Row> extends Error {
 /** Parses the output of the inventory query. Throws NvidiaSmiParseError on any malformed line. */
 export function parseNvidiaSmiInventory(csv: string): NvidiaSmiInventoryRow[] {
   return parseLines(csv, NVIDIA_SMI_INVENTORY_FIELDS.length, (f) => {
-    const [uuid, index, pciBusId, name, memoryTotal, driverVersion] = f as [
-      string, string, string, string, string, string,
-    ];
+    const [uuid, index, pciBusId, name, memoryTotal, driverVersion] = f as [string, string, string, string, string, string];
     return {
       uuid: parseUuid(uuid),
       index: parseIndex(index),
@@ -104,9 +89,7 @@ export function parseNvidiaSmiInventory(csv: string): NvidiaSmiInventoryRow[] {
 /** Parses the output of the telemetry query. Throws NvidiaSmiParseError on any malformed line. */
 export function parseNvidiaSmiTelemetry(csv: string): NvidiaSmiTelemetryRow[] {
   return parseLines(csv, NVIDIA_SMI_TELEMETRY_FIELDS.length, (f) => {
-    const [uuid, utilization, memoryUsed, temperature, power] = f as [
-      string, string, string, string, string,
-    ];
+    const [uuid, utilization, memoryUsed, temperature, power] = f as [string, string, string, string, string];
     return {
       uuid: parseUuid(uuid),
       utilizationPercent: numberOrZero(utilization, "utilization.gpu"),
@@ -120,11 +103,7 @@ export function parseNvidiaSmiTelemetry(csv: string): NvidiaSmiTelemetryRow[] {
 /** A field-level problem; turned into an NvidiaSmiParseError with the line attached. */
 class FieldError extends Error {}
 
-function parseLines<Row extends { uuid: string }>(
-  csv: string,
-  fieldCount: number,
-  toRow: (fields: string[]) => Row,
-): Row[] {
+function parseLines<Row extends { uuid: string }>(csv: string, fieldCount: number, toRow: (fields: string[]) => Row): Row[] {
   const rows: Row[] = [];
   const seen = new Set<string>();
   let firstError: { lineNumber: number; line: string; reason: string } | undefined;
@@ -226,10 +205,7 @@ export interface RunNvidiaSmiOptions {
 }
 
 /** Runs nvidia-smi with `args`. Never rejects. */
-export function runNvidiaSmi(
-  args: readonly string[],
-  options: RunNvidiaSmiOptions = {},
-): Promise<NvidiaSmiRun> {
+export function runNvidiaSmi(args: readonly string[], options: RunNvidiaSmiOptions = {}): Promise<NvidiaSmiRun> {
   const command = options.command ?? NVIDIA_SMI_COMMAND;
   const timeoutMs = options.timeoutMs ?? DEFAULT_NVIDIA_SMI_TIMEOUT_MS;
   return new Promise((resolve) => {
@@ -264,19 +240,12 @@ export function runNvidiaSmi(
   });
 }
 
-function classify(
-  command: string,
-  timeoutMs: number,
-  error: ExecFileException | null,
-  stdout: string,
-  stderr: string,
-): NvidiaSmiRun {
+function classify(command: string, timeoutMs: number, error: ExecFileException | null, stdout: string, stderr: string): NvidiaSmiRun {
   if (!error) return { kind: "ok", stdout };
   if (error.code === "ENOENT") return { kind: "not-found" };
   const completeLines = stdout.slice(0, stdout.lastIndexOf("\n") + 1);
   // The reason nvidia-smi gives is on stderr, or, for some errors, on stdout among the rows.
-  const detail =
-    firstLine(stderr) || (typeof error.code === "number" ? firstNonRowLine(stdout) : "");
+  const detail = firstLine(stderr) || (typeof error.code === "number" ? firstNonRowLine(stdout) : "");
   let reason: string;
   if (error.code === "ERR_CHILD_PROCESS_STDIO_MAXBUFFER") {
     reason = `${command} printed more than ${MAX_OUTPUT_BYTES} bytes`;

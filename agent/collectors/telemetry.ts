@@ -1,12 +1,7 @@
 // One telemetry sample: memory, per-mount storage, per-GPU measurements.
 
 import { create } from "@bufbuild/protobuf";
-import {
-  GpuTelemetrySchema,
-  TelemetrySchema,
-  type GpuTelemetry,
-  type Telemetry,
-} from "../../gen/proto/modelforge/common/v1/common_pb.js";
+import { GpuTelemetrySchema, TelemetrySchema, type GpuTelemetry, type Telemetry } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import { collectMemoryUsage, collectMountUsage } from "./host.js";
 import type { CollectOptions } from "./inventory.js";
 import {

@@ -59,7 +59,8 @@ export class ReceiptStore {
       } catch {
         throw new ReceiptError(`job receipts ${path} are damaged (not JSON); move the file aside only if no destructive job is pending`);
       }
-      if (parsed.version !== 1 || !Array.isArray(parsed.receipts)) throw new ReceiptError(`job receipts ${path} are damaged (fields missing)`);
+      if (parsed.version !== 1 || !Array.isArray(parsed.receipts))
+        throw new ReceiptError(`job receipts ${path} are damaged (fields missing)`);
       for (const r of parsed.receipts) if (typeof r?.jobId === "string") byJob.set(r.jobId, r);
     }
     return new ReceiptStore(path, byJob);

@@ -4,11 +4,7 @@
 // the JobResult case of its capability; nothing here runs a command line.
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { allCapabilities, isKnownCapability } from "../../common/capabilities.js";
-import {
-  JobFailureCode,
-  type JobResultSchema,
-  type JobSpec,
-} from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import type { JobFailureCode, JobResultSchema, JobSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 
 /** A progress update from a handler; every field optional. */
 export interface ProgressUpdate {
@@ -52,11 +48,7 @@ export class JobFailureError extends Error {
 }
 
 /** Capabilities whose finished jobs leave a receipt, so a replayed lease is not run twice. */
-export const DESTRUCTIVE_CAPABILITIES: ReadonlySet<string> = new Set([
-  "runtime.unload.v1",
-  "deployment.drain.v1",
-  "deployment.unload.v1",
-]);
+export const DESTRUCTIVE_CAPABILITIES: ReadonlySet<string> = new Set(["runtime.unload.v1", "deployment.drain.v1", "deployment.unload.v1"]);
 
 export function isDestructive(capability: string): boolean {
   return DESTRUCTIVE_CAPABILITIES.has(capability);

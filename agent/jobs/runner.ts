@@ -32,7 +32,7 @@ import {
 } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { ReplyResult, SessionJobs, SessionLink } from "../session.js";
 import { jobSpecPathProblem } from "../../common/paths.js";
-import { CapabilityRegistry, isDestructive, JobFailureError, type JobAttempt, type ProgressUpdate } from "./registry.js";
+import { type CapabilityRegistry, isDestructive, JobFailureError, type JobAttempt, type ProgressUpdate } from "./registry.js";
 import type { ReceiptStore } from "./receipts.js";
 import { agentVersion } from "../version.js";
 import { systemClock } from "../../common/clock.js";
@@ -189,7 +189,10 @@ export class JobRunner implements SessionJobs {
         this.log.warn({ jobId: lease.jobId, attempt: lease.attempt, running: current.attempt }, "stale lease ignored");
         return;
       }
-      this.log.warn({ jobId: lease.jobId, attempt: current.attempt, next: lease.attempt }, "lease lost: stop work (superseded by a newer attempt)");
+      this.log.warn(
+        { jobId: lease.jobId, attempt: current.attempt, next: lease.attempt },
+        "lease lost: stop work (superseded by a newer attempt)",
+      );
       current.stop("lost", new LeaseLost(`superseded by attempt ${lease.attempt}`));
     }
     const run = new Run(lease, link);
@@ -235,7 +238,10 @@ export class JobRunner implements SessionJobs {
     }
     const receipt = this.opts.receipts?.get(run.jobId);
     if (receipt !== undefined) {
-      log.info({ capability: receipt.capability, recordedAttempt: receipt.attempt }, "replayed lease: re-sending the recorded outcome without running the job again");
+      log.info(
+        { capability: receipt.capability, recordedAttempt: receipt.attempt },
+        "replayed lease: re-sending the recorded outcome without running the job again",
+      );
       const outcome: Outcome =
         receipt.result !== undefined
           ? { kind: "result", result: fromJson(JobResultSchema, receipt.result, { ignoreUnknownFields: true }) }
@@ -274,7 +280,11 @@ export class JobRunner implements SessionJobs {
       outcome =
         answered === capability
           ? { kind: "result", result: produced }
-          : failureOutcome(JobFailureCode.INTERNAL, `the handler of ${capability} returned ${answered ? `a ${answered}` : "no"} result`, false);
+          : failureOutcome(
+              JobFailureCode.INTERNAL,
+              `the handler of ${capability} returned ${answered ? `a ${answered}` : "no"} result`,
+              false,
+            );
     } catch (err) {
       if (run.stopped === "cancelled") {
         outcome = failureOutcome(JobFailureCode.CANCELLED, truncate(`cancelled: ${run.cancelReason}`), false);
@@ -287,7 +297,10 @@ export class JobRunner implements SessionJobs {
       stopRenewing();
     }
     if (run.stopped === "lost" || run.stopped === "stopping") {
-      log.info({ reason: run.stopped }, run.stopped === "lost" ? "lease lost: work stopped, nothing reported" : "work stopped: agent stopping");
+      log.info(
+        { reason: run.stopped },
+        run.stopped === "lost" ? "lease lost: work stopped, nothing reported" : "work stopped: agent stopping",
+      );
       return;
     }
     // A receipt records work that finished: a success or a failure that will not be retried. An
@@ -296,13 +309,13 @@ export class JobRunner implements SessionJobs {
     if (isDestructive(capability) && this.opts.receipts && finished) {
       await this.opts.receipts
         .record({
-        jobId: run.jobId,
-        capability,
-        attempt: run.attempt,
-        finishedAt: new Date().toISOString(),
-        ...(outcome.kind === "result"
-          ? { result: toJson(JobResultSchema, outcome.result) as JsonValue }
-          : { failure: toJson(JobFailureSchema, outcome.failure) as JsonValue }),
+          jobId: run.jobId,
+          capability,
+          attempt: run.attempt,
+          finishedAt: new Date().toISOString(),
+          ...(outcome.kind === "result"
+            ? { result: toJson(JobResultSchema, outcome.result) as JsonValue }
+            : { failure: toJson(JobFailureSchema, outcome.failure) as JsonValue }),
         })
         // Still report: once the server has the outcome, no replay will come.
         .catch((err: unknown) => log.error({ error: (err as Error).message }, "job receipt could not be written"));
@@ -361,7 +374,11 @@ export class JobRunner implements SessionJobs {
    * was stopped; "refused": the server refused this progress; "unsent": the session is down;
    * "retry": the server could not answer now.
    */
-  private async sendProgress(run: Run, progress: JobProgress | undefined, log: Logger): Promise<"ok" | "lost" | "refused" | "unsent" | "retry"> {
+  private async sendProgress(
+    run: Run,
+    progress: JobProgress | undefined,
+    log: Logger,
+  ): Promise<"ok" | "lost" | "refused" | "unsent" | "retry"> {
     let reply: ReplyResult;
     try {
       reply = await run.link.send({
@@ -444,4 +461,3 @@ export class JobRunner implements SessionJobs {
 function failureOutcome(code: JobFailureCode, message: string, retryable: boolean): Outcome {
   return { kind: "failure", failure: create(JobFailureSchema, { code, message, retryable }) };
 }
-

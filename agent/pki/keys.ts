@@ -1,6 +1,6 @@
-import { createPublicKey, generateKeyPairSync } from 'node:crypto';
-import { hostname } from 'node:os';
-import forge from 'node-forge';
+import { createPublicKey, generateKeyPairSync } from "node:crypto";
+import { hostname } from "node:os";
+import forge from "node-forge";
 
 export interface NodeKeyAndCsr {
   /** PKCS#8 PEM; stays on the node. */
@@ -18,18 +18,18 @@ const MAX_COMMON_NAME = 64;
  * The CSR subject is informational only: the server assigns the node identity.
  */
 export function generateNodeKeyAndCsr(nodeName?: string): NodeKeyAndCsr {
-  const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
-  const keyPem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+  const { privateKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
+  const keyPem = privateKey.export({ type: "pkcs8", format: "pem" }).toString();
   return { keyPem, csrPem: buildCsrPem(keyPem, nodeName ?? hostname()) };
 }
 
 /** CSR for an existing private key (PEM, PKCS#8 or PKCS#1 RSA), signed with SHA-256. */
 export function buildCsrPem(privateKeyPem: string, commonName: string): string {
-  const publicPem = createPublicKey(privateKeyPem).export({ type: 'spki', format: 'pem' }).toString();
+  const publicPem = createPublicKey(privateKeyPem).export({ type: "spki", format: "pem" }).toString();
   const csr = forge.pki.createCertificationRequest();
   csr.publicKey = forge.pki.publicKeyFromPem(publicPem);
-  const cn = commonName.trim().slice(0, MAX_COMMON_NAME) || 'modelforge-node';
-  csr.setSubject([{ name: 'commonName', value: cn }]);
+  const cn = commonName.trim().slice(0, MAX_COMMON_NAME) || "modelforge-node";
+  csr.setSubject([{ name: "commonName", value: cn }]);
   // forge would default to SHA-1, which the server refuses.
   csr.sign(forge.pki.privateKeyFromPem(privateKeyPem) as forge.pki.rsa.PrivateKey, forge.md.sha256.create());
   return forge.pki.certificationRequestToPem(csr);

@@ -88,11 +88,16 @@ class SimAgent {
     this.state = "connecting";
     this.pending.clear();
     const open = setup.client === "raw" ? openRaw : openConnect;
-    const link = open(this.agent, (m) => this.onMessage(m), (state, err) => this.finish(state, err));
+    const link = open(
+      this.agent,
+      (m) => this.onMessage(m),
+      (state, err) => this.finish(state, err),
+    );
     this.link = link;
     // As the agent (MODELFORGE_AGENT_REPLY_TIMEOUT): no Welcome in time, give up and retry.
     this.timer = setTimeout(() => {
-      if (this.state === "connecting" && this.link === link) link.abort(new ConnectError(`no Welcome within ${WELCOME_TIMEOUT_MS} ms`, Code.DeadlineExceeded));
+      if (this.state === "connecting" && this.link === link)
+        link.abort(new ConnectError(`no Welcome within ${WELCOME_TIMEOUT_MS} ms`, Code.DeadlineExceeded));
     }, WELCOME_TIMEOUT_MS);
     this.link.send(
       create(SessionRequestSchema, {
@@ -180,7 +185,11 @@ class SimAgent {
 }
 
 /** The agent's own client: a Connect gRPC transport of its own. */
-function openConnect(agent: { certPem: string }, onMessage: (m: SessionResponse) => void, onEnd: (state: "ended" | "failed", err?: unknown) => void): Link {
+function openConnect(
+  agent: { certPem: string },
+  onMessage: (m: SessionResponse) => void,
+  onEnd: (state: "ended" | "failed", err?: unknown) => void,
+): Link {
   const transport = createGrpcTransport({
     baseUrl: setup.url,
     nodeOptions: { ca: setup.caPem, cert: agent.certPem, key: setup.keyPem, ...(setup.noDelay ? { noDelay: true } : {}) },
@@ -212,7 +221,11 @@ function openConnect(agent: { certPem: string }, onMessage: (m: SessionResponse)
 const sessionPath = `/${AgentService.typeName}/Session`;
 
 /** node:http2 with gRPC framing by hand: [0][uint32 length][protobuf]. */
-function openRaw(agent: { certPem: string }, onMessage: (m: SessionResponse) => void, onEnd: (state: "ended" | "failed", err?: unknown) => void): Link {
+function openRaw(
+  agent: { certPem: string },
+  onMessage: (m: SessionResponse) => void,
+  onEnd: (state: "ended" | "failed", err?: unknown) => void,
+): Link {
   let ended = false;
   const end = (state: "ended" | "failed", err?: unknown) => {
     if (ended) return;
@@ -220,7 +233,12 @@ function openRaw(agent: { certPem: string }, onMessage: (m: SessionResponse) => 
     session.close();
     onEnd(state, err);
   };
-  const session = http2.connect(setup.url, { ca: setup.caPem, cert: agent.certPem, key: setup.keyPem, ...(setup.noDelay ? { noDelay: true } : {}) });
+  const session = http2.connect(setup.url, {
+    ca: setup.caPem,
+    cert: agent.certPem,
+    key: setup.keyPem,
+    ...(setup.noDelay ? { noDelay: true } : {}),
+  });
   session.on("error", (err) => end("failed", new ConnectError(err.message, Code.Unavailable)));
   const stream = session.request({
     ":method": "POST",

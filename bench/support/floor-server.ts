@@ -52,7 +52,10 @@ const agentConfig = () =>
     renewRemainingFraction: config.renewRemainingFraction,
     maxProgressMessageBytes: 256,
   });
-const welcome = () => create(SessionResponseSchema, { message: { case: "welcome", value: create(WelcomeSchema, { nodeId: "floor", serverVersion: "floor", config: agentConfig() }) } });
+const welcome = () =>
+  create(SessionResponseSchema, {
+    message: { case: "welcome", value: create(WelcomeSchema, { nodeId: "floor", serverVersion: "floor", config: agentConfig() }) },
+  });
 const reply = (nodeId: string, req: SessionRequest): SessionResponse => {
   book.record(nodeId, Date.now());
   return create(SessionResponseSchema, {
@@ -70,7 +73,14 @@ const nodeOf = (socket: unknown) => {
   return cert?.serialNumber ?? "anonymous";
 };
 
-const options = { ...http2ServerTuning, key: tls.keyPem, cert: tls.certPem, ca: [ca.certPem], requestCert: true, rejectUnauthorized: false };
+const options = {
+  ...http2ServerTuning,
+  key: tls.keyPem,
+  cert: tls.certPem,
+  ca: [ca.certPem],
+  requestCert: true,
+  rejectUnauthorized: false,
+};
 let server: http2.Http2SecureServer;
 if (mode === "connect") {
   const handler = connectNodeAdapter({
@@ -125,7 +135,14 @@ let elu = performance.eventLoopUtilization();
 const gc = (globalThis as { gc?: () => void }).gc;
 
 serve({
-  info: () => ({ url, caPem: ca.certPem, fingerprint: ca.fingerprint, pid: process.pid, tuning: http2ServerTuning, database: `none (BENCH_FLOOR=${mode})` }),
+  info: () => ({
+    url,
+    caPem: ca.certPem,
+    fingerprint: ca.fingerprint,
+    pid: process.pid,
+    tuning: http2ServerTuning,
+    database: `none (BENCH_FLOOR=${mode})`,
+  }),
   knownNodes: () => 0,
   async stats({ collect = false, reset = false }: { collect?: boolean; reset?: boolean }) {
     if (collect && gc) {
@@ -141,7 +158,15 @@ serve({
       elu = now;
       loopDelay.reset();
     }
-    return { at: Date.now(), cpu: process.cpuUsage(), mem: process.memoryUsage(), status: procStatus(), elu: window.utilization, loopDelayMs: delay, connected: open };
+    return {
+      at: Date.now(),
+      cpu: process.cpuUsage(),
+      mem: process.memoryUsage(),
+      status: procStatus(),
+      elu: window.utilization,
+      loopDelayMs: delay,
+      connected: open,
+    };
   },
   liveness: () => ({ at: Date.now(), total: open, fresh: open, online: open, oldest: null, newest: null }),
   profileStart: ({ intervalUs }: { intervalUs?: number }) => startProfile(intervalUs),

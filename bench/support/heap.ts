@@ -37,7 +37,8 @@ export async function heapSummary(): Promise<HeapSummary> {
     else if (type === "closure") key = `closure ${name || "(anonymous)"}`;
     else if (type === "native") key = `native ${name.slice(0, 60)}`;
     else key = `(${type})`;
-    const e = (out[key] ??= { count: 0, bytes: 0 });
+    const e = out[key] ?? { count: 0, bytes: 0 };
+    out[key] = e;
     e.count++;
     e.bytes += snap.nodes[i + fSize]!;
   }

@@ -21,7 +21,10 @@ export interface Event {
 }
 
 /** Forks a TypeScript module of this repository under tsx, with extra node flags. */
-export function forkTs(module: URL, opts: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; stdio?: ForkOptions["stdio"] } = {}): ChildProcess {
+export function forkTs(
+  module: URL,
+  opts: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; stdio?: ForkOptions["stdio"] } = {},
+): ChildProcess {
   return fork(fileURLToPath(module), [], {
     execArgv: ["--import", "tsx", ...(opts.nodeFlags ?? [])],
     env: opts.env ?? process.env,
@@ -36,7 +39,10 @@ export class Rpc {
   private readonly exited: Promise<number | null>;
   onEvent: (e: Event) => void = () => undefined;
 
-  constructor(readonly child: ChildProcess, readonly name: string) {
+  constructor(
+    readonly child: ChildProcess,
+    readonly name: string,
+  ) {
     child.on("message", (m: Response | Event) => {
       if ("event" in m) return this.onEvent(m);
       const w = this.waiting.get(m.id);
@@ -80,7 +86,10 @@ export class Rpc {
     return new Promise((resolve, reject) => {
       const previous = this.onEvent;
       const timer = setTimeout(() => reject(new Error(`${this.name}: no "${event}" within ${timeoutMs} ms`)), timeoutMs);
-      this.exited.then((code) => reject(new Error(`${this.name} exited (code ${code}) before "${event}"`)), () => undefined);
+      this.exited.then(
+        (code) => reject(new Error(`${this.name} exited (code ${code}) before "${event}"`)),
+        () => undefined,
+      );
       this.onEvent = (e) => {
         if (e.event === event) {
           clearTimeout(timer);
@@ -111,7 +120,8 @@ export function serve(handlers: Record<string, (payload: never) => unknown>): vo
       })
       .then(
         (result) => process.send!({ id: m.id, ok: true, result } satisfies Response),
-        (err: unknown) => process.send!({ id: m.id, ok: false, error: err instanceof Error ? err.stack ?? err.message : String(err) } satisfies Response),
+        (err: unknown) =>
+          process.send!({ id: m.id, ok: false, error: err instanceof Error ? (err.stack ?? err.message) : String(err) } satisfies Response),
       );
   });
   // The parent going away ends this process too: no orphans.

@@ -179,9 +179,18 @@ export function summarizeProfile(profile: CpuProfile, inclusiveNames: string[] =
     count: longCount,
     totalMs: Math.round(longTotal),
     maxMs: Math.round(longMax),
-    by: [...longBy.entries()].sort((a, b) => b[1] - a[1]).slice(0, 15).map(([name, t]) => ({ name, ms: Math.round(t) })),
+    by: [...longBy.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 15)
+      .map(([name, t]) => ({ name, ms: Math.round(t) })),
   };
-  return { totalMs: Math.round(totalMs), longTasks, groups: rows(groups, 30), functions: rows(fns, top), inclusive: rows(inclusiveTotals, inclusiveNames.length) };
+  return {
+    totalMs: Math.round(totalMs),
+    longTasks,
+    groups: rows(groups, 30),
+    functions: rows(fns, top),
+    inclusive: rows(inclusiveTotals, inclusiveNames.length),
+  };
 }
 
 export function printProfile(title: string, s: ProfileSummary): void {
@@ -193,7 +202,9 @@ export function printProfile(title: string, s: ProfileSummary): void {
     for (const g of s.inclusive) console.log(`    ${g.pct.toFixed(1).padStart(5)}%  ${String(g.ms).padStart(6)} ms  ${g.name}`);
   }
   const l = s.longTasks;
-  console.log(`  busy stretches of 20 ms or more: ${l.count}, ${l.totalMs} ms in all, longest ${l.maxMs} ms; charged to the innermost server frame, else the leaf's package:`);
+  console.log(
+    `  busy stretches of 20 ms or more: ${l.count}, ${l.totalMs} ms in all, longest ${l.maxMs} ms; charged to the innermost server frame, else the leaf's package:`,
+  );
   for (const g of l.by) console.log(`    ${String(g.ms).padStart(6)} ms  ${g.name}`);
   console.log("  top functions (self time):");
   for (const g of s.functions) console.log(`    ${g.pct.toFixed(1).padStart(5)}%  ${String(g.ms).padStart(6)} ms  ${g.name}`);

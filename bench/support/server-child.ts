@@ -48,7 +48,14 @@ const gc = (globalThis as { gc?: () => void }).gc;
 let provisioned: string[] = [];
 
 serve({
-  info: () => ({ url: server.url, caPem: server.ca.certPem, fingerprint: server.ca.fingerprint, pid: process.pid, tuning: http2ServerTuning, database: server.db.describe }),
+  info: () => ({
+    url: server.url,
+    caPem: server.ca.certPem,
+    fingerprint: server.ca.fingerprint,
+    pid: process.pid,
+    tuning: http2ServerTuning,
+    database: server.db.describe,
+  }),
 
   /**
    * Creates `count` enrolled nodes directly: one row per node and credential, inserted in batches,
@@ -187,9 +194,17 @@ serve({
       const c = sample[k++ % sample.length]!;
       return authorizeNode(prisma, { nodeId: c.nodeId, serial: c.serial, certificateExpiresAt: c.expiresAt.getTime() }, new Date());
     }, sample.length);
-    out.sessionCursorsMs = await time(() => prisma.streamCursor.findMany({ where: { nodeId: sample[k++ % sample.length]!.nodeId }, select: { stream: true, sequence: true } }), sample.length);
+    out.sessionCursorsMs = await time(
+      () =>
+        prisma.streamCursor.findMany({ where: { nodeId: sample[k++ % sample.length]!.nodeId }, select: { stream: true, sequence: true } }),
+      sample.length,
+    );
     out.sessionHelloUpdateMs = await time(
-      () => prisma.node.update({ where: { id: sample[k++ % sample.length]!.nodeId }, data: { agentVersion: "bench", protocolVersion: 1, capabilities: [] } }),
+      () =>
+        prisma.node.update({
+          where: { id: sample[k++ % sample.length]!.nodeId },
+          data: { agentVersion: "bench", protocolVersion: 1, capabilities: [] },
+        }),
       sample.length,
     );
     out.jobsSessionOpenedMs = await time(() => engine.sessionOpened(sample[k++ % sample.length]!.nodeId, [], "bench"), sample.length);

@@ -64,7 +64,11 @@ async function sha256Of(path: string): Promise<string> {
 }
 
 /** Pushes one file, resuming from whatever the store already holds of it. */
-async function pushFile(ctx: Context, name: { repository: string; commit: string }, file: LocalFile): Promise<{ file: StoredArtifactFile | undefined; sent: number }> {
+async function pushFile(
+  ctx: Context,
+  name: { repository: string; commit: string },
+  file: LocalFile,
+): Promise<{ file: StoredArtifactFile | undefined; sent: number }> {
   const client = ctx.client();
   const base = { ...name, path: file.path, sizeBytes: BigInt(file.size), sha256: file.sha256 };
   let reply = await client.uploadArtifactChunk({ ...base, offset: 0n }, { signal: ctx.signal });
@@ -76,7 +80,10 @@ async function pushFile(ctx: Context, name: { repository: string; commit: string
     while (!reply.complete) {
       const { bytesRead } = await fh.read(buffer, 0, Math.min(CHUNK_BYTES, file.size - offset), offset);
       if (bytesRead === 0) throw new UsageError(`${file.path} changed while it was being pushed`);
-      reply = await client.uploadArtifactChunk({ ...base, offset: BigInt(offset), data: buffer.subarray(0, bytesRead) }, { signal: ctx.signal });
+      reply = await client.uploadArtifactChunk(
+        { ...base, offset: BigInt(offset), data: buffer.subarray(0, bytesRead) },
+        { signal: ctx.signal },
+      );
       offset = Number(reply.receivedBytes);
       sent += bytesRead;
     }
@@ -135,7 +142,11 @@ const listCommand: Command = {
       pageToken = res.nextPageToken;
     } while (pageToken !== "");
     if (ctx.json) {
-      printJson(ctx, ListArtifactFilesResponseSchema, { $typeName: "modelforge.admin.v1.ListArtifactFilesResponse", files, nextPageToken: "" });
+      printJson(ctx, ListArtifactFilesResponseSchema, {
+        $typeName: "modelforge.admin.v1.ListArtifactFilesResponse",
+        files,
+        nextPageToken: "",
+      });
       return 0;
     }
     if (files.length === 0) {
@@ -145,7 +156,14 @@ const listCommand: Command = {
     ctx.out(
       table(
         ["REPOSITORY", "COMMIT", "PATH", "SIZE", "SHA256", "STORED"],
-        files.map((f) => [clean(f.repository), f.commit.slice(0, 12), clean(f.path), formatBytes(f.sizeBytes), f.sha256.slice(0, 12), formatTime(dateOf(f.createdAt))]),
+        files.map((f) => [
+          clean(f.repository),
+          f.commit.slice(0, 12),
+          clean(f.path),
+          formatBytes(f.sizeBytes),
+          f.sha256.slice(0, 12),
+          formatTime(dateOf(f.createdAt)),
+        ]),
       ),
     );
     return 0;
@@ -161,7 +179,11 @@ const deleteCommand: Command = {
     path: { type: "string", value: "PATH", description: "only this file" },
   },
   async run(ctx, values) {
-    const req = { repository: requiredOption(values, "repository"), commit: requiredOption(values, "commit"), path: textOption(values, "path") };
+    const req = {
+      repository: requiredOption(values, "repository"),
+      commit: requiredOption(values, "commit"),
+      path: textOption(values, "path"),
+    };
     const res = await ctx.client().deleteArtifactFiles(req);
     if (ctx.json) printJson(ctx, DeleteArtifactFilesResponseSchema, res);
     else ctx.out(`Deleted ${res.deletedFiles} files of ${req.repository}@${req.commit}; ${formatBytes(res.freedBytes)} freed.\n`);

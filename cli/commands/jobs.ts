@@ -55,7 +55,9 @@ const specCases = (): string[] => {
 export function loadJobSpec(file: string, read: (file: string) => Buffer = (f) => readFileSync(f === "-" ? 0 : f)): JobSpec {
   const name = file === "-" ? "<stdin>" : file;
   if (/\.ya?ml$/i.test(file)) {
-    throw new SpecFileError(`${name}: YAML is not supported; write the job spec as JSON (protobuf JSON form of modelforge.jobs.v1.JobSpec)`);
+    throw new SpecFileError(
+      `${name}: YAML is not supported; write the job spec as JSON (protobuf JSON form of modelforge.jobs.v1.JobSpec)`,
+    );
   }
   let bytes: Buffer;
   try {
@@ -146,19 +148,17 @@ export function renderJobDetail(j: Job, now: Date): string {
   }
   if (j.result && j.result.result.case !== undefined) {
     const json = withoutPayloads(toJson(JobResultSchema, j.result), j.result);
-    out.push("Result\n" + indentJson(json));
+    out.push(`Result\n${indentJson(json)}`);
   }
-  if (j.spec) out.push("Spec\n" + indentJson(withoutPayloads(toJson(JobSpecSchema, j.spec), j.spec)));
+  if (j.spec) out.push(`Spec\n${indentJson(withoutPayloads(toJson(JobSpecSchema, j.spec), j.spec))}`);
   return out.join("\n");
 }
 
 function indentJson(json: JsonValue): string {
-  return (
-    JSON.stringify(json, null, 2)
-      .split("\n")
-      .map((l) => `  ${clean(l)}`)
-      .join("\n") + "\n"
-  );
+  return `${JSON.stringify(json, null, 2)
+    .split("\n")
+    .map((l) => `  ${clean(l)}`)
+    .join("\n")}\n`;
 }
 
 /** One status line for `jobs watch`. Pure. */
@@ -204,7 +204,8 @@ const createCommand: Command = {
     const file = values.spec as string | undefined;
     if (!node) throw new UsageError("missing --node");
     if (!file) throw new UsageError("missing --spec");
-    const maxAttempts = values["max-attempts"] === undefined ? 0 : parseIntFlag(values["max-attempts"] as string, "--max-attempts", 1, 1000);
+    const maxAttempts =
+      values["max-attempts"] === undefined ? 0 : parseIntFlag(values["max-attempts"] as string, "--max-attempts", 1, 1000);
     const spec = loadJobSpec(file);
     const res = await ctx.client().createJob({
       nodeId: node,
@@ -285,10 +286,8 @@ const cancelCommand: Command = {
   },
 };
 
-
 /** Errors worth riding out while polling: the server restarting or a slow answer. */
-const transient = (err: unknown) =>
-  err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded);
+const transient = (err: unknown) => err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded);
 
 async function watchJob(ctx: Context, id: string): Promise<number> {
   const client = ctx.client();
@@ -315,7 +314,8 @@ async function watchJob(ctx: Context, id: string): Promise<number> {
     }
     if (job === undefined) throw new ConnectError(`job ${id}: the server returned no job`, Code.Internal);
     if (ctx.json) {
-      if (last === undefined || !equals(JobSchema, last, job)) printJsonLine(ctx, GetJobResponseSchema, create(GetJobResponseSchema, { job }));
+      if (last === undefined || !equals(JobSchema, last, job))
+        printJsonLine(ctx, GetJobResponseSchema, create(GetJobResponseSchema, { job }));
     } else {
       const line = watchLine(job);
       if (tty) {
@@ -326,7 +326,7 @@ async function watchJob(ctx: Context, id: string): Promise<number> {
           lastLine = line;
         }
       } else if (line !== lastLine) {
-        ctx.out(line + "\n");
+        ctx.out(`${line}\n`);
         lastLine = line;
       }
     }
@@ -334,7 +334,7 @@ async function watchJob(ctx: Context, id: string): Promise<number> {
     if (terminal(job.state)) {
       if (!ctx.json) {
         if (tty) ctx.out("\n");
-        ctx.out(outcomeLine(job) + "\n");
+        ctx.out(`${outcomeLine(job)}\n`);
       }
       return job.state === JobState.SUCCEEDED ? 0 : 1;
     }

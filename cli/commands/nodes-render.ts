@@ -23,7 +23,7 @@ import {
 } from "../format.js";
 
 const yesNo = (b: boolean) => (b ? "yes" : "no");
-export const nodeLabel = (n: Node | undefined, id: string) => (n && n.name ? `${id} (${n.name})` : id);
+export const nodeLabel = (n: Node | undefined, id: string) => (n?.name ? `${id} (${n.name})` : id);
 
 /** The node list table. Pure. */
 export function renderNodeTable(nodes: Node[], now: Date): string {
@@ -84,7 +84,15 @@ export function renderNodeDetail(res: GetNodeResponse, now: Date): string {
           ["Memory", h.memoryTotalBytes > 0n ? formatBytes(h.memoryTotalBytes) : "-"],
         ]);
       if (h.disks.length > 0) {
-        host += "  Disks:\n" + indent(table(["MOUNT", "FILESYSTEM", "SIZE"], h.disks.map((d) => [d.mount, d.filesystem || "-", formatBytes(d.sizeBytes)])), "    ");
+        host +=
+          "  Disks:\n" +
+          indent(
+            table(
+              ["MOUNT", "FILESYSTEM", "SIZE"],
+              h.disks.map((d) => [d.mount, d.filesystem || "-", formatBytes(d.sizeBytes)]),
+            ),
+            "    ",
+          );
       }
       out.push(host);
     }
@@ -103,9 +111,7 @@ export function renderNodeDetail(res: GetNodeResponse, now: Date): string {
                 g.info?.pciBusId || "-",
                 g.info?.model || "-",
                 g.info ? formatBytes(g.info.memoryTotalBytes) : "-",
-                g.state === GpuState.MISSING
-                  ? `missing since ${formatAge(dateOf(g.missingSince), now)}`
-                  : enumName(GpuState, g.state),
+                g.state === GpuState.MISSING ? `missing since ${formatAge(dateOf(g.missingSince), now)}` : enumName(GpuState, g.state),
               ]),
             ),
           )),
@@ -129,37 +135,41 @@ export function renderNodeDetail(res: GetNodeResponse, now: Date): string {
         ],
       ]);
     if (m.mounts.length > 0) {
-      text += "  Mounts:\n" + indent(
-        table(
-          ["MOUNT", "USED", "SIZE", "USE"],
-          m.mounts.map((u) => [
-            u.mount,
-            formatBytes(u.usedBytes),
-            formatBytes(u.sizeBytes),
-            u.sizeBytes > 0n ? formatPercent((Number(u.usedBytes) / Number(u.sizeBytes)) * 100) : "-",
-          ]),
-        ),
-        "    ",
-      );
+      text +=
+        "  Mounts:\n" +
+        indent(
+          table(
+            ["MOUNT", "USED", "SIZE", "USE"],
+            m.mounts.map((u) => [
+              u.mount,
+              formatBytes(u.usedBytes),
+              formatBytes(u.sizeBytes),
+              u.sizeBytes > 0n ? formatPercent((Number(u.usedBytes) / Number(u.sizeBytes)) * 100) : "-",
+            ]),
+          ),
+          "    ",
+        );
     }
     if (m.gpus.length > 0) {
       const totals = new Map(res.gpus.map((g) => [g.info?.uuid ?? "", g.info?.memoryTotalBytes ?? 0n]));
-      text += "  GPUs:\n" + indent(
-        table(
-          ["GPU", "UTIL", "MEMORY", "TEMP", "POWER"],
-          m.gpus.map((g) => {
-            const total = totals.get(g.uuid) ?? 0n;
-            return [
-              g.uuid,
-              formatPercent(g.utilizationPercent),
-              total > 0n ? `${formatBytes(g.memoryUsedBytes)} / ${formatBytes(total)}` : formatBytes(g.memoryUsedBytes),
-              `${Math.round(g.temperatureCelsius)}°C`,
-              `${g.powerWatts.toFixed(1)} W`,
-            ];
-          }),
-        ),
-        "    ",
-      );
+      text +=
+        "  GPUs:\n" +
+        indent(
+          table(
+            ["GPU", "UTIL", "MEMORY", "TEMP", "POWER"],
+            m.gpus.map((g) => {
+              const total = totals.get(g.uuid) ?? 0n;
+              return [
+                g.uuid,
+                formatPercent(g.utilizationPercent),
+                total > 0n ? `${formatBytes(g.memoryUsedBytes)} / ${formatBytes(total)}` : formatBytes(g.memoryUsedBytes),
+                `${Math.round(g.temperatureCelsius)}°C`,
+                `${g.powerWatts.toFixed(1)} W`,
+              ];
+            }),
+          ),
+          "    ",
+        );
     }
     out.push(text);
   }
@@ -203,7 +213,7 @@ export function renderNodeDetail(res: GetNodeResponse, now: Date): string {
   return out.join("\n");
 }
 
-const list = (items: string[]) => (items.length === 0 ? " none\n" : "\n" + items.map((i) => `    ${clean(i)}\n`).join(""));
+const list = (items: string[]) => (items.length === 0 ? " none\n" : `\n${items.map((i) => `    ${clean(i)}\n`).join("")}`);
 
 /** What a decommission would do. Pure. */
 export function renderPreview(p: PreviewDecommissionResponse, id: string): string {
@@ -228,4 +238,3 @@ export function renderDecommission(d: DecommissionNodeResponse, id: string): str
     `  reclaimed deployments:${list(d.reclaimedDeploymentIds)}`
   );
 }
-

@@ -25,13 +25,7 @@ import {
   type OptionDef,
 } from "../args.js";
 import { confirmByTyping } from "../confirm.js";
-import {
-  clean,
-  dateOf,
-  enumName,
-  formatAge,
-  formatTime,
-} from "../format.js";
+import { clean, dateOf, enumName, formatAge, formatTime } from "../format.js";
 import { printJson, printJsonLine } from "../output.js";
 import { nodeLabel, renderDecommission, renderNodeDetail, renderNodeTable, renderPreview } from "./nodes-render.js";
 
@@ -103,7 +97,7 @@ const watchCommand: Command = {
         if (n === undefined) continue;
         const now = ctx.now();
         ctx.out(
-          clean(
+          `${clean(
             [
               formatTime(now),
               n.id,
@@ -113,7 +107,7 @@ const watchCommand: Command = {
               (n.connected ? "connected" : "disconnected").padEnd(12),
               `last heartbeat ${formatAge(dateOf(n.lastHeartbeatAt), now)}`,
             ].join("  "),
-          ) + "\n",
+          )}\n`,
         );
       }
     } catch (err) {
@@ -150,7 +144,10 @@ const enableCommand: Command = {
     const id = idArg(positionals, "node ID");
     const res = await ctx.client().enableNode({ nodeId: id });
     if (ctx.json) printJson(ctx, EnableNodeResponseSchema, res);
-    else ctx.out(`Node ${clean(nodeLabel(res.node, id))} is enabled (liveness ${res.node ? enumName(Liveness, res.node.liveness) : "unknown"}).\n`);
+    else
+      ctx.out(
+        `Node ${clean(nodeLabel(res.node, id))} is enabled (liveness ${res.node ? enumName(Liveness, res.node.liveness) : "unknown"}).\n`,
+      );
     return 0;
   },
 };

@@ -55,7 +55,10 @@ export function adminArtifacts(store: ArtifactStore): ArtifactAdminRpcs {
     async deleteArtifactFiles(req, ctx) {
       if (req.path !== "") checkFileName(req);
       else checkCommitName(req);
-      const { deleted, freedBytes } = await store.delete(req.path !== "" ? req : { repository: req.repository, commit: req.commit }, callOf(ctx).correlationId);
+      const { deleted, freedBytes } = await store.delete(
+        req.path !== "" ? req : { repository: req.repository, commit: req.commit },
+        callOf(ctx).correlationId,
+      );
       return create(DeleteArtifactFilesResponseSchema, { deletedFiles: deleted, freedBytes: BigInt(freedBytes) });
     },
   };

@@ -20,7 +20,11 @@ export function specNamesFile(specJson: unknown, name: FileName): boolean {
   return a.repository === name.repository && a.commit === name.commit && a.files.some((f) => f.path === name.path);
 }
 
-export function agentArtifacts(deps: { prisma: PrismaClient; clock: Clock; store: ArtifactStore }): Pick<ServiceImpl<typeof AgentService>, "downloadArtifactFile"> {
+export function agentArtifacts(deps: {
+  prisma: PrismaClient;
+  clock: Clock;
+  store: ArtifactStore;
+}): Pick<ServiceImpl<typeof AgentService>, "downloadArtifactFile"> {
   return {
     async *downloadArtifactFile(req, ctx) {
       const { node } = await authenticateNode(deps.prisma, ctx, deps.clock);
@@ -34,7 +38,8 @@ export function agentArtifacts(deps: { prisma: PrismaClient; clock: Clock; store
       }
       const row = await deps.store.find(req);
       if (row === null) throw new ConnectError(`${req.repository}@${req.commit}:${req.path} is not in the artifact store`, Code.NotFound);
-      if (req.offset > row.sizeBytes) throw new ConnectError(`offset ${req.offset} is past the file's ${row.sizeBytes} bytes`, Code.InvalidArgument);
+      if (req.offset > row.sizeBytes)
+        throw new ConnectError(`offset ${req.offset} is past the file's ${row.sizeBytes} bytes`, Code.InvalidArgument);
       const head = { sizeBytes: row.sizeBytes, sha256: row.sha256 };
       if (req.offset === row.sizeBytes) {
         yield create(DownloadArtifactFileResponseSchema, head);

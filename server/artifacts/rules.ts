@@ -60,7 +60,9 @@ export function checkChunk(chunk: Chunk): void {
   const bad = (field: string, reason: string) => {
     throw new ConnectError(`${field}: ${reason}`, Code.InvalidArgument);
   };
-  if (chunk.sizeBytes <= 0n || chunk.sizeBytes > BigInt(MAX_STORED_FILE_BYTES)) bad("size_bytes", `must be from 1 to ${MAX_STORED_FILE_BYTES}`);
-  if (chunk.data.byteLength > MAX_UPLOAD_CHUNK_BYTES) bad("data", `is ${chunk.data.byteLength} bytes; at most ${MAX_UPLOAD_CHUNK_BYTES} per call`);
+  if (chunk.sizeBytes <= 0n || chunk.sizeBytes > BigInt(MAX_STORED_FILE_BYTES))
+    bad("size_bytes", `must be from 1 to ${MAX_STORED_FILE_BYTES}`);
+  if (chunk.data.byteLength > MAX_UPLOAD_CHUNK_BYTES)
+    bad("data", `is ${chunk.data.byteLength} bytes; at most ${MAX_UPLOAD_CHUNK_BYTES} per call`);
   if (chunk.offset + BigInt(chunk.data.byteLength) > chunk.sizeBytes) bad("data", "runs past size_bytes");
 }

@@ -41,13 +41,17 @@ export class ArtifactStore {
     checkChunk(chunk);
     const existing = await this.find(chunk);
     if (existing !== null && (existing.sha256 !== chunk.sha256 || existing.sizeBytes !== chunk.sizeBytes)) {
-      throw new ConnectError(`${chunk.repository}@${chunk.commit}:${chunk.path} is already stored with other content; delete it first`, Code.AlreadyExists);
+      throw new ConnectError(
+        `${chunk.repository}@${chunk.commit}:${chunk.path} is already stored with other content; delete it first`,
+        Code.AlreadyExists,
+      );
     }
     return this.serialized(chunk.sha256, async () => {
       const size = Number(chunk.sizeBytes);
       const blob = await this.blobs.blobSize(chunk.sha256);
       if (blob !== undefined) {
-        if (blob !== size) throw new ConnectError(`content with this sha256 is stored with ${blob} bytes, not ${size}`, Code.FailedPrecondition);
+        if (blob !== size)
+          throw new ConnectError(`content with this sha256 is stored with ${blob} bytes, not ${size}`, Code.FailedPrecondition);
         return { receivedBytes: size, complete: true, file: await this.record(chunk, correlationId) };
       }
       const held = await this.blobs.partSize(chunk.sha256);
@@ -101,7 +105,10 @@ export class ArtifactStore {
   }
 
   /** Removes a commit's files (or one), then any blob nothing refers to any more. */
-  async delete(name: { repository: string; commit: string; path?: string }, correlationId: string): Promise<{ deleted: number; freedBytes: number }> {
+  async delete(
+    name: { repository: string; commit: string; path?: string },
+    correlationId: string,
+  ): Promise<{ deleted: number; freedBytes: number }> {
     const where = { repository: name.repository, commit: name.commit, ...(name.path ? { path: name.path } : {}) };
     const rows = await this.deps.prisma.$transaction(async (tx) => {
       const found = await tx.storedArtifact.findMany({ where });
@@ -121,7 +128,8 @@ export class ArtifactStore {
       );
       return found;
     });
-    if (rows.length === 0) throw new ConnectError(`nothing stored for ${name.repository}@${name.commit}${name.path ? `:${name.path}` : ""}`, Code.NotFound);
+    if (rows.length === 0)
+      throw new ConnectError(`nothing stored for ${name.repository}@${name.commit}${name.path ? `:${name.path}` : ""}`, Code.NotFound);
     let freedBytes = 0;
     for (const sha256 of new Set(rows.map((r) => r.sha256))) {
       await this.serialized(sha256, async () => {

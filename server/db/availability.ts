@@ -47,7 +47,15 @@ export function isDatabaseUnavailable(err: unknown): boolean {
 
 function search(err: unknown, depth: number): boolean {
   if (depth > 6 || typeof err !== "object" || err === null) return false;
-  const e = err as { code?: unknown; originalCode?: unknown; kind?: unknown; message?: unknown; cause?: unknown; meta?: unknown; errors?: unknown };
+  const e = err as {
+    code?: unknown;
+    originalCode?: unknown;
+    kind?: unknown;
+    message?: unknown;
+    cause?: unknown;
+    meta?: unknown;
+    errors?: unknown;
+  };
   for (const code of [e.code, e.originalCode]) {
     if (typeof code !== "string") continue;
     if (prismaCodes.has(code) || socketCodes.has(code) || sqlStates.has(code) || /^08[0-9A-Z]{3}$/.test(code)) return true;

@@ -80,10 +80,9 @@ function parsePostgresUrl(raw: string): ParsedUrl {
     url = new URL(raw);
   } catch {
     // Never echo the URL: it may hold a password.
-    throw new DatabaseOpenError(
-      "database URL is not a valid URL (expected postgresql://user:password@host:5432/database)",
-      { kind: "postgres" },
-    );
+    throw new DatabaseOpenError("database URL is not a valid URL (expected postgresql://user:password@host:5432/database)", {
+      kind: "postgres",
+    });
   }
   if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") {
     throw new DatabaseOpenError(
@@ -105,10 +104,9 @@ function parsePostgresUrl(raw: string): ParsedUrl {
 
   const schema = url.searchParams.get("schema");
   if (schema !== null && schema !== "public") {
-    throw new DatabaseOpenError(
-      `the database URL's ?schema=${schema} is not supported: the migrations create their tables in "public"`,
-      { kind: "postgres" },
-    );
+    throw new DatabaseOpenError(`the database URL's ?schema=${schema} is not supported: the migrations create their tables in "public"`, {
+      kind: "postgres",
+    });
   }
   url.searchParams.delete("schema");
 
@@ -156,9 +154,7 @@ function connectError(err: unknown, where: string, secrets: string[]): DatabaseO
   const code = errorCode(err);
   const cause = redact(describeCause(err), secrets);
   const network = (code !== undefined && NETWORK_CODES.has(code)) || /timeout|terminated/i.test(cause);
-  const message = network
-    ? `cannot reach PostgreSQL at ${where}: ${cause}`
-    : `PostgreSQL at ${where} refused the connection: ${cause}`;
+  const message = network ? `cannot reach PostgreSQL at ${where}: ${cause}` : `PostgreSQL at ${where} refused the connection: ${cause}`;
   return new DatabaseOpenError(message, { kind: "postgres", ...(code ? { code } : {}) });
 }
 
@@ -196,10 +192,10 @@ async function openPostgres(rawUrl: string, opts: OpenDatabaseOptions): Promise<
         throw new DatabaseOpenError(`${redact(err.message, secrets)} (PostgreSQL at ${describe})`, { kind: "postgres" });
       }
       const code = errorCode(err);
-      throw new DatabaseOpenError(
-        `PostgreSQL at ${describe} failed while checking migrations: ${redact(describeCause(err), secrets)}`,
-        { kind: "postgres", ...(code ? { code } : {}) },
-      );
+      throw new DatabaseOpenError(`PostgreSQL at ${describe} failed while checking migrations: ${redact(describeCause(err), secrets)}`, {
+        kind: "postgres",
+        ...(code ? { code } : {}),
+      });
     }
   } finally {
     await client.end().catch(() => undefined);

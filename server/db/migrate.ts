@@ -23,6 +23,7 @@
 
 import { createHash, randomUUID } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
+import type { Dirent } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type pg from "pg";
@@ -141,7 +142,7 @@ function dirPath(dir: string | URL): string {
 /** Reads every `<name>/migration.sql` under `dir`, sorted by name. */
 export async function readMigrations(dir: string | URL = DEFAULT_MIGRATIONS_DIR): Promise<MigrationFile[]> {
   const root = dirPath(dir);
-  let entries;
+  let entries: Dirent[];
   try {
     entries = await readdir(root, { withFileTypes: true });
   } catch (err) {

@@ -58,6 +58,8 @@ export function edgeGuard(operatorApiKey: string | undefined, log: Logger): Edge
     if (!admission.admitted) {
       const refusal = refused(admission.refusal);
       replaceBody(req, async function* () {
+        // A body that fails before its first chunk: the adapter answers with the refusal.
+        yield* [];
         throw refusal;
       });
       return;

@@ -184,7 +184,10 @@ export function requestViolation(desc: DescMessage, message: Message): ConnectEr
  */
 export function asDecodeError(err: unknown): unknown {
   if (err instanceof ConnectError && err.code === Code.Internal && err.rawMessage.startsWith("parse binary:")) {
-    return new ConnectError(`request body is not a valid message: ${err.rawMessage.slice("parse binary:".length).trim()}`, Code.InvalidArgument);
+    return new ConnectError(
+      `request body is not a valid message: ${err.rawMessage.slice("parse binary:".length).trim()}`,
+      Code.InvalidArgument,
+    );
   }
   return err;
 }

@@ -14,10 +14,7 @@ export function secretsEqual(given: string, expected: string): boolean {
 
 export function checkAdminToken(given: string | null, configuredKey: string | undefined): void {
   if (configuredKey === undefined) {
-    throw new ConnectError(
-      "admin API disabled: the server has no MODELFORGE_OPERATOR_API_KEY configured",
-      Code.Unauthenticated,
-    );
+    throw new ConnectError("admin API disabled: the server has no MODELFORGE_OPERATOR_API_KEY configured", Code.Unauthenticated);
   }
   if (given === null || given === "") {
     // HTTP/2 drops a header whose value begins or ends with whitespace (RFC 9113), so a key pasted

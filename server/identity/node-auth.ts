@@ -19,9 +19,7 @@ export function presentedIdentity(caller: Pick<Caller, "certificate" | "certific
   const cert = caller.certificate;
   if (cert === undefined) {
     throw new ConnectError(
-      caller.certificateError !== undefined
-        ? `client certificate not accepted: ${caller.certificateError}`
-        : "client certificate required",
+      caller.certificateError !== undefined ? `client certificate not accepted: ${caller.certificateError}` : "client certificate required",
       Code.Unauthenticated,
     );
   }

@@ -3,7 +3,7 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import {
-  AdminService,
+  type AdminService,
   CancelJobResponseSchema,
   CreateJobResponseSchema,
   GetJobResponseSchema,

@@ -54,4 +54,3 @@ export async function cancelJob(ctx: JobWork, rawId: string, reason: string, cor
   }
   throw new ConnectError(`job ${id} kept changing; try again`, Code.Aborted);
 }
-

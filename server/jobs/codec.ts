@@ -46,7 +46,9 @@ export function jobStateFromProto(s: JobStateEnum): JobState | undefined {
 }
 
 /** The fields of a row the pure lease rules look at. */
-export function recordOf(row: Pick<JobRow, "state" | "attempt" | "maxAttempts" | "leaseExpiresAt" | "cancelRequested" | "orderingKey" | "seq">): JobRecord {
+export function recordOf(
+  row: Pick<JobRow, "state" | "attempt" | "maxAttempts" | "leaseExpiresAt" | "cancelRequested" | "orderingKey" | "seq">,
+): JobRecord {
   return {
     state: row.state as JobState,
     attempt: row.attempt,

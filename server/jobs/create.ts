@@ -59,10 +59,7 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
     }
     if (!node.capabilities.includes(capability)) {
       const has = node.capabilities.length > 0 ? node.capabilities.join(", ") : "none";
-      throw new ConnectError(
-        `node ${node.id} never advertised capability "${capability}"; it advertises: ${has}`,
-        Code.FailedPrecondition,
-      );
+      throw new ConnectError(`node ${node.id} never advertised capability "${capability}"; it advertises: ${has}`, Code.FailedPrecondition);
     }
     // The fast path: a job for a node that is online with a session here, and first in its
     // ordering key (if any), is leased in the same step that creates it.
@@ -123,7 +120,13 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
   // is a read and one atomic statement.
   const job = orderingKey !== null ? await ctx.prisma.$transaction((tx) => create(tx)) : await create(ctx.prisma);
   if (job.state === "leased" && job.leaseExpiresAt !== null) {
-    const lease = leaseOf({ id: job.id, attempt: job.attempt, leaseExpiresAt: job.leaseExpiresAt.getTime(), spec, orderingKey: job.orderingKey });
+    const lease = leaseOf({
+      id: job.id,
+      attempt: job.attempt,
+      leaseExpiresAt: job.leaseExpiresAt.getTime(),
+      spec,
+      orderingKey: job.orderingKey,
+    });
     if (!ctx.leasing.sendLease(job.nodeId, lease)) {
       ctx.log.warn({ nodeId: job.nodeId, jobId: job.id }, "lease created but the session closed");
     }
@@ -132,4 +135,3 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
   }
   return job;
 }
-

@@ -55,7 +55,14 @@ export class JobEngine implements JobDispatch {
 
   constructor(deps: JobEngineDeps) {
     this.leasing = new Leasing({ ...deps, leaseDurationMs: deps.settings.leaseDurationMs });
-    this.work = { prisma: deps.prisma, clock: deps.clock, log: deps.log, settings: deps.settings, liveness: deps.liveness, leasing: this.leasing };
+    this.work = {
+      prisma: deps.prisma,
+      clock: deps.clock,
+      log: deps.log,
+      settings: deps.settings,
+      liveness: deps.liveness,
+      leasing: this.leasing,
+    };
   }
 
   createJob(input: CreateJobInput): Promise<JobRow> {
@@ -107,7 +114,12 @@ export class JobEngine implements JobDispatch {
   async sessionOpened(nodeId: string, runningJobIds: string[], correlationId: string): Promise<void> {
     const { prisma, clock, settings, log } = this.work;
     const openedAt = clock.now();
-    const running = new Set(runningJobIds.filter((id) => /^[0-9a-f-]{36}$/i.test(id)).map((id) => id.toLowerCase()).slice(0, 10_000));
+    const running = new Set(
+      runningJobIds
+        .filter((id) => /^[0-9a-f-]{36}$/i.test(id))
+        .map((id) => id.toLowerCase())
+        .slice(0, 10_000),
+    );
     const leased = await prisma.job.findMany({
       where: { nodeId, state: "leased" },
       include: { attempts: { orderBy: { attempt: "desc" }, take: 1, select: { attempt: true, leasedAt: true } } },
@@ -122,7 +134,10 @@ export class JobEngine implements JobDispatch {
         });
         if (renewed.count !== 1) continue; // changed meanwhile: handled below as not leased
         kept.add(job.id);
-        this.leasing.sendLease(nodeId, leaseOf({ id: job.id, attempt: job.attempt, leaseExpiresAt: expiresAt, spec: job.spec, orderingKey: job.orderingKey }));
+        this.leasing.sendLease(
+          nodeId,
+          leaseOf({ id: job.id, attempt: job.attempt, leaseExpiresAt: expiresAt, spec: job.spec, orderingKey: job.orderingKey }),
+        );
         if (job.cancelRequested) this.leasing.sendCancel(nodeId, job.id, job.attempt, job.cancelReason ?? "cancelled by operator");
         continue;
       }
@@ -131,7 +146,10 @@ export class JobEngine implements JobDispatch {
     }
     const unknown = [...running].filter((id) => !kept.has(id));
     if (unknown.length > 0) {
-      const rows = await prisma.job.findMany({ where: { id: { in: unknown }, nodeId }, select: { id: true, state: true, attempt: true, failure: true } });
+      const rows = await prisma.job.findMany({
+        where: { id: { in: unknown }, nodeId },
+        select: { id: true, state: true, attempt: true, failure: true },
+      });
       for (const row of rows) {
         const why = row.state === "leased" ? "lease changed" : `job is ${row.state}`;
         this.leasing.sendCancel(nodeId, row.id, row.attempt, `${LEASE_LOST} (${why})`, true);
@@ -147,7 +165,8 @@ export class JobEngine implements JobDispatch {
     const outcome = afterLeaseExpiry({ ...recordOf(job), leaseExpiresAt: now }, now);
     if (outcome === null) return;
     const applied = await applyExpiry(this.work, job, outcome, now, { leaseExpiresAt: job.leaseExpiresAt }, correlationId);
-    if (applied) this.work.log.info({ jobId: job.id, nodeId: job.nodeId, attempt: job.attempt, to: outcome.state }, `lease abandoned: ${why}`);
+    if (applied)
+      this.work.log.info({ jobId: job.id, nodeId: job.nodeId, attempt: job.attempt, to: outcome.state }, `lease abandoned: ${why}`);
   }
 
   // -------------------------------------------------------------------------------------------

@@ -165,4 +165,3 @@ export async function reclaimUnreachable(ctx: JobWork, now = ctx.clock.now()): P
   }
   return reclaimed;
 }
-

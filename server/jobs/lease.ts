@@ -10,7 +10,7 @@
 // in both places means there is no instant at which a report is accepted for a job that the
 // sweeper is also allowed to hand to another attempt.
 
-export type JobState = 'pending' | 'leased' | 'succeeded' | 'failed' | 'cancelled';
+export type JobState = "pending" | "leased" | "succeeded" | "failed" | "cancelled";
 
 export interface JobRecord {
   state: JobState;
@@ -31,17 +31,17 @@ export interface JobRecord {
 /** Default lease duration: two minutes, renewed by progress. */
 export const DEFAULT_LEASE_DURATION_MS = 2 * 60 * 1000;
 /** Every refusal of a report because the reporter no longer holds the lease starts with this. */
-export const LEASE_LOST = 'lease lost: stop work';
+export const LEASE_LOST = "lease lost: stop work";
 
-const FINISHED: ReadonlySet<JobState> = new Set<JobState>(['succeeded', 'failed', 'cancelled']);
+const FINISHED: ReadonlySet<JobState> = new Set<JobState>(["succeeded", "failed", "cancelled"]);
 
 export function isFinished(state: JobState): boolean {
   return FINISHED.has(state);
 }
 
 /** Whether a lease is still valid at `now` (valid strictly before its expiry instant). */
-export function isLeaseLive(job: Pick<JobRecord, 'state' | 'leaseExpiresAt'>, now: number): boolean {
-  return job.state === 'leased' && job.leaseExpiresAt !== null && now < job.leaseExpiresAt;
+export function isLeaseLive(job: Pick<JobRecord, "state" | "leaseExpiresAt">, now: number): boolean {
+  return job.state === "leased" && job.leaseExpiresAt !== null && now < job.leaseExpiresAt;
 }
 
 /** When a lease granted (or renewed) at `now` lapses. */
@@ -53,9 +53,7 @@ export function leaseExpiry(now: number, leaseDurationMs: number): number {
   return now + leaseDurationMs;
 }
 
-export type ReportCheck =
-  | { ok: true }
-  | { ok: false; code: 'aborted' | 'failed_precondition'; reason: string };
+export type ReportCheck = { ok: true } | { ok: false; code: "aborted" | "failed_precondition"; reason: string };
 
 /**
  * May a report (progress, complete or fail) carrying `attempt` be applied to `job` at `now`?
@@ -70,35 +68,35 @@ export type ReportCheck =
  */
 export function checkReport(job: JobRecord, attempt: number, now: number): ReportCheck {
   if (isFinished(job.state)) {
-    return { ok: false, code: 'aborted', reason: `${LEASE_LOST} (job already ${job.state})` };
+    return { ok: false, code: "aborted", reason: `${LEASE_LOST} (job already ${job.state})` };
   }
   if (!Number.isInteger(attempt) || attempt < 1) {
-    return { ok: false, code: 'failed_precondition', reason: `attempt must be a positive integer, got ${attempt}` };
+    return { ok: false, code: "failed_precondition", reason: `attempt must be a positive integer, got ${attempt}` };
   }
   if (attempt > job.attempt) {
     return {
       ok: false,
-      code: 'failed_precondition',
+      code: "failed_precondition",
       reason: `attempt ${attempt} was never issued (current attempt is ${job.attempt})`,
     };
   }
   if (attempt < job.attempt) {
     return {
       ok: false,
-      code: 'aborted',
+      code: "aborted",
       reason: `${LEASE_LOST} (attempt ${attempt} is stale; current attempt is ${job.attempt})`,
     };
   }
-  if (job.state !== 'leased') {
-    return { ok: false, code: 'aborted', reason: `${LEASE_LOST} (job is ${job.state}, not leased)` };
+  if (job.state !== "leased") {
+    return { ok: false, code: "aborted", reason: `${LEASE_LOST} (job is ${job.state}, not leased)` };
   }
   if (job.leaseExpiresAt === null) {
-    return { ok: false, code: 'aborted', reason: `${LEASE_LOST} (lease has no expiry)` };
+    return { ok: false, code: "aborted", reason: `${LEASE_LOST} (lease has no expiry)` };
   }
   if (now >= job.leaseExpiresAt) {
     return {
       ok: false,
-      code: 'aborted',
+      code: "aborted",
       reason: `${LEASE_LOST} (lease of attempt ${attempt} expired ${now - job.leaseExpiresAt} ms ago)`,
     };
   }
@@ -106,7 +104,7 @@ export function checkReport(job: JobRecord, attempt: number, now: number): Repor
 }
 
 /** Machine-readable failure codes used here; names of the proto enum `JobFailureCode`. */
-export type LeaseFailureCode = 'ATTEMPTS_EXHAUSTED' | 'CANCELLED';
+export type LeaseFailureCode = "ATTEMPTS_EXHAUSTED" | "CANCELLED";
 
 export interface RecordedFailure {
   code: LeaseFailureCode;
@@ -115,9 +113,9 @@ export interface RecordedFailure {
 }
 
 export type LeaseExpiryOutcome =
-  | { state: 'pending' }
-  | { state: 'failed'; failure: RecordedFailure }
-  | { state: 'cancelled'; failure: RecordedFailure };
+  | { state: "pending" }
+  | { state: "failed"; failure: RecordedFailure }
+  | { state: "cancelled"; failure: RecordedFailure };
 
 /**
  * What becomes of a leased job whose lease has lapsed at `now`; null if there is nothing to do
@@ -130,23 +128,23 @@ export type LeaseExpiryOutcome =
  * The job's lease fields should be cleared (leaseExpiresAt = null) when applying any outcome.
  */
 export function afterLeaseExpiry(job: JobRecord, now: number): LeaseExpiryOutcome | null {
-  if (job.state !== 'leased') return null;
+  if (job.state !== "leased") return null;
   if (job.leaseExpiresAt !== null && now < job.leaseExpiresAt) return null;
   if (job.cancelRequested) {
     return {
-      state: 'cancelled',
+      state: "cancelled",
       failure: {
-        code: 'CANCELLED',
+        code: "CANCELLED",
         message: `cancelled by operator; lease expired on attempt ${job.attempt} of ${job.maxAttempts}`,
         retryable: false,
       },
     };
   }
-  if (job.attempt < job.maxAttempts) return { state: 'pending' };
+  if (job.attempt < job.maxAttempts) return { state: "pending" };
   return {
-    state: 'failed',
+    state: "failed",
     failure: {
-      code: 'ATTEMPTS_EXHAUSTED',
+      code: "ATTEMPTS_EXHAUSTED",
       message: `lease expired on attempt ${job.attempt} of ${job.maxAttempts}: attempts exhausted`,
       retryable: false,
     },
@@ -158,14 +156,11 @@ export function afterLeaseExpiry(job: JobRecord, now: number): LeaseExpiryOutcom
  * Retried only when the failure is retryable, attempts remain and no cancel was requested; a
  * cancel-requested job that fails stays `failed` (its own failure is the more useful record).
  */
-export function afterFailure(
-  job: JobRecord,
-  failure: { retryable: boolean },
-): { state: 'pending' | 'failed'; willRetry: boolean } {
+export function afterFailure(job: JobRecord, failure: { retryable: boolean }): { state: "pending" | "failed"; willRetry: boolean } {
   if (failure.retryable && !job.cancelRequested && job.attempt < job.maxAttempts) {
-    return { state: 'pending', willRetry: true };
+    return { state: "pending", willRetry: true };
   }
-  return { state: 'failed', willRetry: false };
+  return { state: "failed", willRetry: false };
 }
 
 /** The fields a claim sets on a pending job: the next attempt and its expiry. */
@@ -173,19 +168,19 @@ export function claimLease(
   job: JobRecord,
   now: number,
   leaseDurationMs: number = DEFAULT_LEASE_DURATION_MS,
-): { state: 'leased'; attempt: number; leaseExpiresAt: number } {
-  if (job.state !== 'pending') throw new Error(`only a pending job can be leased; this one is ${job.state}`);
-  if (job.cancelRequested) throw new Error('a job with a cancel request cannot be leased');
+): { state: "leased"; attempt: number; leaseExpiresAt: number } {
+  if (job.state !== "pending") throw new Error(`only a pending job can be leased; this one is ${job.state}`);
+  if (job.cancelRequested) throw new Error("a job with a cancel request cannot be leased");
   if (job.attempt >= job.maxAttempts) {
     throw new Error(`attempts exhausted (${job.attempt} of ${job.maxAttempts}); the job cannot be leased again`);
   }
-  return { state: 'leased', attempt: job.attempt + 1, leaseExpiresAt: leaseExpiry(now, leaseDurationMs) };
+  return { state: "leased", attempt: job.attempt + 1, leaseExpiresAt: leaseExpiry(now, leaseDurationMs) };
 }
 
 export type LeaseCandidate = JobRecord & { id: string };
 
 function keyOf(job: JobRecord): string | null {
-  return job.orderingKey === null || job.orderingKey === '' ? null : job.orderingKey;
+  return job.orderingKey === null || job.orderingKey === "" ? null : job.orderingKey;
 }
 
 function bySeq(a: LeaseCandidate, b: LeaseCandidate): number {
@@ -210,7 +205,7 @@ export function nextLeasable(candidates: readonly LeaseCandidate[]): string[] {
   for (const job of unfinished) {
     const key = keyOf(job);
     if (key === null) {
-      if (job.state === 'pending' && !job.cancelRequested) eligible.push(job);
+      if (job.state === "pending" && !job.cancelRequested) eligible.push(job);
       continue;
     }
     const group = keyed.get(key);
@@ -219,8 +214,8 @@ export function nextLeasable(candidates: readonly LeaseCandidate[]): string[] {
   }
   for (const group of keyed.values()) {
     const head = group[0];
-    if (!head || head.state !== 'pending' || head.cancelRequested) continue;
-    if (group.some((job) => job.state === 'leased')) continue;
+    if (head?.state !== "pending" || head.cancelRequested) continue;
+    if (group.some((job) => job.state === "leased")) continue;
     eligible.push(head);
   }
   return eligible.sort(bySeq).map((job) => job.id);

@@ -94,7 +94,13 @@ export class Leasing {
       if (job.nodeId !== nodeId || !specs.has(id)) continue;
       const claimed = await this.claimOne(job, clock.now());
       if (claimed !== undefined) {
-        const lease = leaseOf({ id, attempt: claimed.attempt, leaseExpiresAt: claimed.leaseExpiresAt, spec: specs.get(id), orderingKey: job.orderingKey });
+        const lease = leaseOf({
+          id,
+          attempt: claimed.attempt,
+          leaseExpiresAt: claimed.leaseExpiresAt,
+          spec: specs.get(id),
+          orderingKey: job.orderingKey,
+        });
         leases.push(lease);
         onLease?.(lease); // deliver each lease as soon as it is won, not after the whole pass
       }

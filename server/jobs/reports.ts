@@ -35,7 +35,12 @@ const MAX_FAILURE_MESSAGE_BYTES = 1024;
  * permission_denied for another node's job, and what the report rules (./lease.ts) say
  * of the attempt (a stale attempt, a lapsed lease).
  */
-async function reportedJob(ctx: JobWork, nodeId: string, rawId: string, attempt: number): Promise<{ job: JobRow; now: number; check: ReportCheck }> {
+async function reportedJob(
+  ctx: JobWork,
+  nodeId: string,
+  rawId: string,
+  attempt: number,
+): Promise<{ job: JobRow; now: number; check: ReportCheck }> {
   const id = jobIdOf(rawId);
   const job = await ctx.prisma.job.findUnique({ where: { id } });
   if (job === null) throw new ConnectError(`job ${id} not found`, Code.NotFound);
@@ -49,7 +54,13 @@ async function reportedJob(ctx: JobWork, nodeId: string, rawId: string, attempt:
  * outcome, the answer the first report got (`willRetry`); if with another, aborted; otherwise
  * `refusal`, the ordinary answer to a report without a lease.
  */
-async function answerAsRepeat(ctx: JobWork, jobId: string, attempt: number, report: ReportedOutcome | undefined, refusal: ConnectError): Promise<{ willRetry: boolean }> {
+async function answerAsRepeat(
+  ctx: JobWork,
+  jobId: string,
+  attempt: number,
+  report: ReportedOutcome | undefined,
+  refusal: ConnectError,
+): Promise<{ willRetry: boolean }> {
   const [job, ended] = await Promise.all([
     ctx.prisma.job.findUnique({ where: { id: jobId }, select: { state: true, attempt: true, result: true } }),
     ctx.prisma.jobAttempt.findUnique({ where: { jobId_attempt: { jobId, attempt } }, select: { outcome: true, failure: true } }),
@@ -63,7 +74,12 @@ async function answerAsRepeat(ctx: JobWork, jobId: string, attempt: number, repo
       : ended?.failure != null
         ? { kind: "failure", failure: fromJson(JobFailureSchema, ended.failure as JsonValue, readOptions) }
         : undefined;
-  const verdict = judgeRepeat({ state: job.state as JobState, attempt: job.attempt }, attempt, ended && { outcome: ended.outcome, recorded }, report);
+  const verdict = judgeRepeat(
+    { state: job.state as JobState, attempt: job.attempt },
+    attempt,
+    ended && { outcome: ended.outcome, recorded },
+    report,
+  );
   if (verdict.kind === "none") throw refusal;
   if (verdict.kind === "different") throw new ConnectError(verdict.reason, Code.Aborted);
   ctx.log.debug({ jobId, attempt }, "repeated job outcome acknowledged");
@@ -87,7 +103,12 @@ export async function reportProgress(ctx: JobWork, nodeId: string, req: ReportJo
   return create(ReportJobProgressResponseSchema, { expiresAt: timestampFromMs(expiresAt), cancelRequested: job.cancelRequested });
 }
 
-export async function completeJob(ctx: JobWork, nodeId: string, req: CompleteJobRequest, correlationId?: string): Promise<CompleteJobResponse> {
+export async function completeJob(
+  ctx: JobWork,
+  nodeId: string,
+  req: CompleteJobRequest,
+  correlationId?: string,
+): Promise<CompleteJobResponse> {
   const { job, now, check } = await reportedJob(ctx, nodeId, req.jobId, req.attempt);
   const result = req.result;
   const report = result && { kind: "result" as const, result };
@@ -147,7 +168,10 @@ export async function failJob(ctx: JobWork, nodeId: string, req: FailJobRequest,
     return true;
   });
   if (!applied) {
-    return create(FailJobResponseSchema, await answerAsRepeat(ctx, job.id, req.attempt, report, leaseLost(`attempt ${req.attempt} changed while failing`)));
+    return create(
+      FailJobResponseSchema,
+      await answerAsRepeat(ctx, job.id, req.attempt, report, leaseLost(`attempt ${req.attempt} changed while failing`)),
+    );
   }
   ctx.log.info(
     { jobId: job.id, nodeId, attempt: req.attempt, code: JobFailureCode[failure.code], state: next.state, correlationId },
@@ -157,4 +181,3 @@ export async function failJob(ctx: JobWork, nodeId: string, req: FailJobRequest,
   else ctx.leasing.later("next in ordering key", () => ctx.leasing.afterFinish(job));
   return create(FailJobResponseSchema, { willRetry: next.willRetry });
 }
-

@@ -5,17 +5,17 @@
 // `spec.artifact_acquire.files[2].sha256`, so an operator or client can find it in their request.
 // Messages never echo payloads; they name the rule that was broken.
 
-import { Buffer } from 'node:buffer';
-import path from 'node:path';
-import type { Duration } from '@bufbuild/protobuf/wkt';
+import { Buffer } from "node:buffer";
+import path from "node:path";
+import type { Duration } from "@bufbuild/protobuf/wkt";
 import {
   CapabilityError,
   capabilityOfResult,
   capabilityOfSpecCase,
   specFieldNameOfCase,
   type JobSpecCase,
-} from '../../common/capabilities.js';
-import { absoluteArtifactPathProblem, relativeArtifactPathProblem } from '../../common/paths.js';
+} from "../../common/capabilities.js";
+import { absoluteArtifactPathProblem, relativeArtifactPathProblem } from "../../common/paths.js";
 import type {
   ArtifactAcquire,
   ArtifactAcquireResult,
@@ -26,11 +26,11 @@ import type {
   JobSpec,
   ResolvedArtifact,
   RuntimeProbe,
-} from '../../gen/proto/modelforge/jobs/v1/jobs_pb.js';
+} from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 
 /** A job spec, result or progress report breaks a rule of the contract. Maps to invalid_argument. */
 export class JobSpecError extends Error {
-  override readonly name = 'JobSpecError';
+  override readonly name = "JobSpecError";
   constructor(
     /** Proto path of the offending field, e.g. `spec.artifact_acquire.files[2].sha256`. */
     readonly field: string,
@@ -59,40 +59,40 @@ function fail(field: string, reason: string): never {
 }
 
 function requireText(value: string, field: string): void {
-  if (value.trim() === '') fail(field, 'is required and must not be blank');
+  if (value.trim() === "") fail(field, "is required and must not be blank");
 }
 
 export function checkSha256(value: string, field: string): void {
   if (SHA256.test(value)) return;
-  if (/^[0-9a-fA-F]{64}$/.test(value)) fail(field, 'must be lowercase hex: write the SHA-256 digest in lowercase');
-  if (value === '') fail(field, 'is required: the SHA-256 digest as 64 lowercase hex digits');
+  if (/^[0-9a-fA-F]{64}$/.test(value)) fail(field, "must be lowercase hex: write the SHA-256 digest in lowercase");
+  if (value === "") fail(field, "is required: the SHA-256 digest as 64 lowercase hex digits");
   fail(field, `must be a SHA-256 digest of exactly 64 lowercase hex digits (got ${value.length} characters)`);
 }
 
 export function checkCommit(value: string, field: string): void {
   if (COMMIT.test(value)) return;
-  if (value === '') fail(field, 'is required: the exact commit as 40 lowercase hex digits');
-  if (/^[0-9a-fA-F]{40}$/.test(value)) fail(field, 'must be lowercase hex: write the commit id in lowercase');
+  if (value === "") fail(field, "is required: the exact commit as 40 lowercase hex digits");
+  if (/^[0-9a-fA-F]{40}$/.test(value)) fail(field, "must be lowercase hex: write the commit id in lowercase");
   if (/^[0-9a-fA-F]{4,39}$/.test(value)) {
     fail(field, `looks like a short commit id (${value.length} digits); the full 40-digit commit is required`);
   }
-  fail(field, 'must be an exact commit (40 lowercase hex digits); branch and tag names are not accepted');
+  fail(field, "must be an exact commit (40 lowercase hex digits); branch and tag names are not accepted");
 }
 
 export function checkRepository(value: string, field: string): void {
-  if (value === '') fail(field, 'is required, in the form owner/name');
+  if (value === "") fail(field, "is required, in the form owner/name");
   if (!REPOSITORY.test(value)) {
     fail(field, 'must have the form owner/name: letters, digits, "-", "_" and "." with exactly one "/"');
   }
   // "." and ".." are path segments, not names; they would turn the repository into a path traversal.
-  for (const part of value.split('/')) {
-    if (/^\.+$/.test(part)) fail(field, 'owner and name must not consist only of dots');
+  for (const part of value.split("/")) {
+    if (/^\.+$/.test(part)) fail(field, "owner and name must not consist only of dots");
   }
 }
 
 /** A file path inside an artifact directory: the contract's artifact path grammar (common/paths.ts). */
 export function checkRelativePath(value: string, field: string): void {
-  if (value === '') fail(field, 'is required');
+  if (value === "") fail(field, "is required");
   const problem = relativeArtifactPathProblem(value);
   if (problem !== undefined) fail(field, problem);
 }
@@ -100,17 +100,17 @@ export function checkRelativePath(value: string, field: string): void {
 /** `path.posix.normalize`, minus any trailing "/" (except for the file system root itself). */
 function normalise(p: string): string {
   const n = path.posix.normalize(p);
-  return n.length > 1 && n.endsWith('/') ? n.slice(0, -1) : n;
+  return n.length > 1 && n.endsWith("/") ? n.slice(0, -1) : n;
 }
 
 function normalisedRoots(ctx: JobSpecContext): string[] {
   // A relative root is a configuration mistake; it never contains anything.
-  return ctx.approvedRoots.filter((root) => root.startsWith('/')).map(normalise);
+  return ctx.approvedRoots.filter((root) => root.startsWith("/")).map(normalise);
 }
 
 function isInside(candidate: string, root: string): boolean {
-  if (root === '/') return candidate !== '/';
-  return candidate.startsWith(root + '/');
+  if (root === "/") return candidate !== "/";
+  return candidate.startsWith(`${root}/`);
 }
 
 /**
@@ -122,13 +122,13 @@ function isInside(candidate: string, root: string): boolean {
  * physically; the server resolves these paths itself, so it can always send the canonical form.
  */
 function checkResolvedPath(value: string, field: string, roots: string[]): void {
-  if (value === '') fail(field, 'is required');
-  if (value.includes('\0')) fail(field, 'must not contain a NUL character');
-  if (value.includes('\\')) fail(field, 'must use "/" as separator; "\\" is not allowed');
-  if (!value.startsWith('/')) fail(field, 'must be an absolute path inside an approved root');
+  if (value === "") fail(field, "is required");
+  if (value.includes("\0")) fail(field, "must not contain a NUL character");
+  if (value.includes("\\")) fail(field, 'must use "/" as separator; "\\" is not allowed');
+  if (!value.startsWith("/")) fail(field, "must be an absolute path inside an approved root");
   const normal = normalise(value);
   if (!roots.some((root) => isInside(normal, root))) {
-    fail(field, 'must lie inside one of the approved roots (after normalisation it does not)');
+    fail(field, "must lie inside one of the approved roots (after normalisation it does not)");
   }
   if (normal !== value) {
     fail(field, 'must be in canonical form: no "..", "." or empty segments and no trailing "/"');
@@ -138,7 +138,7 @@ function checkResolvedPath(value: string, field: string, roots: string[]): void 
 }
 
 function checkResolvedArtifacts(artifacts: ResolvedArtifact[], at: string, ctx: JobSpecContext): void {
-  if (artifacts.length === 0) fail(at, 'at least one artifact is required');
+  if (artifacts.length === 0) fail(at, "at least one artifact is required");
   const roots = normalisedRoots(ctx);
   artifacts.forEach((artifact, i) => {
     checkResolvedPath(artifact.path, `${at}[${i}].path`, roots);
@@ -151,15 +151,15 @@ function checkOptionalPositiveDuration(value: Duration | undefined, field: strin
   if (value === undefined) return;
   const { seconds, nanos } = value;
   if (seconds < 0n || nanos < 0 || nanos > 999_999_999 || !Number.isInteger(nanos)) {
-    fail(field, 'must be a well-formed, non-negative duration');
+    fail(field, "must be a well-formed, non-negative duration");
   }
-  if (seconds === 0n && nanos === 0) fail(field, 'must be positive when set (leave it unset for the default)');
+  if (seconds === 0n && nanos === 0) fail(field, "must be positive when set (leave it unset for the default)");
 }
 
 function checkArtifactAcquire(v: ArtifactAcquire, at: string, ctx: JobSpecContext): void {
   checkRepository(v.repository, `${at}.repository`);
   checkCommit(v.commit, `${at}.commit`);
-  if (v.files.length === 0) fail(`${at}.files`, 'at least one file is required');
+  if (v.files.length === 0) fail(`${at}.files`, "at least one file is required");
   const firstIndexOf = new Map<string, number>();
   v.files.forEach((file, i) => {
     const f = `${at}.files[${i}]`;
@@ -167,16 +167,16 @@ function checkArtifactAcquire(v: ArtifactAcquire, at: string, ctx: JobSpecContex
     const earlier = firstIndexOf.get(file.path);
     if (earlier !== undefined) fail(`${f}.path`, `duplicates files[${earlier}].path`);
     firstIndexOf.set(file.path, i);
-    if (file.sizeBytes <= 0n) fail(`${f}.size_bytes`, 'must be greater than zero');
+    if (file.sizeBytes <= 0n) fail(`${f}.size_bytes`, "must be greater than zero");
     checkSha256(file.sha256, `${f}.sha256`);
   });
-  if (v.targetRoot === '') fail(`${at}.target_root`, 'is required: one of the approved roots');
+  if (v.targetRoot === "") fail(`${at}.target_root`, "is required: one of the approved roots");
   if (!ctx.approvedRoots.includes(v.targetRoot)) {
-    fail(`${at}.target_root`, `must be exactly one of the approved roots (${ctx.approvedRoots.join(', ') || 'none configured'})`);
+    fail(`${at}.target_root`, `must be exactly one of the approved roots (${ctx.approvedRoots.join(", ") || "none configured"})`);
   }
   // An unset reserve means "no extra reserve beyond the agent's own floor".
   if (v.reserve && v.reserve.minFreePercent > 100) {
-    fail(`${at}.reserve.min_free_percent`, 'must be between 0 and 100');
+    fail(`${at}.reserve.min_free_percent`, "must be between 0 and 100");
   }
 }
 
@@ -189,7 +189,7 @@ function checkRuntimeProbe(v: RuntimeProbe, at: string, ctx: JobSpecContext): vo
 
 function checkDeploymentLoad(v: DeploymentLoad, at: string, ctx: JobSpecContext): void {
   requireText(v.deploymentId, `${at}.deployment_id`);
-  if (v.revision < 1n) fail(`${at}.revision`, 'must be at least 1');
+  if (v.revision < 1n) fail(`${at}.revision`, "must be at least 1");
   requireText(v.runtimeProfile, `${at}.runtime_profile`);
   checkResolvedArtifacts(v.artifacts, `${at}.artifacts`, ctx);
 }
@@ -209,39 +209,39 @@ function checkDeploymentInvoke(v: DeploymentInvoke, at: string): void {
  */
 export function validateJobSpec(spec: JobSpec, ctx: JobSpecContext): void {
   const kind = spec.kind;
-  if (kind.case === undefined) fail('spec.kind', 'exactly one capability must be set; none is');
+  if (kind.case === undefined) fail("spec.kind", "exactly one capability must be set; none is");
   let at: string;
   try {
     at = `spec.${specFieldNameOfCase(kind.case)}`;
   } catch (err) {
-    if (err instanceof CapabilityError) fail('spec.kind', `unknown capability case "${String(kind.case)}"`);
+    if (err instanceof CapabilityError) fail("spec.kind", `unknown capability case "${String(kind.case)}"`);
     throw err;
   }
-  if (kind.value == null) fail(at, 'the capability is selected but carries no message');
+  if (kind.value == null) fail(at, "the capability is selected but carries no message");
 
   switch (kind.case) {
-    case 'artifactAcquire':
+    case "artifactAcquire":
       return checkArtifactAcquire(kind.value, at, ctx);
-    case 'runtimeProbe':
+    case "runtimeProbe":
       return checkRuntimeProbe(kind.value, at, ctx);
-    case 'runtimeHealth':
-    case 'runtimeUnload':
+    case "runtimeHealth":
+    case "runtimeUnload":
       return requireText(kind.value.runtimeId, `${at}.runtime_id`);
-    case 'deploymentLoad':
+    case "deploymentLoad":
       return checkDeploymentLoad(kind.value, at, ctx);
-    case 'deploymentInvoke':
+    case "deploymentInvoke":
       return checkDeploymentInvoke(kind.value, at);
-    case 'deploymentHealth':
-    case 'deploymentUnload':
+    case "deploymentHealth":
+    case "deploymentUnload":
       return requireText(kind.value.deploymentId, `${at}.deployment_id`);
-    case 'deploymentDrain':
+    case "deploymentDrain":
       requireText(kind.value.deploymentId, `${at}.deployment_id`);
       return checkOptionalPositiveDuration(kind.value.timeout, `${at}.timeout`);
     default: {
       // A new capability in the proto fails type-checking here until it has rules.
       const unhandled: never = kind;
       void unhandled;
-      fail('spec.kind', 'capability has no validation rules');
+      fail("spec.kind", "capability has no validation rules");
     }
   }
 }
@@ -253,18 +253,18 @@ export function validateJobSpec(spec: JobSpec, ctx: JobSpecContext): void {
  */
 export function validateJobResult(spec: JobSpec, result: JobResult): void {
   const kase: JobSpecCase | undefined = spec.kind.case;
-  if (kase === undefined) fail('spec.kind', 'exactly one capability must be set; none is');
+  if (kase === undefined) fail("spec.kind", "exactly one capability must be set; none is");
   let expected: string;
   try {
     expected = capabilityOfSpecCase(kase);
   } catch (err) {
-    if (err instanceof CapabilityError) fail('spec.kind', `unknown capability case "${String(kase)}"`);
+    if (err instanceof CapabilityError) fail("spec.kind", `unknown capability case "${String(kase)}"`);
     throw err;
   }
   const actual = capabilityOfResult(result);
-  if (actual === undefined) fail('result', `no result case is set; the job expects a ${expected} result`);
-  if (actual !== expected) fail('result', `is a ${actual} result, but the job is ${expected}`);
-  if (spec.kind.case === 'artifactAcquire' && result.result.case === 'artifactAcquire') {
+  if (actual === undefined) fail("result", `no result case is set; the job expects a ${expected} result`);
+  if (actual !== expected) fail("result", `is a ${actual} result, but the job is ${expected}`);
+  if (spec.kind.case === "artifactAcquire" && result.result.case === "artifactAcquire") {
     checkAcquireResult(spec.kind.value, result.result.value);
   }
 }
@@ -274,9 +274,9 @@ export function validateJobResult(spec: JobSpec, result: JobResult): void {
  * with the spec's size and digest, nothing else) in the directory the spec implies.
  */
 function checkAcquireResult(spec: ArtifactAcquire, result: ArtifactAcquireResult): void {
-  const at = 'result.artifact_acquire';
+  const at = "result.artifact_acquire";
   const expectedDir = path.posix.join(spec.targetRoot, spec.repository, spec.commit);
-  if (result.path !== expectedDir) fail(`${at}.path`, 'must be <target_root>/<repository>/<commit> of the job');
+  if (result.path !== expectedDir) fail(`${at}.path`, "must be <target_root>/<repository>/<commit> of the job");
   if (result.files.length !== spec.files.length) {
     fail(`${at}.files`, `reports ${result.files.length} files; the job names ${spec.files.length}`);
   }
@@ -285,15 +285,15 @@ function checkAcquireResult(spec: ArtifactAcquire, result: ArtifactAcquireResult
   let total = 0n;
   result.files.forEach((file, i) => {
     const expected = wanted.get(file.path);
-    if (expected === undefined) fail(`${at}.files[${i}].path`, 'is not a file of the job');
-    if (seen.has(file.path)) fail(`${at}.files[${i}].path`, 'is reported twice');
+    if (expected === undefined) fail(`${at}.files[${i}].path`, "is not a file of the job");
+    if (seen.has(file.path)) fail(`${at}.files[${i}].path`, "is reported twice");
     seen.add(file.path);
-    if (file.sizeBytes !== expected.sizeBytes) fail(`${at}.files[${i}].size_bytes`, 'differs from the job');
-    if (file.sha256 !== expected.sha256) fail(`${at}.files[${i}].sha256`, 'differs from the job');
+    if (file.sizeBytes !== expected.sizeBytes) fail(`${at}.files[${i}].size_bytes`, "differs from the job");
+    if (file.sha256 !== expected.sha256) fail(`${at}.files[${i}].sha256`, "differs from the job");
     total += file.sizeBytes;
   });
   if (result.bytesWritten + result.bytesReused > total) {
-    fail(`${at}.bytes_written`, 'with bytes_reused exceeds the size of the files');
+    fail(`${at}.bytes_written`, "with bytes_reused exceeds the size of the files");
   }
 }
 
@@ -301,18 +301,15 @@ function checkAcquireResult(spec: ArtifactAcquire, result: ArtifactAcquireResult
  * Check a progress report's bounds.
  * @throws JobSpecError with field `progress.<name>`.
  */
-export function validateProgress(
-  progress: JobProgress,
-  maxMessageBytes: number = DEFAULT_MAX_PROGRESS_MESSAGE_BYTES,
-): void {
+export function validateProgress(progress: JobProgress, maxMessageBytes: number = DEFAULT_MAX_PROGRESS_MESSAGE_BYTES): void {
   if (!Number.isFinite(progress.percent) || progress.percent < 0 || progress.percent > 100) {
-    fail('progress.percent', 'must be a finite number from 0 to 100');
+    fail("progress.percent", "must be a finite number from 0 to 100");
   }
-  const bytes = Buffer.byteLength(progress.message, 'utf8');
+  const bytes = Buffer.byteLength(progress.message, "utf8");
   if (bytes > maxMessageBytes) {
-    fail('progress.message', `is ${bytes} bytes of UTF-8; at most ${maxMessageBytes} bytes are accepted`);
+    fail("progress.message", `is ${bytes} bytes of UTF-8; at most ${maxMessageBytes} bytes are accepted`);
   }
   if (progress.bytesTotal > 0n && progress.bytesDone > progress.bytesTotal) {
-    fail('progress.bytes_done', 'must not exceed bytes_total');
+    fail("progress.bytes_done", "must not exceed bytes_total");
   }
 }

@@ -86,5 +86,8 @@ export async function endAttempt(
   now: number,
   failure?: Prisma.InputJsonValue,
 ): Promise<void> {
-  await tx.jobAttempt.updateMany({ where: { jobId, attempt, endedAt: null }, data: { endedAt: new Date(now), outcome, ...(failure !== undefined ? { failure } : {}) } });
+  await tx.jobAttempt.updateMany({
+    where: { jobId, attempt, endedAt: null },
+    data: { endedAt: new Date(now), outcome, ...(failure !== undefined ? { failure } : {}) },
+  });
 }

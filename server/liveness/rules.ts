@@ -4,7 +4,7 @@
 // SERVER's receive time, never the agent's own clock, so a node with a broken clock can neither
 // keep itself online nor knock itself offline.
 
-export type Liveness = 'pending' | 'online' | 'stale' | 'offline' | 'disabled' | 'decommissioned';
+export type Liveness = "pending" | "online" | "stale" | "offline" | "disabled" | "decommissioned";
 
 export interface LivenessThresholds {
   /** A node is online while its last heartbeat is at most this old (default 30 s). */
@@ -21,7 +21,7 @@ export interface LivenessInput {
 }
 
 /** The audit actions the liveness reconciler may record. */
-export type LivenessAction = 'node.online' | 'node.stale' | 'node.offline';
+export type LivenessAction = "node.online" | "node.stale" | "node.offline";
 
 export interface LivenessTransition {
   /** Whether the reconciler should store `next`. */
@@ -34,9 +34,7 @@ export interface LivenessTransition {
 function checkThresholds({ staleAfterMs, offlineAfterMs }: LivenessThresholds): void {
   // A misconfiguration here would silently invert the state machine; fail loudly instead.
   if (!(staleAfterMs >= 0) || !(offlineAfterMs >= staleAfterMs)) {
-    throw new RangeError(
-      `liveness thresholds must satisfy 0 <= staleAfterMs <= offlineAfterMs, got ${staleAfterMs} and ${offlineAfterMs}`,
-    );
+    throw new RangeError(`liveness thresholds must satisfy 0 <= staleAfterMs <= offlineAfterMs, got ${staleAfterMs} and ${offlineAfterMs}`);
   }
 }
 
@@ -47,11 +45,11 @@ function ageOf(lastHeartbeatAt: number, now: number): number {
 }
 
 function timeLiveness(lastHeartbeatAt: number | null, now: number, t: LivenessThresholds): Liveness {
-  if (lastHeartbeatAt === null) return 'pending';
+  if (lastHeartbeatAt === null) return "pending";
   const age = ageOf(lastHeartbeatAt, now);
-  if (age <= t.staleAfterMs) return 'online';
-  if (age <= t.offlineAfterMs) return 'stale';
-  return 'offline';
+  if (age <= t.staleAfterMs) return "online";
+  if (age <= t.offlineAfterMs) return "stale";
+  return "offline";
 }
 
 /**
@@ -59,14 +57,10 @@ function timeLiveness(lastHeartbeatAt: number | null, now: number, t: LivenessTh
  * disabled over the heartbeat age. Boundaries are inclusive: exactly `staleAfterMs` old is still
  * online, exactly `offlineAfterMs` old is still stale.
  */
-export function computeLiveness(
-  input: LivenessInput,
-  now: number,
-  thresholds: LivenessThresholds,
-): Liveness {
+export function computeLiveness(input: LivenessInput, now: number, thresholds: LivenessThresholds): Liveness {
   checkThresholds(thresholds);
-  if (input.decommissioned) return 'decommissioned';
-  if (input.disabled) return 'disabled';
+  if (input.decommissioned) return "decommissioned";
+  if (input.disabled) return "disabled";
   return timeLiveness(input.lastHeartbeatAt, now, thresholds);
 }
 
@@ -82,13 +76,13 @@ export function computeLiveness(
  */
 export function livenessTransition(previous: Liveness, next: Liveness): LivenessTransition {
   const unchanged = { changed: false, audit: false };
-  if (previous === next || previous === 'disabled' || previous === 'decommissioned') return unchanged;
+  if (previous === next || previous === "disabled" || previous === "decommissioned") return unchanged;
   switch (next) {
-    case 'online': // covers first contact (from pending) as well as recovery from stale/offline
-    case 'stale':
-    case 'offline':
+    case "online": // covers first contact (from pending) as well as recovery from stale/offline
+    case "stale":
+    case "offline":
       return { changed: true, audit: true, action: `node.${next}` };
-    case 'pending':
+    case "pending":
       // A node cannot become unheard-from again; store it if asked, but there is nothing to audit.
       return { changed: true, audit: false };
     default: // 'disabled' | 'decommissioned': the operator action records these
@@ -104,16 +98,12 @@ export function livenessTransition(previous: Liveness, next: Liveness): Liveness
  *
  * Only the heartbeat is considered: callers do not schedule disabled or decommissioned nodes.
  */
-export function nextLivenessDeadline(
-  lastHeartbeatAt: number | null,
-  now: number,
-  thresholds: LivenessThresholds,
-): number | null {
+export function nextLivenessDeadline(lastHeartbeatAt: number | null, now: number, thresholds: LivenessThresholds): number | null {
   checkThresholds(thresholds);
   switch (timeLiveness(lastHeartbeatAt, now, thresholds)) {
-    case 'online':
+    case "online":
       return lastHeartbeatAt! + thresholds.staleAfterMs + 1;
-    case 'stale':
+    case "stale":
       return lastHeartbeatAt! + thresholds.offlineAfterMs + 1;
     default:
       return null;
@@ -130,12 +120,7 @@ export function nextLivenessDeadline(
  * node that is connected, so a pending node should hold none. Anything that does get stranded
  * there is still covered by lease expiry.
  */
-export function reclaimDue(
-  lastHeartbeatAt: number | null,
-  now: number,
-  offlineAfterMs: number,
-  reclaimGraceMs: number,
-): boolean {
+export function reclaimDue(lastHeartbeatAt: number | null, now: number, offlineAfterMs: number, reclaimGraceMs: number): boolean {
   if (lastHeartbeatAt === null) return false;
   return ageOf(lastHeartbeatAt, now) > offlineAfterMs + reclaimGraceMs;
 }

@@ -33,13 +33,10 @@ export interface StreamCursor extends CursorPosition {
 }
 
 /** Accepted: the cursor advances. Only 'apply' also replaces the state. */
-export type AdvancingVerdict =
-  | { kind: 'apply' }
-  | { kind: 'future'; reason: string }
-  | { kind: 'older'; reason: string };
+export type AdvancingVerdict = { kind: "apply" } | { kind: "future"; reason: string } | { kind: "older"; reason: string };
 
 /** Refused: the cursor stays put. 'replay' answers aborted (409), 'invalid' invalid_argument (400). */
-export type RefusingVerdict = { kind: 'replay'; reason: string } | { kind: 'invalid'; reason: string };
+export type RefusingVerdict = { kind: "replay"; reason: string } | { kind: "invalid"; reason: string };
 
 export type Verdict = AdvancingVerdict | RefusingVerdict;
 
@@ -62,39 +59,34 @@ function seconds(ms: number): string {
  * 5. apply.
  * Gaps in the sequence are normal (samples lost or not sent) and are not an error.
  */
-export function judgeSample(
-  cursor: CursorPosition | null,
-  sample: Sample,
-  receivedAt: number,
-  maxFutureSkewMs: number,
-): Verdict {
+export function judgeSample(cursor: CursorPosition | null, sample: Sample, receivedAt: number, maxFutureSkewMs: number): Verdict {
   if (sample.sequence < 1n) {
-    return { kind: 'invalid', reason: `sequence must be 1 or more, got ${sample.sequence}` };
+    return { kind: "invalid", reason: `sequence must be 1 or more, got ${sample.sequence}` };
   }
   if (!Number.isFinite(sample.observedAt)) {
-    return { kind: 'invalid', reason: 'observation time is missing or not a number' };
+    return { kind: "invalid", reason: "observation time is missing or not a number" };
   }
   if (cursor !== null && sample.sequence <= cursor.sequence) {
     return {
-      kind: 'replay',
+      kind: "replay",
       reason: `sequence ${sample.sequence} already seen (stream is at ${cursor.sequence})`,
     };
   }
   const ahead = sample.observedAt - receivedAt;
   if (ahead > maxFutureSkewMs) {
     return {
-      kind: 'future',
+      kind: "future",
       reason: `observation ${seconds(ahead)} ahead of the server clock (limit ${seconds(maxFutureSkewMs)})`,
     };
   }
   const applied = cursor?.appliedObservedAt ?? null;
   if (applied !== null && sample.observedAt < applied) {
     return {
-      kind: 'older',
+      kind: "older",
       reason: `observation ${seconds(applied - sample.observedAt)} older than the last applied one`,
     };
   }
-  return { kind: 'apply' };
+  return { kind: "apply" };
 }
 
 /**
@@ -105,20 +97,15 @@ export function judgeSample(
  * Throws for a refused verdict, or for a sample that does not move the sequence forward: a
  * caller must answer those without touching the cursor.
  */
-export function advanceCursor(
-  cursor: StreamCursor | null,
-  sample: Sample,
-  verdict: AdvancingVerdict,
-  receivedAt: number,
-): StreamCursor {
+export function advanceCursor(cursor: StreamCursor | null, sample: Sample, verdict: AdvancingVerdict, receivedAt: number): StreamCursor {
   const kind = (verdict as Verdict).kind;
-  if (kind === 'replay' || kind === 'invalid') {
+  if (kind === "replay" || kind === "invalid") {
     throw new Error(`advanceCursor called with a '${kind}' verdict; the cursor must not move`);
   }
   if (sample.sequence < 1n || (cursor !== null && sample.sequence <= cursor.sequence)) {
     throw new Error(`advanceCursor: sequence ${sample.sequence} does not advance the cursor`);
   }
-  if (verdict.kind === 'apply') {
+  if (verdict.kind === "apply") {
     return {
       sequence: sample.sequence,
       appliedSequence: sample.sequence,

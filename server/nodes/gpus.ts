@@ -32,7 +32,7 @@ export function reportedGpu(g: ReportedGpu): ReportedGpu {
 }
 
 export interface KnownGpu extends ReportedGpu {
-  state: 'present' | 'missing';
+  state: "present" | "missing";
   /** When it was first found missing; null while present. */
   missingSince: number | null;
 }
@@ -40,7 +40,7 @@ export interface KnownGpu extends ReportedGpu {
 export interface GpuUpsert {
   uuid: string;
   facts: GpuFacts;
-  state: 'present';
+  state: "present";
   missingSince: null;
   /** Not known before. */
   added: boolean;
@@ -50,7 +50,7 @@ export interface GpuUpsert {
   factsChanged: boolean;
 }
 
-export type GpuEventAction = 'gpu.added' | 'gpu.missing' | 'gpu.returned';
+export type GpuEventAction = "gpu.added" | "gpu.missing" | "gpu.returned";
 
 export interface GpuEvent {
   action: GpuEventAction;
@@ -70,9 +70,9 @@ export interface GpuReconciliation {
 
 /** A report the caller must refuse as a whole (invalid_argument); nothing is applied. */
 export class InventoryError extends Error {
-  override readonly name = 'InventoryError';
+  override readonly name = "InventoryError";
   constructor(
-    readonly reason: 'empty_uuid' | 'duplicate_uuid',
+    readonly reason: "empty_uuid" | "duplicate_uuid",
     message: string,
     readonly uuid?: string,
   ) {
@@ -115,11 +115,11 @@ export function reconcileGpus(
 ): GpuReconciliation {
   const seen = new Set<string>();
   for (const gpu of reported) {
-    if (gpu.uuid.trim() === '') {
-      throw new InventoryError('empty_uuid', 'a reported GPU has an empty UUID');
+    if (gpu.uuid.trim() === "") {
+      throw new InventoryError("empty_uuid", "a reported GPU has an empty UUID");
     }
     if (seen.has(gpu.uuid)) {
-      throw new InventoryError('duplicate_uuid', `GPU UUID ${gpu.uuid} is reported more than once`, gpu.uuid);
+      throw new InventoryError("duplicate_uuid", `GPU UUID ${gpu.uuid} is reported more than once`, gpu.uuid);
     }
     seen.add(gpu.uuid);
   }
@@ -132,17 +132,15 @@ export function reconcileGpus(
     const before = byUuid.get(gpu.uuid);
     const facts = factsOf(gpu);
     const added = before === undefined;
-    const returned = before?.state === 'missing';
+    const returned = before?.state === "missing";
     const factsChanged = before !== undefined && !sameFacts(factsOf(before), facts);
-    upserts.push({ uuid: gpu.uuid, facts, state: 'present', missingSince: null, added, returned, factsChanged });
-    if (added) events.push({ action: 'gpu.added', uuid: gpu.uuid });
-    if (returned) events.push({ action: 'gpu.returned', uuid: gpu.uuid });
+    upserts.push({ uuid: gpu.uuid, facts, state: "present", missingSince: null, added, returned, factsChanged });
+    if (added) events.push({ action: "gpu.added", uuid: gpu.uuid });
+    if (returned) events.push({ action: "gpu.returned", uuid: gpu.uuid });
   }
 
-  const markMissing = complete
-    ? known.filter((gpu) => gpu.state === 'present' && !seen.has(gpu.uuid)).map((gpu) => gpu.uuid)
-    : [];
-  for (const uuid of markMissing) events.push({ action: 'gpu.missing', uuid });
+  const markMissing = complete ? known.filter((gpu) => gpu.state === "present" && !seen.has(gpu.uuid)).map((gpu) => gpu.uuid) : [];
+  for (const uuid of markMissing) events.push({ action: "gpu.missing", uuid });
 
   return { upserts, markMissing, missingSince: now, events };
 }

@@ -5,7 +5,7 @@ import { CsrError } from "../identity/pki/ca.js";
 import { recordAudit, nodeActor, operatorActor } from "../audit/audit.js";
 import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
-import type { Ca } from "../identity/pki/ca.js";
+import type { Ca, IssuedNodeCertificate } from "../identity/pki/ca.js";
 import type { SessionRegistry } from "../sessions/registry.js";
 import type { NodeIdentity } from "../identity/node-auth.js";
 import { pushRenewal } from "../sessions/instructions.js";
@@ -53,7 +53,7 @@ async function revokeActive(tx: Tx, nodeId: string, reason: string, now: Date, s
 /** RenewCredential: a fresh certificate for a fresh key; the calling one is revoked in the same step. */
 export async function renewCredential(deps: RenewalDeps, identity: NodeIdentity, csrPem: string, correlationId: string) {
   const now = new Date(deps.clock.now());
-  let issued;
+  let issued: IssuedNodeCertificate;
   try {
     issued = deps.ca.issueNodeCertificate(csrPem, identity.nodeId, { validityMs: deps.credentialTtlMs, now });
   } catch (err) {

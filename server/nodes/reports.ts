@@ -103,7 +103,7 @@ export async function putInventory(deps: ReportDeps, nodeId: string, report: Inv
   const verdict = await deps.prisma.$transaction(async (tx) =>
     acceptSample(tx, nodeId, "inventory", sample, receivedAt, deps.maxFutureSkewMs, async () => {
       const known = await tx.gpu.findMany({ where: { nodeId } });
-      let plan;
+      let plan: ReturnType<typeof reconcileGpus>;
       try {
         plan = reconcileGpus(
           known.map(

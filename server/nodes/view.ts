@@ -35,7 +35,10 @@ async function presentGpuCounts(prisma: PrismaClient, nodeIds: string[]): Promis
 }
 
 export async function nodeMessages(deps: ViewDeps, nodes: Node[]) {
-  const counts = await presentGpuCounts(deps.prisma, nodes.map((n) => n.id));
+  const counts = await presentGpuCounts(
+    deps.prisma,
+    nodes.map((n) => n.id),
+  );
   const now = deps.clock.now();
   return nodes.map((node) => {
     const view = viewOf(deps, node, counts.get(node.id) ?? 0, now);

@@ -108,10 +108,13 @@ export class FloodLogger {
     }
     if (this.timer === undefined) {
       const end = this.gate.windowEnd ?? now;
-      this.timer = setTimeout(() => {
-        this.timer = undefined;
-        this.flush(Math.max(this.clock(), end)); // a timer may fire a hair early
-      }, Math.max(0, end - now));
+      this.timer = setTimeout(
+        () => {
+          this.timer = undefined;
+          this.flush(Math.max(this.clock(), end)); // a timer may fire a hair early
+        },
+        Math.max(0, end - now),
+      );
       this.timer.unref(); // never holds the process open
     }
   }

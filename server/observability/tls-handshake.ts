@@ -15,7 +15,8 @@ export interface HandshakeFailure {
 export type HandshakeVerdict = { level: "debug" | "warn"; reason: string };
 
 /** OpenSSL alerts a client sends when it refuses the server's certificate. */
-const CERTIFICATE_ALERT = /^ERR_SSL_(TLSV1|SSLV3)_ALERT_(UNKNOWN_CA|BAD_CERTIFICATE|CERTIFICATE_UNKNOWN|DECRYPT_ERROR|UNSUPPORTED_CERTIFICATE)$/;
+const CERTIFICATE_ALERT =
+  /^ERR_SSL_(TLSV1|SSLV3)_ALERT_(UNKNOWN_CA|BAD_CERTIFICATE|CERTIFICATE_UNKNOWN|DECRYPT_ERROR|UNSUPPORTED_CERTIFICATE)$/;
 
 export const NOT_TRUSTED =
   "the client gave up after receiving this server's certificate: most likely it does not trust this CA (an agent enrolled under a previous CA must re-enroll with a recovery token), else it timed out";

@@ -4,7 +4,7 @@ import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@conn
 import { create, equals } from "@bufbuild/protobuf";
 import { timestampDate, positiveDurationMs } from "./time.js";
 import {
-  AdminService,
+  type AdminService,
   CreateEnrollmentTokenResponseSchema,
   ListEnrollmentTokensResponseSchema,
   RevokeEnrollmentTokenResponseSchema,
@@ -24,7 +24,13 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { Liveness as LivenessEnum } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import { callOf } from "../context.js";
-import { createEnrollmentToken, listEnrollmentTokens, revokeEnrollmentToken, validateLabels, type TokenDeps } from "../identity/enrollment/tokens.js";
+import {
+  createEnrollmentToken,
+  listEnrollmentTokens,
+  revokeEnrollmentToken,
+  validateLabels,
+  type TokenDeps,
+} from "../identity/enrollment/tokens.js";
 import {
   decommissionNode,
   findNodeOrThrow,
@@ -207,11 +213,13 @@ export function adminService(
 }
 
 async function filteredNodes(deps: ViewDeps, liveness: LivenessEnum[], labels: Record<string, string>): Promise<NodeMessage[]> {
-  const wanted = new Set(liveness.map((l) => {
-    const name = livenessFromProto(l);
-    if (name === undefined) throw new ConnectError(`liveness filter: unknown value ${l}`, Code.InvalidArgument);
-    return name;
-  }));
+  const wanted = new Set(
+    liveness.map((l) => {
+      const name = livenessFromProto(l);
+      if (name === undefined) throw new ConnectError(`liveness filter: unknown value ${l}`, Code.InvalidArgument);
+      return name;
+    }),
+  );
   const labelFilters = Object.entries(labels).map(([k, v]) => ({ labels: { path: [k], equals: v } }));
   const nodes = await deps.prisma.node.findMany({
     where: labelFilters.length > 0 ? { AND: labelFilters } : {},
@@ -219,4 +227,3 @@ async function filteredNodes(deps: ViewDeps, liveness: LivenessEnum[], labels: R
   });
   return (await nodeMessages(deps, nodes)).filter((n) => wanted.size === 0 || wanted.has(n.view.liveness)).map((n) => n.message);
 }
-

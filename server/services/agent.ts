@@ -5,7 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampNow } from "@bufbuild/protobuf/wkt";
 import {
   AgentConfigSchema,
-  AgentService,
+  type AgentService,
   EnrollResponseSchema,
   GetServerInfoResponseSchema,
   HeartbeatResponseSchema,

@@ -3,7 +3,7 @@ import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { EventEmitter, on } from "node:events";
 import {
-  Health,
+  type Health,
   HealthCheckResponseSchema,
   HealthCheckResponse_ServingStatus as Status,
 } from "../../gen/proto/grpc/health/v1/health_pb.js";
@@ -44,7 +44,10 @@ export function healthService(state: HealthState): ServiceImpl<typeof Health> {
       try {
         for await (const _ of state.onChange(ctx.signal)) {
           const now = state.statusOf(req.service);
-          if (now !== last) yield create(HealthCheckResponseSchema, { status: (last = now) });
+          if (now !== last) {
+            last = now;
+            yield create(HealthCheckResponseSchema, { status: now });
+          }
         }
       } catch (err) {
         if (!ctx.signal.aborted) throw err;

@@ -1,11 +1,7 @@
 // Instructions the server sends agents, over the node's open session when there is one, otherwise
 // at the node's next heartbeat or session start (from the node's persisted renewal request).
 import { create } from "@bufbuild/protobuf";
-import {
-  InstructionSchema,
-  SessionResponseSchema,
-  type Instruction,
-} from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { InstructionSchema, SessionResponseSchema, type Instruction } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { SessionRegistry } from "./registry.js";
 
 export function renewalInstruction(reason: string): Instruction {
@@ -20,7 +16,5 @@ export function pendingInstructions(node: { renewalRequestedAt: Date | null; ren
 export function pushRenewal(sessions: Pick<SessionRegistry, "get">, nodeId: string, reason: string): boolean {
   const session = sessions.get(nodeId);
   if (session === undefined) return false;
-  return session.send(
-    create(SessionResponseSchema, { message: { case: "instruction", value: renewalInstruction(reason) } }),
-  );
+  return session.send(create(SessionResponseSchema, { message: { case: "instruction", value: renewalInstruction(reason) } }));
 }

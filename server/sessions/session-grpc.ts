@@ -8,11 +8,7 @@ import http2 from "node:http2";
 import type { TLSSocket } from "node:tls";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
-import {
-  AgentService,
-  SessionRequestSchema,
-  SessionResponseSchema,
-} from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { AgentService, SessionRequestSchema, SessionResponseSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { codeName } from "../../common/codes.js";
 import { peerOf } from "../context.js";
 import type { Logger } from "../observability/logger.js";
@@ -52,7 +48,10 @@ export class FrameReader {
       const length = head.readUInt32BE(1);
       // Refused on its declared length, before any of it is held.
       if (length > this.maxMessageBytes) {
-        throw new ConnectError(`message of ${length} bytes is over the limit of ${this.maxMessageBytes} bytes for ${sessionPath}`, Code.ResourceExhausted);
+        throw new ConnectError(
+          `message of ${length} bytes is over the limit of ${this.maxMessageBytes} bytes for ${sessionPath}`,
+          Code.ResourceExhausted,
+        );
       }
       if (this.buffered < 5 + length) break;
       const joined = this.chunks.length === 1 ? head : Buffer.concat(this.chunks);
@@ -85,7 +84,12 @@ function trailersOf(err: ConnectError | undefined): http2.OutgoingHttpHeaders {
  * Serves one Session call on its HTTP/2 stream: length-prefixed messages in, messages out, the
  * status as trailers (or, when it fails before any message, in a trailers-only response).
  */
-export function serveGrpcSession(deps: SessionDeps, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, log: Logger): void {
+export function serveGrpcSession(
+  deps: SessionDeps,
+  stream: http2.ServerHttp2Stream,
+  headers: http2.IncomingHttpHeaders,
+  log: Logger,
+): void {
   const correlationId = correlationIdFrom(headers[correlationHeader]);
   const callLog = log.child({ correlationId });
   let responded = false;
@@ -106,17 +110,30 @@ export function serveGrpcSession(deps: SessionDeps, stream: http2.ServerHttp2Str
 
   const end = (failure: unknown) => {
     if (trailers !== undefined) return;
-    const { error: err, level, detail } = failure === undefined ? { error: undefined, level: "debug" as const } : publicError(failure, correlationId);
+    const {
+      error: err,
+      level,
+      detail,
+    } = failure === undefined ? { error: undefined, level: "debug" as const } : publicError(failure, correlationId);
     trailers = trailersOf(err);
     // A stream that is already gone (the agent left) has no one to tell and nothing to log.
     if (stream.destroyed || stream.closed) return;
     if (err !== undefined) {
-      const line = { method: "Session", path: sessionPath, code: codeName(err.code), message: err.rawMessage, ...(detail ? { err: detail } : {}) };
+      const line = {
+        method: "Session",
+        path: sessionPath,
+        code: codeName(err.code),
+        message: err.rawMessage,
+        ...(detail ? { err: detail } : {}),
+      };
       callLog[level](line, level === "error" ? "rpc failed" : "rpc refused");
     }
     if (!responded) {
       // Trailers-only response: the status travels in the headers.
-      stream.respond({ ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId, ...trailers }, { endStream: true });
+      stream.respond(
+        { ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId, ...trailers },
+        { endStream: true },
+      );
       release();
       return;
     }
@@ -126,21 +143,29 @@ export function serveGrpcSession(deps: SessionDeps, stream: http2.ServerHttp2Str
   let session: AgentSession;
   try {
     const identity = presentedIdentity(peerOf(stream.session!.socket as TLSSocket));
-    session = new AgentSession(deps, identity, { correlationId, log: callLog, certificate: undefined, certificateError: undefined }, {
-      send(message) {
-        if (stream.destroyed) return;
-        if (!responded) {
-          responded = true;
-          stream.respond({ ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId }, { waitForTrailers: true });
-        }
-        // An agent that stops reading stops being read: its own messages wait in flow control.
-        if (!stream.write(frame(toBinary(SessionResponseSchema, message))) && !stream.isPaused()) {
-          stream.pause();
-          stream.once("drain", () => stream.resume());
-        }
+    session = new AgentSession(
+      deps,
+      identity,
+      { correlationId, log: callLog, certificate: undefined, certificateError: undefined },
+      {
+        send(message) {
+          if (stream.destroyed) return;
+          if (!responded) {
+            responded = true;
+            stream.respond(
+              { ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId },
+              { waitForTrailers: true },
+            );
+          }
+          // An agent that stops reading stops being read: its own messages wait in flow control.
+          if (!stream.write(frame(toBinary(SessionResponseSchema, message))) && !stream.isPaused()) {
+            stream.pause();
+            stream.once("drain", () => stream.resume());
+          }
+        },
+        end,
       },
-      end,
-    });
+    );
   } catch (err) {
     end(err);
     return;

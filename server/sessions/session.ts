@@ -158,9 +158,11 @@ export class AgentSession implements LiveSession {
   receive(message: SessionRequest): void {
     if (this.phase === "closed") return;
     if (!this.busy) return this.handle(message);
-    const backlog = (this.backlog ??= []);
+    this.backlog ??= [];
+    const backlog = this.backlog;
     // An agent waits for answers; one that floods the stream while a message waits is refused.
-    if (backlog.length >= maxBacklog) return this.close(new ConnectError(`more than ${maxBacklog} messages waiting for an answer`, Code.ResourceExhausted));
+    if (backlog.length >= maxBacklog)
+      return this.close(new ConnectError(`more than ${maxBacklog} messages waiting for an answer`, Code.ResourceExhausted));
     backlog.push(message);
   }
 
@@ -224,17 +226,21 @@ export class AgentSession implements LiveSession {
       } catch (err) {
         return this.close(err);
       }
-      this.deps.admission.run(() => this.open(said)).then(
-        () => this.next(),
-        (err: unknown) => this.close(err),
-      );
+      this.deps.admission
+        .run(() => this.open(said))
+        .then(
+          () => this.next(),
+          (err: unknown) => this.close(err),
+        );
       return;
     }
     if (message.message.case === "heartbeat") {
       // No I/O: answered at once. Pending instructions and configuration reach a connected node as
       // pushes, so the reply is only the server's clock: the hot path of a fleet stays small.
       this.deps.heartbeats.record(this.nodeId, this.deps.clock.now());
-      this.sink.send(replyTo(message.messageId, { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) }));
+      this.sink.send(
+        replyTo(message.messageId, { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) }),
+      );
       return;
     }
     this.busy = true;
@@ -271,7 +277,10 @@ export class AgentSession implements LiveSession {
     this.deps.shutdown.addEventListener("abort", this.onShutdown, { once: true });
     if (this.deps.shutdown.aborted) return this.onShutdown();
     this.deps.sessions.attach(this);
-    this.caller.log.info({ nodeId: node.id, agentVersion: hello.agentVersion, capabilities, ignoredCapabilities: ignored }, "session opened");
+    this.caller.log.info(
+      { nodeId: node.id, agentVersion: hello.agentVersion, capabilities, ignoredCapabilities: ignored },
+      "session opened",
+    );
     this.sink.send(
       create(SessionResponseSchema, {
         message: {

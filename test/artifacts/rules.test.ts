@@ -15,13 +15,27 @@ describe("checkRelativePath", () => {
   it.each(["model.gguf", "tokenizer/vocab.json", "a/b/c/d.safetensors", "v1.0-cpu_x", "-dash"])("accepts %j", (p) => {
     expect(checkRelativePath(p)).toEqual(p.split("/"));
   });
-  it.each(["", "/abs", "a/../b", ".", "a//b", ".git/HEAD", "x/.GIT/config", "~/x", "a%2e", "sp ace", "tab\t", "back\\slash", "ünï", "x".repeat(256), Array(33).fill("a").join("/"), `${"a/".repeat(600)}b`])(
-    "refuses %j",
-    (p) => {
-      expect(() => checkRelativePath(p, "files[0].path")).toThrow(PathRejected);
-      expect(() => checkRelativePath(p, "files[0].path")).toThrow(/^files\[0\]\.path /);
-    },
-  );
+  it.each([
+    "",
+    "/abs",
+    "a/../b",
+    ".",
+    "a//b",
+    ".git/HEAD",
+    "x/.GIT/config",
+    "~/x",
+    "a%2e",
+    "sp ace",
+    "tab\t",
+    "back\\slash",
+    "ünï",
+    "x".repeat(256),
+    Array(33).fill("a").join("/"),
+    `${"a/".repeat(600)}b`,
+  ])("refuses %j", (p) => {
+    expect(() => checkRelativePath(p, "files[0].path")).toThrow(PathRejected);
+    expect(() => checkRelativePath(p, "files[0].path")).toThrow(/^files\[0\]\.path /);
+  });
   it("repositories are owner/name without leading dots", () => {
     expect(checkRepository("acme/model-7b")).toEqual(["acme", "model-7b"]);
     for (const bad of ["acme", "a/b/c", ".partial/x", "acme/.hidden", "../x"]) expect(() => checkRepository(bad)).toThrow(PathRejected);
@@ -55,7 +69,9 @@ describe("artifact sources configuration", () => {
     expect(() => parseSourceList(text)).toThrow(why);
   });
   it("builds Hugging Face URLs with every segment encoded", () => {
-    expect(mirrorUrl("https://m/hf", "acme/model", "a".repeat(40), "dir/file name.json")).toBe(`https://m/hf/acme/model/resolve/${"a".repeat(40)}/dir/file%20name.json`);
+    expect(mirrorUrl("https://m/hf", "acme/model", "a".repeat(40), "dir/file name.json")).toBe(
+      `https://m/hf/acme/model/resolve/${"a".repeat(40)}/dir/file%20name.json`,
+    );
   });
   it("reads Content-Range", () => {
     expect(parseContentRange("bytes 100-199/200")).toEqual({ start: 100, total: 200 });
@@ -87,10 +103,12 @@ describe("validateJobResult for artifact.acquire.v1", () => {
     { path: "a.bin", sizeBytes: 10n, sha256: "1".repeat(64) },
     { path: "b/c.json", sizeBytes: 5n, sha256: "2".repeat(64) },
   ];
-  const spec = create(JobSpecSchema, { kind: { case: "artifactAcquire", value: { repository: "acme/m", commit, files, targetRoot: "/srv/models" } } });
+  const spec = create(JobSpecSchema, {
+    kind: { case: "artifactAcquire", value: { repository: "acme/m", commit, files, targetRoot: "/srv/models" } },
+  });
   const good = { path: `/srv/models/acme/m/${commit}`, bytesWritten: 15n, files: [...files].reverse() };
-  const check = (value: Partial<typeof good> & { bytesReused?: bigint }) =>
-    () => validateJobResult(spec, create(JobResultSchema, { result: { case: "artifactAcquire", value: { ...good, ...value } } }));
+  const check = (value: Partial<typeof good> & { bytesReused?: bigint }) => () =>
+    validateJobResult(spec, create(JobResultSchema, { result: { case: "artifactAcquire", value: { ...good, ...value } } }));
 
   it("accepts the spec's inventory in any order", () => {
     expect(check({})).not.toThrow();

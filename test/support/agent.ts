@@ -125,7 +125,14 @@ export async function startAgent(node: TestNode, opts: AgentOptions = {}): Promi
       ...(opts.receiptsPath !== undefined ? { receiptsPath: opts.receiptsPath } : {}),
     }));
   const tap = new JobTap(runner);
-  const running = runAgent({ statePath: node.statePath, log, signal: sessionStop.signal, jobs: tap, backoffBaseMs: opts.backoff?.baseMs ?? 50, backoffMaxMs: opts.backoff?.maxMs ?? 300 });
+  const running = runAgent({
+    statePath: node.statePath,
+    log,
+    signal: sessionStop.signal,
+    jobs: tap,
+    backoffBaseMs: opts.backoff?.baseMs ?? 50,
+    backoffMaxMs: opts.backoff?.maxMs ?? 300,
+  });
   running.catch(() => undefined);
   const disconnect = async () => {
     sessionStop.abort();
@@ -161,5 +168,8 @@ export function adminClientAt(url: string, caPath: string, key: string): Client<
     req.header.set("x-modelforge-admin-token", key);
     return next(req);
   };
-  return createClient(AdminService, createGrpcTransport({ baseUrl: url, nodeOptions: { ca: readFileSync(caPath, "utf8") }, interceptors: [auth] }));
+  return createClient(
+    AdminService,
+    createGrpcTransport({ baseUrl: url, nodeOptions: { ca: readFileSync(caPath, "utf8") }, interceptors: [auth] }),
+  );
 }

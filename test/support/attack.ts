@@ -17,7 +17,9 @@ process.stdout.write("attacking\n");
 await Promise.all(
   sessions.map(async (session, i) => {
     for (let n = i; running; n++) {
-      const answer = await call(session, path, contentTypes[n % contentTypes.length]!, { bytes: Number(bytes) }).catch((err: Error) => ({ code: err.message }));
+      const answer = await call(session, path, contentTypes[n % contentTypes.length]!, { bytes: Number(bytes) }).catch((err: Error) => ({
+        code: err.message,
+      }));
       answers[answer.code] = (answers[answer.code] ?? 0) + 1;
     }
     session.destroy();

@@ -16,14 +16,18 @@ export function postJson(
 ): Promise<JsonResponse> {
   return new Promise((resolve, reject) => {
     const tls = clientCert ? { cert: clientCert.certPem, key: clientCert.keyPem } : {};
-    const req = https.request(url, { method: "POST", ca: caPem, ...tls, headers: { "content-type": "application/json", ...headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => {
-        const text = Buffer.concat(chunks).toString("utf8");
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text === "" ? undefined : JSON.parse(text) });
-      });
-    });
+    const req = https.request(
+      url,
+      { method: "POST", ca: caPem, ...tls, headers: { "content-type": "application/json", ...headers } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => {
+          const text = Buffer.concat(chunks).toString("utf8");
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text === "" ? undefined : JSON.parse(text) });
+        });
+      },
+    );
     req.on("error", reject);
     req.end(JSON.stringify(body));
   });

@@ -39,6 +39,10 @@ export function nodeFromState(statePath: string, nodeId: string): TestNode {
 }
 
 /** Polls until `check` returns a truthy value or the timeout passes (waitFor with positional options). */
-export function eventually<T>(check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 10_000, what = "condition"): Promise<T> {
+export function eventually<T>(
+  check: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 10_000,
+  what = "condition",
+): Promise<T> {
   return waitFor(check, { timeout: timeoutMs, what, interval: 50 });
 }

@@ -18,7 +18,13 @@ export interface ServerProcess {
 export function spawnServer(env: Record<string, string>): ServerProcess {
   const child = spawn(process.execPath, ["--import", "tsx", "server/main.ts"], {
     cwd: repoRoot,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", MODELFORGE_LISTEN_ADDRESS: "127.0.0.1", MODELFORGE_PORT: "0", ...env },
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? "/tmp",
+      MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
+      MODELFORGE_PORT: "0",
+      ...env,
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let out = "";
@@ -38,7 +44,14 @@ export function spawnServer(env: Record<string, string>): ServerProcess {
     return p;
   };
   child.stdout!.on("data", (c: Buffer) => (out += c.toString()));
-  return { child, listening: waitFor("control plane serving"), ready: waitFor("control plane ready"), exited, stdout: () => out, stderr: () => err };
+  return {
+    child,
+    listening: waitFor("control plane serving"),
+    ready: waitFor("control plane ready"),
+    exited,
+    stdout: () => out,
+    stderr: () => err,
+  };
 }
 
 export interface AgentProcess {
@@ -71,7 +84,13 @@ export function spawnAgent(statePath: string, env: Record<string, string> = {}):
   return {
     child,
     output: () => out,
-    stop: () => (child.kill("SIGTERM"), exited),
-    kill: () => (child.kill("SIGKILL"), exited),
+    stop: () => {
+      child.kill("SIGTERM");
+      return exited;
+    },
+    kill: () => {
+      child.kill("SIGKILL");
+      return exited;
+    },
   };
 }

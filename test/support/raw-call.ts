@@ -44,7 +44,13 @@ export const emptyJson: Body = { bytes: 2, data: Buffer.from("{}") };
  * One call, written by hand so the body can be streamed without ever being held whole, and so
  * the answer is read in whichever protocol it came.
  */
-export function call(session: http2.ClientHttp2Session, path: string, contentType: string, body: Body, headers: Record<string, string> = {}): Promise<Answer> {
+export function call(
+  session: http2.ClientHttp2Session,
+  path: string,
+  contentType: string,
+  body: Body,
+  headers: Record<string, string> = {},
+): Promise<Answer> {
   const started = performance.now();
   const enveloped = contentType.startsWith("application/grpc");
   const req = session.request({
@@ -87,9 +93,14 @@ export function call(session: http2.ClientHttp2Session, path: string, contentTyp
     let head: http2.IncomingHttpHeaders = {};
     let tail: http2.IncomingHttpHeaders = {};
     const data: Buffer[] = [];
-    req.on("response", (h) => ((head = h), (status = Number(h[":status"]))));
+    req.on("response", (h) => {
+      head = h;
+      status = Number(h[":status"]);
+    });
     req.on("data", (d: Buffer) => data.push(d));
-    req.on("trailers", (t) => (tail = t));
+    req.on("trailers", (t) => {
+      tail = t;
+    });
     req.on("end", () => {
       answered = true;
       const ms = performance.now() - started;
@@ -123,7 +134,11 @@ function decode(contentType: string, status: number, headers: http2.IncomingHttp
       const length = body.readUInt32BE(at + 1);
       if ((body[at]! & 0x80) !== 0) {
         const fields = Object.fromEntries(
-          body.subarray(at + 5, at + 5 + length).toString("utf8").split("\r\n").filter(Boolean)
+          body
+            .subarray(at + 5, at + 5 + length)
+            .toString("utf8")
+            .split("\r\n")
+            .filter(Boolean)
             .map((line) => [line.slice(0, line.indexOf(":")).trim().toLowerCase(), line.slice(line.indexOf(":") + 1).trim()]),
         );
         return grpc(fields);
@@ -136,4 +151,3 @@ function decode(contentType: string, status: number, headers: http2.IncomingHttp
   const error = JSON.parse(body.toString("utf8")) as { code: string; message?: string };
   return { code: error.code, message: error.message ?? "" };
 }
-

@@ -56,10 +56,7 @@ export async function startTestServer(env: Record<string, string> = {}, options:
   });
   const server = await startServer(config, createLogger("debug", sink), options);
   const admin = createClient(AdminService, adminTransport(server.url, server.ca.certPem, testAdminKey));
-  const anonymousAgent = createClient(
-    AgentService,
-    createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.ca.certPem } }),
-  );
+  const anonymousAgent = createClient(AgentService, createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.ca.certPem } }));
   let stopped = false;
   return {
     server,

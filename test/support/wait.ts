@@ -61,13 +61,12 @@ export function waitFor<T>(check: () => Promise<T | undefined | false> | T | und
         checking = false;
       }
     };
-    const deadline = setTimeout(
-      () => {
-        const described = typeof what === "function" ? what() : what;
-        finish(() => reject(new Error(`timed out after ${timeout} ms waiting for ${described}${last ? `: ${(last as Error).message}` : ""}`)));
-      },
-      timeout,
-    );
+    const deadline = setTimeout(() => {
+      const described = typeof what === "function" ? what() : what;
+      finish(() =>
+        reject(new Error(`timed out after ${timeout} ms waiting for ${described}${last ? `: ${(last as Error).message}` : ""}`)),
+      );
+    }, timeout);
     const poll = setInterval(() => void run(), interval);
     const unsubscribe = on?.subscribe(() => void run());
     void run();
@@ -102,7 +101,9 @@ export function anyOf(...sources: Changes[]): Changes {
   return {
     subscribe(listener) {
       const offs = sources.map((s) => s.subscribe(listener));
-      return () => offs.forEach((off) => off());
+      return () => {
+        for (const off of offs) off();
+      };
     },
   };
 }

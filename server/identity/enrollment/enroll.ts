@@ -16,7 +16,7 @@ import { floodPolicy, FloodLogger } from "../../observability/flood-log.js";
 import type { PrismaClient } from "../../../gen/prisma/client.js";
 import type { Clock } from "../../../common/clock.js";
 import type { Logger } from "../../observability/logger.js";
-import type { Ca } from "../pki/ca.js";
+import type { Ca, IssuedNodeCertificate } from "../pki/ca.js";
 
 /** What enrollment works with. */
 export interface EnrollDeps {
@@ -63,7 +63,9 @@ export function enroller(deps: EnrollDeps, clock: () => number = () => deps.cloc
       const seconds = Math.ceil(waitMs / 1000);
       refusals.warn(peerAddress, { reason: "too many failed enrollments", retryAfterSeconds: seconds, correlationId: input.correlationId });
       throw loggedByHandler(
-        new ConnectError(`too many failed enrollments from this address; retry in ${seconds} s`, Code.ResourceExhausted, { "retry-after": String(seconds) }),
+        new ConnectError(`too many failed enrollments from this address; retry in ${seconds} s`, Code.ResourceExhausted, {
+          "retry-after": String(seconds),
+        }),
       );
     }
     try {
@@ -109,7 +111,7 @@ async function enroll(deps: EnrollDeps, input: EnrollInput): Promise<Enrolled> {
   const nodeId = token.nodeId ?? randomUUID();
   // Issue before claiming, so a bad CSR does not burn the token. A certificate issued to a caller
   // that then loses the claim is never recorded, so it is never accepted.
-  let issued;
+  let issued: IssuedNodeCertificate;
   try {
     issued = deps.ca.issueNodeCertificate(input.csrPem, nodeId, { validityMs: deps.credentialTtlMs, now });
   } catch (err) {

@@ -76,5 +76,8 @@ export function peerKey(address: string | undefined): string {
   const left = head === "" ? [] : head.split(":");
   const right = tail === "" ? [] : tail.split(":");
   const groups = address.includes("::") ? [...left, ...Array<string>(8 - left.length - right.length).fill("0"), ...right] : left;
-  return `${groups.slice(0, 4).map((g) => parseInt(g, 16).toString(16)).join(":")}::/64`;
+  return `${groups
+    .slice(0, 4)
+    .map((g) => parseInt(g, 16).toString(16))
+    .join(":")}::/64`;
 }

@@ -1,21 +1,21 @@
-import { createPrivateKey, generateKeyPair, X509Certificate, type KeyObject } from 'node:crypto';
-import { join } from 'node:path';
-import { promisify } from 'node:util';
-import forge from 'node-forge';
-import { CaFileError, errorMessage } from './errors.js';
-import { ensurePrivateDir, readIfExists, writeFileAtomic } from '../../../common/files.js';
-import { fingerprintOfDer } from '../../../common/x509.js';
-import { issueNodeCertificate, type IssuedNodeCertificate, type IssueNodeCertificateOptions } from './node-cert.js';
-import { randomSerialHex } from './serial.js';
-import { ensureServerCertificate, type ServerCertificate } from './server-cert.js';
-import type { CaSigner } from './signer.js';
-import { buildSignedCertificatePem, wholeSeconds } from './x509-build.js';
+import { createPrivateKey, generateKeyPair, X509Certificate, type KeyObject } from "node:crypto";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import forge from "node-forge";
+import { CaFileError, errorMessage } from "./errors.js";
+import { ensurePrivateDir, readIfExists, writeFileAtomic } from "../../../common/files.js";
+import { fingerprintOfDer } from "../../../common/x509.js";
+import { issueNodeCertificate, type IssuedNodeCertificate, type IssueNodeCertificateOptions } from "./node-cert.js";
+import { randomSerialHex } from "./serial.js";
+import { ensureServerCertificate, type ServerCertificate } from "./server-cert.js";
+import type { CaSigner } from "./signer.js";
+import { buildSignedCertificatePem, wholeSeconds } from "./x509-build.js";
 
-export { CsrError } from './errors.js';
+export { CsrError } from "./errors.js";
 export { fingerprintOfPem, nodeIdFromCertificate } from "../../../common/x509.js";
-export type { IssuedNodeCertificate, IssueNodeCertificateOptions } from './node-cert.js';
-export { canonicalSerial } from './serial.js';
-export type { ServerCertificate } from './server-cert.js';
+export type { IssuedNodeCertificate, IssueNodeCertificateOptions } from "./node-cert.js";
+export { canonicalSerial } from "./serial.js";
+export type { ServerCertificate } from "./server-cert.js";
 
 const generateKeyPairAsync = promisify(generateKeyPair);
 
@@ -43,8 +43,8 @@ const DEFAULT_CA_VALIDITY_DAYS = 3650;
  */
 export async function loadOrCreateCa(dir: string, opts: CaOptions = {}): Promise<Ca> {
   await ensurePrivateDir(dir);
-  const certPath = join(dir, 'ca.crt');
-  const keyPath = join(dir, 'ca.key');
+  const certPath = join(dir, "ca.crt");
+  const keyPath = join(dir, "ca.key");
   let [certPem, keyPem] = await Promise.all([readIfExists(certPath), readIfExists(keyPath)]);
 
   if (certPem === undefined && keyPem === undefined) {
@@ -62,35 +62,35 @@ export async function loadOrCreateCa(dir: string, opts: CaOptions = {}): Promise
 async function createCaFiles(opts: CaOptions): Promise<{ certPem: string; keyPem: string }> {
   const validityDays = opts.validityDays ?? DEFAULT_CA_VALIDITY_DAYS;
   if (!Number.isFinite(validityDays) || validityDays <= 0) throw new RangeError(`validityDays must be positive, got ${validityDays}`);
-  const { publicKey, privateKey } = await generateKeyPairAsync('rsa', { modulusLength: 2048 });
-  const subject = [{ name: 'commonName', value: opts.commonName ?? 'ModelForge CA' }];
+  const { publicKey, privateKey } = await generateKeyPairAsync("rsa", { modulusLength: 2048 });
+  const subject = [{ name: "commonName", value: opts.commonName ?? "ModelForge CA" }];
   const now = Date.now();
   const certPem = buildSignedCertificatePem(
     {
       serialHex: randomSerialHex(),
       subject,
       issuer: subject,
-      publicKey: forge.pki.publicKeyFromPem(publicKey.export({ type: 'spki', format: 'pem' }).toString()),
+      publicKey: forge.pki.publicKeyFromPem(publicKey.export({ type: "spki", format: "pem" }).toString()),
       notBefore: wholeSeconds(new Date(now - 60_000)),
       notAfter: wholeSeconds(new Date(now + validityDays * 24 * 60 * 60 * 1000)),
       extensions: [
         // pathLen 0: this CA signs leaf certificates only, never other CAs.
-        { name: 'basicConstraints', cA: true, pathLenConstraint: 0, critical: true },
-        { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
-        { name: 'subjectKeyIdentifier' },
+        { name: "basicConstraints", cA: true, pathLenConstraint: 0, critical: true },
+        { name: "keyUsage", keyCertSign: true, cRLSign: true, critical: true },
+        { name: "subjectKeyIdentifier" },
       ],
     },
     privateKey,
   );
-  return { certPem, keyPem: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString() };
+  return { certPem, keyPem: privateKey.export({ type: "pkcs8", format: "pem" }).toString() };
 }
 
 function caFromPem(certPem: string, keyPem: string, certPath: string, keyPath: string): Ca {
   const x509 = parseOr(certPath, () => new X509Certificate(certPem));
-  if (!x509.ca) throw new CaFileError(certPath, 'certificate is not a CA certificate');
+  if (!x509.ca) throw new CaFileError(certPath, "certificate is not a CA certificate");
   const forgeCert = parseOr(certPath, () => forge.pki.certificateFromPem(certPem));
   const key: KeyObject = parseOr(keyPath, () => createPrivateKey(keyPem));
-  if (key.asymmetricKeyType !== 'rsa') throw new CaFileError(keyPath, `key type ${key.asymmetricKeyType} is not supported, RSA required`);
+  if (key.asymmetricKeyType !== "rsa") throw new CaFileError(keyPath, `key type ${key.asymmetricKeyType} is not supported, RSA required`);
   if (!x509.checkPrivateKey(key)) throw new CaFileError(keyPath, `key does not belong to the certificate in ${certPath}`);
 
   const signer: CaSigner = {
@@ -119,8 +119,6 @@ function parseOr<T>(file: string, parse: () => T): T {
 
 /** The CA's own key identifier, or one derived from its key if the certificate lacks it. */
 function subjectKeyIdentifier(cert: forge.pki.Certificate): string {
-  const ext = cert.getExtension('subjectKeyIdentifier') as { subjectKeyIdentifier?: string } | undefined;
-  return ext?.subjectKeyIdentifier
-    ? forge.util.hexToBytes(ext.subjectKeyIdentifier)
-    : cert.generateSubjectKeyIdentifier().getBytes();
+  const ext = cert.getExtension("subjectKeyIdentifier") as { subjectKeyIdentifier?: string } | undefined;
+  return ext?.subjectKeyIdentifier ? forge.util.hexToBytes(ext.subjectKeyIdentifier) : cert.generateSubjectKeyIdentifier().getBytes();
 }

@@ -1,11 +1,11 @@
 /** The node's certificate signing request is unacceptable; safe to report back to the caller. */
 export class CsrError extends Error {
-  override readonly name = 'CsrError';
+  override readonly name = "CsrError";
 }
 
 /** A file in the CA directory exists but cannot be used; the operator has to look at it. */
 export class CaFileError extends Error {
-  override readonly name = 'CaFileError';
+  override readonly name = "CaFileError";
   constructor(
     readonly file: string,
     reason: string,
@@ -16,7 +16,7 @@ export class CaFileError extends Error {
 }
 
 export function oneLine(text: string): string {
-  return text.replace(/\s*\n\s*/g, '; ').trim();
+  return text.replace(/\s*\n\s*/g, "; ").trim();
 }
 
 export function errorMessage(err: unknown): string {

@@ -1,8 +1,8 @@
-import { acceptedCsrPublicKey } from './csr.js';
-import { isUuid, nodeUri } from '../../../common/x509.js';
-import { canonicalSerial, randomSerialHex } from './serial.js';
-import { clampToCa, type CaSigner } from './signer.js';
-import { buildSignedCertificatePem, wholeSeconds } from './x509-build.js';
+import { acceptedCsrPublicKey } from "./csr.js";
+import { isUuid, nodeUri } from "../../../common/x509.js";
+import { canonicalSerial, randomSerialHex } from "./serial.js";
+import { clampToCa, type CaSigner } from "./signer.js";
+import { buildSignedCertificatePem, wholeSeconds } from "./x509-build.js";
 
 export interface IssueNodeCertificateOptions {
   validityMs: number;
@@ -46,18 +46,18 @@ export function issueNodeCertificate(
   const certPem = buildSignedCertificatePem(
     {
       serialHex,
-      subject: [{ name: 'commonName', value: `node:${id}` }],
+      subject: [{ name: "commonName", value: `node:${id}` }],
       issuer: signer.subject,
       publicKey,
       notBefore,
       notAfter,
       extensions: [
-        { name: 'basicConstraints', cA: false, critical: true },
-        { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
-        { name: 'extKeyUsage', clientAuth: true },
-        { name: 'subjectAltName', altNames: [{ type: 6, value: nodeUri(id) }] },
-        { name: 'subjectKeyIdentifier' },
-        { name: 'authorityKeyIdentifier', keyIdentifier: signer.keyIdentifier },
+        { name: "basicConstraints", cA: false, critical: true },
+        { name: "keyUsage", digitalSignature: true, keyEncipherment: true, critical: true },
+        { name: "extKeyUsage", clientAuth: true },
+        { name: "subjectAltName", altNames: [{ type: 6, value: nodeUri(id) }] },
+        { name: "subjectKeyIdentifier" },
+        { name: "authorityKeyIdentifier", keyIdentifier: signer.keyIdentifier },
       ],
     },
     signer.key,

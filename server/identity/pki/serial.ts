@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes } from "node:crypto";
 
 /**
  * Random 128-bit serial as lowercase hex for node-forge. The first byte is forced into
@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 export function randomSerialHex(): string {
   const bytes = randomBytes(16);
   bytes[0] = bytes[0]! & 0x7f || 0x01;
-  return bytes.toString('hex');
+  return bytes.toString("hex");
 }
 
 /**
@@ -17,9 +17,9 @@ export function randomSerialHex(): string {
  * Accepts any case, an optional `0x` prefix and `:` separators.
  */
 export function canonicalSerial(hex: string): string {
-  let s = hex.trim().replace(/^0x/i, '').replace(/:/g, '').toUpperCase();
+  let s = hex.trim().replace(/^0x/i, "").replace(/:/g, "").toUpperCase();
   if (!/^[0-9A-F]+$/.test(s)) throw new TypeError(`not a hexadecimal serial number: ${JSON.stringify(hex)}`);
-  s = s.replace(/^0+/, '');
+  s = s.replace(/^0+/, "");
   if (s.length % 2 === 1) s = `0${s}`;
-  return s === '' ? '00' : s;
+  return s === "" ? "00" : s;
 }

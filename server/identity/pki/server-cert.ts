@@ -1,12 +1,12 @@
-import { createPrivateKey, generateKeyPair, X509Certificate } from 'node:crypto';
-import { join } from 'node:path';
-import { promisify } from 'node:util';
-import forge from 'node-forge';
-import { ensurePrivateDir, readIfExists, writeFileAtomic } from '../../../common/files.js';
-import { randomSerialHex } from './serial.js';
-import { altNameKey, normalizeServerNames } from './server-names.js';
-import { clampToCa, type CaSigner } from './signer.js';
-import { buildSignedCertificatePem, wholeSeconds } from './x509-build.js';
+import { createPrivateKey, generateKeyPair, X509Certificate } from "node:crypto";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import forge from "node-forge";
+import { ensurePrivateDir, readIfExists, writeFileAtomic } from "../../../common/files.js";
+import { randomSerialHex } from "./serial.js";
+import { altNameKey, normalizeServerNames } from "./server-names.js";
+import { clampToCa, type CaSigner } from "./signer.js";
+import { buildSignedCertificatePem, wholeSeconds } from "./x509-build.js";
 
 const generateKeyPairAsync = promisify(generateKeyPair);
 
@@ -31,32 +31,32 @@ export async function ensureServerCertificate(
 ): Promise<ServerCertificate> {
   const wanted = normalizeServerNames(names);
   await ensurePrivateDir(dir);
-  const certPath = join(dir, 'server.crt');
-  const keyPath = join(dir, 'server.key');
+  const certPath = join(dir, "server.crt");
+  const keyPath = join(dir, "server.key");
 
   const [certPem, keyPem] = await Promise.all([readIfExists(certPath), readIfExists(keyPath)]);
   if (certPem !== undefined && keyPem !== undefined && isReusable(signer, certPem, keyPem, wanted.keys, now)) {
     return { certPem, keyPem };
   }
 
-  const { publicKey, privateKey } = await generateKeyPairAsync('rsa', { modulusLength: 2048 });
+  const { publicKey, privateKey } = await generateKeyPairAsync("rsa", { modulusLength: 2048 });
   const fresh: ServerCertificate = {
-    keyPem: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+    keyPem: privateKey.export({ type: "pkcs8", format: "pem" }).toString(),
     certPem: buildSignedCertificatePem(
       {
         serialHex: randomSerialHex(),
-        subject: [{ name: 'commonName', value: 'ModelForge server' }],
+        subject: [{ name: "commonName", value: "ModelForge server" }],
         issuer: signer.subject,
-        publicKey: forge.pki.publicKeyFromPem(publicKey.export({ type: 'spki', format: 'pem' }).toString()),
+        publicKey: forge.pki.publicKeyFromPem(publicKey.export({ type: "spki", format: "pem" }).toString()),
         notBefore: wholeSeconds(new Date(now.getTime() - 60_000)),
         notAfter: wholeSeconds(clampToCa(signer, new Date(now.getTime() + SERVER_VALIDITY_MS))),
         extensions: [
-          { name: 'basicConstraints', cA: false, critical: true },
-          { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
-          { name: 'extKeyUsage', serverAuth: true },
-          { name: 'subjectAltName', altNames: wanted.altNames },
-          { name: 'subjectKeyIdentifier' },
-          { name: 'authorityKeyIdentifier', keyIdentifier: signer.keyIdentifier },
+          { name: "basicConstraints", cA: false, critical: true },
+          { name: "keyUsage", digitalSignature: true, keyEncipherment: true, critical: true },
+          { name: "extKeyUsage", serverAuth: true },
+          { name: "subjectAltName", altNames: wanted.altNames },
+          { name: "subjectKeyIdentifier" },
+          { name: "authorityKeyIdentifier", keyIdentifier: signer.keyIdentifier },
         ],
       },
       signer.key,
@@ -83,7 +83,7 @@ function isReusable(signer: CaSigner, certPem: string, keyPem: string, wantedKey
 }
 
 function sanKeys(certPem: string): Set<string> {
-  const ext = forge.pki.certificateFromPem(certPem).getExtension('subjectAltName') as
+  const ext = forge.pki.certificateFromPem(certPem).getExtension("subjectAltName") as
     | { altNames?: { type: number; value: string }[] }
     | undefined;
   return new Set((ext?.altNames ?? []).map((n) => altNameKey(n.type, n.value)));

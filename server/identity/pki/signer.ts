@@ -1,5 +1,5 @@
-import type { KeyObject, X509Certificate } from 'node:crypto';
-import type forge from 'node-forge';
+import type { KeyObject, X509Certificate } from "node:crypto";
+import type forge from "node-forge";
 
 /** What issuing needs from the CA, prepared once at load time. */
 export interface CaSigner {

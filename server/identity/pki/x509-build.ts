@@ -1,9 +1,8 @@
-import { sign, type KeyObject } from 'node:crypto';
-import forge from 'node-forge';
+import { sign, type KeyObject } from "node:crypto";
+import forge from "node-forge";
 
 // Present at runtime but missing from @types/node-forge.
-const getTBSCertificate = (forge.pki as unknown as { getTBSCertificate(cert: forge.pki.Certificate): forge.asn1.Asn1 })
-  .getTBSCertificate;
+const getTBSCertificate = (forge.pki as unknown as { getTBSCertificate(cert: forge.pki.Certificate): forge.asn1.Asn1 }).getTBSCertificate;
 
 const SHA256_WITH_RSA = forge.pki.oids.sha256WithRSAEncryption!;
 
@@ -40,8 +39,8 @@ export function buildSignedCertificatePem(spec: CertificateSpec, issuerKey: KeyO
   cert.signatureOid = SHA256_WITH_RSA;
 
   const tbs = getTBSCertificate(cert);
-  const tbsDer = Buffer.from(forge.asn1.toDer(tbs).getBytes(), 'binary');
-  cert.signature = sign('sha256', tbsDer, issuerKey).toString('binary');
+  const tbsDer = Buffer.from(forge.asn1.toDer(tbs).getBytes(), "binary");
+  cert.signature = sign("sha256", tbsDer, issuerKey).toString("binary");
   // certificateToAsn1 reuses the cached TBS instead of re-encoding it.
   cert.tbsCertificate = tbs;
   return forge.pki.certificateToPem(cert);
