@@ -36,7 +36,7 @@ describe("request limits", () => {
     expect(requestLimitOf(path, contentType).bytes).toBe(bytes);
   });
 
-  it("gives the 4 MiB of a deployment.invoke.v1 payload, in either encoding, only to the paths that carry one", () => {
+  it("gives the 4 MiB of a deployment.invoke.v1 payload, in either encoding, only to the paths that carry one; an artifact chunk 1 MiB", () => {
     for (const path of allPaths) {
       const binary = requestLimitOf(path, "application/proto").bytes;
       const json = requestLimitOf(path, "application/json").bytes;
@@ -44,6 +44,9 @@ describe("request limits", () => {
         expect(binary, path).toBeGreaterThan(MAX_INVOKE_PAYLOAD_BYTES);
         // base64 of the payload, with room for the other fields.
         expect(json, path).toBeGreaterThan(Math.ceil(MAX_INVOKE_PAYLOAD_BYTES / 3) * 4);
+      } else if (path === "/modelforge.admin.v1.AdminService/UploadArtifactChunk") {
+        // An operator pushing an artifact: one chunk of at most 1 MiB and the names around it.
+        expect(binary, path).toBe(1024 * KiB + 16 * KiB);
       } else {
         expect(binary, path).toBeLessThanOrEqual(256 * KiB);
       }
