@@ -12,6 +12,7 @@ import type { ConnectError, ConnectRouterOptions } from "@connectrpc/connect";
 import { adminTokenHeader } from "../identity/admin-token.js";
 import { peerOf } from "../context.js";
 import type { Logger } from "../observability/logger.js";
+import { FloodLogger, floodPolicy } from "../observability/flood-log.js";
 import { codeName } from "../../common/codes.js";
 import { admit, tooLarge } from "./admission.js";
 import { largestRequestBytes } from "./limits.js";
@@ -32,6 +33,9 @@ export const edgeAdapterOptions = {
 export type EdgeGuard = (req: NodeRequest, res: NodeResponse, correlationId: string) => void;
 
 export function edgeGuard(operatorApiKey: string | undefined, log: Logger): EdgeGuard {
+  // Anyone can send refusable requests as fast as the network allows: the first few per window
+  // get a line each, the rest one summary line (and no per-request log memory).
+  const refusals = new FloodLogger(log, "rpc refused at the edge", floodPolicy);
   return (req, res, correlationId) => {
     const path = (req.url ?? "").split("?", 1)[0]!;
     const declared = req.headers["content-length"];
@@ -47,10 +51,12 @@ export function edgeGuard(operatorApiKey: string | undefined, log: Logger): Edge
     );
     endUnreadRequestOnceAnswered(req, res);
     const refused = (refusal: ConnectError) => {
-      log.warn(
-        { correlationId, path, code: codeName(refusal.code), message: refusal.rawMessage, peer: req.socket.remoteAddress },
-        "rpc refused at the edge",
-      );
+      refusals.warn(req.socket.remoteAddress ?? "unknown", {
+        correlationId,
+        path,
+        code: codeName(refusal.code),
+        message: refusal.rawMessage,
+      });
       // HTTP/1.1 has no way to stop one request's body but to close its connection.
       if (!("stream" in req) && !res.headersSent) res.setHeader("connection", "close");
       return refusal;
