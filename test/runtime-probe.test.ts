@@ -12,7 +12,7 @@ import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { EngineKind, JobFailureCode, JobSpecSchema, ProbeInput } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { Supervisor } from "../agent/engines/supervisor.js";
 import { readStat } from "../agent/engines/proc.js";
-import { runtimeHealthHandler, runtimeUnloadHandler } from "../agent/capabilities/runtime.js";
+import { durationOf, failureFor, runtimeHealthHandler, runtimeUnloadHandler } from "../agent/capabilities/runtime.js";
 import type { JobAttempt } from "../agent/jobs/registry.js";
 import { writeTinyLlamaGguf } from "./support/gguf.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -139,4 +139,24 @@ describe("runtime.health.v1 and runtime.unload.v1 on a held runtime", () => {
       rmSync(dir, { recursive: true, force: true });
     }
   }, 60_000);
+});
+
+describe("runtime rules", () => {
+  it.each([
+    [0.5, 0n, 500_000],
+    [315.8886620000003, 0n, 315_888_662],
+    [1999.9999999, 2n, 0],
+    [-3, 0n, 0],
+  ])("durationOf(%s ms) has integer nanos", (ms, seconds, nanos) => {
+    expect(durationOf(ms)).toMatchObject({ seconds, nanos });
+  });
+  it.each([
+    ["engine_not_supported", JobFailureCode.ENGINE_NOT_SUPPORTED, false],
+    ["invalid_params", JobFailureCode.PROFILE_INVALID, false],
+    ["health_deadline_exceeded", JobFailureCode.HEALTH_DEADLINE_EXCEEDED, true],
+    ["exited_before_ready", JobFailureCode.MODEL_LOAD_FAILED, false],
+    ["runtime_not_found", JobFailureCode.NOT_FOUND, false],
+  ] as const)("engine failure %s is %s", (code, expected, retryable) => {
+    expect(failureFor(code)).toEqual({ code: expected, retryable });
+  });
 });

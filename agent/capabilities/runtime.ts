@@ -3,7 +3,8 @@
 // versioned probe input and unloads; health and unload act on a runtime the agent holds.
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { create } from "@bufbuild/protobuf";
+import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
 import { EngineKind as ProtoEngineKind, JobFailureCode, ProbeInput, type JobSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { EngineError, type EngineErrorCode, type EngineKind, type Runtime, type Supervisor } from "../engines/supervisor.js";
@@ -43,6 +44,12 @@ function typed(err: unknown): never {
     throw new JobFailureError(f.code, err.message, f.retryable);
   }
   throw err;
+}
+
+/** A Duration from fractional milliseconds; nanos must be an integer on the wire. */
+export function durationOf(ms: number): Duration {
+  const nanosTotal = Math.max(0, Math.round(ms * 1e6));
+  return create(DurationSchema, { seconds: BigInt(Math.floor(nanosTotal / 1e9)), nanos: nanosTotal % 1e9 });
 }
 
 async function sha256Of(path: string): Promise<string | undefined> {
@@ -149,9 +156,9 @@ export function runtimeProbeHandler(opts: RuntimeOptions): JobHandler {
           case: "runtimeProbe",
           value: {
             runtimeId: runtime.id,
-            loadDuration: durationFromMs(runtime.loadMs),
-            probeLatency: durationFromMs(measured.ttftMs),
-            timeToFirstToken: durationFromMs(measured.ttftMs),
+            loadDuration: durationOf(runtime.loadMs),
+            probeLatency: durationOf(measured.ttftMs),
+            timeToFirstToken: durationOf(measured.ttftMs),
             processStarted: true,
             endpointHealthy: true,
             inferenceAnswered: true,
