@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
 import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { EngineKind, JobFailureCode, JobSpecSchema, ProbeInput } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { Supervisor } from "../agent/engines/supervisor.js";
@@ -25,7 +26,12 @@ let node: TestNode;
 let agent: AgentProcess;
 let model: { path: string; sha256: string };
 
-const probeSpec = (path: string, sha256: string, engine = EngineKind.LLAMA_CPP): MessageInitShape<typeof JobSpecSchema> => ({
+const probeSpec = (
+  path: string,
+  sha256: string,
+  engine = EngineKind.LLAMA_CPP,
+  contentHash = "0".repeat(64),
+): MessageInitShape<typeof JobSpecSchema> => ({
   kind: {
     case: "runtimeProbe",
     value: {
@@ -34,7 +40,7 @@ const probeSpec = (path: string, sha256: string, engine = EngineKind.LLAMA_CPP):
       artifacts: [{ path, sha256 }],
       probeInputId: "completion-v1",
       probeInput: ProbeInput.COMPLETION_V1,
-      profile: { engine, contextSize: 1024, threads: 1, contentHash: "0".repeat(64) },
+      profile: { engine, contextSize: 1024, threads: 1, contentHash },
     },
   },
 });
@@ -109,6 +115,19 @@ describe("runtime.probe.v1 through a real server and agent process", () => {
     expect(job.state).toBe(JobState.FAILED);
     expect(job.failure).toMatchObject({ code: JobFailureCode.ENGINE_NOT_SUPPORTED, retryable: false });
   }, 60_000);
+
+  it("the server refuses a resolved profile without an engine or content hash, naming the field", async () => {
+    for (const [profile, field] of [
+      [{ engine: EngineKind.UNSPECIFIED, contentHash: "0".repeat(64) }, "profile.engine"],
+      [{ engine: EngineKind.LLAMA_CPP, contentHash: "nope" }, "profile.content_hash"],
+    ] as const) {
+      const spec = probeSpec(model.path, model.sha256, profile.engine, profile.contentHash);
+      await expect(ts.admin.createJob({ nodeId: node.nodeId, spec, maxAttempts: 1 })).rejects.toMatchObject({
+        code: Code.InvalidArgument,
+        message: expect.stringContaining(field),
+      });
+    }
+  });
 });
 
 describe("runtime.health.v1 and runtime.unload.v1 on a held runtime", () => {
