@@ -7,6 +7,8 @@ import { readState, StateError } from "./state.js";
 import { runAgent } from "./session.js";
 import { openJobRunner } from "./jobs/index.js";
 import { capabilityRegistry } from "./capabilities/index.js";
+import { Supervisor } from "./engines/supervisor.js";
+import { dirname, join } from "node:path";
 import { SourceConfigError } from "./capabilities/artifact-sources.js";
 import { agentVersion } from "./version.js";
 import { parseDuration } from "../common/duration.js";
@@ -29,6 +31,7 @@ Options:
 Environment:
   MODELFORGE_AGENT_STATE          state file path
   MODELFORGE_AGENT_LOG_LEVEL      log level (default info)
+  MODELFORGE_AGENT_RUNTIMES       "on" serves runtime.probe/health/unload.v1 (llama.cpp engine)
   MODELFORGE_AGENT_BACKOFF_BASE   first reconnect delay ceiling (default 500ms)
   MODELFORGE_AGENT_BACKOFF_MAX    largest reconnect delay (default 30s)
   MODELFORGE_AGENT_REPLY_TIMEOUT  reconnect when Welcome or a heartbeat answer takes longer (default 30s)
@@ -83,6 +86,16 @@ async function main(argv: string[]): Promise<number> {
       process.once("SIGTERM", () => stop.abort());
       process.once("SIGINT", () => stop.abort());
       const env = process.env;
+      // Runtimes are opt-in: the registry beside the state file lets a restarted agent stop what
+      // an earlier one left running.
+      const supervisor =
+        env.MODELFORGE_AGENT_RUNTIMES === "on" ? new Supervisor({ registryPath: join(dirname(statePath), "runtimes.json") }) : undefined;
+      for (const orphan of (await supervisor?.reapOrphans()) ?? []) {
+        log.warn(
+          { runtimeId: orphan.record.id, pid: orphan.record.pid, outcome: orphan.outcome },
+          "orphaned runtime from an earlier agent",
+        );
+      }
       await runAgent({
         statePath,
         log,
@@ -93,8 +106,14 @@ async function main(argv: string[]): Promise<number> {
         backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
         backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
         replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,
-        jobs: await openJobRunner({ statePath, log, signal: stop.signal, registry: capabilityRegistry({ statePath, log, env }) }),
+        jobs: await openJobRunner({
+          statePath,
+          log,
+          signal: stop.signal,
+          registry: capabilityRegistry({ statePath, log, env, supervisor }),
+        }),
       });
+      await supervisor?.stopAll();
       return 0;
     }
     case "status": {

@@ -5,6 +5,8 @@ import { CapabilityRegistry } from "../jobs/registry.js";
 import { readState, StateError } from "../state.js";
 import { nodeClient } from "../transport.js";
 import { artifactAcquireHandler } from "./artifact-acquire.js";
+import { runtimeHealthHandler, runtimeProbeHandler, runtimeUnloadHandler } from "./runtime.js";
+import type { Supervisor } from "../engines/supervisor.js";
 import { ControlPlaneSource, MirrorSource, parseSourceList, SourceConfigError, type ArtifactSource } from "./artifact-sources.js";
 
 export const DEFAULT_ARTIFACT_ROOTS = "/var/lib/modelforge/artifacts";
@@ -13,6 +15,8 @@ export interface CapabilityConfig {
   statePath: string;
   log: Logger;
   env: Record<string, string | undefined>;
+  /** The runtime supervisor; with it the agent serves the runtime.* capabilities. */
+  supervisor?: Supervisor;
 }
 
 /** The sources named by MODELFORGE_AGENT_ARTIFACT_SOURCES, in order. */
@@ -56,6 +60,12 @@ export function capabilityRegistry(config: CapabilityConfig): CapabilityRegistry
       throw err;
     }
     registry.register("artifact.acquire.v1", artifactAcquireHandler({ sources, roots, log: config.log }));
+  }
+  if (config.supervisor) {
+    const opts = { supervisor: config.supervisor, log: config.log };
+    registry.register("runtime.probe.v1", runtimeProbeHandler(opts));
+    registry.register("runtime.health.v1", runtimeHealthHandler(opts));
+    registry.register("runtime.unload.v1", runtimeUnloadHandler(opts));
   }
   return registry;
 }

@@ -16,6 +16,7 @@ import {
   type JobSpecCase,
 } from "../../common/capabilities.js";
 import { absoluteArtifactPathProblem, relativeArtifactPathProblem } from "../../common/paths.js";
+import { EngineKind, ProbeInput } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type {
   ArtifactAcquire,
   ArtifactAcquireResult,
@@ -185,6 +186,15 @@ function checkRuntimeProbe(v: RuntimeProbe, at: string, ctx: JobSpecContext): vo
   requireText(v.runtimeEnvironment, `${at}.runtime_environment`);
   checkResolvedArtifacts(v.artifacts, `${at}.artifacts`, ctx);
   requireText(v.probeInputId, `${at}.probe_input_id`);
+  // The resolved profile is optional for older clients, but when present it must name an engine
+  // and carry its content hash: the agent acts on it without any free text.
+  if (v.profile !== undefined) {
+    if (!(v.profile.engine in EngineKind) || v.profile.engine === EngineKind.UNSPECIFIED) {
+      fail(`${at}.profile.engine`, "must name an engine (llama.cpp or openai-http)");
+    }
+    checkSha256(v.profile.contentHash, `${at}.profile.content_hash`);
+  }
+  if (!(v.probeInput in ProbeInput)) fail(`${at}.probe_input`, "must be one of the contract's fixed probe inputs");
 }
 
 function checkDeploymentLoad(v: DeploymentLoad, at: string, ctx: JobSpecContext): void {

@@ -25,7 +25,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/jobs/v1/jobs.proto.
  */
 export const file_modelforge_jobs_v1_jobs: GenFile = /*@__PURE__*/
-  fileDesc("Ch1tb2RlbGZvcmdlL2pvYnMvdjEvam9icy5wcm90bxISbW9kZWxmb3JnZS5qb2JzLnYxIqwGCgdKb2JTcGVjElgKEGFydGlmYWN0X2FjcXVpcmUYASABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RBY3F1aXJlQheKtRgTYXJ0aWZhY3QuYWNxdWlyZS52MUgAEk8KDXJ1bnRpbWVfcHJvYmUYAiABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2JlQhSKtRgQcnVudGltZS5wcm9iZS52MUgAElIKDnJ1bnRpbWVfaGVhbHRoGAMgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVIZWFsdGhCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElIKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVVbmxvYWRCFYq1GBFydW50aW1lLnVubG9hZC52MUgAElUKD2RlcGxveW1lbnRfbG9hZBgFIAEoCzIiLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50TG9hZEIWirUYEmRlcGxveW1lbnQubG9hZC52MUgAElsKEWRlcGxveW1lbnRfaW52b2tlGAYgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2VCGIq1GBRkZXBsb3ltZW50Lmludm9rZS52MUgAElsKEWRlcGxveW1lbnRfaGVhbHRoGAcgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRIZWFsdGhCGIq1GBRkZXBsb3ltZW50LmhlYWx0aC52MUgAElgKEGRlcGxveW1lbnRfZHJhaW4YCCABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudERyYWluQheKtRgTZGVwbG95bWVudC5kcmFpbi52MUgAElsKEWRlcGxveW1lbnRfdW5sb2FkGAkgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRVbmxvYWRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQgYKBGtpbmQiQAoMQXJ0aWZhY3RGaWxlEgwKBHBhdGgYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoBBIOCgZzaGEyNTYYAyABKAkiRQoRRGlza1Jlc2VydmVQb2xpY3kSFgoObWluX2ZyZWVfYnl0ZXMYASABKAQSGAoQbWluX2ZyZWVfcGVyY2VudBgCIAEoDSKzAQoPQXJ0aWZhY3RBY3F1aXJlEhIKCnJlcG9zaXRvcnkYASABKAkSDgoGY29tbWl0GAIgASgJEi8KBWZpbGVzGAMgAygLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0RmlsZRITCgt0YXJnZXRfcm9vdBgEIAEoCRI2CgdyZXNlcnZlGAUgASgLMiUubW9kZWxmb3JnZS5qb2JzLnYxLkRpc2tSZXNlcnZlUG9saWN5IjAKEFJlc29sdmVkQXJ0aWZhY3QSDAoEcGF0aBgBIAEoCRIOCgZzaGEyNTYYAiABKAkilQEKDFJ1bnRpbWVQcm9iZRIXCg9ydW50aW1lX3Byb2ZpbGUYASABKAkSGwoTcnVudGltZV9lbnZpcm9ubWVudBgCIAEoCRI3CglhcnRpZmFjdHMYAyADKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuUmVzb2x2ZWRBcnRpZmFjdBIWCg5wcm9iZV9pbnB1dF9pZBgEIAEoCSIjCg1SdW50aW1lSGVhbHRoEhIKCnJ1bnRpbWVfaWQYASABKAkiIwoNUnVudGltZVVubG9hZBISCgpydW50aW1lX2lkGAEgASgJIosBCg5EZXBsb3ltZW50TG9hZBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEEhcKD3J1bnRpbWVfcHJvZmlsZRgDIAEoCRI3CglhcnRpZmFjdHMYBCADKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuUmVzb2x2ZWRBcnRpZmFjdCKQAQoQRGVwbG95bWVudEludm9rZRIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSFAoMY29udGVudF90eXBlGAMgASgJEg8KB3BheWxvYWQYBCABKAwSKgoHdGltZW91dBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIpChBEZXBsb3ltZW50SGVhbHRoEhUKDWRlcGxveW1lbnRfaWQYASABKAkiVAoPRGVwbG95bWVudERyYWluEhUKDWRlcGxveW1lbnRfaWQYASABKAkSKgoHdGltZW91dBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIpChBEZXBsb3ltZW50VW5sb2FkEhUKDWRlcGxveW1lbnRfaWQYASABKAkixAYKCUpvYlJlc3VsdBJeChBhcnRpZmFjdF9hY3F1aXJlGAEgASgLMikubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0QWNxdWlyZVJlc3VsdEIXirUYE2FydGlmYWN0LmFjcXVpcmUudjFIABJVCg1ydW50aW1lX3Byb2JlGAIgASgLMiYubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVQcm9iZVJlc3VsdEIUirUYEHJ1bnRpbWUucHJvYmUudjFIABJRCg5ydW50aW1lX2hlYWx0aBgDIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5IZWFsdGhSZXN1bHRCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElEKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiAubW9kZWxmb3JnZS5qb2JzLnYxLlVubG9hZFJlc3VsdEIVirUYEXJ1bnRpbWUudW5sb2FkLnYxSAASWwoPZGVwbG95bWVudF9sb2FkGAUgASgLMigubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRMb2FkUmVzdWx0QhaKtRgSZGVwbG95bWVudC5sb2FkLnYxSAASYQoRZGVwbG95bWVudF9pbnZva2UYBiABKAsyKi5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudEludm9rZVJlc3VsdEIYirUYFGRlcGxveW1lbnQuaW52b2tlLnYxSAASVwoRZGVwbG95bWVudF9oZWFsdGgYByABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuSGVhbHRoUmVzdWx0QhiKtRgUZGVwbG95bWVudC5oZWFsdGgudjFIABJeChBkZXBsb3ltZW50X2RyYWluGAggASgLMikubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnREcmFpblJlc3VsdEIXirUYE2RlcGxveW1lbnQuZHJhaW4udjFIABJXChFkZXBsb3ltZW50X3VubG9hZBgJIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5VbmxvYWRSZXN1bHRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQggKBnJlc3VsdCKTAQoVQXJ0aWZhY3RBY3F1aXJlUmVzdWx0EgwKBHBhdGgYASABKAkSFQoNYnl0ZXNfd3JpdHRlbhgCIAEoBBIvCgVmaWxlcxgDIAMoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5BcnRpZmFjdEZpbGUSFAoMYnl0ZXNfcmV1c2VkGAQgASgEEg4KBnNvdXJjZRgFIAEoCSKrAQoSUnVudGltZVByb2JlUmVzdWx0EhIKCnJ1bnRpbWVfaWQYASABKAkSMAoNbG9hZF9kdXJhdGlvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIwCg1wcm9iZV9sYXRlbmN5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh0KFXBlYWtfZ3B1X21lbW9yeV9ieXRlcxgEIAEoBCIvCgxIZWFsdGhSZXN1bHQSDwoHaGVhbHRoeRgBIAEoCBIOCgZkZXRhaWwYAiABKAkiIwoMVW5sb2FkUmVzdWx0EhMKC2ZyZWVkX2J5dGVzGAEgASgEIjwKFERlcGxveW1lbnRMb2FkUmVzdWx0EhIKCnJ1bnRpbWVfaWQYASABKAkSEAoIcmV2aXNpb24YAiABKAQiPwoWRGVwbG95bWVudEludm9rZVJlc3VsdBIUCgxjb250ZW50X3R5cGUYASABKAkSDwoHcGF5bG9hZBgCIAEoDCI0ChVEZXBsb3ltZW50RHJhaW5SZXN1bHQSGwoTY29tcGxldGVkX2luX2ZsaWdodBgBIAEoDSJiCgpKb2JGYWlsdXJlEjAKBGNvZGUYASABKA4yIi5tb2RlbGZvcmdlLmpvYnMudjEuSm9iRmFpbHVyZUNvZGUSDwoHbWVzc2FnZRgCIAEoCRIRCglyZXRyeWFibGUYAyABKAgiWAoLSm9iUHJvZ3Jlc3MSDwoHcGVyY2VudBgBIAEoARISCgpieXRlc19kb25lGAIgASgEEhMKC2J5dGVzX3RvdGFsGAMgASgEEg8KB21lc3NhZ2UYBCABKAkinAEKCEpvYkxlYXNlEg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKBHNwZWMYBCABKAsyGy5tb2RlbGZvcmdlLmpvYnMudjEuSm9iU3BlYxIUCgxvcmRlcmluZ19rZXkYBSABKAkqtAQKDkpvYkZhaWx1cmVDb2RlEiAKHEpPQl9GQUlMVVJFX0NPREVfVU5TUEVDSUZJRUQQABIrCidKT0JfRkFJTFVSRV9DT0RFX1VOU1VQUE9SVEVEX0NBUEFCSUxJVFkQARIhCh1KT0JfRkFJTFVSRV9DT0RFX0lOVkFMSURfU1BFQxACEiYKIkpPQl9GQUlMVVJFX0NPREVfQ0hFQ0tTVU1fTUlTTUFUQ0gQAxImCiJKT0JfRkFJTFVSRV9DT0RFX0lOU1VGRklDSUVOVF9ESVNLEAQSHgoaSk9CX0ZBSUxVUkVfQ09ERV9OT1RfRk9VTkQQBRIiCh5KT0JfRkFJTFVSRV9DT0RFX1JVTlRJTUVfRVJST1IQBhIcChhKT0JfRkFJTFVSRV9DT0RFX1RJTUVPVVQQBxIeChpKT0JfRkFJTFVSRV9DT0RFX0NBTkNFTExFRBAIEicKI0pPQl9GQUlMVVJFX0NPREVfQVRURU1QVFNfRVhIQVVTVEVEEAkSJQohSk9CX0ZBSUxVUkVfQ09ERV9OT0RFX1VOUkVBQ0hBQkxFEAoSHQoZSk9CX0ZBSUxVUkVfQ09ERV9JTlRFUk5BTBALEiIKHkpPQl9GQUlMVVJFX0NPREVfUEFUSF9SRUpFQ1RFRBAMEiIKHkpPQl9GQUlMVVJFX0NPREVfU0laRV9NSVNNQVRDSBANEicKI0pPQl9GQUlMVVJFX0NPREVfU09VUkNFX1VOQVZBSUxBQkxFEA46PwoKY2FwYWJpbGl0eRIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMY0YYDIAEoCVIKY2FwYWJpbGl0eWIGcHJvdG8z", [file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1tb2RlbGZvcmdlL2pvYnMvdjEvam9icy5wcm90bxISbW9kZWxmb3JnZS5qb2JzLnYxIqwGCgdKb2JTcGVjElgKEGFydGlmYWN0X2FjcXVpcmUYASABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RBY3F1aXJlQheKtRgTYXJ0aWZhY3QuYWNxdWlyZS52MUgAEk8KDXJ1bnRpbWVfcHJvYmUYAiABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2JlQhSKtRgQcnVudGltZS5wcm9iZS52MUgAElIKDnJ1bnRpbWVfaGVhbHRoGAMgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVIZWFsdGhCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElIKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVVbmxvYWRCFYq1GBFydW50aW1lLnVubG9hZC52MUgAElUKD2RlcGxveW1lbnRfbG9hZBgFIAEoCzIiLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50TG9hZEIWirUYEmRlcGxveW1lbnQubG9hZC52MUgAElsKEWRlcGxveW1lbnRfaW52b2tlGAYgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2VCGIq1GBRkZXBsb3ltZW50Lmludm9rZS52MUgAElsKEWRlcGxveW1lbnRfaGVhbHRoGAcgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRIZWFsdGhCGIq1GBRkZXBsb3ltZW50LmhlYWx0aC52MUgAElgKEGRlcGxveW1lbnRfZHJhaW4YCCABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudERyYWluQheKtRgTZGVwbG95bWVudC5kcmFpbi52MUgAElsKEWRlcGxveW1lbnRfdW5sb2FkGAkgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRVbmxvYWRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQgYKBGtpbmQiQAoMQXJ0aWZhY3RGaWxlEgwKBHBhdGgYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoBBIOCgZzaGEyNTYYAyABKAkiRQoRRGlza1Jlc2VydmVQb2xpY3kSFgoObWluX2ZyZWVfYnl0ZXMYASABKAQSGAoQbWluX2ZyZWVfcGVyY2VudBgCIAEoDSKzAQoPQXJ0aWZhY3RBY3F1aXJlEhIKCnJlcG9zaXRvcnkYASABKAkSDgoGY29tbWl0GAIgASgJEi8KBWZpbGVzGAMgAygLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0RmlsZRITCgt0YXJnZXRfcm9vdBgEIAEoCRI2CgdyZXNlcnZlGAUgASgLMiUubW9kZWxmb3JnZS5qb2JzLnYxLkRpc2tSZXNlcnZlUG9saWN5IjAKEFJlc29sdmVkQXJ0aWZhY3QSDAoEcGF0aBgBIAEoCRIOCgZzaGEyNTYYAiABKAkigwIKDFJ1bnRpbWVQcm9iZRIXCg9ydW50aW1lX3Byb2ZpbGUYASABKAkSGwoTcnVudGltZV9lbnZpcm9ubWVudBgCIAEoCRI3CglhcnRpZmFjdHMYAyADKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuUmVzb2x2ZWRBcnRpZmFjdBIWCg5wcm9iZV9pbnB1dF9pZBgEIAEoCRI3Cgdwcm9maWxlGAUgASgLMiYubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVQcm9maWxlU3BlYxIzCgtwcm9iZV9pbnB1dBgGIAEoDjIeLm1vZGVsZm9yZ2Uuam9icy52MS5Qcm9iZUlucHV0IoEBChJSdW50aW1lUHJvZmlsZVNwZWMSLgoGZW5naW5lGAEgASgOMh4ubW9kZWxmb3JnZS5qb2JzLnYxLkVuZ2luZUtpbmQSFAoMY29udGV4dF9zaXplGAIgASgNEg8KB3RocmVhZHMYAyABKA0SFAoMY29udGVudF9oYXNoGAQgASgJIiMKDVJ1bnRpbWVIZWFsdGgSEgoKcnVudGltZV9pZBgBIAEoCSIjCg1SdW50aW1lVW5sb2FkEhIKCnJ1bnRpbWVfaWQYASABKAkiiwEKDkRlcGxveW1lbnRMb2FkEhUKDWRlcGxveW1lbnRfaWQYASABKAkSEAoIcmV2aXNpb24YAiABKAQSFwoPcnVudGltZV9wcm9maWxlGAMgASgJEjcKCWFydGlmYWN0cxgEIAMoCzIkLm1vZGVsZm9yZ2Uuam9icy52MS5SZXNvbHZlZEFydGlmYWN0IpABChBEZXBsb3ltZW50SW52b2tlEhUKDWRlcGxveW1lbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxjb250ZW50X3R5cGUYAyABKAkSDwoHcGF5bG9hZBgEIAEoDBIqCgd0aW1lb3V0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIikKEERlcGxveW1lbnRIZWFsdGgSFQoNZGVwbG95bWVudF9pZBgBIAEoCSJUCg9EZXBsb3ltZW50RHJhaW4SFQoNZGVwbG95bWVudF9pZBgBIAEoCRIqCgd0aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIikKEERlcGxveW1lbnRVbmxvYWQSFQoNZGVwbG95bWVudF9pZBgBIAEoCSLEBgoJSm9iUmVzdWx0El4KEGFydGlmYWN0X2FjcXVpcmUYASABKAsyKS5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RBY3F1aXJlUmVzdWx0QheKtRgTYXJ0aWZhY3QuYWNxdWlyZS52MUgAElUKDXJ1bnRpbWVfcHJvYmUYAiABKAsyJi5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2JlUmVzdWx0QhSKtRgQcnVudGltZS5wcm9iZS52MUgAElEKDnJ1bnRpbWVfaGVhbHRoGAMgASgLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkhlYWx0aFJlc3VsdEIVirUYEXJ1bnRpbWUuaGVhbHRoLnYxSAASUQoOcnVudGltZV91bmxvYWQYBCABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuVW5sb2FkUmVzdWx0QhWKtRgRcnVudGltZS51bmxvYWQudjFIABJbCg9kZXBsb3ltZW50X2xvYWQYBSABKAsyKC5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudExvYWRSZXN1bHRCFoq1GBJkZXBsb3ltZW50LmxvYWQudjFIABJhChFkZXBsb3ltZW50X2ludm9rZRgGIAEoCzIqLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50SW52b2tlUmVzdWx0QhiKtRgUZGVwbG95bWVudC5pbnZva2UudjFIABJXChFkZXBsb3ltZW50X2hlYWx0aBgHIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5IZWFsdGhSZXN1bHRCGIq1GBRkZXBsb3ltZW50LmhlYWx0aC52MUgAEl4KEGRlcGxveW1lbnRfZHJhaW4YCCABKAsyKS5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudERyYWluUmVzdWx0QheKtRgTZGVwbG95bWVudC5kcmFpbi52MUgAElcKEWRlcGxveW1lbnRfdW5sb2FkGAkgASgLMiAubW9kZWxmb3JnZS5qb2JzLnYxLlVubG9hZFJlc3VsdEIYirUYFGRlcGxveW1lbnQudW5sb2FkLnYxSABCCAoGcmVzdWx0IpMBChVBcnRpZmFjdEFjcXVpcmVSZXN1bHQSDAoEcGF0aBgBIAEoCRIVCg1ieXRlc193cml0dGVuGAIgASgEEi8KBWZpbGVzGAMgAygLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0RmlsZRIUCgxieXRlc19yZXVzZWQYBCABKAQSDgoGc291cmNlGAUgASgJIv8CChJSdW50aW1lUHJvYmVSZXN1bHQSEgoKcnVudGltZV9pZBgBIAEoCRIwCg1sb2FkX2R1cmF0aW9uGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDXByb2JlX2xhdGVuY3kYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHQoVcGVha19ncHVfbWVtb3J5X2J5dGVzGAQgASgEEhcKD3Byb2Nlc3Nfc3RhcnRlZBgFIAEoCBIYChBlbmRwb2ludF9oZWFsdGh5GAYgASgIEhoKEmluZmVyZW5jZV9hbnN3ZXJlZBgHIAEoCBI2ChN0aW1lX3RvX2ZpcnN0X3Rva2VuGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhgKEHRva2Vuc19nZW5lcmF0ZWQYCSABKA0SGQoRdG9rZW5zX3Blcl9zZWNvbmQYCiABKAESFgoOcGVha19yc3NfYnl0ZXMYCyABKAQiLwoMSGVhbHRoUmVzdWx0Eg8KB2hlYWx0aHkYASABKAgSDgoGZGV0YWlsGAIgASgJIiMKDFVubG9hZFJlc3VsdBITCgtmcmVlZF9ieXRlcxgBIAEoBCI8ChREZXBsb3ltZW50TG9hZFJlc3VsdBISCgpydW50aW1lX2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEIj8KFkRlcGxveW1lbnRJbnZva2VSZXN1bHQSFAoMY29udGVudF90eXBlGAEgASgJEg8KB3BheWxvYWQYAiABKAwiNAoVRGVwbG95bWVudERyYWluUmVzdWx0EhsKE2NvbXBsZXRlZF9pbl9mbGlnaHQYASABKA0iYgoKSm9iRmFpbHVyZRIwCgRjb2RlGAEgASgOMiIubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkZhaWx1cmVDb2RlEg8KB21lc3NhZ2UYAiABKAkSEQoJcmV0cnlhYmxlGAMgASgIIlgKC0pvYlByb2dyZXNzEg8KB3BlcmNlbnQYASABKAESEgoKYnl0ZXNfZG9uZRgCIAEoBBITCgtieXRlc190b3RhbBgDIAEoBBIPCgdtZXNzYWdlGAQgASgJIpwBCghKb2JMZWFzZRIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgRzcGVjGAQgASgLMhsubW9kZWxmb3JnZS5qb2JzLnYxLkpvYlNwZWMSFAoMb3JkZXJpbmdfa2V5GAUgASgJKmEKCkVuZ2luZUtpbmQSGwoXRU5HSU5FX0tJTkRfVU5TUEVDSUZJRUQQABIZChVFTkdJTkVfS0lORF9MTEFNQV9DUFAQARIbChdFTkdJTkVfS0lORF9PUEVOQUlfSFRUUBACKkgKClByb2JlSW5wdXQSGwoXUFJPQkVfSU5QVVRfVU5TUEVDSUZJRUQQABIdChlQUk9CRV9JTlBVVF9DT01QTEVUSU9OX1YxEAEqpwYKDkpvYkZhaWx1cmVDb2RlEiAKHEpPQl9GQUlMVVJFX0NPREVfVU5TUEVDSUZJRUQQABIrCidKT0JfRkFJTFVSRV9DT0RFX1VOU1VQUE9SVEVEX0NBUEFCSUxJVFkQARIhCh1KT0JfRkFJTFVSRV9DT0RFX0lOVkFMSURfU1BFQxACEiYKIkpPQl9GQUlMVVJFX0NPREVfQ0hFQ0tTVU1fTUlTTUFUQ0gQAxImCiJKT0JfRkFJTFVSRV9DT0RFX0lOU1VGRklDSUVOVF9ESVNLEAQSHgoaSk9CX0ZBSUxVUkVfQ09ERV9OT1RfRk9VTkQQBRIiCh5KT0JfRkFJTFVSRV9DT0RFX1JVTlRJTUVfRVJST1IQBhIcChhKT0JfRkFJTFVSRV9DT0RFX1RJTUVPVVQQBxIeChpKT0JfRkFJTFVSRV9DT0RFX0NBTkNFTExFRBAIEicKI0pPQl9GQUlMVVJFX0NPREVfQVRURU1QVFNfRVhIQVVTVEVEEAkSJQohSk9CX0ZBSUxVUkVfQ09ERV9OT0RFX1VOUkVBQ0hBQkxFEAoSHQoZSk9CX0ZBSUxVUkVfQ09ERV9JTlRFUk5BTBALEiIKHkpPQl9GQUlMVVJFX0NPREVfUEFUSF9SRUpFQ1RFRBAMEiIKHkpPQl9GQUlMVVJFX0NPREVfU0laRV9NSVNNQVRDSBANEicKI0pPQl9GQUlMVVJFX0NPREVfU09VUkNFX1VOQVZBSUxBQkxFEA4SKQolSk9CX0ZBSUxVUkVfQ09ERV9FTkdJTkVfTk9UX1NVUFBPUlRFRBAPEiQKIEpPQl9GQUlMVVJFX0NPREVfUFJPRklMRV9JTlZBTElEEBASJgoiSk9CX0ZBSUxVUkVfQ09ERV9NT0RFTF9MT0FEX0ZBSUxFRBAREi0KKUpPQl9GQUlMVVJFX0NPREVfSEVBTFRIX0RFQURMSU5FX0VYQ0VFREVEEBISJQohSk9CX0ZBSUxVUkVfQ09ERV9JTkZFUkVOQ0VfRkFJTEVEEBMSIgoeSk9CX0ZBSUxVUkVfQ09ERV9PVVRfT0ZfTUVNT1JZEBQ6PwoKY2FwYWJpbGl0eRIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMY0YYDIAEoCVIKY2FwYWJpbGl0eWIGcHJvdG8z", [file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * What a node is asked to do: exactly one typed capability.
@@ -318,6 +318,20 @@ export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
    * @generated from field: string probe_input_id = 4;
    */
   probeInputId: string;
+
+  /**
+   * The server-resolved content of runtime_profile: the agent never reads free text for it.
+   *
+   * @generated from field: modelforge.jobs.v1.RuntimeProfileSpec profile = 5;
+   */
+  profile?: RuntimeProfileSpec | undefined;
+
+  /**
+   * The fixed, versioned probe input to run (supersedes probe_input_id for agents that know it).
+   *
+   * @generated from field: modelforge.jobs.v1.ProbeInput probe_input = 6;
+   */
+  probeInput: ProbeInput;
 };
 
 /**
@@ -326,6 +340,49 @@ export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
  */
 export const RuntimeProbeSchema: GenMessage<RuntimeProbe> = /*@__PURE__*/
   messageDesc(file_modelforge_jobs_v1_jobs, 5);
+
+/**
+ * An immutable runtime profile as resolved by the control plane.
+ *
+ * @generated from message modelforge.jobs.v1.RuntimeProfileSpec
+ */
+export type RuntimeProfileSpec = Message<"modelforge.jobs.v1.RuntimeProfileSpec"> & {
+  /**
+   * The engine to run.
+   *
+   * @generated from field: modelforge.jobs.v1.EngineKind engine = 1;
+   */
+  engine: EngineKind;
+
+  /**
+   * Context size in tokens; 0 means the engine's default.
+   *
+   * @generated from field: uint32 context_size = 2;
+   */
+  contextSize: number;
+
+  /**
+   * CPU threads; 0 means the engine's default.
+   *
+   * @generated from field: uint32 threads = 3;
+   */
+  threads: number;
+
+  /**
+   * SHA-256 of the profile's canonical content, 64 lowercase hex digits.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
+   *
+   * @generated from field: string content_hash = 4;
+   */
+  contentHash: string;
+};
+
+/**
+ * Describes the message modelforge.jobs.v1.RuntimeProfileSpec.
+ * Use `create(RuntimeProfileSpecSchema)` to create a new message.
+ */
+export const RuntimeProfileSpecSchema: GenMessage<RuntimeProfileSpec> = /*@__PURE__*/
+  messageDesc(file_modelforge_jobs_v1_jobs, 6);
 
 /**
  * runtime.health.v1: check a runtime.
@@ -347,7 +404,7 @@ export type RuntimeHealth = Message<"modelforge.jobs.v1.RuntimeHealth"> & {
  * Use `create(RuntimeHealthSchema)` to create a new message.
  */
 export const RuntimeHealthSchema: GenMessage<RuntimeHealth> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 6);
+  messageDesc(file_modelforge_jobs_v1_jobs, 7);
 
 /**
  * runtime.unload.v1: stop a runtime.
@@ -369,7 +426,7 @@ export type RuntimeUnload = Message<"modelforge.jobs.v1.RuntimeUnload"> & {
  * Use `create(RuntimeUnloadSchema)` to create a new message.
  */
 export const RuntimeUnloadSchema: GenMessage<RuntimeUnload> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 7);
+  messageDesc(file_modelforge_jobs_v1_jobs, 8);
 
 /**
  * deployment.load.v1: load a deployment.
@@ -414,7 +471,7 @@ export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
  * Use `create(DeploymentLoadSchema)` to create a new message.
  */
 export const DeploymentLoadSchema: GenMessage<DeploymentLoad> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 8);
+  messageDesc(file_modelforge_jobs_v1_jobs, 9);
 
 /**
  * deployment.invoke.v1: one request relayed to a deployment.
@@ -467,7 +524,7 @@ export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & 
  * Use `create(DeploymentInvokeSchema)` to create a new message.
  */
 export const DeploymentInvokeSchema: GenMessage<DeploymentInvoke> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 9);
+  messageDesc(file_modelforge_jobs_v1_jobs, 10);
 
 /**
  * deployment.health.v1: check a deployment.
@@ -489,7 +546,7 @@ export type DeploymentHealth = Message<"modelforge.jobs.v1.DeploymentHealth"> & 
  * Use `create(DeploymentHealthSchema)` to create a new message.
  */
 export const DeploymentHealthSchema: GenMessage<DeploymentHealth> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 10);
+  messageDesc(file_modelforge_jobs_v1_jobs, 11);
 
 /**
  * deployment.drain.v1: stop accepting new requests for a deployment.
@@ -518,7 +575,7 @@ export type DeploymentDrain = Message<"modelforge.jobs.v1.DeploymentDrain"> & {
  * Use `create(DeploymentDrainSchema)` to create a new message.
  */
 export const DeploymentDrainSchema: GenMessage<DeploymentDrain> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 11);
+  messageDesc(file_modelforge_jobs_v1_jobs, 12);
 
 /**
  * deployment.unload.v1: unload a deployment.
@@ -540,7 +597,7 @@ export type DeploymentUnload = Message<"modelforge.jobs.v1.DeploymentUnload"> & 
  * Use `create(DeploymentUnloadSchema)` to create a new message.
  */
 export const DeploymentUnloadSchema: GenMessage<DeploymentUnload> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 12);
+  messageDesc(file_modelforge_jobs_v1_jobs, 13);
 
 /**
  * The typed outcome of a successful job; its case matches the job's capability.
@@ -633,7 +690,7 @@ export type JobResult = Message<"modelforge.jobs.v1.JobResult"> & {
  * Use `create(JobResultSchema)` to create a new message.
  */
 export const JobResultSchema: GenMessage<JobResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 13);
+  messageDesc(file_modelforge_jobs_v1_jobs, 14);
 
 /**
  * What an acquisition left on disk.
@@ -685,7 +742,7 @@ export type ArtifactAcquireResult = Message<"modelforge.jobs.v1.ArtifactAcquireR
  * Use `create(ArtifactAcquireResultSchema)` to create a new message.
  */
 export const ArtifactAcquireResultSchema: GenMessage<ArtifactAcquireResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 14);
+  messageDesc(file_modelforge_jobs_v1_jobs, 15);
 
 /**
  * What a runtime probe measured.
@@ -721,6 +778,55 @@ export type RuntimeProbeResult = Message<"modelforge.jobs.v1.RuntimeProbeResult"
    * @generated from field: uint64 peak_gpu_memory_bytes = 4;
    */
   peakGpuMemoryBytes: bigint;
+
+  /**
+   * Layered health: the runtime process was started.
+   *
+   * @generated from field: bool process_started = 5;
+   */
+  processStarted: boolean;
+
+  /**
+   * Layered health: the runtime's endpoint answered its health check.
+   *
+   * @generated from field: bool endpoint_healthy = 6;
+   */
+  endpointHealthy: boolean;
+
+  /**
+   * Layered health: the probe input got an answer.
+   *
+   * @generated from field: bool inference_answered = 7;
+   */
+  inferenceAnswered: boolean;
+
+  /**
+   * Time from sending the probe input to its first generated token.
+   *
+   * @generated from field: google.protobuf.Duration time_to_first_token = 8;
+   */
+  timeToFirstToken?: Duration | undefined;
+
+  /**
+   * Tokens generated by the probe, counted as they were produced.
+   *
+   * @generated from field: uint32 tokens_generated = 9;
+   */
+  tokensGenerated: number;
+
+  /**
+   * Generated tokens per second, from the first token to the last.
+   *
+   * @generated from field: double tokens_per_second = 10;
+   */
+  tokensPerSecond: number;
+
+  /**
+   * Peak resident memory of the runtime process in bytes.
+   *
+   * @generated from field: uint64 peak_rss_bytes = 11;
+   */
+  peakRssBytes: bigint;
 };
 
 /**
@@ -728,7 +834,7 @@ export type RuntimeProbeResult = Message<"modelforge.jobs.v1.RuntimeProbeResult"
  * Use `create(RuntimeProbeResultSchema)` to create a new message.
  */
 export const RuntimeProbeResultSchema: GenMessage<RuntimeProbeResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 15);
+  messageDesc(file_modelforge_jobs_v1_jobs, 16);
 
 /**
  * The answer of a health check.
@@ -757,7 +863,7 @@ export type HealthResult = Message<"modelforge.jobs.v1.HealthResult"> & {
  * Use `create(HealthResultSchema)` to create a new message.
  */
 export const HealthResultSchema: GenMessage<HealthResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 16);
+  messageDesc(file_modelforge_jobs_v1_jobs, 17);
 
 /**
  * The outcome of an unload.
@@ -778,7 +884,7 @@ export type UnloadResult = Message<"modelforge.jobs.v1.UnloadResult"> & {
  * Use `create(UnloadResultSchema)` to create a new message.
  */
 export const UnloadResultSchema: GenMessage<UnloadResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 17);
+  messageDesc(file_modelforge_jobs_v1_jobs, 18);
 
 /**
  * The outcome of a deployment load.
@@ -807,7 +913,7 @@ export type DeploymentLoadResult = Message<"modelforge.jobs.v1.DeploymentLoadRes
  * Use `create(DeploymentLoadResultSchema)` to create a new message.
  */
 export const DeploymentLoadResultSchema: GenMessage<DeploymentLoadResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 18);
+  messageDesc(file_modelforge_jobs_v1_jobs, 19);
 
 /**
  * The answer of a relayed request.
@@ -837,7 +943,7 @@ export type DeploymentInvokeResult = Message<"modelforge.jobs.v1.DeploymentInvok
  * Use `create(DeploymentInvokeResultSchema)` to create a new message.
  */
 export const DeploymentInvokeResultSchema: GenMessage<DeploymentInvokeResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 19);
+  messageDesc(file_modelforge_jobs_v1_jobs, 20);
 
 /**
  * The outcome of a drain.
@@ -858,7 +964,7 @@ export type DeploymentDrainResult = Message<"modelforge.jobs.v1.DeploymentDrainR
  * Use `create(DeploymentDrainResultSchema)` to create a new message.
  */
 export const DeploymentDrainResultSchema: GenMessage<DeploymentDrainResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 20);
+  messageDesc(file_modelforge_jobs_v1_jobs, 21);
 
 /**
  * A typed failure reported by an agent or recorded by the server.
@@ -894,7 +1000,7 @@ export type JobFailure = Message<"modelforge.jobs.v1.JobFailure"> & {
  * Use `create(JobFailureSchema)` to create a new message.
  */
 export const JobFailureSchema: GenMessage<JobFailure> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 21);
+  messageDesc(file_modelforge_jobs_v1_jobs, 22);
 
 /**
  * Progress of a running job. Bounded: the server refuses oversized progress.
@@ -937,7 +1043,7 @@ export type JobProgress = Message<"modelforge.jobs.v1.JobProgress"> & {
  * Use `create(JobProgressSchema)` to create a new message.
  */
 export const JobProgressSchema: GenMessage<JobProgress> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 22);
+  messageDesc(file_modelforge_jobs_v1_jobs, 23);
 
 /**
  * A lease on one attempt of a job, handed to exactly the node the job targets.
@@ -986,7 +1092,68 @@ export type JobLease = Message<"modelforge.jobs.v1.JobLease"> & {
  * Use `create(JobLeaseSchema)` to create a new message.
  */
 export const JobLeaseSchema: GenMessage<JobLease> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 23);
+  messageDesc(file_modelforge_jobs_v1_jobs, 24);
+
+/**
+ * The engine a runtime profile selects: a closed set the agent implements and advertises.
+ *
+ * @generated from enum modelforge.jobs.v1.EngineKind
+ */
+export enum EngineKind {
+  /**
+   * Not set: refused as an invalid profile.
+   *
+   * @generated from enum value: ENGINE_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * GGUF models in the agent's supervised node-llama-cpp worker.
+   *
+   * @generated from enum value: ENGINE_KIND_LLAMA_CPP = 1;
+   */
+  LLAMA_CPP = 1,
+
+  /**
+   * An external OpenAI-compatible server started from the agent's configured command template.
+   *
+   * @generated from enum value: ENGINE_KIND_OPENAI_HTTP = 2;
+   */
+  OPENAI_HTTP = 2,
+}
+
+/**
+ * Describes the enum modelforge.jobs.v1.EngineKind.
+ */
+export const EngineKindSchema: GenEnum<EngineKind> = /*@__PURE__*/
+  enumDesc(file_modelforge_jobs_v1_jobs, 0);
+
+/**
+ * The fixed technical probe inputs, versioned; never free text.
+ *
+ * @generated from enum modelforge.jobs.v1.ProbeInput
+ */
+export enum ProbeInput {
+  /**
+   * Not set: the agent uses PROBE_INPUT_COMPLETION_V1.
+   *
+   * @generated from enum value: PROBE_INPUT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A fixed completion prompt, at most 16 generated tokens, greedy sampling (temperature 0).
+   *
+   * @generated from enum value: PROBE_INPUT_COMPLETION_V1 = 1;
+   */
+  COMPLETION_V1 = 1,
+}
+
+/**
+ * Describes the enum modelforge.jobs.v1.ProbeInput.
+ */
+export const ProbeInputSchema: GenEnum<ProbeInput> = /*@__PURE__*/
+  enumDesc(file_modelforge_jobs_v1_jobs, 1);
 
 /**
  * Why a job failed, in a form machines can act on.
@@ -1099,13 +1266,55 @@ export enum JobFailureCode {
    * @generated from enum value: JOB_FAILURE_CODE_SOURCE_UNAVAILABLE = 14;
    */
   SOURCE_UNAVAILABLE = 14,
+
+  /**
+   * The runtime profile names an engine this agent does not run. Never retryable.
+   *
+   * @generated from enum value: JOB_FAILURE_CODE_ENGINE_NOT_SUPPORTED = 15;
+   */
+  ENGINE_NOT_SUPPORTED = 15,
+
+  /**
+   * The runtime profile is missing or its parameters are invalid. Never retryable.
+   *
+   * @generated from enum value: JOB_FAILURE_CODE_PROFILE_INVALID = 16;
+   */
+  PROFILE_INVALID = 16,
+
+  /**
+   * The runtime could not load the model.
+   *
+   * @generated from enum value: JOB_FAILURE_CODE_MODEL_LOAD_FAILED = 17;
+   */
+  MODEL_LOAD_FAILED = 17,
+
+  /**
+   * The runtime did not become healthy before its deadline.
+   *
+   * @generated from enum value: JOB_FAILURE_CODE_HEALTH_DEADLINE_EXCEEDED = 18;
+   */
+  HEALTH_DEADLINE_EXCEEDED = 18,
+
+  /**
+   * The runtime was healthy but the probe input got no valid answer.
+   *
+   * @generated from enum value: JOB_FAILURE_CODE_INFERENCE_FAILED = 19;
+   */
+  INFERENCE_FAILED = 19,
+
+  /**
+   * The runtime ran out of memory.
+   *
+   * @generated from enum value: JOB_FAILURE_CODE_OUT_OF_MEMORY = 20;
+   */
+  OUT_OF_MEMORY = 20,
 }
 
 /**
  * Describes the enum modelforge.jobs.v1.JobFailureCode.
  */
 export const JobFailureCodeSchema: GenEnum<JobFailureCode> = /*@__PURE__*/
-  enumDesc(file_modelforge_jobs_v1_jobs, 0);
+  enumDesc(file_modelforge_jobs_v1_jobs, 2);
 
 /**
  * The capability name of a JobSpec or JobResult oneof case, e.g. "artifact.acquire.v1". It is
