@@ -113,6 +113,38 @@ describe("JobRunner", () => {
     expect(first.of("jobComplete")).toHaveLength(0);
   });
 
+  it("fails a result that cannot be encoded instead of sending it (it would break the Session, again and again)", async () => {
+    const probeSpec = {
+      $typeName: "modelforge.jobs.v1.JobSpec",
+      kind: {
+        case: "runtimeProbe",
+        value: {
+          $typeName: "modelforge.jobs.v1.RuntimeProbe",
+          runtimeProfile: "p",
+          runtimeEnvironment: "e",
+          artifacts: [],
+          probeInputId: "",
+        },
+      },
+    } as const;
+    const r = runnerWith({
+      // A Duration with fractional nanos: protobuf-es refuses to encode it.
+      "runtime.probe.v1": async () => ({
+        result: { case: "runtimeProbe", value: { healthy: true, loadDuration: { seconds: 1n, nanos: 0.5 } } },
+      }),
+    });
+    const link = fakeLink();
+    r.onLease(lease(probeSpec as unknown as JobLease["spec"], 1, 600), link.link);
+    await r.idle();
+    expect(link.of("jobComplete")).toHaveLength(0);
+    const failed = link.of("jobFail");
+    expect(failed).toHaveLength(1);
+    const failure = (failed[0]!.m.value as { failure: { code: number; message: string; retryable: boolean } }).failure;
+    expect(failure.code).toBe(JobFailureCode.INTERNAL);
+    expect(failure.retryable).toBe(false);
+    expect(failure.message).toMatch(/cannot be encoded/);
+  });
+
   it("stops the work and reports nothing when the server says the lease is lost", async () => {
     const reasons: unknown[] = [];
     const r = runnerWith({

@@ -15,7 +15,7 @@
 // answers but cannot decide now (`unavailable` during a database outage, `internal`) is asked
 // again, about once a second, while the work goes on: only an answer that the lease is gone
 // (`refusalVerdict`), or the lease's own expiry passing meanwhile, stops the work.
-import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromJson, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
 import { capabilityOfResult, capabilityOfSpec, CapabilityError } from "../../common/capabilities.js";
@@ -277,14 +277,22 @@ export class JobRunner implements SessionJobs {
     try {
       const produced = create(JobResultSchema, await handler(lease.spec, this.contextOf(run, log)));
       const answered = capabilityOfResult(produced);
+      const unencodable = encodingProblem(produced);
       outcome =
-        answered === capability
-          ? { kind: "result", result: produced }
-          : failureOutcome(
+        answered !== capability
+          ? failureOutcome(
               JobFailureCode.INTERNAL,
               `the handler of ${capability} returned ${answered ? `a ${answered}` : "no"} result`,
               false,
-            );
+            )
+          : unencodable !== undefined
+            ? // Sent as it is, it would fail the whole Session, which would reconnect and send it again, forever.
+              failureOutcome(
+                JobFailureCode.INTERNAL,
+                truncate(`the handler of ${capability} returned a result that cannot be encoded: ${unencodable}`),
+                false,
+              )
+            : { kind: "result", result: produced };
     } catch (err) {
       if (run.stopped === "cancelled") {
         outcome = failureOutcome(JobFailureCode.CANCELLED, truncate(`cancelled: ${run.cancelReason}`), false);
@@ -455,6 +463,16 @@ export class JobRunner implements SessionJobs {
       }
       await systemClock.sleep(reply === undefined ? this.retryDelayMs : this.unavailableRetryMs, this.opts.signal);
     }
+  }
+}
+
+/** Why a result cannot go on the wire (e.g. a Duration with fractional nanos), if it cannot. */
+function encodingProblem(result: JobResult): string | undefined {
+  try {
+    toBinary(JobResultSchema, result);
+    return undefined;
+  } catch (err) {
+    return (err as Error).message;
   }
 }
 
