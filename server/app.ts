@@ -27,6 +27,7 @@ import { LivenessTracker } from "./liveness/tracker.js";
 import { agentConfigOf, agentService, serverInfo, type AgentServiceDeps } from "./services/agent.js";
 import { adminService } from "./services/admin.js";
 import { JobEngine } from "./jobs/engine.js";
+import { jobSettingsOf } from "./jobs/work.js";
 import { agentJobs } from "./jobs/agent-rpc.js";
 import { adminJobs } from "./jobs/admin-rpc.js";
 import { ArtifactStore } from "./artifacts/store.js";
@@ -170,13 +171,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     log,
     liveness,
     sessions,
-    settings: {
-      leaseDurationMs: config.leaseDurationMs,
-      defaultMaxAttempts: config.defaultMaxAttempts,
-      approvedRoots: config.approvedRoots,
-      offlineAfterMs: config.offlineAfterMs,
-      reclaimGraceMs: config.reclaimGraceMs,
-    },
+    settings: jobSettingsOf(config),
     shutdown: shutdown.signal,
   });
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });

@@ -19,6 +19,7 @@ import { HeartbeatBook } from "../../server/liveness/heartbeats.js";
 import { LivenessTracker } from "../../server/liveness/tracker.js";
 import { systemClock } from "../../common/clock.js";
 import { JobEngine } from "../../server/jobs/engine.js";
+import { jobSettingsOf } from "../../server/jobs/work.js";
 import { reconcileLiveness } from "../../server/liveness/reconciler.js";
 import { revokedSessionSweeper } from "../../server/sessions/revocation.js";
 import { authorizeNode } from "../../server/identity/node-auth.js";
@@ -156,13 +157,7 @@ serve({
       log,
       liveness,
       sessions,
-      settings: {
-        leaseDurationMs: config.leaseDurationMs,
-        defaultMaxAttempts: config.defaultMaxAttempts,
-        approvedRoots: config.approvedRoots,
-        offlineAfterMs: config.offlineAfterMs,
-        reclaimGraceMs: config.reclaimGraceMs,
-      },
+      settings: jobSettingsOf(config),
       shutdown: shutdown.signal,
     });
     const reconciler = { prisma, clock, liveness, log };

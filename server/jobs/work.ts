@@ -18,6 +18,12 @@ export interface JobSettings {
   reclaimGraceMs: number;
 }
 
+/** Exactly the job settings out of a larger configuration (the engine keeps nothing else of it). */
+export function jobSettingsOf(c: JobSettings): JobSettings {
+  const { leaseDurationMs, defaultMaxAttempts, approvedRoots, offlineAfterMs, reclaimGraceMs } = c;
+  return { leaseDurationMs, defaultMaxAttempts, approvedRoots, offlineAfterMs, reclaimGraceMs };
+}
+
 export interface JobWork {
   readonly prisma: PrismaClient;
   readonly clock: Clock;
