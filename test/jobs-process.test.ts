@@ -2,7 +2,6 @@
 // database loses nothing, and two server processes on one PostgreSQL never lease a job twice.
 import { afterEach, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -14,23 +13,13 @@ import { createTestDatabase, DEFAULT_TEST_POSTGRES_URL, type TestDatabase } from
 import { eventually } from "./support/node.js";
 import { spawnServer, type ServerProcess } from "./support/process.js";
 import { adminClientAt, enrollAt, startAgent, type InProcessAgent } from "./support/agent.js";
+import { freePort } from "./support/ports.js";
 
 const key = "test-admin-key-0123456789abcdef";
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
 });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 function serverEnv(db: TestDatabase, certs: string, port: number, extra: Record<string, string> = {}): Record<string, string> {
   return {

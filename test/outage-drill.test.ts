@@ -13,7 +13,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -27,6 +26,7 @@ import { eventually } from "./support/node.js";
 import { repoRoot, spawnServer, type ServerProcess } from "./support/process.js";
 import { adminClientAt, enrollAt, startAgent } from "./support/agent.js";
 import { privatePostgresProblem, startPrivatePostgres, type PrivatePostgres } from "./support/private-postgres.js";
+import { freePort } from "./support/ports.js";
 
 const key = "test-admin-key-0123456789abcdef";
 const problem = privatePostgresProblem();
@@ -41,17 +41,6 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
 }, 60_000);
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 function tempDir(prefix: string): string {
   const dir = mkdtempSync(join(tmpdir(), prefix));

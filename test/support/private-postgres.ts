@@ -4,10 +4,10 @@
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { chown, mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { freePort } from "./ports.js";
 
 const run = promisify(execFile);
 const bin = "/usr/lib/postgresql/15/bin";
@@ -29,17 +29,6 @@ export interface PrivatePostgres {
   start(): Promise<void>;
   /** Stops the server and removes its directory. Idempotent. */
   destroy(): Promise<void>;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 async function asPostgres(tool: string, args: string[]): Promise<void> {
