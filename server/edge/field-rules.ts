@@ -156,6 +156,18 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.ListAuditEventsRequest.target_id": name,
   "modelforge.admin.v1.ListAuditEventsRequest.actor": name,
   "modelforge.admin.v1.CreateRuntimeProfileRequest.name": shortId,
+  "modelforge.admin.v1.CreateDeploymentRequest.name": shortId,
+  "modelforge.admin.v1.CreateDeploymentRequest.node_id": uuid,
+  "modelforge.admin.v1.CreateDeploymentRequest.runtime_profile": shortId,
+  "modelforge.admin.v1.CreateDeploymentRequest.commit": shortId,
+  "modelforge.admin.v1.CreateDeploymentRequest.target_root": resolvedPath,
+  "modelforge.admin.v1.GetDeploymentRequest.deployment": shortId,
+  "modelforge.admin.v1.UpdateDeploymentRevisionRequest.deployment": shortId,
+  "modelforge.admin.v1.UpdateDeploymentRevisionRequest.commit": shortId,
+  "modelforge.admin.v1.UpdateDeploymentRevisionRequest.runtime_profile": shortId,
+  "modelforge.admin.v1.DrainDeploymentRequest.deployment": shortId,
+  "modelforge.admin.v1.UnloadDeploymentRequest.deployment": shortId,
+  "modelforge.admin.v1.DeleteDeploymentRequest.deployment": shortId,
 
   // modelforge.deployment.v1
   "modelforge.deployment.v1.InvokeRequest.deployment_id": shortId,
