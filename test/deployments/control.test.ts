@@ -16,6 +16,10 @@ import { startTestServer, type TestServer } from "../support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "../support/node.js";
 import { startAgent, type InProcessAgent } from "../support/agent.js";
 import { deploymentRoutes } from "../../server/deployments/routes.js";
+import { PassThrough, Writable } from "node:stream";
+import { writeFileSync } from "node:fs";
+import { runCli } from "../../cli/cli.js";
+import { testAdminKey } from "../support/server.js";
 
 const repository = "acme/tiny";
 const commitA = "a".repeat(40);
@@ -268,5 +272,64 @@ describe("deployments through a real server", () => {
     await until("chat", DeploymentState.READY);
     const events = (await get("chat")).events;
     expect(events.some((e) => e.reason.includes("no longer holds the runtime"))).toBe(true);
+  });
+
+  it("forge deployments lists, shows history, and refuses a usage error with exit 2", async () => {
+    const caFile = join(root, "ca.crt");
+    writeFileSync(caFile, ts.caPem);
+    const forge = async (...args: string[]) => {
+      let out = "";
+      let err = "";
+      const sink = (add: (t: string) => void) =>
+        new Writable({
+          write(chunk: Buffer, _enc, cb) {
+            add(chunk.toString());
+            cb();
+          },
+        });
+      const stdin = new PassThrough();
+      stdin.end();
+      const env = { MODELFORGE_SERVER: ts.url, MODELFORGE_CA_FILE: caFile, MODELFORGE_OPERATOR_API_KEY: testAdminKey };
+      const code = await runCli(args, {
+        stdout: sink((t) => (out += t)),
+        stderr: sink((t) => (err += t)),
+        stdin,
+        env,
+        signal: new AbortController().signal,
+      });
+      return { code, out, err };
+    };
+    const list = await forge("deployments", "list");
+    expect(list.code, list.err).toBe(0);
+    expect(list.out).toMatch(/chat\s+ready\s+serving\s+3\s/);
+    const got = await forge("deployments", "get", "chat");
+    expect(got.code).toBe(0);
+    expect(got.out).toMatch(/State:\s+ready/);
+    expect(got.out).toContain("History");
+    expect(got.out).toMatch(/\s3\s+loading\s+failed\s+load failed: MODEL_LOAD_FAILED: not a GGUF file/);
+    expect((await forge("deployments", "create", "x", "--profile", "tiny-cpu")).code).toBe(2);
+    expect((await forge("deployments", "revision", "chat")).code).toBe(2);
+    const missing = await forge("deployments", "drain", "no-such");
+    expect(missing.code).toBe(1);
+    expect(missing.err).toMatch(/^error: not_found: deployment no-such not found/);
+    const created = await forge(
+      "deployments",
+      "create",
+      "via-cli",
+      "--node",
+      node.nodeId,
+      "--profile",
+      "tiny-cpu",
+      "--repository",
+      repository,
+      "--commit",
+      commitA,
+    );
+    expect(created.code, created.err).toBe(0);
+    expect(created.out).toContain("Deployment created.");
+    await until("via-cli", DeploymentState.READY);
+    const drained = await forge("deployments", "drain", "via-cli");
+    expect(drained.code).toBe(0);
+    expect(drained.out).toContain("Deployment via-cli is draining, wanted drained.");
   });
 });
