@@ -223,7 +223,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       ...adminJobs({ prisma, engine: jobs }),
       ...adminArtifacts(artifacts),
       ...adminRuntimeProfiles(profiles),
-      ...adminDeployments({ prisma, clock, approvedRoots: config.approvedRoots, profiles, reconcile: reconcileDeployment }),
+      ...adminDeployments({ prisma, clock, jobs, approvedRoots: config.approvedRoots, profiles, reconcile: reconcileDeployment }),
     },
   );
   const connect = connectNodeAdapter({

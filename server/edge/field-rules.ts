@@ -168,6 +168,7 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.DrainDeploymentRequest.deployment": shortId,
   "modelforge.admin.v1.UnloadDeploymentRequest.deployment": shortId,
   "modelforge.admin.v1.DeleteDeploymentRequest.deployment": shortId,
+  "modelforge.admin.v1.CheckDeploymentHealthRequest.deployment": shortId,
 
   // modelforge.deployment.v1
   "modelforge.deployment.v1.InvokeRequest.deployment_id": shortId,
