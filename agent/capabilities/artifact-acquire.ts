@@ -34,6 +34,8 @@ export interface ArtifactAcquireOptions {
   progressIntervalMs?: number;
   /** Bytes written between two checks of the disk reserve (default 64 MiB). */
   reserveCheckBytes?: number;
+  /** Job ids acquiring now, kept up to date here, so the staging sweeper leaves their staging alone. */
+  active?: Set<string>;
 }
 
 interface Plan {
@@ -189,7 +191,17 @@ export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler
   const progressIntervalMs = opts.progressIntervalMs ?? 1_000;
   const reserveCheckBytes = opts.reserveCheckBytes ?? 64 * 1024 * 1024;
 
+  const active = opts.active ?? new Set<string>();
   return async (spec, ctx): Promise<JobHandlerResult> => {
+    active.add(ctx.jobId);
+    try {
+      return await acquire(spec, ctx);
+    } finally {
+      active.delete(ctx.jobId);
+    }
+  };
+
+  async function acquire(spec: JobSpec, ctx: JobAttempt): Promise<JobHandlerResult> {
     const plan = planAcquisition(spec, ctx.jobId, opts.roots);
     const log = opts.log.child({ jobId: ctx.jobId, attempt: ctx.attempt, repository: plan.spec.repository, commit: plan.spec.commit });
     await checkRoot(plan.root);
@@ -261,7 +273,7 @@ export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler
         },
       },
     };
-  };
+  }
 }
 
 /**
