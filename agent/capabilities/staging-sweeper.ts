@@ -45,7 +45,8 @@ async function newestChange(dir: string): Promise<number> {
 
 async function isRealDir(path: string): Promise<boolean> {
   const st = await lstat(path).catch(() => undefined);
-  return st !== undefined && st.isDirectory() && !st.isSymbolicLink();
+  // lstat: a link to a directory is not a directory here.
+  return st?.isDirectory() === true;
 }
 
 function isJobId(name: string): boolean {
