@@ -128,7 +128,8 @@ async function main(argv: string[]): Promise<number> {
           statePath,
           log,
           signal: stop.signal,
-          registry: capabilityRegistry({ statePath, log, env, supervisor, clock, signal: stop.signal }),
+          // Staging ages are file mtimes: compared with the real clock, not a shifted one.
+          registry: capabilityRegistry({ statePath, log, env, supervisor, clock: systemClock, signal: stop.signal }),
         }),
       });
       await supervisor?.stopAll();
