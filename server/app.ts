@@ -90,7 +90,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   });
 
   // Limits and authentication from headers and TLS, before any body is read (./edge/guard.ts).
-  const guard = edgeGuard(config.operatorApiKey, log);
+  const operatorKeys = { admin: config.operatorApiKey, readOnly: config.operatorReadonlyKey };
+  const guard = edgeGuard(operatorKeys, log);
   const server = http2.createSecureServer(
     {
       ...http2ServerTuning,
@@ -215,7 +216,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       router.service(DeploymentService, {});
       undecodableAsInvalidArgument(router);
     },
-    interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(config.operatorApiKey), validationInterceptor()],
+    interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(operatorKeys), validationInterceptor()],
     contextValues,
     ...edgeAdapterOptions,
   });

@@ -152,6 +152,7 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.ListAuditEventsRequest.action": shortId,
   "modelforge.admin.v1.ListAuditEventsRequest.target_id": name,
   "modelforge.admin.v1.ListAuditEventsRequest.actor": name,
+  "modelforge.admin.v1.RegisterNodeRequest.name": name,
 
   // modelforge.deployment.v1
   "modelforge.deployment.v1.InvokeRequest.deployment_id": shortId,
