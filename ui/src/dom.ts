@@ -56,3 +56,33 @@ export function formValues(form: HTMLFormElement): Record<string, string> {
   }
   return out;
 }
+
+/**
+ * Makes `el`'s children look like `next`, keeping the elements that are already there (same tag,
+ * same data-testid), so a page that re-renders every second does not pull a link or a field out
+ * from under the pointer. A button is kept only when it has a data-testid (one per page, its
+ * handler bound to the page's own subject); any other is replaced, since its handler may be bound
+ * to another row's subject.
+ */
+export function morph(el: Element, next: Node[]): void {
+  const old = Array.from(el.childNodes);
+  next.forEach((n, i) => {
+    const o = old[i];
+    if (o === undefined) el.appendChild(n);
+    else if (!keeps(o, n)) el.replaceChild(n, o);
+    else if (o instanceof Element && n instanceof Element) {
+      for (const a of Array.from(o.attributes)) if (!n.hasAttribute(a.name)) o.removeAttribute(a.name);
+      for (const a of Array.from(n.attributes)) if (o.getAttribute(a.name) !== a.value) o.setAttribute(a.name, a.value);
+      if (o instanceof HTMLProgressElement && n instanceof HTMLProgressElement) o.value = n.value;
+      morph(o, Array.from(n.childNodes));
+    } else if (o.nodeValue !== n.nodeValue) o.nodeValue = n.nodeValue;
+  });
+  for (let i = old.length - 1; i >= next.length; i--) old[i]!.remove();
+}
+
+function keeps(o: ChildNode, n: Node): boolean {
+  if (o.nodeType !== n.nodeType) return false;
+  if (!(o instanceof Element) || !(n instanceof Element)) return true;
+  if (o.tagName !== n.tagName || o.getAttribute("data-testid") !== n.getAttribute("data-testid")) return false;
+  return o.tagName !== "BUTTON" || o.hasAttribute("data-testid");
+}

@@ -2,7 +2,7 @@
 import type { AuditEvent, Node } from "../../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { Liveness } from "../../../gen/proto/modelforge/common/v1/common_pb.js";
 import { admin } from "../api.js";
-import { h, section, table } from "../dom.js";
+import { h, morph, section, table } from "../dom.js";
 import { age, labels, livenessName, time } from "../format.js";
 
 const shown = [Liveness.ONLINE, Liveness.STALE, Liveness.OFFLINE, Liveness.PENDING, Liveness.DISABLED, Liveness.DECOMMISSIONED];
@@ -29,7 +29,7 @@ export async function fleetPage(main: HTMLElement, signal: AbortSignal): Promise
     const all = [...nodes.values()].sort((a, b) => a.name.localeCompare(b.name) || a.id.localeCompare(b.id));
     const tile = (label: string, value: number, testId: string) =>
       h("div", { class: "tile", "data-testid": testId }, h("span", { class: "value" }, value), h("span", {}, label));
-    counts.replaceChildren(
+    morph(counts, [
       tile("nodes", all.length, "count-nodes"),
       ...shown.map((l) => tile(livenessName(l), all.filter((n) => n.liveness === l).length, `count-${livenessName(l)}`)),
       tile(
@@ -38,8 +38,8 @@ export async function fleetPage(main: HTMLElement, signal: AbortSignal): Promise
         "count-gpus",
       ),
       tile("connected", all.filter((n) => n.connected).length, "count-connected"),
-    );
-    list.replaceChildren(
+    ]);
+    morph(list, [
       all.length === 0
         ? h("p", {}, "No nodes yet. Create an enrollment token on the ", h("a", { href: "#/tokens" }, "Tokens"), " page.")
         : table(
@@ -54,8 +54,8 @@ export async function fleetPage(main: HTMLElement, signal: AbortSignal): Promise
             ]),
             "nodes",
           ),
-    );
-    transitions.replaceChildren(
+    ]);
+    morph(transitions, [
       recent.length === 0
         ? h("p", {}, "None yet.")
         : table(
@@ -67,7 +67,7 @@ export async function fleetPage(main: HTMLElement, signal: AbortSignal): Promise
             ]),
             "transitions",
           ),
-    );
+    ]);
   };
   const loadTransitions = async () => {
     recent = (await admin.listAuditEvents({ pageSize: 200 }, { signal })).events

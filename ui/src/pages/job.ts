@@ -3,7 +3,7 @@ import { toJson } from "@bufbuild/protobuf";
 import { JobState, type Job } from "../../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { JobFailureCode, JobResultSchema, JobSpecSchema } from "../../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { admin, may, methods, pause } from "../api.js";
-import { h, section } from "../dom.js";
+import { h, morph, section } from "../dom.js";
 import { showError } from "../errors.js";
 import { enumText, time } from "../format.js";
 
@@ -16,7 +16,7 @@ export function jobPage(jobId: string) {
     main.replaceChildren(body);
     while (!signal.aborted) {
       const job = (await admin.getJob({ jobId }, { signal })).job!;
-      body.replaceChildren(...render(job, main));
+      morph(body, render(job, main));
       if (finished.has(job.state)) return;
       await pause(pollMs, signal);
     }

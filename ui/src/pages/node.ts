@@ -5,7 +5,7 @@ import { GpuState } from "../../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { Liveness } from "../../../gen/proto/modelforge/common/v1/common_pb.js";
 import { admin, may, methods, pause } from "../api.js";
 import { lineChart, type Series } from "../chart.js";
-import { h, section, table } from "../dom.js";
+import { h, morph, section, table } from "../dom.js";
 import { age, bytes, enumText, labels, livenessName, time } from "../format.js";
 import { showError } from "../errors.js";
 
@@ -39,7 +39,7 @@ export function nodePage(nodeId: string) {
         });
         if (samples.length > keptSamples) samples.shift();
       }
-      body.replaceChildren(...render(res, samples, main));
+      morph(body, render(res, samples, main));
       await pause(pollMs, signal);
     }
   };
