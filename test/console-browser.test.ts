@@ -197,6 +197,7 @@ describe("the console with the admin key", { timeout: 120_000 }, () => {
     release();
     await until("the job succeeded", async () => (await text("job-state")) === "succeeded");
     expect(await text("job-result")).toContain("ok from the browser test");
+    expect(await page.getByTestId("job-progress").getAttribute("value")).toBe("100");
     expect(await page.getByTestId("cancel-job").count()).toBe(0);
     await shot("06-job-succeeded");
 

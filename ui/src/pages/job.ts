@@ -25,7 +25,8 @@ export function jobPage(jobId: string) {
 
 function render(job: Job, main: HTMLElement): HTMLElement[] {
   const state = enumText(JobState, job.state);
-  const percent = job.progress?.percent ?? (job.state === JobState.SUCCEEDED ? 100 : 0);
+  // The last progress report of a finished job is where it was, not where it ended.
+  const percent = job.state === JobState.SUCCEEDED ? 100 : (job.progress?.percent ?? 0);
   const facts: [string, string | HTMLElement][] = [
     ["ID", job.id],
     ["Node", h("a", { href: `#/nodes/${job.nodeId}` }, job.nodeId)],

@@ -72,7 +72,7 @@ export async function jobsPage(main: HTMLElement, signal: AbortSignal, params: U
             j.capability,
             h("span", { class: `badge ${enumText(JobState, j.state)}` }, enumText(JobState, j.state)),
             `${j.attempt}/${j.maxAttempts}`,
-            j.progress ? `${j.progress.percent.toFixed(0)}%` : "-",
+            j.state === JobState.SUCCEEDED ? "100%" : j.progress ? `${j.progress.percent.toFixed(0)}%` : "-",
             age(j.createdAt),
           ]),
           "jobs",
