@@ -16,6 +16,7 @@ import { startTestServer, testAdminKey, type TestServer } from "./support/server
 import { startAgent, type InProcessAgent } from "./support/agent.js";
 import { nodeFromState } from "./support/node.js";
 import { waitFor } from "./support/wait.js";
+import { TelemetrySchema } from "../gen/proto/modelforge/common/v1/common_pb.js";
 
 const chromiumPath = process.env.MODELFORGE_CHROMIUM ?? "/usr/bin/chromium";
 const readOnlyKey = "test-read-only-key-0123456789ab";
@@ -178,6 +179,12 @@ describe("the console with the admin key", { timeout: 120_000 }, () => {
       const points = await page.getByTestId("chart-memory").locator("polyline").getAttribute("points");
       return (points ?? "").split(" ").length >= 3;
     });
+    // CPU utilisation and load come with issue 15's Telemetry fields; once the contract has them,
+    // the page charts them.
+    if (TelemetrySchema.fields.some((f) => f.name === "cpu_utilization_percent")) {
+      await page.getByTestId("chart-cpu").waitFor();
+      await page.getByTestId("chart-load").waitFor();
+    }
     await shot("04-node");
   });
 

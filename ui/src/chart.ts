@@ -10,7 +10,7 @@ export interface Series {
 const width = 240;
 const height = 64;
 
-export function lineChart(title: string, series: Series[], max: number, unit: string, testId: string): HTMLElement {
+export function lineChart(title: string, series: Series[], max: number, unit: string, testId: string, digits = 0): HTMLElement {
   const longest = Math.max(2, ...series.map((s) => s.values.length));
   const x = (i: number) => (i / (longest - 1)) * width;
   const y = (v: number) => height - (Math.min(Math.max(v, 0), max) / max) * height;
@@ -22,7 +22,9 @@ export function lineChart(title: string, series: Series[], max: number, unit: st
         : s.values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`);
     return svg("polyline", { class: `series series-${n % 4}`, fill: "none", points: points.join(" ") });
   });
-  const latest = series.map((s) => `${s.name} ${s.values.length > 0 ? s.values[s.values.length - 1]!.toFixed(0) : "-"}${unit}`).join("  ");
+  const latest = series
+    .map((s) => `${s.name} ${s.values.length > 0 ? s.values[s.values.length - 1]!.toFixed(digits) : "-"}${unit}`)
+    .join("  ");
   return h(
     "figure",
     { class: "chart", "data-testid": testId },

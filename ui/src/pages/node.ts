@@ -15,8 +15,12 @@ const keptSamples = 60;
 interface Sample {
   memoryPercent: number;
   gpus: Map<string, { utilization: number; temperature: number }>;
-  /** CPU fields, when the agent and contract carry them (read by name so older ones still work). */
+  /**
+   * CPU utilisation and load averages (issue 15's additive Telemetry fields), read by name so the
+   * page works with contracts and agents from before them; undefined when not reported.
+   */
   cpuPercent: number | undefined;
+  load: [number, number, number] | undefined;
 }
 
 export function nodePage(nodeId: string) {
@@ -31,11 +35,14 @@ export function nodePage(nodeId: string) {
       if (t?.telemetry !== undefined && t.sequence !== lastSequence) {
         lastSequence = t.sequence;
         const m = t.telemetry;
-        const cpu = (m as unknown as Record<string, unknown>).cpuUtilizationPercent;
+        const extra = m as unknown as Record<string, unknown>;
+        const cpu = extra.cpuUtilizationPercent;
+        const load = [extra.loadAverage1m, extra.loadAverage5m, extra.loadAverage15m];
         samples.push({
           memoryPercent: m.memoryTotalBytes > 0n ? (Number(m.memoryUsedBytes) / Number(m.memoryTotalBytes)) * 100 : 0,
           gpus: new Map(m.gpus.map((g) => [g.uuid, { utilization: g.utilizationPercent, temperature: g.temperatureCelsius }])),
           cpuPercent: typeof cpu === "number" ? cpu : undefined,
+          load: load.every((l) => typeof l === "number") ? (load as [number, number, number]) : undefined,
         });
         if (samples.length > keptSamples) samples.shift();
       }
@@ -91,6 +98,17 @@ export function nodePage(nodeId: string) {
       lineChart("Memory", [{ name: "used", values: samples.map((s) => s.memoryPercent) }], 100, "%", "chart-memory"),
       samples.some((s) => s.cpuPercent !== undefined)
         ? lineChart("CPU", [{ name: "busy", values: samples.map((s) => s.cpuPercent ?? 0) }], 100, "%", "chart-cpu")
+        : null,
+      samples.some((s) => s.load !== undefined)
+        ? lineChart(
+            "Load",
+            ["1m", "5m", "15m"].map((name, i) => ({ name, values: samples.map((s) => s.load?.[i] ?? 0) })),
+            // Scaled to the core count, where a load becomes a queue.
+            Math.max(1, host?.cpuCores ?? 1, ...samples.flatMap((s) => s.load ?? [])),
+            "",
+            "chart-load",
+            2,
+          )
         : null,
       gpuIds.length > 0
         ? lineChart(
