@@ -147,6 +147,21 @@ describe("the console with the admin key", { timeout: 120_000 }, () => {
     expect(await page.content()).not.toContain(token);
   });
 
+  it("pre-registers a node: its join command is shown once and the node waits, pending, with its labels", async () => {
+    await page.goto(`${ts.url}/ui/#/tokens`);
+    const form = page.getByTestId("register-node");
+    await form.locator("input[name=name]").fill("planned-node");
+    await form.locator("input[name=labels]").fill("rack=r9, zone=b");
+    await form.getByRole("button", { name: "Register node" }).click();
+    const joinCommand = await text("join-command");
+    expect(joinCommand).toMatch(/--token mfet_\S+ --ca-fingerprint sha256:\S+$/);
+    const planned = (await ts.admin.listNodes({})).nodes.find((n) => n.name === "planned-node");
+    expect(planned?.labels).toEqual({ rack: "r9", zone: "b" });
+    await page.goto(`${ts.url}/ui/#/nodes/${planned!.id}`);
+    expect(await text("node-liveness")).toBe("pending");
+    await page.getByText("registered, waiting for its agent to enroll").waitFor();
+  });
+
   it("shows the agent go online with its three GPUs on the fleet page, live", async () => {
     await page.goto(`${ts.url}/ui/#/`);
     await until(

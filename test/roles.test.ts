@@ -1,6 +1,10 @@
 // Operator roles, for every AdminService method in the contract: the admin key may call each one,
 // the read-only key exactly those declared ACCESS_READ (every other is permission_denied, at the
 // edge and again in the interceptor). A method added without an access option fails here.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { PassThrough, Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { create, hasOption, type DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport, type Client } from "@connectrpc/connect";
@@ -8,6 +12,7 @@ import { AdminService, OperatorRole } from "../gen/proto/modelforge/admin/v1/adm
 import { Access, access } from "../gen/proto/modelforge/common/v1/common_pb.js";
 import { accessTable, mayCall } from "../server/identity/roles.js";
 import { adminAuthInterceptor } from "../server/identity/admin-token.js";
+import { runCli } from "../cli/cli.js";
 import { adminTransport, startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 
 const readOnlyKey = "test-read-only-key-0123456789ab";
@@ -131,6 +136,35 @@ describe("roles over the real server", () => {
     const code = await callEmpty(admin, m);
     expect(code).not.toBe(Code.PermissionDenied);
     expect(code).not.toBe(Code.Unauthenticated);
+  });
+
+  it("forge works with the read-only key for reads and says why a write is refused", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "mf-roles-cli-"));
+    try {
+      writeFileSync(join(dir, "ca.crt"), ts.caPem);
+      const forge = async (args: string[]) => {
+        let out = "";
+        const sink = new Writable({
+          write(chunk: Buffer, _enc, cb) {
+            out += chunk.toString();
+            cb();
+          },
+        });
+        const stdin = new PassThrough();
+        stdin.end();
+        const env = { MODELFORGE_SERVER: ts.url, MODELFORGE_CA_FILE: join(dir, "ca.crt"), MODELFORGE_OPERATOR_API_KEY: readOnlyKey };
+        const code = await runCli(args, { stdout: sink, stderr: sink, stdin, env, signal: new AbortController().signal });
+        return { code, out };
+      };
+      expect((await forge(["nodes", "list"])).code).toBe(0);
+      const refused = await forge(["tokens", "create", "--name", "x"]);
+      expect(refused.code).toBe(1);
+      expect(refused.out).toMatch(/permission_denied/);
+      expect(refused.out).toMatch(/CreateEnrollmentToken changes state and needs the admin key/);
+      expect(refused.out).not.toContain(readOnlyKey);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("names the caller's role", async () => {

@@ -60,7 +60,16 @@ export function nodePage(nodeId: string) {
       ...(
         [
           ["ID", n.id],
-          ["Liveness", h("span", { class: `badge ${livenessName(n.liveness)}`, "data-testid": "node-liveness" }, livenessName(n.liveness))],
+          [
+            "Liveness",
+            h(
+              "span",
+              {},
+              h("span", { class: `badge ${livenessName(n.liveness)}`, "data-testid": "node-liveness" }, livenessName(n.liveness)),
+              // A pre-registered node has no credential until its agent enrolls with the token.
+              res.credentials.length === 0 ? " registered, waiting for its agent to enroll" : "",
+            ),
+          ],
           ["Connected", n.connected ? "yes" : "no"],
           ["Last heartbeat", `${age(n.lastHeartbeatAt)} (${time(n.lastHeartbeatAt)})`],
           ["Labels", labels(n.labels)],
