@@ -43,6 +43,7 @@ import { revokedSessionSweeper } from "./sessions/revocation.js";
 import { every } from "./loop.js";
 import { http2ServerTuning, sessionOpenTuning } from "./tuning.js";
 import { Admission } from "./sessions/admission.js";
+import { loadConsole } from "./ui/static.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -95,7 +96,11 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   });
 
   // Limits and authentication from headers and TLS, before any body is read (./edge/guard.ts).
-  const guard = edgeGuard(config.operatorApiKey, log);
+  const operatorKeys = { admin: config.operatorApiKey, readOnly: config.operatorReadonlyKey };
+  const guard = edgeGuard(operatorKeys, log);
+  // The web console's static files (ui/dist); they need no database, so they are served from the start.
+  const consoleFiles = await loadConsole(config.uiDir);
+  if (!consoleFiles.built) log.warn({ dir: config.uiDir }, "web console not built (npm run build:ui): /ui/ answers 503");
   const server = http2.createSecureServer(
     {
       ...http2ServerTuning,
@@ -112,6 +117,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       const id = correlationIdFrom(req.headers[correlationHeader]);
       (req as unknown as Record<symbol, string>)[correlationSymbol] = id;
       res.setHeader(correlationHeader, id);
+      if (consoleFiles.serve(req, res)) return;
       guard(req, res, id);
       handle(req, res);
     },
@@ -237,7 +243,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       router.service(DeploymentService, {});
       undecodableAsInvalidArgument(router);
     },
-    interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(config.operatorApiKey), validationInterceptor()],
+    interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(operatorKeys), validationInterceptor()],
     contextValues,
     ...edgeAdapterOptions,
   });

@@ -14,6 +14,10 @@ export interface Config {
   databaseUrl: string | undefined;
   /** Undefined: the admin API fails closed. */
   operatorApiKey: string | undefined;
+  /** The read-only operator key (ACCESS_READ methods only); undefined: no read-only role. */
+  operatorReadonlyKey: string | undefined;
+  /** The web console's built files (`npm run build:ui`), served under /ui/. */
+  uiDir: string;
   logLevel: string;
   enrollmentTokenTtlMs: number;
   credentialTtlMs: number;
@@ -113,6 +117,8 @@ export function loadConfig(env: Env): Config {
     certsDir: get("MODELFORGE_CERTS_DIR"),
     databaseUrl,
     operatorApiKey: env.MODELFORGE_OPERATOR_API_KEY?.trim() || undefined,
+    operatorReadonlyKey: env.MODELFORGE_OPERATOR_READONLY_KEY?.trim() || undefined,
+    uiDir: env.MODELFORGE_UI_DIR?.trim() || "./ui/dist",
     logLevel: get("MODELFORGE_LOG_LEVEL"),
     enrollmentTokenTtlMs: duration("MODELFORGE_ENROLLMENT_TOKEN_TTL"),
     credentialTtlMs: duration("MODELFORGE_CREDENTIAL_TTL"),
@@ -134,6 +140,12 @@ export function loadConfig(env: Env): Config {
   };
   if (config.operatorApiKey !== undefined && config.operatorApiKey.length < 16) {
     throw new ConfigError("MODELFORGE_OPERATOR_API_KEY: use at least 16 characters");
+  }
+  if (config.operatorReadonlyKey !== undefined && config.operatorReadonlyKey.length < 16) {
+    throw new ConfigError("MODELFORGE_OPERATOR_READONLY_KEY: use at least 16 characters");
+  }
+  if (config.operatorReadonlyKey !== undefined && config.operatorReadonlyKey === config.operatorApiKey) {
+    throw new ConfigError("MODELFORGE_OPERATOR_READONLY_KEY: must differ from MODELFORGE_OPERATOR_API_KEY");
   }
   if (config.offlineAfterMs <= config.staleAfterMs) {
     throw new ConfigError("MODELFORGE_OFFLINE_AFTER must be longer than MODELFORGE_STALE_AFTER");

@@ -169,6 +169,7 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.UnloadDeploymentRequest.deployment": shortId,
   "modelforge.admin.v1.DeleteDeploymentRequest.deployment": shortId,
   "modelforge.admin.v1.CheckDeploymentHealthRequest.deployment": shortId,
+  "modelforge.admin.v1.RegisterNodeRequest.name": name,
 
   // modelforge.deployment.v1
   "modelforge.deployment.v1.InvokeRequest.deployment_id": shortId,

@@ -15,15 +15,17 @@
 // a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
 // and a Duration is at most 10,000 years.
 
-import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
-import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenExtension, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, extDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { MethodOptions } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_descriptor } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file modelforge/common/v1/common.proto.
  */
 export const file_modelforge_common_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("CiFtb2RlbGZvcmdlL2NvbW1vbi92MS9jb21tb24ucHJvdG8SFG1vZGVsZm9yZ2UuY29tbW9uLnYxItQBCghIb3N0SW5mbxIQCghob3N0bmFtZRgBIAEoCRIPCgdvc19uYW1lGAIgASgJEhIKCm9zX3ZlcnNpb24YAyABKAkSDgoGa2VybmVsGAQgASgJEhQKDGFyY2hpdGVjdHVyZRgFIAEoCRIRCgljcHVfbW9kZWwYBiABKAkSEQoJY3B1X2NvcmVzGAcgASgNEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgIIAEoBBIpCgVkaXNrcxgJIAMoCzIaLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkRpc2siPQoERGlzaxINCgVtb3VudBgBIAEoCRISCgpmaWxlc3lzdGVtGAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAQijQEKB0dwdUluZm8SDAoEdXVpZBgBIAEoCRINCgVpbmRleBgCIAEoDRISCgpwY2lfYnVzX2lkGAMgASgJEg0KBW1vZGVsGAQgASgJEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgFIAEoBBIWCg5kcml2ZXJfdmVyc2lvbhgGIAEoCRIOCgZ2ZW5kb3IYByABKAkipgEKCVRlbGVtZXRyeRIZChFtZW1vcnlfdXNlZF9ieXRlcxgBIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYAiABKAQSMAoGbW91bnRzGAMgAygLMiAubW9kZWxmb3JnZS5jb21tb24udjEuTW91bnRVc2FnZRIwCgRncHVzGAQgAygLMiIubW9kZWxmb3JnZS5jb21tb24udjEuR3B1VGVsZW1ldHJ5IkMKCk1vdW50VXNhZ2USDQoFbW91bnQYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoBBISCgp1c2VkX2J5dGVzGAMgASgEIoYBCgxHcHVUZWxlbWV0cnkSDAoEdXVpZBgBIAEoCRIbChN1dGlsaXphdGlvbl9wZXJjZW50GAIgASgBEhkKEW1lbW9yeV91c2VkX2J5dGVzGAMgASgEEhsKE3RlbXBlcmF0dXJlX2NlbHNpdXMYBCABKAESEwoLcG93ZXJfd2F0dHMYBSABKAEqrQEKCExpdmVuZXNzEhgKFExJVkVORVNTX1VOU1BFQ0lGSUVEEAASFAoQTElWRU5FU1NfUEVORElORxABEhMKD0xJVkVORVNTX09OTElORRACEhIKDkxJVkVORVNTX1NUQUxFEAMSFAoQTElWRU5FU1NfT0ZGTElORRAEEhUKEUxJVkVORVNTX0RJU0FCTEVEEAUSGwoXTElWRU5FU1NfREVDT01NSVNTSU9ORUQQBmIGcHJvdG8z");
+  fileDesc("CiFtb2RlbGZvcmdlL2NvbW1vbi92MS9jb21tb24ucHJvdG8SFG1vZGVsZm9yZ2UuY29tbW9uLnYxItQBCghIb3N0SW5mbxIQCghob3N0bmFtZRgBIAEoCRIPCgdvc19uYW1lGAIgASgJEhIKCm9zX3ZlcnNpb24YAyABKAkSDgoGa2VybmVsGAQgASgJEhQKDGFyY2hpdGVjdHVyZRgFIAEoCRIRCgljcHVfbW9kZWwYBiABKAkSEQoJY3B1X2NvcmVzGAcgASgNEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgIIAEoBBIpCgVkaXNrcxgJIAMoCzIaLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkRpc2siPQoERGlzaxINCgVtb3VudBgBIAEoCRISCgpmaWxlc3lzdGVtGAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAQijQEKB0dwdUluZm8SDAoEdXVpZBgBIAEoCRINCgVpbmRleBgCIAEoDRISCgpwY2lfYnVzX2lkGAMgASgJEg0KBW1vZGVsGAQgASgJEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgFIAEoBBIWCg5kcml2ZXJfdmVyc2lvbhgGIAEoCRIOCgZ2ZW5kb3IYByABKAkipgEKCVRlbGVtZXRyeRIZChFtZW1vcnlfdXNlZF9ieXRlcxgBIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYAiABKAQSMAoGbW91bnRzGAMgAygLMiAubW9kZWxmb3JnZS5jb21tb24udjEuTW91bnRVc2FnZRIwCgRncHVzGAQgAygLMiIubW9kZWxmb3JnZS5jb21tb24udjEuR3B1VGVsZW1ldHJ5IkMKCk1vdW50VXNhZ2USDQoFbW91bnQYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoBBISCgp1c2VkX2J5dGVzGAMgASgEIoYBCgxHcHVUZWxlbWV0cnkSDAoEdXVpZBgBIAEoCRIbChN1dGlsaXphdGlvbl9wZXJjZW50GAIgASgBEhkKEW1lbW9yeV91c2VkX2J5dGVzGAMgASgEEhsKE3RlbXBlcmF0dXJlX2NlbHNpdXMYBCABKAESEwoLcG93ZXJfd2F0dHMYBSABKAEqrQEKCExpdmVuZXNzEhgKFExJVkVORVNTX1VOU1BFQ0lGSUVEEAASFAoQTElWRU5FU1NfUEVORElORxABEhMKD0xJVkVORVNTX09OTElORRACEhIKDkxJVkVORVNTX1NUQUxFEAMSFAoQTElWRU5FU1NfT0ZGTElORRAEEhUKEUxJVkVORVNTX0RJU0FCTEVEEAUSGwoXTElWRU5FU1NfREVDT01NSVNTSU9ORUQQBipDCgZBY2Nlc3MSFgoSQUNDRVNTX1VOU1BFQ0lGSUVEEAASDwoLQUNDRVNTX1JFQUQQARIQCgxBQ0NFU1NfV1JJVEUQAjpWCgZhY2Nlc3MSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxjahgMgASgOMhwubW9kZWxmb3JnZS5jb21tb24udjEuQWNjZXNzUgZhY2Nlc3NiBnByb3RvMw", [file_google_protobuf_descriptor]);
 
 /**
  * The host facts of a node, reported in its inventory.
@@ -406,4 +408,50 @@ export enum Liveness {
  */
 export const LivenessSchema: GenEnum<Liveness> = /*@__PURE__*/
   enumDesc(file_modelforge_common_v1_common, 0);
+
+/**
+ * What an operator RPC does to the control plane's state. The server authorizes every operator
+ * call from this option alone: a read-only operator key may call ACCESS_READ methods only.
+ *
+ * @generated from enum modelforge.common.v1.Access
+ */
+export enum Access {
+  /**
+   * Not declared: the server treats the method as ACCESS_WRITE (admin only). Every operator RPC
+   * declares its access, and a test keeps it so.
+   *
+   * @generated from enum value: ACCESS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Reads only (List, Get, Watch, previews): open to every operator role.
+   *
+   * @generated from enum value: ACCESS_READ = 1;
+   */
+  READ = 1,
+
+  /**
+   * Changes state: the admin role only.
+   *
+   * @generated from enum value: ACCESS_WRITE = 2;
+   */
+  WRITE = 2,
+}
+
+/**
+ * Describes the enum modelforge.common.v1.Access.
+ */
+export const AccessSchema: GenEnum<Access> = /*@__PURE__*/
+  enumDesc(file_modelforge_common_v1_common, 1);
+
+/**
+ * The access an operator RPC needs, e.g. `option (modelforge.common.v1.access) = ACCESS_READ;`.
+ * Declared once per method, here in the contract, so the server's role table and any client
+ * (the web console hides what a read-only key cannot do) derive from the same fact.
+ *
+ * @generated from extension: modelforge.common.v1.Access access = 50010;
+ */
+export const access: GenExtension<MethodOptions, Access> = /*@__PURE__*/
+  extDesc(file_modelforge_common_v1_common, 0);
 
