@@ -38,6 +38,7 @@ import { cancelJob } from "./cancel.js";
 import { createJob, type CreateJobInput } from "./create.js";
 import { applyExpiry, expireLeases, reclaimUnreachable } from "./expiry.js";
 import { completeJob, failJob, reportProgress } from "./reports.js";
+import type { JobMetrics } from "../observability/metrics.js";
 
 export interface JobEngineDeps {
   prisma: PrismaClient;
@@ -47,6 +48,7 @@ export interface JobEngineDeps {
   sessions: Pick<SessionRegistry, "get" | "isConnected" | "size">;
   settings: JobSettings;
   shutdown: AbortSignal;
+  metrics?: JobMetrics | undefined;
 }
 
 export class JobEngine implements JobDispatch {
@@ -62,6 +64,7 @@ export class JobEngine implements JobDispatch {
       settings: deps.settings,
       liveness: deps.liveness,
       leasing: this.leasing,
+      metrics: deps.metrics,
     };
   }
 
