@@ -61,7 +61,8 @@ const HEAP = param("HEAP", "0") === "1";
 // and start a new one on the same port; report how long the fleet takes to come back.
 const RESTART = param("RESTART", "0") === "1";
 // METRICS=1: the server serves its Prometheus endpoint and the bench scrapes it every SCRAPE
-// seconds through the steady window, as a Prometheus server would (bench/metrics-cost.ts compares).
+// seconds (0: never) through the steady window, as a Prometheus server would
+// (bench/metrics-cost.ts compares).
 const METRICS = param("METRICS", "0") === "1";
 const SCRAPE = numParam("SCRAPE", 5);
 const metricsPort = METRICS ? await freePort() : 0;
@@ -285,7 +286,7 @@ try {
   const machineBefore = machineCpu();
   const measureStart = Date.now();
   await Promise.all(workers.map((w) => w.call("measure")));
-  const scrapes = METRICS && FLOOR === "" ? scrapeEvery(`http://127.0.0.1:${metricsPort}/metrics`, SCRAPE * 1000) : undefined;
+  const scrapes = METRICS && SCRAPE > 0 && FLOOR === "" ? scrapeEvery(`http://127.0.0.1:${metricsPort}/metrics`, SCRAPE * 1000) : undefined;
   const mid: ServerStats[] = [];
   for (let elapsed = 0; elapsed < DURATION; elapsed += 5) {
     await sleep(Math.min(5, DURATION - elapsed) * 1000);
@@ -397,6 +398,7 @@ try {
       database: info.database.replace(/ at .*/, ""),
       tuning: info.tuning,
       metrics: METRICS,
+      scrapeSeconds: METRICS ? SCRAPE : 0,
       loadAverage: loadavg(),
     })}`,
   );
@@ -458,25 +460,25 @@ process.exit();
 /** Scrapes `url` every `everyMs` until stopped, as a Prometheus server would. */
 function scrapeEvery(url: string, everyMs: number) {
   const stats = { count: 0, failed: 0, maxMs: 0, bytes: 0 };
-  let stopped = false;
-  const loop = (async () => {
-    while (!stopped) {
-      const t = performance.now();
-      try {
-        const text = await (await fetch(url)).text();
-        stats.count++;
-        stats.bytes = Math.max(stats.bytes, Buffer.byteLength(text));
-        stats.maxMs = Math.max(stats.maxMs, performance.now() - t);
-      } catch {
-        stats.failed++;
-      }
-      await sleep(everyMs);
+  const scrapeOnce = async () => {
+    const t = performance.now();
+    try {
+      const text = await (await fetch(url)).text();
+      stats.count++;
+      stats.bytes = Math.max(stats.bytes, Buffer.byteLength(text));
+      stats.maxMs = Math.max(stats.maxMs, performance.now() - t);
+    } catch {
+      stats.failed++;
     }
-  })();
+  };
+  let last = scrapeOnce();
+  const timer = setInterval(() => {
+    last = last.then(scrapeOnce);
+  }, everyMs);
   return {
     stop: async () => {
-      stopped = true;
-      await loop;
+      clearInterval(timer);
+      await last;
       return stats;
     },
   };

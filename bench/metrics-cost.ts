@@ -2,20 +2,22 @@
 //
 // 1. In isolation: the counter increment a heartbeat pays (ServerMetrics.sessions.heartbeat())
 //    against an empty call, in nanoseconds, over several rounds.
-// 2. End to end: bench/heartbeats.ts run PAIRS times with METRICS=0 and METRICS=1 alternately
-//    (the endpoint scraped every SCRAPE s through the steady window), comparing the server's CPU
-//    per acknowledged heartbeat and the ack latency. Alternating puts both sides under the same
-//    drifting load; each run prints the load average it saw, and the spread of every figure is
-//    shown, because on a shared machine one run says little.
+// 2. End to end: bench/heartbeats.ts in three modes, ROUNDS times each, interleaved: "off"
+//    (METRICS=0), "on" (the endpoint serving, never scraped: what the heartbeat path pays) and
+//    "scraped" (scraped every SCRAPE s through the steady window: the heartbeat path plus what
+//    scrapes cost, a fixed amount per scrape whatever the heartbeat rate). Compared: the server's
+//    CPU per acknowledged heartbeat and the ack latency. Interleaving puts every mode under the
+//    same drifting load; each run prints the load average it saw, and the spread of every figure
+//    is shown, because on a shared machine one run says little.
 //
-//   npx tsx bench/metrics-cost.ts   (PAIRS=3 AGENTS=1000 RATE=1000 DURATION=20 SCRAPE=5 BENCH_DB=pglite)
+//   npx tsx bench/metrics-cost.ts   (ROUNDS=2 AGENTS=1000 RATE=1000 DURATION=20 SCRAPE=5 BENCH_DB=pglite)
 import { spawn } from "node:child_process";
 import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { ServerMetrics } from "../server/observability/metrics.js";
 import { numParam, param } from "./support/stats.js";
 
-const PAIRS = numParam("PAIRS", 3);
+const ROUNDS = numParam("ROUNDS", 2);
 const AGENTS = numParam("AGENTS", 1000);
 const RATE = numParam("RATE", 1000);
 const DURATION = numParam("DURATION", 20);
@@ -44,15 +46,16 @@ console.log(
 );
 
 // 2. End to end.
+type Mode = "off" | "on" | "scraped";
+const modes: Mode[] = ["off", "on", "scraped"];
 interface Result {
   heartbeatsPerSecond: number;
   serverCores: number;
   ackP50Ms: number;
   ackP99Ms: number;
-  metrics: boolean;
   loadAverage: number[];
 }
-const runOnce = (on: boolean) =>
+const runOnce = (mode: Mode) =>
   new Promise<Result>((resolve, reject) => {
     const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL("./heartbeats.ts", import.meta.url))], {
       env: {
@@ -60,8 +63,8 @@ const runOnce = (on: boolean) =>
         AGENTS: String(AGENTS),
         RATE: String(RATE),
         DURATION: String(DURATION),
-        METRICS: on ? "1" : "0",
-        SCRAPE: String(SCRAPE),
+        METRICS: mode === "off" ? "0" : "1",
+        SCRAPE: mode === "scraped" ? String(SCRAPE) : "0",
         BENCH_DB: param("BENCH_DB", "pglite"),
       },
       stdio: ["ignore", "pipe", "inherit"],
@@ -75,34 +78,34 @@ const runOnce = (on: boolean) =>
     });
   });
 
-const results: Result[] = [];
-for (let i = 0; i < PAIRS; i++) {
-  for (const on of i % 2 === 0 ? [false, true] : [true, false]) {
-    const r = await runOnce(on);
-    results.push(r);
-    const us = (r.serverCores * 1e6) / r.heartbeatsPerSecond;
+const usPerHeartbeat = (r: Result) => (r.serverCores * 1e6) / r.heartbeatsPerSecond;
+const results = new Map<Mode, Result[]>(modes.map((m) => [m, []]));
+let n = 0;
+for (let round = 0; round < ROUNDS; round++) {
+  // Each round starts with a different mode, so no mode always runs first or last.
+  for (let i = 0; i < modes.length; i++) {
+    const mode = modes[(round + i) % modes.length]!;
+    const r = await runOnce(mode);
+    results.get(mode)!.push(r);
     console.log(
-      `run ${results.length}: metrics ${on ? "on " : "off"}  ${r.heartbeatsPerSecond} hb/s, server ${us.toFixed(1)} µs CPU per heartbeat, ` +
+      `run ${++n}: ${mode.padEnd(7)} ${r.heartbeatsPerSecond} hb/s, server ${usPerHeartbeat(r).toFixed(1)} µs CPU per heartbeat, ` +
         `ack p50 ${r.ackP50Ms.toFixed(2)} ms p99 ${r.ackP99Ms.toFixed(1)} ms; load average ${r.loadAverage.map((l) => l.toFixed(1)).join(" ")}`,
     );
   }
 }
-const side = (on: boolean) => {
-  const rs = results.filter((r) => r.metrics === on);
-  const sorted = (f: (r: Result) => number) => rs.map(f).sort((a, b) => a - b);
-  const median = (v: number[]) => (v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2);
-  const us = sorted((r) => (r.serverCores * 1e6) / r.heartbeatsPerSecond);
-  const p99 = sorted((r) => r.ackP99Ms);
-  return { us, p99, usMedian: median(us), p99Median: median(p99) };
+const median = (v: number[]) => {
+  const s = [...v].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
-const off = side(false);
-const on = side(true);
-const range = (v: number[], d: number) => `${v[0]!.toFixed(d)}-${v[v.length - 1]!.toFixed(d)}`;
-console.log(
-  `\nserver CPU per heartbeat: off median ${off.usMedian.toFixed(1)} µs (${range(off.us, 1)}), on median ${on.usMedian.toFixed(1)} µs (${range(on.us, 1)}): ` +
-    `${(((on.usMedian - off.usMedian) / off.usMedian) * 100).toFixed(1)}% (target <= 5%)`,
-);
-console.log(
-  `ack p99: off median ${off.p99Median.toFixed(1)} ms (${range(off.p99, 1)}), on median ${on.p99Median.toFixed(1)} ms (${range(on.p99, 1)})`,
-);
+const spread = (v: number[], d: number) => `${Math.min(...v).toFixed(d)}-${Math.max(...v).toFixed(d)}`;
+const off = median(results.get("off")!.map(usPerHeartbeat));
+console.log("");
+for (const mode of modes) {
+  const us = results.get(mode)!.map(usPerHeartbeat);
+  const p99 = results.get(mode)!.map((r) => r.ackP99Ms);
+  const vsOff = mode === "off" ? "" : `, ${(((median(us) - off) / off) * 100).toFixed(1)}% over off (target <= 5%)`;
+  console.log(
+    `${mode.padEnd(7)} server CPU per heartbeat median ${median(us).toFixed(1)} µs (${spread(us, 1)})${vsOff}; ack p99 median ${median(p99).toFixed(1)} ms (${spread(p99, 1)})`,
+  );
+}
 console.log(`load average at the end ${load()}`);
