@@ -32,6 +32,8 @@ import { agentJobs } from "./jobs/agent-rpc.js";
 import { adminJobs } from "./jobs/admin-rpc.js";
 import { ArtifactStore } from "./artifacts/store.js";
 import { adminArtifacts } from "./artifacts/admin-rpc.js";
+import { RuntimeProfiles } from "./runtimes/store.js";
+import { adminRuntimeProfiles } from "./runtimes/admin-rpc.js";
 import { agentArtifacts } from "./artifacts/agent-rpc.js";
 import { reconcileLiveness } from "./liveness/reconciler.js";
 import { revokedSessionSweeper } from "./sessions/revocation.js";
@@ -177,8 +179,10 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const sessions = new SessionRegistry();
   const heartbeats = new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3));
   const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);
+  const profiles = new RuntimeProfiles({ prisma, clock });
   const jobs = new JobEngine({
     prisma,
+    profiles,
     clock,
     log,
     liveness,
@@ -217,8 +221,11 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       watchIntervalMs: config.reconcileIntervalMs,
       shutdown: shutdown.signal,
     },
-    adminJobs({ prisma, engine: jobs }),
-    adminArtifacts(artifacts),
+    {
+      ...adminJobs({ prisma, engine: jobs }),
+      ...adminArtifacts(artifacts),
+      ...adminRuntimeProfiles(profiles),
+    },
   );
   const connect = connectNodeAdapter({
     routes: (router: ConnectRouter) => {

@@ -60,6 +60,9 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.agent.v1.Hello.agent_version": version,
   "modelforge.agent.v1.Hello.capabilities": capabilities,
   "modelforge.agent.v1.Hello.running_job_ids": { ...uuid, maxCount: 4096 },
+  "modelforge.agent.v1.Hello.held_deployments": { maxCount: 256 },
+  "modelforge.agent.v1.HeldDeployment.deployment_id": shortId,
+  "modelforge.agent.v1.HeldDeployment.runtime_id": name,
 
   // modelforge.common.v1
   "modelforge.common.v1.HostInfo.hostname": { maxBytes: 253 },
@@ -158,6 +161,7 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.ListAuditEventsRequest.action": shortId,
   "modelforge.admin.v1.ListAuditEventsRequest.target_id": name,
   "modelforge.admin.v1.ListAuditEventsRequest.actor": name,
+  "modelforge.admin.v1.CreateRuntimeProfileRequest.name": shortId,
 
   // modelforge.deployment.v1
   "modelforge.deployment.v1.InvokeRequest.deployment_id": shortId,

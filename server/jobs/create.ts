@@ -8,6 +8,7 @@ import { JobSpecSchema, type JobSpec } from "../../gen/proto/modelforge/jobs/v1/
 import { capabilityOfSpec } from "../../common/capabilities.js";
 import { operatorActor } from "../audit/audit.js";
 import { validateJobSpec } from "./spec.js";
+import { withResolvedProfile } from "./profiles.js";
 import { leaseExpiry } from "./lease.js";
 import { leaseOf } from "./codec.js";
 import type { JobWork } from "./work.js";
@@ -29,9 +30,10 @@ export interface CreateJobInput {
 
 export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<JobRow> {
   const config = ctx.settings;
-  const spec = input.spec;
-  if (spec === undefined) throw new ConnectError("spec: is required: exactly one capability must be set", Code.InvalidArgument);
-  validating(() => validateJobSpec(spec, { approvedRoots: config.approvedRoots }));
+  if (input.spec === undefined) throw new ConnectError("spec: is required: exactly one capability must be set", Code.InvalidArgument);
+  const requested = input.spec;
+  validating(() => validateJobSpec(requested, { approvedRoots: config.approvedRoots }));
+  const spec = await withResolvedProfile(requested, ctx.profiles);
   const capability = capabilityOfSpec(spec);
   const orderingKey = input.orderingKey === "" ? null : input.orderingKey;
   if (orderingKey !== null && (orderingKey.length > MAX_ORDERING_KEY || /[\u0000-\u001f\u007f]/.test(orderingKey))) {

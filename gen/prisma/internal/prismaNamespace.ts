@@ -407,7 +407,8 @@ export const ModelName = {
   JobAttempt: 'JobAttempt',
   Deployment: 'Deployment',
   AuditEvent: 'AuditEvent',
-  StoredArtifact: 'StoredArtifact'
+  StoredArtifact: 'StoredArtifact',
+  RuntimeProfile: 'RuntimeProfile'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -423,7 +424,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact"
+    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1241,6 +1242,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    RuntimeProfile: {
+      payload: Prisma.$RuntimeProfilePayload<ExtArgs>
+      fields: Prisma.RuntimeProfileFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.RuntimeProfileFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.RuntimeProfileFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        findFirst: {
+          args: Prisma.RuntimeProfileFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.RuntimeProfileFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        findMany: {
+          args: Prisma.RuntimeProfileFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>[]
+        }
+        create: {
+          args: Prisma.RuntimeProfileCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        createMany: {
+          args: Prisma.RuntimeProfileCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.RuntimeProfileCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>[]
+        }
+        delete: {
+          args: Prisma.RuntimeProfileDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        update: {
+          args: Prisma.RuntimeProfileUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        deleteMany: {
+          args: Prisma.RuntimeProfileDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.RuntimeProfileUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.RuntimeProfileUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>[]
+        }
+        upsert: {
+          args: Prisma.RuntimeProfileUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        aggregate: {
+          args: Prisma.RuntimeProfileAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateRuntimeProfile>
+        }
+        groupBy: {
+          args: Prisma.RuntimeProfileGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.RuntimeProfileGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.RuntimeProfileCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.RuntimeProfileCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1450,6 +1525,18 @@ export const StoredArtifactScalarFieldEnum = {
 } as const
 
 export type StoredArtifactScalarFieldEnum = (typeof StoredArtifactScalarFieldEnum)[keyof typeof StoredArtifactScalarFieldEnum]
+
+
+export const RuntimeProfileScalarFieldEnum = {
+  name: 'name',
+  engine: 'engine',
+  contextSize: 'contextSize',
+  threads: 'threads',
+  contentHash: 'contentHash',
+  createdAt: 'createdAt'
+} as const
+
+export type RuntimeProfileScalarFieldEnum = (typeof RuntimeProfileScalarFieldEnum)[keyof typeof RuntimeProfileScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -1758,6 +1845,7 @@ export type GlobalOmitConfig = {
   deployment?: Prisma.DeploymentOmit
   auditEvent?: Prisma.AuditEventOmit
   storedArtifact?: Prisma.StoredArtifactOmit
+  runtimeProfile?: Prisma.RuntimeProfileOmit
 }
 
 /* Types for Logging */

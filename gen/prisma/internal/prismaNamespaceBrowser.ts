@@ -61,7 +61,8 @@ export const ModelName = {
   JobAttempt: 'JobAttempt',
   Deployment: 'Deployment',
   AuditEvent: 'AuditEvent',
-  StoredArtifact: 'StoredArtifact'
+  StoredArtifact: 'StoredArtifact',
+  RuntimeProfile: 'RuntimeProfile'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -250,6 +251,18 @@ export const StoredArtifactScalarFieldEnum = {
 } as const
 
 export type StoredArtifactScalarFieldEnum = (typeof StoredArtifactScalarFieldEnum)[keyof typeof StoredArtifactScalarFieldEnum]
+
+
+export const RuntimeProfileScalarFieldEnum = {
+  name: 'name',
+  engine: 'engine',
+  contextSize: 'contextSize',
+  threads: 'threads',
+  contentHash: 'contentHash',
+  createdAt: 'createdAt'
+} as const
+
+export type RuntimeProfileScalarFieldEnum = (typeof RuntimeProfileScalarFieldEnum)[keyof typeof RuntimeProfileScalarFieldEnum]
 
 
 export const SortOrder = {
