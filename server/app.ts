@@ -34,6 +34,9 @@ import { ArtifactStore } from "./artifacts/store.js";
 import { adminArtifacts } from "./artifacts/admin-rpc.js";
 import { RuntimeProfiles } from "./runtimes/store.js";
 import { adminRuntimeProfiles } from "./runtimes/admin-rpc.js";
+import { DeploymentController } from "./deployments/controller.js";
+import { adminDeployments } from "./deployments/admin-rpc.js";
+import { reconcileHeld } from "./deployments/held.js";
 import { agentArtifacts } from "./artifacts/agent-rpc.js";
 import { reconcileLiveness } from "./liveness/reconciler.js";
 import { revokedSessionSweeper } from "./sessions/revocation.js";
@@ -194,6 +197,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const admission = new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued);
   metrics?.observe({ sessions, admission, fleet: () => fleetCounts(prisma) });
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
+  const deployments = new DeploymentController({ prisma, clock, log, jobs });
+  const reconcileDeployment = (id: string) => deployments.reconcile(id);
   const agentDeps: AgentServiceDeps = {
     prisma,
     clock,
@@ -206,6 +211,15 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     admission,
     reports: { prisma, clock, maxFutureSkewMs: config.maxFutureSkewMs },
     jobs,
+    deployments: {
+      held: (nodeId, held) => {
+        const kick = (id: string) =>
+          void reconcileDeployment(id).catch((err) => log.error({ err, deploymentId: id }, "deployment reconcile failed"));
+        reconcileHeld({ prisma, clock, log, jobs, kick }, nodeId, held).catch((err) =>
+          log.error({ err, nodeId }, "reconciling the deployments a node holds failed"),
+        );
+      },
+    },
     shutdown: shutdown.signal,
     outage: db.outage,
     metrics: metrics?.sessions,
@@ -225,6 +239,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       ...adminJobs({ prisma, engine: jobs }),
       ...adminArtifacts(artifacts),
       ...adminRuntimeProfiles(profiles),
+      ...adminDeployments({ prisma, clock, jobs, approvedRoots: config.approvedRoots, profiles, reconcile: reconcileDeployment }),
     },
   );
   const connect = connectNodeAdapter({
@@ -258,6 +273,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     every(clock, config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness({ prisma, clock, liveness, log }), db.outage),
     every(clock, config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper({ prisma, clock, sessions }), db.outage),
     every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep(), db.outage),
+    every(clock, config.reconcileIntervalMs, "deployments", log, () => deployments.sweep(), db.outage),
   ];
 
   let stopping: Promise<void> | undefined;

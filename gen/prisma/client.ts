@@ -102,3 +102,13 @@ export type StoredArtifact = Prisma.StoredArtifactModel
  * An immutable runtime profile: an engine and its parameters. A changed profile is a new name.
  */
 export type RuntimeProfile = Prisma.RuntimeProfileModel
+/**
+ * Model DeploymentInstance
+ * One revision of a deployment on its node: its phase and the job that moves it on.
+ */
+export type DeploymentInstance = Prisma.DeploymentInstanceModel
+/**
+ * Model DeploymentEvent
+ * A deployment's state history.
+ */
+export type DeploymentEvent = Prisma.DeploymentEventModel
