@@ -16,6 +16,9 @@ import { parseDuration } from "../common/duration.js";
 import { ConnectError } from "@connectrpc/connect";
 import { codeName } from "../common/codes.js";
 import { offsetClock, systemClock } from "../common/clock.js";
+import { parseListenAddress } from "../common/listen-address.js";
+import { serveMetrics } from "../common/metrics-endpoint.js";
+import { AgentMetrics } from "./metrics.js";
 
 const usage = `Usage: agent <command> [options]
 
@@ -45,6 +48,7 @@ Environment:
                                   (default /var/lib/modelforge/artifacts)
   MODELFORGE_AGENT_STAGING_MAX_AGE  staging of an acquisition unchanged this long is removed (default 24h)
   MODELFORGE_AGENT_STAGING_SWEEP_INTERVAL  how often staging is swept after the start (default 1h)
+  MODELFORGE_AGENT_METRICS_ADDRESS  Prometheus endpoint, PORT (on 127.0.0.1) or HOST:PORT (unset: none)
 `;
 
 async function main(argv: string[]): Promise<number> {
@@ -110,6 +114,10 @@ async function main(argv: string[]): Promise<number> {
         env.MODELFORGE_AGENT_RUNTIMES === "on"
           ? new Supervisor({ registryPath: join(dirname(statePath), "runtimes.json"), openAiHttp })
           : undefined;
+      // Metrics are opt-in, on loopback unless another address is written out.
+      const metrics = env.MODELFORGE_AGENT_METRICS_ADDRESS?.trim() ? new AgentMetrics() : undefined;
+      const endpoint = metrics && (await serveMetrics(metrics.registry, metricsAddress(env.MODELFORGE_AGENT_METRICS_ADDRESS!)));
+      if (endpoint) log.info({ url: endpoint.url }, "metrics serving");
       for (const orphan of (await supervisor?.reapOrphans()) ?? []) {
         log.warn(
           { runtimeId: orphan.record.id, pid: orphan.record.pid, outcome: orphan.outcome },
@@ -124,15 +132,18 @@ async function main(argv: string[]): Promise<number> {
         backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
         backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
         replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,
+        metrics,
         jobs: await openJobRunner({
           statePath,
           log,
           signal: stop.signal,
           // Staging ages are file mtimes: compared with the real clock, not a shifted one.
           registry: capabilityRegistry({ statePath, log, env, supervisor, clock: systemClock, signal: stop.signal }),
+          metrics,
         }),
       });
       await supervisor?.stopAll();
+      await endpoint?.close();
       return 0;
     }
     case "status": {
@@ -158,6 +169,14 @@ async function main(argv: string[]): Promise<number> {
     default:
       process.stderr.write(`agent: unknown command "${command}"\n\n${usage}`);
       return 2;
+  }
+}
+
+function metricsAddress(text: string) {
+  try {
+    return parseListenAddress(text);
+  } catch (err) {
+    throw new Error(`MODELFORGE_AGENT_METRICS_ADDRESS: ${(err as Error).message}`);
   }
 }
 

@@ -1,6 +1,7 @@
 // Control-plane configuration, read from environment variables only. Pure: `loadConfig(env)` never
 // touches the process, so tests build configs the same way `main` does.
 import { parseDuration } from "../common/duration.js";
+import { parseListenAddress, type ListenAddress } from "../common/listen-address.js";
 
 export interface Config {
   listenAddress: string;
@@ -37,6 +38,8 @@ export interface Config {
   shutdownGraceMs: number;
   /** Where the artifact store keeps its content (default `<dataDir>/artifacts`). */
   artifactDir: string;
+  /** Where the Prometheus endpoint listens (plain HTTP); undefined: no endpoint. */
+  metricsAddress: ListenAddress | undefined;
 }
 
 export class ConfigError extends Error {
@@ -137,6 +140,7 @@ export function loadConfig(env: Env): Config {
     approvedRoots: list("MODELFORGE_APPROVED_ROOTS"),
     shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
     artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,
+    metricsAddress: optionalAddress(env, "MODELFORGE_METRICS_ADDRESS"),
   };
   if (config.operatorApiKey !== undefined && config.operatorApiKey.length < 16) {
     throw new ConfigError("MODELFORGE_OPERATOR_API_KEY: use at least 16 characters");
@@ -158,4 +162,15 @@ export function publicUrlOf(config: Pick<Config, "publicUrl" | "serverNames">, b
   if (config.publicUrl !== undefined) return config.publicUrl;
   const name = config.serverNames[0]!;
   return `https://${name.includes(":") ? `[${name}]` : name}:${boundPort}`;
+}
+
+/** An optional listen address: unset or empty means off; a bare port means loopback. */
+function optionalAddress(env: Env, name: string): ListenAddress | undefined {
+  const text = env[name]?.trim();
+  if (!text) return undefined;
+  try {
+    return parseListenAddress(text);
+  } catch (err) {
+    throw new ConfigError(`${name}: ${(err as Error).message}`);
+  }
 }

@@ -42,6 +42,7 @@ import { publicError } from "../observability/call-log.js";
 import type { OutageSink } from "../db/availability.js";
 import { requestViolation } from "../edge/validate.js";
 import { partitionCapabilities } from "../../common/capabilities.js";
+import type { SessionMetrics } from "../observability/metrics.js";
 
 type Result = Reply["result"];
 
@@ -71,6 +72,7 @@ export interface SessionDeps {
   shutdown: AbortSignal;
   /** Hears of database connectivity failures (logged once per outage, answered unavailable). */
   outage?: OutageSink;
+  metrics?: SessionMetrics | undefined;
 }
 
 /** Answers one agent message that needs I/O; jobs add their cases through `deps.jobs`. */
@@ -197,6 +199,7 @@ export class AgentSession implements LiveSession {
     // Not ours to show the agent (a bug): logged here, a plain status there. A database outage is
     // `unavailable`, which the agent retries.
     const { error, level, detail } = publicError(reason, this.caller.correlationId, this.deps.outage);
+    if (!wasOpen) this.deps.metrics?.refused(error.code);
     if (detail !== undefined) this.caller.log[level]({ nodeId: this.nodeId, error: detail.message }, "session failed");
     this.sink.end(error);
   }
@@ -241,6 +244,7 @@ export class AgentSession implements LiveSession {
       // No I/O: answered at once. Pending instructions and configuration reach a connected node as
       // pushes, so the reply is only the server's clock: the hot path of a fleet stays small.
       this.deps.heartbeats.record(this.nodeId, this.deps.clock.now());
+      this.deps.metrics?.heartbeat();
       this.sink.send(
         replyTo(message.messageId, { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) }),
       );
@@ -280,6 +284,7 @@ export class AgentSession implements LiveSession {
     this.deps.shutdown.addEventListener("abort", this.onShutdown, { once: true });
     if (this.deps.shutdown.aborted) return this.onShutdown();
     this.deps.sessions.attach(this);
+    this.deps.metrics?.opened();
     this.caller.log.info(
       { nodeId: node.id, agentVersion: hello.agentVersion, capabilities, ignoredCapabilities: ignored },
       "session opened",
