@@ -1,8 +1,14 @@
 // The control plane's entry point: configuration from the environment, one clear line on a failed
 // start, graceful shutdown on SIGTERM and SIGINT (also while still starting).
+import { fileURLToPath } from "node:url";
 import { loadConfig, type Config } from "./config.js";
 import { createLogger } from "./observability/logger.js";
 import { startServer, type RunningServer } from "./app.js";
+import { seedPgliteDir } from "./db/pglite-seed.js";
+
+// The build (scripts/build.mjs) defines where it put an initialised embedded database, relative to
+// this module's place in the repository; run from source there is none and PGlite runs initdb.
+declare const MODELFORGE_PGLITE_TEMPLATE: string | undefined;
 
 async function main(): Promise<void> {
   let config: Config;
@@ -31,6 +37,10 @@ async function main(): Promise<void> {
   process.once("SIGTERM", onSignal);
   process.once("SIGINT", onSignal);
   try {
+    if (config.databaseUrl === undefined && typeof MODELFORGE_PGLITE_TEMPLATE === "string") {
+      const template = fileURLToPath(new URL(MODELFORGE_PGLITE_TEMPLATE, import.meta.url));
+      if (await seedPgliteDir(config.dataDir, template)) log.info({ template }, "embedded database created from the build's template");
+    }
     server = await startServer(config, log);
   } catch (err) {
     // One line, not a stack dump: the message names what failed and where.

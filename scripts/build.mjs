@@ -1,0 +1,243 @@
+// Builds runnable JavaScript into dist/ with esbuild (no type checking: `npm run typecheck` does that).
+//
+//   dist/server/main.mjs              the control plane: our code, Connect, protobuf-es, node-forge and
+//                                     pino in one file; the database packages stay in node_modules (they
+//                                     load WebAssembly and data files from beside their own modules)
+//   dist/server/pglite-template/      an initialised, migrated embedded database a first start copies
+//   dist/cli/main.mjs                 the operator CLI, npm packages left as imports
+//   dist/agent/modelforge-agent.mjs   the node agent, standalone: every dependency inlined, runs with
+//                                     nothing but Node.js
+//   dist/agent/llama-worker.mjs       the llama.cpp runtime process the agent supervises: node-llama-cpp
+//                                     inlined; only its native prebuilt (@node-llama-cpp/linux-x64)
+//                                     is looked up at run time, beside the bundle or in the checkout
+//
+// `node scripts/build.mjs --if-stale` builds only what a source newer than the last build makes
+// stale, so `npm start` on a fresh clone builds once and then starts in plain node; `--bundles`
+// leaves out the database template (for the CLI and the agent).
+import { spawn } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { dirname, join, relative } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const dist = join(root, "dist");
+// Everything a build reads: a change to any of these makes the build stale.
+const bundleInputs = ["server", "agent", "cli", "common", "gen", "package.json", "package-lock.json", "scripts/build.mjs"];
+// The embedded database template depends on the migrations, the PGlite version and the build.
+const templateInputs = ["prisma/migrations", "package-lock.json", "scripts/build.mjs"];
+const bundleStamp = join(dist, ".build-stamp");
+const templateStamp = join(dist, ".template-stamp");
+const templateDir = join(dist, "server/pglite-template");
+
+/** The newest modification time (ms) among the inputs, walking directories. */
+function newestInput(inputs) {
+  let newest = 0;
+  const visit = (path) => {
+    const st = statSync(path, { throwIfNoEntry: false });
+    if (st === undefined) return;
+    if (st.isDirectory()) {
+      for (const entry of readdirSync(path)) visit(join(path, entry));
+    } else if (st.mtimeMs > newest) newest = st.mtimeMs;
+  };
+  for (const input of inputs) visit(join(root, input));
+  return newest;
+}
+
+function isStale(stampPath, inputs) {
+  const stamp = statSync(stampPath, { throwIfNoEntry: false });
+  return stamp === undefined || newestInput(inputs) > stamp.mtimeMs;
+}
+
+/** Marks a step done as of `at`: a source saved while it ran makes the next check stale. */
+function stamp(stampPath, at) {
+  writeFileSync(stampPath, `${at.toISOString()}\n`);
+  utimesSync(stampPath, at, at);
+}
+
+// ESM bundles of CommonJS packages call require() for Node built-ins; give them a real one.
+const requireBanner = 'import { createRequire as __mfCreateRequire } from "node:module";\nconst require = __mfCreateRequire(import.meta.url);';
+
+// The server and CLI bundles sit in dist/<name>/, two levels below the repository root, and read
+// files relative to their source modules (prisma/migrations, package.json, the generated Prisma
+// client's directory). Each source module's import.meta.url is rewritten to where that module
+// lies in the checkout, relative to the bundle, so those paths resolve as they do from source.
+const sourceUrls = {
+  name: "source-urls",
+  setup(b) {
+    b.onLoad({ filter: /\.ts$/ }, (args) => {
+      if (args.path.includes("node_modules")) return undefined;
+      const text = readFileSync(args.path, "utf8");
+      if (!text.includes("import.meta.url")) return undefined;
+      const fromRoot = relative(root, args.path).split("\\").join("/");
+      const contents = text.replaceAll("import.meta.url", `new URL(${JSON.stringify(`../../${fromRoot}`)}, import.meta.url).href`);
+      return { contents, loader: "ts" };
+    });
+  },
+};
+
+// The standalone agent has no package.json beside it: its version is read at build time.
+const inlineVersion = {
+  name: "inline-version",
+  setup(b) {
+    b.onLoad({ filter: /[\\/]agent[\\/]version\.ts$/ }, (args) => {
+      const text = readFileSync(args.path, "utf8");
+      const read = /JSON\.parse\(readFileSync\(new URL\("\.\.\/package\.json", import\.meta\.url\), "utf8"\)\)/;
+      if (!read.test(text)) throw new Error(`${args.path}: the package.json read the build replaces has changed; update scripts/build.mjs`);
+      const { version } = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+      const contents = text.replace(read, JSON.stringify({ version })).replace(/^import \{ readFileSync \} from "node:fs";$/m, "");
+      return { contents, loader: "ts" };
+    });
+  },
+};
+
+// node-llama-cpp reads a few data files relative to its modules (its package.json, llama/*.json)
+// and forks one of its modules to test the native binary before loading it. In the bundle, its
+// modules' import.meta.url point into a node-llama-cpp/ directory beside the bundle, which the
+// build fills with exactly those files and that module, bundled on its own.
+const llamaPackage = join(root, "node_modules/node-llama-cpp");
+const llamaDataFiles = ["package.json", "llama/binariesGithubRelease.json"];
+const llamaTester = "dist/bindings/utils/testBindingBinary.js";
+const llamaUrls = (bundleToPackage) => ({
+  name: "llama-urls",
+  setup(b) {
+    b.onLoad({ filter: /[\\/]node_modules[\\/]node-llama-cpp[\\/].*\.js$/ }, (args) => {
+      const text = readFileSync(args.path, "utf8");
+      if (!text.includes("import.meta.url")) return undefined;
+      const fromPackage = relative(llamaPackage, args.path).split("\\").join("/");
+      const contents = text.replaceAll("import.meta.url", `new URL(${JSON.stringify(bundleToPackage + fromPackage)}, import.meta.url).href`);
+      return { contents, loader: "js" };
+    });
+  },
+});
+
+const common = {
+  bundle: true,
+  platform: "node",
+  format: "esm",
+  target: "node20",
+  write: false,
+  logLevel: "warning",
+  legalComments: "none",
+  banner: { js: requireBanner },
+};
+
+function targets() {
+  return [
+    {
+      entryPoints: [join(root, "server/main.ts")],
+      outfile: join(dist, "server/main.mjs"),
+      // Inlined: Connect, protobuf-es, node-forge, pino (resolving and loading hundreds of small
+      // modules was a third of a warm start). Kept as imports: the database packages, which load
+      // WebAssembly and data files from beside their own modules.
+      external: ["@electric-sql/*", "@prisma/*", "pglite-prisma-adapter", "pg"],
+      plugins: [sourceUrls],
+      // Relative to server/main.ts in the repository (see sourceUrls).
+      define: { MODELFORGE_PGLITE_TEMPLATE: JSON.stringify("../dist/server/pglite-template") },
+    },
+    { entryPoints: [join(root, "cli/main.ts")], outfile: join(dist, "cli/main.mjs"), packages: "external", plugins: [sourceUrls] },
+    {
+      entryPoints: [join(root, "agent/main.ts")],
+      outfile: join(dist, "agent/modelforge-agent.mjs"),
+      plugins: [inlineVersion],
+      // Executable as it is (installed as `modelforge-agent` on PATH).
+      banner: { js: `#!/usr/bin/env node\n${requireBanner}` },
+      // The supervisor starts this file (beside the agent) for the llama.cpp engine.
+      define: { MODELFORGE_LLAMA_WORKER: JSON.stringify("./llama-worker.mjs") },
+    },
+    {
+      entryPoints: [join(root, "agent/engines/llama-cpp/worker.ts")],
+      outfile: join(dist, "agent/llama-worker.mjs"),
+      // The native engine: a directory of shared libraries found by module resolution at run time.
+      // (@reflink serves node-llama-cpp's model downloader, which the worker never uses.)
+      external: ["@node-llama-cpp/*", "@reflink/*"],
+      plugins: [llamaUrls("./node-llama-cpp/")],
+    },
+    {
+      entryPoints: [join(llamaPackage, llamaTester)],
+      outfile: join(dist, "agent/node-llama-cpp", llamaTester),
+      external: ["@node-llama-cpp/*", "@reflink/*"],
+      plugins: [llamaUrls("../../../")],
+    },
+  ];
+}
+
+/** Builds every bundle; files are replaced atomically, so a concurrent start never reads half a file. */
+async function buildBundles() {
+  const { build } = await import("esbuild");
+  const startedAt = new Date();
+  const results = await Promise.all(targets().map((t) => build({ ...common, ...t })));
+  mkdirSync(dist, { recursive: true });
+  for (const file of results.flatMap((r) => r.outputFiles)) {
+    mkdirSync(dirname(file.path), { recursive: true });
+    const tmp = `${file.path}.${process.pid}.tmp`;
+    writeFileSync(tmp, file.contents, { mode: file.path.endsWith("modelforge-agent.mjs") ? 0o755 : 0o644 });
+    renameSync(tmp, file.path);
+  }
+  for (const file of llamaDataFiles) {
+    const to = join(dist, "agent/node-llama-cpp", file);
+    mkdirSync(dirname(to), { recursive: true });
+    copyFileSync(join(llamaPackage, file), to);
+  }
+  stamp(bundleStamp, startedAt);
+}
+
+/**
+ * The embedded database as a first start leaves it (initdb done, migrations applied), made by
+ * running the built server once on a scratch directory and stopping it cleanly. A first start
+ * copies it instead of running initdb (server/db/pglite-seed.ts).
+ */
+async function buildTemplate() {
+  const startedAt = new Date();
+  const scratch = join(dist, `.template-${process.pid}`);
+  rmSync(templateDir, { recursive: true, force: true }); // the server would seed from an old one
+  try {
+    const child = spawn(process.execPath, [join(dist, "server/main.mjs")], {
+      env: {
+        PATH: process.env.PATH ?? "",
+        HOME: process.env.HOME ?? "/tmp",
+        MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
+        MODELFORGE_PORT: "0",
+        MODELFORGE_DATA_DIR: join(scratch, "data"),
+        MODELFORGE_CERTS_DIR: join(scratch, "certs"),
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (c) => (out += c));
+    child.stderr.on("data", (c) => (out += c));
+    const exited = new Promise((resolve) => child.on("exit", (code) => resolve(code)));
+    await new Promise((resolve, reject) => {
+      child.stdout.on("data", () => out.includes('"msg":"control plane ready"') && resolve());
+      void exited.then((code) => reject(new Error(`build: the server exited (${code}) before its database was ready:\n${out}`)));
+    });
+    child.kill("SIGTERM");
+    const code = await exited;
+    if (code !== 0) throw new Error(`build: the server did not stop cleanly (${code}):\n${out}`);
+    try {
+      renameSync(join(scratch, "data/pglite"), templateDir);
+    } catch (err) {
+      // A concurrent build put its (identical) template there first.
+      if (!existsSync(join(templateDir, "PG_VERSION"))) throw err;
+    }
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+  stamp(templateStamp, startedAt);
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  const ifStale = process.argv.includes("--if-stale");
+  const started = performance.now();
+  const steps = [];
+  if (!ifStale || isStale(bundleStamp, bundleInputs)) {
+    await buildBundles();
+    steps.push("bundles");
+  }
+  // The CLI and the agent need no database template (`--bundles`).
+  const template = !process.argv.includes("--bundles");
+  if (template && (!ifStale || isStale(templateStamp, templateInputs) || !existsSync(join(templateDir, "PG_VERSION")))) {
+    await buildTemplate();
+    steps.push("embedded database template");
+  }
+  if (steps.length > 0) process.stderr.write(`build: ${steps.join(" and ")} written to dist/ in ${Math.round(performance.now() - started)} ms\n`);
+}
