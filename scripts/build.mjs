@@ -4,7 +4,7 @@
 //                                     pino in one file; the database packages stay in node_modules (they
 //                                     load WebAssembly and data files from beside their own modules)
 //   dist/server/pglite-template/      an initialised, migrated embedded database a first start copies
-//   dist/cli/main.mjs                 the operator CLI, npm packages left as imports
+//   dist/cli/main.mjs                 the operator CLI, standalone like the agent
 //   dist/agent/modelforge-agent.mjs   the node agent, standalone: every dependency inlined, runs with
 //                                     nothing but Node.js
 //   dist/agent/llama-worker.mjs       the llama.cpp runtime process the agent supervises: node-llama-cpp
@@ -16,6 +16,7 @@
 // leaves out the database template (for the CLI and the agent).
 import { spawn } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { isBuiltin } from "node:module";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
@@ -131,10 +132,12 @@ function targets() {
       // WebAssembly and data files from beside their own modules.
       external: ["@electric-sql/*", "@prisma/*", "pglite-prisma-adapter", "pg"],
       plugins: [sourceUrls],
+      banner: { js: `#!/usr/bin/env node\n${requireBanner}` },
       // Relative to server/main.ts in the repository (see sourceUrls).
       define: { MODELFORGE_PGLITE_TEMPLATE: JSON.stringify("../dist/server/pglite-template") },
     },
-    { entryPoints: [join(root, "cli/main.ts")], outfile: join(dist, "cli/main.mjs"), packages: "external", plugins: [sourceUrls] },
+    // The operator CLI, every dependency inlined like the agent's: installable with nothing else.
+    { entryPoints: [join(root, "cli/main.ts")], outfile: join(dist, "cli/main.mjs"), banner: { js: `#!/usr/bin/env node\n${requireBanner}` } },
     {
       entryPoints: [join(root, "agent/main.ts")],
       outfile: join(dist, "agent/modelforge-agent.mjs"),
@@ -161,16 +164,18 @@ function targets() {
   ];
 }
 
+const executables = ["agent/modelforge-agent.mjs", "cli/main.mjs", "server/main.mjs"];
+
 /** Builds every bundle; files are replaced atomically, so a concurrent start never reads half a file. */
 async function buildBundles() {
   const { build } = await import("esbuild");
   const startedAt = new Date();
-  const results = await Promise.all(targets().map((t) => build({ ...common, ...t })));
+  const results = await Promise.all(targets().map((t) => build({ ...common, metafile: true, ...t })));
   mkdirSync(dist, { recursive: true });
   for (const file of results.flatMap((r) => r.outputFiles)) {
     mkdirSync(dirname(file.path), { recursive: true });
     const tmp = `${file.path}.${process.pid}.tmp`;
-    writeFileSync(tmp, file.contents, { mode: file.path.endsWith("modelforge-agent.mjs") ? 0o755 : 0o644 });
+    writeFileSync(tmp, file.contents, { mode: executables.some((e) => file.path.endsWith(e)) ? 0o755 : 0o644 });
     renameSync(tmp, file.path);
   }
   for (const file of llamaDataFiles) {
@@ -178,7 +183,38 @@ async function buildBundles() {
     mkdirSync(dirname(to), { recursive: true });
     copyFileSync(join(llamaPackage, file), to);
   }
+  writeManifests(results[0].metafile);
   stamp(bundleStamp, startedAt);
+}
+
+/**
+ * What each installed part needs besides Node.js, declared apart: the server's manifest names
+ * exactly the packages its bundle leaves as imports (pinned from the lockfile); the agent's names
+ * no dependency at all, only node-llama-cpp's CPU prebuilt as optional (the llama.cpp engine).
+ * deploy/install.mjs installs each part from its own manifest.
+ */
+function writeManifests(serverMetafile) {
+  const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+  const lock = JSON.parse(readFileSync(join(root, "package-lock.json"), "utf8")).packages;
+  const pinned = (name) => {
+    const version = lock[`node_modules/${name}`]?.version;
+    if (version === undefined) throw new Error(`build: ${name} is imported by a bundle but not in package-lock.json`);
+    return version;
+  };
+  const packageOf = (spec) => spec.split("/").slice(0, spec.startsWith("@") ? 2 : 1).join("/");
+  const serverImports = Object.values(serverMetafile.outputs).flatMap((o) => o.imports.filter((i) => i.external).map((i) => i.path));
+  const serverPackages = [...new Set(serverImports.filter((p) => !p.startsWith("node:") && !isBuiltin(p)).map(packageOf))].sort();
+  const base = { version: pkg.version, private: true, type: "module", engines: pkg.engines };
+  const manifests = {
+    "server/package.json": { name: "modelforge-server", ...base, dependencies: Object.fromEntries(serverPackages.map((n) => [n, pinned(n)])) },
+    "agent/package.json": {
+      name: "modelforge-agent",
+      ...base,
+      bin: { "modelforge-agent": "modelforge-agent.mjs" },
+      optionalDependencies: { "@node-llama-cpp/linux-x64": pinned("@node-llama-cpp/linux-x64") },
+    },
+  };
+  for (const [path, manifest] of Object.entries(manifests)) writeFileSync(join(dist, path), `${JSON.stringify(manifest, null, 2)}\n`);
 }
 
 /**
@@ -225,7 +261,42 @@ async function buildTemplate() {
   stamp(templateStamp, startedAt);
 }
 
+/**
+ * One build at a time per checkout (two test files or two `npm run forge` may start together): the
+ * second waits, then finds nothing stale. A lock left by a dead process is taken over.
+ */
+async function withBuildLock(fn) {
+  const lock = join(dist, ".build.lock");
+  mkdirSync(dist, { recursive: true });
+  for (;;) {
+    try {
+      writeFileSync(lock, `${process.pid}\n`, { flag: "wx" });
+      break;
+    } catch (err) {
+      if (err.code !== "EEXIST") throw err;
+      const pid = Number.parseInt(readFileSync(lock, "utf8"), 10);
+      let alive = pid > 0;
+      try {
+        if (alive) process.kill(pid, 0);
+      } catch (e) {
+        alive = e.code === "EPERM";
+      }
+      if (!alive && pid > 0) rmSync(lock, { force: true });
+      else await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  try {
+    return await fn();
+  } finally {
+    rmSync(lock, { force: true });
+  }
+}
+
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  await withBuildLock(main);
+}
+
+async function main() {
   const ifStale = process.argv.includes("--if-stale");
   const started = performance.now();
   const steps = [];
