@@ -13,9 +13,10 @@
 //
 // `node scripts/build.mjs --if-stale` builds only what a source newer than the last build makes
 // stale, so `npm start` on a fresh clone builds once and then starts in plain node; `--bundles`
-// leaves out the database template (for the CLI and the agent).
-import { spawn } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+// leaves out the database template (for the CLI and the agent); `--sea` adds the agent as a single
+// executable (dist/agent/modelforge-agent).
+import { execFileSync, spawn } from "node:child_process";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { isBuiltin } from "node:module";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -262,6 +263,44 @@ async function buildTemplate() {
 }
 
 /**
+ * `--sea`: the agent as one executable (Node's single executable application): the bundle, as
+ * CommonJS since Node 20 runs only that, injected into a copy of this node binary. It cannot start
+ * the llama.cpp worker (the executable runs only its own script), so nodes with that engine use the
+ * .mjs bundle.
+ */
+async function buildSea() {
+  const { build } = await import("esbuild");
+  const work = join(dist, `.sea-${process.pid}`);
+  const exe = join(dist, "agent/modelforge-agent");
+  try {
+    await build({
+      ...common,
+      write: true,
+      format: "cjs",
+      entryPoints: [join(root, "agent/main.ts")],
+      outfile: join(work, "agent.cjs"),
+      plugins: [inlineVersion],
+      define: { "import.meta.url": "__mfSeaUrl", MODELFORGE_LLAMA_WORKER: JSON.stringify("./llama-worker.mjs") },
+      banner: { js: 'const __mfSeaUrl = require("node:url").pathToFileURL(process.execPath).href;' },
+    });
+    writeFileSync(
+      join(work, "sea.json"),
+      JSON.stringify({ main: "agent.cjs", output: "agent.blob", disableExperimentalSEAWarning: true, useCodeCache: false }),
+    );
+    execFileSync(process.execPath, ["--experimental-sea-config", "sea.json"], { cwd: work, stdio: "ignore" });
+    const { inject } = (await import("postject")).default;
+    copyFileSync(process.execPath, join(work, "modelforge-agent"));
+    await inject(join(work, "modelforge-agent"), "NODE_SEA_BLOB", readFileSync(join(work, "agent.blob")), {
+      sentinelFuse: "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2",
+    });
+    chmodSync(join(work, "modelforge-agent"), 0o755);
+    renameSync(join(work, "modelforge-agent"), exe);
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/**
  * One build at a time per checkout (two test files or two `npm run forge` may start together): the
  * second waits, then finds nothing stale. A lock left by a dead process is taken over.
  */
@@ -309,6 +348,10 @@ async function main() {
   if (template && (!ifStale || isStale(templateStamp, templateInputs) || !existsSync(join(templateDir, "PG_VERSION")))) {
     await buildTemplate();
     steps.push("embedded database template");
+  }
+  if (process.argv.includes("--sea") && (!ifStale || steps.includes("bundles") || !existsSync(join(dist, "agent/modelforge-agent")))) {
+    await buildSea();
+    steps.push("single-executable agent");
   }
   if (steps.length > 0) process.stderr.write(`build: ${steps.join(" and ")} written to dist/ in ${Math.round(performance.now() - started)} ms\n`);
 }

@@ -1,12 +1,23 @@
 // The build's artefacts, run the way operators run them: the built control plane with plain node
-// (a first start seeded from the build's database template), and the standalone agent bundle
-// copied alone into a directory with no node_modules, configured from an environment file, which
+// (a first start seeded from the build's database template), and the standalone agent (the bundle,
+// and the single executable) copied alone into a directory with no node_modules, configured from an environment file, which
 // enrolls and completes an artifact.acquire.v1 job from a loopback mirror. The llama.cpp worker
 // bundle serves a completion with only the native prebuilt package beside it.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFile, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
@@ -31,7 +42,7 @@ let artifactRoot: string;
 
 beforeAll(async () => {
   // CI builds first (.ci/run), which makes this a no-op; on a developer's tree it builds what is stale.
-  await run(process.execPath, ["scripts/build.mjs", "--if-stale"], { cwd: repoRoot });
+  await run(process.execPath, ["scripts/build.mjs", "--if-stale", "--sea"], { cwd: repoRoot });
   const dir = mkdtempSync(join(tmpdir(), "mf-built-"));
   cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
   certs = join(dir, "certs");
@@ -75,90 +86,100 @@ describe("the standalone agent", () => {
     cleanups.push(() => mirror.close());
   });
 
-  it("runs from a directory without node_modules: enrolls, then completes an artifact job", async () => {
-    const home = mkdtempSync(join(tmpdir(), "mf-standalone-"));
-    cleanups.push(() => rmSync(home, { recursive: true, force: true }));
-    const bin = join(home, "bin", "modelforge-agent.mjs");
-    mkdirSync(dirname(bin));
-    copyFileSync(join(repoRoot, "dist/agent/modelforge-agent.mjs"), bin);
-    for (let d = dirname(bin); d !== "/"; d = dirname(d)) expect(existsSync(join(d, "node_modules")), d).toBe(false);
+  // The bundle runs with node; the single executable (Node's SEA) carries its own.
+  it.each([
+    { artefact: "modelforge-agent.mjs", command: (bin: string) => [process.execPath, bin] },
+    { artefact: "modelforge-agent", command: (bin: string) => [bin] },
+  ])(
+    "$artefact runs from a directory without node_modules: enrolls, then completes an artifact job",
+    async ({ artefact, command }) => {
+      const home = mkdtempSync(join(tmpdir(), "mf-standalone-"));
+      cleanups.push(() => rmSync(home, { recursive: true, force: true }));
+      const bin = join(home, "bin", artefact);
+      mkdirSync(dirname(bin));
+      copyFileSync(join(repoRoot, "dist/agent", artefact), bin);
+      chmodSync(bin, 0o755);
+      for (let d = dirname(bin); d !== "/"; d = dirname(d)) expect(existsSync(join(d, "node_modules")), d).toBe(false);
+      const [exe, ...pre] = command(bin) as [string, ...string[]];
 
-    const root = artifactRoot;
-    const statePath = join(home, "state", "agent", "state.json");
-    const config = join(home, "agent.env");
-    writeFileSync(
-      config,
-      [
-        "# the installed agent's file, as deploy/agent.env lays it out",
-        `MODELFORGE_AGENT_STATE=${statePath}`,
-        `MODELFORGE_AGENT_ARTIFACT_SOURCES=${mirror.url}`,
-        `MODELFORGE_AGENT_ARTIFACT_ROOTS=${root}`,
-        "MODELFORGE_AGENT_BACKOFF_BASE=100ms",
-        "",
-      ].join("\n"),
-    );
-    const env = { PATH: `${fakeNvidiaSmi}:${process.env.PATH ?? ""}`, HOME: home };
-    const admin = adminClientAt(url, join(certs, "ca.crt"), key);
-    const token = await admin.createEnrollmentToken({ nodeName: "standalone" });
-    const fingerprint = /--ca-fingerprint (\S+)/.exec(token.joinCommand)![1]!;
-    const enrolled = await run(
-      process.execPath,
-      [bin, "enroll", "--config", config, "--server", url, "--token", token.token, "--ca-fingerprint", fingerprint],
-      { cwd: home, env },
-    );
-    const nodeId = /enrolled as node (\S+);/.exec(enrolled.stdout)![1]!;
-    expect(statSync(dirname(statePath)).mode & 0o777).toBe(0o700);
-    expect(statSync(statePath).mode & 0o777).toBe(0o600);
+      const root = artifactRoot;
+      const statePath = join(home, "state", "agent", "state.json");
+      const config = join(home, "agent.env");
+      writeFileSync(
+        config,
+        [
+          "# the installed agent's file, as deploy/agent.env lays it out",
+          `MODELFORGE_AGENT_STATE=${statePath}`,
+          `MODELFORGE_AGENT_ARTIFACT_SOURCES=${mirror.url}`,
+          `MODELFORGE_AGENT_ARTIFACT_ROOTS=${root}`,
+          "MODELFORGE_AGENT_BACKOFF_BASE=100ms",
+          "",
+        ].join("\n"),
+      );
+      const env = { PATH: `${fakeNvidiaSmi}:${process.env.PATH ?? ""}`, HOME: home };
+      const admin = adminClientAt(url, join(certs, "ca.crt"), key);
+      const token = await admin.createEnrollmentToken({ nodeName: `standalone-${artefact}` });
+      const fingerprint = /--ca-fingerprint (\S+)/.exec(token.joinCommand)![1]!;
+      const enrolled = await run(
+        exe,
+        [...pre, "enroll", "--config", config, "--server", url, "--token", token.token, "--ca-fingerprint", fingerprint],
+        { cwd: home, env },
+      );
+      const nodeId = /enrolled as node (\S+);/.exec(enrolled.stdout)![1]!;
+      expect(statSync(dirname(statePath)).mode & 0o777).toBe(0o700);
+      expect(statSync(statePath).mode & 0o777).toBe(0o600);
 
-    const agent = spawn(process.execPath, [bin, "run", "--config", config], { cwd: home, env, stdio: ["ignore", "pipe", "pipe"] });
-    let output = "";
-    agent.stdout.on("data", (c: Buffer) => (output += c.toString()));
-    agent.stderr.on("data", (c: Buffer) => (output += c.toString()));
-    const exited = new Promise<number | null>((resolve) => agent.on("exit", (code) => resolve(code)));
-    cleanups.push(async () => {
-      agent.kill("SIGKILL");
-      await exited;
-    });
-    await eventually(
-      async () => (await admin.getNode({ nodeId })).node!.capabilities.includes("artifact.acquire.v1"),
-      30_000,
-      "the standalone agent online, advertising artifact.acquire.v1",
-    );
+      const agent = spawn(exe, [...pre, "run", "--config", config], { cwd: home, env, stdio: ["ignore", "pipe", "pipe"] });
+      let output = "";
+      agent.stdout.on("data", (c: Buffer) => (output += c.toString()));
+      agent.stderr.on("data", (c: Buffer) => (output += c.toString()));
+      const exited = new Promise<number | null>((resolve) => agent.on("exit", (code) => resolve(code)));
+      cleanups.push(async () => {
+        agent.kill("SIGKILL");
+        await exited;
+      });
+      await eventually(
+        async () => (await admin.getNode({ nodeId })).node!.capabilities.includes("artifact.acquire.v1"),
+        30_000,
+        "the standalone agent online, advertising artifact.acquire.v1",
+      );
 
-    const content = randomBytes(100_000);
-    const commit = createHash("sha1").update("standalone").digest("hex");
-    mirror.put("acme/tiny", commit, "model.gguf", { content });
-    const sha256 = createHash("sha256").update(content).digest("hex");
-    const { job } = await admin.createJob({
-      nodeId,
-      spec: {
-        kind: {
-          case: "artifactAcquire",
-          value: {
-            repository: "acme/tiny",
-            commit,
-            files: [{ path: "model.gguf", sizeBytes: BigInt(content.length), sha256 }],
-            targetRoot: root,
+      const content = randomBytes(100_000);
+      const commit = createHash("sha1").update(artefact).digest("hex");
+      mirror.put("acme/tiny", commit, "model.gguf", { content });
+      const sha256 = createHash("sha256").update(content).digest("hex");
+      const { job } = await admin.createJob({
+        nodeId,
+        spec: {
+          kind: {
+            case: "artifactAcquire",
+            value: {
+              repository: "acme/tiny",
+              commit,
+              files: [{ path: "model.gguf", sizeBytes: BigInt(content.length), sha256 }],
+              targetRoot: root,
+            },
           },
         },
-      },
-    });
-    const done = await eventually(
-      async () => {
-        const j = (await admin.getJob({ jobId: job!.id })).job!;
-        return [JobState.SUCCEEDED, JobState.FAILED].includes(j.state) ? j : undefined;
-      },
-      30_000,
-      "the job to finish",
-    );
-    expect(done.state, JSON.stringify(done.failure)).toBe(JobState.SUCCEEDED);
-    expect(readFileSync(join(root, "acme/tiny", commit, "model.gguf")).equals(content)).toBe(true);
+      });
+      const done = await eventually(
+        async () => {
+          const j = (await admin.getJob({ jobId: job!.id })).job!;
+          return [JobState.SUCCEEDED, JobState.FAILED].includes(j.state) ? j : undefined;
+        },
+        30_000,
+        "the job to finish",
+      );
+      expect(done.state, JSON.stringify(done.failure)).toBe(JobState.SUCCEEDED);
+      expect(readFileSync(join(root, "acme/tiny", commit, "model.gguf")).equals(content)).toBe(true);
 
-    agent.kill("SIGTERM");
-    expect(await exited).toBe(0);
-    // Logs go to stdout as JSON lines (the journal keeps them under the service).
-    expect(output).toMatch(/^\{"level":30,[^\n]*"service":"modelforge-agent"/m);
-  }, 90_000);
+      agent.kill("SIGTERM");
+      expect(await exited).toBe(0);
+      // Logs go to stdout as JSON lines (the journal keeps them under the service).
+      expect(output).toMatch(/^\{"level":30,[^\n]*"service":"modelforge-agent"/m);
+    },
+    90_000,
+  );
 
   it("runs llama.cpp from the worker bundle with only the native prebuilt package beside it", async () => {
     const home = mkdtempSync(join(tmpdir(), "mf-standalone-llama-"));
