@@ -15,7 +15,7 @@
 // With --root / it also creates the service user (systemd-sysusers), hands it the state
 // directories and the env file's group, and reloads systemd. It never enables or starts a unit.
 import { execFileSync } from "node:child_process";
-import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, isAbsolute, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -148,7 +148,10 @@ function installServer(layout, opts) {
   const lib = join(opts.prefix, "lib/modelforge");
   const manifest = JSON.parse(readFileSync(here("dist/server/package.json"), "utf8"));
   layout.file(join(lib, "package.json"), `${JSON.stringify(manifest, null, 2)}\n`, 0o644);
-  layout.file(join(lib, "dist/server/main.mjs"), readFileSync(here("dist/server/main.mjs")), 0o755);
+  rmSync(layout.at(join(lib, "dist/server")), { recursive: true, force: true });
+  for (const name of readdirSync(here("dist/server")).filter((n) => n.endsWith(".mjs"))) {
+    layout.file(join(lib, "dist/server", name), readFileSync(here("dist/server", name)), name === "main.mjs" ? 0o755 : 0o644);
+  }
   layout.file(join(lib, "dist/cli/main.mjs"), readFileSync(here("dist/cli/main.mjs")), 0o755);
   layout.tree(join(lib, "dist/server/pglite-template"), here("dist/server/pglite-template"));
   layout.tree(join(lib, "prisma/migrations"), here("prisma/migrations"));

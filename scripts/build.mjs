@@ -1,7 +1,7 @@
 // Builds runnable JavaScript into dist/ with esbuild (no type checking: `npm run typecheck` does that).
 //
-//   dist/server/main.mjs              the control plane: our code, Connect, protobuf-es, node-forge and
-//                                     pino in one file; the database packages stay in node_modules (they
+//   dist/server/*.mjs                 the control plane: our code, Connect, protobuf-es, node-forge and
+//                                     pino bundled; the database packages stay in node_modules (they
 //                                     load WebAssembly and data files from beside their own modules)
 //   dist/server/pglite-template/      an initialised, migrated embedded database a first start copies
 //   dist/cli/main.mjs                 the operator CLI, standalone like the agent
@@ -126,8 +126,13 @@ const common = {
 function targets() {
   return [
     {
-      entryPoints: [join(root, "server/main.ts")],
-      outfile: join(dist, "server/main.mjs"),
+      entryPoints: { main: join(root, "server/main.ts") },
+      outdir: join(dist, "server"),
+      outExtension: { ".js": ".mjs" },
+      // main.mjs stays small and starts copying the database template before it imports the rest.
+      splitting: true,
+      // Chunks sit beside main.mjs: sourceUrls resolves paths from two levels below the root.
+      chunkNames: "[name]-[hash]",
       // Inlined: Connect, protobuf-es, node-forge, pino (resolving and loading hundreds of small
       // modules was a third of a warm start). Kept as imports: the database packages, which load
       // WebAssembly and data files from beside their own modules.
@@ -183,6 +188,11 @@ async function buildBundles() {
     const to = join(dist, "agent/node-llama-cpp", file);
     mkdirSync(dirname(to), { recursive: true });
     copyFileSync(join(llamaPackage, file), to);
+  }
+  // Chunks of earlier builds (their names carry a content hash) go.
+  const written = new Set(results.flatMap((r) => r.outputFiles.map((f) => f.path)));
+  for (const name of readdirSync(join(dist, "server")).filter((n) => n.endsWith(".mjs"))) {
+    if (!written.has(join(dist, "server", name))) rmSync(join(dist, "server", name));
   }
   writeManifests(results[0].metafile);
   stamp(bundleStamp, startedAt);
