@@ -260,6 +260,15 @@ async function buildTemplate() {
     child.kill("SIGTERM");
     const code = await exited;
     if (code !== 0) throw new Error(`build: the server did not stop cleanly (${code}):\n${out}`);
+    // PGlite leaves some files world-writable inside its 0700 directory. The template is read by the
+    // service user from a root-owned install: readable by all, writable by none (an empty database
+    // holds no secret; each seeded copy is made private again).
+    const normalise = (path) => {
+      const dir = statSync(path).isDirectory();
+      chmodSync(path, dir ? 0o755 : 0o644);
+      if (dir) for (const entry of readdirSync(path)) normalise(join(path, entry));
+    };
+    normalise(join(scratch, "data/pglite"));
     try {
       renameSync(join(scratch, "data/pglite"), templateDir);
     } catch (err) {

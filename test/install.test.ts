@@ -103,6 +103,21 @@ describe("install server", () => {
     }
   });
 
+  it("leaves nothing group- or world-writable, and the template readable by the service user", () => {
+    const writable: string[] = [];
+    const walk = (path: string) => {
+      const st = lstatSync(path);
+      if (st.isSymbolicLink()) return;
+      if (st.mode & 0o022) writable.push(`${path} ${(st.mode & 0o777).toString(8)}`);
+      if (st.isDirectory()) for (const entry of readdirSync(path)) walk(join(path, entry));
+    };
+    walk(at("usr"));
+    walk(at("etc"));
+    expect(writable).toEqual([]);
+    expect(mode("usr/local/lib/modelforge/dist/server/pglite-template")).toBe(0o755);
+    expect(mode("usr/local/lib/modelforge/dist/server/pglite-template/PG_VERSION")).toBe(0o644);
+  });
+
   it("starts from the installed directory alone and opens a database seeded from its template", async () => {
     const state = mkdtempSync(join(tmpdir(), "mf-installed-state-"));
     const server = spawnServer({ MODELFORGE_DATA_DIR: join(state, "data"), MODELFORGE_CERTS_DIR: join(state, "certs") }, [
@@ -111,6 +126,8 @@ describe("install server", () => {
     try {
       await server.ready;
       expect(server.stdout()).toContain(at("usr/local/lib/modelforge/dist/server/pglite-template"));
+      // The seeded copy is private again.
+      expect(statSync(join(state, "data/pglite")).mode & 0o777).toBe(0o700);
     } finally {
       server.child.kill("SIGTERM");
       await server.exited;

@@ -16,6 +16,8 @@ export async function seedPgliteDir(dataDir: string, template: string): Promise<
   // for the next start to mistake for a database.
   const staging = `${target}.seed-${process.pid}`;
   try {
+    // Private from the start: the template itself is readable by everyone.
+    await mkdir(staging, { mode: 0o700 });
     await cp(template, staging, { recursive: true });
     await chmod(staging, 0o700);
     await rename(staging, target);
