@@ -59,10 +59,10 @@ function stamp(stampPath, at) {
 // ESM bundles of CommonJS packages call require() for Node built-ins; give them a real one.
 const requireBanner = 'import { createRequire as __mfCreateRequire } from "node:module";\nconst require = __mfCreateRequire(import.meta.url);';
 
-// The server and CLI bundles sit in dist/<name>/, two levels below the repository root, and read
-// files relative to their source modules (prisma/migrations, package.json, the generated Prisma
-// client's directory). Each source module's import.meta.url is rewritten to where that module
-// lies in the checkout, relative to the bundle, so those paths resolve as they do from source.
+// The server's bundle sits in dist/server/, two levels below the repository root (an install keeps
+// that shape), and reads files relative to its source modules (prisma/migrations, package.json, the
+// generated Prisma client's directory). Each source module's import.meta.url is rewritten to where
+// that module lies in the checkout, relative to the bundle, so those paths resolve as from source.
 const sourceUrls = {
   name: "source-urls",
   setup(b) {
