@@ -1,5 +1,6 @@
 // The node agent's command line: enroll, run, status.
-import { parseArgs } from "node:util";
+import { existsSync, readFileSync } from "node:fs";
+import { parseArgs, parseEnv } from "node:util";
 import { X509Certificate } from "node:crypto";
 import { pino } from "pino";
 import { enrollNode, EnrollError } from "./enroll.js";
@@ -30,6 +31,8 @@ Commands:
 
 Options:
   --state PATH   Agent state file (default $MODELFORGE_AGENT_STATE or ./data/agent/state.json)
+  --config PATH  Environment file (KEY=value lines) read at start; variables already set win
+                 (default $MODELFORGE_AGENT_CONFIG, else /etc/modelforge/agent.env when it exists)
   -h, --help     Show this help
 
 Environment:
@@ -62,6 +65,7 @@ async function main(argv: string[]): Promise<number> {
       name: { type: "string" },
       force: { type: "boolean" },
       state: { type: "string" },
+      config: { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -70,6 +74,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(usage);
     return command === undefined && !values.help ? 2 : 0;
   }
+  loadConfigFile(values.config ?? process.env.MODELFORGE_AGENT_CONFIG);
   const statePath = values.state ?? process.env.MODELFORGE_AGENT_STATE ?? "./data/agent/state.json";
   switch (command) {
     case "enroll": {
@@ -180,6 +185,26 @@ function metricsAddress(text: string) {
   }
 }
 
+/** The installed agent's configuration, as systemd's EnvironmentFile= reads it for the service. */
+const SYSTEM_CONFIG = "/etc/modelforge/agent.env";
+
+/** Fills unset variables from the configuration file; a file named explicitly must exist. */
+function loadConfigFile(explicit: string | undefined): void {
+  const path = explicit ?? (existsSync(SYSTEM_CONFIG) ? SYSTEM_CONFIG : undefined);
+  if (path === undefined) return;
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new ConfigFileError(`cannot read configuration ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  for (const [key, value] of Object.entries(parseEnv(text))) {
+    if (process.env[key] === undefined) process.env[key] = value;
+  }
+}
+
+class ConfigFileError extends Error {}
+
 function signedDuration(text: string): number {
   return text.startsWith("-") ? -parseDuration(text.slice(1)) : parseDuration(text.replace(/^\+/, ""));
 }
@@ -190,7 +215,7 @@ main(process.argv.slice(2)).then(
     const message =
       err instanceof ConnectError
         ? `${codeName(err.code)}: ${err.rawMessage}`
-        : err instanceof EnrollError || err instanceof StateError || err instanceof SourceConfigError
+        : err instanceof EnrollError || err instanceof StateError || err instanceof SourceConfigError || err instanceof ConfigFileError
           ? err.message
           : (err as Error).message;
     process.stderr.write(`agent: ${message}\n`);
