@@ -35,6 +35,8 @@ export type ReplyResult = Reply["result"];
 /** How job handling plugs into the session (see ./jobs). */
 export interface SessionJobs {
   capabilities(): string[];
+  /** The runtime engines the agent runs, when it runs any. */
+  engines?(): string[];
   runningJobIds(): string[];
   onLease(lease: JobLease, link: SessionLink): void;
   onCancel(cancel: JobCancel): void;
@@ -232,6 +234,7 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
           protocolVersion,
           agentVersion,
           capabilities: opts.jobs?.capabilities() ?? [],
+          engines: opts.jobs?.engines?.() ?? [],
           runningJobIds: opts.jobs?.runningJobIds() ?? [],
         },
       },

@@ -118,11 +118,17 @@ describe("runtime.probe.v1 through a real server and agent process", () => {
     expect(job.failure).toMatchObject({ code: JobFailureCode.CHECKSUM_MISMATCH, retryable: false });
   }, 60_000);
 
-  it("refuses an engine this agent does not run, typed", async () => {
-    const job = await finished(probeSpec(model.path, model.sha256, "tiny-openai"));
-    expect(job.state).toBe(JobState.FAILED);
-    expect(job.failure).toMatchObject({ code: JobFailureCode.ENGINE_NOT_SUPPORTED, retryable: false });
-  }, 60_000);
+  it("the node advertises the engines it runs, and CreateJob refuses a profile of another engine", async () => {
+    const n = (await ts.admin.getNode({ nodeId: node.nodeId })).node!;
+    // No openai-http command template in this agent's configuration: llama.cpp only.
+    expect(n.engines).toEqual(["llama.cpp"]);
+    await expect(
+      ts.admin.createJob({ nodeId: node.nodeId, spec: probeSpec(model.path, model.sha256, "tiny-openai"), maxAttempts: 1 }),
+    ).rejects.toMatchObject({
+      code: Code.FailedPrecondition,
+      message: expect.stringContaining('does not run engine "openai-http"; it runs: llama.cpp'),
+    });
+  });
 
   it("the lease carries the stored profile; a profile unknown, malformed or not the stored one is refused", async () => {
     const job = await finished(probeSpec(model.path, model.sha256));

@@ -90,6 +90,7 @@ export function capabilityRegistry(config: CapabilityConfig): CapabilityRegistry
     registry.register("runtime.probe.v1", runtimeProbeHandler(opts));
     registry.register("runtime.health.v1", runtimeHealthHandler(opts));
     registry.register("runtime.unload.v1", runtimeUnloadHandler(opts));
+    registry.engines = config.supervisor.engines();
   }
   return registry;
 }

@@ -16,8 +16,9 @@ import { readMemory, readStat, type ProcessMemory } from "./proc.js";
 import { RuntimeRegistry, type RuntimeRecord } from "./registry.js";
 import type { ListeningLine } from "./llama-cpp/worker.js";
 
-export const engineKinds = ["llama.cpp", "openai-http"] as const;
-export type EngineKind = (typeof engineKinds)[number];
+import { engineNames as engineKinds, type EngineName } from "../../common/engines.js";
+
+export type EngineKind = EngineName;
 
 export interface EngineParams {
   contextSize?: number;

@@ -162,6 +162,10 @@ export class JobRunner implements SessionJobs {
     return this.registry.names();
   }
 
+  engines(): string[] {
+    return [...this.registry.engines];
+  }
+
   runningJobIds(): string[] {
     return [...this.runs.keys()];
   }

@@ -5,6 +5,8 @@ import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Deployment, DeploymentInstance, Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
+import type { RuntimeProfileSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { engineName } from "../runtimes/profile.js";
 import { operatorActor, recordAudit } from "../audit/audit.js";
 import { checkCommitName } from "../artifacts/rules.js";
 import {
@@ -22,7 +24,7 @@ export interface DesiredDeps {
   prisma: PrismaClient;
   clock: Clock;
   approvedRoots: string[];
-  profiles: { spec(name: string): Promise<unknown> };
+  profiles: { spec(name: string): Promise<RuntimeProfileSpec | undefined> };
   /** Runs the controller over one deployment now. */
   reconcile(deploymentId: string): Promise<void>;
 }
@@ -52,8 +54,10 @@ function timeoutOf(ms: number | undefined, field: string, fallback: number): num
   return ms;
 }
 
-async function requireProfileAndFiles(deps: DesiredDeps, profile: string, repository: string, commit: string): Promise<void> {
-  if ((await deps.profiles.spec(profile)) === undefined) {
+/** Checks the profile exists and the commit is stored; the profile's engine. */
+async function requireProfileAndFiles(deps: DesiredDeps, profile: string, repository: string, commit: string): Promise<string> {
+  const spec = await deps.profiles.spec(profile);
+  if (spec === undefined) {
     throw new ConnectError(`runtime profile "${profile}" not found; create it with 'forge runtimes create'`, Code.NotFound);
   }
   const files = await deps.prisma.storedArtifact.count({ where: { repository, commit } });
@@ -63,19 +67,28 @@ async function requireProfileAndFiles(deps: DesiredDeps, profile: string, reposi
       Code.FailedPrecondition,
     );
   }
+  return engineName(spec.engine);
 }
 
 /** The node a deployment goes on: the one named, or the eligible match of a selector with the fewest deployments. */
-async function chooseNode(deps: DesiredDeps, nodeId: string, selector: { [key: string]: string }): Promise<string> {
-  const eligible = (n: { capabilities: string[]; disabledAt: Date | null; decommissionedAt: Date | null }) =>
-    n.decommissionedAt === null && n.disabledAt === null && needed.every((c) => n.capabilities.includes(c));
-  const select = { id: true, capabilities: true, disabledAt: true, decommissionedAt: true, labels: true, lastHeartbeatAt: true } as const;
+async function chooseNode(deps: DesiredDeps, nodeId: string, selector: { [key: string]: string }, engine: string): Promise<string> {
+  const eligible = (n: { capabilities: string[]; engines: string[]; disabledAt: Date | null; decommissionedAt: Date | null }) =>
+    n.decommissionedAt === null && n.disabledAt === null && needed.every((c) => n.capabilities.includes(c)) && n.engines.includes(engine);
+  const select = {
+    id: true,
+    capabilities: true,
+    engines: true,
+    disabledAt: true,
+    decommissionedAt: true,
+    labels: true,
+    lastHeartbeatAt: true,
+  } as const;
   if (nodeId !== "") {
     const node = await deps.prisma.node.findUnique({ where: { id: nodeId.toLowerCase() }, select });
     if (node === null) throw new ConnectError(`node ${nodeId} not found`, Code.NotFound);
     if (!eligible(node)) {
       throw new ConnectError(
-        `node ${node.id} cannot serve deployments: it must be enabled, not decommissioned, and advertise ${needed.join(", ")}`,
+        `node ${node.id} cannot serve this deployment: it must be enabled, not decommissioned, advertise ${needed.join(", ")} and run engine "${engine}"`,
         Code.FailedPrecondition,
       );
     }
@@ -129,8 +142,8 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
   if (maxInFlight > MAX_IN_FLIGHT) throw invalid("max_in_flight", `from 1 to ${MAX_IN_FLIGHT} (0 for ${DEFAULT_MAX_IN_FLIGHT})`);
   const invokeTimeoutMs = timeoutOf(input.invokeTimeoutMs, "invoke_timeout", DEFAULT_INVOKE_TIMEOUT_MS);
   const drainTimeoutMs = timeoutOf(input.drainTimeoutMs, "drain_timeout", DEFAULT_DRAIN_TIMEOUT_MS);
-  await requireProfileAndFiles(deps, input.runtimeProfile, input.repository, input.commit);
-  const nodeId = await chooseNode(deps, input.nodeId, input.selector);
+  const engine = await requireProfileAndFiles(deps, input.runtimeProfile, input.repository, input.commit);
+  const nodeId = await chooseNode(deps, input.nodeId, input.selector, engine);
   const id = randomUUID();
   const now = new Date(deps.clock.now());
   await deps.prisma.$transaction(async (tx) => {

@@ -8,7 +8,7 @@ import { JobSpecSchema, type JobSpec } from "../../gen/proto/modelforge/jobs/v1/
 import { capabilityOfSpec } from "../../common/capabilities.js";
 import { operatorActor } from "../audit/audit.js";
 import { validateJobSpec } from "./spec.js";
-import { withResolvedProfile } from "./profiles.js";
+import { engineOfSpec, withResolvedProfile } from "./profiles.js";
 import { leaseExpiry } from "./lease.js";
 import { leaseOf } from "./codec.js";
 import type { JobWork } from "./work.js";
@@ -49,7 +49,15 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
   const create = async (tx: Pick<Tx, "node" | "job" | "$queryRaw">): Promise<JobRow> => {
     const node = await tx.node.findUnique({
       where: { id: nodeId },
-      select: { id: true, lastHeartbeatAt: true, disabledAt: true, disabledReason: true, decommissionedAt: true, capabilities: true },
+      select: {
+        id: true,
+        lastHeartbeatAt: true,
+        disabledAt: true,
+        disabledReason: true,
+        decommissionedAt: true,
+        capabilities: true,
+        engines: true,
+      },
     });
     if (node === null) throw new ConnectError(`node ${nodeId} not found`, Code.NotFound);
     if (node.decommissionedAt !== null) {
@@ -64,6 +72,11 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
     if (!node.capabilities.includes(capability)) {
       const has = node.capabilities.length > 0 ? node.capabilities.join(", ") : "none";
       throw new ConnectError(`node ${node.id} never advertised capability "${capability}"; it advertises: ${has}`, Code.FailedPrecondition);
+    }
+    const engine = engineOfSpec(spec);
+    if (engine !== undefined && !node.engines.includes(engine)) {
+      const runs = node.engines.length > 0 ? node.engines.join(", ") : "none";
+      throw new ConnectError(`node ${node.id} does not run engine "${engine}"; it runs: ${runs}`, Code.FailedPrecondition);
     }
     // The fast path: a job for a node that is online with a session here, and first in its
     // ordering key (if any), is leased in the same step that creates it.

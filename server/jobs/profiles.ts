@@ -3,6 +3,7 @@
 import { clone } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { JobSpecSchema, type JobSpec, type RuntimeProfileSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { engineName } from "../runtimes/profile.js";
 
 export interface ProfileLookup {
   /** The resolved spec of a profile name; undefined when none exists. */
@@ -35,4 +36,13 @@ export async function withResolvedProfile(spec: JobSpec, profiles: ProfileLookup
   const resolved = clone(JobSpecSchema, spec);
   if (resolved.kind.case === "runtimeProbe" || resolved.kind.case === "deploymentLoad") resolved.kind.value.profile = stored;
   return resolved;
+}
+
+/** The engine a (resolved) spec needs the node to run, e.g. "llama.cpp"; undefined for other capabilities. */
+export function engineOfSpec(spec: JobSpec): string | undefined {
+  const kind = spec.kind;
+  if ((kind.case === "runtimeProbe" || kind.case === "deploymentLoad") && kind.value.profile !== undefined) {
+    return engineName(kind.value.profile.engine);
+  }
+  return undefined;
 }

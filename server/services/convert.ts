@@ -68,6 +68,7 @@ export function nodeToProto(n: Node, view: NodeView): NodeMessage {
     agentVersion: n.agentVersion ?? "",
     protocolVersion: n.protocolVersion ?? 0,
     capabilities: n.capabilities,
+    engines: n.engines,
     host: n.host !== null ? fromJson(HostInfoSchema, n.host as JsonValue, { ignoreUnknownFields: true }) : undefined,
     gpuCount: view.gpuCount,
     connected: view.connected,

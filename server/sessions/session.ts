@@ -42,6 +42,7 @@ import { publicError } from "../observability/call-log.js";
 import type { OutageSink } from "../db/availability.js";
 import { requestViolation } from "../edge/validate.js";
 import { partitionCapabilities } from "../../common/capabilities.js";
+import { knownEngines } from "../../common/engines.js";
 import type { SessionMetrics } from "../observability/metrics.js";
 
 type Result = Reply["result"];
@@ -111,12 +112,14 @@ function acceptHello(first: SessionRequest): { hello: Hello; capabilities: strin
   return { hello, capabilities: known, ignored: unknown };
 }
 
-function sameHello(node: Node, said: Pick<Node, "agentVersion" | "protocolVersion" | "capabilities">): boolean {
+const sameList = (a: string[], b: string[]) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+function sameHello(node: Node, said: Pick<Node, "agentVersion" | "protocolVersion" | "capabilities" | "engines">): boolean {
   return (
     node.agentVersion === said.agentVersion &&
     node.protocolVersion === said.protocolVersion &&
-    node.capabilities.length === said.capabilities.length &&
-    node.capabilities.every((c, i) => c === said.capabilities[i])
+    sameList(node.capabilities, said.capabilities) &&
+    sameList(node.engines, said.engines)
   );
 }
 
@@ -275,7 +278,12 @@ export class AgentSession implements LiveSession {
     const prisma = this.deps.prisma;
     const node = await authorizeNode(prisma, this.identity, new Date(this.deps.clock.now()));
     const cursors = await prisma.streamCursor.findMany({ where: { nodeId: node.id }, select: { stream: true, sequence: true } });
-    const said = { agentVersion: hello.agentVersion || null, protocolVersion: hello.protocolVersion, capabilities };
+    const said = {
+      agentVersion: hello.agentVersion || null,
+      protocolVersion: hello.protocolVersion,
+      capabilities,
+      engines: knownEngines(hello.engines),
+    };
     // A reconnecting agent usually says what it said last time: no write then (reconnect storms).
     if (!sameHello(node, said)) await prisma.node.update({ where: { id: node.id }, data: said });
     if (this.closed) return;

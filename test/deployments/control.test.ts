@@ -52,7 +52,9 @@ async function push(commit: string, path: string, content: Buffer) {
 
 function registry(): CapabilityRegistry {
   const note = (cap: string, id: string, revision: bigint) => calls.push(`${cap} ${id}#${revision}`);
-  return new CapabilityRegistry()
+  const registry = new CapabilityRegistry();
+  registry.engines = ["llama.cpp"];
+  return registry
     .register("artifact.acquire.v1", async (spec: JobSpec) => {
       if (spec.kind.case !== "artifactAcquire") throw new Error("wrong spec");
       calls.push(`acquire ${spec.kind.value.commit.slice(0, 1)}`);
@@ -111,6 +113,7 @@ beforeAll(async () => {
   );
   await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 1024, threads: 1 });
   await ts.admin.createRuntimeProfile({ name: "tiny-cpu-2t", engine: EngineKind.LLAMA_CPP, contextSize: 1024, threads: 2 });
+  await ts.admin.createRuntimeProfile({ name: "remote", engine: EngineKind.OPENAI_HTTP });
   for (const c of [commitA, commitB, commitBroken]) await push(c, "model.gguf", randomBytes(4096));
 }, 60_000);
 
@@ -170,6 +173,7 @@ describe("deployments through a real server", () => {
       [{ ...base, nodeId: "", selector: { pool: "none" } }, Code.FailedPrecondition, "no enabled node"],
       [{ ...base, targetRoot: "/etc" }, Code.InvalidArgument, "approved roots"],
       [{ ...base, maxInFlight: 5000 }, Code.InvalidArgument, "max_in_flight"],
+      [{ ...base, runtimeProfile: "remote" }, Code.FailedPrecondition, 'run engine "openai-http"'],
     ] as const) {
       await expect(ts.admin.createDeployment(req), JSON.stringify(req)).rejects.toMatchObject({
         code,

@@ -38,6 +38,10 @@ export class JobTap implements SessionJobs {
   capabilities(): string[] {
     return this.inner.capabilities();
   }
+
+  engines(): string[] {
+    return this.inner.engines?.() ?? [];
+  }
   runningJobIds(): string[] {
     return this.inner.runningJobIds();
   }

@@ -1520,6 +1520,7 @@ export const NodeScalarFieldEnum = {
   agentVersion: 'agentVersion',
   protocolVersion: 'protocolVersion',
   capabilities: 'capabilities',
+  engines: 'engines',
   host: 'host',
   renewalRequestedAt: 'renewalRequestedAt',
   renewalReason: 'renewalReason'

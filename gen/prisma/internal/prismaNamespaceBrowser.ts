@@ -98,6 +98,7 @@ export const NodeScalarFieldEnum = {
   agentVersion: 'agentVersion',
   protocolVersion: 'protocolVersion',
   capabilities: 'capabilities',
+  engines: 'engines',
   host: 'host',
   renewalRequestedAt: 'renewalRequestedAt',
   renewalReason: 'renewalReason'

@@ -83,6 +83,7 @@ export type NodeCountAggregateOutputType = {
   agentVersion: number
   protocolVersion: number
   capabilities: number
+  engines: number
   host: number
   renewalRequestedAt: number
   renewalReason: number
@@ -147,6 +148,7 @@ export type NodeCountAggregateInputType = {
   agentVersion?: true
   protocolVersion?: true
   capabilities?: true
+  engines?: true
   host?: true
   renewalRequestedAt?: true
   renewalReason?: true
@@ -254,6 +256,7 @@ export type NodeGroupByOutputType = {
   agentVersion: string | null
   protocolVersion: number | null
   capabilities: string[]
+  engines: string[]
   host: runtime.JsonValue | null
   renewalRequestedAt: Date | null
   renewalReason: string | null
@@ -297,6 +300,7 @@ export type NodeWhereInput = {
   agentVersion?: Prisma.StringNullableFilter<"Node"> | string | null
   protocolVersion?: Prisma.IntNullableFilter<"Node"> | number | null
   capabilities?: Prisma.StringNullableListFilter<"Node">
+  engines?: Prisma.StringNullableListFilter<"Node">
   host?: Prisma.JsonNullableFilter<"Node">
   renewalRequestedAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
   renewalReason?: Prisma.StringNullableFilter<"Node"> | string | null
@@ -323,6 +327,7 @@ export type NodeOrderByWithRelationInput = {
   agentVersion?: Prisma.SortOrderInput | Prisma.SortOrder
   protocolVersion?: Prisma.SortOrderInput | Prisma.SortOrder
   capabilities?: Prisma.SortOrder
+  engines?: Prisma.SortOrder
   host?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalReason?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -352,6 +357,7 @@ export type NodeWhereUniqueInput = Prisma.AtLeast<{
   agentVersion?: Prisma.StringNullableFilter<"Node"> | string | null
   protocolVersion?: Prisma.IntNullableFilter<"Node"> | number | null
   capabilities?: Prisma.StringNullableListFilter<"Node">
+  engines?: Prisma.StringNullableListFilter<"Node">
   host?: Prisma.JsonNullableFilter<"Node">
   renewalRequestedAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
   renewalReason?: Prisma.StringNullableFilter<"Node"> | string | null
@@ -378,6 +384,7 @@ export type NodeOrderByWithAggregationInput = {
   agentVersion?: Prisma.SortOrderInput | Prisma.SortOrder
   protocolVersion?: Prisma.SortOrderInput | Prisma.SortOrder
   capabilities?: Prisma.SortOrder
+  engines?: Prisma.SortOrder
   host?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalReason?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -406,6 +413,7 @@ export type NodeScalarWhereWithAggregatesInput = {
   agentVersion?: Prisma.StringNullableWithAggregatesFilter<"Node"> | string | null
   protocolVersion?: Prisma.IntNullableWithAggregatesFilter<"Node"> | number | null
   capabilities?: Prisma.StringNullableListFilter<"Node">
+  engines?: Prisma.StringNullableListFilter<"Node">
   host?: Prisma.JsonNullableWithAggregatesFilter<"Node">
   renewalRequestedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Node"> | Date | string | null
   renewalReason?: Prisma.StringNullableWithAggregatesFilter<"Node"> | string | null
@@ -426,6 +434,7 @@ export type NodeCreateInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -452,6 +461,7 @@ export type NodeUncheckedCreateInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -478,6 +488,7 @@ export type NodeUpdateInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -504,6 +515,7 @@ export type NodeUncheckedUpdateInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -530,6 +542,7 @@ export type NodeCreateManyInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -550,6 +563,7 @@ export type NodeUpdateManyMutationInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -570,6 +584,7 @@ export type NodeUncheckedUpdateManyInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -598,6 +613,7 @@ export type NodeCountOrderByAggregateInput = {
   agentVersion?: Prisma.SortOrder
   protocolVersion?: Prisma.SortOrder
   capabilities?: Prisma.SortOrder
+  engines?: Prisma.SortOrder
   host?: Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrder
   renewalReason?: Prisma.SortOrder
@@ -654,6 +670,10 @@ export type NodeCreatecapabilitiesInput = {
   set: string[]
 }
 
+export type NodeCreateenginesInput = {
+  set: string[]
+}
+
 export type StringFieldUpdateOperationsInput = {
   set?: string
 }
@@ -679,6 +699,11 @@ export type NullableIntFieldUpdateOperationsInput = {
 }
 
 export type NodeUpdatecapabilitiesInput = {
+  set?: string[]
+  push?: string | string[]
+}
+
+export type NodeUpdateenginesInput = {
   set?: string[]
   push?: string | string[]
 }
@@ -782,6 +807,7 @@ export type NodeCreateWithoutGpusInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -807,6 +833,7 @@ export type NodeUncheckedCreateWithoutGpusInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -848,6 +875,7 @@ export type NodeUpdateWithoutGpusInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -873,6 +901,7 @@ export type NodeUncheckedUpdateWithoutGpusInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -898,6 +927,7 @@ export type NodeCreateWithoutCredentialsInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -923,6 +953,7 @@ export type NodeUncheckedCreateWithoutCredentialsInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -964,6 +995,7 @@ export type NodeUpdateWithoutCredentialsInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -989,6 +1021,7 @@ export type NodeUncheckedUpdateWithoutCredentialsInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -1014,6 +1047,7 @@ export type NodeCreateWithoutCursorsInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -1039,6 +1073,7 @@ export type NodeUncheckedCreateWithoutCursorsInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -1080,6 +1115,7 @@ export type NodeUpdateWithoutCursorsInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -1105,6 +1141,7 @@ export type NodeUncheckedUpdateWithoutCursorsInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -1130,6 +1167,7 @@ export type NodeCreateWithoutTelemetryInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -1155,6 +1193,7 @@ export type NodeUncheckedCreateWithoutTelemetryInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -1196,6 +1235,7 @@ export type NodeUpdateWithoutTelemetryInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -1221,6 +1261,7 @@ export type NodeUncheckedUpdateWithoutTelemetryInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -1246,6 +1287,7 @@ export type NodeCreateWithoutJobsInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -1271,6 +1313,7 @@ export type NodeUncheckedCreateWithoutJobsInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -1312,6 +1355,7 @@ export type NodeUpdateWithoutJobsInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -1337,6 +1381,7 @@ export type NodeUncheckedUpdateWithoutJobsInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -1362,6 +1407,7 @@ export type NodeCreateWithoutDeploymentsInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -1387,6 +1433,7 @@ export type NodeUncheckedCreateWithoutDeploymentsInput = {
   agentVersion?: string | null
   protocolVersion?: number | null
   capabilities?: Prisma.NodeCreatecapabilitiesInput | string[]
+  engines?: Prisma.NodeCreateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
@@ -1428,6 +1475,7 @@ export type NodeUpdateWithoutDeploymentsInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -1453,6 +1501,7 @@ export type NodeUncheckedUpdateWithoutDeploymentsInput = {
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   capabilities?: Prisma.NodeUpdatecapabilitiesInput | string[]
+  engines?: Prisma.NodeUpdateenginesInput | string[]
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -1545,6 +1594,7 @@ export type NodeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = r
   agentVersion?: boolean
   protocolVersion?: boolean
   capabilities?: boolean
+  engines?: boolean
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
@@ -1572,6 +1622,7 @@ export type NodeSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensio
   agentVersion?: boolean
   protocolVersion?: boolean
   capabilities?: boolean
+  engines?: boolean
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
@@ -1592,6 +1643,7 @@ export type NodeSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensio
   agentVersion?: boolean
   protocolVersion?: boolean
   capabilities?: boolean
+  engines?: boolean
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
@@ -1612,12 +1664,13 @@ export type NodeSelectScalar = {
   agentVersion?: boolean
   protocolVersion?: boolean
   capabilities?: boolean
+  engines?: boolean
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
 }
 
-export type NodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "labels" | "createdAt" | "updatedAt" | "lastHeartbeatAt" | "liveness" | "livenessChangedAt" | "disabledAt" | "disabledReason" | "decommissionedAt" | "agentVersion" | "protocolVersion" | "capabilities" | "host" | "renewalRequestedAt" | "renewalReason", ExtArgs["result"]["node"]>
+export type NodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "labels" | "createdAt" | "updatedAt" | "lastHeartbeatAt" | "liveness" | "livenessChangedAt" | "disabledAt" | "disabledReason" | "decommissionedAt" | "agentVersion" | "protocolVersion" | "capabilities" | "engines" | "host" | "renewalRequestedAt" | "renewalReason", ExtArgs["result"]["node"]>
 export type NodeInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   gpus?: boolean | Prisma.Node$gpusArgs<ExtArgs>
   credentials?: boolean | Prisma.Node$credentialsArgs<ExtArgs>
@@ -1661,6 +1714,10 @@ export type $NodePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs =
     agentVersion: string | null
     protocolVersion: number | null
     capabilities: string[]
+    /**
+     * The runtime engines its agent said it runs.
+     */
+    engines: string[]
     /**
      * Host facts from the last applied inventory (common.v1.HostInfo as JSON).
      */
@@ -2113,6 +2170,7 @@ export interface NodeFieldRefs {
   readonly agentVersion: Prisma.FieldRef<"Node", 'String'>
   readonly protocolVersion: Prisma.FieldRef<"Node", 'Int'>
   readonly capabilities: Prisma.FieldRef<"Node", 'String[]'>
+  readonly engines: Prisma.FieldRef<"Node", 'String[]'>
   readonly host: Prisma.FieldRef<"Node", 'Json'>
   readonly renewalRequestedAt: Prisma.FieldRef<"Node", 'DateTime'>
   readonly renewalReason: Prisma.FieldRef<"Node", 'String'>

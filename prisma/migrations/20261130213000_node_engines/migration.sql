@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "Node" ADD COLUMN     "engines" TEXT[] DEFAULT ARRAY[]::TEXT[];
+
