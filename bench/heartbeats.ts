@@ -4,7 +4,8 @@
 //
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
 //   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB,
-//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP, RESTART in the environment)
+//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP, RESTART(S), RESTART_MODE,
+//    REPLY_TIMEOUT in the environment)
 //
 // Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
 // <= 100 KiB server RSS after GC per connected agent.
@@ -55,9 +56,15 @@ const CLIENT = param("CLIENT", "raw");
 if (CLIENT !== "raw" && CLIENT !== "connect") throw new Error(`CLIENT must be "raw" or "connect", not "${CLIENT}"`);
 // HEAP=1: heap snapshots before and after (after the RSS readings; they disturb later ones).
 const HEAP = param("HEAP", "0") === "1";
-// RESTART=1: after the steady window, stop the server (gracefully: sessions end with unavailable)
-// and start a new one on the same port; report how long the fleet takes to come back.
-const RESTART = param("RESTART", "0") === "1";
+// RESTARTS=N (RESTART=1 is RESTARTS=1): after the steady window, N times: stop the server and
+// start a new one on the same port, and report how many agents are back and when, counted from
+// the new server being ready. RESTART_MODE: graceful (sessions end with unavailable), kill
+// (SIGKILL: connections cut, nothing said), or alternate (default: graceful, kill, graceful, ...).
+const RESTARTS = numParam("RESTARTS", param("RESTART", "0") === "1" ? 1 : 0);
+const RESTART_MODE = param("RESTART_MODE", "alternate");
+if (!["graceful", "kill", "alternate"].includes(RESTART_MODE)) throw new Error(`RESTART_MODE must be graceful, kill or alternate`);
+// The agents' reply deadline (the agent's MODELFORGE_AGENT_REPLY_TIMEOUT, default 30 s).
+const REPLY_TIMEOUT = numParam("REPLY_TIMEOUT", 30_000);
 const intervalMs = (AGENTS / RATE) * 1000;
 
 interface ServerStats {
@@ -119,6 +126,8 @@ function startServerChild(extraFlags: string[] = [], floor = false, port = 0): R
       MODELFORGE_DATA_DIR: join(dir, "data"),
       MODELFORGE_CERTS_DIR: join(dir, "certs"),
       MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"),
+      // The agents heartbeat at the interval Welcome gives them: the agent's own cadence code.
+      MODELFORGE_HEARTBEAT_INTERVAL: `${Math.round(intervalMs)}ms`,
       DATABASE_URL: databaseUrl,
       BENCH_FLOOR: FLOOR,
     },
@@ -201,7 +210,7 @@ try {
         caPem: info.caPem,
         keyPem,
         agents: identities.filter((_, j) => j % WORKERS === i),
-        intervalMs,
+        replyTimeoutMs: REPLY_TIMEOUT,
         connectPerSec: RAMP / WORKERS,
         noDelay: NODELAY,
         client: CLIENT,
@@ -243,7 +252,7 @@ try {
         `ramp: ${counts.connected} connected (server: ${s.connected}), ${counts.retries} retries, ${counts.failed} gave up; ` +
           `server ${cores.toFixed(2)} cores, RSS ${mib(s.mem.rss)} MiB, loop delay max ${ms(s.loopDelayMs.max)} ms`,
       );
-      if (counts.connected + counts.failed + counts.ended >= target || performance.now() > deadline) break;
+      if (counts.connected + counts.failed >= target || performance.now() > deadline) break;
     }
   };
   const halfPerWorker = Math.ceil(AGENTS / 2 / WORKERS);
@@ -383,41 +392,64 @@ try {
     })}`,
   );
 
-  // 8. Restart: the whole fleet reconnects, each agent with its own jittered backoff.
-  if (RESTART) {
-    const stopAt = performance.now();
+  // 8. Restarts: the whole fleet reconnects, each agent with the agent's own jittered backoff.
+  const recoveries: { mode: string; readyS: number; backS: number | null; leftBehind: number }[] = [];
+  for (let r = 1; r <= RESTARTS; r++) {
+    const mode = RESTART_MODE === "alternate" ? (r % 2 === 1 ? "graceful" : "kill") : RESTART_MODE;
     const before = await sumCounts(workers);
-    await server.call("stop", {}, 60_000);
+    const stopAt = performance.now();
+    if (mode === "kill") server.child.kill("SIGKILL");
+    else await server.call("stop", {}, 60_000);
     await server.exit();
-    log(`restart: server stopped in ${((performance.now() - stopAt) / 1000).toFixed(1)} s; starting a new one on the same port`);
     server = startServerChild([], FLOOR !== "", Number(new URL(info.url).port));
     await server.waitFor("ready", 120_000);
-    log(`restart: new server ready ${((performance.now() - stopAt) / 1000).toFixed(1)} s after the stop`);
+    const readyAt = performance.now();
+    await server.call("knownNodes");
     let previous = await server.call<ServerStats>("stats", {});
     const cpuFrom = previous;
-    const deadline = performance.now() + 180_000;
+    // Targets: all back within 20 s (graceful) or 30 s (kill) of ready; looked at for 60 s more.
+    const deadline = readyAt + 90_000;
+    const marks = new Map<number, number>();
     let now = await sumCounts(workers);
-    while (now.connected < AGENTS && now.connected + now.failed < AGENTS && performance.now() < deadline) {
-      await sleep(2000);
+    while (now.connected < AGENTS && performance.now() < deadline) {
+      await sleep(500);
       now = await sumCounts(workers);
-      const st = await server.call<ServerStats>("stats", {});
-      log(
-        `restart: ${now.connected} connected, ${now.retries - before.retries} retries, ${now.failed} gave up; server ${coresUsed(previous.cpu, st.cpu, st.at - previous.at).toFixed(2)} cores`,
-      );
-      previous = st;
+      const afterReady = (performance.now() - readyAt) / 1000;
+      for (const f of [0.5, 0.9, 0.99]) if (!marks.has(f) && now.connected >= f * AGENTS) marks.set(f, afterReady);
+      if (Math.round(afterReady * 2) % 10 === 0) {
+        const st = await server.call<ServerStats>("stats", {});
+        log(
+          `restart ${r} (${mode}): ${now.connected} connected (server: ${st.connected}), ${now.retries - before.retries} retries, ${now.failed} gave up; ` +
+            `server ${coresUsed(previous.cpu, st.cpu, st.at - previous.at).toFixed(2)} cores`,
+        );
+        previous = st;
+      }
     }
-    const backS = (performance.now() - stopAt) / 1000;
-    const cores = coresUsed(cpuFrom.cpu, previous.cpu, previous.at - cpuFrom.at);
-    console.log(
-      `restart:                 ${now.connected} of ${AGENTS} agents back ${backS.toFixed(1)} s after the stop (${now.retries - before.retries} retries, ${now.failed} gave up), ` +
-        `server ${cores.toFixed(2)} cores meanwhile${failureText(
-          Object.fromEntries(
-            Object.entries(now.failures)
-              .map(([k, n]) => [k, n - (before.failures[k] ?? 0)])
-              .filter(([, n]) => (n as number) > 0),
-          ),
-        )}`,
+    const backS = now.connected >= AGENTS ? (performance.now() - readyAt) / 1000 : null;
+    const st = await server.call<ServerStats>("stats", {});
+    const cores = coresUsed(cpuFrom.cpu, st.cpu, st.at - cpuFrom.at);
+    const readyS = (readyAt - stopAt) / 1000;
+    recoveries.push({ mode, readyS, backS, leftBehind: AGENTS - now.connected });
+    const delta = Object.fromEntries(
+      Object.entries(now.failures)
+        .map(([k, n]) => [k, n - (before.failures[k] ?? 0)])
+        .filter(([, n]) => (n as number) > 0),
     );
+    console.log(
+      `restart ${r} (${mode}): new server ready ${readyS.toFixed(1)} s after the stop; ${now.connected} of ${AGENTS} agents back ` +
+        `(50% at ${marks.get(0.5)?.toFixed(1) ?? "-"} s, 90% at ${marks.get(0.9)?.toFixed(1) ?? "-"} s, 99% at ${marks.get(0.99)?.toFixed(1) ?? "-"} s, ` +
+        `all at ${backS?.toFixed(1) ?? "NOT within 90"} s after ready); ${AGENTS - now.connected} left behind, ${now.failed} gave up, ` +
+        `${now.retries - before.retries} failed attempts; server ${cores.toFixed(2)} cores meanwhile; load average ${loadavg()[0]!.toFixed(1)}${failureText(delta)}`,
+    );
+  }
+  if (recoveries.length > 0) {
+    const limit = (m: string) => (m === "kill" ? 30 : 20);
+    const met = recoveries.every((x) => x.leftBehind === 0 && x.backS !== null && x.backS <= limit(x.mode));
+    console.log(
+      `restarts: ${recoveries.length}, left behind ${recoveries.reduce((a, x) => a + x.leftBehind, 0)} in all; all back after ready (s): ` +
+        `${recoveries.map((x) => `${x.mode} ${x.backS?.toFixed(1) ?? "never"}`).join(", ")}; target (0 behind, <= 20 s graceful, <= 30 s kill): ${met ? "met" : "NOT met"}`,
+    );
+    console.log(`RESULT ${JSON.stringify({ bench: "heartbeats-restarts", agents: AGENTS, recoveries })}`);
   }
 
   // 9. Tear down: agents end their streams, then the server stops.

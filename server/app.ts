@@ -126,7 +126,15 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   // scanners at debug. After a reset the TLS socket has lost its address and byte count; the raw
   // socket under it (Node's `_parent`) keeps both, once its address was read on connection (cached).
   const handshakeFailures = new FloodLogger(log, "TLS handshake failed", floodPolicy);
-  server.on("connection", (raw: Socket) => void raw.remoteAddress);
+  // Raw sockets are tracked too: at the end of the shutdown grace every one is destroyed, since an
+  // HTTP/2 session's own close waits for its socket to flush, which a half-open peer never lets
+  // happen (nor does one stuck in its TLS handshake ever become a session).
+  const sockets = new Set<Socket>();
+  server.on("connection", (raw: Socket) => {
+    void raw.remoteAddress;
+    sockets.add(raw);
+    raw.once("close", () => sockets.delete(raw));
+  });
   server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) => {
     const raw = (socket as TLSSocket & { _parent?: Socket })._parent;
     const peer = socket.remoteAddress ?? raw?.remoteAddress ?? "unknown";
@@ -241,6 +249,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       for (const c of connections) c.close();
       const timer = setTimeout(() => {
         for (const c of connections) c.destroy();
+        for (const raw of sockets) raw.destroy();
       }, config.shutdownGraceMs);
       await closed;
       clearTimeout(timer);
