@@ -38,6 +38,9 @@ import { revokedSessionSweeper } from "./sessions/revocation.js";
 import { every } from "./loop.js";
 import { http2ServerTuning, sessionOpenTuning } from "./tuning.js";
 import { Admission } from "./sessions/admission.js";
+import { openClusterBus } from "./cluster/bus.js";
+import { followCluster } from "./cluster/follow.js";
+import { openLeadership } from "./cluster/leadership.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -170,7 +173,11 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   // Each feature is built from the narrow collaborators it uses; nothing reaches back here.
   const prisma = db.prisma;
   const shutdown = new AbortController();
-  const sessions = new SessionRegistry();
+  // Replicas on one PostgreSQL: what needs a session on another replica goes through the bus, and
+  // one of them at a time runs the reconcilers.
+  const bus = await openClusterBus({ prisma, databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
+  const leadership = openLeadership({ databaseUrl: config.databaseUrl, replicaId: bus.replicaId, log });
+  const sessions = new SessionRegistry((event) => bus.publish(event));
   const heartbeats = new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3));
   const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);
   const jobs = new JobEngine({
@@ -182,6 +189,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     settings: jobSettingsOf(config),
     shutdown: shutdown.signal,
   });
+  followCluster(bus, { sessions, jobs });
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
   const agentDeps: AgentServiceDeps = {
     prisma,
@@ -207,6 +215,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       defaultTtlMs: config.enrollmentTokenTtlMs,
       join: { serverUrl: publicUrlOf(config, port), caFingerprint: ca.fingerprint },
       watchIntervalMs: config.reconcileIntervalMs,
+      replicaId: bus.replicaId,
       shutdown: shutdown.signal,
     },
     adminJobs({ prisma, engine: jobs }),
@@ -230,13 +239,21 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   handle = connect;
   serveSession = (stream, headers) => serveGrpcSession(agentDeps, stream, headers, log);
   health.setServing();
-  log.info({ url, database: db.describe }, "control plane ready");
+  log.info({ url, database: db.describe, replica: bus.replicaId }, "control plane ready");
 
+  const holderOf = (nodeId: string) => (sessions.isConnected(nodeId) ? bus.replicaId : null);
   const stopLoops = [
-    every(clock, config.livenessFlushIntervalMs, "heartbeat flush", log, () => heartbeats.flush(prisma), db.outage),
-    every(clock, config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness({ prisma, clock, liveness, log }), db.outage),
+    every(clock, config.livenessFlushIntervalMs, "heartbeat flush", log, () => heartbeats.flush(prisma, holderOf), db.outage),
+    every(
+      clock,
+      config.reconcileIntervalMs,
+      "liveness",
+      log,
+      async () => leadership.isLeader() && (await reconcileLiveness({ prisma, clock, liveness, log })),
+      db.outage,
+    ),
     every(clock, config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper({ prisma, clock, sessions }), db.outage),
-    every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep(), db.outage),
+    every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep(leadership.isLeader()), db.outage),
   ];
 
   let stopping: Promise<void> | undefined;
@@ -254,7 +271,11 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       await closed;
       clearTimeout(timer);
       await Promise.all(stopLoops.map((stopLoop) => stopLoop()));
-      await heartbeats.flush(prisma).catch((err: unknown) => log.warn({ error: (err as Error).message }, "final heartbeat flush failed"));
+      await leadership.close();
+      await bus.close();
+      await heartbeats
+        .flush(prisma, holderOf)
+        .catch((err: unknown) => log.warn({ error: (err as Error).message }, "final heartbeat flush failed"));
       await db.close();
       log.info("stopped");
     })());

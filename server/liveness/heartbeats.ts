@@ -32,21 +32,25 @@ export class HeartbeatBook {
    * Writes every heartbeat received since the last flush in one statement. Rows another
    * transaction holds locked (a reconciler moving liveness, a Hello) are skipped and kept for the
    * next flush: the flush never waits on a lock, so it can never be part of a deadlock.
+   * `holderOf` names the replica holding the node's session (null: none here).
    */
-  async flush(prisma: PrismaClient): Promise<number> {
+  async flush(prisma: PrismaClient, holderOf: (nodeId: string) => string | null = () => null): Promise<number> {
     if (this.unflushed.size === 0) return 0;
     const batch = this.unflushed;
     this.unflushed = new Map();
     const ids = [...batch.keys()];
     const times = ids.map((id) => new Date(batch.get(id)!));
+    // Which replica holds each session rides on the same write: no extra statement for it.
+    const holders = ids.map(holderOf);
     let written: { id: string }[];
     try {
       // GREATEST: another replica may have written a newer time for the same node meanwhile.
       written = await prisma.$queryRaw<{ id: string }[]>`
-        WITH v AS (SELECT * FROM unnest(${ids}::uuid[], ${times}::timestamptz[]) AS v(id, t)),
+        WITH v AS (SELECT * FROM unnest(${ids}::uuid[], ${times}::timestamptz[], ${holders}::text[]) AS v(id, t, r)),
              free AS (SELECT n.id FROM "Node" AS n JOIN v ON v.id = n.id FOR UPDATE OF n SKIP LOCKED)
         UPDATE "Node" AS n
-           SET "lastHeartbeatAt" = GREATEST(COALESCE(n."lastHeartbeatAt", v.t), v.t)
+           SET "lastHeartbeatAt" = GREATEST(COALESCE(n."lastHeartbeatAt", v.t), v.t),
+               "sessionReplica" = CASE WHEN v.t >= COALESCE(n."lastHeartbeatAt", v.t) THEN v.r ELSE n."sessionReplica" END
           FROM v
          WHERE n.id = v.id AND n.id IN (SELECT id FROM free)
         RETURNING n.id::text AS id`;

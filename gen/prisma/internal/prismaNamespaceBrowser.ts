@@ -97,7 +97,8 @@ export const NodeScalarFieldEnum = {
   capabilities: 'capabilities',
   host: 'host',
   renewalRequestedAt: 'renewalRequestedAt',
-  renewalReason: 'renewalReason'
+  renewalReason: 'renewalReason',
+  sessionReplica: 'sessionReplica'
 } as const
 
 export type NodeScalarFieldEnum = (typeof NodeScalarFieldEnum)[keyof typeof NodeScalarFieldEnum]

@@ -49,6 +49,7 @@ export type NodeMinAggregateOutputType = {
   protocolVersion: number | null
   renewalRequestedAt: Date | null
   renewalReason: string | null
+  sessionReplica: string | null
 }
 
 export type NodeMaxAggregateOutputType = {
@@ -66,6 +67,7 @@ export type NodeMaxAggregateOutputType = {
   protocolVersion: number | null
   renewalRequestedAt: Date | null
   renewalReason: string | null
+  sessionReplica: string | null
 }
 
 export type NodeCountAggregateOutputType = {
@@ -86,6 +88,7 @@ export type NodeCountAggregateOutputType = {
   host: number
   renewalRequestedAt: number
   renewalReason: number
+  sessionReplica: number
   _all: number
 }
 
@@ -113,6 +116,7 @@ export type NodeMinAggregateInputType = {
   protocolVersion?: true
   renewalRequestedAt?: true
   renewalReason?: true
+  sessionReplica?: true
 }
 
 export type NodeMaxAggregateInputType = {
@@ -130,6 +134,7 @@ export type NodeMaxAggregateInputType = {
   protocolVersion?: true
   renewalRequestedAt?: true
   renewalReason?: true
+  sessionReplica?: true
 }
 
 export type NodeCountAggregateInputType = {
@@ -150,6 +155,7 @@ export type NodeCountAggregateInputType = {
   host?: true
   renewalRequestedAt?: true
   renewalReason?: true
+  sessionReplica?: true
   _all?: true
 }
 
@@ -257,6 +263,7 @@ export type NodeGroupByOutputType = {
   host: runtime.JsonValue | null
   renewalRequestedAt: Date | null
   renewalReason: string | null
+  sessionReplica: string | null
   _count: NodeCountAggregateOutputType | null
   _avg: NodeAvgAggregateOutputType | null
   _sum: NodeSumAggregateOutputType | null
@@ -300,6 +307,7 @@ export type NodeWhereInput = {
   host?: Prisma.JsonNullableFilter<"Node">
   renewalRequestedAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
   renewalReason?: Prisma.StringNullableFilter<"Node"> | string | null
+  sessionReplica?: Prisma.StringNullableFilter<"Node"> | string | null
   gpus?: Prisma.GpuListRelationFilter
   credentials?: Prisma.NodeCredentialListRelationFilter
   cursors?: Prisma.StreamCursorListRelationFilter
@@ -326,6 +334,7 @@ export type NodeOrderByWithRelationInput = {
   host?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalReason?: Prisma.SortOrderInput | Prisma.SortOrder
+  sessionReplica?: Prisma.SortOrderInput | Prisma.SortOrder
   gpus?: Prisma.GpuOrderByRelationAggregateInput
   credentials?: Prisma.NodeCredentialOrderByRelationAggregateInput
   cursors?: Prisma.StreamCursorOrderByRelationAggregateInput
@@ -355,6 +364,7 @@ export type NodeWhereUniqueInput = Prisma.AtLeast<{
   host?: Prisma.JsonNullableFilter<"Node">
   renewalRequestedAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
   renewalReason?: Prisma.StringNullableFilter<"Node"> | string | null
+  sessionReplica?: Prisma.StringNullableFilter<"Node"> | string | null
   gpus?: Prisma.GpuListRelationFilter
   credentials?: Prisma.NodeCredentialListRelationFilter
   cursors?: Prisma.StreamCursorListRelationFilter
@@ -381,6 +391,7 @@ export type NodeOrderByWithAggregationInput = {
   host?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalReason?: Prisma.SortOrderInput | Prisma.SortOrder
+  sessionReplica?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.NodeCountOrderByAggregateInput
   _avg?: Prisma.NodeAvgOrderByAggregateInput
   _max?: Prisma.NodeMaxOrderByAggregateInput
@@ -409,6 +420,7 @@ export type NodeScalarWhereWithAggregatesInput = {
   host?: Prisma.JsonNullableWithAggregatesFilter<"Node">
   renewalRequestedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Node"> | Date | string | null
   renewalReason?: Prisma.StringNullableWithAggregatesFilter<"Node"> | string | null
+  sessionReplica?: Prisma.StringNullableWithAggregatesFilter<"Node"> | string | null
 }
 
 export type NodeCreateInput = {
@@ -429,6 +441,7 @@ export type NodeCreateInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
@@ -455,6 +468,7 @@ export type NodeUncheckedCreateInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
@@ -481,6 +495,7 @@ export type NodeUpdateInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
@@ -507,6 +522,7 @@ export type NodeUncheckedUpdateInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
@@ -533,6 +549,7 @@ export type NodeCreateManyInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
 }
 
 export type NodeUpdateManyMutationInput = {
@@ -553,6 +570,7 @@ export type NodeUpdateManyMutationInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type NodeUncheckedUpdateManyInput = {
@@ -573,6 +591,7 @@ export type NodeUncheckedUpdateManyInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type StringNullableListFilter<$PrismaModel = never> = {
@@ -601,6 +620,7 @@ export type NodeCountOrderByAggregateInput = {
   host?: Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrder
   renewalReason?: Prisma.SortOrder
+  sessionReplica?: Prisma.SortOrder
 }
 
 export type NodeAvgOrderByAggregateInput = {
@@ -622,6 +642,7 @@ export type NodeMaxOrderByAggregateInput = {
   protocolVersion?: Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrder
   renewalReason?: Prisma.SortOrder
+  sessionReplica?: Prisma.SortOrder
 }
 
 export type NodeMinOrderByAggregateInput = {
@@ -639,6 +660,7 @@ export type NodeMinOrderByAggregateInput = {
   protocolVersion?: Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrder
   renewalReason?: Prisma.SortOrder
+  sessionReplica?: Prisma.SortOrder
 }
 
 export type NodeSumOrderByAggregateInput = {
@@ -785,6 +807,7 @@ export type NodeCreateWithoutGpusInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryCreateNestedOneWithoutNodeInput
@@ -810,6 +833,7 @@ export type NodeUncheckedCreateWithoutGpusInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryUncheckedCreateNestedOneWithoutNodeInput
@@ -851,6 +875,7 @@ export type NodeUpdateWithoutGpusInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUpdateOneWithoutNodeNestedInput
@@ -876,6 +901,7 @@ export type NodeUncheckedUpdateWithoutGpusInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUncheckedUpdateOneWithoutNodeNestedInput
@@ -901,6 +927,7 @@ export type NodeCreateWithoutCredentialsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryCreateNestedOneWithoutNodeInput
@@ -926,6 +953,7 @@ export type NodeUncheckedCreateWithoutCredentialsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryUncheckedCreateNestedOneWithoutNodeInput
@@ -967,6 +995,7 @@ export type NodeUpdateWithoutCredentialsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUpdateOneWithoutNodeNestedInput
@@ -992,6 +1021,7 @@ export type NodeUncheckedUpdateWithoutCredentialsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUncheckedUpdateOneWithoutNodeNestedInput
@@ -1017,6 +1047,7 @@ export type NodeCreateWithoutCursorsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryCreateNestedOneWithoutNodeInput
@@ -1042,6 +1073,7 @@ export type NodeUncheckedCreateWithoutCursorsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryUncheckedCreateNestedOneWithoutNodeInput
@@ -1083,6 +1115,7 @@ export type NodeUpdateWithoutCursorsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUpdateOneWithoutNodeNestedInput
@@ -1108,6 +1141,7 @@ export type NodeUncheckedUpdateWithoutCursorsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUncheckedUpdateOneWithoutNodeNestedInput
@@ -1133,6 +1167,7 @@ export type NodeCreateWithoutTelemetryInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
@@ -1158,6 +1193,7 @@ export type NodeUncheckedCreateWithoutTelemetryInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
@@ -1199,6 +1235,7 @@ export type NodeUpdateWithoutTelemetryInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
@@ -1224,6 +1261,7 @@ export type NodeUncheckedUpdateWithoutTelemetryInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
@@ -1249,6 +1287,7 @@ export type NodeCreateWithoutJobsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
@@ -1274,6 +1313,7 @@ export type NodeUncheckedCreateWithoutJobsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
@@ -1315,6 +1355,7 @@ export type NodeUpdateWithoutJobsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
@@ -1340,6 +1381,7 @@ export type NodeUncheckedUpdateWithoutJobsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
@@ -1365,6 +1407,7 @@ export type NodeCreateWithoutDeploymentsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
@@ -1390,6 +1433,7 @@ export type NodeUncheckedCreateWithoutDeploymentsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
@@ -1431,6 +1475,7 @@ export type NodeUpdateWithoutDeploymentsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
@@ -1456,6 +1501,7 @@ export type NodeUncheckedUpdateWithoutDeploymentsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
@@ -1548,6 +1594,7 @@ export type NodeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = r
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
+  sessionReplica?: boolean
   gpus?: boolean | Prisma.Node$gpusArgs<ExtArgs>
   credentials?: boolean | Prisma.Node$credentialsArgs<ExtArgs>
   cursors?: boolean | Prisma.Node$cursorsArgs<ExtArgs>
@@ -1575,6 +1622,7 @@ export type NodeSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensio
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
+  sessionReplica?: boolean
 }, ExtArgs["result"]["node"]>
 
 export type NodeSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -1595,6 +1643,7 @@ export type NodeSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensio
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
+  sessionReplica?: boolean
 }, ExtArgs["result"]["node"]>
 
 export type NodeSelectScalar = {
@@ -1615,9 +1664,10 @@ export type NodeSelectScalar = {
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
+  sessionReplica?: boolean
 }
 
-export type NodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "labels" | "createdAt" | "updatedAt" | "lastHeartbeatAt" | "liveness" | "livenessChangedAt" | "disabledAt" | "disabledReason" | "decommissionedAt" | "agentVersion" | "protocolVersion" | "capabilities" | "host" | "renewalRequestedAt" | "renewalReason", ExtArgs["result"]["node"]>
+export type NodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "labels" | "createdAt" | "updatedAt" | "lastHeartbeatAt" | "liveness" | "livenessChangedAt" | "disabledAt" | "disabledReason" | "decommissionedAt" | "agentVersion" | "protocolVersion" | "capabilities" | "host" | "renewalRequestedAt" | "renewalReason" | "sessionReplica", ExtArgs["result"]["node"]>
 export type NodeInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   gpus?: boolean | Prisma.Node$gpusArgs<ExtArgs>
   credentials?: boolean | Prisma.Node$credentialsArgs<ExtArgs>
@@ -1670,6 +1720,12 @@ export type $NodePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs =
      */
     renewalRequestedAt: Date | null
     renewalReason: string | null
+    /**
+     * The control-plane replica whose Session the node's heartbeats last arrived on (written with
+     * them, by the heartbeat flush); null after a heartbeat through the unary RPC, or after that
+     * replica's sessions ended. Fresh only while lastHeartbeatAt is.
+     */
+    sessionReplica: string | null
   }, ExtArgs["result"]["node"]>
   composites: {}
 }
@@ -2116,6 +2172,7 @@ export interface NodeFieldRefs {
   readonly host: Prisma.FieldRef<"Node", 'Json'>
   readonly renewalRequestedAt: Prisma.FieldRef<"Node", 'DateTime'>
   readonly renewalReason: Prisma.FieldRef<"Node", 'String'>
+  readonly sessionReplica: Prisma.FieldRef<"Node", 'String'>
 }
     
 
