@@ -26,7 +26,8 @@ import {
 import type { Node, PrismaClient } from "../../gen/prisma/client.js";
 import type { AgentConfig } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Clock } from "../../common/clock.js";
-import { authorizeNode, type NodeIdentity } from "../identity/node-auth.js";
+import type { NodeIdentity } from "../identity/node-auth.js";
+import { loadOpeningState } from "./open.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
 import type { Caller } from "../context.js";
@@ -266,8 +267,8 @@ export class AgentSession implements LiveSession {
   private async open({ hello, capabilities, ignored }: ReturnType<typeof acceptHello>): Promise<void> {
     if (this.closed) return; // gone while waiting for admission
     const prisma = this.deps.prisma;
-    const node = await authorizeNode(prisma, this.identity, new Date(this.deps.clock.now()));
-    const cursors = await prisma.streamCursor.findMany({ where: { nodeId: node.id }, select: { stream: true, sequence: true } });
+    // One round trip: authorization, cursors, and whether any job needs reconciling.
+    const { node, cursors, hasJobs } = await loadOpeningState(prisma, this.identity, new Date(this.deps.clock.now()));
     const said = { agentVersion: hello.agentVersion || null, protocolVersion: hello.protocolVersion, capabilities };
     // A reconnecting agent usually says what it said last time: no write then (reconnect storms).
     if (!sameHello(node, said)) await prisma.node.update({ where: { id: node.id }, data: said });
@@ -290,13 +291,16 @@ export class AgentSession implements LiveSession {
             serverVersion,
             config: this.deps.agentConfig,
             instructions: pendingInstructions(node),
-            streamSequences: Object.fromEntries(cursors.map((c) => [c.stream, c.sequence])),
+            streamSequences: cursors,
             ignoredCapabilities: ignored,
           }),
         },
       }),
     );
-    await this.deps.jobs.sessionOpened(node.id, hello.runningJobIds, this.caller.correlationId);
+    // Nothing to reconcile without jobs either side. (A job created between the read above and
+    // the attach found no session to push to: the leasing sweep delivers it within one interval.)
+    if (hasJobs || hello.runningJobIds.length > 0)
+      await this.deps.jobs.sessionOpened(node.id, hello.runningJobIds, this.caller.correlationId);
   }
 }
 
