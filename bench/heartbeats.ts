@@ -160,7 +160,7 @@ try {
   if (param("LOOP_COSTS", "1") === "1") {
     const c = await server.call<Record<string, number>>("loopCosts", { rounds: 5, opens: 200 }, 300_000);
     const perSecond = c.flushAllMs! + c.reconcileLivenessMs! + c.closeRevokedSessionsMs! + c.jobsSweepMs!;
-    const perOpen = c.authorizeNodeMs! + c.sessionCursorsMs! + c.sessionHelloUpdateMs! + c.jobsSessionOpenedMs!;
+    const perOpen = c.sessionOpenMs!;
     log(
       `server loop costs at ${c.nodes} nodes, ms per call: heartbeat flush (all nodes) ${ms(c.flushAllMs!)}, reconcileLiveness ${ms(c.reconcileLivenessMs!)}, ` +
         `revoked-session sweep ${ms(c.closeRevokedSessionsMs!)}, jobs sweep ${ms(c.jobsSweepMs!)} => ${ms(perSecond)} ms per second of wall time at the 1 s intervals`,
@@ -169,8 +169,8 @@ try {
       `liveness transitions when a fleet connects: ${c.livenessTransitions} in ${ms(c.firstReconcileMs!)} ms (${ms(c.firstReconcileMs! / Math.max(1, c.livenessTransitions!))} ms each)`,
     );
     log(
-      `session open, ms per query: authorizeNode ${ms(c.authorizeNodeMs!)}, cursors ${ms(c.sessionCursorsMs!)}, hello update ${ms(c.sessionHelloUpdateMs!)}, ` +
-        `jobs.sessionOpened ${ms(c.jobsSessionOpenedMs!)} => ${ms(perOpen)} ms, at most ~${Math.round(1000 / perOpen)} session opens/s from the database alone`,
+      `session open: its one query (loadOpeningState) ${ms(perOpen)} ms, at most ~${Math.round(1000 / perOpen)} session opens/s from the database alone, one at a time; ` +
+        `Prisma round trip floor (SELECT 1) ${ms(c.roundTripMs!)} ms`,
     );
   }
   await server.call("stop", {}, 60_000);
@@ -218,6 +218,46 @@ try {
     ),
   );
 
+  // 3b. Session opens per second, against the TLS handshake floor of the same server (same key
+  // type, same client certificates), alternating, OPEN_ROUNDS rounds of each.
+  const OPEN_ROUNDS = numParam("OPEN_ROUNDS", 3);
+  if (OPEN_ROUNDS > 0) {
+    const count = Math.max(50, Math.min(numParam("OPENS", 1000), AGENTS));
+    const concurrency = numParam("OPEN_CONCURRENCY", 32);
+    const rates = { tls: [] as number[], session: [] as number[] };
+    for (let round = 0; round < OPEN_ROUNDS; round++) {
+      for (const kind of ["tls", "session"] as const) {
+        const cpuBefore = await server.call<ServerStats>("stats", {});
+        const rs = await Promise.all(
+          workers.map((w) =>
+            w.call<{ count: number; failed: number; ms: number }>(
+              "opens",
+              { count: Math.ceil(count / WORKERS), concurrency, session: kind === "session" },
+              300_000,
+            ),
+          ),
+        );
+        const cpuAfter = await server.call<ServerStats>("stats", {});
+        const done = rs.reduce((x, r) => x + r.count - r.failed, 0);
+        const rate = (done / Math.max(...rs.map((r) => r.ms))) * 1000;
+        rates[kind].push(rate);
+        const cores = coresUsed(cpuBefore.cpu, cpuAfter.cpu, cpuAfter.at - cpuBefore.at);
+        log(
+          `${kind === "tls" ? "TLS handshakes" : "session opens"}: ${rate.toFixed(0)}/s (${done} in ${WORKERS} workers x ${concurrency} at a time, ${rs.reduce((x, r) => x + r.failed, 0)} failed); ` +
+            `server ${cores.toFixed(2)} cores, ${((cores * 1000) / Math.max(1, rate)).toFixed(2)} ms CPU each; load average ${loadavg()[0]!.toFixed(1)}`,
+        );
+      }
+    }
+    const med = (v: number[]) => [...v].sort((x, y) => x - y)[Math.floor(v.length / 2)]!;
+    const spread = (v: number[]) => `median ${med(v).toFixed(0)}, range ${Math.min(...v).toFixed(0)}-${Math.max(...v).toFixed(0)}`;
+    console.log(
+      `session opens/s:         ${spread(rates.session)} over ${OPEN_ROUNDS} runs; TLS handshake floor (RSA, client certificate) ${spread(rates.tls)}; ` +
+        `ratio ${(med(rates.session) / med(rates.tls)).toFixed(2)}; target >= 400/s: ${med(rates.session) >= 400 ? "met" : "NOT met"}; load average ${loadavg()
+          .map((l) => l.toFixed(1))
+          .join(" ")}`,
+    );
+  }
+
   // 4. Ramp: half the agents, memory after GC, then the rest (so memory per agent is also
   // measured as the slope between the two, which the baseline's own noise does not touch).
   const inclusive = [
@@ -229,7 +269,7 @@ try {
     "revokedSessionSweeper",
     "sweep",
     "sessionOpened",
-    "authorizeNode",
+    "loadOpeningState",
     "contextValues",
     "peerOf",
     "onStreamRead",

@@ -16,7 +16,7 @@ import http2 from "node:http2";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { pino } from "pino";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { fromBinary, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
   AgentService,
   SessionRequestSchema,
@@ -25,6 +25,7 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { runAgent } from "../../agent/session.js";
+import { agentVersion, protocolVersion } from "../../agent/version.js";
 import { nodeConnection, type NodeConnection } from "../../agent/transport.js";
 import { writeState, type AgentState } from "../../agent/state.js";
 import { emit, serve } from "./ipc.js";
@@ -189,7 +190,68 @@ function rawConnection(state: AgentState): NodeConnection {
   };
 }
 
+/**
+ * One bare TLS handshake (with the agent's client certificate, as a session's), or one whole
+ * session open (handshake, Hello, Welcome), then closed: what the open-rate figure is made of.
+ */
+function openOnce(a: { nodeId: string; certPem: string }, session: boolean): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const conn = http2.connect(setup.url, { ca: setup.caPem, cert: a.certPem, key: setup.keyPem });
+    const fail = (err: Error) => {
+      conn.destroy();
+      reject(err);
+    };
+    conn.on("error", fail);
+    if (!session) {
+      conn.on("connect", () => {
+        conn.destroy();
+        resolve();
+      });
+      return;
+    }
+    const stream = conn.request({ ":method": "POST", ":path": sessionPath, "content-type": "application/grpc+proto", te: "trailers" });
+    stream.on("error", fail);
+    const reader = new FrameReader();
+    stream.on("data", (chunk: Buffer) => {
+      for (const bytes of reader.push(chunk)) {
+        if (fromBinary(SessionResponseSchema, bytes).message.case === "welcome") {
+          conn.destroy();
+          resolve();
+        }
+      }
+    });
+    stream.on("close", () => fail(new Error("closed before Welcome")));
+    stream.write(
+      frame(
+        toBinary(
+          SessionRequestSchema,
+          create(SessionRequestSchema, {
+            messageId: 1n,
+            message: { case: "hello", value: { protocolVersion, agentVersion, capabilities: [], runningJobIds: [] } },
+          }),
+        ),
+      ),
+    );
+  });
+}
+
 serve({
+  /** `count` handshakes or session opens, `concurrency` at a time, over this worker's agents. */
+  async opens({ count, concurrency, session }: { count: number; concurrency: number; session: boolean }) {
+    let next = 0;
+    let failed = 0;
+    const started = performance.now();
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (next < count) {
+          const a = setup.agents[next++ % setup.agents.length]!;
+          await openOnce(a, session).catch(() => failed++);
+        }
+      }),
+    );
+    return { count, failed, ms: performance.now() - started };
+  },
+
   async setup(s: Setup) {
     setup = s;
     mkdirSync(join(dir, "agents"), { recursive: true });
