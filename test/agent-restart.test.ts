@@ -16,7 +16,7 @@ import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, type TestNode } from "./support/node.js";
 import { waitFor } from "./support/wait.js";
 
-const FLEET = 40;
+const FLEET = 24;
 
 /** A TCP relay on loopback that can go half-open: nothing forwarded, nothing closed. */
 async function halfOpenRelay(target: () => number) {
@@ -89,7 +89,7 @@ beforeAll(async () => {
   stuck = await enrollTestNode(ts, "half-open");
   const state = JSON.parse(readFileSync(stuck.statePath, "utf8")) as { serverUrl: string };
   writeFileSync(stuck.statePath, JSON.stringify({ ...state, serverUrl: relay.url }), { mode: 0o600 });
-}, 120_000);
+}, 300_000);
 
 afterAll(async () => {
   stop.abort();
