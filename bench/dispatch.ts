@@ -17,6 +17,7 @@ import { pino } from "pino";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { AdminService, JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { Liveness } from "../gen/proto/modelforge/common/v1/common_pb.js";
 import type { JobCancel } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { JobLease } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { loadConfig } from "../server/config.js";
@@ -98,7 +99,7 @@ try {
   for (const nodeId of nodes) {
     for (;;) {
       const n = (await admin.getNode({ nodeId })).node!;
-      if (server.sessionsConnected(nodeId) && n.liveness === 1 && n.capabilities.includes("runtime.health.v1")) break;
+      if (server.sessionsConnected(nodeId) && n.liveness === Liveness.ONLINE && n.capabilities.includes("runtime.health.v1")) break;
       await new Promise((r) => setTimeout(r, 50));
     }
   }
