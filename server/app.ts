@@ -243,7 +243,14 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
 
   const holderOf = (nodeId: string) => (sessions.isConnected(nodeId) ? bus.replicaId : null);
   const stopLoops = [
-    every(clock, config.livenessFlushIntervalMs, "heartbeat flush", log, () => heartbeats.flush(prisma, holderOf), db.outage),
+    every(
+      clock,
+      config.livenessFlushIntervalMs,
+      "heartbeat flush",
+      log,
+      () => heartbeats.flush(prisma, holderOf, bus.replicaId),
+      db.outage,
+    ),
     every(
       clock,
       config.reconcileIntervalMs,

@@ -10,6 +10,8 @@ export class HeartbeatBook {
   private readonly latest = new Map<string, number>();
   private readonly persisted = new Map<string, number>();
   private unflushed = new Map<string, number>();
+  /** Nodes whose session here ended: the next flush clears this replica's name from them. */
+  private released = new Set<string>();
 
   constructor(private readonly persistEveryMs: number) {}
 
@@ -18,6 +20,11 @@ export class HeartbeatBook {
     this.latest.set(nodeId, receivedAt);
     const written = this.persisted.get(nodeId);
     if (written === undefined || receivedAt - written >= this.persistEveryMs) this.unflushed.set(nodeId, receivedAt);
+  }
+
+  /** The node's session here ended (not at shutdown): other replicas stop naming this one. */
+  release(nodeId: string): void {
+    this.released.add(nodeId);
   }
 
   /** The newest heartbeat time known here and in the database row. */
@@ -34,7 +41,17 @@ export class HeartbeatBook {
    * next flush: the flush never waits on a lock, so it can never be part of a deadlock.
    * `holderOf` names the replica holding the node's session (null: none here).
    */
-  async flush(prisma: PrismaClient, holderOf: (nodeId: string) => string | null = () => null): Promise<number> {
+  async flush(prisma: PrismaClient, holderOf: (nodeId: string) => string | null = () => null, replicaId?: string): Promise<number> {
+    if (this.released.size > 0 && replicaId !== undefined) {
+      // Only rows still naming this replica, and not a node that came back here meanwhile.
+      const gone = [...this.released].filter((id) => holderOf(id) === null);
+      this.released = new Set();
+      // Locked rows are skipped, as below; they stay named until the node goes stale.
+      if (gone.length > 0)
+        await prisma.$executeRaw`
+          UPDATE "Node" SET "sessionReplica" = NULL
+           WHERE id IN (SELECT id FROM "Node" WHERE id = ANY(${gone}::uuid[]) AND "sessionReplica" = ${replicaId} FOR UPDATE SKIP LOCKED)`;
+    }
     if (this.unflushed.size === 0) return 0;
     const batch = this.unflushed;
     this.unflushed = new Map();

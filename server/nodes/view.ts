@@ -21,7 +21,9 @@ function viewOf(deps: ViewDeps, node: Node, gpuCount: number, now = deps.clock.n
   const liveness = deps.liveness.of(node, now);
   // A session here is known for sure; one elsewhere from the holder's heartbeat flush, while fresh.
   const here = deps.sessions.isConnected(node.id);
-  const sessionReplica = here ? (deps.replicaId ?? "") : liveness === "online" ? (node.sessionReplica ?? "") : "";
+  // (Named as this replica's but not here: it ended after the last flush.)
+  const elsewhere = liveness === "online" && node.sessionReplica !== null && node.sessionReplica !== deps.replicaId;
+  const sessionReplica = here ? (deps.replicaId ?? "") : elsewhere ? node.sessionReplica! : "";
   return {
     liveness,
     lastHeartbeatAt: lastHeartbeatAt === null ? null : new Date(lastHeartbeatAt),

@@ -188,6 +188,7 @@ export class AgentSession implements LiveSession {
     this.backlog = undefined;
     if (wasOpen) {
       this.deps.sessions.detach(this);
+      if (!this.deps.shutdown.aborted) this.deps.heartbeats.release(this.nodeId);
       this.deps.shutdown.removeEventListener("abort", this.onShutdown);
       this.caller.log.info({ nodeId: this.nodeId }, "session closed");
     }
