@@ -242,7 +242,12 @@ async function runSession(store: StateStore, opts: RunOptions, opened: { value: 
     (renewing ??= (async () => {
       log.info({ reason }, "renewing credential");
       const { keyPem, csrPem } = generateNodeKeyAndCsr();
-      const res = await connection!.renewCredential({ csrPem }, { signal: abort.signal, timeoutMs: replyTimeoutMs });
+      // On a connection of its own, outliving the session: the server revokes the old credential
+      // as it issues the new one, which ends this session, and the answer must still arrive.
+      const own = (opts.connect ?? nodeConnection)(store.current);
+      const res = await own
+        .renewCredential({ csrPem }, { signal: opts.signal, timeoutMs: replyTimeoutMs })
+        .finally(() => own.close());
       checkIssued(res.certificatePem, keyPem, store.current.caPem, store.current.nodeId);
       await store.update({ keyPem, certPem: res.certificatePem });
       log.info("credential renewed; reconnecting with the new certificate");
@@ -344,6 +349,8 @@ async function runSession(store: StateStore, opts: RunOptions, opened: { value: 
     opts.signal.removeEventListener("abort", onStop);
     abort.abort();
     connection?.close();
+    // A renewal under way decides which certificate the next session presents (bounded by its deadline).
+    await renewing;
   }
   if (abort.signal.reason instanceof Reconnect || abort.signal.reason instanceof ConnectError) throw abort.signal.reason;
 }
