@@ -9,6 +9,7 @@ import pg from "pg";
 import type { PrismaClient } from "../../gen/prisma/client.js";
 import type { Logger } from "../observability/logger.js";
 import { parsePostgresUrl, redact } from "../db/postgres-url.js";
+import type { OutageSink } from "../db/availability.js";
 
 export type ClusterEvent =
   /** The node may have leasable work: the replica holding its session runs a leasing pass. */
@@ -94,6 +95,8 @@ class PgBus extends BaseBus {
     private readonly prisma: PrismaClient,
     private readonly url: string,
     log: Logger,
+    /** A database outage is reported there once, not by every reconnect here. */
+    private readonly outage?: OutageSink,
   ) {
     super(log);
   }
@@ -130,7 +133,7 @@ class PgBus extends BaseBus {
       again(err);
       throw err;
     }
-    if (this.lost) this.log.info({ db: describe }, "cluster listener back");
+    if (this.lost) this.log.debug({ db: describe }, "cluster listener back");
     this.lost = false;
   }
 
@@ -138,7 +141,8 @@ class PgBus extends BaseBus {
     for (const part of split(event)) {
       const payload = JSON.stringify({ from: this.replicaId, event: part });
       this.prisma.$executeRaw`SELECT pg_notify(${channel}, ${payload})`.catch((err: unknown) => {
-        if (!this.closed) this.log.warn({ event: part.kind, error: (err as Error).message }, "cluster notification not sent");
+        if (!this.closed && !this.outage?.failed(err))
+          this.log.warn({ event: part.kind, error: (err as Error).message }, "cluster notification not sent");
       });
     }
   }
@@ -158,9 +162,10 @@ export async function openClusterBus(opts: {
   databaseUrl: string | undefined;
   dataDir: string;
   log: Logger;
+  outage?: OutageSink;
 }): Promise<ClusterBus> {
   if (opts.databaseUrl === undefined) return new LocalBus(opts.dataDir, opts.log);
-  const bus = new PgBus(opts.prisma, opts.databaseUrl, opts.log);
+  const bus = new PgBus(opts.prisma, opts.databaseUrl, opts.log, opts.outage);
   // A listener that cannot connect now keeps retrying; the sweeps cover meanwhile.
   await bus.start().catch(() => undefined);
   return bus;

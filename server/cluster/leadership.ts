@@ -8,6 +8,7 @@
 import pg from "pg";
 import type { Logger } from "../observability/logger.js";
 import { parsePostgresUrl, redact } from "../db/postgres-url.js";
+import type { OutageSink } from "../db/availability.js";
 
 export interface Leadership {
   /** Whether this replica runs the reconcilers now. */
@@ -34,6 +35,8 @@ class PgLeadership implements Leadership {
     private readonly replicaId: string,
     private readonly log: Logger,
     private readonly retryMs: number,
+    /** A database outage is reported there once; stepping down because of it is said at info. */
+    private readonly outage?: OutageSink,
   ) {
     const parsed = parsePostgresUrl(url);
     this.describe = parsed.describe;
@@ -91,7 +94,7 @@ class PgLeadership implements Leadership {
     this.client = undefined;
     client?.end().catch(() => undefined);
     if (this.leader && !this.closed)
-      this.log.warn(
+      this.log[this.outage?.failed(err) ? "info" : "warn"](
         { replica: this.replicaId, db: this.describe, error: redact((err as Error).message, this.secrets) },
         "stepped down from leading the reconcilers",
       );
@@ -109,9 +112,15 @@ class PgLeadership implements Leadership {
   }
 }
 
-export function openLeadership(opts: { databaseUrl: string | undefined; replicaId: string; log: Logger; retryMs?: number }): Leadership {
+export function openLeadership(opts: {
+  databaseUrl: string | undefined;
+  replicaId: string;
+  log: Logger;
+  retryMs?: number;
+  outage?: OutageSink;
+}): Leadership {
   if (opts.databaseUrl === undefined) return always;
-  const leadership = new PgLeadership(opts.databaseUrl, opts.replicaId, opts.log, opts.retryMs ?? 1_000);
+  const leadership = new PgLeadership(opts.databaseUrl, opts.replicaId, opts.log, opts.retryMs ?? 1_000, opts.outage);
   leadership.start();
   return leadership;
 }
