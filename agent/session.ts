@@ -245,9 +245,7 @@ async function runSession(store: StateStore, opts: RunOptions, opened: { value: 
       // On a connection of its own, outliving the session: the server revokes the old credential
       // as it issues the new one, which ends this session, and the answer must still arrive.
       const own = (opts.connect ?? nodeConnection)(store.current);
-      const res = await own
-        .renewCredential({ csrPem }, { signal: opts.signal, timeoutMs: replyTimeoutMs })
-        .finally(() => own.close());
+      const res = await own.renewCredential({ csrPem }, { signal: opts.signal, timeoutMs: replyTimeoutMs }).finally(() => own.close());
       checkIssued(res.certificatePem, keyPem, store.current.caPem, store.current.nodeId);
       await store.update({ keyPem, certPem: res.certificatePem });
       log.info("credential renewed; reconnecting with the new certificate");
