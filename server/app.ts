@@ -176,7 +176,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   // Replicas on one PostgreSQL: what needs a session on another replica goes through the bus, and
   // one of them at a time runs the reconcilers.
   const bus = await openClusterBus({ prisma, databaseUrl: config.databaseUrl, dataDir: config.dataDir, log, outage: db.outage });
-  const leadership = openLeadership({ databaseUrl: config.databaseUrl, replicaId: bus.replicaId, log, outage: db.outage });
+  const leadership = await openLeadership({ databaseUrl: config.databaseUrl, replicaId: bus.replicaId, log, outage: db.outage });
   const sessions = new SessionRegistry((event) => bus.publish(event));
   const heartbeats = new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3));
   const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);

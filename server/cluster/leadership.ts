@@ -19,6 +19,9 @@ export interface Leadership {
 /** The advisory lock's key (two int4 halves of "modelforge reconcilers"). */
 const lockKey = [0x6d66, 0x7263] as const;
 
+/** How long the leadership connection may take to answer. */
+const answerWithinMs = 10_000;
+
 const always: Leadership = { isLeader: () => true, close: async () => undefined };
 
 class PgLeadership implements Leadership {
@@ -48,8 +51,9 @@ class PgLeadership implements Leadership {
     return this.leader;
   }
 
-  start(): void {
-    void this.round();
+  /** The first try is awaited, so a replica alone on its database leads from its first round. */
+  async start(): Promise<void> {
+    await this.round();
   }
 
   private async round(): Promise<void> {
@@ -68,9 +72,11 @@ class PgLeadership implements Leadership {
         connectionString: this.connectionString,
         application_name: "modelforge-leadership",
         keepAlive: true,
-        connectionTimeoutMillis: this.retryMs * 3,
-        // A leader that cannot get an answer in time may have lost its lock: step down.
-        query_timeout: this.retryMs * 3,
+        connectionTimeoutMillis: answerWithinMs,
+        // A leader that cannot get an answer in time may have lost its lock: step down. (Not
+        // sooner: a busy machine answers late, and a leader that steps down for nothing leaves
+        // the reconcilers idle until it, or another, takes the lock again.)
+        query_timeout: answerWithinMs,
       });
       client.on("error", (err) => this.lose(err));
       this.client = client;
@@ -112,15 +118,15 @@ class PgLeadership implements Leadership {
   }
 }
 
-export function openLeadership(opts: {
+export async function openLeadership(opts: {
   databaseUrl: string | undefined;
   replicaId: string;
   log: Logger;
   retryMs?: number;
   outage?: OutageSink;
-}): Leadership {
+}): Promise<Leadership> {
   if (opts.databaseUrl === undefined) return always;
   const leadership = new PgLeadership(opts.databaseUrl, opts.replicaId, opts.log, opts.retryMs ?? 1_000, opts.outage);
-  leadership.start();
+  await leadership.start();
   return leadership;
 }
