@@ -20,8 +20,8 @@ import { codeName } from "../common/codes.js";
 import { collectInventory, inventoryFingerprint } from "./collectors/inventory.js";
 import { collectTelemetry } from "./collectors/telemetry.js";
 import { generateNodeKeyAndCsr } from "./pki/keys.js";
-import { readState, StateStore, StateError } from "./state.js";
-import { nodeClient } from "./transport.js";
+import { readState, StateStore, StateError, type AgentState } from "./state.js";
+import { nodeConnection, type NodeConnection } from "./transport.js";
 import { agentVersion, protocolVersion } from "./version.js";
 import { backoffDelay, renewalDue, retryAfterDelay } from "./rules.js";
 import { checkIssued } from "./enroll.js";
@@ -47,6 +47,22 @@ export interface SessionLink {
   send(message: SessionMessage): Promise<ReplyResult>;
 }
 
+/** What the session reports besides heartbeats (the agent's collectors by default). */
+export interface Reporters {
+  inventory(): ReturnType<typeof collectInventory>;
+  telemetry(): ReturnType<typeof collectTelemetry>;
+}
+
+/** Hears how sessions go (the fleet benchmark counts with it); every hook is optional. */
+export interface SessionObserver {
+  /** Welcome arrived: the session is open. */
+  established?(): void;
+  /** A session ended: `error` undefined for a clean end; `opened` whether Welcome had arrived. */
+  ended?(error: ConnectError | undefined, opened: boolean): void;
+  /** A heartbeat's answer arrived after `latencyMs` (refused: a ReplyError). */
+  heartbeat?(latencyMs: number, refused: boolean): void;
+}
+
 export interface RunOptions {
   statePath: string;
   log: Logger;
@@ -66,7 +82,14 @@ export interface RunOptions {
    */
   replyTimeoutMs?: number;
   metrics?: SessionLoopMetrics | undefined;
+  /** Opens the connection for one session (default: ./transport.ts, what `agent run` uses). */
+  connect?: (state: AgentState) => NodeConnection;
+  /** Inventory and telemetry sources; null sends heartbeats only (the fleet benchmark). */
+  reporters?: Reporters | null;
+  observer?: SessionObserver;
 }
+
+const agentReporters: Reporters = { inventory: () => collectInventory(), telemetry: () => collectTelemetry() };
 
 /** Thrown out of a session to reconnect at once (after renewal), not after a backoff. */
 class Reconnect extends Error {}
@@ -83,13 +106,16 @@ export async function runAgent(opts: RunOptions): Promise<void> {
     const state = await readState(opts.statePath);
     if (state === undefined) throw new StateError(`no agent state at ${opts.statePath}: run "agent enroll" first`);
     const store = new StateStore(opts.statePath, state);
+    const opened = { value: false };
     try {
-      await runSession(store, opts);
+      await runSession(store, opts, opened);
+      opts.observer?.ended?.(undefined, opened.value);
       attempt = 0;
       refusals.accepted();
       if (!signal.aborted) opts.metrics?.reconnecting("ended");
     } catch (err) {
       if (err instanceof Reconnect) {
+        opts.observer?.ended?.(undefined, opened.value);
         attempt = 0;
         opts.metrics?.reconnecting("renewed");
         continue;
@@ -97,6 +123,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       if (signal.aborted) break;
       const ce = ConnectError.from(err);
       opts.metrics?.reconnecting(ce.code);
+      opts.observer?.ended?.(ce, opened.value);
       // Status, method and path only: never a body or credential.
       log.warn(
         { code: codeName(ce.code), method: "Session", path: "/modelforge.agent.v1.AgentService/Session", reason: ce.rawMessage },
@@ -106,6 +133,9 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       if (refusal !== undefined) log.error({ nodeId: state.nodeId, reason: refusal.reason }, refusalAdvice(refusal, state.nodeId));
       // A server starting up answers, and says when to come back: no exponential growth for that.
       hinted = ce.code === Code.Unavailable ? retryAfterDelay(ce.metadata.get("retry-after"), opts.backoffMaxMs ?? 30_000) : undefined;
+      // A session that had opened ended under us (a server restart): the whole fleet lost it at
+      // once, so start over from the jittered base rather than from where the last outage left off.
+      if (opened.value) attempt = 0;
     }
     if (hinted !== undefined) attempt = 0;
     const delay = hinted ?? backoffDelay(attempt++, opts.backoffBaseMs ?? 500, opts.backoffMaxMs ?? 30_000);
@@ -113,11 +143,17 @@ export async function runAgent(opts: RunOptions): Promise<void> {
   }
 }
 
-async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
+/**
+ * One session, from connecting to its end. Every wait in it has a deadline: Welcome (which covers
+ * connecting and the TLS handshake: a server that accepts TCP and then says nothing, or a
+ * half-open connection, is given up on), every heartbeat's answer, and credential renewal. It
+ * throws why it ended, and always closes its connection.
+ */
+async function runSession(store: StateStore, opts: RunOptions, opened: { value: boolean }): Promise<void> {
   const { log } = opts;
   const clock = opts.clock ?? systemClock;
   const now = () => clock.now();
-  const client = nodeClient(store.current);
+  const reporters = opts.reporters === undefined ? agentReporters : opts.reporters;
   const abort = new AbortController();
   const onStop = () => abort.abort();
   opts.signal.addEventListener("abort", onStop, { once: true });
@@ -128,6 +164,10 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
       () => abort.abort(new ConnectError(`no ${what} from the server within ${replyTimeoutMs} ms`, Code.DeadlineExceeded)),
       replyTimeoutMs,
     );
+  // Armed before anything can wait: connecting, the handshake and Hello all count against it.
+  const welcomeTimer = deadline("Welcome");
+  const timers: NodeJS.Timeout[] = [welcomeTimer];
+  let connection: NodeConnection | undefined;
   const outbound = new AsyncQueue<SessionRequest>();
   const pending = new Map<bigint, { resolve(r: ReplyResult): void; reject(e: unknown): void }>();
   let nextId = 0n;
@@ -143,7 +183,6 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
       });
     },
   };
-  const timers: NodeJS.Timeout[] = [];
   let config: AgentConfig | undefined;
   let lastInventory = "";
   let lastInventoryAt = 0;
@@ -167,30 +206,40 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
     }
   };
 
-  const sendInventory = async (force: boolean) => {
-    const inv = await collectInventory();
+  const sendInventory = async (r: Reporters, force: boolean) => {
+    const inv = await r.inventory();
     const fp = inventoryFingerprint(inv);
     const due = now() - lastInventoryAt >= ms(config?.inventoryInterval, defaults.inventoryMs);
     if (!force && !due && fp === lastInventory) return;
     const sequence = await store.nextSequence("inventory");
-    const r = await publish("PutInventory", {
+    const r2 = await publish("PutInventory", {
       case: "inventory",
       value: { report: { sequence, observedAt: timestampFromMs(now()), ...inv } },
     });
-    if (r !== undefined) {
+    if (r2 !== undefined) {
       lastInventory = fp;
       lastInventoryAt = now();
     }
   };
-  const sendTelemetry = async () => {
-    const telemetry = await collectTelemetry();
+  const sendTelemetry = async (r: Reporters) => {
+    const telemetry = await r.telemetry();
     const sequence = await store.nextSequence("telemetry");
     await publish("PutTelemetry", { case: "telemetry", value: { report: { sequence, observedAt: timestampFromMs(now()), telemetry } } });
   };
   const sendHeartbeat = async () => {
     const timer = deadline("heartbeat answer");
+    const sentAt = performance.now();
     try {
-      return await publish("Heartbeat", { case: "heartbeat", value: { agentVersion, sentAt: timestampFromMs(now()) } });
+      const result = await link.send({ case: "heartbeat", value: { agentVersion, sentAt: timestampFromMs(now()) } });
+      opts.observer?.heartbeat?.(performance.now() - sentAt, result.case === "error");
+      if (result.case === "error") {
+        log.warn({ code: result.value.code, method: "Heartbeat", reason: result.value.message }, "publication refused");
+        return undefined;
+      }
+      return result;
+    } catch (err) {
+      if (!abort.signal.aborted) log.warn({ code: codeName(ConnectError.from(err).code), method: "Heartbeat" }, "publication failed");
+      return undefined;
     } finally {
       clearTimeout(timer);
     }
@@ -200,7 +249,10 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
     (renewing ??= (async () => {
       log.info({ reason }, "renewing credential");
       const { keyPem, csrPem } = generateNodeKeyAndCsr();
-      const res = await client.renewCredential({ csrPem });
+      // On a connection of its own, outliving the session: the server revokes the old credential
+      // as it issues the new one, which ends this session, and the answer must still arrive.
+      const own = (opts.connect ?? nodeConnection)(store.current);
+      const res = await own.renewCredential({ csrPem }, { signal: opts.signal, timeoutMs: replyTimeoutMs }).finally(() => own.close());
       checkIssued(res.certificatePem, keyPem, store.current.caPem, store.current.nodeId);
       await store.update({ keyPem, certPem: res.certificatePem });
       log.info("credential renewed; reconnecting with the new certificate");
@@ -240,14 +292,15 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
       },
     }),
   );
-  const welcomeTimer = deadline("Welcome");
-  timers.push(welcomeTimer);
   try {
-    for await (const res of client.session(outbound, { signal: abort.signal })) {
+    connection = (opts.connect ?? nodeConnection)(store.current);
+    for await (const res of connection.session(outbound, { signal: abort.signal })) {
       const m = res.message;
       switch (m.case) {
         case "welcome": {
           clearTimeout(welcomeTimer);
+          opened.value = true;
+          opts.observer?.established?.();
           config = m.value.config;
           log.info({ nodeId: m.value.nodeId, serverVersion: m.value.serverVersion }, "session established");
           await catchUpSequences(store, m.value.streamSequences);
@@ -258,14 +311,16 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
             if (r?.case === "heartbeat") follow(r.value.instructions);
             checkRenewal();
           });
-          every(ms(config?.telemetryInterval, defaults.telemetryMs), async () => {
-            await sendTelemetry();
-            await sendInventory(false);
-          });
           void sendHeartbeat();
-          void sendInventory(true)
-            .then(sendTelemetry)
-            .catch((err: unknown) => log.warn({ error: (err as Error).message }, "first report failed"));
+          if (reporters !== null) {
+            every(ms(config?.telemetryInterval, defaults.telemetryMs), async () => {
+              await sendTelemetry(reporters);
+              await sendInventory(reporters, false);
+            });
+            void sendInventory(reporters, true)
+              .then(() => sendTelemetry(reporters))
+              .catch((err: unknown) => log.warn({ error: (err as Error).message }, "first report failed"));
+          }
           break;
         }
         case "reply": {
@@ -299,6 +354,9 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
     for (const p of pending.values()) p.reject(new ConnectError("session closed", Code.Unavailable));
     opts.signal.removeEventListener("abort", onStop);
     abort.abort();
+    connection?.close();
+    // A renewal under way decides which certificate the next session presents (bounded by its deadline).
+    await renewing;
   }
   if (abort.signal.reason instanceof Reconnect || abort.signal.reason instanceof ConnectError) throw abort.signal.reason;
 }

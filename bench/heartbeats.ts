@@ -4,8 +4,8 @@
 //
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
 //   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB,
-//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP, RESTART, METRICS,
-//    SCRAPE in the environment)
+//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP, RESTART(S), RESTART_MODE,
+//    REPLY_TIMEOUT, METRICS, SCRAPE in the environment)
 //
 // Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
 // <= 100 KiB server RSS after GC per connected agent.
@@ -57,9 +57,15 @@ const CLIENT = param("CLIENT", "raw");
 if (CLIENT !== "raw" && CLIENT !== "connect") throw new Error(`CLIENT must be "raw" or "connect", not "${CLIENT}"`);
 // HEAP=1: heap snapshots before and after (after the RSS readings; they disturb later ones).
 const HEAP = param("HEAP", "0") === "1";
-// RESTART=1: after the steady window, stop the server (gracefully: sessions end with unavailable)
-// and start a new one on the same port; report how long the fleet takes to come back.
-const RESTART = param("RESTART", "0") === "1";
+// RESTARTS=N (RESTART=1 is RESTARTS=1): after the steady window, N times: stop the server and
+// start a new one on the same port, and report how many agents are back and when, counted from
+// the new server being ready. RESTART_MODE: graceful (sessions end with unavailable), kill
+// (SIGKILL: connections cut, nothing said), or alternate (default: graceful, kill, graceful, ...).
+const RESTARTS = numParam("RESTARTS", param("RESTART", "0") === "1" ? 1 : 0);
+const RESTART_MODE = param("RESTART_MODE", "alternate");
+if (!["graceful", "kill", "alternate"].includes(RESTART_MODE)) throw new Error(`RESTART_MODE must be graceful, kill or alternate`);
+// The agents' reply deadline (the agent's MODELFORGE_AGENT_REPLY_TIMEOUT, default 30 s).
+const REPLY_TIMEOUT = numParam("REPLY_TIMEOUT", 30_000);
 // METRICS=1: the server serves its Prometheus endpoint and the bench scrapes it every SCRAPE
 // seconds (0: never) through the steady window, as a Prometheus server would
 // (bench/metrics-cost.ts compares).
@@ -127,6 +133,8 @@ function startServerChild(extraFlags: string[] = [], floor = false, port = 0): R
       MODELFORGE_DATA_DIR: join(dir, "data"),
       MODELFORGE_CERTS_DIR: join(dir, "certs"),
       MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"),
+      // The agents heartbeat at the interval Welcome gives them: the agent's own cadence code.
+      MODELFORGE_HEARTBEAT_INTERVAL: `${Math.round(intervalMs)}ms`,
       DATABASE_URL: databaseUrl,
       BENCH_FLOOR: FLOOR,
       ...(METRICS ? { MODELFORGE_METRICS_ADDRESS: `127.0.0.1:${metricsPort}` } : {}),
@@ -160,7 +168,7 @@ try {
   if (param("LOOP_COSTS", "1") === "1") {
     const c = await server.call<Record<string, number>>("loopCosts", { rounds: 5, opens: 200 }, 300_000);
     const perSecond = c.flushAllMs! + c.reconcileLivenessMs! + c.closeRevokedSessionsMs! + c.jobsSweepMs!;
-    const perOpen = c.authorizeNodeMs! + c.sessionCursorsMs! + c.sessionHelloUpdateMs! + c.jobsSessionOpenedMs!;
+    const perOpen = c.sessionOpenMs!;
     log(
       `server loop costs at ${c.nodes} nodes, ms per call: heartbeat flush (all nodes) ${ms(c.flushAllMs!)}, reconcileLiveness ${ms(c.reconcileLivenessMs!)}, ` +
         `revoked-session sweep ${ms(c.closeRevokedSessionsMs!)}, jobs sweep ${ms(c.jobsSweepMs!)} => ${ms(perSecond)} ms per second of wall time at the 1 s intervals`,
@@ -169,8 +177,8 @@ try {
       `liveness transitions when a fleet connects: ${c.livenessTransitions} in ${ms(c.firstReconcileMs!)} ms (${ms(c.firstReconcileMs! / Math.max(1, c.livenessTransitions!))} ms each)`,
     );
     log(
-      `session open, ms per query: authorizeNode ${ms(c.authorizeNodeMs!)}, cursors ${ms(c.sessionCursorsMs!)}, hello update ${ms(c.sessionHelloUpdateMs!)}, ` +
-        `jobs.sessionOpened ${ms(c.jobsSessionOpenedMs!)} => ${ms(perOpen)} ms, at most ~${Math.round(1000 / perOpen)} session opens/s from the database alone`,
+      `session open: its one query (loadOpeningState) ${ms(perOpen)} ms, at most ~${Math.round(1000 / perOpen)} session opens/s from the database alone, one at a time; ` +
+        `Prisma round trip floor (SELECT 1) ${ms(c.roundTripMs!)} ms`,
     );
   }
   await server.call("stop", {}, 60_000);
@@ -210,13 +218,53 @@ try {
         caPem: info.caPem,
         keyPem,
         agents: identities.filter((_, j) => j % WORKERS === i),
-        intervalMs,
+        replyTimeoutMs: REPLY_TIMEOUT,
         connectPerSec: RAMP / WORKERS,
         noDelay: NODELAY,
         client: CLIENT,
       }),
     ),
   );
+
+  // 3b. Session opens per second, against the TLS handshake floor of the same server (same key
+  // type, same client certificates), alternating, OPEN_ROUNDS rounds of each.
+  const OPEN_ROUNDS = numParam("OPEN_ROUNDS", 3);
+  if (OPEN_ROUNDS > 0) {
+    const count = Math.max(50, Math.min(numParam("OPENS", 1000), AGENTS));
+    const concurrency = numParam("OPEN_CONCURRENCY", 32);
+    const rates = { tls: [] as number[], session: [] as number[] };
+    for (let round = 0; round < OPEN_ROUNDS; round++) {
+      for (const kind of ["tls", "session"] as const) {
+        const cpuBefore = await server.call<ServerStats>("stats", {});
+        const rs = await Promise.all(
+          workers.map((w) =>
+            w.call<{ count: number; failed: number; ms: number }>(
+              "opens",
+              { count: Math.ceil(count / WORKERS), concurrency, session: kind === "session" },
+              300_000,
+            ),
+          ),
+        );
+        const cpuAfter = await server.call<ServerStats>("stats", {});
+        const done = rs.reduce((x, r) => x + r.count - r.failed, 0);
+        const rate = (done / Math.max(...rs.map((r) => r.ms))) * 1000;
+        rates[kind].push(rate);
+        const cores = coresUsed(cpuBefore.cpu, cpuAfter.cpu, cpuAfter.at - cpuBefore.at);
+        log(
+          `${kind === "tls" ? "TLS handshakes" : "session opens"}: ${rate.toFixed(0)}/s (${done} in ${WORKERS} workers x ${concurrency} at a time, ${rs.reduce((x, r) => x + r.failed, 0)} failed); ` +
+            `server ${cores.toFixed(2)} cores, ${((cores * 1000) / Math.max(1, rate)).toFixed(2)} ms CPU each; load average ${loadavg()[0]!.toFixed(1)}`,
+        );
+      }
+    }
+    const med = (v: number[]) => [...v].sort((x, y) => x - y)[Math.floor(v.length / 2)]!;
+    const spread = (v: number[]) => `median ${med(v).toFixed(0)}, range ${Math.min(...v).toFixed(0)}-${Math.max(...v).toFixed(0)}`;
+    console.log(
+      `session opens/s:         ${spread(rates.session)} over ${OPEN_ROUNDS} runs; TLS handshake floor (RSA, client certificate) ${spread(rates.tls)}; ` +
+        `ratio ${(med(rates.session) / med(rates.tls)).toFixed(2)}; target >= 400/s: ${med(rates.session) >= 400 ? "met" : "NOT met"}; load average ${loadavg()
+          .map((l) => l.toFixed(1))
+          .join(" ")}`,
+    );
+  }
 
   // 4. Ramp: half the agents, memory after GC, then the rest (so memory per agent is also
   // measured as the slope between the two, which the baseline's own noise does not touch).
@@ -229,7 +277,7 @@ try {
     "revokedSessionSweeper",
     "sweep",
     "sessionOpened",
-    "authorizeNode",
+    "loadOpeningState",
     "contextValues",
     "peerOf",
     "onStreamRead",
@@ -252,7 +300,7 @@ try {
         `ramp: ${counts.connected} connected (server: ${s.connected}), ${counts.retries} retries, ${counts.failed} gave up; ` +
           `server ${cores.toFixed(2)} cores, RSS ${mib(s.mem.rss)} MiB, loop delay max ${ms(s.loopDelayMs.max)} ms`,
       );
-      if (counts.connected + counts.failed + counts.ended >= target || performance.now() > deadline) break;
+      if (counts.connected + counts.failed >= target || performance.now() > deadline) break;
     }
   };
   const halfPerWorker = Math.ceil(AGENTS / 2 / WORKERS);
@@ -403,41 +451,64 @@ try {
     })}`,
   );
 
-  // 8. Restart: the whole fleet reconnects, each agent with its own jittered backoff.
-  if (RESTART) {
-    const stopAt = performance.now();
+  // 8. Restarts: the whole fleet reconnects, each agent with the agent's own jittered backoff.
+  const recoveries: { mode: string; readyS: number; backS: number | null; leftBehind: number }[] = [];
+  for (let r = 1; r <= RESTARTS; r++) {
+    const mode = RESTART_MODE === "alternate" ? (r % 2 === 1 ? "graceful" : "kill") : RESTART_MODE;
     const before = await sumCounts(workers);
-    await server.call("stop", {}, 60_000);
+    const stopAt = performance.now();
+    if (mode === "kill") server.child.kill("SIGKILL");
+    else await server.call("stop", {}, 60_000);
     await server.exit();
-    log(`restart: server stopped in ${((performance.now() - stopAt) / 1000).toFixed(1)} s; starting a new one on the same port`);
     server = startServerChild([], FLOOR !== "", Number(new URL(info.url).port));
     await server.waitFor("ready", 120_000);
-    log(`restart: new server ready ${((performance.now() - stopAt) / 1000).toFixed(1)} s after the stop`);
+    const readyAt = performance.now();
+    await server.call("knownNodes");
     let previous = await server.call<ServerStats>("stats", {});
     const cpuFrom = previous;
-    const deadline = performance.now() + 180_000;
+    // Targets: all back within 20 s (graceful) or 30 s (kill) of ready; looked at for 60 s more.
+    const deadline = readyAt + 90_000;
+    const marks = new Map<number, number>();
     let now = await sumCounts(workers);
-    while (now.connected < AGENTS && now.connected + now.failed < AGENTS && performance.now() < deadline) {
-      await sleep(2000);
+    while (now.connected < AGENTS && performance.now() < deadline) {
+      await sleep(500);
       now = await sumCounts(workers);
-      const st = await server.call<ServerStats>("stats", {});
-      log(
-        `restart: ${now.connected} connected, ${now.retries - before.retries} retries, ${now.failed} gave up; server ${coresUsed(previous.cpu, st.cpu, st.at - previous.at).toFixed(2)} cores`,
-      );
-      previous = st;
+      const afterReady = (performance.now() - readyAt) / 1000;
+      for (const f of [0.5, 0.9, 0.99]) if (!marks.has(f) && now.connected >= f * AGENTS) marks.set(f, afterReady);
+      if (Math.round(afterReady * 2) % 10 === 0) {
+        const st = await server.call<ServerStats>("stats", {});
+        log(
+          `restart ${r} (${mode}): ${now.connected} connected (server: ${st.connected}), ${now.retries - before.retries} retries, ${now.failed} gave up; ` +
+            `server ${coresUsed(previous.cpu, st.cpu, st.at - previous.at).toFixed(2)} cores`,
+        );
+        previous = st;
+      }
     }
-    const backS = (performance.now() - stopAt) / 1000;
-    const cores = coresUsed(cpuFrom.cpu, previous.cpu, previous.at - cpuFrom.at);
-    console.log(
-      `restart:                 ${now.connected} of ${AGENTS} agents back ${backS.toFixed(1)} s after the stop (${now.retries - before.retries} retries, ${now.failed} gave up), ` +
-        `server ${cores.toFixed(2)} cores meanwhile${failureText(
-          Object.fromEntries(
-            Object.entries(now.failures)
-              .map(([k, n]) => [k, n - (before.failures[k] ?? 0)])
-              .filter(([, n]) => (n as number) > 0),
-          ),
-        )}`,
+    const backS = now.connected >= AGENTS ? (performance.now() - readyAt) / 1000 : null;
+    const st = await server.call<ServerStats>("stats", {});
+    const cores = coresUsed(cpuFrom.cpu, st.cpu, st.at - cpuFrom.at);
+    const readyS = (readyAt - stopAt) / 1000;
+    recoveries.push({ mode, readyS, backS, leftBehind: AGENTS - now.connected });
+    const delta = Object.fromEntries(
+      Object.entries(now.failures)
+        .map(([k, n]) => [k, n - (before.failures[k] ?? 0)])
+        .filter(([, n]) => (n as number) > 0),
     );
+    console.log(
+      `restart ${r} (${mode}): new server ready ${readyS.toFixed(1)} s after the stop; ${now.connected} of ${AGENTS} agents back ` +
+        `(50% at ${marks.get(0.5)?.toFixed(1) ?? "-"} s, 90% at ${marks.get(0.9)?.toFixed(1) ?? "-"} s, 99% at ${marks.get(0.99)?.toFixed(1) ?? "-"} s, ` +
+        `all at ${backS?.toFixed(1) ?? "NOT within 90"} s after ready); ${AGENTS - now.connected} left behind, ${now.failed} gave up, ` +
+        `${now.retries - before.retries} failed attempts; server ${cores.toFixed(2)} cores meanwhile; load average ${loadavg()[0]!.toFixed(1)}${failureText(delta)}`,
+    );
+  }
+  if (recoveries.length > 0) {
+    const limit = (m: string) => (m === "kill" ? 30 : 20);
+    const met = recoveries.every((x) => x.leftBehind === 0 && x.backS !== null && x.backS <= limit(x.mode));
+    console.log(
+      `restarts: ${recoveries.length}, left behind ${recoveries.reduce((a, x) => a + x.leftBehind, 0)} in all; all back after ready (s): ` +
+        `${recoveries.map((x) => `${x.mode} ${x.backS?.toFixed(1) ?? "never"}`).join(", ")}; target (0 behind, <= 20 s graceful, <= 30 s kill): ${met ? "met" : "NOT met"}`,
+    );
+    console.log(`RESULT ${JSON.stringify({ bench: "heartbeats-restarts", agents: AGENTS, recoveries })}`);
   }
 
   // 9. Tear down: agents end their streams, then the server stops.

@@ -47,6 +47,9 @@ import { loadConsole } from "./ui/static.js";
 import { ServerMetrics } from "./observability/metrics.js";
 import { fleetCounts } from "./observability/metrics-db.js";
 import { serveMetrics, type MetricsEndpoint } from "../common/metrics-endpoint.js";
+import { openClusterBus } from "./cluster/bus.js";
+import { followCluster } from "./cluster/follow.js";
+import { openLeadership } from "./cluster/leadership.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -143,7 +146,15 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   // scanners at debug. After a reset the TLS socket has lost its address and byte count; the raw
   // socket under it (Node's `_parent`) keeps both, once its address was read on connection (cached).
   const handshakeFailures = new FloodLogger(log, "TLS handshake failed", floodPolicy);
-  server.on("connection", (raw: Socket) => void raw.remoteAddress);
+  // Raw sockets are tracked too: at the end of the shutdown grace every one is destroyed, since an
+  // HTTP/2 session's own close waits for its socket to flush, which a half-open peer never lets
+  // happen (nor does one stuck in its TLS handshake ever become a session).
+  const sockets = new Set<Socket>();
+  server.on("connection", (raw: Socket) => {
+    void raw.remoteAddress;
+    sockets.add(raw);
+    raw.once("close", () => sockets.delete(raw));
+  });
   server.on("tlsClientError", (err: NodeJS.ErrnoException, socket: TLSSocket) => {
     const raw = (socket as TLSSocket & { _parent?: Socket })._parent;
     const peer = socket.remoteAddress ?? raw?.remoteAddress ?? "unknown";
@@ -185,7 +196,11 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   // Each feature is built from the narrow collaborators it uses; nothing reaches back here.
   const prisma = db.prisma;
   const shutdown = new AbortController();
-  const sessions = new SessionRegistry();
+  // Replicas on one PostgreSQL: what needs a session on another replica goes through the bus, and
+  // one of them at a time runs the reconcilers.
+  const bus = await openClusterBus({ prisma, databaseUrl: config.databaseUrl, dataDir: config.dataDir, log, outage: db.outage });
+  const leadership = await openLeadership({ databaseUrl: config.databaseUrl, replicaId: bus.replicaId, log, outage: db.outage });
+  const sessions = new SessionRegistry((event) => bus.publish(event));
   const heartbeats = new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3));
   const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);
   const profiles = new RuntimeProfiles({ prisma, clock });
@@ -202,6 +217,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   });
   const admission = new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued);
   metrics?.observe({ sessions, admission, fleet: () => fleetCounts(prisma) });
+  followCluster(bus, { sessions, jobs });
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
   const deployments = new DeploymentController({ prisma, clock, log, jobs });
   const reconcileDeployment = (id: string) => deployments.reconcile(id);
@@ -239,6 +255,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       defaultTtlMs: config.enrollmentTokenTtlMs,
       join: { serverUrl: publicUrlOf(config, port), caFingerprint: ca.fingerprint },
       watchIntervalMs: config.reconcileIntervalMs,
+      replicaId: bus.replicaId,
       shutdown: shutdown.signal,
     },
     {
@@ -271,15 +288,39 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   handle = connect;
   serveSession = (stream, headers) => serveGrpcSession(agentDeps, stream, headers, log);
   health.setServing();
-  log.info({ url, database: db.describe }, "control plane ready");
+  log.info({ url, database: db.describe, replica: bus.replicaId }, "control plane ready");
 
-  const flush = () => (metrics ? metrics.flushed(() => heartbeats.flush(prisma)) : heartbeats.flush(prisma));
+  const holderOf = (nodeId: string) => (sessions.isConnected(nodeId) ? bus.replicaId : null);
   const stopLoops = [
-    every(clock, config.livenessFlushIntervalMs, "heartbeat flush", log, () => flush(), db.outage),
-    every(clock, config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness({ prisma, clock, liveness, log }), db.outage),
+    every(
+      clock,
+      config.livenessFlushIntervalMs,
+      "heartbeat flush",
+      log,
+      () =>
+        metrics
+          ? metrics.flushed(() => heartbeats.flush(prisma, holderOf, bus.replicaId))
+          : heartbeats.flush(prisma, holderOf, bus.replicaId),
+      db.outage,
+    ),
+    every(
+      clock,
+      config.reconcileIntervalMs,
+      "liveness",
+      log,
+      async () => leadership.isLeader() && (await reconcileLiveness({ prisma, clock, liveness, log })),
+      db.outage,
+    ),
     every(clock, config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper({ prisma, clock, sessions }), db.outage),
-    every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep(), db.outage),
-    every(clock, config.reconcileIntervalMs, "deployments", log, () => deployments.sweep(), db.outage),
+    every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep(leadership.isLeader()), db.outage),
+    every(
+      clock,
+      config.reconcileIntervalMs,
+      "deployments",
+      log,
+      async () => leadership.isLeader() && (await deployments.sweep()),
+      db.outage,
+    ),
   ];
 
   let stopping: Promise<void> | undefined;
@@ -292,11 +333,16 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       for (const c of connections) c.close();
       const timer = setTimeout(() => {
         for (const c of connections) c.destroy();
+        for (const raw of sockets) raw.destroy();
       }, config.shutdownGraceMs);
       await closed;
       clearTimeout(timer);
       await Promise.all(stopLoops.map((stopLoop) => stopLoop()));
-      await heartbeats.flush(prisma).catch((err: unknown) => log.warn({ error: (err as Error).message }, "final heartbeat flush failed"));
+      await leadership.close();
+      await bus.close();
+      await heartbeats
+        .flush(prisma, holderOf)
+        .catch((err: unknown) => log.warn({ error: (err as Error).message }, "final heartbeat flush failed"));
       await db.close();
       await metricsEndpoint?.close();
       log.info("stopped");

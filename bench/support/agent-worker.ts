@@ -1,32 +1,33 @@
-// Bench-only load generator process: simulates agents, each with its own certificate, its own
-// HTTP/2 + TLS connection and one Session stream. Each agent says Hello, waits for Welcome, then
-// sends a heartbeat every `intervalMs` at a random phase and times the matching Reply by
-// message_id. A session that fails is opened again after the agent's own backoff
-// (agent/rules.ts: exponential, full jitter, 500 ms base), at most 8 times. Driven over IPC by
-// bench/heartbeats.ts.
+// Bench-only load generator process: agents, each with its own state file, certificate, HTTP/2 +
+// TLS connection and Session stream, each run by the agent's own loop (agent/session.ts runAgent:
+// Hello, Welcome, heartbeats at the server's interval with their reply deadline, reconnect with
+// the agent's backoff and jitter, forever). No inventory or telemetry: heartbeats only. Driven
+// over IPC by bench/heartbeats.ts.
 //
-// Two clients, same bytes on the wire (gRPC over HTTP/2, protobuf-es messages):
-// - "connect": what the agent runs, a Connect gRPC transport per agent (connect-node keeps one
-//   Http2SessionManager, so one connection, per transport) with agent/transport.ts's pings;
-// - "raw": node:http2 per agent with gRPC's 5-byte message framing done here, about a third of the
-//   CPU per message, so the load generator leaves more of the two cores to the server.
+// Two transports under the same loop, same bytes on the wire (gRPC over HTTP/2):
+// - "connect": what `agent run` uses (agent/transport.ts nodeConnection);
+// - "raw" (default): node:http2 with gRPC's 5-byte framing done here, about a third of the CPU per
+//   message, so the load generator leaves more of the two cores to the server.
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
-import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { pino } from "pino";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
   AgentService,
   SessionRequestSchema,
   SessionResponseSchema,
-  type SessionRequest,
   type SessionResponse,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AsyncQueue } from "../../common/queue.js";
+import { runAgent } from "../../agent/session.js";
 import { agentVersion, protocolVersion } from "../../agent/version.js";
-import { backoffDelay } from "../../agent/rules.js";
+import { nodeConnection, type NodeConnection } from "../../agent/transport.js";
+import { writeState, type AgentState } from "../../agent/state.js";
 import { emit, serve } from "./ipc.js";
 import { FrameReader, frame } from "../../server/sessions/session-grpc.js";
 
@@ -35,262 +36,245 @@ interface Setup {
   caPem: string;
   keyPem: string;
   agents: { nodeId: string; certPem: string }[];
-  intervalMs: number;
   /** New connections per second from this worker. */
   connectPerSec: number;
   /** TCP_NODELAY on the agents' sockets (the real agent leaves Nagle on). */
   noDelay: boolean;
   client: "connect" | "raw";
-}
-
-type Message = MessageInitShape<typeof SessionRequestSchema>;
-
-/** One open Session, whichever client carries it. */
-interface Link {
-  send(message: SessionRequest): void;
-  /** Half-closes: the server then ends its side. */
-  end(): void;
-  /** Gives up on the connection at once, failing with `err`. */
-  abort(err: ConnectError): void;
+  /** The agent's reply deadline (MODELFORGE_AGENT_REPLY_TIMEOUT; default 30 s as the agent). */
+  replyTimeoutMs?: number;
 }
 
 let setup: Setup;
 let measuring = false;
 let latencies: number[] = [];
 const counts = { sent: 0, acked: 0, refused: 0, connected: 0, failed: 0, ended: 0, retries: 0 };
-/** A real agent retries forever; enough here to ride out a server restart (RESTART=1). */
-const MAX_ATTEMPTS = 20;
-/** The agent's default reply timeout. */
-const WELCOME_TIMEOUT_MS = 30_000;
 let windowCounts = { sent: 0, acked: 0, refused: 0 };
 const failures = new Map<string, number>();
 const loopDelay = monitorEventLoopDelay({ resolution: 5 });
 let cpuAtMeasure = process.cpuUsage();
 let measureStartedAt = 0;
-const abort = new AbortController();
-setMaxListeners(0, abort.signal); // one listener per agent's call
-const agents: SimAgent[] = [];
+const stop = new AbortController();
+setMaxListeners(0, stop.signal); // one listener per agent's session
+const quiet = pino({ level: "silent" });
+const dir = mkdtempSync(join(tmpdir(), "mf-bench-agents-"));
+const agents: { statePath: string; connected: boolean; running?: Promise<void> }[] = [];
 let started = 0;
 
-class SimAgent {
-  private link: Link | undefined;
-  private readonly pending = new Map<bigint, number>();
-  private attempt = 0;
-  private nextId = 0n;
-  private timer: NodeJS.Timeout | undefined;
-  state: "idle" | "connecting" | "connected" | "failed" | "ended" = "idle";
-  private settled!: () => void;
-  readonly done = new Promise<void>((resolve) => (this.settled = resolve));
-
-  constructor(private readonly agent: { nodeId: string; certPem: string }) {}
-
-  start(): void {
-    this.state = "connecting";
-    this.pending.clear();
-    const open = setup.client === "raw" ? openRaw : openConnect;
-    const link = open(
-      this.agent,
-      (m) => this.onMessage(m),
-      (state, err) => this.finish(state, err),
-    );
-    this.link = link;
-    // As the agent (MODELFORGE_AGENT_REPLY_TIMEOUT): no Welcome in time, give up and retry.
-    this.timer = setTimeout(() => {
-      if (this.state === "connecting" && this.link === link)
-        link.abort(new ConnectError(`no Welcome within ${WELCOME_TIMEOUT_MS} ms`, Code.DeadlineExceeded));
-    }, WELCOME_TIMEOUT_MS);
-    this.link.send(
-      create(SessionRequestSchema, {
-        messageId: ++this.nextId,
-        message: { case: "hello", value: { protocolVersion, agentVersion, capabilities: [], runningJobIds: [] } },
-      }),
-    );
-  }
-
-  private onMessage(res: SessionResponse): void {
-    const m = res.message;
-    if (m.case === "welcome") {
-      clearTimeout(this.timer);
-      this.state = "connected";
-      this.attempt = 0;
-      counts.connected++;
-      // A random phase spreads the fleet evenly over the interval.
-      this.timer = setTimeout(() => {
-        this.beat();
-        this.timer = setInterval(() => this.beat(), setup.intervalMs);
-      }, Math.random() * setup.intervalMs);
-    } else if (m.case === "reply") {
-      const sentAt = this.pending.get(m.value.messageId);
-      if (sentAt === undefined) return;
-      this.pending.delete(m.value.messageId);
-      if (m.value.result.case === "error") {
-        counts.refused++;
-        if (measuring) windowCounts.refused++;
-        return;
-      }
-      counts.acked++;
-      if (measuring && sentAt >= measureStartedAt) {
-        windowCounts.acked++;
-        latencies.push(performance.now() - sentAt);
-      }
-    }
-  }
-
-  private beat(): void {
-    const messageId = ++this.nextId;
-    const message: Message = { messageId, message: { case: "heartbeat", value: { agentVersion, sentAt: timestampFromMs(Date.now()) } } };
-    this.pending.set(messageId, performance.now());
-    this.link?.send(create(SessionRequestSchema, message));
-    counts.sent++;
-    if (measuring) windowCounts.sent++;
-    // A reply that never comes would otherwise grow the map forever.
-    if (this.pending.size > 100) this.pending.clear();
-  }
-
-  private finish(state: "ended" | "failed", err: unknown): void {
-    if (this.state === "ended" || this.state === "failed") return;
-    if (this.state === "connected") counts.connected--;
-    clearTimeout(this.timer);
-    clearInterval(this.timer);
-    this.link = undefined;
-    if (state === "failed" && !abort.signal.aborted) {
-      const ce = ConnectError.from(err);
-      // Correlation ids differ per call; the rest of the message says what failed.
-      const key = `${Code[ce.code]}: ${ce.rawMessage.replace(/\(request [0-9a-f-]+\)/, "(request …)").slice(0, 100)}`;
-      failures.set(key, (failures.get(key) ?? 0) + 1);
-      if (++this.attempt < MAX_ATTEMPTS) {
-        counts.retries++;
-        this.state = "connecting";
-        this.timer = setTimeout(() => this.start(), backoffDelay(this.attempt, 500, 30_000));
-        return;
-      }
-      counts.failed++;
-      this.state = "failed";
-    } else {
-      counts.ended++;
-      this.state = "ended";
-    }
-    this.settled();
-  }
-
-  end(): void {
-    clearTimeout(this.timer);
-    clearInterval(this.timer);
-    if (this.link === undefined) {
-      if (this.state !== "ended" && this.state !== "failed") this.finish("ended", undefined);
-      return;
-    }
-    this.link.end();
-  }
+function failureKey(err: ConnectError): string {
+  // Correlation ids differ per call; the rest of the message says what failed.
+  return `${Code[err.code]}: ${err.rawMessage.replace(/\(request [0-9a-f-]+\)/, "(request …)").slice(0, 100)}`;
 }
 
-/** The agent's own client: a Connect gRPC transport of its own. */
-function openConnect(
-  agent: { certPem: string },
-  onMessage: (m: SessionResponse) => void,
-  onEnd: (state: "ended" | "failed", err?: unknown) => void,
-): Link {
-  const transport = createGrpcTransport({
-    baseUrl: setup.url,
-    nodeOptions: { ca: setup.caPem, cert: agent.certPem, key: setup.keyPem, ...(setup.noDelay ? { noDelay: true } : {}) },
-    // As agent/transport.ts.
-    pingIntervalMs: 15_000,
-    pingTimeoutMs: 10_000,
-  });
-  const outbound = new AsyncQueue<SessionRequest>();
-  const client = createClient(AgentService, transport);
-  const stop = new AbortController();
-  void (async () => {
-    try {
-      for await (const res of client.session(outbound, { signal: AbortSignal.any([abort.signal, stop.signal]) })) onMessage(res);
-      onEnd("ended");
-    } catch (err) {
-      onEnd("failed", err);
-    }
-  })();
-  return {
-    send: (m) => void outbound.push(m),
-    end: () => outbound.end(),
-    abort(err) {
-      onEnd("failed", err);
-      stop.abort(err);
+function startAgent(a: (typeof agents)[number]): void {
+  a.running = runAgent({
+    statePath: a.statePath,
+    log: quiet,
+    signal: stop.signal,
+    reporters: null,
+    ...(setup.replyTimeoutMs !== undefined ? { replyTimeoutMs: setup.replyTimeoutMs } : {}),
+    connect: setup.client === "raw" ? rawConnection : (s) => nodeConnection(s),
+    observer: {
+      established() {
+        a.connected = true;
+        counts.connected++;
+      },
+      ended(err, opened) {
+        if (a.connected) counts.connected--;
+        a.connected = false;
+        if (stop.signal.aborted) return;
+        if (err === undefined) {
+          if (opened) counts.ended++;
+          return;
+        }
+        counts.retries++;
+        failures.set(failureKey(err), (failures.get(failureKey(err)) ?? 0) + 1);
+      },
+      heartbeat(latencyMs, refused) {
+        counts.sent++;
+        if (measuring) windowCounts.sent++;
+        if (refused) {
+          counts.refused++;
+          if (measuring) windowCounts.refused++;
+          return;
+        }
+        counts.acked++;
+        if (measuring && performance.now() - latencyMs >= measureStartedAt) {
+          windowCounts.acked++;
+          latencies.push(latencyMs);
+        }
+      },
     },
-  };
+  }).catch((err: unknown) => {
+    // The loop only ends on stop; anything else is an agent that gave up, which must be seen.
+    counts.failed++;
+    failures.set(`gave up: ${(err as Error).message}`.slice(0, 100), 1);
+  });
 }
 
 const sessionPath = `/${AgentService.typeName}/Session`;
 
-/** node:http2 with gRPC framing by hand: [0][uint32 length][protobuf]. */
-function openRaw(
-  agent: { certPem: string },
-  onMessage: (m: SessionResponse) => void,
-  onEnd: (state: "ended" | "failed", err?: unknown) => void,
-): Link {
-  let ended = false;
-  const end = (state: "ended" | "failed", err?: unknown) => {
-    if (ended) return;
-    ended = true;
-    session.close();
-    onEnd(state, err);
-  };
-  const session = http2.connect(setup.url, {
-    ca: setup.caPem,
-    cert: agent.certPem,
-    key: setup.keyPem,
+/** node:http2 with gRPC framing by hand, [0][uint32 length][protobuf], under the agent's loop. */
+function rawConnection(state: AgentState): NodeConnection {
+  const conn = http2.connect(state.serverUrl, {
+    ca: state.caPem,
+    cert: state.certPem,
+    key: state.keyPem,
     ...(setup.noDelay ? { noDelay: true } : {}),
   });
-  session.on("error", (err) => end("failed", new ConnectError(err.message, Code.Unavailable)));
-  const stream = session.request({
-    ":method": "POST",
-    ":path": sessionPath,
-    "content-type": "application/grpc+proto",
-    te: "trailers",
-    "user-agent": "modelforge-bench-raw",
-  });
-  let status: string | undefined;
-  let message = "";
-  const grpcStatus = (h: http2.IncomingHttpHeaders) => {
-    if (h["grpc-status"] !== undefined) {
-      status = String(h["grpc-status"]);
-      message = decodeURIComponent(String(h["grpc-message"] ?? ""));
-    }
-  };
-  stream.on("response", (h) => {
-    if (h[":status"] !== 200) status = String(Code.Unknown);
-    grpcStatus(h);
-  });
-  stream.on("trailers", grpcStatus);
-  const reader = new FrameReader();
-  stream.on("data", (chunk: Buffer) => {
-    for (const bytes of reader.push(chunk)) onMessage(fromBinary(SessionResponseSchema, bytes));
-  });
-  stream.on("error", (err) => end("failed", new ConnectError(err.message, Code.Unavailable)));
-  stream.on("close", () => {
-    if (status === undefined || status === "0") end("ended");
-    else end("failed", new ConnectError(message, Number(status) as Code));
-  });
+  const out = new AsyncQueue<SessionResponse>();
+  conn.on("error", (err) => out.fail(new ConnectError(err.message, Code.Unavailable)));
+  // A connection that closes under an open stream without a status is a failure, never a clean end.
+  conn.on("close", () => out.fail(new ConnectError("connection closed", Code.Unavailable)));
   return {
-    send(m) {
-      stream.write(frame(toBinary(SessionRequestSchema, m)));
+    async *session(requests, { signal }) {
+      const stream = conn.request({
+        ":method": "POST",
+        ":path": sessionPath,
+        "content-type": "application/grpc+proto",
+        te: "trailers",
+        "user-agent": "modelforge-bench-raw",
+      });
+      let status: string | undefined;
+      let message = "";
+      const grpcStatus = (h: http2.IncomingHttpHeaders) => {
+        if (h["grpc-status"] !== undefined) {
+          status = String(h["grpc-status"]);
+          message = decodeURIComponent(String(h["grpc-message"] ?? ""));
+        }
+      };
+      let http = 0;
+      stream.on("response", (h) => {
+        http = h[":status"] ?? 0;
+        // Not gRPC (a server still starting answers 503 with JSON): unavailable, body unread.
+        if (http !== 200) {
+          status = String(Code.Unavailable);
+          message = `HTTP ${http}`;
+        }
+        grpcStatus(h);
+      });
+      stream.on("trailers", grpcStatus);
+      const reader = new FrameReader();
+      stream.on("data", (chunk: Buffer) => {
+        if (http !== 200) return;
+        try {
+          for (const bytes of reader.push(chunk)) out.push(fromBinary(SessionResponseSchema, bytes));
+        } catch (err) {
+          out.fail(ConnectError.from(err));
+          stream.close(http2.constants.NGHTTP2_CANCEL);
+        }
+      });
+      stream.on("error", (err) => out.fail(new ConnectError(err.message, Code.Unavailable)));
+      stream.on("close", () => {
+        if (status === "0") out.end();
+        else if (status === undefined) out.fail(new ConnectError("stream closed without a status", Code.Unavailable));
+        else out.fail(new ConnectError(message, Number(status) as Code));
+      });
+      const onAbort = () => {
+        out.fail(signal.reason);
+        if (!stream.closed) stream.close(http2.constants.NGHTTP2_CANCEL);
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      void (async () => {
+        for await (const m of requests) if (!stream.closed) stream.write(frame(toBinary(SessionRequestSchema, m)));
+        if (!stream.closed) stream.end();
+      })().catch(() => undefined);
+      try {
+        yield* out;
+      } finally {
+        signal.removeEventListener("abort", onAbort);
+      }
     },
-    end: () => stream.end(),
-    abort(err) {
-      end("failed", err);
-      session.destroy();
-    },
+    renewCredential: () => Promise.reject(new ConnectError("the bench's raw transport does not renew", Code.Unimplemented)),
+    close: () => conn.destroy(),
   };
 }
 
+/**
+ * One bare TLS handshake (with the agent's client certificate, as a session's), or one whole
+ * session open (handshake, Hello, Welcome), then closed: what the open-rate figure is made of.
+ */
+function openOnce(a: { nodeId: string; certPem: string }, session: boolean): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const conn = http2.connect(setup.url, { ca: setup.caPem, cert: a.certPem, key: setup.keyPem });
+    const fail = (err: Error) => {
+      conn.destroy();
+      reject(err);
+    };
+    conn.on("error", fail);
+    if (!session) {
+      conn.on("connect", () => {
+        conn.destroy();
+        resolve();
+      });
+      return;
+    }
+    const stream = conn.request({ ":method": "POST", ":path": sessionPath, "content-type": "application/grpc+proto", te: "trailers" });
+    stream.on("error", fail);
+    const reader = new FrameReader();
+    stream.on("data", (chunk: Buffer) => {
+      for (const bytes of reader.push(chunk)) {
+        if (fromBinary(SessionResponseSchema, bytes).message.case === "welcome") {
+          conn.destroy();
+          resolve();
+        }
+      }
+    });
+    stream.on("close", () => fail(new Error("closed before Welcome")));
+    stream.write(
+      frame(
+        toBinary(
+          SessionRequestSchema,
+          create(SessionRequestSchema, {
+            messageId: 1n,
+            message: { case: "hello", value: { protocolVersion, agentVersion, capabilities: [], runningJobIds: [] } },
+          }),
+        ),
+      ),
+    );
+  });
+}
+
 serve({
-  setup(s: Setup) {
+  /** `count` handshakes or session opens, `concurrency` at a time, over this worker's agents. */
+  async opens({ count, concurrency, session }: { count: number; concurrency: number; session: boolean }) {
+    let next = 0;
+    let failed = 0;
+    const started = performance.now();
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (next < count) {
+          const a = setup.agents[next++ % setup.agents.length]!;
+          await openOnce(a, session).catch(() => failed++);
+        }
+      }),
+    );
+    return { count, failed, ms: performance.now() - started };
+  },
+
+  async setup(s: Setup) {
     setup = s;
-    for (const a of s.agents) agents.push(new SimAgent(a));
+    mkdirSync(join(dir, "agents"), { recursive: true });
+    for (const a of s.agents) {
+      const statePath = join(dir, "agents", `${a.nodeId}.json`);
+      await writeState(statePath, {
+        version: 1,
+        serverUrl: s.url,
+        nodeId: a.nodeId,
+        keyPem: s.keyPem,
+        certPem: a.certPem,
+        caPem: s.caPem,
+        caFingerprint: "bench",
+        sequences: { inventory: "0", telemetry: "0" },
+      });
+      agents.push({ statePath, connected: false });
+    }
     return agents.length;
   },
 
   /**
-   * Opens the connections of agents [started, upTo) at `connectPerSec` with jitter: the i-th
-   * of them starts at (i + U[0,1)) / rate from now.
+   * Starts the agents [started, upTo) at `connectPerSec` with jitter: the i-th of them starts at
+   * (i + U[0,1)) / rate from now.
    */
   start({ upTo }: { upTo?: number }) {
     loopDelay.enable();
@@ -298,7 +282,7 @@ serve({
     const end = Math.min(agents.length, upTo ?? agents.length);
     for (let i = started; i < end; i++) {
       const a = agents[i]!;
-      setTimeout(() => a.start(), (i - started + Math.random()) * slot);
+      setTimeout(() => startAgent(a), (i - started + Math.random()) * slot);
     }
     const n = end - started;
     started = end;
@@ -335,11 +319,11 @@ serve({
     };
   },
 
-  /** Ends every stream cleanly (half-close; the server ends its side), then gives up waiting. */
+  /** Stops every agent (its loop ends its stream), then gives up waiting. */
   async close({ waitMs = 10_000 }: { waitMs?: number }) {
-    for (const a of agents) a.end();
-    await Promise.race([Promise.allSettled(agents.map((a) => a.done)), new Promise((r) => setTimeout(r, waitMs))]);
-    abort.abort();
+    stop.abort();
+    await Promise.race([Promise.allSettled(agents.map((a) => a.running)), new Promise((r) => setTimeout(r, waitMs))]);
+    rmSync(dir, { recursive: true, force: true });
     setTimeout(() => process.exit(0), 100);
     return { ...counts };
   },

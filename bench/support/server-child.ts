@@ -23,7 +23,7 @@ import { RuntimeProfiles } from "../../server/runtimes/store.js";
 import { jobSettingsOf } from "../../server/jobs/work.js";
 import { reconcileLiveness } from "../../server/liveness/reconciler.js";
 import { revokedSessionSweeper } from "../../server/sessions/revocation.js";
-import { authorizeNode } from "../../server/identity/node-auth.js";
+import { loadOpeningState } from "../../server/sessions/open.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 const override = process.env.BENCH_TUNING?.trim();
@@ -187,24 +187,11 @@ serve({
     out.jobsSweepMs = await time(() => engine.sweep(), rounds);
     const sample = creds.slice(0, Math.min(opens, creds.length));
     let k = 0;
-    out.authorizeNodeMs = await time(() => {
+    out.sessionOpenMs = await time(() => {
       const c = sample[k++ % sample.length]!;
-      return authorizeNode(prisma, { nodeId: c.nodeId, serial: c.serial, certificateExpiresAt: c.expiresAt.getTime() }, new Date());
+      return loadOpeningState(prisma, { nodeId: c.nodeId, serial: c.serial, certificateExpiresAt: c.expiresAt.getTime() }, new Date());
     }, sample.length);
-    out.sessionCursorsMs = await time(
-      () =>
-        prisma.streamCursor.findMany({ where: { nodeId: sample[k++ % sample.length]!.nodeId }, select: { stream: true, sequence: true } }),
-      sample.length,
-    );
-    out.sessionHelloUpdateMs = await time(
-      () =>
-        prisma.node.update({
-          where: { id: sample[k++ % sample.length]!.nodeId },
-          data: { agentVersion: "bench", protocolVersion: 1, capabilities: [] },
-        }),
-      sample.length,
-    );
-    out.jobsSessionOpenedMs = await time(() => engine.sessionOpened(sample[k++ % sample.length]!.nodeId, [], "bench"), sample.length);
+    out.roundTripMs = await time(() => prisma.$queryRaw`SELECT 1`, sample.length);
     sessions.closeAll(new ConnectError("bench", Code.Canceled));
     shutdown.abort();
     // Back to a fleet never heard from, as provisioned.

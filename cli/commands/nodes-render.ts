@@ -64,7 +64,7 @@ export function renderNodeDetail(res: GetNodeResponse, now: Date): string {
           ["Labels", formatLabels(n.labels)],
           ["Enrolled", formatTimeAndAge(dateOf(n.createdAt), now)],
           ["Last heartbeat", n.lastHeartbeatAt ? formatTimeAndAge(dateOf(n.lastHeartbeatAt), now) : "never"],
-          ["Connected", yesNo(n.connected)],
+          ["Connected", yesNo(n.connected) + (n.sessionReplica ? ` (session on replica ${n.sessionReplica})` : "")],
           ["Agent", (n.agentVersion || "-") + (n.protocolVersion > 0 ? ` (protocol ${n.protocolVersion})` : "")],
           ["Capabilities", n.capabilities.length > 0 ? n.capabilities.join(", ") : "-"],
         ]),

@@ -34,6 +34,18 @@ export async function authorizeNode(prisma: PrismaClient, identity: NodeIdentity
     where: { serial: identity.serial },
     include: { node: true },
   });
+  return checkAuthorized(credential, identity, now);
+}
+
+/**
+ * The rule over the rows read (by authorizeNode, or by a query that loads more with them, as a
+ * session's open does): returns the node, or throws why it may not act.
+ */
+export function checkAuthorized<N extends NodeGate>(
+  credential: { nodeId: string; revokedAt: Date | null; expiresAt: Date; node: N } | null,
+  identity: NodeIdentity,
+  now: Date,
+): N {
   if (credential === null || credential.nodeId !== identity.nodeId) {
     throw new ConnectError("credential unknown", Code.Unauthenticated);
   }
@@ -45,6 +57,12 @@ export async function authorizeNode(prisma: PrismaClient, identity: NodeIdentity
     throw new ConnectError(`node disabled${node.disabledReason ? `: ${node.disabledReason}` : ""}`, Code.PermissionDenied);
   }
   return node;
+}
+
+interface NodeGate {
+  decommissionedAt: Date | null;
+  disabledAt: Date | null;
+  disabledReason: string | null;
 }
 
 export async function authenticateNode(prisma: PrismaClient, ctx: HandlerContext, clock: Clock) {

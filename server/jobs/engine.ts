@@ -32,6 +32,7 @@ import type { LivenessTracker } from "../liveness/tracker.js";
 import { afterLeaseExpiry, leaseExpiry, LEASE_LOST } from "./lease.js";
 import { leaseOf, recordOf } from "./codec.js";
 import type { JobDispatch, JobMessage } from "./dispatch.js";
+import type { ClusterEvent } from "../cluster/bus.js";
 import { Leasing } from "./leasing.js";
 import type { JobSettings, JobWork } from "./work.js";
 import type { ProfileLookup } from "./profiles.js";
@@ -46,7 +47,7 @@ export interface JobEngineDeps {
   clock: Clock;
   log: Logger;
   liveness: LivenessTracker;
-  sessions: Pick<SessionRegistry, "get" | "isConnected" | "size">;
+  sessions: Pick<SessionRegistry, "get" | "isConnected" | "size" | "tellHolder">;
   settings: JobSettings;
   shutdown: AbortSignal;
   profiles: ProfileLookup;
@@ -175,6 +176,12 @@ export class JobEngine implements JobDispatch {
       this.work.log.info({ jobId: job.id, nodeId: job.nodeId, attempt: job.attempt, to: outcome.state }, `lease abandoned: ${why}`);
   }
 
+  /** Another replica asks for this node's session: new work, or a cancellation. */
+  fromCluster(event: Extract<ClusterEvent, { kind: "work" | "cancel" }>): void {
+    if (event.kind === "work") this.leasing.kickHere(event.nodeId);
+    else this.leasing.sendCancelHere(event.nodeId, event.jobId, event.attempt, event.reason, event.leaseLost);
+  }
+
   // -------------------------------------------------------------------------------------------
   // Operator
 
@@ -183,11 +190,14 @@ export class JobEngine implements JobDispatch {
   }
 
   // -------------------------------------------------------------------------------------------
-  // Sweeps (run periodically on every replica by the jobs loop server/app.ts starts)
+  // Sweeps (run periodically on every replica by the jobs loop server/app.ts starts; expiry and
+  // reclaim only on the replica leading the reconcilers, server/cluster/leadership.ts)
 
-  async sweep(): Promise<void> {
-    await expireLeases(this.work);
-    await reclaimUnreachable(this.work);
+  async sweep(leader = true): Promise<void> {
+    if (leader) {
+      await expireLeases(this.work);
+      await reclaimUnreachable(this.work);
+    }
     await this.leasing.pushToConnected();
   }
 }

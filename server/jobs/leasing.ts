@@ -35,7 +35,7 @@ export interface LeasingDeps {
   clock: Clock;
   log: Logger;
   liveness: LivenessTracker;
-  sessions: Pick<SessionRegistry, "get" | "isConnected" | "size">;
+  sessions: Pick<SessionRegistry, "get" | "isConnected" | "size" | "tellHolder">;
   leaseDurationMs: number;
   /** Aborted on shutdown: no new passes, and failures of passes cut short are not logged. */
   shutdown: AbortSignal;
@@ -134,8 +134,18 @@ export class Leasing {
     return won ? next : undefined;
   }
 
-  /** Starts a leasing pass for a node with a session here, without waiting for it. */
+  /**
+   * Starts a leasing pass for the node without waiting for it: here when its session is here,
+   * otherwise on the replica that holds it (told through the cluster bus).
+   */
   kick(nodeId: string): void {
+    if (this.deps.shutdown.aborted) return;
+    if (!this.deps.sessions.isConnected(nodeId)) return this.deps.sessions.tellHolder({ kind: "work", nodeId });
+    this.kickHere(nodeId);
+  }
+
+  /** A leasing pass for a node with a session here (another replica asked); nothing otherwise. */
+  kickHere(nodeId: string): void {
     if (!this.deps.sessions.isConnected(nodeId) || this.deps.shutdown.aborted) return;
     this.pushLeasable(nodeId).catch((err: unknown) => {
       if (!this.deps.shutdown.aborted) this.deps.log.error({ nodeId, error: (err as Error).message }, "leasing pass failed");
@@ -190,8 +200,18 @@ export class Leasing {
     return sent;
   }
 
-  /** Tells the node's session here to stop an attempt; false when it has none. */
+  /**
+   * Tells the node's session to stop an attempt: here, or (false) through the replica that holds
+   * it; the next progress reply says so too.
+   */
   sendCancel(nodeId: string, jobId: string, attempt: number, reason: string, leaseLost = false): boolean {
+    if (this.sendCancelHere(nodeId, jobId, attempt, reason, leaseLost)) return true;
+    this.deps.sessions.tellHolder({ kind: "cancel", nodeId, jobId, attempt, reason, leaseLost });
+    return false;
+  }
+
+  /** Tells the node's session here to stop an attempt; false when it has none. */
+  sendCancelHere(nodeId: string, jobId: string, attempt: number, reason: string, leaseLost: boolean): boolean {
     const session = this.deps.sessions.get(nodeId);
     if (session === undefined) return false;
     return session.send(

@@ -10,6 +10,8 @@ export class HeartbeatBook {
   private readonly latest = new Map<string, number>();
   private readonly persisted = new Map<string, number>();
   private unflushed = new Map<string, number>();
+  /** Nodes whose session here ended: the next flush clears this replica's name from them. */
+  private released = new Set<string>();
 
   constructor(private readonly persistEveryMs: number) {}
 
@@ -18,6 +20,11 @@ export class HeartbeatBook {
     this.latest.set(nodeId, receivedAt);
     const written = this.persisted.get(nodeId);
     if (written === undefined || receivedAt - written >= this.persistEveryMs) this.unflushed.set(nodeId, receivedAt);
+  }
+
+  /** The node's session here ended (not at shutdown): other replicas stop naming this one. */
+  release(nodeId: string): void {
+    this.released.add(nodeId);
   }
 
   /** The newest heartbeat time known here and in the database row. */
@@ -32,21 +39,35 @@ export class HeartbeatBook {
    * Writes every heartbeat received since the last flush in one statement. Rows another
    * transaction holds locked (a reconciler moving liveness, a Hello) are skipped and kept for the
    * next flush: the flush never waits on a lock, so it can never be part of a deadlock.
+   * `holderOf` names the replica holding the node's session (null: none here).
    */
-  async flush(prisma: PrismaClient): Promise<number> {
+  async flush(prisma: PrismaClient, holderOf: (nodeId: string) => string | null = () => null, replicaId?: string): Promise<number> {
+    if (this.released.size > 0 && replicaId !== undefined) {
+      // Only rows still naming this replica, and not a node that came back here meanwhile.
+      const gone = [...this.released].filter((id) => holderOf(id) === null);
+      this.released = new Set();
+      // Locked rows are skipped, as below; they stay named until the node goes stale.
+      if (gone.length > 0)
+        await prisma.$executeRaw`
+          UPDATE "Node" SET "sessionReplica" = NULL
+           WHERE id IN (SELECT id FROM "Node" WHERE id = ANY(${gone}::uuid[]) AND "sessionReplica" = ${replicaId} FOR UPDATE SKIP LOCKED)`;
+    }
     if (this.unflushed.size === 0) return 0;
     const batch = this.unflushed;
     this.unflushed = new Map();
     const ids = [...batch.keys()];
     const times = ids.map((id) => new Date(batch.get(id)!));
+    // Which replica holds each session rides on the same write: no extra statement for it.
+    const holders = ids.map(holderOf);
     let written: { id: string }[];
     try {
       // GREATEST: another replica may have written a newer time for the same node meanwhile.
       written = await prisma.$queryRaw<{ id: string }[]>`
-        WITH v AS (SELECT * FROM unnest(${ids}::uuid[], ${times}::timestamptz[]) AS v(id, t)),
+        WITH v AS (SELECT * FROM unnest(${ids}::uuid[], ${times}::timestamptz[], ${holders}::text[]) AS v(id, t, r)),
              free AS (SELECT n.id FROM "Node" AS n JOIN v ON v.id = n.id FOR UPDATE OF n SKIP LOCKED)
         UPDATE "Node" AS n
-           SET "lastHeartbeatAt" = GREATEST(COALESCE(n."lastHeartbeatAt", v.t), v.t)
+           SET "lastHeartbeatAt" = GREATEST(COALESCE(n."lastHeartbeatAt", v.t), v.t),
+               "sessionReplica" = CASE WHEN v.t >= COALESCE(n."lastHeartbeatAt", v.t) THEN v.r ELSE n."sessionReplica" END
           FROM v
          WHERE n.id = v.id AND n.id IN (SELECT id FROM free)
         RETURNING n.id::text AS id`;

@@ -1,5 +1,5 @@
 // How a node looks right now: liveness from server-received heartbeat time, whether a session is
-// open here, how many GPUs are present.
+// open and on which replica, how many GPUs are present.
 import type { Node, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
@@ -12,14 +12,23 @@ export interface ViewDeps {
   clock: Clock;
   liveness: LivenessTracker;
   sessions: Pick<SessionRegistry, "isConnected">;
+  /** This replica's id (server/cluster/bus.ts), named as the holder of the sessions here. */
+  replicaId?: string;
 }
 
 function viewOf(deps: ViewDeps, node: Node, gpuCount: number, now = deps.clock.now()): NodeView {
   const lastHeartbeatAt = deps.liveness.lastHeartbeatAt(node);
+  const liveness = deps.liveness.of(node, now);
+  // A session here is known for sure; one elsewhere from the holder's heartbeat flush, while fresh.
+  const here = deps.sessions.isConnected(node.id);
+  // (Named as this replica's but not here: it ended after the last flush.)
+  const elsewhere = liveness === "online" && node.sessionReplica !== null && node.sessionReplica !== deps.replicaId;
+  const sessionReplica = here ? (deps.replicaId ?? "") : elsewhere ? node.sessionReplica! : "";
   return {
-    liveness: deps.liveness.of(node, now),
+    liveness,
     lastHeartbeatAt: lastHeartbeatAt === null ? null : new Date(lastHeartbeatAt),
-    connected: deps.sessions.isConnected(node.id),
+    connected: here || sessionReplica !== "",
+    sessionReplica,
     gpuCount,
   };
 }

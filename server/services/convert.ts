@@ -54,6 +54,8 @@ export interface NodeView {
   liveness: Liveness;
   lastHeartbeatAt: Date | null;
   connected: boolean;
+  /** The replica holding the node's session, "" when none is known. */
+  sessionReplica: string;
   gpuCount: number;
 }
 
@@ -72,6 +74,7 @@ export function nodeToProto(n: Node, view: NodeView): NodeMessage {
     host: n.host !== null ? fromJson(HostInfoSchema, n.host as JsonValue, { ignoreUnknownFields: true }) : undefined,
     gpuCount: view.gpuCount,
     connected: view.connected,
+    sessionReplica: view.sessionReplica,
     disabledReason: n.disabledAt !== null ? (n.disabledReason ?? "disabled") : "",
     decommissionedAt: ts(n.decommissionedAt),
   });

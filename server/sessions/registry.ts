@@ -1,7 +1,10 @@
 // Which nodes hold an open Session stream on this replica, and how to reach or end them. One
-// session per node: a newer one replaces the older (the agent reconnected).
+// session per node: a newer one replaces the older (the agent reconnected). Ending a node's or a
+// credential's session is also told to the other replicas (server/cluster/bus.ts), since the
+// session may be held on any of them.
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { ClusterEvent } from "../cluster/bus.js";
 
 export interface LiveSession {
   readonly nodeId: string;
@@ -12,6 +15,9 @@ export interface LiveSession {
 
 export class SessionRegistry {
   private readonly byNode = new Map<string, LiveSession>();
+
+  /** `elsewhere` tells the other replicas (none until the cluster bus is wired). */
+  constructor(private readonly elsewhere: (event: ClusterEvent) => void = () => undefined) {}
 
   attach(session: LiveSession): void {
     const previous = this.byNode.get(session.nodeId);
@@ -30,12 +36,27 @@ export class SessionRegistry {
   get size(): number {
     return this.byNode.size;
   }
+  /** Ends the node's session, here or on another replica. */
   closeNode(nodeId: string, reason: ConnectError): void {
+    this.closeNodeHere(nodeId, reason);
+    this.elsewhere({ kind: "close-node", nodeId, code: reason.code, message: reason.rawMessage });
+  }
+  /** Ends these credentials' sessions, here or on other replicas. */
+  closeSerials(serials: Iterable<string>, reason: ConnectError): void {
+    const list = [...serials];
+    this.closeSerialsHere(list, reason);
+    if (list.length > 0) this.elsewhere({ kind: "close-serials", serials: list, code: reason.code, message: reason.rawMessage });
+  }
+  closeNodeHere(nodeId: string, reason: ConnectError): void {
     this.byNode.get(nodeId)?.close(reason);
   }
-  closeSerials(serials: Iterable<string>, reason: ConnectError): void {
+  closeSerialsHere(serials: Iterable<string>, reason: ConnectError): void {
     const set = new Set(serials);
-    for (const s of this.byNode.values()) if (set.has(s.serial)) s.close(reason);
+    for (const s of [...this.byNode.values()]) if (set.has(s.serial)) s.close(reason);
+  }
+  /** Asks the replica holding the node's session, if not this one, to act for it. */
+  tellHolder(event: Extract<ClusterEvent, { kind: "work" | "cancel" }>): void {
+    if (!this.byNode.has(event.nodeId)) this.elsewhere(event);
   }
   closeAll(reason: ConnectError): void {
     for (const s of [...this.byNode.values()]) s.close(reason);

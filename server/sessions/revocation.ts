@@ -1,5 +1,6 @@
 // Ends open streams on this replica whose credential was revoked, or whose node was disabled or
-// decommissioned, through another replica (this replica closes its own at once).
+// decommissioned, through another replica: the safety net behind the cluster bus, which tells
+// every replica at once (a notification can be lost while a listener reconnects).
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
@@ -25,13 +26,13 @@ export function revokedSessionSweeper(
         select: { id: true, disabledAt: true, decommissionedAt: true },
       }),
     ]);
-    deps.sessions.closeSerials(
+    deps.sessions.closeSerialsHere(
       credentials.map((c) => c.serial),
       new ConnectError("credential revoked", Code.Unauthenticated),
     );
     for (const n of nodes) {
       if (n.disabledAt !== null || n.decommissionedAt !== null) {
-        deps.sessions.closeNode(n.id, new ConnectError("node disabled or decommissioned", Code.PermissionDenied));
+        deps.sessions.closeNodeHere(n.id, new ConnectError("node disabled or decommissioned", Code.PermissionDenied));
       }
     }
     since = new Date(started - marginMs);

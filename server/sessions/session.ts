@@ -27,7 +27,8 @@ import {
 import type { Node, PrismaClient } from "../../gen/prisma/client.js";
 import type { AgentConfig } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Clock } from "../../common/clock.js";
-import { authorizeNode, type NodeIdentity } from "../identity/node-auth.js";
+import type { NodeIdentity } from "../identity/node-auth.js";
+import { loadOpeningState } from "./open.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
 import type { Caller } from "../context.js";
@@ -195,6 +196,7 @@ export class AgentSession implements LiveSession {
     this.backlog = undefined;
     if (wasOpen) {
       this.deps.sessions.detach(this);
+      if (!this.deps.shutdown.aborted) this.deps.heartbeats.release(this.nodeId);
       this.deps.shutdown.removeEventListener("abort", this.onShutdown);
       this.caller.log.info({ nodeId: this.nodeId }, "session closed");
     }
@@ -276,8 +278,8 @@ export class AgentSession implements LiveSession {
   private async open({ hello, capabilities, ignored }: ReturnType<typeof acceptHello>): Promise<void> {
     if (this.closed) return; // gone while waiting for admission
     const prisma = this.deps.prisma;
-    const node = await authorizeNode(prisma, this.identity, new Date(this.deps.clock.now()));
-    const cursors = await prisma.streamCursor.findMany({ where: { nodeId: node.id }, select: { stream: true, sequence: true } });
+    // One round trip: authorization, cursors, and whether any job needs reconciling.
+    const { node, cursors, hasJobs } = await loadOpeningState(prisma, this.identity, new Date(this.deps.clock.now()));
     const said = {
       agentVersion: hello.agentVersion || null,
       protocolVersion: hello.protocolVersion,
@@ -306,13 +308,16 @@ export class AgentSession implements LiveSession {
             serverVersion,
             config: this.deps.agentConfig,
             instructions: pendingInstructions(node),
-            streamSequences: Object.fromEntries(cursors.map((c) => [c.stream, c.sequence])),
+            streamSequences: cursors,
             ignoredCapabilities: ignored,
           }),
         },
       }),
     );
-    await this.deps.jobs.sessionOpened(node.id, hello.runningJobIds, this.caller.correlationId);
+    // Nothing to reconcile without jobs either side. (A job created between the read above and
+    // the attach found no session to push to: the leasing sweep delivers it within one interval.)
+    if (hasJobs || hello.runningJobIds.length > 0)
+      await this.deps.jobs.sessionOpened(node.id, hello.runningJobIds, this.caller.correlationId);
     // Only a node that can serve deployments has any to reconcile.
     if (capabilities.includes("deployment.load.v1")) this.deps.deployments?.held(node.id, hello.heldDeployments);
   }

@@ -1523,7 +1523,8 @@ export const NodeScalarFieldEnum = {
   engines: 'engines',
   host: 'host',
   renewalRequestedAt: 'renewalRequestedAt',
-  renewalReason: 'renewalReason'
+  renewalReason: 'renewalReason',
+  sessionReplica: 'sessionReplica'
 } as const
 
 export type NodeScalarFieldEnum = (typeof NodeScalarFieldEnum)[keyof typeof NodeScalarFieldEnum]

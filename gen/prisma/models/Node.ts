@@ -49,6 +49,7 @@ export type NodeMinAggregateOutputType = {
   protocolVersion: number | null
   renewalRequestedAt: Date | null
   renewalReason: string | null
+  sessionReplica: string | null
 }
 
 export type NodeMaxAggregateOutputType = {
@@ -66,6 +67,7 @@ export type NodeMaxAggregateOutputType = {
   protocolVersion: number | null
   renewalRequestedAt: Date | null
   renewalReason: string | null
+  sessionReplica: string | null
 }
 
 export type NodeCountAggregateOutputType = {
@@ -87,6 +89,7 @@ export type NodeCountAggregateOutputType = {
   host: number
   renewalRequestedAt: number
   renewalReason: number
+  sessionReplica: number
   _all: number
 }
 
@@ -114,6 +117,7 @@ export type NodeMinAggregateInputType = {
   protocolVersion?: true
   renewalRequestedAt?: true
   renewalReason?: true
+  sessionReplica?: true
 }
 
 export type NodeMaxAggregateInputType = {
@@ -131,6 +135,7 @@ export type NodeMaxAggregateInputType = {
   protocolVersion?: true
   renewalRequestedAt?: true
   renewalReason?: true
+  sessionReplica?: true
 }
 
 export type NodeCountAggregateInputType = {
@@ -152,6 +157,7 @@ export type NodeCountAggregateInputType = {
   host?: true
   renewalRequestedAt?: true
   renewalReason?: true
+  sessionReplica?: true
   _all?: true
 }
 
@@ -260,6 +266,7 @@ export type NodeGroupByOutputType = {
   host: runtime.JsonValue | null
   renewalRequestedAt: Date | null
   renewalReason: string | null
+  sessionReplica: string | null
   _count: NodeCountAggregateOutputType | null
   _avg: NodeAvgAggregateOutputType | null
   _sum: NodeSumAggregateOutputType | null
@@ -304,6 +311,7 @@ export type NodeWhereInput = {
   host?: Prisma.JsonNullableFilter<"Node">
   renewalRequestedAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
   renewalReason?: Prisma.StringNullableFilter<"Node"> | string | null
+  sessionReplica?: Prisma.StringNullableFilter<"Node"> | string | null
   gpus?: Prisma.GpuListRelationFilter
   credentials?: Prisma.NodeCredentialListRelationFilter
   cursors?: Prisma.StreamCursorListRelationFilter
@@ -331,6 +339,7 @@ export type NodeOrderByWithRelationInput = {
   host?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalReason?: Prisma.SortOrderInput | Prisma.SortOrder
+  sessionReplica?: Prisma.SortOrderInput | Prisma.SortOrder
   gpus?: Prisma.GpuOrderByRelationAggregateInput
   credentials?: Prisma.NodeCredentialOrderByRelationAggregateInput
   cursors?: Prisma.StreamCursorOrderByRelationAggregateInput
@@ -361,6 +370,7 @@ export type NodeWhereUniqueInput = Prisma.AtLeast<{
   host?: Prisma.JsonNullableFilter<"Node">
   renewalRequestedAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
   renewalReason?: Prisma.StringNullableFilter<"Node"> | string | null
+  sessionReplica?: Prisma.StringNullableFilter<"Node"> | string | null
   gpus?: Prisma.GpuListRelationFilter
   credentials?: Prisma.NodeCredentialListRelationFilter
   cursors?: Prisma.StreamCursorListRelationFilter
@@ -388,6 +398,7 @@ export type NodeOrderByWithAggregationInput = {
   host?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   renewalReason?: Prisma.SortOrderInput | Prisma.SortOrder
+  sessionReplica?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.NodeCountOrderByAggregateInput
   _avg?: Prisma.NodeAvgOrderByAggregateInput
   _max?: Prisma.NodeMaxOrderByAggregateInput
@@ -417,6 +428,7 @@ export type NodeScalarWhereWithAggregatesInput = {
   host?: Prisma.JsonNullableWithAggregatesFilter<"Node">
   renewalRequestedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Node"> | Date | string | null
   renewalReason?: Prisma.StringNullableWithAggregatesFilter<"Node"> | string | null
+  sessionReplica?: Prisma.StringNullableWithAggregatesFilter<"Node"> | string | null
 }
 
 export type NodeCreateInput = {
@@ -438,6 +450,7 @@ export type NodeCreateInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
@@ -465,6 +478,7 @@ export type NodeUncheckedCreateInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
@@ -492,6 +506,7 @@ export type NodeUpdateInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
@@ -519,6 +534,7 @@ export type NodeUncheckedUpdateInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
@@ -546,6 +562,7 @@ export type NodeCreateManyInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
 }
 
 export type NodeUpdateManyMutationInput = {
@@ -567,6 +584,7 @@ export type NodeUpdateManyMutationInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type NodeUncheckedUpdateManyInput = {
@@ -588,6 +606,7 @@ export type NodeUncheckedUpdateManyInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type StringNullableListFilter<$PrismaModel = never> = {
@@ -617,6 +636,7 @@ export type NodeCountOrderByAggregateInput = {
   host?: Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrder
   renewalReason?: Prisma.SortOrder
+  sessionReplica?: Prisma.SortOrder
 }
 
 export type NodeAvgOrderByAggregateInput = {
@@ -638,6 +658,7 @@ export type NodeMaxOrderByAggregateInput = {
   protocolVersion?: Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrder
   renewalReason?: Prisma.SortOrder
+  sessionReplica?: Prisma.SortOrder
 }
 
 export type NodeMinOrderByAggregateInput = {
@@ -655,6 +676,7 @@ export type NodeMinOrderByAggregateInput = {
   protocolVersion?: Prisma.SortOrder
   renewalRequestedAt?: Prisma.SortOrder
   renewalReason?: Prisma.SortOrder
+  sessionReplica?: Prisma.SortOrder
 }
 
 export type NodeSumOrderByAggregateInput = {
@@ -811,6 +833,7 @@ export type NodeCreateWithoutGpusInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryCreateNestedOneWithoutNodeInput
@@ -837,6 +860,7 @@ export type NodeUncheckedCreateWithoutGpusInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryUncheckedCreateNestedOneWithoutNodeInput
@@ -879,6 +903,7 @@ export type NodeUpdateWithoutGpusInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUpdateOneWithoutNodeNestedInput
@@ -905,6 +930,7 @@ export type NodeUncheckedUpdateWithoutGpusInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUncheckedUpdateOneWithoutNodeNestedInput
@@ -931,6 +957,7 @@ export type NodeCreateWithoutCredentialsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryCreateNestedOneWithoutNodeInput
@@ -957,6 +984,7 @@ export type NodeUncheckedCreateWithoutCredentialsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryUncheckedCreateNestedOneWithoutNodeInput
@@ -999,6 +1027,7 @@ export type NodeUpdateWithoutCredentialsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUpdateOneWithoutNodeNestedInput
@@ -1025,6 +1054,7 @@ export type NodeUncheckedUpdateWithoutCredentialsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUncheckedUpdateOneWithoutNodeNestedInput
@@ -1051,6 +1081,7 @@ export type NodeCreateWithoutCursorsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryCreateNestedOneWithoutNodeInput
@@ -1077,6 +1108,7 @@ export type NodeUncheckedCreateWithoutCursorsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   telemetry?: Prisma.NodeTelemetryUncheckedCreateNestedOneWithoutNodeInput
@@ -1119,6 +1151,7 @@ export type NodeUpdateWithoutCursorsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUpdateOneWithoutNodeNestedInput
@@ -1145,6 +1178,7 @@ export type NodeUncheckedUpdateWithoutCursorsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   telemetry?: Prisma.NodeTelemetryUncheckedUpdateOneWithoutNodeNestedInput
@@ -1171,6 +1205,7 @@ export type NodeCreateWithoutTelemetryInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
@@ -1197,6 +1232,7 @@ export type NodeUncheckedCreateWithoutTelemetryInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
@@ -1239,6 +1275,7 @@ export type NodeUpdateWithoutTelemetryInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
@@ -1265,6 +1302,7 @@ export type NodeUncheckedUpdateWithoutTelemetryInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
@@ -1291,6 +1329,7 @@ export type NodeCreateWithoutJobsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
@@ -1317,6 +1356,7 @@ export type NodeUncheckedCreateWithoutJobsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
@@ -1359,6 +1399,7 @@ export type NodeUpdateWithoutJobsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
@@ -1385,6 +1426,7 @@ export type NodeUncheckedUpdateWithoutJobsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
@@ -1411,6 +1453,7 @@ export type NodeCreateWithoutDeploymentsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorCreateNestedManyWithoutNodeInput
@@ -1437,6 +1480,7 @@ export type NodeUncheckedCreateWithoutDeploymentsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Date | string | null
   renewalReason?: string | null
+  sessionReplica?: string | null
   gpus?: Prisma.GpuUncheckedCreateNestedManyWithoutNodeInput
   credentials?: Prisma.NodeCredentialUncheckedCreateNestedManyWithoutNodeInput
   cursors?: Prisma.StreamCursorUncheckedCreateNestedManyWithoutNodeInput
@@ -1479,6 +1523,7 @@ export type NodeUpdateWithoutDeploymentsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUpdateManyWithoutNodeNestedInput
@@ -1505,6 +1550,7 @@ export type NodeUncheckedUpdateWithoutDeploymentsInput = {
   host?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   renewalRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   renewalReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  sessionReplica?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   gpus?: Prisma.GpuUncheckedUpdateManyWithoutNodeNestedInput
   credentials?: Prisma.NodeCredentialUncheckedUpdateManyWithoutNodeNestedInput
   cursors?: Prisma.StreamCursorUncheckedUpdateManyWithoutNodeNestedInput
@@ -1598,6 +1644,7 @@ export type NodeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = r
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
+  sessionReplica?: boolean
   gpus?: boolean | Prisma.Node$gpusArgs<ExtArgs>
   credentials?: boolean | Prisma.Node$credentialsArgs<ExtArgs>
   cursors?: boolean | Prisma.Node$cursorsArgs<ExtArgs>
@@ -1626,6 +1673,7 @@ export type NodeSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensio
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
+  sessionReplica?: boolean
 }, ExtArgs["result"]["node"]>
 
 export type NodeSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -1647,6 +1695,7 @@ export type NodeSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensio
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
+  sessionReplica?: boolean
 }, ExtArgs["result"]["node"]>
 
 export type NodeSelectScalar = {
@@ -1668,9 +1717,10 @@ export type NodeSelectScalar = {
   host?: boolean
   renewalRequestedAt?: boolean
   renewalReason?: boolean
+  sessionReplica?: boolean
 }
 
-export type NodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "labels" | "createdAt" | "updatedAt" | "lastHeartbeatAt" | "liveness" | "livenessChangedAt" | "disabledAt" | "disabledReason" | "decommissionedAt" | "agentVersion" | "protocolVersion" | "capabilities" | "engines" | "host" | "renewalRequestedAt" | "renewalReason", ExtArgs["result"]["node"]>
+export type NodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "labels" | "createdAt" | "updatedAt" | "lastHeartbeatAt" | "liveness" | "livenessChangedAt" | "disabledAt" | "disabledReason" | "decommissionedAt" | "agentVersion" | "protocolVersion" | "capabilities" | "engines" | "host" | "renewalRequestedAt" | "renewalReason" | "sessionReplica", ExtArgs["result"]["node"]>
 export type NodeInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   gpus?: boolean | Prisma.Node$gpusArgs<ExtArgs>
   credentials?: boolean | Prisma.Node$credentialsArgs<ExtArgs>
@@ -1727,6 +1777,12 @@ export type $NodePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs =
      */
     renewalRequestedAt: Date | null
     renewalReason: string | null
+    /**
+     * The control-plane replica whose Session the node's heartbeats last arrived on (written with
+     * them, by the heartbeat flush); null after a heartbeat through the unary RPC, or after that
+     * replica's sessions ended. Fresh only while lastHeartbeatAt is.
+     */
+    sessionReplica: string | null
   }, ExtArgs["result"]["node"]>
   composites: {}
 }
@@ -2174,6 +2230,7 @@ export interface NodeFieldRefs {
   readonly host: Prisma.FieldRef<"Node", 'Json'>
   readonly renewalRequestedAt: Prisma.FieldRef<"Node", 'DateTime'>
   readonly renewalReason: Prisma.FieldRef<"Node", 'String'>
+  readonly sessionReplica: Prisma.FieldRef<"Node", 'String'>
 }
     
 

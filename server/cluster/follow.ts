@@ -1,0 +1,24 @@
+// What a replica does with what the others tell it (./bus.ts): act for the sessions held here.
+import { ConnectError } from "@connectrpc/connect";
+import type { ClusterBus, ClusterEvent } from "./bus.js";
+import type { SessionRegistry } from "../sessions/registry.js";
+
+export function followCluster(
+  bus: Pick<ClusterBus, "onEvent">,
+  deps: {
+    sessions: Pick<SessionRegistry, "closeNodeHere" | "closeSerialsHere">;
+    jobs: { fromCluster(event: Extract<ClusterEvent, { kind: "work" | "cancel" }>): void };
+  },
+): void {
+  bus.onEvent((event) => {
+    switch (event.kind) {
+      case "work":
+      case "cancel":
+        return deps.jobs.fromCluster(event);
+      case "close-node":
+        return deps.sessions.closeNodeHere(event.nodeId, new ConnectError(event.message, event.code));
+      case "close-serials":
+        return deps.sessions.closeSerialsHere(event.serials, new ConnectError(event.message, event.code));
+    }
+  });
+}
