@@ -38,6 +38,7 @@ import { revokedSessionSweeper } from "./sessions/revocation.js";
 import { every } from "./loop.js";
 import { http2ServerTuning, sessionOpenTuning } from "./tuning.js";
 import { Admission } from "./sessions/admission.js";
+import { ReflectionIndex, reflectionServices, routeReflection } from "./reflection/reflection.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -69,6 +70,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const opening = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
   opening.catch(() => undefined);
   const health = new HealthState([AgentService.typeName, AdminService.typeName, DeploymentService.typeName]);
+  // Reflection describes the public contract only; it is served from the first moment, like GetServerInfo.
+  const reflection = new ReflectionIndex([AgentService, AdminService, DeploymentService, Health, ...reflectionServices]);
   const contextValues: ConnectNodeAdapterOptions["contextValues"] = (req) => {
     const correlationId = (req as unknown as Record<symbol, string>)[correlationSymbol] ?? correlationIdFrom(undefined);
     return createContextValues().set(callerKey, callerOf(req, correlationId, log));
@@ -77,6 +80,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     routes: (router) => {
       router.service(Health, healthService(health));
       router.rpc(AgentService.method.getServerInfo, () => serverInfo(ca));
+      routeReflection(router, reflection);
       undecodableAsInvalidArgument(router);
     },
     interceptors: [callLogInterceptor()],
@@ -213,6 +217,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       );
       router.service(AdminService, admin);
       router.service(DeploymentService, {});
+      routeReflection(router, reflection);
       undecodableAsInvalidArgument(router);
     },
     interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(config.operatorApiKey), validationInterceptor()],
