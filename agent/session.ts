@@ -27,6 +27,7 @@ import { backoffDelay, renewalDue, retryAfterDelay } from "./rules.js";
 import { checkIssued } from "./enroll.js";
 import { systemClock, type Clock } from "../common/clock.js";
 import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
+import { VersionRefusals, versionRefusalDelay, versionRefusalOf } from "./version-refusal.js";
 
 type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 export type ReplyResult = Reply["result"];
@@ -73,6 +74,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
   const { log, signal } = opts;
   let attempt = 0;
   const refusals = new CredentialRefusals();
+  const versionRefusals = new VersionRefusals();
   while (!signal.aborted) {
     let hinted: number | undefined;
     // Re-read each time: `agent enroll --force` may have replaced the identity meanwhile.
@@ -83,6 +85,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       await runSession(store, opts);
       attempt = 0;
       refusals.accepted();
+      versionRefusals.accepted();
     } catch (err) {
       if (err instanceof Reconnect) {
         attempt = 0;
@@ -90,6 +93,18 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       }
       if (signal.aborted) break;
       const ce = ConnectError.from(err);
+      const tooOld = versionRefusalOf(err);
+      if (tooOld !== undefined) {
+        // Refused for its version: only an upgrade helps, so no fast retries and no log flood.
+        if (versionRefusals.due((opts.clock ?? systemClock).now())) {
+          log.error(
+            { nodeId: state.nodeId, agentVersion, code: codeName(ce.code), reason: tooOld },
+            `the control plane refused this agent: ${tooOld}`,
+          );
+        }
+        await systemClock.sleep(versionRefusalDelay(opts.backoffMaxMs ?? 30_000), signal);
+        continue;
+      }
       // Status, method and path only: never a body or credential.
       log.warn(
         { code: codeName(ce.code), method: "Session", path: "/modelforge.agent.v1.AgentService/Session", reason: ce.rawMessage },

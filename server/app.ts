@@ -79,7 +79,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   let handle = connectNodeAdapter({
     routes: (router) => {
       router.service(Health, healthService(health));
-      router.rpc(AgentService.method.getServerInfo, () => serverInfo(ca));
+      router.rpc(AgentService.method.getServerInfo, () => serverInfo(ca, config.minAgentVersion));
       routeReflection(router, reflection);
       undecodableAsInvalidArgument(router);
     },
@@ -193,6 +193,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     jobs,
     shutdown: shutdown.signal,
     outage: db.outage,
+    minAgentVersion: config.minAgentVersion,
   };
   const admin = adminService(
     {
@@ -203,6 +204,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       defaultTtlMs: config.enrollmentTokenTtlMs,
       join: { serverUrl: publicUrlOf(config, port), caFingerprint: ca.fingerprint },
       watchIntervalMs: config.reconcileIntervalMs,
+      minAgentVersion: config.minAgentVersion,
       shutdown: shutdown.signal,
     },
     adminJobs({ prisma, engine: jobs }),

@@ -1,6 +1,8 @@
 // Control-plane configuration, read from environment variables only. Pure: `loadConfig(env)` never
 // touches the process, so tests build configs the same way `main` does.
 import { parseDuration } from "../common/duration.js";
+import { parseVersion } from "./sessions/agent-version.js";
+import { defaultMinAgentVersion } from "./version.js";
 
 export interface Config {
   listenAddress: string;
@@ -33,6 +35,8 @@ export interface Config {
   shutdownGraceMs: number;
   /** Where the artifact store keeps its content (default `<dataDir>/artifacts`). */
   artifactDir: string;
+  /** The oldest agent version accepted at Hello (README, "Version skew policy"). */
+  minAgentVersion: string;
 }
 
 export class ConfigError extends Error {
@@ -65,6 +69,7 @@ export const defaults = {
   MODELFORGE_RECLAIM_GRACE: "60s",
   MODELFORGE_APPROVED_ROOTS: "/var/lib/modelforge/artifacts",
   MODELFORGE_SHUTDOWN_GRACE: "5s",
+  MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
 } as const;
 
 export function loadConfig(env: Env): Config {
@@ -131,7 +136,11 @@ export function loadConfig(env: Env): Config {
     approvedRoots: list("MODELFORGE_APPROVED_ROOTS"),
     shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
     artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,
+    minAgentVersion: get("MODELFORGE_MIN_AGENT_VERSION"),
   };
+  if (parseVersion(config.minAgentVersion) === undefined) {
+    throw new ConfigError(`MODELFORGE_MIN_AGENT_VERSION: expected a version such as 1.4.0, got "${config.minAgentVersion}"`);
+  }
   if (config.operatorApiKey !== undefined && config.operatorApiKey.length < 16) {
     throw new ConfigError("MODELFORGE_OPERATOR_API_KEY: use at least 16 characters");
   }

@@ -5,6 +5,7 @@ import type { Clock } from "../../common/clock.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
 import type { SessionRegistry } from "../sessions/registry.js";
 import { nodeToProto, type NodeView } from "../services/convert.js";
+import { isAgentOutdated } from "../sessions/agent-version.js";
 
 /** What presenting nodes works with. */
 export interface ViewDeps {
@@ -12,6 +13,8 @@ export interface ViewDeps {
   clock: Clock;
   liveness: LivenessTracker;
   sessions: Pick<SessionRegistry, "isConnected">;
+  /** Agents older than this are flagged as outdated (../sessions/agent-version.ts). */
+  minAgentVersion: string;
 }
 
 function viewOf(deps: ViewDeps, node: Node, gpuCount: number, now = deps.clock.now()): NodeView {
@@ -21,6 +24,7 @@ function viewOf(deps: ViewDeps, node: Node, gpuCount: number, now = deps.clock.n
     lastHeartbeatAt: lastHeartbeatAt === null ? null : new Date(lastHeartbeatAt),
     connected: deps.sessions.isConnected(node.id),
     gpuCount,
+    agentOutdated: isAgentOutdated(node.agentVersion, deps.minAgentVersion),
   };
 }
 

@@ -55,6 +55,8 @@ export interface NodeView {
   lastHeartbeatAt: Date | null;
   connected: boolean;
   gpuCount: number;
+  /** The recorded agent version is older than the oldest this server accepts. */
+  agentOutdated: boolean;
 }
 
 export function nodeToProto(n: Node, view: NodeView): NodeMessage {
@@ -73,6 +75,7 @@ export function nodeToProto(n: Node, view: NodeView): NodeMessage {
     connected: view.connected,
     disabledReason: n.disabledAt !== null ? (n.disabledReason ?? "disabled") : "",
     decommissionedAt: ts(n.decommissionedAt),
+    agentOutdated: view.agentOutdated,
   });
 }
 

@@ -41,6 +41,7 @@ import { publicError } from "../observability/call-log.js";
 import type { OutageSink } from "../db/availability.js";
 import { requestViolation } from "../edge/validate.js";
 import { partitionCapabilities } from "../../common/capabilities.js";
+import { agentVersionRefusal } from "./agent-version.js";
 
 type Result = Reply["result"];
 
@@ -68,6 +69,8 @@ export interface SessionDeps {
   shutdown: AbortSignal;
   /** Hears of database connectivity failures (logged once per outage, answered unavailable). */
   outage?: OutageSink;
+  /** The oldest agent version accepted at Hello (./agent-version.ts). */
+  minAgentVersion: string;
 }
 
 /** Answers one agent message that needs I/O; jobs add their cases through `deps.jobs`. */
@@ -90,7 +93,7 @@ async function answer(deps: SessionDeps, nodeId: string, msg: SessionRequest, co
 }
 
 /** Refuses a Hello this server cannot talk to; returns the capabilities it records and those it ignores. */
-function acceptHello(first: SessionRequest): { hello: Hello; capabilities: string[]; ignored: string[] } {
+function acceptHello(first: SessionRequest, minAgentVersion: string): { hello: Hello; capabilities: string[]; ignored: string[] } {
   if (first.message.case !== "hello") {
     throw new ConnectError("the first session message must be hello", Code.InvalidArgument);
   }
@@ -101,6 +104,10 @@ function acceptHello(first: SessionRequest): { hello: Hello; capabilities: strin
       Code.Aborted,
     );
   }
+  // Before the database: an agent this server would refuse costs it nothing. failed_precondition, so
+  // the agent knows retrying soon will not help (agent/version-refusal.ts).
+  const tooOld = agentVersionRefusal(hello.agentVersion, minAgentVersion, serverVersion);
+  if (tooOld !== undefined) throw new ConnectError(tooOld, Code.FailedPrecondition);
   // The edge has bounded the names; only those of the contract are recorded, the rest reported back.
   const { known, unknown } = partitionCapabilities(hello.capabilities);
   return { hello, capabilities: known, ignored: unknown };
@@ -222,7 +229,7 @@ export class AgentSession implements LiveSession {
       this.busy = true;
       let said: ReturnType<typeof acceptHello>;
       try {
-        said = acceptHello(message);
+        said = acceptHello(message, this.deps.minAgentVersion);
       } catch (err) {
         return this.close(err);
       }
