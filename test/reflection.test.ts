@@ -72,6 +72,16 @@ describe("server reflection", () => {
       });
       yield create(ServerReflectionRequestSchema, { messageRequest: { case: "fileByFilename", value: "modelforge/admin/v1/admin.proto" } });
       yield create(ServerReflectionRequestSchema, { messageRequest: { case: "fileContainingSymbol", value: "nope.Nothing" } });
+      // The contract's one extension: the capability option on job spec fields.
+      yield create(ServerReflectionRequestSchema, {
+        messageRequest: { case: "allExtensionNumbersOfType", value: "google.protobuf.FieldOptions" },
+      });
+      yield create(ServerReflectionRequestSchema, {
+        messageRequest: {
+          case: "fileContainingExtension",
+          value: { containingType: "google.protobuf.FieldOptions", extensionNumber: 50001 },
+        },
+      });
     }
     const answers: ServerReflectionResponse[] = [];
     for await (const a of client.serverReflectionInfo(questions())) answers.push(a);
@@ -85,6 +95,8 @@ describe("server reflection", () => {
     expect(names(1)[0]).toBe("modelforge/admin/v1/admin.proto");
     expect(names(1)).not.toContain("modelforge/common/v1/common.proto"); // sent on this stream already
     expect(answers[2]!.messageResponse).toMatchObject({ case: "errorResponse", value: { errorCode: Code.NotFound } });
+    expect(answers[3]!.messageResponse).toMatchObject({ case: "allExtensionNumbersResponse", value: { extensionNumber: [50001] } });
+    expect(names(4)[0]).toBe("modelforge/jobs/v1/jobs.proto");
   });
 
   it("bounds each question: an over-long name is invalid_argument, an oversized message resource_exhausted", async () => {

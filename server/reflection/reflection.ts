@@ -32,7 +32,9 @@ export const reflectionServices: readonly DescService[] = [v1.ServerReflection, 
 export class ReflectionIndex {
   private readonly files = new Map<string, { desc: DescFile; bytes: Uint8Array }>();
   private readonly symbols = new Map<string, string>();
-  private readonly messages = new Set<string>();
+  /** Message type name to its extensions' numbers, and "type:number" to the extension's file. */
+  private readonly extensionNumbers = new Map<string, number[]>();
+  private readonly extensions = new Map<string, string>();
   readonly serviceNames: readonly string[];
 
   constructor(services: readonly DescService[]) {
@@ -46,8 +48,13 @@ export class ReflectionIndex {
     for (const t of nestedTypes(file)) {
       this.symbols.set(t.typeName, file.proto.name);
       if (t.kind === "message") {
-        this.messages.add(t.typeName);
+        if (!this.extensionNumbers.has(t.typeName)) this.extensionNumbers.set(t.typeName, []);
         for (const f of t.fields) this.symbols.set(`${t.typeName}.${f.name}`, file.proto.name);
+      }
+      if (t.kind === "extension") {
+        const extendee = t.extendee.typeName;
+        this.extensionNumbers.set(extendee, [...(this.extensionNumbers.get(extendee) ?? []), t.number]);
+        this.extensions.set(`${extendee}:${t.number}`, file.proto.name);
       }
       if (t.kind === "service") for (const m of t.methods) this.symbols.set(`${t.typeName}.${m.name}`, file.proto.name);
     }
@@ -65,12 +72,17 @@ export class ReflectionIndex {
         const file = this.symbols.get(question.value.replace(/^\./, ""));
         return this.filesFrom(file, sent, `symbol "${question.value}" not found`);
       }
-      case "fileContainingExtension":
-        return notFound(`extension ${question.value.extensionNumber} of "${question.value.containingType}" not found`);
-      case "allExtensionNumbersOfType":
-        // The contract defines no extensions: a known message has none, an unknown one is not found.
-        if (!this.messages.has(question.value)) return notFound(`type "${question.value}" not found`);
-        return { case: "allExtensionNumbersResponse", value: { baseTypeName: question.value, extensionNumber: [] } };
+      case "fileContainingExtension": {
+        const { containingType, extensionNumber } = question.value;
+        const file = this.extensions.get(`${containingType.replace(/^\./, "")}:${extensionNumber}`);
+        return this.filesFrom(file, sent, `extension ${extensionNumber} of "${containingType}" not found`);
+      }
+      case "allExtensionNumbersOfType": {
+        // Only extensions the contract defines (e.g. the capability option on FieldOptions).
+        const numbers = this.extensionNumbers.get(question.value.replace(/^\./, ""));
+        if (numbers === undefined) return notFound(`type "${question.value}" not found`);
+        return { case: "allExtensionNumbersResponse", value: { baseTypeName: question.value, extensionNumber: numbers } };
+      }
       default:
         return { case: "errorResponse", value: { errorCode: Code.InvalidArgument, errorMessage: "empty reflection request" } };
     }

@@ -55,7 +55,7 @@ export type ServerReflectionRequest = Message<"grpc.reflection.v1alpha.ServerRef
     case: "fileContainingSymbol";
   } | {
     /**
-     * The file that defines an extension of a message (this contract defines none).
+     * The file that defines an extension of a message, e.g. the capability option on FieldOptions.
      *
      * @generated from field: grpc.reflection.v1alpha.ExtensionRequest file_containing_extension = 5;
      */
@@ -63,7 +63,7 @@ export type ServerReflectionRequest = Message<"grpc.reflection.v1alpha.ServerRef
     case: "fileContainingExtension";
   } | {
     /**
-     * The extension numbers of a message type (none here). Bounds: at most 256 bytes.
+     * The extension numbers of a message type. Bounds: at most 256 bytes.
      *
      * @generated from field: string all_extension_numbers_of_type = 6;
      */
