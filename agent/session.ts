@@ -81,11 +81,15 @@ export async function runAgent(opts: RunOptions): Promise<void> {
     const state = await readState(opts.statePath);
     if (state === undefined) throw new StateError(`no agent state at ${opts.statePath}: run "agent enroll" first`);
     const store = new StateStore(opts.statePath, state);
-    try {
-      await runSession(store, opts);
-      attempt = 0;
+    // A Welcome proves the credential and the version are accepted: a later refusal is news again.
+    // (runSession only ever ends by throwing, so this cannot wait for it to return.)
+    const established = () => {
       refusals.accepted();
       versionRefusals.accepted();
+    };
+    try {
+      await runSession(store, opts, established);
+      attempt = 0;
     } catch (err) {
       if (err instanceof Reconnect) {
         attempt = 0;
@@ -121,7 +125,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
   }
 }
 
-async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
+async function runSession(store: StateStore, opts: RunOptions, established: () => void): Promise<void> {
   const { log } = opts;
   const clock = opts.clock ?? systemClock;
   const now = () => clock.now();
@@ -255,6 +259,7 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
       switch (m.case) {
         case "welcome": {
           clearTimeout(welcomeTimer);
+          established();
           config = m.value.config;
           log.info({ nodeId: m.value.nodeId, serverVersion: m.value.serverVersion }, "session established");
           await catchUpSequences(store, m.value.streamSequences);
