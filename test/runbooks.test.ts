@@ -6,7 +6,7 @@
 // them at the temp install. Each block is announced before it runs, so a failure names its file and line.
 import { spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import pg from "pg";
@@ -86,8 +86,8 @@ describe("the runbooks, run end to end", () => {
     const blocks = files.flatMap((f) => runbookBlocks(`docs/runbooks/${f}`, readFileSync(join(docs, f), "utf8")));
     const script = [
       "set -euo pipefail",
-      ...blocks.map((b) => `echo ${JSON.stringify(`### ${b.file}:${b.line}`)} >&2\n${b.code}`),
-      'echo "### all runbooks done" >&2',
+      ...blocks.map((b) => `echo "### ${b.file}:${b.line} (at \${SECONDS} s)" >&2\n${b.code}`),
+      'echo "### all runbooks done (at ${SECONDS} s)" >&2',
     ].join("\n");
     const scriptPath = join(dir, "runbooks.sh");
     writeFileSync(scriptPath, script);
@@ -131,5 +131,11 @@ describe("the runbooks, run end to end", () => {
       `failed in ${last}:\n${out.slice(-6000)}\n--- server.log:\n${tail(log("home/server.log"))}\n--- agent.log:\n${tail(log("node/agent.log"))}`,
     ).toBe(0);
     expect(out).toContain("### all runbooks done");
+    // Where the time went, for whoever makes this faster: each file's start, and the load it ran under.
+    console.log(
+      `runbooks: ${out.match(/### \S+:\d+ \(at \d+ s\)/g)?.join(", ")}; load average ${loadavg()
+        .map((l) => l.toFixed(1))
+        .join(" ")}`,
+    );
   });
 });
