@@ -23,7 +23,7 @@ interface Block {
 }
 
 /** The ```sh runbook blocks of a Markdown text, with the line each starts on. */
-export function runbookBlocks(file: string, text: string): Block[] {
+function runbookBlocks(file: string, text: string): Block[] {
   const blocks: Block[] = [];
   const lines = text.split("\n");
   for (let i = 0; i < lines.length; i++) {
@@ -87,7 +87,7 @@ describe("the runbooks, run end to end", () => {
     const script = [
       "set -euo pipefail",
       ...blocks.map((b) => `echo "### ${b.file}:${b.line} (at \${SECONDS} s)" >&2\n${b.code}`),
-      'echo "### all runbooks done (at ${SECONDS} s)" >&2',
+      `echo "### all runbooks done (at \${SECONDS} s)" >&2`,
     ].join("\n");
     const scriptPath = join(dir, "runbooks.sh");
     writeFileSync(scriptPath, script);
