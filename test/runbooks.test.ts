@@ -58,7 +58,7 @@ describe("runbook extraction", () => {
 // The runbooks use both databases themselves (PGlite first, PostgreSQL in 08), so CI's second pass
 // of the suite on PostgreSQL (MODELFORGE_TEST_DB=postgres) would only repeat the same few minutes.
 describe.skipIf(process.env.MODELFORGE_TEST_DB === "postgres")("the runbooks, run end to end", () => {
-  const dir = mkdtempSync(join(tmpdir(), "mf-runbooks-"));
+  let dir = "";
   const suffix = `${process.pid}_${Date.now()}`;
   const databases = [`mf_runbook_${suffix}`, `mf_runbook_restored_${suffix}`];
   let pgid: number | undefined;
@@ -69,6 +69,7 @@ describe.skipIf(process.env.MODELFORGE_TEST_DB === "postgres")("the runbooks, ru
       readdirSync(d, { withFileTypes: true }).flatMap((e) =>
         e.isDirectory() ? pidFiles(join(d, e.name)) : e.name.endsWith(".pid") ? [join(d, e.name)] : [],
       );
+    if (dir === "") return;
     const groups = [...(pgid !== undefined ? [pgid] : []), ...pidFiles(dir).map((f) => Number(readFileSync(f, "utf8").trim()))];
     for (const group of groups.filter((g) => Number.isInteger(g) && g > 1)) {
       try {
@@ -91,6 +92,7 @@ describe.skipIf(process.env.MODELFORGE_TEST_DB === "postgres")("the runbooks, ru
       ...blocks.map((b) => `echo "### ${b.file}:${b.line} (at \${SECONDS} s)" >&2\n${b.code}`),
       `echo "### all runbooks done (at \${SECONDS} s)" >&2`,
     ].join("\n");
+    dir = mkdtempSync(join(tmpdir(), "mf-runbooks-"));
     const scriptPath = join(dir, "runbooks.sh");
     writeFileSync(scriptPath, script);
     const [port, port2, port3] = [await freePort(), await freePort(), await freePort()];
