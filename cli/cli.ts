@@ -11,8 +11,9 @@ import { nodesGroup } from "./commands/nodes.js";
 import { auditGroup } from "./commands/audit.js";
 import { jobsGroup } from "./commands/jobs.js";
 import { artifactsGroup } from "./commands/artifacts.js";
+import { runtimesGroup } from "./commands/runtimes.js";
 
-export const groups: Group[] = [tokensGroup, nodesGroup, jobsGroup, artifactsGroup, auditGroup];
+export const groups: Group[] = [tokensGroup, nodesGroup, jobsGroup, artifactsGroup, runtimesGroup, auditGroup];
 
 const globalOptions: Record<string, OptionDef> = {
   server: { type: "string", value: "URL", description: `control plane URL (env MODELFORGE_SERVER; default ${defaultServer})` },

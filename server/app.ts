@@ -32,6 +32,11 @@ import { agentJobs } from "./jobs/agent-rpc.js";
 import { adminJobs } from "./jobs/admin-rpc.js";
 import { ArtifactStore } from "./artifacts/store.js";
 import { adminArtifacts } from "./artifacts/admin-rpc.js";
+import { RuntimeProfiles } from "./runtimes/store.js";
+import { adminRuntimeProfiles } from "./runtimes/admin-rpc.js";
+import { DeploymentController } from "./deployments/controller.js";
+import { adminDeployments } from "./deployments/admin-rpc.js";
+import { reconcileHeld } from "./deployments/held.js";
 import { agentArtifacts } from "./artifacts/agent-rpc.js";
 import { reconcileLiveness } from "./liveness/reconciler.js";
 import { revokedSessionSweeper } from "./sessions/revocation.js";
@@ -169,8 +174,10 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const sessions = new SessionRegistry();
   const heartbeats = new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3));
   const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);
+  const profiles = new RuntimeProfiles({ prisma, clock });
   const jobs = new JobEngine({
     prisma,
+    profiles,
     clock,
     log,
     liveness,
@@ -179,6 +186,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     shutdown: shutdown.signal,
   });
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
+  const deployments = new DeploymentController({ prisma, clock, log, jobs });
+  const reconcileDeployment = (id: string) => deployments.reconcile(id);
   const agentDeps: AgentServiceDeps = {
     prisma,
     clock,
@@ -191,6 +200,15 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     admission: new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued),
     reports: { prisma, clock, maxFutureSkewMs: config.maxFutureSkewMs },
     jobs,
+    deployments: {
+      held: (nodeId, held) => {
+        const kick = (id: string) =>
+          void reconcileDeployment(id).catch((err) => log.error({ err, deploymentId: id }, "deployment reconcile failed"));
+        reconcileHeld({ prisma, clock, log, jobs, kick }, nodeId, held).catch((err) =>
+          log.error({ err, nodeId }, "reconciling the deployments a node holds failed"),
+        );
+      },
+    },
     shutdown: shutdown.signal,
     outage: db.outage,
     minAgentVersion: config.minAgentVersion,
@@ -207,8 +225,12 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       minAgentVersion: config.minAgentVersion,
       shutdown: shutdown.signal,
     },
-    adminJobs({ prisma, engine: jobs }),
-    adminArtifacts(artifacts),
+    {
+      ...adminJobs({ prisma, engine: jobs }),
+      ...adminArtifacts(artifacts),
+      ...adminRuntimeProfiles(profiles),
+      ...adminDeployments({ prisma, clock, approvedRoots: config.approvedRoots, profiles, reconcile: reconcileDeployment }),
+    },
   );
   const connect = connectNodeAdapter({
     routes: (router: ConnectRouter) => {
@@ -236,6 +258,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     every(clock, config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness({ prisma, clock, liveness, log }), db.outage),
     every(clock, config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper({ prisma, clock, sessions }), db.outage),
     every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep(), db.outage),
+    every(clock, config.reconcileIntervalMs, "deployments", log, () => deployments.sweep(), db.outage),
   ];
 
   let stopping: Promise<void> | undefined;

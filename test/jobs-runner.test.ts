@@ -64,7 +64,7 @@ const healthSpec = {
 } as const;
 const drainSpec = {
   $typeName: "modelforge.jobs.v1.JobSpec",
-  kind: { case: "deploymentDrain", value: { $typeName: "modelforge.jobs.v1.DeploymentDrain", deploymentId: "d" } },
+  kind: { case: "deploymentDrain", value: { $typeName: "modelforge.jobs.v1.DeploymentDrain", deploymentId: "d", revision: 0n } },
 } as const;
 
 function until(signal: AbortSignal): Promise<never> {
@@ -304,7 +304,7 @@ describe("JobRunner", () => {
     r.onLease(
       lease({
         $typeName: "modelforge.jobs.v1.JobSpec",
-        kind: { case: "deploymentHealth", value: { $typeName: "modelforge.jobs.v1.DeploymentHealth", deploymentId: "d" } },
+        kind: { case: "deploymentHealth", value: { $typeName: "modelforge.jobs.v1.DeploymentHealth", deploymentId: "d", revision: 0n } },
       }),
       link.link,
     );

@@ -10,7 +10,13 @@ import { pino } from "pino";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { EngineKind, JobFailureCode, JobSpecSchema, ProbeInput } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import {
+  EngineKind,
+  JobFailureCode,
+  JobSpecSchema,
+  ProbeInput,
+  type RuntimeProfileSpecSchema,
+} from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { Supervisor } from "../agent/engines/supervisor.js";
 import { readStat } from "../agent/engines/proc.js";
 import { durationOf, failureFor, runtimeHealthHandler, runtimeUnloadHandler } from "../agent/capabilities/runtime.js";
@@ -29,18 +35,18 @@ let model: { path: string; sha256: string };
 const probeSpec = (
   path: string,
   sha256: string,
-  engine = EngineKind.LLAMA_CPP,
-  contentHash = "0".repeat(64),
+  runtimeProfile = "tiny-cpu",
+  profile?: MessageInitShape<typeof RuntimeProfileSpecSchema>,
 ): MessageInitShape<typeof JobSpecSchema> => ({
   kind: {
     case: "runtimeProbe",
     value: {
-      runtimeProfile: "tiny-cpu",
+      runtimeProfile,
       runtimeEnvironment: "cpu",
       artifacts: [{ path, sha256 }],
       probeInputId: "completion-v1",
       probeInput: ProbeInput.COMPLETION_V1,
-      profile: { engine, contextSize: 1024, threads: 1, contentHash },
+      ...(profile !== undefined ? { profile } : {}),
     },
   },
 });
@@ -64,6 +70,8 @@ beforeAll(async () => {
   model = { path, ...(await writeTinyLlamaGguf(path)) };
   ts = await startTestServer({ MODELFORGE_HEARTBEAT_INTERVAL: "200ms", MODELFORGE_LEASE_DURATION: "20s", MODELFORGE_APPROVED_ROOTS: root });
   node = await enrollTestNode(ts, "cpu-runtime");
+  await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 1024, threads: 1 });
+  await ts.admin.createRuntimeProfile({ name: "tiny-openai", engine: EngineKind.OPENAI_HTTP, contextSize: 1024, threads: 1 });
   agent = spawnAgent(node.statePath, { MODELFORGE_AGENT_RUNTIMES: "on" });
   await eventually(
     async () => {
@@ -111,18 +119,35 @@ describe("runtime.probe.v1 through a real server and agent process", () => {
   }, 60_000);
 
   it("refuses an engine this agent does not run, typed", async () => {
-    const job = await finished(probeSpec(model.path, model.sha256, EngineKind.OPENAI_HTTP));
+    const job = await finished(probeSpec(model.path, model.sha256, "tiny-openai"));
     expect(job.state).toBe(JobState.FAILED);
     expect(job.failure).toMatchObject({ code: JobFailureCode.ENGINE_NOT_SUPPORTED, retryable: false });
   }, 60_000);
 
-  it("the server refuses a resolved profile without an engine or content hash, naming the field", async () => {
+  it("the lease carries the stored profile; a profile unknown, malformed or not the stored one is refused", async () => {
+    const job = await finished(probeSpec(model.path, model.sha256));
+    const leased = job.spec!.kind;
+    expect(leased.case).toBe("runtimeProbe");
+    if (leased.case !== "runtimeProbe") return;
+    const stored = (await ts.admin.listRuntimeProfiles({})).profiles.find((p) => p.name === "tiny-cpu")!;
+    expect(leased.value.profile).toMatchObject({ engine: EngineKind.LLAMA_CPP, contextSize: 1024, threads: 1 });
+    expect(leased.value.profile!.contentHash).toBe(stored.spec!.contentHash);
+
+    const refused = (spec: MessageInitShape<typeof JobSpecSchema>) => ts.admin.createJob({ nodeId: node.nodeId, spec, maxAttempts: 1 });
+    await expect(refused(probeSpec(model.path, model.sha256, "no-such-profile"))).rejects.toMatchObject({
+      code: Code.NotFound,
+      message: expect.stringContaining('runtime profile "no-such-profile" not found'),
+    });
+    const other = { engine: EngineKind.LLAMA_CPP, contextSize: 2048, threads: 1, contentHash: "a".repeat(64) };
+    await expect(refused(probeSpec(model.path, model.sha256, "tiny-cpu", other))).rejects.toMatchObject({
+      code: Code.FailedPrecondition,
+      message: expect.stringContaining("does not match runtime profile"),
+    });
     for (const [profile, field] of [
       [{ engine: EngineKind.UNSPECIFIED, contentHash: "0".repeat(64) }, "profile.engine"],
       [{ engine: EngineKind.LLAMA_CPP, contentHash: "nope" }, "profile.content_hash"],
     ] as const) {
-      const spec = probeSpec(model.path, model.sha256, profile.engine, profile.contentHash);
-      await expect(ts.admin.createJob({ nodeId: node.nodeId, spec, maxAttempts: 1 })).rejects.toMatchObject({
+      await expect(refused(probeSpec(model.path, model.sha256, "tiny-cpu", profile))).rejects.toMatchObject({
         code: Code.InvalidArgument,
         message: expect.stringContaining(field),
       });

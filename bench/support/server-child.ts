@@ -19,6 +19,7 @@ import { HeartbeatBook } from "../../server/liveness/heartbeats.js";
 import { LivenessTracker } from "../../server/liveness/tracker.js";
 import { systemClock } from "../../common/clock.js";
 import { JobEngine } from "../../server/jobs/engine.js";
+import { RuntimeProfiles } from "../../server/runtimes/store.js";
 import { jobSettingsOf } from "../../server/jobs/work.js";
 import { reconcileLiveness } from "../../server/liveness/reconciler.js";
 import { revokedSessionSweeper } from "../../server/sessions/revocation.js";
@@ -159,6 +160,7 @@ serve({
       sessions,
       settings: jobSettingsOf(config),
       shutdown: shutdown.signal,
+      profiles: new RuntimeProfiles({ prisma, clock }),
     });
     const reconciler = { prisma, clock, liveness, log };
     const time = async (fn: () => Promise<unknown>, n: number) => {

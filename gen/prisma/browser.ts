@@ -73,3 +73,18 @@ export type AuditEvent = Prisma.AuditEventModel
  * directory (blobs/<first two hex>/<sha256>); rows name it by repository, commit and path.
  */
 export type StoredArtifact = Prisma.StoredArtifactModel
+/**
+ * Model RuntimeProfile
+ * An immutable runtime profile: an engine and its parameters. A changed profile is a new name.
+ */
+export type RuntimeProfile = Prisma.RuntimeProfileModel
+/**
+ * Model DeploymentInstance
+ * One revision of a deployment on its node: its phase and the job that moves it on.
+ */
+export type DeploymentInstance = Prisma.DeploymentInstanceModel
+/**
+ * Model DeploymentEvent
+ * A deployment's state history.
+ */
+export type DeploymentEvent = Prisma.DeploymentEventModel

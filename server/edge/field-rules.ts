@@ -58,6 +58,9 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.agent.v1.Hello.agent_version": version,
   "modelforge.agent.v1.Hello.capabilities": capabilities,
   "modelforge.agent.v1.Hello.running_job_ids": { ...uuid, maxCount: 4096 },
+  "modelforge.agent.v1.Hello.held_deployments": { maxCount: 256 },
+  "modelforge.agent.v1.HeldDeployment.deployment_id": shortId,
+  "modelforge.agent.v1.HeldDeployment.runtime_id": name,
 
   // modelforge.common.v1
   "modelforge.common.v1.HostInfo.hostname": { maxBytes: 253 },
@@ -152,6 +155,19 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.ListAuditEventsRequest.action": shortId,
   "modelforge.admin.v1.ListAuditEventsRequest.target_id": name,
   "modelforge.admin.v1.ListAuditEventsRequest.actor": name,
+  "modelforge.admin.v1.CreateRuntimeProfileRequest.name": shortId,
+  "modelforge.admin.v1.CreateDeploymentRequest.name": shortId,
+  "modelforge.admin.v1.CreateDeploymentRequest.node_id": uuid,
+  "modelforge.admin.v1.CreateDeploymentRequest.runtime_profile": shortId,
+  "modelforge.admin.v1.CreateDeploymentRequest.commit": shortId,
+  "modelforge.admin.v1.CreateDeploymentRequest.target_root": resolvedPath,
+  "modelforge.admin.v1.GetDeploymentRequest.deployment": shortId,
+  "modelforge.admin.v1.UpdateDeploymentRevisionRequest.deployment": shortId,
+  "modelforge.admin.v1.UpdateDeploymentRevisionRequest.commit": shortId,
+  "modelforge.admin.v1.UpdateDeploymentRevisionRequest.runtime_profile": shortId,
+  "modelforge.admin.v1.DrainDeploymentRequest.deployment": shortId,
+  "modelforge.admin.v1.UnloadDeploymentRequest.deployment": shortId,
+  "modelforge.admin.v1.DeleteDeploymentRequest.deployment": shortId,
 
   // modelforge.deployment.v1
   "modelforge.deployment.v1.InvokeRequest.deployment_id": shortId,

@@ -8,6 +8,7 @@ import { JobSpecSchema, type JobSpec } from "../../gen/proto/modelforge/jobs/v1/
 import { capabilityOfSpec } from "../../common/capabilities.js";
 import { operatorActor } from "../audit/audit.js";
 import { validateJobSpec } from "./spec.js";
+import { withResolvedProfile } from "./profiles.js";
 import { leaseExpiry } from "./lease.js";
 import { leaseOf } from "./codec.js";
 import type { JobWork } from "./work.js";
@@ -19,6 +20,8 @@ type Tx = Prisma.TransactionClient;
 const MAX_ORDERING_KEY = 256;
 
 export interface CreateJobInput {
+  /** A caller that claimed the id before creating the job (the deployment controller) gives it. */
+  id?: string;
   nodeId: string;
   spec: JobSpec | undefined;
   orderingKey: string;
@@ -29,9 +32,10 @@ export interface CreateJobInput {
 
 export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<JobRow> {
   const config = ctx.settings;
-  const spec = input.spec;
-  if (spec === undefined) throw new ConnectError("spec: is required: exactly one capability must be set", Code.InvalidArgument);
-  validating(() => validateJobSpec(spec, { approvedRoots: config.approvedRoots }));
+  if (input.spec === undefined) throw new ConnectError("spec: is required: exactly one capability must be set", Code.InvalidArgument);
+  const requested = input.spec;
+  validating(() => validateJobSpec(requested, { approvedRoots: config.approvedRoots }));
+  const spec = await withResolvedProfile(requested, ctx.profiles);
   const capability = capabilityOfSpec(spec);
   const orderingKey = input.orderingKey === "" ? null : input.orderingKey;
   if (orderingKey !== null && (orderingKey.length > MAX_ORDERING_KEY || /[\u0000-\u001f\u007f]/.test(orderingKey))) {
@@ -77,7 +81,7 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
     const now = new Date(ctx.clock.now());
     const leaseExpiresAt = leaseNow ? new Date(leaseExpiry(now.getTime(), config.leaseDurationMs)) : null;
     const row = {
-      id: randomUUID(),
+      id: input.id ?? randomUUID(),
       nodeId: node.id,
       capability,
       spec: toJson(JobSpecSchema, spec),

@@ -34,6 +34,7 @@ import { leaseOf, recordOf } from "./codec.js";
 import type { JobDispatch, JobMessage } from "./dispatch.js";
 import { Leasing } from "./leasing.js";
 import type { JobSettings, JobWork } from "./work.js";
+import type { ProfileLookup } from "./profiles.js";
 import { cancelJob } from "./cancel.js";
 import { createJob, type CreateJobInput } from "./create.js";
 import { applyExpiry, expireLeases, reclaimUnreachable } from "./expiry.js";
@@ -47,6 +48,7 @@ export interface JobEngineDeps {
   sessions: Pick<SessionRegistry, "get" | "isConnected" | "size">;
   settings: JobSettings;
   shutdown: AbortSignal;
+  profiles: ProfileLookup;
 }
 
 export class JobEngine implements JobDispatch {
@@ -62,6 +64,7 @@ export class JobEngine implements JobDispatch {
       settings: deps.settings,
       liveness: deps.liveness,
       leasing: this.leasing,
+      profiles: deps.profiles,
     };
   }
 

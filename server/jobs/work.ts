@@ -6,6 +6,7 @@ import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
 import type { Leasing } from "./leasing.js";
+import type { ProfileLookup } from "./profiles.js";
 
 /** The configuration jobs obey. */
 export interface JobSettings {
@@ -33,4 +34,6 @@ export interface JobWork {
   readonly liveness: LivenessTracker;
   /** Leasing passes, pushes down sessions here, and follow-ups. */
   readonly leasing: Leasing;
+  /** Runtime profiles by name, resolved into the leases that name them. */
+  readonly profiles: ProfileLookup;
 }

@@ -56,11 +56,27 @@ export interface AdminServiceDeps extends Omit<TokenDeps, "sessions">, Lifecycle
   shutdown: AbortSignal;
 }
 
-export function adminService(
-  deps: AdminServiceDeps,
-  jobs: Pick<ServiceImpl<typeof AdminService>, "createJob" | "getJob" | "listJobs" | "cancelJob">,
-  artifacts: Pick<ServiceImpl<typeof AdminService>, "uploadArtifactChunk" | "listArtifactFiles" | "deleteArtifactFiles">,
-): ServiceImpl<typeof AdminService> {
+/** The admin RPCs this module implements itself; every other feature brings its own. */
+type CoreRpcs =
+  | "createEnrollmentToken"
+  | "listEnrollmentTokens"
+  | "revokeEnrollmentToken"
+  | "listNodes"
+  | "getNode"
+  | "watchNodes"
+  | "updateNode"
+  | "disableNode"
+  | "enableNode"
+  | "rotateNodeCredential"
+  | "revokeNodeCredential"
+  | "previewDecommission"
+  | "decommissionNode"
+  | "listAuditEvents";
+
+/** The features' RPCs (jobs, artifacts, runtime profiles, ...): together, exactly the rest. */
+export type FeatureRpcs = Omit<ServiceImpl<typeof AdminService>, CoreRpcs>;
+
+export function adminService(deps: AdminServiceDeps, features: FeatureRpcs): ServiceImpl<typeof AdminService> {
   const prisma = deps.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
   const oneNode = async (id: string) => (await nodeMessages(deps, [await findNodeOrThrow(prisma, id)]))[0]!.message;
@@ -207,8 +223,7 @@ export function adminService(
         nextPageToken: more ? encodePageToken(String(page[page.length - 1]!.seq)) : "",
       });
     },
-    ...jobs,
-    ...artifacts,
+    ...features,
   };
 }
 

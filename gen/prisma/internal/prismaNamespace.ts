@@ -407,7 +407,10 @@ export const ModelName = {
   JobAttempt: 'JobAttempt',
   Deployment: 'Deployment',
   AuditEvent: 'AuditEvent',
-  StoredArtifact: 'StoredArtifact'
+  StoredArtifact: 'StoredArtifact',
+  RuntimeProfile: 'RuntimeProfile',
+  DeploymentInstance: 'DeploymentInstance',
+  DeploymentEvent: 'DeploymentEvent'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -423,7 +426,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact"
+    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1241,6 +1244,228 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    RuntimeProfile: {
+      payload: Prisma.$RuntimeProfilePayload<ExtArgs>
+      fields: Prisma.RuntimeProfileFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.RuntimeProfileFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.RuntimeProfileFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        findFirst: {
+          args: Prisma.RuntimeProfileFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.RuntimeProfileFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        findMany: {
+          args: Prisma.RuntimeProfileFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>[]
+        }
+        create: {
+          args: Prisma.RuntimeProfileCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        createMany: {
+          args: Prisma.RuntimeProfileCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.RuntimeProfileCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>[]
+        }
+        delete: {
+          args: Prisma.RuntimeProfileDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        update: {
+          args: Prisma.RuntimeProfileUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        deleteMany: {
+          args: Prisma.RuntimeProfileDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.RuntimeProfileUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.RuntimeProfileUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>[]
+        }
+        upsert: {
+          args: Prisma.RuntimeProfileUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RuntimeProfilePayload>
+        }
+        aggregate: {
+          args: Prisma.RuntimeProfileAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateRuntimeProfile>
+        }
+        groupBy: {
+          args: Prisma.RuntimeProfileGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.RuntimeProfileGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.RuntimeProfileCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.RuntimeProfileCountAggregateOutputType> | number
+        }
+      }
+    }
+    DeploymentInstance: {
+      payload: Prisma.$DeploymentInstancePayload<ExtArgs>
+      fields: Prisma.DeploymentInstanceFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.DeploymentInstanceFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.DeploymentInstanceFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        findFirst: {
+          args: Prisma.DeploymentInstanceFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.DeploymentInstanceFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        findMany: {
+          args: Prisma.DeploymentInstanceFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>[]
+        }
+        create: {
+          args: Prisma.DeploymentInstanceCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        createMany: {
+          args: Prisma.DeploymentInstanceCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.DeploymentInstanceCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>[]
+        }
+        delete: {
+          args: Prisma.DeploymentInstanceDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        update: {
+          args: Prisma.DeploymentInstanceUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        deleteMany: {
+          args: Prisma.DeploymentInstanceDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.DeploymentInstanceUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.DeploymentInstanceUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>[]
+        }
+        upsert: {
+          args: Prisma.DeploymentInstanceUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        aggregate: {
+          args: Prisma.DeploymentInstanceAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateDeploymentInstance>
+        }
+        groupBy: {
+          args: Prisma.DeploymentInstanceGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DeploymentInstanceGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.DeploymentInstanceCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DeploymentInstanceCountAggregateOutputType> | number
+        }
+      }
+    }
+    DeploymentEvent: {
+      payload: Prisma.$DeploymentEventPayload<ExtArgs>
+      fields: Prisma.DeploymentEventFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.DeploymentEventFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.DeploymentEventFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        findFirst: {
+          args: Prisma.DeploymentEventFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.DeploymentEventFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        findMany: {
+          args: Prisma.DeploymentEventFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>[]
+        }
+        create: {
+          args: Prisma.DeploymentEventCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        createMany: {
+          args: Prisma.DeploymentEventCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.DeploymentEventCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>[]
+        }
+        delete: {
+          args: Prisma.DeploymentEventDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        update: {
+          args: Prisma.DeploymentEventUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        deleteMany: {
+          args: Prisma.DeploymentEventDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.DeploymentEventUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.DeploymentEventUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>[]
+        }
+        upsert: {
+          args: Prisma.DeploymentEventUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        aggregate: {
+          args: Prisma.DeploymentEventAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateDeploymentEvent>
+        }
+        groupBy: {
+          args: Prisma.DeploymentEventGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DeploymentEventGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.DeploymentEventCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DeploymentEventCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1418,6 +1643,15 @@ export const DeploymentScalarFieldEnum = {
   state: 'state',
   revision: 'revision',
   failureReason: 'failureReason',
+  selector: 'selector',
+  runtimeProfile: 'runtimeProfile',
+  repository: 'repository',
+  commit: 'commit',
+  targetRoot: 'targetRoot',
+  desired: 'desired',
+  maxInFlight: 'maxInFlight',
+  invokeTimeoutMs: 'invokeTimeoutMs',
+  drainTimeoutMs: 'drainTimeoutMs',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -1450,6 +1684,51 @@ export const StoredArtifactScalarFieldEnum = {
 } as const
 
 export type StoredArtifactScalarFieldEnum = (typeof StoredArtifactScalarFieldEnum)[keyof typeof StoredArtifactScalarFieldEnum]
+
+
+export const RuntimeProfileScalarFieldEnum = {
+  name: 'name',
+  engine: 'engine',
+  contextSize: 'contextSize',
+  threads: 'threads',
+  contentHash: 'contentHash',
+  createdAt: 'createdAt'
+} as const
+
+export type RuntimeProfileScalarFieldEnum = (typeof RuntimeProfileScalarFieldEnum)[keyof typeof RuntimeProfileScalarFieldEnum]
+
+
+export const DeploymentInstanceScalarFieldEnum = {
+  deploymentId: 'deploymentId',
+  revision: 'revision',
+  nodeId: 'nodeId',
+  runtimeProfile: 'runtimeProfile',
+  repository: 'repository',
+  commit: 'commit',
+  phase: 'phase',
+  step: 'step',
+  jobId: 'jobId',
+  claimedAt: 'claimedAt',
+  runtimeId: 'runtimeId',
+  reason: 'reason',
+  updatedAt: 'updatedAt'
+} as const
+
+export type DeploymentInstanceScalarFieldEnum = (typeof DeploymentInstanceScalarFieldEnum)[keyof typeof DeploymentInstanceScalarFieldEnum]
+
+
+export const DeploymentEventScalarFieldEnum = {
+  seq: 'seq',
+  deploymentId: 'deploymentId',
+  time: 'time',
+  revision: 'revision',
+  nodeId: 'nodeId',
+  fromPhase: 'fromPhase',
+  toPhase: 'toPhase',
+  reason: 'reason'
+} as const
+
+export type DeploymentEventScalarFieldEnum = (typeof DeploymentEventScalarFieldEnum)[keyof typeof DeploymentEventScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -1758,6 +2037,9 @@ export type GlobalOmitConfig = {
   deployment?: Prisma.DeploymentOmit
   auditEvent?: Prisma.AuditEventOmit
   storedArtifact?: Prisma.StoredArtifactOmit
+  runtimeProfile?: Prisma.RuntimeProfileOmit
+  deploymentInstance?: Prisma.DeploymentInstanceOmit
+  deploymentEvent?: Prisma.DeploymentEventOmit
 }
 
 /* Types for Logging */

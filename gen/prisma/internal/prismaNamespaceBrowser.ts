@@ -61,7 +61,10 @@ export const ModelName = {
   JobAttempt: 'JobAttempt',
   Deployment: 'Deployment',
   AuditEvent: 'AuditEvent',
-  StoredArtifact: 'StoredArtifact'
+  StoredArtifact: 'StoredArtifact',
+  RuntimeProfile: 'RuntimeProfile',
+  DeploymentInstance: 'DeploymentInstance',
+  DeploymentEvent: 'DeploymentEvent'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -218,6 +221,15 @@ export const DeploymentScalarFieldEnum = {
   state: 'state',
   revision: 'revision',
   failureReason: 'failureReason',
+  selector: 'selector',
+  runtimeProfile: 'runtimeProfile',
+  repository: 'repository',
+  commit: 'commit',
+  targetRoot: 'targetRoot',
+  desired: 'desired',
+  maxInFlight: 'maxInFlight',
+  invokeTimeoutMs: 'invokeTimeoutMs',
+  drainTimeoutMs: 'drainTimeoutMs',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -250,6 +262,51 @@ export const StoredArtifactScalarFieldEnum = {
 } as const
 
 export type StoredArtifactScalarFieldEnum = (typeof StoredArtifactScalarFieldEnum)[keyof typeof StoredArtifactScalarFieldEnum]
+
+
+export const RuntimeProfileScalarFieldEnum = {
+  name: 'name',
+  engine: 'engine',
+  contextSize: 'contextSize',
+  threads: 'threads',
+  contentHash: 'contentHash',
+  createdAt: 'createdAt'
+} as const
+
+export type RuntimeProfileScalarFieldEnum = (typeof RuntimeProfileScalarFieldEnum)[keyof typeof RuntimeProfileScalarFieldEnum]
+
+
+export const DeploymentInstanceScalarFieldEnum = {
+  deploymentId: 'deploymentId',
+  revision: 'revision',
+  nodeId: 'nodeId',
+  runtimeProfile: 'runtimeProfile',
+  repository: 'repository',
+  commit: 'commit',
+  phase: 'phase',
+  step: 'step',
+  jobId: 'jobId',
+  claimedAt: 'claimedAt',
+  runtimeId: 'runtimeId',
+  reason: 'reason',
+  updatedAt: 'updatedAt'
+} as const
+
+export type DeploymentInstanceScalarFieldEnum = (typeof DeploymentInstanceScalarFieldEnum)[keyof typeof DeploymentInstanceScalarFieldEnum]
+
+
+export const DeploymentEventScalarFieldEnum = {
+  seq: 'seq',
+  deploymentId: 'deploymentId',
+  time: 'time',
+  revision: 'revision',
+  nodeId: 'nodeId',
+  fromPhase: 'fromPhase',
+  toPhase: 'toPhase',
+  reason: 'reason'
+} as const
+
+export type DeploymentEventScalarFieldEnum = (typeof DeploymentEventScalarFieldEnum)[keyof typeof DeploymentEventScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -1,0 +1,40 @@
+// The runtime-profile RPCs of modelforge.admin.v1.AdminService (the admin token is checked by the
+// interceptor before these run).
+import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import {
+  CreateRuntimeProfileResponseSchema,
+  ListRuntimeProfilesResponseSchema,
+  RuntimeProfileSchema,
+  type AdminService,
+} from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import type { RuntimeProfile as ProfileRow } from "../../gen/prisma/client.js";
+import { callOf } from "../context.js";
+import { ts } from "../services/convert.js";
+import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
+import { specOf, type RuntimeProfiles } from "./store.js";
+
+type RuntimeProfileRpcs = Pick<ServiceImpl<typeof AdminService>, "createRuntimeProfile" | "listRuntimeProfiles">;
+
+const toProto = (row: ProfileRow) => create(RuntimeProfileSchema, { name: row.name, spec: specOf(row), createdAt: ts(row.createdAt) });
+
+export function adminRuntimeProfiles(profiles: RuntimeProfiles): RuntimeProfileRpcs {
+  return {
+    async createRuntimeProfile(req, ctx) {
+      const { row, created } = await profiles.create(
+        { name: req.name, engine: req.engine, contextSize: req.contextSize, threads: req.threads },
+        callOf(ctx).correlationId,
+      );
+      return create(CreateRuntimeProfileResponseSchema, { profile: toProto(row), created });
+    },
+    async listRuntimeProfiles(req) {
+      const size = pageSizeOf(req.pageSize);
+      const offset = decodeOffset(req.pageToken);
+      const { page, more } = splitPage(await profiles.list(offset, size + 1), size);
+      return create(ListRuntimeProfilesResponseSchema, {
+        profiles: page.map(toProto),
+        nextPageToken: more ? encodePageToken(String(offset + size)) : "",
+      });
+    },
+  };
+}

@@ -1,0 +1,65 @@
+// The rules of runtime profiles: the name grammar, the bounds of each engine parameter, and the
+// canonical content whose SHA-256 identifies a profile. Pure; the store and the RPCs are around it.
+import { createHash } from "node:crypto";
+import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+
+export class ProfileRuleError extends Error {
+  constructor(
+    readonly field: string,
+    reason: string,
+  ) {
+    super(`${field}: ${reason}`);
+  }
+}
+
+/** The contract names of the engines, the form the database keeps. */
+const engineNames = new Map<EngineKind, string>([
+  [EngineKind.LLAMA_CPP, "llama.cpp"],
+  [EngineKind.OPENAI_HTTP, "openai-http"],
+]);
+
+export const MAX_CONTEXT_SIZE = 1_048_576;
+export const MAX_THREADS = 1024;
+const NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+
+export interface ProfileContent {
+  engine: EngineKind;
+  contextSize: number;
+  threads: number;
+}
+
+export function checkProfileName(name: string, field = "name"): void {
+  if (!NAME.test(name)) {
+    throw new ProfileRuleError(field, "must be 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit");
+  }
+}
+
+export function checkProfileContent(p: ProfileContent): void {
+  if (!engineNames.has(p.engine)) throw new ProfileRuleError("engine", "must name an engine (llama.cpp or openai-http)");
+  if (!Number.isInteger(p.contextSize) || p.contextSize < 0 || p.contextSize > MAX_CONTEXT_SIZE) {
+    throw new ProfileRuleError("context_size", `must be from 0 (the engine's default) to ${MAX_CONTEXT_SIZE}`);
+  }
+  if (!Number.isInteger(p.threads) || p.threads < 0 || p.threads > MAX_THREADS) {
+    throw new ProfileRuleError("threads", `must be from 0 (the engine's default) to ${MAX_THREADS}`);
+  }
+}
+
+export function engineName(engine: EngineKind): string {
+  const name = engineNames.get(engine);
+  if (name === undefined) throw new ProfileRuleError("engine", `unknown engine ${engine}`);
+  return name;
+}
+
+export function engineOfName(name: string): EngineKind {
+  for (const [kind, n] of engineNames) if (n === name) return kind;
+  throw new Error(`a stored runtime profile names an engine this server does not know: ${JSON.stringify(name)}`);
+}
+
+/**
+ * The SHA-256 of a profile's canonical content: fixed key order, engine by its contract name, so
+ * equal profiles hash equal whatever produced them, and a hash never changes with a proto rename.
+ */
+export function profileContentHash(p: ProfileContent): string {
+  const canonical = JSON.stringify({ v: 1, engine: engineName(p.engine), contextSize: p.contextSize, threads: p.threads });
+  return createHash("sha256").update(canonical).digest("hex");
+}
