@@ -28,6 +28,7 @@ import { checkIssued } from "./enroll.js";
 import { systemClock, type Clock } from "../common/clock.js";
 import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
 import type { SessionLoopMetrics } from "./metrics.js";
+import { VersionRefusals, versionRefusalDelay, versionRefusalOf } from "./version-refusal.js";
 
 type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 export type ReplyResult = Reply["result"];
@@ -100,6 +101,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
   const { log, signal } = opts;
   let attempt = 0;
   const refusals = new CredentialRefusals();
+  const versionRefusals = new VersionRefusals();
   while (!signal.aborted) {
     let hinted: number | undefined;
     // Re-read each time: `agent enroll --force` may have replaced the identity meanwhile.
@@ -107,11 +109,17 @@ export async function runAgent(opts: RunOptions): Promise<void> {
     if (state === undefined) throw new StateError(`no agent state at ${opts.statePath}: run "agent enroll" first`);
     const store = new StateStore(opts.statePath, state);
     const opened = { value: false };
+    // A Welcome proves the credential and the version are accepted: a later refusal is news again.
+    // (runSession only ever ends by throwing, so this cannot wait for it to return.)
+    const established = () => {
+      opened.value = true;
+      refusals.accepted();
+      versionRefusals.accepted();
+    };
     try {
-      await runSession(store, opts, opened);
+      await runSession(store, opts, established);
       opts.observer?.ended?.(undefined, opened.value);
       attempt = 0;
-      refusals.accepted();
       if (!signal.aborted) opts.metrics?.reconnecting("ended");
     } catch (err) {
       if (err instanceof Reconnect) {
@@ -124,6 +132,18 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       const ce = ConnectError.from(err);
       opts.metrics?.reconnecting(ce.code);
       opts.observer?.ended?.(ce, opened.value);
+      const tooOld = versionRefusalOf(err);
+      if (tooOld !== undefined) {
+        // Refused for its version: only an upgrade helps, so no fast retries and no log flood.
+        if (versionRefusals.due((opts.clock ?? systemClock).now())) {
+          log.error(
+            { nodeId: state.nodeId, agentVersion, code: codeName(ce.code), reason: tooOld },
+            `the control plane refused this agent: ${tooOld}`,
+          );
+        }
+        await systemClock.sleep(versionRefusalDelay(opts.backoffMaxMs ?? 30_000), signal);
+        continue;
+      }
       // Status, method and path only: never a body or credential.
       log.warn(
         { code: codeName(ce.code), method: "Session", path: "/modelforge.agent.v1.AgentService/Session", reason: ce.rawMessage },
@@ -149,7 +169,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
  * half-open connection, is given up on), every heartbeat's answer, and credential renewal. It
  * throws why it ended, and always closes its connection.
  */
-async function runSession(store: StateStore, opts: RunOptions, opened: { value: boolean }): Promise<void> {
+async function runSession(store: StateStore, opts: RunOptions, established: () => void): Promise<void> {
   const { log } = opts;
   const clock = opts.clock ?? systemClock;
   const now = () => clock.now();
@@ -299,7 +319,7 @@ async function runSession(store: StateStore, opts: RunOptions, opened: { value: 
       switch (m.case) {
         case "welcome": {
           clearTimeout(welcomeTimer);
-          opened.value = true;
+          established();
           opts.observer?.established?.();
           config = m.value.config;
           log.info({ nodeId: m.value.nodeId, serverVersion: m.value.serverVersion }, "session established");

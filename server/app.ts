@@ -50,6 +50,7 @@ import { serveMetrics, type MetricsEndpoint } from "../common/metrics-endpoint.j
 import { openClusterBus } from "./cluster/bus.js";
 import { followCluster } from "./cluster/follow.js";
 import { openLeadership } from "./cluster/leadership.js";
+import { ReflectionIndex, reflectionServices, routeReflection } from "./reflection/reflection.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -84,6 +85,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const opening = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log, queryFailed: metrics?.queryFailed });
   opening.catch(() => undefined);
   const health = new HealthState([AgentService.typeName, AdminService.typeName, DeploymentService.typeName]);
+  // Reflection describes the public contract only; it is served from the first moment, like GetServerInfo.
+  const reflection = new ReflectionIndex([AgentService, AdminService, DeploymentService, Health, ...reflectionServices]);
   const contextValues: ConnectNodeAdapterOptions["contextValues"] = (req) => {
     const correlationId = (req as unknown as Record<symbol, string>)[correlationSymbol] ?? correlationIdFrom(undefined);
     return createContextValues().set(callerKey, callerOf(req, correlationId, log));
@@ -91,7 +94,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   let handle = connectNodeAdapter({
     routes: (router) => {
       router.service(Health, healthService(health));
-      router.rpc(AgentService.method.getServerInfo, () => serverInfo(ca));
+      router.rpc(AgentService.method.getServerInfo, () => serverInfo(ca, config.minAgentVersion));
+      routeReflection(router, reflection);
       undecodableAsInvalidArgument(router);
     },
     interceptors: [callLogInterceptor()],
@@ -245,6 +249,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     shutdown: shutdown.signal,
     outage: db.outage,
     metrics: metrics?.sessions,
+    minAgentVersion: config.minAgentVersion,
   };
   const admin = adminService(
     {
@@ -256,6 +261,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       join: { serverUrl: publicUrlOf(config, port), caFingerprint: ca.fingerprint },
       watchIntervalMs: config.reconcileIntervalMs,
       replicaId: bus.replicaId,
+      minAgentVersion: config.minAgentVersion,
       shutdown: shutdown.signal,
     },
     {
@@ -274,6 +280,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       );
       router.service(AdminService, admin);
       router.service(DeploymentService, {});
+      routeReflection(router, reflection);
       undecodableAsInvalidArgument(router);
     },
     interceptors: [

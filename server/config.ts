@@ -2,6 +2,8 @@
 // touches the process, so tests build configs the same way `main` does.
 import { parseDuration } from "../common/duration.js";
 import { parseListenAddress, type ListenAddress } from "../common/listen-address.js";
+import { parseVersion } from "./sessions/agent-version.js";
+import { defaultMinAgentVersion } from "./version.js";
 
 export interface Config {
   listenAddress: string;
@@ -40,6 +42,8 @@ export interface Config {
   artifactDir: string;
   /** Where the Prometheus endpoint listens (plain HTTP); undefined: no endpoint. */
   metricsAddress: ListenAddress | undefined;
+  /** The oldest agent version accepted at Hello (README, "Version skew policy"). */
+  minAgentVersion: string;
 }
 
 export class ConfigError extends Error {
@@ -72,6 +76,7 @@ export const defaults = {
   MODELFORGE_RECLAIM_GRACE: "60s",
   MODELFORGE_APPROVED_ROOTS: "/var/lib/modelforge/artifacts",
   MODELFORGE_SHUTDOWN_GRACE: "5s",
+  MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
 } as const;
 
 export function loadConfig(env: Env): Config {
@@ -141,7 +146,11 @@ export function loadConfig(env: Env): Config {
     shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
     artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,
     metricsAddress: optionalAddress(env, "MODELFORGE_METRICS_ADDRESS"),
+    minAgentVersion: get("MODELFORGE_MIN_AGENT_VERSION"),
   };
+  if (parseVersion(config.minAgentVersion) === undefined) {
+    throw new ConfigError(`MODELFORGE_MIN_AGENT_VERSION: expected a version such as 1.4.0, got "${config.minAgentVersion}"`);
+  }
   if (config.operatorApiKey !== undefined && config.operatorApiKey.length < 16) {
     throw new ConfigError("MODELFORGE_OPERATOR_API_KEY: use at least 16 characters");
   }

@@ -24,6 +24,8 @@ import {
 
 const yesNo = (b: boolean) => (b ? "yes" : "no");
 export const nodeLabel = (n: Node | undefined, id: string) => (n?.name ? `${id} (${n.name})` : id);
+/** The agent's version, flagged when the server will refuse it at its next Hello. */
+const agentOf = (n: Node) => (n.agentVersion || "-") + (n.agentOutdated ? " (outdated)" : "");
 
 /** The node list table. Pure. */
 export function renderNodeTable(nodes: Node[], now: Date): string {
@@ -35,7 +37,7 @@ export function renderNodeTable(nodes: Node[], now: Date): string {
       enumName(Liveness, n.liveness),
       String(n.gpuCount),
       formatAge(dateOf(n.lastHeartbeatAt), now),
-      n.agentVersion || "-",
+      agentOf(n),
       yesNo(n.connected),
     ]),
   );
@@ -66,6 +68,12 @@ export function renderNodeDetail(res: GetNodeResponse, now: Date): string {
           ["Last heartbeat", n.lastHeartbeatAt ? formatTimeAndAge(dateOf(n.lastHeartbeatAt), now) : "never"],
           ["Connected", yesNo(n.connected) + (n.sessionReplica ? ` (session on replica ${n.sessionReplica})` : "")],
           ["Agent", (n.agentVersion || "-") + (n.protocolVersion > 0 ? ` (protocol ${n.protocolVersion})` : "")],
+          [
+            "Agent outdated",
+            n.agentOutdated
+              ? "yes: older than the oldest version this control plane accepts; it is refused at Hello until upgraded"
+              : undefined,
+          ],
           ["Capabilities", n.capabilities.length > 0 ? n.capabilities.join(", ") : "-"],
         ]),
     );

@@ -7,6 +7,7 @@ import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { Health } from "../../gen/proto/grpc/health/v1/health_pb.js";
 import { MAX_INVOKE_PAYLOAD_BYTES } from "../jobs/spec.js";
+import { reflectionQuestionBytes, reflectionServices } from "../reflection/reflection.js";
 
 const KiB = 1024;
 
@@ -54,10 +55,12 @@ const requestBytes: ReadonlyMap<string, number> = new Map([
   [path(AdminService, "createJob"), invokeRequestBytes],
   [path(AgentService, "completeJob"), invokeRequestBytes],
   [path(AgentService, "session"), invokeRequestBytes],
+  // Reflection: each question is a host and one name (server/reflection/reflection.ts applies it per message).
+  ...reflectionServices.map((s) => [path(s, "serverReflectionInfo"), reflectionQuestionBytes] as const),
 ]);
 
 const clientStreaming: ReadonlySet<string> = new Set(
-  [AgentService, AdminService, DeploymentService, Health].flatMap((service) =>
+  [AgentService, AdminService, DeploymentService, Health, ...reflectionServices].flatMap((service) =>
     service.methods
       .filter((m) => m.methodKind === "client_streaming" || m.methodKind === "bidi_streaming")
       .map((m) => `/${service.typeName}/${m.name}`),

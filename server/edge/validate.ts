@@ -130,9 +130,14 @@ function checkMessage(m: ReflectMessage, path: string): void {
       case "enum":
         checkEnum(field, m.get(field) as number, at);
         break;
-      case "message":
-        checkMessage(m.get(field) as ReflectMessage, at);
+      case "message": {
+        const inner = m.get(field) as ReflectMessage;
+        // A wrapper (google.protobuf.DoubleValue, ...) takes its field's rule on its value.
+        const wrapped = /^google\.protobuf\.\w+Value$/.test(inner.desc.typeName) ? inner.fields[0] : undefined;
+        if (wrapped?.fieldKind === "scalar") checkScalar(wrapped.scalar, inner.get(wrapped), at, rule);
+        else checkMessage(inner, at);
         break;
+      }
       case "list": {
         const list = m.get(field);
         const max = rule.maxCount ?? defaultRules.list.maxCount;

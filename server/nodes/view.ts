@@ -5,6 +5,7 @@ import type { Clock } from "../../common/clock.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
 import type { SessionRegistry } from "../sessions/registry.js";
 import { nodeToProto, type NodeView } from "../services/convert.js";
+import { isAgentOutdated } from "../sessions/agent-version.js";
 
 /** What presenting nodes works with. */
 export interface ViewDeps {
@@ -14,6 +15,8 @@ export interface ViewDeps {
   sessions: Pick<SessionRegistry, "isConnected">;
   /** This replica's id (server/cluster/bus.ts), named as the holder of the sessions here. */
   replicaId?: string;
+  /** Agents older than this are flagged as outdated (../sessions/agent-version.ts). */
+  minAgentVersion: string;
 }
 
 function viewOf(deps: ViewDeps, node: Node, gpuCount: number, now = deps.clock.now()): NodeView {
@@ -30,6 +33,7 @@ function viewOf(deps: ViewDeps, node: Node, gpuCount: number, now = deps.clock.n
     connected: here || sessionReplica !== "",
     sessionReplica,
     gpuCount,
+    agentOutdated: isAgentOutdated(node.agentVersion, deps.minAgentVersion),
   };
 }
 

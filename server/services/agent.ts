@@ -54,8 +54,9 @@ function heartbeatResponse(deps: AgentServiceDeps, instructions: Instruction[], 
 }
 
 /** Needs no database: served from the moment the port opens. */
-export function serverInfo(ca: Pick<Ca, "certPem" | "fingerprint">) {
+export function serverInfo(ca: Pick<Ca, "certPem" | "fingerprint">, minAgentVersion: string) {
   return create(GetServerInfoResponseSchema, {
+    minAgentVersion,
     serverVersion,
     protocolVersions: [...supportedProtocolVersions],
     caCertificatePem: ca.certPem,
@@ -73,7 +74,7 @@ export function agentService(
   const enroll = enroller(deps);
 
   return {
-    getServerInfo: () => serverInfo(deps.ca),
+    getServerInfo: () => serverInfo(deps.ca, deps.minAgentVersion),
     async enroll(req, ctx) {
       const enrolled = await enroll({
         token: req.token,

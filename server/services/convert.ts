@@ -57,6 +57,8 @@ export interface NodeView {
   /** The replica holding the node's session, "" when none is known. */
   sessionReplica: string;
   gpuCount: number;
+  /** The recorded agent version is older than the oldest this server accepts. */
+  agentOutdated: boolean;
 }
 
 export function nodeToProto(n: Node, view: NodeView): NodeMessage {
@@ -77,6 +79,7 @@ export function nodeToProto(n: Node, view: NodeView): NodeMessage {
     sessionReplica: view.sessionReplica,
     disabledReason: n.disabledAt !== null ? (n.disabledReason ?? "disabled") : "",
     decommissionedAt: ts(n.decommissionedAt),
+    agentOutdated: view.agentOutdated,
   });
 }
 

@@ -45,6 +45,7 @@ import { requestViolation } from "../edge/validate.js";
 import { partitionCapabilities } from "../../common/capabilities.js";
 import { knownEngines } from "../../common/engines.js";
 import type { SessionMetrics } from "../observability/metrics.js";
+import { agentVersionRefusal } from "./agent-version.js";
 
 type Result = Reply["result"];
 
@@ -75,6 +76,8 @@ export interface SessionDeps {
   /** Hears of database connectivity failures (logged once per outage, answered unavailable). */
   outage?: OutageSink;
   metrics?: SessionMetrics | undefined;
+  /** The oldest agent version accepted at Hello (./agent-version.ts). */
+  minAgentVersion: string;
 }
 
 /** Answers one agent message that needs I/O; jobs add their cases through `deps.jobs`. */
@@ -97,7 +100,7 @@ async function answer(deps: SessionDeps, nodeId: string, msg: SessionRequest, co
 }
 
 /** Refuses a Hello this server cannot talk to; returns the capabilities it records and those it ignores. */
-function acceptHello(first: SessionRequest): { hello: Hello; capabilities: string[]; ignored: string[] } {
+function acceptHello(first: SessionRequest, minAgentVersion: string): { hello: Hello; capabilities: string[]; ignored: string[] } {
   if (first.message.case !== "hello") {
     throw new ConnectError("the first session message must be hello", Code.InvalidArgument);
   }
@@ -108,6 +111,10 @@ function acceptHello(first: SessionRequest): { hello: Hello; capabilities: strin
       Code.Aborted,
     );
   }
+  // Before the database: an agent this server would refuse costs it nothing. failed_precondition, so
+  // the agent knows retrying soon will not help (agent/version-refusal.ts).
+  const tooOld = agentVersionRefusal(hello.agentVersion, minAgentVersion, serverVersion);
+  if (tooOld !== undefined) throw new ConnectError(tooOld, Code.FailedPrecondition);
   // The edge has bounded the names; only those of the contract are recorded, the rest reported back.
   const { known, unknown } = partitionCapabilities(hello.capabilities);
   return { hello, capabilities: known, ignored: unknown };
@@ -233,7 +240,7 @@ export class AgentSession implements LiveSession {
       this.busy = true;
       let said: ReturnType<typeof acceptHello>;
       try {
-        said = acceptHello(message);
+        said = acceptHello(message, this.deps.minAgentVersion);
       } catch (err) {
         return this.close(err);
       }
