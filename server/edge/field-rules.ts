@@ -61,6 +61,9 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.agent.v1.Hello.held_deployments": { maxCount: 256 },
   "modelforge.agent.v1.HeldDeployment.deployment_id": shortId,
   "modelforge.agent.v1.HeldDeployment.runtime_id": name,
+  "modelforge.agent.v1.InvokeAnswer.content_type": contentType,
+  "modelforge.agent.v1.InvokeAnswer.payload": payload,
+  "modelforge.agent.v1.DeploymentLogLines.lines": { maxCount: 1000 },
 
   // modelforge.common.v1
   "modelforge.common.v1.HostInfo.hostname": { maxBytes: 253 },
@@ -156,12 +159,23 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.ListAuditEventsRequest.target_id": name,
   "modelforge.admin.v1.ListAuditEventsRequest.actor": name,
   "modelforge.admin.v1.CreateRuntimeProfileRequest.name": shortId,
+  "modelforge.admin.v1.CreateServiceKeyRequest.name": shortId,
+  "modelforge.admin.v1.CreateServiceKeyRequest.deployments": { maxCount: 100, maxBytes: 64 },
+  "modelforge.admin.v1.ListServiceKeysRequest.page_token": pageToken,
+  "modelforge.admin.v1.RevokeServiceKeyRequest.id": uuid,
+  "modelforge.admin.v1.RevokeServiceKeyRequest.reason": reason,
+  "modelforge.admin.v1.WatchDeploymentLogsRequest.deployment_id": shortId,
+  "modelforge.admin.v1.WatchDeploymentLogsRequest.node_id": uuid,
 
   // modelforge.deployment.v1
   "modelforge.deployment.v1.InvokeRequest.deployment_id": shortId,
   "modelforge.deployment.v1.InvokeRequest.content_type": contentType,
   "modelforge.deployment.v1.InvokeRequest.payload": payload,
   "modelforge.deployment.v1.ListDeploymentsRequest.page_token": pageToken,
+  "modelforge.deployment.v1.InvokeStreamRequest.deployment_id": shortId,
+  "modelforge.deployment.v1.InvokeStreamRequest.content_type": contentType,
+  "modelforge.deployment.v1.InvokeStreamRequest.payload": payload,
+  "modelforge.deployment.v1.RuntimeLogLine.text": { maxBytes: 4096, multiline: true },
 
   // google.protobuf
   "google.protobuf.FieldMask.paths": { maxCount: 16, maxBytes: 64 },
