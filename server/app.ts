@@ -35,6 +35,15 @@ import { adminArtifacts } from "./artifacts/admin-rpc.js";
 import { RuntimeProfiles } from "./runtimes/store.js";
 import { adminRuntimeProfiles } from "./runtimes/admin-rpc.js";
 import { agentArtifacts } from "./artifacts/agent-rpc.js";
+import { ServiceKeys } from "./identity/service-keys.js";
+import { adminServiceKeys } from "./identity/service-keys-rpc.js";
+import { serviceKeyInterceptor } from "./identity/service-keys-auth.js";
+import { InvokeRelay } from "./invoke/relay.js";
+import { InvokeCounts } from "./invoke/counts.js";
+import { LogWatches } from "./invoke/logs.js";
+import { deploymentService } from "./invoke/service.js";
+import { adminDeploymentLogs } from "./invoke/admin-rpc.js";
+import { tableRoutes } from "./invoke/table-routes.js";
 import { reconcileLiveness } from "./liveness/reconciler.js";
 import { revokedSessionSweeper } from "./sessions/revocation.js";
 import { every } from "./loop.js";
@@ -179,6 +188,11 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     shutdown: shutdown.signal,
   });
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
+  const serviceKeys = new ServiceKeys({ prisma, clock });
+  const routes = tableRoutes(prisma);
+  const invokeCounts = new InvokeCounts();
+  const logWatches = new LogWatches(sessions);
+  const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches });
   const agentDeps: AgentServiceDeps = {
     prisma,
     clock,
@@ -193,6 +207,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     jobs,
     shutdown: shutdown.signal,
     outage: db.outage,
+    relay,
   };
   const admin = adminService(
     {
@@ -209,6 +224,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       ...adminJobs({ prisma, engine: jobs }),
       ...adminArtifacts(artifacts),
       ...adminRuntimeProfiles(profiles),
+      ...adminServiceKeys(serviceKeys),
+      ...adminDeploymentLogs({ routes, logs: logWatches, shutdown: shutdown.signal }),
     },
   );
   const connect = connectNodeAdapter({
@@ -219,10 +236,15 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
         agentService(agentDeps, agentJobs({ prisma, clock, engine: jobs }), agentArtifacts({ prisma, clock, store: artifacts })),
       );
       router.service(AdminService, admin);
-      router.service(DeploymentService, {});
+      router.service(DeploymentService, deploymentService(relay, routes));
       undecodableAsInvalidArgument(router);
     },
-    interceptors: [callLogInterceptor(db.outage), adminAuthInterceptor(config.operatorApiKey), validationInterceptor()],
+    interceptors: [
+      callLogInterceptor(db.outage),
+      serviceKeyInterceptor({ keys: serviceKeys, log, clock }),
+      adminAuthInterceptor(config.operatorApiKey),
+      validationInterceptor(),
+    ],
     contextValues,
     ...edgeAdapterOptions,
   });
@@ -236,6 +258,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     every(clock, config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness({ prisma, clock, liveness, log }), db.outage),
     every(clock, config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper({ prisma, clock, sessions }), db.outage),
     every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep(), db.outage),
+    every(clock, 60_000, "invoke counts", log, () => invokeCounts.flush(prisma, new Date(clock.now())), db.outage),
   ];
 
   let stopping: Promise<void> | undefined;

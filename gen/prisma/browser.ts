@@ -78,3 +78,9 @@ export type StoredArtifact = Prisma.StoredArtifactModel
  * An immutable runtime profile: an engine and its parameters. A changed profile is a new name.
  */
 export type RuntimeProfile = Prisma.RuntimeProfileModel
+/**
+ * Model ServiceKey
+ * A DeploymentService credential: a secret shown once, stored only as its SHA-256, scoped to
+ * deployment names (a name, not a row: a deployment recreated under the name stays in scope).
+ */
+export type ServiceKey = Prisma.ServiceKeyModel

@@ -45,6 +45,7 @@ export function edgeGuard(operatorApiKey: string | undefined, log: Logger): Edge
         contentType: req.headers["content-type"] ?? "",
         contentLength: declared === undefined ? undefined : Number(declared),
         adminToken: single(req.headers[adminTokenHeader]),
+        authorization: single(req.headers.authorization),
         peer: () => peerOf(req.socket as TLSSocket),
       },
       operatorApiKey,

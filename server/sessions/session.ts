@@ -68,7 +68,18 @@ export interface SessionDeps {
   shutdown: AbortSignal;
   /** Hears of database connectivity failures (logged once per outage, answered unavailable). */
   outage?: OutageSink;
+  /** Relayed invokes and log watches (server/invoke/): their agent messages need no I/O. */
+  relay?: SessionRelay;
 }
+
+/** Takes the agent's invoke answers and log lines, and hears when a session ends. */
+export interface SessionRelay {
+  fromAgent(session: LiveSession, message: SessionRequest): void;
+  sessionClosed(session: LiveSession): void;
+}
+
+/** Agent messages for the relay: answered at once, never queued behind a database write. */
+const isRelayed = (m: SessionRequest) => m.message.case === "invokeAnswer" || m.message.case === "logLines";
 
 /** Answers one agent message that needs I/O; jobs add their cases through `deps.jobs`. */
 async function answer(deps: SessionDeps, nodeId: string, msg: SessionRequest, correlationId: string): Promise<Result> {
@@ -157,6 +168,7 @@ export class AgentSession implements LiveSession {
   /** An agent message arrived. */
   receive(message: SessionRequest): void {
     if (this.phase === "closed") return;
+    if (this.phase === "open" && isRelayed(message)) return this.relayed(message);
     if (!this.busy) return this.handle(message);
     this.backlog ??= [];
     const backlog = this.backlog;
@@ -188,6 +200,7 @@ export class AgentSession implements LiveSession {
     if (wasOpen) {
       this.deps.sessions.detach(this);
       this.deps.shutdown.removeEventListener("abort", this.onShutdown);
+      this.deps.relay?.sessionClosed(this);
       this.caller.log.info({ nodeId: this.nodeId }, "session closed");
     }
     if (reason === undefined) return this.sink.end(undefined);
@@ -252,6 +265,14 @@ export class AgentSession implements LiveSession {
         this.next();
       })
       .catch((err: unknown) => this.close(err));
+  }
+
+  /** An invoke answer or log lines: checked at the edge like every message, handed on, acknowledged. */
+  private relayed(message: SessionRequest): void {
+    const invalid = requestViolation(SessionRequestSchema, message);
+    if (invalid !== undefined) return this.sink.send(replyTo(message.messageId, this.refusal(message, invalid)));
+    this.deps.relay?.fromAgent(this, message);
+    this.sink.send(replyTo(message.messageId, { case: undefined }));
   }
 
   private refusal(message: SessionRequest, err: unknown): Result {

@@ -408,7 +408,8 @@ export const ModelName = {
   Deployment: 'Deployment',
   AuditEvent: 'AuditEvent',
   StoredArtifact: 'StoredArtifact',
-  RuntimeProfile: 'RuntimeProfile'
+  RuntimeProfile: 'RuntimeProfile',
+  ServiceKey: 'ServiceKey'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -424,7 +425,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile"
+    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "serviceKey"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1316,6 +1317,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    ServiceKey: {
+      payload: Prisma.$ServiceKeyPayload<ExtArgs>
+      fields: Prisma.ServiceKeyFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ServiceKeyFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ServiceKeyFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        findFirst: {
+          args: Prisma.ServiceKeyFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ServiceKeyFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        findMany: {
+          args: Prisma.ServiceKeyFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>[]
+        }
+        create: {
+          args: Prisma.ServiceKeyCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        createMany: {
+          args: Prisma.ServiceKeyCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ServiceKeyCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>[]
+        }
+        delete: {
+          args: Prisma.ServiceKeyDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        update: {
+          args: Prisma.ServiceKeyUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        deleteMany: {
+          args: Prisma.ServiceKeyDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ServiceKeyUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ServiceKeyUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>[]
+        }
+        upsert: {
+          args: Prisma.ServiceKeyUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        aggregate: {
+          args: Prisma.ServiceKeyAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateServiceKey>
+        }
+        groupBy: {
+          args: Prisma.ServiceKeyGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServiceKeyGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ServiceKeyCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServiceKeyCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1537,6 +1612,20 @@ export const RuntimeProfileScalarFieldEnum = {
 } as const
 
 export type RuntimeProfileScalarFieldEnum = (typeof RuntimeProfileScalarFieldEnum)[keyof typeof RuntimeProfileScalarFieldEnum]
+
+
+export const ServiceKeyScalarFieldEnum = {
+  id: 'id',
+  name: 'name',
+  prefix: 'prefix',
+  secretHash: 'secretHash',
+  deployments: 'deployments',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  revokedAt: 'revokedAt'
+} as const
+
+export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -1846,6 +1935,7 @@ export type GlobalOmitConfig = {
   auditEvent?: Prisma.AuditEventOmit
   storedArtifact?: Prisma.StoredArtifactOmit
   runtimeProfile?: Prisma.RuntimeProfileOmit
+  serviceKey?: Prisma.ServiceKeyOmit
 }
 
 /* Types for Logging */

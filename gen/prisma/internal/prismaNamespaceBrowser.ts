@@ -62,7 +62,8 @@ export const ModelName = {
   Deployment: 'Deployment',
   AuditEvent: 'AuditEvent',
   StoredArtifact: 'StoredArtifact',
-  RuntimeProfile: 'RuntimeProfile'
+  RuntimeProfile: 'RuntimeProfile',
+  ServiceKey: 'ServiceKey'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -263,6 +264,20 @@ export const RuntimeProfileScalarFieldEnum = {
 } as const
 
 export type RuntimeProfileScalarFieldEnum = (typeof RuntimeProfileScalarFieldEnum)[keyof typeof RuntimeProfileScalarFieldEnum]
+
+
+export const ServiceKeyScalarFieldEnum = {
+  id: 'id',
+  name: 'name',
+  prefix: 'prefix',
+  secretHash: 'secretHash',
+  deployments: 'deployments',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  revokedAt: 'revokedAt'
+} as const
+
+export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
 
 
 export const SortOrder = {
