@@ -8,6 +8,7 @@ import { runAgent } from "./session.js";
 import { openJobRunner } from "./jobs/index.js";
 import { capabilityRegistry } from "./capabilities/index.js";
 import { Supervisor } from "./engines/supervisor.js";
+import { deploymentHost, sessionDeployments } from "./deployments/index.js";
 import { dirname, join } from "node:path";
 import { SourceConfigError } from "./capabilities/artifact-sources.js";
 import { agentVersion } from "./version.js";
@@ -31,7 +32,7 @@ Options:
 Environment:
   MODELFORGE_AGENT_STATE          state file path
   MODELFORGE_AGENT_LOG_LEVEL      log level (default info)
-  MODELFORGE_AGENT_RUNTIMES       "on" serves runtime.probe/health/unload.v1 (llama.cpp engine)
+  MODELFORGE_AGENT_RUNTIMES       "on" serves runtime.probe/health/unload.v1 and deployment.load/health/drain/unload.v1 (llama.cpp engine)
   MODELFORGE_AGENT_BACKOFF_BASE   first reconnect delay ceiling (default 500ms)
   MODELFORGE_AGENT_BACKOFF_MAX    largest reconnect delay (default 30s)
   MODELFORGE_AGENT_REPLY_TIMEOUT  reconnect when Welcome or a heartbeat answer takes longer (default 30s)
@@ -96,6 +97,7 @@ async function main(argv: string[]): Promise<number> {
           "orphaned runtime from an earlier agent",
         );
       }
+      const deployments = supervisor ? deploymentHost(supervisor, log) : undefined;
       await runAgent({
         statePath,
         log,
@@ -110,8 +112,9 @@ async function main(argv: string[]): Promise<number> {
           statePath,
           log,
           signal: stop.signal,
-          registry: capabilityRegistry({ statePath, log, env, supervisor }),
+          registry: capabilityRegistry({ statePath, log, env, supervisor, deployments }),
         }),
+        deployments: deployments ? sessionDeployments(deployments, log) : undefined,
       });
       await supervisor?.stopAll();
       return 0;

@@ -27,6 +27,7 @@ import { backoffDelay, renewalDue, retryAfterDelay } from "./rules.js";
 import { checkIssued } from "./enroll.js";
 import { systemClock, type Clock } from "../common/clock.js";
 import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
+import type { SessionDeployments } from "./deployments/session-hook.js";
 
 type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 export type ReplyResult = Reply["result"];
@@ -49,6 +50,7 @@ export interface RunOptions {
   log: Logger;
   signal: AbortSignal;
   jobs?: SessionJobs;
+  deployments?: SessionDeployments;
   /**
    * The agent's time for observed_at, renewal and inventory cadence (default: the system clock;
    * skew drills and tests pass another). Timers that pace the session stay on real time.
@@ -228,6 +230,7 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
           agentVersion,
           capabilities: opts.jobs?.capabilities() ?? [],
           runningJobIds: opts.jobs?.runningJobIds() ?? [],
+          heldDeployments: opts.deployments?.held() ?? [],
         },
       },
     }),
@@ -279,6 +282,8 @@ async function runSession(store: StateStore, opts: RunOptions): Promise<void> {
         case "cancel":
           opts.jobs?.onCancel(m.value);
           break;
+        default:
+          opts.deployments?.onMessage(m, link);
       }
     }
   } catch (err) {

@@ -7,6 +7,7 @@ import { nodeClient } from "../transport.js";
 import { artifactAcquireHandler } from "./artifact-acquire.js";
 import { runtimeHealthHandler, runtimeProbeHandler, runtimeUnloadHandler } from "./runtime.js";
 import type { Supervisor } from "../engines/supervisor.js";
+import { registerDeploymentCapabilities, type DeploymentHost } from "../deployments/index.js";
 import { ControlPlaneSource, MirrorSource, parseSourceList, SourceConfigError, type ArtifactSource } from "./artifact-sources.js";
 
 export const DEFAULT_ARTIFACT_ROOTS = "/var/lib/modelforge/artifacts";
@@ -17,6 +18,8 @@ export interface CapabilityConfig {
   env: Record<string, string | undefined>;
   /** The runtime supervisor; with it the agent serves the runtime.* capabilities. */
   supervisor?: Supervisor;
+  /** The deployments host; with it the agent serves the deployment.* capabilities. */
+  deployments?: DeploymentHost;
 }
 
 /** The sources named by MODELFORGE_AGENT_ARTIFACT_SOURCES, in order. */
@@ -67,5 +70,6 @@ export function capabilityRegistry(config: CapabilityConfig): CapabilityRegistry
     registry.register("runtime.health.v1", runtimeHealthHandler(opts));
     registry.register("runtime.unload.v1", runtimeUnloadHandler(opts));
   }
+  if (config.deployments) registerDeploymentCapabilities(registry, config.deployments);
   return registry;
 }
