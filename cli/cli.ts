@@ -11,8 +11,12 @@ import { nodesGroup } from "./commands/nodes.js";
 import { auditGroup } from "./commands/audit.js";
 import { jobsGroup } from "./commands/jobs.js";
 import { artifactsGroup } from "./commands/artifacts.js";
+import { serviceKeysGroup } from "./commands/service-keys.js";
+import { deploymentLogsCommand } from "./commands/deployment-logs.js";
 
-export const groups: Group[] = [tokensGroup, nodesGroup, jobsGroup, artifactsGroup, auditGroup];
+const deploymentsGroup: Group = { name: "deployments", summary: "Deployed models", commands: [deploymentLogsCommand] };
+
+export const groups: Group[] = [tokensGroup, nodesGroup, jobsGroup, artifactsGroup, deploymentsGroup, serviceKeysGroup, auditGroup];
 
 const globalOptions: Record<string, OptionDef> = {
   server: { type: "string", value: "URL", description: `control plane URL (env MODELFORGE_SERVER; default ${defaultServer})` },

@@ -22,6 +22,47 @@ export interface HeldRuntime {
   /** Aborts of the invokes running on it. */
   readonly inFlight: Set<AbortController>;
   readonly logs: LogTail;
+  /** Requests the runtime serves at once; the rest wait their turn here, still in flight. */
+  readonly gate: Gate;
+}
+
+/**
+ * A counting gate: the llama.cpp worker generates for one request at a time and refuses a second,
+ * so the agent queues them (the control plane bounds how many are in flight per deployment).
+ */
+export class Gate {
+  private running = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(private readonly limit: number) {}
+
+  /** Resolves with a release once a slot is free; rejects if `signal` aborts first. */
+  async acquire(signal: AbortSignal): Promise<() => void> {
+    if (this.running >= this.limit) {
+      await new Promise<void>((resolve, reject) => {
+        const go = () => {
+          signal.removeEventListener("abort", abort);
+          resolve();
+        };
+        const abort = () => {
+          const i = this.waiting.indexOf(go);
+          if (i >= 0) this.waiting.splice(i, 1);
+          reject(signal.reason);
+        };
+        if (signal.aborted) return reject(signal.reason);
+        signal.addEventListener("abort", abort, { once: true });
+        this.waiting.push(go);
+      });
+    }
+    this.running++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.running--;
+      this.waiting.shift()?.();
+    };
+  }
 }
 
 export interface DeploymentHostOptions {
@@ -173,9 +214,14 @@ export class DeploymentHost {
     }
     const engine = engineOf[profile.engine];
     if (engine === undefined || !this.opts.supervisor.engines().includes(engine)) {
-      throw new JobFailureError(JobFailureCode.ENGINE_NOT_SUPPORTED, `engine ${ProtoEngineKind[profile.engine] ?? profile.engine} is not run by this agent`, false);
+      throw new JobFailureError(
+        JobFailureCode.ENGINE_NOT_SUPPORTED,
+        `engine ${ProtoEngineKind[profile.engine] ?? profile.engine} is not run by this agent`,
+        false,
+      );
     }
-    if (spec.artifacts.length === 0) throw new JobFailureError(JobFailureCode.INVALID_SPEC, "a deployment names at least one artifact", false);
+    if (spec.artifacts.length === 0)
+      throw new JobFailureError(JobFailureCode.INVALID_SPEC, "a deployment names at least one artifact", false);
     // The files may have changed since they were acquired: load only what still has the leased digests.
     for (const artifact of spec.artifacts) {
       const digest = await sha256Of(artifact.path);
@@ -184,9 +230,14 @@ export class DeploymentHost {
         throw new JobFailureError(JobFailureCode.CHECKSUM_MISMATCH, `artifact ${artifact.path} no longer has its leased digest`, false);
       }
     }
-    const lines = new LogTail(spec.revision, this.logLimits, () => this.clock.now(), (line) => {
-      for (const l of this.lineListeners) l(spec.deploymentId, line);
-    });
+    const lines = new LogTail(
+      spec.revision,
+      this.logLimits,
+      () => this.clock.now(),
+      (line) => {
+        for (const l of this.lineListeners) l(spec.deploymentId, line);
+      },
+    );
     // The first artifact is the model the runtime loads; the others (tokenizer, config) sit beside it.
     const runtime = await this.opts.supervisor
       .start(engine, {
@@ -199,20 +250,38 @@ export class DeploymentHost {
         onOutput: (stream, chunk) => lines.write(stream, chunk),
       })
       .catch(typed);
-    const held: HeldRuntime = { deploymentId: spec.deploymentId, revision: spec.revision, runtime, draining: false, inFlight: new Set(), logs: lines };
+    const held: HeldRuntime = {
+      deploymentId: spec.deploymentId,
+      revision: spec.revision,
+      runtime,
+      draining: false,
+      inFlight: new Set(),
+      logs: lines,
+      // External servers (vLLM, llama-server) batch concurrent requests themselves.
+      gate: new Gate(engine === "llama.cpp" ? 1 : Number.POSITIVE_INFINITY),
+    };
     this.held.set(key, held);
     // A runtime that dies is no longer held: Hello stops naming it and the control plane reloads.
     void runtime.exited.then((exit) => {
       if (this.held.get(key) !== held) return;
       this.held.delete(key);
       for (const c of held.inFlight) c.abort(new Error("the runtime exited"));
-      if (!exit.stopped) this.opts.log.warn({ deploymentId: spec.deploymentId, revision: spec.revision, code: exit.code, signal: exit.signal }, "deployment runtime exited");
+      if (!exit.stopped)
+        this.opts.log.warn(
+          { deploymentId: spec.deploymentId, revision: spec.revision, code: exit.code, signal: exit.signal },
+          "deployment runtime exited",
+        );
     });
-    this.opts.log.info({ deploymentId: spec.deploymentId, revision: spec.revision, runtimeId: runtime.id, loadMs: runtime.loadMs }, "deployment loaded");
+    this.opts.log.info(
+      { deploymentId: spec.deploymentId, revision: spec.revision, runtimeId: runtime.id, loadMs: runtime.loadMs },
+      "deployment loaded",
+    );
     return held;
   }
 }
 
 export function notHeld(deploymentId: string, revision: bigint): string {
-  return revision === 0n ? `deployment ${deploymentId} is not held on this node` : `deployment ${deploymentId} revision ${revision} is not held on this node`;
+  return revision === 0n
+    ? `deployment ${deploymentId} is not held on this node`
+    : `deployment ${deploymentId} revision ${revision} is not held on this node`;
 }

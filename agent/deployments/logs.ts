@@ -65,7 +65,6 @@ export class LogTail {
 
 /** A line as the contract allows it: no carriage return or other control characters but tab, cut to `maxBytes`. */
 export function cleanLine(raw: string, maxBytes: number): string {
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: removing them is the point
   let text = raw.replace(/[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g, "");
   if (Buffer.byteLength(text) > maxBytes) {
     text = Buffer.from(text).subarray(0, maxBytes).toString("utf8");

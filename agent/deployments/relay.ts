@@ -4,17 +4,12 @@
 // the runtime's request. A LogWatch forwards a runtime's output while the server watches it.
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
-import type {
-  InvokeStart,
-  LogWatch,
-  SessionResponse,
-} from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { InvokeStart, LogWatch, SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { InvokeApi, type RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { OpenAiClientError } from "../engines/openai-client.js";
 import type { RelayLink as SessionLink, SessionMessage } from "./session-hook.js";
 import { notHeld, type DeploymentHost } from "./host.js";
 import { WatchOutbox } from "./logs.js";
-
 
 const paths = { [InvokeApi.COMPLETIONS]: "/v1/completions", [InvokeApi.CHAT_COMPLETIONS]: "/v1/chat/completions" } as const;
 
@@ -93,15 +88,20 @@ export class DeploymentRelay {
     }
     const path = paths[start.api as keyof typeof paths] ?? paths[InvokeApi.COMPLETIONS];
     const controller = new AbortController();
-    let running = this.invokes.get(link);
-    if (running === undefined) this.invokes.set(link, (running = new Map()));
+    const running = this.invokes.get(link) ?? new Map<bigint, AbortController>();
+    this.invokes.set(link, running);
     running.set(id, controller);
     this.host.track(held, controller, true);
     const timeoutMs = spec.timeout === undefined ? 30_000 : durationMs(spec.timeout);
     const signal = AbortSignal.any([controller.signal, AbortSignal.timeout(Math.max(1, timeoutMs))]);
     const answer = (payload: Uint8Array, done: boolean) =>
-      void this.send(link, { case: "invokeAnswer", value: { invokeId: id, contentType: "application/json", payload, done, revision: held.revision } });
+      void this.send(link, {
+        case: "invokeAnswer",
+        value: { invokeId: id, contentType: "application/json", payload, done, revision: held.revision },
+      });
+    let release: (() => void) | undefined;
     try {
+      release = await held.gate.acquire(signal);
       if (start.stream) {
         const text = JSON.stringify({ ...body, stream: true });
         for await (const data of held.runtime.client.streamRaw(path, text, signal)) answer(Buffer.from(data), false);
@@ -114,10 +114,14 @@ export class DeploymentRelay {
       // Cancelled by the server: it has stopped listening.
       if (controller.signal.reason === cancelledByServer) return;
       const code = controller.signal.aborted ? "unavailable" : refusalCode(err);
-      const message = err instanceof OpenAiClientError ? `the runtime refused the request: ${err.message}` : `the runtime failed: ${(err as Error).message}`;
+      const message =
+        err instanceof OpenAiClientError
+          ? `the runtime refused the request: ${err.message}`
+          : `the runtime failed: ${(err as Error).message}`;
       this.log.debug({ deploymentId: spec.deploymentId, requestId: spec.requestId, code }, "invoke failed");
       fail(code, message.slice(0, 1024));
     } finally {
+      release?.();
       running.delete(id);
       this.host.track(held, controller, false);
     }
@@ -137,7 +141,10 @@ export class DeploymentRelay {
     const outbox = new WatchOutbox(this.host.logLimits, this.host.clock.now());
     const tail = held
       .flatMap((h) => h.logs.tail(w.tailLines))
-      .sort((a, b) => Number((a.observedAt?.seconds ?? 0n) - (b.observedAt?.seconds ?? 0n)) || (a.observedAt?.nanos ?? 0) - (b.observedAt?.nanos ?? 0))
+      .sort(
+        (a, b) =>
+          Number((a.observedAt?.seconds ?? 0n) - (b.observedAt?.seconds ?? 0n)) || (a.observedAt?.nanos ?? 0) - (b.observedAt?.nanos ?? 0),
+      )
       .slice(-w.tailLines);
     outbox.add(tail);
     this.watches.set(w.watchId, { link, deploymentId: w.deploymentId, outbox });
@@ -156,7 +163,10 @@ export class DeploymentRelay {
       const ended = this.host.matching(w.deploymentId, 0n).length === 0;
       const batch = w.outbox.take(now);
       if (batch !== undefined || ended) {
-        const sent = this.send(w.link, { case: "logLines", value: { watchId, lines: batch?.lines ?? [], droppedLines: batch?.dropped ?? 0n, ended } });
+        const sent = this.send(w.link, {
+          case: "logLines",
+          value: { watchId, lines: batch?.lines ?? [], droppedLines: batch?.dropped ?? 0n, ended },
+        });
         // A session that closed took its watches with it (the server ended them).
         void sent.then((ok) => ok || this.watches.delete(watchId));
       }

@@ -31,7 +31,7 @@ export function bearerServiceKey(header: string | null | undefined): string | un
 
 /** Whether a header carries something meant as a service key (even a malformed one). */
 export function looksLikeServiceKey(header: string | null | undefined): boolean {
-  return header !== null && header !== undefined && header.includes(secretPrefix);
+  return header?.includes(secretPrefix) ?? false;
 }
 
 export type ServiceKeyState = "active" | "revoked" | "expired";
@@ -185,7 +185,14 @@ export class ServiceKeys {
   async auditRefusal(keyId: string, reason: string, correlationId: string): Promise<void> {
     await recordAudit(
       this.deps.prisma,
-      { actor: `service_key:${keyId}`, action: "service_key.refused", targetType: "service_key", targetId: keyId, correlationId, details: { reason } },
+      {
+        actor: `service_key:${keyId}`,
+        action: "service_key.refused",
+        targetType: "service_key",
+        targetId: keyId,
+        correlationId,
+        details: { reason },
+      },
       new Date(this.deps.clock.now()),
     );
   }

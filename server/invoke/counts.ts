@@ -9,8 +9,8 @@ export class InvokeCounts {
 
   /** One finished request: "ok" or the Connect code name it failed with. */
   record(deploymentId: string, outcome: string): void {
-    let byOutcome = this.counts.get(deploymentId);
-    if (byOutcome === undefined) this.counts.set(deploymentId, (byOutcome = new Map()));
+    const byOutcome = this.counts.get(deploymentId) ?? new Map<string, number>();
+    this.counts.set(deploymentId, byOutcome);
     byOutcome.set(outcome, (byOutcome.get(outcome) ?? 0) + 1);
   }
 
@@ -25,7 +25,11 @@ export class InvokeCounts {
   async flush(db: AuditWriter, at: Date): Promise<void> {
     for (const [deploymentId, byOutcome] of this.take()) {
       const details = Object.fromEntries([...byOutcome].map(([k, v]) => [k, String(v)]));
-      await recordAudit(db, { actor: systemActor, action: "deployment.invocations", targetType: "deployment", targetId: deploymentId, details }, at);
+      await recordAudit(
+        db,
+        { actor: systemActor, action: "deployment.invocations", targetType: "deployment", targetId: deploymentId, details },
+        at,
+      );
     }
   }
 }

@@ -151,7 +151,11 @@ export class InvokeRelay {
       for await (const answer of answers) {
         if (answer.error !== undefined) throw nodeRefusal(answer.error.code, answer.error.message);
         if (answer.payload.length > 0) {
-          yield { payload: answer.payload, contentType: answer.contentType || "application/json", revision: answer.revision || instance.revision };
+          yield {
+            payload: answer.payload,
+            contentType: answer.contentType || "application/json",
+            revision: answer.revision || instance.revision,
+          };
         }
         if (answer.done) {
           finished = true;
@@ -213,4 +217,3 @@ export class InvokeRelay {
 function cancelMessage(invokeId: bigint): SessionResponse {
   return create(SessionResponseSchema, { message: { case: "invokeCancel", value: { invokeId } } });
 }
-

@@ -75,7 +75,11 @@ export function deploymentService(relay: InvokeRelay, routes: DeploymentRoutes):
       const principal = servicePrincipalOf(ctx);
       let first = true;
       for await (const piece of relay.invoke(principal, callOfRequest(req, ctx, true))) {
-        yield create(InvokeStreamResponseSchema, { contentType: piece.contentType, payload: piece.payload, revision: first ? piece.revision : 0n });
+        yield create(InvokeStreamResponseSchema, {
+          contentType: piece.contentType,
+          payload: piece.payload,
+          revision: first ? piece.revision : 0n,
+        });
         first = false;
       }
     },

@@ -131,7 +131,9 @@ export function createRuntimeServer({ generator, modelId }: RuntimeServerOptions
     if (req.method === "POST") {
       const began = performance.now();
       res.once("finish", () =>
-        process.stderr.write(`runtime: ${req.method} ${(req.url ?? "").split("?")[0]} ${res.statusCode} ${Math.round(performance.now() - began)} ms\n`),
+        process.stderr.write(
+          `runtime: ${req.method} ${(req.url ?? "").split("?")[0]} ${res.statusCode} ${Math.round(performance.now() - began)} ms\n`,
+        ),
       );
     }
     handle(req, res).catch((err: unknown) => {
