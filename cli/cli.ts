@@ -11,12 +11,16 @@ import { nodesGroup } from "./commands/nodes.js";
 import { auditGroup } from "./commands/audit.js";
 import { jobsGroup } from "./commands/jobs.js";
 import { artifactsGroup } from "./commands/artifacts.js";
+import { runtimesGroup } from "./commands/runtimes.js";
+import { deploymentsGroup } from "./commands/deployments.js";
+
 import { serviceKeysGroup } from "./commands/service-keys.js";
 import { deploymentLogsCommand } from "./commands/deployment-logs.js";
 
-const deploymentsGroup: Group = { name: "deployments", summary: "Deployed models", commands: [deploymentLogsCommand] };
+/** The deployments commands with `logs`, which lives in its own file. */
+const deployments: Group = { ...deploymentsGroup, commands: [...deploymentsGroup.commands, deploymentLogsCommand] };
 
-export const groups: Group[] = [tokensGroup, nodesGroup, jobsGroup, artifactsGroup, deploymentsGroup, serviceKeysGroup, auditGroup];
+export const groups: Group[] = [tokensGroup, nodesGroup, jobsGroup, artifactsGroup, runtimesGroup, deployments, serviceKeysGroup, auditGroup];
 
 const globalOptions: Record<string, OptionDef> = {
   server: { type: "string", value: "URL", description: `control plane URL (env MODELFORGE_SERVER; default ${defaultServer})` },

@@ -34,6 +34,9 @@ import { ArtifactStore } from "./artifacts/store.js";
 import { adminArtifacts } from "./artifacts/admin-rpc.js";
 import { RuntimeProfiles } from "./runtimes/store.js";
 import { adminRuntimeProfiles } from "./runtimes/admin-rpc.js";
+import { DeploymentController } from "./deployments/controller.js";
+import { adminDeployments } from "./deployments/admin-rpc.js";
+import { reconcileHeld } from "./deployments/held.js";
 import { agentArtifacts } from "./artifacts/agent-rpc.js";
 import { ServiceKeys } from "./identity/service-keys.js";
 import { adminServiceKeys } from "./identity/service-keys-rpc.js";
@@ -43,7 +46,7 @@ import { InvokeCounts } from "./invoke/counts.js";
 import { LogWatches } from "./invoke/logs.js";
 import { deploymentService } from "./invoke/service.js";
 import { adminDeploymentLogs } from "./invoke/admin-rpc.js";
-import { tableRoutes } from "./invoke/table-routes.js";
+import { deploymentRoutes } from "./deployments/routes.js";
 import { reconcileLiveness } from "./liveness/reconciler.js";
 import { revokedSessionSweeper } from "./sessions/revocation.js";
 import { every } from "./loop.js";
@@ -188,8 +191,10 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     shutdown: shutdown.signal,
   });
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
+  const deployments = new DeploymentController({ prisma, clock, log, jobs });
+  const reconcileDeployment = (id: string) => deployments.reconcile(id);
   const serviceKeys = new ServiceKeys({ prisma, clock });
-  const routes = tableRoutes(prisma);
+  const routes = deploymentRoutes(prisma, deployments);
   const invokeCounts = new InvokeCounts();
   const logWatches = new LogWatches(sessions);
   const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches });
@@ -205,6 +210,15 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     admission: new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued),
     reports: { prisma, clock, maxFutureSkewMs: config.maxFutureSkewMs },
     jobs,
+    deployments: {
+      held: (nodeId, held) => {
+        const kick = (id: string) =>
+          void reconcileDeployment(id).catch((err) => log.error({ err, deploymentId: id }, "deployment reconcile failed"));
+        reconcileHeld({ prisma, clock, log, jobs, kick }, nodeId, held).catch((err) =>
+          log.error({ err, nodeId }, "reconciling the deployments a node holds failed"),
+        );
+      },
+    },
     shutdown: shutdown.signal,
     outage: db.outage,
     relay,
@@ -224,6 +238,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       ...adminJobs({ prisma, engine: jobs }),
       ...adminArtifacts(artifacts),
       ...adminRuntimeProfiles(profiles),
+      ...adminDeployments({ prisma, clock, approvedRoots: config.approvedRoots, profiles, reconcile: reconcileDeployment }),
       ...adminServiceKeys(serviceKeys),
       ...adminDeploymentLogs({ routes, logs: logWatches, shutdown: shutdown.signal }),
     },
@@ -258,6 +273,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     every(clock, config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness({ prisma, clock, liveness, log }), db.outage),
     every(clock, config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper({ prisma, clock, sessions }), db.outage),
     every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep(), db.outage),
+    every(clock, config.reconcileIntervalMs, "deployments", log, () => deployments.sweep(), db.outage),
     every(clock, 60_000, "invoke counts", log, () => invokeCounts.flush(prisma, new Date(clock.now())), db.outage),
   ];
 

@@ -706,3 +706,36 @@ describe("forge jobs", () => {
     expect((await forge(["jobs", "watch", randomId])).code).toBe(1);
   });
 });
+
+describe("forge runtimes", () => {
+  it("creates a profile once, answers the same content as existing, refuses other content, and lists it", async () => {
+    const made = await forge(["runtimes", "create", "cli-tiny", "--engine", "llama.cpp", "--context-size", "2048", "--threads", "2"]);
+    expect(made.code, made.stderr).toBe(0);
+    expect(made.stdout).toContain("Runtime profile cli-tiny created.");
+    expect(made.stdout).toMatch(/Engine:\s+llama\.cpp/);
+    expect(made.stdout).toMatch(/Content hash:\s+[0-9a-f]{64}/);
+
+    const again = await forge(["runtimes", "create", "cli-tiny", "--engine", "llama.cpp", "--context-size", "2048", "--threads", "2"]);
+    expect(again.code).toBe(0);
+    expect(again.stdout).toContain("already exists with this content");
+
+    const changed = await forge(["runtimes", "create", "cli-tiny", "--engine", "llama.cpp", "--context-size", "4096"]);
+    expect(changed.code).toBe(1);
+    expect(changed.stderr).toMatch(/^error: already_exists: runtime profile "cli-tiny" exists with other content/);
+
+    expect((await forge(["runtimes", "create", "x", "--engine", "vllm"])).code).toBe(2);
+    expect((await forge(["runtimes", "create", "x"])).code).toBe(2);
+    expect((await forge(["runtimes", "create", "x", "--engine", "llama.cpp", "--threads", "-1"])).code).toBe(2);
+    const badName = await forge(["runtimes", "create", "Bad Name", "--engine", "llama.cpp"]);
+    expect(badName.code).toBe(1);
+    expect(badName.stderr).toMatch(/^error: invalid_argument: name: must be 1 to 64 characters/);
+
+    const list = await forge(["runtimes", "list"]);
+    expect(list.code).toBe(0);
+    expect(list.stdout).toMatch(/cli-tiny\s+llama\.cpp\s+2048\s+2\s+[0-9a-f]{12}/);
+    const json = await forgeJson<{ profiles: { name: string; spec: { engine: string; contentHash: string } }[] }>(["runtimes", "list"]);
+    const profile = json.profiles.find((p) => p.name === "cli-tiny")!;
+    expect(profile.spec.engine).toBe("ENGINE_KIND_LLAMA_CPP");
+    expect(profile.spec.contentHash).toMatch(/^[0-9a-f]{64}$/);
+  });
+});

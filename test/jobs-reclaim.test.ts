@@ -64,7 +64,18 @@ describe("a partitioned node", () => {
     await eventually(async () => (await ts.admin.getNode({ nodeId: node.nodeId })).node!.capabilities.length === 1, 10_000, "advertised");
 
     const deploymentId = randomUUID();
-    await ts.server.db.prisma.deployment.create({ data: { id: deploymentId, name: "llm", nodeId: node.nodeId, state: "ready" } });
+    // A deployment served by the node (as the controller leaves one that loaded).
+    const served = { runtimeProfile: "p", repository: "acme/llm", commit: "a".repeat(40) };
+    await ts.server.db.prisma.deployment.create({
+      data: {
+        id: deploymentId,
+        name: "llm",
+        nodeId: node.nodeId,
+        state: "ready",
+        ...served,
+        instances: { create: { revision: 1n, nodeId: node.nodeId, phase: "ready", ...served } },
+      },
+    });
     const long = (
       await ts.admin.createJob({ nodeId: node.nodeId, spec: { kind: { case: "runtimeHealth", value: { runtimeId: "long" } } } })
     ).job!;
@@ -96,6 +107,8 @@ describe("a partitioned node", () => {
     expect((await ts.admin.getNode({ nodeId: node.nodeId })).node!.liveness).toBe(Liveness.OFFLINE);
     const deployment = await ts.server.db.prisma.deployment.findUniqueOrThrow({ where: { id: deploymentId } });
     expect(deployment.failureReason).toBe("node unreachable: reclaimed");
+    const instance = await ts.server.db.prisma.deploymentInstance.findFirstOrThrow({ where: { deploymentId } });
+    expect(instance).toMatchObject({ phase: "failed", reason: "node unreachable: reclaimed" });
     const events = (await ts.admin.listAuditEvents({ pageSize: 200 })).events;
     expect(events.find((e) => e.action === "job.failed" && e.targetId === long.id)?.details).toMatchObject({
       reason: "node unreachable: reclaimed",

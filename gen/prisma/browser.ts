@@ -79,6 +79,16 @@ export type StoredArtifact = Prisma.StoredArtifactModel
  */
 export type RuntimeProfile = Prisma.RuntimeProfileModel
 /**
+ * Model DeploymentInstance
+ * One revision of a deployment on its node: its phase and the job that moves it on.
+ */
+export type DeploymentInstance = Prisma.DeploymentInstanceModel
+/**
+ * Model DeploymentEvent
+ * A deployment's state history.
+ */
+export type DeploymentEvent = Prisma.DeploymentEventModel
+/**
  * Model ServiceKey
  * A DeploymentService credential: a secret shown once, stored only as its SHA-256, scoped to
  * deployment names (a name, not a row: a deployment recreated under the name stays in scope).

@@ -20,6 +20,8 @@ type Tx = Prisma.TransactionClient;
 const MAX_ORDERING_KEY = 256;
 
 export interface CreateJobInput {
+  /** A caller that claimed the id before creating the job (the deployment controller) gives it. */
+  id?: string;
   nodeId: string;
   spec: JobSpec | undefined;
   orderingKey: string;
@@ -79,7 +81,7 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
     const now = new Date(ctx.clock.now());
     const leaseExpiresAt = leaseNow ? new Date(leaseExpiry(now.getTime(), config.leaseDurationMs)) : null;
     const row = {
-      id: randomUUID(),
+      id: input.id ?? randomUUID(),
       nodeId: node.id,
       capability,
       spec: toJson(JobSpecSchema, spec),

@@ -149,6 +149,10 @@ export async function reclaimUnreachable(ctx: JobWork, now = ctx.clock.now()): P
           data: { state: "failed", failureReason: RECLAIMED },
         });
         if (moved.count !== 1) return false;
+        await tx.deploymentInstance.updateMany({
+          where: { deploymentId: d.id, phase: { in: liveDeploymentStates } },
+          data: { phase: "failed", step: null, jobId: null, claimedAt: null, reason: RECLAIMED },
+        });
         await recordAudit(tx, {
           actor: systemActor,
           action: "deployment.reclaimed",

@@ -206,6 +206,10 @@ export async function decommissionNode(deps: LifecycleDeps, nodeId: string, reas
       where: { id: { in: deployments.map((d) => d.id) } },
       data: { state: "failed", failureReason: "node decommissioned" },
     });
+    await tx.deploymentInstance.updateMany({
+      where: { nodeId: node.id, phase: { in: liveDeploymentStates } },
+      data: { phase: "failed", step: null, jobId: null, claimedAt: null, reason: "node decommissioned" },
+    });
     // Unused recovery tokens for this node must not bring it back.
     await tx.enrollmentToken.updateMany({ where: { nodeId: node.id, usedAt: null, revokedAt: null }, data: { revokedAt: now } });
     const updated = await tx.node.update({ where: { id: node.id }, data: { decommissionedAt: now, renewalRequestedAt: null } });

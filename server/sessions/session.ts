@@ -19,6 +19,7 @@ import {
   SessionResponseSchema,
   WelcomeSchema,
   type Hello,
+  type HeldDeployment,
   type Reply,
   type SessionRequest,
   type SessionResponse,
@@ -64,6 +65,8 @@ export interface SessionDeps {
   admission: Admission;
   reports: ReportDeps;
   jobs: JobDispatch;
+  /** Told what deployment runtimes a node holds when its session opens. */
+  deployments?: { held(nodeId: string, held: HeldDeployment[]): void };
   /** Aborted when shutdown begins: open sessions end with unavailable. */
   shutdown: AbortSignal;
   /** Hears of database connectivity failures (logged once per outage, answered unavailable). */
@@ -318,6 +321,8 @@ export class AgentSession implements LiveSession {
       }),
     );
     await this.deps.jobs.sessionOpened(node.id, hello.runningJobIds, this.caller.correlationId);
+    // Only a node that can serve deployments has any to reconcile.
+    if (capabilities.includes("deployment.load.v1")) this.deps.deployments?.held(node.id, hello.heldDeployments);
   }
 }
 

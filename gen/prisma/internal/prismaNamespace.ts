@@ -409,6 +409,8 @@ export const ModelName = {
   AuditEvent: 'AuditEvent',
   StoredArtifact: 'StoredArtifact',
   RuntimeProfile: 'RuntimeProfile',
+  DeploymentInstance: 'DeploymentInstance',
+  DeploymentEvent: 'DeploymentEvent',
   ServiceKey: 'ServiceKey'
 } as const
 
@@ -425,7 +427,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "serviceKey"
+    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1317,6 +1319,154 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    DeploymentInstance: {
+      payload: Prisma.$DeploymentInstancePayload<ExtArgs>
+      fields: Prisma.DeploymentInstanceFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.DeploymentInstanceFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.DeploymentInstanceFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        findFirst: {
+          args: Prisma.DeploymentInstanceFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.DeploymentInstanceFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        findMany: {
+          args: Prisma.DeploymentInstanceFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>[]
+        }
+        create: {
+          args: Prisma.DeploymentInstanceCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        createMany: {
+          args: Prisma.DeploymentInstanceCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.DeploymentInstanceCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>[]
+        }
+        delete: {
+          args: Prisma.DeploymentInstanceDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        update: {
+          args: Prisma.DeploymentInstanceUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        deleteMany: {
+          args: Prisma.DeploymentInstanceDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.DeploymentInstanceUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.DeploymentInstanceUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>[]
+        }
+        upsert: {
+          args: Prisma.DeploymentInstanceUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentInstancePayload>
+        }
+        aggregate: {
+          args: Prisma.DeploymentInstanceAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateDeploymentInstance>
+        }
+        groupBy: {
+          args: Prisma.DeploymentInstanceGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DeploymentInstanceGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.DeploymentInstanceCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DeploymentInstanceCountAggregateOutputType> | number
+        }
+      }
+    }
+    DeploymentEvent: {
+      payload: Prisma.$DeploymentEventPayload<ExtArgs>
+      fields: Prisma.DeploymentEventFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.DeploymentEventFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.DeploymentEventFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        findFirst: {
+          args: Prisma.DeploymentEventFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.DeploymentEventFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        findMany: {
+          args: Prisma.DeploymentEventFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>[]
+        }
+        create: {
+          args: Prisma.DeploymentEventCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        createMany: {
+          args: Prisma.DeploymentEventCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.DeploymentEventCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>[]
+        }
+        delete: {
+          args: Prisma.DeploymentEventDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        update: {
+          args: Prisma.DeploymentEventUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        deleteMany: {
+          args: Prisma.DeploymentEventDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.DeploymentEventUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.DeploymentEventUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>[]
+        }
+        upsert: {
+          args: Prisma.DeploymentEventUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DeploymentEventPayload>
+        }
+        aggregate: {
+          args: Prisma.DeploymentEventAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateDeploymentEvent>
+        }
+        groupBy: {
+          args: Prisma.DeploymentEventGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DeploymentEventGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.DeploymentEventCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DeploymentEventCountAggregateOutputType> | number
+        }
+      }
+    }
     ServiceKey: {
       payload: Prisma.$ServiceKeyPayload<ExtArgs>
       fields: Prisma.ServiceKeyFieldRefs
@@ -1568,6 +1718,15 @@ export const DeploymentScalarFieldEnum = {
   state: 'state',
   revision: 'revision',
   failureReason: 'failureReason',
+  selector: 'selector',
+  runtimeProfile: 'runtimeProfile',
+  repository: 'repository',
+  commit: 'commit',
+  targetRoot: 'targetRoot',
+  desired: 'desired',
+  maxInFlight: 'maxInFlight',
+  invokeTimeoutMs: 'invokeTimeoutMs',
+  drainTimeoutMs: 'drainTimeoutMs',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -1612,6 +1771,39 @@ export const RuntimeProfileScalarFieldEnum = {
 } as const
 
 export type RuntimeProfileScalarFieldEnum = (typeof RuntimeProfileScalarFieldEnum)[keyof typeof RuntimeProfileScalarFieldEnum]
+
+
+export const DeploymentInstanceScalarFieldEnum = {
+  deploymentId: 'deploymentId',
+  revision: 'revision',
+  nodeId: 'nodeId',
+  runtimeProfile: 'runtimeProfile',
+  repository: 'repository',
+  commit: 'commit',
+  phase: 'phase',
+  step: 'step',
+  jobId: 'jobId',
+  claimedAt: 'claimedAt',
+  runtimeId: 'runtimeId',
+  reason: 'reason',
+  updatedAt: 'updatedAt'
+} as const
+
+export type DeploymentInstanceScalarFieldEnum = (typeof DeploymentInstanceScalarFieldEnum)[keyof typeof DeploymentInstanceScalarFieldEnum]
+
+
+export const DeploymentEventScalarFieldEnum = {
+  seq: 'seq',
+  deploymentId: 'deploymentId',
+  time: 'time',
+  revision: 'revision',
+  nodeId: 'nodeId',
+  fromPhase: 'fromPhase',
+  toPhase: 'toPhase',
+  reason: 'reason'
+} as const
+
+export type DeploymentEventScalarFieldEnum = (typeof DeploymentEventScalarFieldEnum)[keyof typeof DeploymentEventScalarFieldEnum]
 
 
 export const ServiceKeyScalarFieldEnum = {
@@ -1935,6 +2127,8 @@ export type GlobalOmitConfig = {
   auditEvent?: Prisma.AuditEventOmit
   storedArtifact?: Prisma.StoredArtifactOmit
   runtimeProfile?: Prisma.RuntimeProfileOmit
+  deploymentInstance?: Prisma.DeploymentInstanceOmit
+  deploymentEvent?: Prisma.DeploymentEventOmit
   serviceKey?: Prisma.ServiceKeyOmit
 }
 

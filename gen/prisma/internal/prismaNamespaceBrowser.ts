@@ -63,6 +63,8 @@ export const ModelName = {
   AuditEvent: 'AuditEvent',
   StoredArtifact: 'StoredArtifact',
   RuntimeProfile: 'RuntimeProfile',
+  DeploymentInstance: 'DeploymentInstance',
+  DeploymentEvent: 'DeploymentEvent',
   ServiceKey: 'ServiceKey'
 } as const
 
@@ -220,6 +222,15 @@ export const DeploymentScalarFieldEnum = {
   state: 'state',
   revision: 'revision',
   failureReason: 'failureReason',
+  selector: 'selector',
+  runtimeProfile: 'runtimeProfile',
+  repository: 'repository',
+  commit: 'commit',
+  targetRoot: 'targetRoot',
+  desired: 'desired',
+  maxInFlight: 'maxInFlight',
+  invokeTimeoutMs: 'invokeTimeoutMs',
+  drainTimeoutMs: 'drainTimeoutMs',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -264,6 +275,39 @@ export const RuntimeProfileScalarFieldEnum = {
 } as const
 
 export type RuntimeProfileScalarFieldEnum = (typeof RuntimeProfileScalarFieldEnum)[keyof typeof RuntimeProfileScalarFieldEnum]
+
+
+export const DeploymentInstanceScalarFieldEnum = {
+  deploymentId: 'deploymentId',
+  revision: 'revision',
+  nodeId: 'nodeId',
+  runtimeProfile: 'runtimeProfile',
+  repository: 'repository',
+  commit: 'commit',
+  phase: 'phase',
+  step: 'step',
+  jobId: 'jobId',
+  claimedAt: 'claimedAt',
+  runtimeId: 'runtimeId',
+  reason: 'reason',
+  updatedAt: 'updatedAt'
+} as const
+
+export type DeploymentInstanceScalarFieldEnum = (typeof DeploymentInstanceScalarFieldEnum)[keyof typeof DeploymentInstanceScalarFieldEnum]
+
+
+export const DeploymentEventScalarFieldEnum = {
+  seq: 'seq',
+  deploymentId: 'deploymentId',
+  time: 'time',
+  revision: 'revision',
+  nodeId: 'nodeId',
+  fromPhase: 'fromPhase',
+  toPhase: 'toPhase',
+  reason: 'reason'
+} as const
+
+export type DeploymentEventScalarFieldEnum = (typeof DeploymentEventScalarFieldEnum)[keyof typeof DeploymentEventScalarFieldEnum]
 
 
 export const ServiceKeyScalarFieldEnum = {

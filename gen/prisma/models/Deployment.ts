@@ -28,10 +28,16 @@ export type AggregateDeployment = {
 
 export type DeploymentAvgAggregateOutputType = {
   revision: number | null
+  maxInFlight: number | null
+  invokeTimeoutMs: number | null
+  drainTimeoutMs: number | null
 }
 
 export type DeploymentSumAggregateOutputType = {
   revision: bigint | null
+  maxInFlight: number | null
+  invokeTimeoutMs: number | null
+  drainTimeoutMs: number | null
 }
 
 export type DeploymentMinAggregateOutputType = {
@@ -41,6 +47,14 @@ export type DeploymentMinAggregateOutputType = {
   state: string | null
   revision: bigint | null
   failureReason: string | null
+  runtimeProfile: string | null
+  repository: string | null
+  commit: string | null
+  targetRoot: string | null
+  desired: string | null
+  maxInFlight: number | null
+  invokeTimeoutMs: number | null
+  drainTimeoutMs: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -52,6 +66,14 @@ export type DeploymentMaxAggregateOutputType = {
   state: string | null
   revision: bigint | null
   failureReason: string | null
+  runtimeProfile: string | null
+  repository: string | null
+  commit: string | null
+  targetRoot: string | null
+  desired: string | null
+  maxInFlight: number | null
+  invokeTimeoutMs: number | null
+  drainTimeoutMs: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -63,6 +85,15 @@ export type DeploymentCountAggregateOutputType = {
   state: number
   revision: number
   failureReason: number
+  selector: number
+  runtimeProfile: number
+  repository: number
+  commit: number
+  targetRoot: number
+  desired: number
+  maxInFlight: number
+  invokeTimeoutMs: number
+  drainTimeoutMs: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -71,10 +102,16 @@ export type DeploymentCountAggregateOutputType = {
 
 export type DeploymentAvgAggregateInputType = {
   revision?: true
+  maxInFlight?: true
+  invokeTimeoutMs?: true
+  drainTimeoutMs?: true
 }
 
 export type DeploymentSumAggregateInputType = {
   revision?: true
+  maxInFlight?: true
+  invokeTimeoutMs?: true
+  drainTimeoutMs?: true
 }
 
 export type DeploymentMinAggregateInputType = {
@@ -84,6 +121,14 @@ export type DeploymentMinAggregateInputType = {
   state?: true
   revision?: true
   failureReason?: true
+  runtimeProfile?: true
+  repository?: true
+  commit?: true
+  targetRoot?: true
+  desired?: true
+  maxInFlight?: true
+  invokeTimeoutMs?: true
+  drainTimeoutMs?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -95,6 +140,14 @@ export type DeploymentMaxAggregateInputType = {
   state?: true
   revision?: true
   failureReason?: true
+  runtimeProfile?: true
+  repository?: true
+  commit?: true
+  targetRoot?: true
+  desired?: true
+  maxInFlight?: true
+  invokeTimeoutMs?: true
+  drainTimeoutMs?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -106,6 +159,15 @@ export type DeploymentCountAggregateInputType = {
   state?: true
   revision?: true
   failureReason?: true
+  selector?: true
+  runtimeProfile?: true
+  repository?: true
+  commit?: true
+  targetRoot?: true
+  desired?: true
+  maxInFlight?: true
+  invokeTimeoutMs?: true
+  drainTimeoutMs?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -204,6 +266,15 @@ export type DeploymentGroupByOutputType = {
   state: string
   revision: bigint
   failureReason: string | null
+  selector: runtime.JsonValue
+  runtimeProfile: string
+  repository: string
+  commit: string
+  targetRoot: string
+  desired: string
+  maxInFlight: number
+  invokeTimeoutMs: number
+  drainTimeoutMs: number
   createdAt: Date
   updatedAt: Date
   _count: DeploymentCountAggregateOutputType | null
@@ -238,9 +309,20 @@ export type DeploymentWhereInput = {
   state?: Prisma.StringFilter<"Deployment"> | string
   revision?: Prisma.BigIntFilter<"Deployment"> | bigint | number
   failureReason?: Prisma.StringNullableFilter<"Deployment"> | string | null
+  selector?: Prisma.JsonFilter<"Deployment">
+  runtimeProfile?: Prisma.StringFilter<"Deployment"> | string
+  repository?: Prisma.StringFilter<"Deployment"> | string
+  commit?: Prisma.StringFilter<"Deployment"> | string
+  targetRoot?: Prisma.StringFilter<"Deployment"> | string
+  desired?: Prisma.StringFilter<"Deployment"> | string
+  maxInFlight?: Prisma.IntFilter<"Deployment"> | number
+  invokeTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
+  drainTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   node?: Prisma.XOR<Prisma.NodeScalarRelationFilter, Prisma.NodeWhereInput>
+  instances?: Prisma.DeploymentInstanceListRelationFilter
+  events?: Prisma.DeploymentEventListRelationFilter
 }
 
 export type DeploymentOrderByWithRelationInput = {
@@ -250,25 +332,47 @@ export type DeploymentOrderByWithRelationInput = {
   state?: Prisma.SortOrder
   revision?: Prisma.SortOrder
   failureReason?: Prisma.SortOrderInput | Prisma.SortOrder
+  selector?: Prisma.SortOrder
+  runtimeProfile?: Prisma.SortOrder
+  repository?: Prisma.SortOrder
+  commit?: Prisma.SortOrder
+  targetRoot?: Prisma.SortOrder
+  desired?: Prisma.SortOrder
+  maxInFlight?: Prisma.SortOrder
+  invokeTimeoutMs?: Prisma.SortOrder
+  drainTimeoutMs?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   node?: Prisma.NodeOrderByWithRelationInput
+  instances?: Prisma.DeploymentInstanceOrderByRelationAggregateInput
+  events?: Prisma.DeploymentEventOrderByRelationAggregateInput
 }
 
 export type DeploymentWhereUniqueInput = Prisma.AtLeast<{
   id?: string
+  name?: string
   AND?: Prisma.DeploymentWhereInput | Prisma.DeploymentWhereInput[]
   OR?: Prisma.DeploymentWhereInput[]
   NOT?: Prisma.DeploymentWhereInput | Prisma.DeploymentWhereInput[]
-  name?: Prisma.StringFilter<"Deployment"> | string
   nodeId?: Prisma.UuidFilter<"Deployment"> | string
   state?: Prisma.StringFilter<"Deployment"> | string
   revision?: Prisma.BigIntFilter<"Deployment"> | bigint | number
   failureReason?: Prisma.StringNullableFilter<"Deployment"> | string | null
+  selector?: Prisma.JsonFilter<"Deployment">
+  runtimeProfile?: Prisma.StringFilter<"Deployment"> | string
+  repository?: Prisma.StringFilter<"Deployment"> | string
+  commit?: Prisma.StringFilter<"Deployment"> | string
+  targetRoot?: Prisma.StringFilter<"Deployment"> | string
+  desired?: Prisma.StringFilter<"Deployment"> | string
+  maxInFlight?: Prisma.IntFilter<"Deployment"> | number
+  invokeTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
+  drainTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   node?: Prisma.XOR<Prisma.NodeScalarRelationFilter, Prisma.NodeWhereInput>
-}, "id">
+  instances?: Prisma.DeploymentInstanceListRelationFilter
+  events?: Prisma.DeploymentEventListRelationFilter
+}, "id" | "name">
 
 export type DeploymentOrderByWithAggregationInput = {
   id?: Prisma.SortOrder
@@ -277,6 +381,15 @@ export type DeploymentOrderByWithAggregationInput = {
   state?: Prisma.SortOrder
   revision?: Prisma.SortOrder
   failureReason?: Prisma.SortOrderInput | Prisma.SortOrder
+  selector?: Prisma.SortOrder
+  runtimeProfile?: Prisma.SortOrder
+  repository?: Prisma.SortOrder
+  commit?: Prisma.SortOrder
+  targetRoot?: Prisma.SortOrder
+  desired?: Prisma.SortOrder
+  maxInFlight?: Prisma.SortOrder
+  invokeTimeoutMs?: Prisma.SortOrder
+  drainTimeoutMs?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.DeploymentCountOrderByAggregateInput
@@ -296,6 +409,15 @@ export type DeploymentScalarWhereWithAggregatesInput = {
   state?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
   revision?: Prisma.BigIntWithAggregatesFilter<"Deployment"> | bigint | number
   failureReason?: Prisma.StringNullableWithAggregatesFilter<"Deployment"> | string | null
+  selector?: Prisma.JsonWithAggregatesFilter<"Deployment">
+  runtimeProfile?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
+  repository?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
+  commit?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
+  targetRoot?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
+  desired?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
+  maxInFlight?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  invokeTimeoutMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  drainTimeoutMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Deployment"> | Date | string
 }
@@ -306,9 +428,20 @@ export type DeploymentCreateInput = {
   state?: string
   revision?: bigint | number
   failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   node: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
+  instances?: Prisma.DeploymentInstanceCreateNestedManyWithoutDeploymentInput
+  events?: Prisma.DeploymentEventCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentUncheckedCreateInput = {
@@ -318,8 +451,19 @@ export type DeploymentUncheckedCreateInput = {
   state?: string
   revision?: bigint | number
   failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
+  instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
+  events?: Prisma.DeploymentEventUncheckedCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentUpdateInput = {
@@ -328,9 +472,20 @@ export type DeploymentUpdateInput = {
   state?: Prisma.StringFieldUpdateOperationsInput | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneRequiredWithoutDeploymentsNestedInput
+  instances?: Prisma.DeploymentInstanceUpdateManyWithoutDeploymentNestedInput
+  events?: Prisma.DeploymentEventUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentUncheckedUpdateInput = {
@@ -340,8 +495,19 @@ export type DeploymentUncheckedUpdateInput = {
   state?: Prisma.StringFieldUpdateOperationsInput | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
+  events?: Prisma.DeploymentEventUncheckedUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentCreateManyInput = {
@@ -351,6 +517,15 @@ export type DeploymentCreateManyInput = {
   state?: string
   revision?: bigint | number
   failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -361,6 +536,15 @@ export type DeploymentUpdateManyMutationInput = {
   state?: Prisma.StringFieldUpdateOperationsInput | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -372,6 +556,15 @@ export type DeploymentUncheckedUpdateManyInput = {
   state?: Prisma.StringFieldUpdateOperationsInput | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -393,12 +586,24 @@ export type DeploymentCountOrderByAggregateInput = {
   state?: Prisma.SortOrder
   revision?: Prisma.SortOrder
   failureReason?: Prisma.SortOrder
+  selector?: Prisma.SortOrder
+  runtimeProfile?: Prisma.SortOrder
+  repository?: Prisma.SortOrder
+  commit?: Prisma.SortOrder
+  targetRoot?: Prisma.SortOrder
+  desired?: Prisma.SortOrder
+  maxInFlight?: Prisma.SortOrder
+  invokeTimeoutMs?: Prisma.SortOrder
+  drainTimeoutMs?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
 
 export type DeploymentAvgOrderByAggregateInput = {
   revision?: Prisma.SortOrder
+  maxInFlight?: Prisma.SortOrder
+  invokeTimeoutMs?: Prisma.SortOrder
+  drainTimeoutMs?: Prisma.SortOrder
 }
 
 export type DeploymentMaxOrderByAggregateInput = {
@@ -408,6 +613,14 @@ export type DeploymentMaxOrderByAggregateInput = {
   state?: Prisma.SortOrder
   revision?: Prisma.SortOrder
   failureReason?: Prisma.SortOrder
+  runtimeProfile?: Prisma.SortOrder
+  repository?: Prisma.SortOrder
+  commit?: Prisma.SortOrder
+  targetRoot?: Prisma.SortOrder
+  desired?: Prisma.SortOrder
+  maxInFlight?: Prisma.SortOrder
+  invokeTimeoutMs?: Prisma.SortOrder
+  drainTimeoutMs?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -419,12 +632,28 @@ export type DeploymentMinOrderByAggregateInput = {
   state?: Prisma.SortOrder
   revision?: Prisma.SortOrder
   failureReason?: Prisma.SortOrder
+  runtimeProfile?: Prisma.SortOrder
+  repository?: Prisma.SortOrder
+  commit?: Prisma.SortOrder
+  targetRoot?: Prisma.SortOrder
+  desired?: Prisma.SortOrder
+  maxInFlight?: Prisma.SortOrder
+  invokeTimeoutMs?: Prisma.SortOrder
+  drainTimeoutMs?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
 
 export type DeploymentSumOrderByAggregateInput = {
   revision?: Prisma.SortOrder
+  maxInFlight?: Prisma.SortOrder
+  invokeTimeoutMs?: Prisma.SortOrder
+  drainTimeoutMs?: Prisma.SortOrder
+}
+
+export type DeploymentScalarRelationFilter = {
+  is?: Prisma.DeploymentWhereInput
+  isNot?: Prisma.DeploymentWhereInput
 }
 
 export type DeploymentCreateNestedManyWithoutNodeInput = {
@@ -469,14 +698,53 @@ export type DeploymentUncheckedUpdateManyWithoutNodeNestedInput = {
   deleteMany?: Prisma.DeploymentScalarWhereInput | Prisma.DeploymentScalarWhereInput[]
 }
 
+export type DeploymentCreateNestedOneWithoutInstancesInput = {
+  create?: Prisma.XOR<Prisma.DeploymentCreateWithoutInstancesInput, Prisma.DeploymentUncheckedCreateWithoutInstancesInput>
+  connectOrCreate?: Prisma.DeploymentCreateOrConnectWithoutInstancesInput
+  connect?: Prisma.DeploymentWhereUniqueInput
+}
+
+export type DeploymentUpdateOneRequiredWithoutInstancesNestedInput = {
+  create?: Prisma.XOR<Prisma.DeploymentCreateWithoutInstancesInput, Prisma.DeploymentUncheckedCreateWithoutInstancesInput>
+  connectOrCreate?: Prisma.DeploymentCreateOrConnectWithoutInstancesInput
+  upsert?: Prisma.DeploymentUpsertWithoutInstancesInput
+  connect?: Prisma.DeploymentWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.DeploymentUpdateToOneWithWhereWithoutInstancesInput, Prisma.DeploymentUpdateWithoutInstancesInput>, Prisma.DeploymentUncheckedUpdateWithoutInstancesInput>
+}
+
+export type DeploymentCreateNestedOneWithoutEventsInput = {
+  create?: Prisma.XOR<Prisma.DeploymentCreateWithoutEventsInput, Prisma.DeploymentUncheckedCreateWithoutEventsInput>
+  connectOrCreate?: Prisma.DeploymentCreateOrConnectWithoutEventsInput
+  connect?: Prisma.DeploymentWhereUniqueInput
+}
+
+export type DeploymentUpdateOneRequiredWithoutEventsNestedInput = {
+  create?: Prisma.XOR<Prisma.DeploymentCreateWithoutEventsInput, Prisma.DeploymentUncheckedCreateWithoutEventsInput>
+  connectOrCreate?: Prisma.DeploymentCreateOrConnectWithoutEventsInput
+  upsert?: Prisma.DeploymentUpsertWithoutEventsInput
+  connect?: Prisma.DeploymentWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.DeploymentUpdateToOneWithWhereWithoutEventsInput, Prisma.DeploymentUpdateWithoutEventsInput>, Prisma.DeploymentUncheckedUpdateWithoutEventsInput>
+}
+
 export type DeploymentCreateWithoutNodeInput = {
   id: string
   name: string
   state?: string
   revision?: bigint | number
   failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
+  instances?: Prisma.DeploymentInstanceCreateNestedManyWithoutDeploymentInput
+  events?: Prisma.DeploymentEventCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentUncheckedCreateWithoutNodeInput = {
@@ -485,8 +753,19 @@ export type DeploymentUncheckedCreateWithoutNodeInput = {
   state?: string
   revision?: bigint | number
   failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
+  instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
+  events?: Prisma.DeploymentEventUncheckedCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentCreateOrConnectWithoutNodeInput = {
@@ -525,8 +804,217 @@ export type DeploymentScalarWhereInput = {
   state?: Prisma.StringFilter<"Deployment"> | string
   revision?: Prisma.BigIntFilter<"Deployment"> | bigint | number
   failureReason?: Prisma.StringNullableFilter<"Deployment"> | string | null
+  selector?: Prisma.JsonFilter<"Deployment">
+  runtimeProfile?: Prisma.StringFilter<"Deployment"> | string
+  repository?: Prisma.StringFilter<"Deployment"> | string
+  commit?: Prisma.StringFilter<"Deployment"> | string
+  targetRoot?: Prisma.StringFilter<"Deployment"> | string
+  desired?: Prisma.StringFilter<"Deployment"> | string
+  maxInFlight?: Prisma.IntFilter<"Deployment"> | number
+  invokeTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
+  drainTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
+}
+
+export type DeploymentCreateWithoutInstancesInput = {
+  id: string
+  name: string
+  state?: string
+  revision?: bigint | number
+  failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  node: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
+  events?: Prisma.DeploymentEventCreateNestedManyWithoutDeploymentInput
+}
+
+export type DeploymentUncheckedCreateWithoutInstancesInput = {
+  id: string
+  name: string
+  nodeId: string
+  state?: string
+  revision?: bigint | number
+  failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  events?: Prisma.DeploymentEventUncheckedCreateNestedManyWithoutDeploymentInput
+}
+
+export type DeploymentCreateOrConnectWithoutInstancesInput = {
+  where: Prisma.DeploymentWhereUniqueInput
+  create: Prisma.XOR<Prisma.DeploymentCreateWithoutInstancesInput, Prisma.DeploymentUncheckedCreateWithoutInstancesInput>
+}
+
+export type DeploymentUpsertWithoutInstancesInput = {
+  update: Prisma.XOR<Prisma.DeploymentUpdateWithoutInstancesInput, Prisma.DeploymentUncheckedUpdateWithoutInstancesInput>
+  create: Prisma.XOR<Prisma.DeploymentCreateWithoutInstancesInput, Prisma.DeploymentUncheckedCreateWithoutInstancesInput>
+  where?: Prisma.DeploymentWhereInput
+}
+
+export type DeploymentUpdateToOneWithWhereWithoutInstancesInput = {
+  where?: Prisma.DeploymentWhereInput
+  data: Prisma.XOR<Prisma.DeploymentUpdateWithoutInstancesInput, Prisma.DeploymentUncheckedUpdateWithoutInstancesInput>
+}
+
+export type DeploymentUpdateWithoutInstancesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  state?: Prisma.StringFieldUpdateOperationsInput | string
+  revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  node?: Prisma.NodeUpdateOneRequiredWithoutDeploymentsNestedInput
+  events?: Prisma.DeploymentEventUpdateManyWithoutDeploymentNestedInput
+}
+
+export type DeploymentUncheckedUpdateWithoutInstancesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  state?: Prisma.StringFieldUpdateOperationsInput | string
+  revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  events?: Prisma.DeploymentEventUncheckedUpdateManyWithoutDeploymentNestedInput
+}
+
+export type DeploymentCreateWithoutEventsInput = {
+  id: string
+  name: string
+  state?: string
+  revision?: bigint | number
+  failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  node: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
+  instances?: Prisma.DeploymentInstanceCreateNestedManyWithoutDeploymentInput
+}
+
+export type DeploymentUncheckedCreateWithoutEventsInput = {
+  id: string
+  name: string
+  nodeId: string
+  state?: string
+  revision?: bigint | number
+  failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
+}
+
+export type DeploymentCreateOrConnectWithoutEventsInput = {
+  where: Prisma.DeploymentWhereUniqueInput
+  create: Prisma.XOR<Prisma.DeploymentCreateWithoutEventsInput, Prisma.DeploymentUncheckedCreateWithoutEventsInput>
+}
+
+export type DeploymentUpsertWithoutEventsInput = {
+  update: Prisma.XOR<Prisma.DeploymentUpdateWithoutEventsInput, Prisma.DeploymentUncheckedUpdateWithoutEventsInput>
+  create: Prisma.XOR<Prisma.DeploymentCreateWithoutEventsInput, Prisma.DeploymentUncheckedCreateWithoutEventsInput>
+  where?: Prisma.DeploymentWhereInput
+}
+
+export type DeploymentUpdateToOneWithWhereWithoutEventsInput = {
+  where?: Prisma.DeploymentWhereInput
+  data: Prisma.XOR<Prisma.DeploymentUpdateWithoutEventsInput, Prisma.DeploymentUncheckedUpdateWithoutEventsInput>
+}
+
+export type DeploymentUpdateWithoutEventsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  state?: Prisma.StringFieldUpdateOperationsInput | string
+  revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  node?: Prisma.NodeUpdateOneRequiredWithoutDeploymentsNestedInput
+  instances?: Prisma.DeploymentInstanceUpdateManyWithoutDeploymentNestedInput
+}
+
+export type DeploymentUncheckedUpdateWithoutEventsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  state?: Prisma.StringFieldUpdateOperationsInput | string
+  revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentCreateManyNodeInput = {
@@ -535,6 +1023,15 @@ export type DeploymentCreateManyNodeInput = {
   state?: string
   revision?: bigint | number
   failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -545,8 +1042,19 @@ export type DeploymentUpdateWithoutNodeInput = {
   state?: Prisma.StringFieldUpdateOperationsInput | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  instances?: Prisma.DeploymentInstanceUpdateManyWithoutDeploymentNestedInput
+  events?: Prisma.DeploymentEventUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentUncheckedUpdateWithoutNodeInput = {
@@ -555,8 +1063,19 @@ export type DeploymentUncheckedUpdateWithoutNodeInput = {
   state?: Prisma.StringFieldUpdateOperationsInput | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
+  events?: Prisma.DeploymentEventUncheckedUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentUncheckedUpdateManyWithoutNodeInput = {
@@ -565,10 +1084,57 @@ export type DeploymentUncheckedUpdateManyWithoutNodeInput = {
   state?: Prisma.StringFieldUpdateOperationsInput | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
+
+/**
+ * Count Type DeploymentCountOutputType
+ */
+
+export type DeploymentCountOutputType = {
+  instances: number
+  events: number
+}
+
+export type DeploymentCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  instances?: boolean | DeploymentCountOutputTypeCountInstancesArgs
+  events?: boolean | DeploymentCountOutputTypeCountEventsArgs
+}
+
+/**
+ * DeploymentCountOutputType without action
+ */
+export type DeploymentCountOutputTypeDefaultArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the DeploymentCountOutputType
+   */
+  select?: Prisma.DeploymentCountOutputTypeSelect<ExtArgs> | null
+}
+
+/**
+ * DeploymentCountOutputType without action
+ */
+export type DeploymentCountOutputTypeCountInstancesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.DeploymentInstanceWhereInput
+}
+
+/**
+ * DeploymentCountOutputType without action
+ */
+export type DeploymentCountOutputTypeCountEventsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.DeploymentEventWhereInput
+}
 
 
 export type DeploymentSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -578,9 +1144,21 @@ export type DeploymentSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   state?: boolean
   revision?: boolean
   failureReason?: boolean
+  selector?: boolean
+  runtimeProfile?: boolean
+  repository?: boolean
+  commit?: boolean
+  targetRoot?: boolean
+  desired?: boolean
+  maxInFlight?: boolean
+  invokeTimeoutMs?: boolean
+  drainTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
+  instances?: boolean | Prisma.Deployment$instancesArgs<ExtArgs>
+  events?: boolean | Prisma.Deployment$eventsArgs<ExtArgs>
+  _count?: boolean | Prisma.DeploymentCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["deployment"]>
 
 export type DeploymentSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -590,6 +1168,15 @@ export type DeploymentSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   state?: boolean
   revision?: boolean
   failureReason?: boolean
+  selector?: boolean
+  runtimeProfile?: boolean
+  repository?: boolean
+  commit?: boolean
+  targetRoot?: boolean
+  desired?: boolean
+  maxInFlight?: boolean
+  invokeTimeoutMs?: boolean
+  drainTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
@@ -602,6 +1189,15 @@ export type DeploymentSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   state?: boolean
   revision?: boolean
   failureReason?: boolean
+  selector?: boolean
+  runtimeProfile?: boolean
+  repository?: boolean
+  commit?: boolean
+  targetRoot?: boolean
+  desired?: boolean
+  maxInFlight?: boolean
+  invokeTimeoutMs?: boolean
+  drainTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
@@ -614,13 +1210,25 @@ export type DeploymentSelectScalar = {
   state?: boolean
   revision?: boolean
   failureReason?: boolean
+  selector?: boolean
+  runtimeProfile?: boolean
+  repository?: boolean
+  commit?: boolean
+  targetRoot?: boolean
+  desired?: boolean
+  maxInFlight?: boolean
+  invokeTimeoutMs?: boolean
+  drainTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type DeploymentOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "nodeId" | "state" | "revision" | "failureReason" | "createdAt" | "updatedAt", ExtArgs["result"]["deployment"]>
+export type DeploymentOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "nodeId" | "state" | "revision" | "failureReason" | "selector" | "runtimeProfile" | "repository" | "commit" | "targetRoot" | "desired" | "maxInFlight" | "invokeTimeoutMs" | "drainTimeoutMs" | "createdAt" | "updatedAt", ExtArgs["result"]["deployment"]>
 export type DeploymentInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
+  instances?: boolean | Prisma.Deployment$instancesArgs<ExtArgs>
+  events?: boolean | Prisma.Deployment$eventsArgs<ExtArgs>
+  _count?: boolean | Prisma.DeploymentCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type DeploymentIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
@@ -633,17 +1241,37 @@ export type $DeploymentPayload<ExtArgs extends runtime.Types.Extensions.Internal
   name: "Deployment"
   objects: {
     node: Prisma.$NodePayload<ExtArgs>
+    instances: Prisma.$DeploymentInstancePayload<ExtArgs>[]
+    events: Prisma.$DeploymentEventPayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
     name: string
     nodeId: string
     /**
-     * loading, ready, draining, unloaded, failed
+     * The overall state, kept by the controller from the instances: loading, ready, draining, unloaded, failed
      */
     state: string
+    /**
+     * The revision the operator wants served; grows by one per revision change.
+     */
     revision: bigint
     failureReason: string | null
+    /**
+     * The label selector the node was chosen by, when one was given.
+     */
+    selector: runtime.JsonValue
+    runtimeProfile: string
+    repository: string
+    commit: string
+    targetRoot: string
+    /**
+     * What the operator asked for: serving, drained, unloaded, deleted
+     */
+    desired: string
+    maxInFlight: number
+    invokeTimeoutMs: number
+    drainTimeoutMs: number
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["deployment"]>
@@ -1041,6 +1669,8 @@ readonly fields: DeploymentFieldRefs;
 export interface Prisma__DeploymentClient<T, Null = never, ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs, GlobalOmitOptions = {}> extends Prisma.PrismaPromise<T> {
   readonly [Symbol.toStringTag]: "PrismaPromise"
   node<T extends Prisma.NodeDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.NodeDefaultArgs<ExtArgs>>): Prisma.Prisma__NodeClient<runtime.Types.Result.GetResult<Prisma.$NodePayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
+  instances<T extends Prisma.Deployment$instancesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Deployment$instancesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DeploymentInstancePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  events<T extends Prisma.Deployment$eventsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Deployment$eventsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DeploymentEventPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -1076,6 +1706,15 @@ export interface DeploymentFieldRefs {
   readonly state: Prisma.FieldRef<"Deployment", 'String'>
   readonly revision: Prisma.FieldRef<"Deployment", 'BigInt'>
   readonly failureReason: Prisma.FieldRef<"Deployment", 'String'>
+  readonly selector: Prisma.FieldRef<"Deployment", 'Json'>
+  readonly runtimeProfile: Prisma.FieldRef<"Deployment", 'String'>
+  readonly repository: Prisma.FieldRef<"Deployment", 'String'>
+  readonly commit: Prisma.FieldRef<"Deployment", 'String'>
+  readonly targetRoot: Prisma.FieldRef<"Deployment", 'String'>
+  readonly desired: Prisma.FieldRef<"Deployment", 'String'>
+  readonly maxInFlight: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly invokeTimeoutMs: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly drainTimeoutMs: Prisma.FieldRef<"Deployment", 'Int'>
   readonly createdAt: Prisma.FieldRef<"Deployment", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Deployment", 'DateTime'>
 }
@@ -1476,6 +2115,54 @@ export type DeploymentDeleteManyArgs<ExtArgs extends runtime.Types.Extensions.In
    * Limit how many Deployments to delete.
    */
   limit?: number
+}
+
+/**
+ * Deployment.instances
+ */
+export type Deployment$instancesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the DeploymentInstance
+   */
+  select?: Prisma.DeploymentInstanceSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the DeploymentInstance
+   */
+  omit?: Prisma.DeploymentInstanceOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.DeploymentInstanceInclude<ExtArgs> | null
+  where?: Prisma.DeploymentInstanceWhereInput
+  orderBy?: Prisma.DeploymentInstanceOrderByWithRelationInput | Prisma.DeploymentInstanceOrderByWithRelationInput[]
+  cursor?: Prisma.DeploymentInstanceWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.DeploymentInstanceScalarFieldEnum | Prisma.DeploymentInstanceScalarFieldEnum[]
+}
+
+/**
+ * Deployment.events
+ */
+export type Deployment$eventsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the DeploymentEvent
+   */
+  select?: Prisma.DeploymentEventSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the DeploymentEvent
+   */
+  omit?: Prisma.DeploymentEventOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.DeploymentEventInclude<ExtArgs> | null
+  where?: Prisma.DeploymentEventWhereInput
+  orderBy?: Prisma.DeploymentEventOrderByWithRelationInput | Prisma.DeploymentEventOrderByWithRelationInput[]
+  cursor?: Prisma.DeploymentEventWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.DeploymentEventScalarFieldEnum | Prisma.DeploymentEventScalarFieldEnum[]
 }
 
 /**

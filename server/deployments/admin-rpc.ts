@@ -1,0 +1,97 @@
+// The deployment RPCs of modelforge.admin.v1.AdminService (the admin token is checked by the
+// interceptor before these run).
+import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import {
+  CreateDeploymentResponseSchema,
+  DeleteDeploymentResponseSchema,
+  DrainDeploymentResponseSchema,
+  GetDeploymentResponseSchema,
+  ListDeploymentRecordsResponseSchema,
+  UnloadDeploymentResponseSchema,
+  UpdateDeploymentRevisionResponseSchema,
+  type AdminService,
+} from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { callOf } from "../context.js";
+import { positiveDurationMs } from "../services/time.js";
+import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
+import { eventToProto, recordToProto } from "./codec.js";
+import { createDeployment, findRecord, setDesired, updateRevision, type DesiredDeps } from "./desired.js";
+
+type DeploymentRpcs = Pick<
+  ServiceImpl<typeof AdminService>,
+  | "createDeployment"
+  | "getDeployment"
+  | "listDeploymentRecords"
+  | "updateDeploymentRevision"
+  | "drainDeployment"
+  | "unloadDeployment"
+  | "deleteDeployment"
+>;
+
+const HISTORY = 200;
+
+export function adminDeployments(deps: DesiredDeps): DeploymentRpcs {
+  return {
+    async createDeployment(req, ctx) {
+      const d = await createDeployment(
+        deps,
+        {
+          name: req.name,
+          nodeId: req.nodeId,
+          selector: req.selector,
+          runtimeProfile: req.runtimeProfile,
+          repository: req.repository,
+          commit: req.commit,
+          targetRoot: req.targetRoot,
+          maxInFlight: req.maxInFlight,
+          invokeTimeoutMs: req.invokeTimeout !== undefined ? positiveDurationMs(req.invokeTimeout) : undefined,
+          drainTimeoutMs: req.drainTimeout !== undefined ? positiveDurationMs(req.drainTimeout) : undefined,
+        },
+        callOf(ctx).correlationId,
+      );
+      return create(CreateDeploymentResponseSchema, { deployment: recordToProto(d) });
+    },
+    async getDeployment(req) {
+      const d = await findRecord(deps.prisma, req.deployment);
+      const events = await deps.prisma.deploymentEvent.findMany({ where: { deploymentId: d.id }, orderBy: { seq: "desc" }, take: HISTORY });
+      return create(GetDeploymentResponseSchema, { deployment: recordToProto(d), events: events.reverse().map(eventToProto) });
+    },
+    async listDeploymentRecords(req) {
+      const size = pageSizeOf(req.pageSize);
+      const offset = decodeOffset(req.pageToken);
+      const rows = await deps.prisma.deployment.findMany({
+        include: { instances: true },
+        orderBy: { name: "asc" },
+        skip: offset,
+        take: size + 1,
+      });
+      const { page, more } = splitPage(rows, size);
+      return create(ListDeploymentRecordsResponseSchema, {
+        deployments: page.map(recordToProto),
+        nextPageToken: more ? encodePageToken(String(offset + size)) : "",
+      });
+    },
+    async updateDeploymentRevision(req, ctx) {
+      const d = await updateRevision(
+        deps,
+        req.deployment,
+        { commit: req.commit, runtimeProfile: req.runtimeProfile },
+        callOf(ctx).correlationId,
+      );
+      return create(UpdateDeploymentRevisionResponseSchema, { deployment: recordToProto(d) });
+    },
+    async drainDeployment(req, ctx) {
+      const d = await setDesired(deps, req.deployment, "drained", callOf(ctx).correlationId);
+      return create(DrainDeploymentResponseSchema, { deployment: recordToProto(d) });
+    },
+    async unloadDeployment(req, ctx) {
+      const d = await setDesired(deps, req.deployment, "unloaded", callOf(ctx).correlationId);
+      return create(UnloadDeploymentResponseSchema, { deployment: recordToProto(d) });
+    },
+    async deleteDeployment(req, ctx) {
+      const d = await setDesired(deps, req.deployment, "deleted", callOf(ctx).correlationId);
+      return create(DeleteDeploymentResponseSchema, { deployment: recordToProto(d) });
+    },
+  };
+}

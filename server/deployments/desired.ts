@@ -1,0 +1,252 @@
+// What operators ask of deployments: create, change revision, drain, unload, delete. Each records
+// the desired state (with its audit event) and asks the controller to act on it at once, so a
+// drain stops new invokes before the RPC answers.
+import { randomUUID } from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Deployment, DeploymentInstance, Prisma, PrismaClient } from "../../gen/prisma/client.js";
+import type { Clock } from "../../common/clock.js";
+import { operatorActor, recordAudit } from "../audit/audit.js";
+import { checkCommitName } from "../artifacts/rules.js";
+import {
+  checkDeploymentName,
+  DEFAULT_DRAIN_TIMEOUT_MS,
+  DEFAULT_INVOKE_TIMEOUT_MS,
+  DEFAULT_MAX_IN_FLIGHT,
+  MAX_IN_FLIGHT,
+  MAX_TIMEOUT_MS,
+  type Desired,
+} from "./rules.js";
+import { capabilityOfStep } from "./specs.js";
+
+export interface DesiredDeps {
+  prisma: PrismaClient;
+  clock: Clock;
+  approvedRoots: string[];
+  profiles: { spec(name: string): Promise<unknown> };
+  /** Runs the controller over one deployment now. */
+  reconcile(deploymentId: string): Promise<void>;
+}
+
+export type DeploymentRow = Deployment & { instances: DeploymentInstance[] };
+
+export interface CreateDeploymentInput {
+  name: string;
+  nodeId: string;
+  selector: { [key: string]: string };
+  runtimeProfile: string;
+  repository: string;
+  commit: string;
+  targetRoot: string;
+  maxInFlight: number;
+  invokeTimeoutMs: number | undefined;
+  drainTimeoutMs: number | undefined;
+}
+
+const invalid = (field: string, why: string) => new ConnectError(`${field}: ${why}`, Code.InvalidArgument);
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const needed = Object.values(capabilityOfStep);
+
+function timeoutOf(ms: number | undefined, field: string, fallback: number): number {
+  if (ms === undefined) return fallback;
+  if (ms > MAX_TIMEOUT_MS) throw invalid(field, "at most 1 hour");
+  return ms;
+}
+
+async function requireProfileAndFiles(deps: DesiredDeps, profile: string, repository: string, commit: string): Promise<void> {
+  if ((await deps.profiles.spec(profile)) === undefined) {
+    throw new ConnectError(`runtime profile "${profile}" not found; create it with 'forge runtimes create'`, Code.NotFound);
+  }
+  const files = await deps.prisma.storedArtifact.count({ where: { repository, commit } });
+  if (files === 0) {
+    throw new ConnectError(
+      `${repository}@${commit} has no files in the artifact store; push them first with 'forge artifacts push'`,
+      Code.FailedPrecondition,
+    );
+  }
+}
+
+/** The node a deployment goes on: the one named, or the eligible match of a selector with the fewest deployments. */
+async function chooseNode(deps: DesiredDeps, nodeId: string, selector: { [key: string]: string }): Promise<string> {
+  const eligible = (n: { capabilities: string[]; disabledAt: Date | null; decommissionedAt: Date | null }) =>
+    n.decommissionedAt === null && n.disabledAt === null && needed.every((c) => n.capabilities.includes(c));
+  const select = { id: true, capabilities: true, disabledAt: true, decommissionedAt: true, labels: true, lastHeartbeatAt: true } as const;
+  if (nodeId !== "") {
+    const node = await deps.prisma.node.findUnique({ where: { id: nodeId.toLowerCase() }, select });
+    if (node === null) throw new ConnectError(`node ${nodeId} not found`, Code.NotFound);
+    if (!eligible(node)) {
+      throw new ConnectError(
+        `node ${node.id} cannot serve deployments: it must be enabled, not decommissioned, and advertise ${needed.join(", ")}`,
+        Code.FailedPrecondition,
+      );
+    }
+    return node.id;
+  }
+  const nodes = await deps.prisma.node.findMany({ where: { lastHeartbeatAt: { not: null } }, select });
+  const matching = nodes.filter((n) => {
+    const labels = (n.labels ?? {}) as { [key: string]: unknown };
+    return eligible(n) && Object.entries(selector).every(([k, v]) => labels[k] === v);
+  });
+  if (matching.length === 0) {
+    throw new ConnectError(
+      `no enabled node with labels ${JSON.stringify(selector)} advertises ${needed.join(", ")}`,
+      Code.FailedPrecondition,
+    );
+  }
+  const counts = await deps.prisma.deployment.groupBy({
+    by: ["nodeId"],
+    where: { nodeId: { in: matching.map((n) => n.id) } },
+    _count: true,
+  });
+  const load = new Map(counts.map((c) => [c.nodeId, c._count]));
+  matching.sort(
+    (a, b) => (load.get(a.id) ?? 0) - (load.get(b.id) ?? 0) || (b.lastHeartbeatAt?.getTime() ?? 0) - (a.lastHeartbeatAt?.getTime() ?? 0),
+  );
+  return matching[0]!.id;
+}
+
+export async function findRecord(db: Pick<PrismaClient, "deployment">, idOrName: string): Promise<DeploymentRow> {
+  if (idOrName === "") throw invalid("deployment", "is required: an id or a name");
+  const where = UUID.test(idOrName) ? { id: idOrName.toLowerCase() } : { name: idOrName };
+  const d = await db.deployment.findFirst({ where, include: { instances: true } });
+  if (d === null) throw new ConnectError(`deployment ${idOrName} not found`, Code.NotFound);
+  return d;
+}
+
+export async function createDeployment(deps: DesiredDeps, input: CreateDeploymentInput, correlationId: string): Promise<DeploymentRow> {
+  const nameProblem = checkDeploymentName(input.name);
+  if (nameProblem !== undefined) throw invalid("name", nameProblem);
+  if ((input.nodeId === "") === (Object.keys(input.selector).length === 0)) {
+    throw invalid("node_id", "give exactly one of node_id and selector");
+  }
+  if (input.runtimeProfile === "") throw invalid("runtime_profile", "is required");
+  checkCommitName({ repository: input.repository, commit: input.commit });
+  const targetRoot = input.targetRoot === "" ? deps.approvedRoots[0] : input.targetRoot;
+  if (targetRoot === undefined)
+    throw new ConnectError("target_root: this server has no approved roots (MODELFORGE_APPROVED_ROOTS)", Code.FailedPrecondition);
+  if (!deps.approvedRoots.includes(targetRoot))
+    throw invalid("target_root", `must be one of the approved roots (${deps.approvedRoots.join(", ")})`);
+  const maxInFlight = input.maxInFlight === 0 ? DEFAULT_MAX_IN_FLIGHT : input.maxInFlight;
+  if (maxInFlight > MAX_IN_FLIGHT) throw invalid("max_in_flight", `from 1 to ${MAX_IN_FLIGHT} (0 for ${DEFAULT_MAX_IN_FLIGHT})`);
+  const invokeTimeoutMs = timeoutOf(input.invokeTimeoutMs, "invoke_timeout", DEFAULT_INVOKE_TIMEOUT_MS);
+  const drainTimeoutMs = timeoutOf(input.drainTimeoutMs, "drain_timeout", DEFAULT_DRAIN_TIMEOUT_MS);
+  await requireProfileAndFiles(deps, input.runtimeProfile, input.repository, input.commit);
+  const nodeId = await chooseNode(deps, input.nodeId, input.selector);
+  const id = randomUUID();
+  const now = new Date(deps.clock.now());
+  await deps.prisma.$transaction(async (tx) => {
+    const made = await tx.deployment.createMany({
+      data: [
+        {
+          id,
+          name: input.name,
+          nodeId,
+          selector: input.selector,
+          runtimeProfile: input.runtimeProfile,
+          repository: input.repository,
+          commit: input.commit,
+          targetRoot,
+          revision: 1n,
+          desired: "serving",
+          state: "loading",
+          maxInFlight,
+          invokeTimeoutMs,
+          drainTimeoutMs,
+          createdAt: now,
+          updatedAt: now,
+        },
+      ],
+      skipDuplicates: true,
+    });
+    if (made.count !== 1) throw new ConnectError(`a deployment named "${input.name}" exists`, Code.AlreadyExists);
+    await audit(tx, "deployment.created", id, correlationId, now, {
+      name: input.name,
+      nodeId,
+      runtimeProfile: input.runtimeProfile,
+      repository: input.repository,
+      commit: input.commit,
+    });
+  });
+  await deps.reconcile(id);
+  return findRecord(deps.prisma, id);
+}
+
+export async function updateRevision(
+  deps: DesiredDeps,
+  idOrName: string,
+  change: { commit: string; runtimeProfile: string },
+  correlationId: string,
+): Promise<DeploymentRow> {
+  const d = await findRecord(deps.prisma, idOrName);
+  if (d.desired !== "serving")
+    throw new ConnectError(`deployment ${d.name} is ${d.desired}: only a serving deployment changes revision`, Code.FailedPrecondition);
+  const commit = change.commit || d.commit;
+  const runtimeProfile = change.runtimeProfile || d.runtimeProfile;
+  if (commit === d.commit && runtimeProfile === d.runtimeProfile) {
+    throw new ConnectError("nothing changes: give another commit or runtime profile", Code.InvalidArgument);
+  }
+  checkCommitName({ repository: d.repository, commit });
+  await requireProfileAndFiles(deps, runtimeProfile, d.repository, commit);
+  const now = new Date(deps.clock.now());
+  const revision = d.revision + 1n;
+  await deps.prisma.$transaction(async (tx) => {
+    const moved = await tx.deployment.updateMany({
+      where: { id: d.id, revision: d.revision, desired: "serving" },
+      data: { revision, commit, runtimeProfile, updatedAt: now },
+    });
+    if (moved.count !== 1) throw new ConnectError(`deployment ${d.name} changed meanwhile; retry`, Code.Aborted);
+    await audit(tx, "deployment.revision_changed", d.id, correlationId, now, { revision: String(revision), commit, runtimeProfile });
+  });
+  await deps.reconcile(d.id);
+  return findRecord(deps.prisma, d.id);
+}
+
+/** Drain, unload or delete: each allowed from the states it makes sense from. */
+export async function setDesired(
+  deps: DesiredDeps,
+  idOrName: string,
+  desired: Exclude<Desired, "serving">,
+  correlationId: string,
+): Promise<DeploymentRow> {
+  const d = await findRecord(deps.prisma, idOrName);
+  const from: { [k in Exclude<Desired, "serving">]: Desired[] } = {
+    drained: ["serving", "drained"],
+    unloaded: ["serving", "drained", "unloaded"],
+    deleted: ["serving", "drained", "unloaded", "deleted"],
+  };
+  if (!from[desired].includes(d.desired as Desired)) {
+    throw new ConnectError(`deployment ${d.name} is ${d.desired}; it cannot be ${desired}`, Code.FailedPrecondition);
+  }
+  if (d.desired !== desired) {
+    const now = new Date(deps.clock.now());
+    await deps.prisma.$transaction(async (tx) => {
+      await tx.deployment.updateMany({ where: { id: d.id, desired: d.desired }, data: { desired, updatedAt: now } });
+      await audit(
+        tx,
+        `deployment.${desired === "drained" ? "drain" : desired === "unloaded" ? "unload" : "delete"}_requested`,
+        d.id,
+        correlationId,
+        now,
+        {
+          name: d.name,
+        },
+      );
+    });
+  }
+  await deps.reconcile(d.id);
+  return findRecord(deps.prisma, d.id).catch((err) => {
+    // Deleted and removed in the same pass: answer what was asked of.
+    if (err instanceof ConnectError && err.code === Code.NotFound) return { ...d, desired };
+    throw err;
+  });
+}
+
+function audit(
+  tx: Prisma.TransactionClient,
+  action: string,
+  id: string,
+  correlationId: string,
+  now: Date,
+  details: { [k: string]: string },
+) {
+  return recordAudit(tx, { actor: operatorActor, action, targetType: "deployment", targetId: id, correlationId, details }, now);
+}

@@ -1,0 +1,77 @@
+// Where invokes of a deployment go: the relay's view of deployments, read from the records the
+// controller keeps. Only instances of a deployment the operator wants serving take new invokes.
+import type { Deployment, DeploymentInstance, PrismaClient } from "../../gen/prisma/client.js";
+import { overallPhase, type Desired, type Phase } from "./rules.js";
+
+export type DeploymentPhase = "LOADING" | "READY" | "DRAINING" | "UNLOADED" | "FAILED";
+export interface DeploymentInstanceRoute {
+  revision: bigint;
+  nodeId: string;
+  phase: DeploymentPhase;
+}
+export interface DeploymentTarget {
+  deploymentId: string;
+  name: string;
+  /** The deployment's overall state, for typed errors (LOADING: not ready; DRAINING: draining; ...). */
+  phase: DeploymentPhase;
+  /** Per-deployment bounds the operator set. */
+  maxInFlight: number;
+  invokeTimeoutMs: number;
+  /** Instances that take new invokes (READY), newest revision first; empty when none. */
+  ready: DeploymentInstanceRoute[];
+}
+export interface DeploymentRoutes {
+  /** By id or name; undefined when no such deployment (or it was deleted). */
+  find(idOrName: string): Promise<DeploymentTarget | undefined>;
+  /** Deployments by name (all when names is undefined), for DeploymentService.ListDeployments. */
+  list(names: string[] | undefined, offset: number, take: number): Promise<DeploymentTarget[]>;
+  /** Called on this replica whenever a deployment's routing changes (drain, revision, unload), so a relay cache can drop it at once. */
+  onChange(listener: (deploymentId: string) => void): () => void;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const upper = (p: string) => p.toUpperCase() as DeploymentPhase;
+
+export function targetOf(d: Deployment & { instances: DeploymentInstance[] }): DeploymentTarget {
+  const desired = d.desired as Desired;
+  const phases = d.instances.map((i) => ({ revision: i.revision, phase: i.phase as Phase }));
+  const ready =
+    desired === "serving"
+      ? d.instances
+          .filter((i) => i.phase === "ready")
+          .sort((a, b) => (a.revision > b.revision ? -1 : 1))
+          .map((i) => ({ revision: i.revision, nodeId: i.nodeId, phase: "READY" as const }))
+      : [];
+  return {
+    deploymentId: d.id,
+    name: d.name,
+    phase: upper(overallPhase({ desired, revision: d.revision }, phases)),
+    maxInFlight: d.maxInFlight,
+    invokeTimeoutMs: d.invokeTimeoutMs,
+    ready,
+  };
+}
+
+export function deploymentRoutes(
+  prisma: PrismaClient,
+  changes: { onChange(listener: (deploymentId: string) => void): () => void },
+): DeploymentRoutes {
+  return {
+    async find(idOrName) {
+      const where = UUID.test(idOrName) ? { id: idOrName.toLowerCase() } : { name: idOrName };
+      const d = await prisma.deployment.findFirst({ where: { ...where, desired: { not: "deleted" } }, include: { instances: true } });
+      return d === null ? undefined : targetOf(d);
+    },
+    async list(names, offset, take) {
+      const rows = await prisma.deployment.findMany({
+        where: { desired: { not: "deleted" }, ...(names !== undefined ? { name: { in: names } } : {}) },
+        include: { instances: true },
+        orderBy: { name: "asc" },
+        skip: offset,
+        take,
+      });
+      return rows.map(targetOf);
+    },
+    onChange: (listener) => changes.onChange(listener),
+  };
+}
