@@ -12,6 +12,7 @@ import { deploymentHost, sessionDeployments } from "./deployments/index.js";
 import { dirname, join } from "node:path";
 import { SourceConfigError } from "./capabilities/artifact-sources.js";
 import { agentVersion } from "./version.js";
+import { readTemplateFile, TemplateError } from "./engines/openai-http.js";
 import { parseDuration } from "../common/duration.js";
 import { ConnectError } from "@connectrpc/connect";
 import { codeName } from "../common/codes.js";
@@ -33,6 +34,8 @@ Environment:
   MODELFORGE_AGENT_STATE          state file path
   MODELFORGE_AGENT_LOG_LEVEL      log level (default info)
   MODELFORGE_AGENT_RUNTIMES       "on" serves runtime.probe/health/unload.v1 and deployment.load/health/drain/unload.v1 (llama.cpp engine)
+  MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE  a JSON file with the argv template of an external
+                                  OpenAI-compatible server; with it the openai-http engine is offered
   MODELFORGE_AGENT_BACKOFF_BASE   first reconnect delay ceiling (default 500ms)
   MODELFORGE_AGENT_BACKOFF_MAX    largest reconnect delay (default 30s)
   MODELFORGE_AGENT_REPLY_TIMEOUT  reconnect when Welcome or a heartbeat answer takes longer (default 30s)
@@ -41,6 +44,8 @@ Environment:
                                   control-plane, https://mirror/base[;token-file=/path] (unset: not offered)
   MODELFORGE_AGENT_ARTIFACT_ROOTS target roots this agent writes artifacts under
                                   (default /var/lib/modelforge/artifacts)
+  MODELFORGE_AGENT_STAGING_MAX_AGE  staging of an acquisition unchanged this long is removed (default 24h)
+  MODELFORGE_AGENT_STAGING_SWEEP_INTERVAL  how often staging is swept after the start (default 1h)
 `;
 
 async function main(argv: string[]): Promise<number> {
@@ -87,10 +92,25 @@ async function main(argv: string[]): Promise<number> {
       process.once("SIGTERM", () => stop.abort());
       process.once("SIGINT", () => stop.abort());
       const env = process.env;
+      const clock = env.MODELFORGE_AGENT_CLOCK_OFFSET
+        ? offsetClock(systemClock, signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET))
+        : systemClock;
       // Runtimes are opt-in: the registry beside the state file lets a restarted agent stop what
       // an earlier one left running.
+      const templatePath = env.MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE?.trim() || undefined;
+      if (templatePath !== undefined && env.MODELFORGE_AGENT_RUNTIMES !== "on") {
+        throw new TemplateError("MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE is set but MODELFORGE_AGENT_RUNTIMES is not on");
+      }
+      const openAiHttp =
+        templatePath === undefined
+          ? undefined
+          : await readTemplateFile(templatePath).catch((err: unknown) => {
+              throw err instanceof TemplateError ? new TemplateError(`MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE: ${err.message}`) : err;
+            });
       const supervisor =
-        env.MODELFORGE_AGENT_RUNTIMES === "on" ? new Supervisor({ registryPath: join(dirname(statePath), "runtimes.json") }) : undefined;
+        env.MODELFORGE_AGENT_RUNTIMES === "on"
+          ? new Supervisor({ registryPath: join(dirname(statePath), "runtimes.json"), openAiHttp })
+          : undefined;
       for (const orphan of (await supervisor?.reapOrphans()) ?? []) {
         log.warn(
           { runtimeId: orphan.record.id, pid: orphan.record.pid, outcome: orphan.outcome },
@@ -102,9 +122,7 @@ async function main(argv: string[]): Promise<number> {
         statePath,
         log,
         signal: stop.signal,
-        clock: env.MODELFORGE_AGENT_CLOCK_OFFSET
-          ? offsetClock(systemClock, signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET))
-          : systemClock,
+        clock,
         backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
         backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
         replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,
@@ -112,7 +130,8 @@ async function main(argv: string[]): Promise<number> {
           statePath,
           log,
           signal: stop.signal,
-          registry: capabilityRegistry({ statePath, log, env, supervisor, deployments }),
+          // Staging ages are file mtimes: compared with the real clock, not a shifted one.
+          registry: capabilityRegistry({ statePath, log, env, supervisor, deployments, clock: systemClock, signal: stop.signal }),
         }),
         deployments: deployments ? sessionDeployments(deployments, log) : undefined,
       });

@@ -238,7 +238,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       ...adminJobs({ prisma, engine: jobs }),
       ...adminArtifacts(artifacts),
       ...adminRuntimeProfiles(profiles),
-      ...adminDeployments({ prisma, clock, approvedRoots: config.approvedRoots, profiles, reconcile: reconcileDeployment }),
+      ...adminDeployments({ prisma, clock, jobs, approvedRoots: config.approvedRoots, profiles, reconcile: reconcileDeployment }),
       ...adminServiceKeys(serviceKeys),
       ...adminDeploymentLogs({ routes, logs: logWatches, shutdown: shutdown.signal }),
     },

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { OpenAiError, parseChatRequest, parseCompletionRequest } from "../agent/engines/openai-protocol.js";
 import { TextStream } from "../agent/engines/llama-cpp/text-stream.js";
-import { buildArgv, validateTemplate, type OpenAiHttpTemplate } from "../agent/engines/openai-http.js";
+import { buildArgv, parseTemplateConfig, validateTemplate, type OpenAiHttpTemplate } from "../agent/engines/openai-http.js";
 import { parseStat, parseStatusMemory } from "../agent/engines/proc.js";
 import { ggufHeaderProblem } from "../agent/engines/llama-cpp/gguf-header.js";
 import { EngineError, validateParams } from "../agent/engines/supervisor.js";
@@ -139,17 +139,45 @@ describe("openai-http template", () => {
 
   it.each([
     [{ command: ["/usr/bin/s", "{model}", "{port}"] }, undefined],
-    [{ command: ["/usr/bin/s", "{port}"], healthPath: "/v1/health" }, undefined],
+    [{ command: ["/usr/bin/s", "-m", "{model}", "{port}"], healthPath: "/v1/health" }, undefined],
+    [{ command: ["/usr/bin/s", "{port}"] }, "must take the model path"],
+    [{ command: ["/bin/sh", "-c", "serve {model} {port}"] }, "cannot be a shell"],
+    [{ command: ["/usr/bin/env", "serve", "{model}", "{port}"] }, "cannot be a shell"],
+    [{ command: ["/usr/bin/../bin/s", "{model}", "{port}"] }, "normalised"],
+    [{ command: ["/usr/bin/s", "{Model}", "{model}", "{port}"] }, "stray brace"],
+    [{ command: ["/usr/bin/s", "{model", "{model}", "{port}"] }, "stray brace"],
+    [{ command: ["/usr/bin/s", "{model}\n", "{port}"] }, "control characters"],
+    [{ command: ["/usr/bin/s", "{model}", "{port}"], env: { "LD_PRELOAD=x": "y" } }, "plain variable name"],
     [{ command: [] }, "absolute path"],
     [{ command: ["server", "{port}"] }, "absolute path"],
     [{ command: ["/usr/bin/{model}", "{port}"] }, "cannot contain placeholders"],
     [{ command: ["/usr/bin/s", "{model}"] }, "must take the port"],
     [{ command: ["/usr/bin/s", "{port}", "{shell}"] }, "unknown placeholder {shell}"],
     [{ command: ["/usr/bin/s", "{port}", "{constructor}"] }, "unknown placeholder {constructor}"],
-    [{ command: ["/usr/bin/s", "{port}"], healthPath: "http://elsewhere/" }, "healthPath"],
+    [{ command: ["/usr/bin/s", "{model}", "{port}"], healthPath: "http://elsewhere/" }, "healthPath"],
   ])("validates %j", (t, problem) => {
     if (problem === undefined) expect(() => validateTemplate(t)).not.toThrow();
     else expect(() => validateTemplate(t)).toThrow(problem);
+  });
+});
+
+describe("openai-http template file", () => {
+  const good = { command: ["/usr/bin/s", "--model", "{model}", "--port", "{port}"], healthPath: "/health", env: { HF_HOME: "/x" } };
+  it("reads command, healthPath and env", () => {
+    expect(parseTemplateConfig(JSON.stringify(good))).toEqual(good);
+  });
+  it.each([
+    ["not json", "not valid JSON"],
+    ["[]", "expected a JSON object"],
+    [JSON.stringify({ ...good, shell: true }), 'unknown key "shell"'],
+    [JSON.stringify({ command: "/usr/bin/s {model} {port}" }), "array of strings"],
+    [JSON.stringify({ command: ["/usr/bin/s", 1] }), "array of strings"],
+    [JSON.stringify({ ...good, healthPath: 3 }), "healthPath must be a string"],
+    [JSON.stringify({ ...good, env: ["A=1"] }), "env must be an object"],
+    [JSON.stringify({ ...good, env: { A: 1 } }), "the value must be a string"],
+    [JSON.stringify({ command: ["/bin/bash", "-c", "{model} {port}"] }), "cannot be a shell"],
+  ])("refuses %s", (text, problem) => {
+    expect(() => parseTemplateConfig(text)).toThrow(problem);
   });
 });
 
@@ -162,8 +190,8 @@ describe("/proc parsing", () => {
 
   it("reads state and start time even when the name has spaces and parentheses", () => {
     const rest = Array.from({ length: 50 }, (_, i) => String(i + 4)).join(" ");
-    // Each value is its field number: 3 is the state, 22 the start time.
-    expect(parseStat(`42 (we (ird) name) S ${rest}`)).toEqual({ state: "S", startTicks: 22 });
+    // Each value is its field number: 3 is the state, 5 the process group, 22 the start time.
+    expect(parseStat(`42 (we (ird) name) S ${rest}`)).toEqual({ state: "S", startTicks: 22, pgrp: 5 });
     expect(parseStat("")).toBeUndefined();
     expect(parseStat("42 (x) S 1 2")).toBeUndefined();
   });

@@ -133,7 +133,7 @@ describe("supervisor", { timeout: 180_000 }, () => {
   });
 
   it("reports an external server that cannot be started", async () => {
-    const s = supervisor({ openAiHttp: { command: [join(dir, "no-such-server"), "--port", "{port}"] } });
+    const s = supervisor({ openAiHttp: { command: [join(dir, "no-such-server"), "--model", "{model}", "--port", "{port}"] } });
     const err = (await s.start("openai-http", { modelPath }).catch((e: unknown) => e)) as EngineError;
     expect(err.code).toBe("process_failed_to_start");
     expect(s.list()).toEqual([]);

@@ -34,6 +34,8 @@ export interface ArtifactAcquireOptions {
   progressIntervalMs?: number;
   /** Bytes written between two checks of the disk reserve (default 64 MiB). */
   reserveCheckBytes?: number;
+  /** Job ids acquiring now, kept up to date here, so the staging sweeper leaves their staging alone. */
+  active?: Set<string>;
 }
 
 interface Plan {
@@ -189,7 +191,17 @@ export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler
   const progressIntervalMs = opts.progressIntervalMs ?? 1_000;
   const reserveCheckBytes = opts.reserveCheckBytes ?? 64 * 1024 * 1024;
 
+  const active = opts.active ?? new Set<string>();
   return async (spec, ctx): Promise<JobHandlerResult> => {
+    active.add(ctx.jobId);
+    try {
+      return await acquire(spec, ctx);
+    } finally {
+      active.delete(ctx.jobId);
+    }
+  };
+
+  async function acquire(spec: JobSpec, ctx: JobAttempt): Promise<JobHandlerResult> {
     const plan = planAcquisition(spec, ctx.jobId, opts.roots);
     const log = opts.log.child({ jobId: ctx.jobId, attempt: ctx.attempt, repository: plan.spec.repository, commit: plan.spec.commit });
     await checkRoot(plan.root);
@@ -217,6 +229,8 @@ export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler
 
     let bytesWritten = 0;
     const sourcesUsed = new Set<string>();
+    /** Each verified file's flush to disk, running while the next file downloads. */
+    const durable: Promise<void>[] = [];
     const writer = new HashWriter();
     try {
       await mkdirInside(plan.root, [STAGING_DIR, ...checkRelativePath(ctx.jobId, "job id")]);
@@ -233,11 +247,16 @@ export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler
       };
       for (const f of missing) {
         const dir = await mkdirInside(plan.stagingDir, f.segments.slice(0, -1));
-        const label = await fetchFile(join(dir, f.segments.at(-1)!), plan, f, opts.sources, writer, ctx, meter, onBytes, log);
-        if (label !== undefined) sourcesUsed.add(label);
+        const fetched = await fetchFile(join(dir, f.segments.at(-1)!), plan, f, opts.sources, writer, ctx, meter, onBytes, log);
+        durable.push(fetched.durable);
+        if (fetched.used !== undefined) sourcesUsed.add(fetched.used);
       }
+      // Every file on disk for good before any is promoted.
+      await Promise.all(durable);
       await promote(plan, missing);
     } catch (err) {
+      // No flush may still hold a file open when its staging is removed.
+      await Promise.allSettled(durable);
       const reason: unknown = ctx.signal.reason;
       const cancelled = ctx.signal.aborted && reason instanceof JobCancelled;
       const full = err instanceof JobFailureError && err.code === JobFailureCode.INSUFFICIENT_DISK;
@@ -261,12 +280,13 @@ export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler
         },
       },
     };
-  };
+  }
 }
 
 /**
  * Fetches one file into `target` (resuming what is there), trying the sources in order, and
- * verifies it. Returns the label of the source that delivered bytes, if any had to.
+ * verifies it. Returns the label of the source that delivered bytes (if any had to) and the
+ * file's flush to disk: an fsync waits for the disk, so it runs while the next file downloads.
  */
 async function fetchFile(
   target: string,
@@ -278,12 +298,13 @@ async function fetchFile(
   meter: ProgressMeter,
   onBytes: (n: number, path: string) => Promise<void>,
   log: Logger,
-): Promise<string | undefined> {
+): Promise<{ used: string | undefined; durable: Promise<void> }> {
   const fh = await open(target, O_WRITE, 0o644).catch((err: NodeJS.ErrnoException) => {
     if (err.code === "ELOOP") throw failure(JobFailureCode.PATH_REJECTED, "a symlink is in the way of an artifact file");
     throw err;
   });
   let keep = true;
+  let handedOver = false;
   try {
     const st = await fh.stat();
     if (!st.isFile()) throw failure(JobFailureCode.PATH_REJECTED, "an artifact path is not a regular file");
@@ -343,9 +364,11 @@ async function fetchFile(
                 `${f.file.path}: ${source.label} sent more than the ${f.size} bytes the job expects`,
               );
             }
+            const n = chunk.byteLength;
+            // The writer takes the chunk over (its memory may move to the worker): not used after.
             await writer.push(chunk);
-            have += chunk.byteLength;
-            await onBytes(chunk.byteLength, f.file.path);
+            have += n;
+            await onBytes(n, f.file.path);
           }
           received = true;
         } finally {
@@ -380,10 +403,13 @@ async function fetchFile(
         `${f.file.path}: SHA-256 of the ${f.size} bytes received does not match the job's digest`,
       );
     }
-    await fh.sync();
-    return used;
+    handedOver = true;
+    const durable = fh.sync().finally(() => fh.close());
+    // Awaited by the caller; marked handled here so a failure waiting its turn is not "unhandled".
+    durable.catch(() => undefined);
+    return { used, durable };
   } finally {
-    await fh.close();
+    if (!handedOver) await fh.close();
     // Corrupt bytes must not be resumed from.
     if (!keep) await rm(target, { force: true });
   }

@@ -4,7 +4,7 @@
 //
 // The worker gets the file's descriptor (descriptors are process-wide), hashes the bytes already
 // in the file (a resume), then hashes each batch it is sent and writes it at the next position
-// through the thread pool.
+// through the thread pool. A batch is the socket's own read buffers, moved rather than copied.
 // The sender waits only when more than MAX_BACKLOG_BYTES are queued.
 import { Worker } from "node:worker_threads";
 
@@ -24,14 +24,21 @@ const { createHash } = require("node:crypto");
 const fs = require("node:fs");
 let file;
 // Writes go to the thread pool, so hashing the next batch overlaps writing this one.
-function write(f, chunk, off, at, done) {
-  fs.write(f.fd, chunk, off, chunk.length - off, at + off, (err, n) => {
+// One writev per batch; a short write continues from where it stopped.
+function writeAll(f, parts, at, done) {
+  fs.writev(f.fd, parts, at, (err, n) => {
     if (err) {
       f.failed ??= err.code || err.message;
       return done();
     }
-    if (off + n < chunk.length) write(f, chunk, off + n, at, done);
-    else done();
+    let rest = parts;
+    let left = n;
+    while (rest.length > 0 && left >= rest[0].length) {
+      left -= rest[0].length;
+      rest = rest.slice(1);
+    }
+    if (rest.length === 0) return done();
+    writeAll(f, [rest[0].subarray(left), ...rest.slice(1)], at + n, done);
   });
 }
 function settle(f) {
@@ -54,14 +61,15 @@ parentPort.on("message", (m) => {
       parentPort.postMessage({ op: "opened" });
     } else if (m.op === "chunk") {
       const f = file;
-      const bytes = m.data.byteLength;
+      const parts = m.parts.map((p) => Buffer.from(p.buffer, p.byteOffset, p.byteLength));
+      let bytes = 0;
+      for (const p of parts) bytes += p.length;
       if (f.failed !== undefined) return parentPort.postMessage({ op: "ack", bytes });
-      const chunk = Buffer.from(m.data.buffer, m.data.byteOffset, bytes);
-      f.hash.update(chunk);
+      for (const p of parts) f.hash.update(p);
       const at = f.at;
       f.at += bytes;
       f.pending++;
-      write(f, chunk, 0, at, () => {
+      writeAll(f, parts, at, () => {
         f.pending--;
         parentPort.postMessage({ op: "ack", bytes });
         settle(f);
@@ -127,7 +135,10 @@ export class HashWriter {
     await this.request({ op: "open", fd, have });
   }
 
-  /** Queues a chunk; resolves at once unless too much is queued. */
+  /**
+   * Queues a chunk; resolves at once unless too much is queued. The writer takes the chunk over:
+   * when it owns its whole memory, that memory moves to the worker and the caller's view empties.
+   */
   async push(chunk: Uint8Array): Promise<void> {
     if (this.dead) throw this.dead;
     this.batch.push(chunk);
@@ -143,13 +154,17 @@ export class HashWriter {
 
   private send(): void {
     if (this.batchBytes === 0) return;
-    // A fresh buffer of its own (over half Node's pool size), so it can be transferred.
-    const data = Buffer.concat(this.batch, this.batchBytes);
+    // A socket's reads each own their memory: those move to the worker as they are, uncopied.
+    // Anything sharing memory (a slice of a pool) is copied into one buffer of its own.
+    const owned = this.batch.every((c) => c.byteOffset === 0 && c.byteLength === c.buffer.byteLength && c.buffer instanceof ArrayBuffer);
+    const parts = owned ? this.batch : [Buffer.concat(this.batch, this.batchBytes)];
+    this.backlog += this.batchBytes;
     this.batch = [];
     this.batchBytes = 0;
-    this.backlog += data.byteLength;
-    const whole = data.byteOffset === 0 && data.byteLength === data.buffer.byteLength;
-    this.worker.postMessage({ op: "chunk", data }, whole ? [data.buffer as ArrayBuffer] : []);
+    this.worker.postMessage(
+      { op: "chunk", parts },
+      parts.map((p) => p.buffer as ArrayBuffer),
+    );
   }
 
   /** Waits until every queued chunk is written, and returns the SHA-256 of the whole file. */

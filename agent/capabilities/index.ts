@@ -8,6 +8,9 @@ import { artifactAcquireHandler } from "./artifact-acquire.js";
 import { runtimeHealthHandler, runtimeProbeHandler, runtimeUnloadHandler } from "./runtime.js";
 import type { Supervisor } from "../engines/supervisor.js";
 import { registerDeploymentCapabilities, type DeploymentHost } from "../deployments/index.js";
+import { parseDuration } from "../../common/duration.js";
+import type { Clock } from "../../common/clock.js";
+import { runStagingSweeper } from "./staging-sweeper.js";
 import { ControlPlaneSource, MirrorSource, parseSourceList, SourceConfigError, type ArtifactSource } from "./artifact-sources.js";
 
 export const DEFAULT_ARTIFACT_ROOTS = "/var/lib/modelforge/artifacts";
@@ -20,6 +23,21 @@ export interface CapabilityConfig {
   supervisor?: Supervisor;
   /** The deployments host; with it the agent serves the deployment.* capabilities. */
   deployments?: DeploymentHost;
+  /** With both, the sweeper of abandoned artifact staging runs until the signal aborts. */
+  clock?: Clock;
+  signal?: AbortSignal;
+}
+
+const DEFAULT_STAGING_MAX_AGE = "24h";
+const DEFAULT_STAGING_SWEEP_INTERVAL = "1h";
+
+/** A duration setting, named in the error when it is malformed. */
+function durationSetting(env: CapabilityConfig["env"], name: string, fallback: string): number {
+  try {
+    return parseDuration(env[name] ?? fallback);
+  } catch (err) {
+    throw new SourceConfigError(`${name}: ${(err as Error).message}`);
+  }
 }
 
 /** The sources named by MODELFORGE_AGENT_ARTIFACT_SOURCES, in order. */
@@ -62,7 +80,13 @@ export function capabilityRegistry(config: CapabilityConfig): CapabilityRegistry
       if (err instanceof SourceConfigError) throw new SourceConfigError(`MODELFORGE_AGENT_ARTIFACT_SOURCES: ${err.message}`);
       throw err;
     }
-    registry.register("artifact.acquire.v1", artifactAcquireHandler({ sources, roots, log: config.log }));
+    const maxAgeMs = durationSetting(config.env, "MODELFORGE_AGENT_STAGING_MAX_AGE", DEFAULT_STAGING_MAX_AGE);
+    const intervalMs = durationSetting(config.env, "MODELFORGE_AGENT_STAGING_SWEEP_INTERVAL", DEFAULT_STAGING_SWEEP_INTERVAL);
+    const active = new Set<string>();
+    registry.register("artifact.acquire.v1", artifactAcquireHandler({ sources, roots, log: config.log, active }));
+    if (config.clock && config.signal) {
+      void runStagingSweeper({ roots, maxAgeMs, intervalMs, active, clock: config.clock, log: config.log, signal: config.signal });
+    }
   }
   if (config.supervisor) {
     const opts = { supervisor: config.supervisor, log: config.log };

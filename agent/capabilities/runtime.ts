@@ -7,7 +7,17 @@ import { create } from "@bufbuild/protobuf";
 import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
 import { EngineKind as ProtoEngineKind, JobFailureCode, ProbeInput, type JobSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import { EngineError, type EngineErrorCode, type EngineKind, type Runtime, type Supervisor } from "../engines/supervisor.js";
+import {
+  EngineError,
+  type EngineErrorCode,
+  type EngineKind,
+  type OrphanReport,
+  type Runtime,
+  type Supervisor,
+} from "../engines/supervisor.js";
+import { GpuMemorySampler } from "../engines/gpu-memory.js";
+import type { RunNvidiaSmiOptions } from "../collectors/nvidia-smi.js";
+import { systemClock, type Clock } from "../../common/clock.js";
 import { JobFailureError, type JobHandler, type JobHandlerResult } from "../jobs/registry.js";
 
 /** The fixed probe inputs the contract defines; never free text. */
@@ -67,6 +77,11 @@ export interface RuntimeOptions {
   log: Logger;
   /** How long a probed runtime has to become healthy (default 120 s). */
   healthDeadlineMs?: number;
+  clock?: Clock;
+  /** How nvidia-smi is run for GPU memory evidence (default: looked up on PATH). */
+  nvidiaSmi?: RunNvidiaSmiOptions;
+  /** Time between two GPU memory samples while a probe runs (default 500 ms). */
+  gpuSampleIntervalMs?: number;
 }
 
 interface Measured {
@@ -141,6 +156,8 @@ export function runtimeProbeHandler(opts: RuntimeOptions): JobHandler {
         healthDeadlineMs: opts.healthDeadlineMs ?? 120_000,
       })
       .catch(typed);
+    let keep = false;
+    const gpu = new GpuMemorySampler(runtime.pid, opts.clock ?? systemClock, opts.gpuSampleIntervalMs ?? 500, opts.nvidiaSmi);
     try {
       await ctx.progress({ message: "probing" });
       const measured = await runProbe(runtime, input).catch((err: unknown) => {
@@ -150,7 +167,12 @@ export function runtimeProbeHandler(opts: RuntimeOptions): JobHandler {
         throw new JobFailureError(JobFailureCode.INFERENCE_FAILED, `the probe inference failed: ${(err as Error).message}`, true);
       });
       const memory = await runtime.memory();
-      log.info({ runtimeId: runtime.id, loadMs: runtime.loadMs, ...measured }, "runtime probe answered");
+      const peakGpuMemoryBytes = await gpu.stop();
+      keep = probe.keepLoaded;
+      log.info(
+        { runtimeId: runtime.id, loadMs: runtime.loadMs, ...measured, peakGpuMemoryBytes: Number(peakGpuMemoryBytes), kept: keep },
+        "runtime probe answered",
+      );
       return {
         result: {
           case: "runtimeProbe",
@@ -165,20 +187,33 @@ export function runtimeProbeHandler(opts: RuntimeOptions): JobHandler {
             tokensGenerated: measured.tokens,
             tokensPerSecond: measured.tokensPerSecond,
             peakRssBytes: BigInt(memory?.peakRssBytes ?? 0),
+            peakGpuMemoryBytes,
           },
         },
       };
     } finally {
-      await opts.supervisor
-        .stop(runtime.id)
-        .catch((err: unknown) => log.warn({ err: (err as Error).message }, "probe runtime did not stop cleanly"));
+      await gpu.stop();
+      // A runtime the lease asked to keep stays held for runtime.health.v1 and runtime.unload.v1.
+      if (!keep) {
+        await opts.supervisor
+          .stop(runtime.id)
+          .catch((err: unknown) => log.warn({ err: (err as Error).message }, "probe runtime did not stop cleanly"));
+      }
     }
   };
+}
+
+/** How a runtime that an earlier agent process left behind was dealt with, for its health. */
+export function orphanDetail(orphan: OrphanReport): string {
+  const what = orphan.outcome === "stopped" ? "stopped by this agent at start" : "had already ended when this agent started";
+  return `orphaned by an earlier agent process (pid ${orphan.record.pid}, started ${orphan.record.startedAt}): ${what}`;
 }
 
 export function runtimeHealthHandler(opts: RuntimeOptions): JobHandler {
   return async (spec): Promise<JobHandlerResult> => {
     if (spec.kind.case !== "runtimeHealth") throw new JobFailureError(JobFailureCode.INVALID_SPEC, "not a runtime health check", false);
+    const orphan = opts.supervisor.orphan(spec.kind.value.runtimeId);
+    if (orphan !== undefined) return { result: { case: "runtimeHealth", value: { healthy: false, detail: orphanDetail(orphan) } } };
     const health = await opts.supervisor.health(spec.kind.value.runtimeId).catch(typed);
     const detail = health.state === "exited" ? `exited (code ${health.exit.code}, signal ${health.exit.signal})` : health.state;
     return { result: { case: "runtimeHealth", value: { healthy: health.state === "healthy", detail } } };
@@ -188,6 +223,8 @@ export function runtimeHealthHandler(opts: RuntimeOptions): JobHandler {
 export function runtimeUnloadHandler(opts: RuntimeOptions): JobHandler {
   return async (spec): Promise<JobHandlerResult> => {
     if (spec.kind.case !== "runtimeUnload") throw new JobFailureError(JobFailureCode.INVALID_SPEC, "not a runtime unload", false);
+    // An earlier agent's runtime was already stopped at start: the unload is done.
+    if (opts.supervisor.orphan(spec.kind.value.runtimeId) !== undefined) return { result: { case: "runtimeUnload", value: {} } };
     const runtime = (() => {
       try {
         return opts.supervisor.get(spec.kind.value.runtimeId);

@@ -29,6 +29,9 @@ export const NVIDIA_SMI_TELEMETRY_ARGS: readonly string[] = [
   "--format=csv,noheader,nounits",
 ];
 
+/** GPU memory per compute process (one row per process and GPU), for a runtime's evidence. */
+export const NVIDIA_SMI_COMPUTE_APPS_ARGS: readonly string[] = ["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"];
+
 const MIB = 1024n * 1024n;
 /** Longest error text we ever produce; stderr of a sick driver can be long. */
 const MAX_ERROR_CHARS = 300;
@@ -98,6 +101,37 @@ export function parseNvidiaSmiTelemetry(csv: string): NvidiaSmiTelemetryRow[] {
       powerWatts: numberOrZero(power, "power.draw"),
     };
   });
+}
+
+/** One compute process on one GPU. */
+export interface NvidiaSmiComputeApp {
+  pid: number;
+  usedMemoryBytes: bigint;
+}
+
+/**
+ * Parses the output of the compute-apps query. A process using several GPUs has a row for each,
+ * so pids repeat. Throws NvidiaSmiParseError on any malformed line.
+ */
+export function parseNvidiaSmiComputeApps(csv: string): NvidiaSmiComputeApp[] {
+  const rows: NvidiaSmiComputeApp[] = [];
+  csv.split(/\r?\n/).forEach((raw, i) => {
+    const line = raw.trim();
+    if (line === "") return;
+    const fields = line.split(",").map((s) => s.trim());
+    let reason = `expected 2 fields, got ${fields.length}`;
+    if (fields.length === 2) {
+      try {
+        rows.push({ pid: parseIndex(fields[0]!), usedMemoryBytes: mibToBytes(fields[1]!, "used_memory") });
+        return;
+      } catch (err) {
+        if (!(err instanceof FieldError)) throw err;
+        reason = err.message;
+      }
+    }
+    throw new NvidiaSmiParseError(i + 1, line, reason, rows);
+  });
+  return rows;
 }
 
 /** A field-level problem; turned into an NvidiaSmiParseError with the line attached. */

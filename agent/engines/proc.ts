@@ -24,6 +24,8 @@ export interface ProcessStat {
   state: string;
   /** Clock ticks after boot when the process started: with the pid, a process's identity. */
   startTicks: number;
+  /** Its process group: a runtime's processes all share the runtime's pid as their group. */
+  pgrp: number;
 }
 
 /** Parses /proc/<pid>/stat; the command name (field 2) may contain spaces and parentheses. */
@@ -31,10 +33,12 @@ export function parseStat(stat: string): ProcessStat | undefined {
   const close = stat.lastIndexOf(")");
   if (close < 0) return undefined;
   const fields = stat.slice(close + 2).split(" ");
-  // After the name: field 3 (state) is fields[0], field 22 (starttime) is fields[19].
+  // After the name: field 3 (state) is fields[0], field 5 (pgrp) is fields[2], field 22
+  // (starttime) is fields[19].
   const state = fields[0];
+  const pgrp = Number(fields[2]);
   const startTicks = Number(fields[19]);
-  return state && Number.isSafeInteger(startTicks) ? { state, startTicks } : undefined;
+  return state && Number.isSafeInteger(startTicks) && Number.isSafeInteger(pgrp) ? { state, startTicks, pgrp } : undefined;
 }
 
 /** The memory of a live process, or undefined once it is gone. */

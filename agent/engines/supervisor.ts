@@ -121,6 +121,8 @@ interface Held extends Runtime {
 
 export class Supervisor {
   private readonly held = new Map<string, Held>();
+  /** Runtimes of an earlier agent that reapOrphans found, so a later health or unload can say so. */
+  private readonly reaped = new Map<string, OrphanReport>();
   private readonly registry: RuntimeRegistry;
   private readonly clock: Clock;
   private readonly graceMs: number;
@@ -300,7 +302,13 @@ export class Supervisor {
       reports.push({ record, outcome: "stopped" });
     }
     await this.registry.retain((r) => this.held.has(r.id));
+    for (const r of reports) this.reaped.set(r.record.id, r);
     return reports;
+  }
+
+  /** What reapOrphans did with runtime `id`, if it was an earlier agent's. */
+  orphan(id: string): OrphanReport | undefined {
+    return this.reaped.get(id);
   }
 
   private async terminate(child: ChildProcess, exited: Promise<ExitStatus>): Promise<ExitStatus> {

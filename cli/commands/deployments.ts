@@ -2,6 +2,7 @@
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import {
+  CheckDeploymentHealthResponseSchema,
   CreateDeploymentResponseSchema,
   DeleteDeploymentResponseSchema,
   DeploymentDesiredState,
@@ -240,6 +241,38 @@ function desiredCommand(name: "drain" | "unload" | "delete", summary: string): C
   };
 }
 
+const healthCommand: Command = {
+  name: "health",
+  summary: "Ask the node for the layered health of each loaded revision",
+  args: "NAME",
+  positionals: { min: 1, max: 1 },
+  options: { wait: { type: "string", value: "DURATION", description: "how long to wait for the node (default 10s, at most 60s)" } },
+  async run(ctx, values, positionals) {
+    const wait = values.wait === undefined ? undefined : durationFromMs(parseDurationFlag(values.wait as string, "--wait"));
+    const res = await ctx.client().checkDeploymentHealth({ deployment: nameArg(positionals), wait });
+    if (ctx.json) {
+      printJson(ctx, CheckDeploymentHealthResponseSchema, res);
+      return 0;
+    }
+    if (res.revisions.length === 0) {
+      ctx.out("No revision is loaded.\n");
+      return 0;
+    }
+    ctx.out(
+      table(
+        ["REVISION", "NODE", "HEALTH", "DETAIL"],
+        res.revisions.map((r) => [
+          String(r.revision),
+          r.nodeId,
+          !r.answered ? "no answer" : r.healthy ? "healthy" : "unhealthy",
+          r.detail || "-",
+        ]),
+      ),
+    );
+    return res.revisions.every((r) => r.healthy) ? 0 : 1;
+  },
+};
+
 export const deploymentsGroup: Group = {
   name: "deployments",
   summary: "Deployments: models served by nodes",
@@ -248,6 +281,7 @@ export const deploymentsGroup: Group = {
     listCommand,
     getCommand,
     revisionCommand,
+    healthCommand,
     desiredCommand("drain", "Stop new invokes now, let in-flight ones finish, then unload"),
     desiredCommand("unload", "Stop the deployment's runtimes now"),
     desiredCommand("delete", "Unload the deployment and remove it"),

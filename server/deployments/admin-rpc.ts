@@ -10,6 +10,7 @@ import {
   ListDeploymentRecordsResponseSchema,
   UnloadDeploymentResponseSchema,
   UpdateDeploymentRevisionResponseSchema,
+  CheckDeploymentHealthResponseSchema,
   type AdminService,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { callOf } from "../context.js";
@@ -17,6 +18,7 @@ import { positiveDurationMs } from "../services/time.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
 import { eventToProto, recordToProto } from "./codec.js";
 import { createDeployment, findRecord, setDesired, updateRevision, type DesiredDeps } from "./desired.js";
+import { checkHealth, DEFAULT_HEALTH_WAIT_MS, type HealthDeps } from "./health.js";
 
 type DeploymentRpcs = Pick<
   ServiceImpl<typeof AdminService>,
@@ -27,11 +29,12 @@ type DeploymentRpcs = Pick<
   | "drainDeployment"
   | "unloadDeployment"
   | "deleteDeployment"
+  | "checkDeploymentHealth"
 >;
 
 const HISTORY = 200;
 
-export function adminDeployments(deps: DesiredDeps): DeploymentRpcs {
+export function adminDeployments(deps: DesiredDeps & HealthDeps): DeploymentRpcs {
   return {
     async createDeployment(req, ctx) {
       const d = await createDeployment(
@@ -92,6 +95,11 @@ export function adminDeployments(deps: DesiredDeps): DeploymentRpcs {
     async deleteDeployment(req, ctx) {
       const d = await setDesired(deps, req.deployment, "deleted", callOf(ctx).correlationId);
       return create(DeleteDeploymentResponseSchema, { deployment: recordToProto(d) });
+    },
+    async checkDeploymentHealth(req, ctx) {
+      const waitMs = req.wait !== undefined ? positiveDurationMs(req.wait) : DEFAULT_HEALTH_WAIT_MS;
+      const revisions = await checkHealth(deps, req.deployment, waitMs, callOf(ctx).correlationId, ctx.signal);
+      return create(CheckDeploymentHealthResponseSchema, { revisions });
     },
   };
 }

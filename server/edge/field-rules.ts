@@ -178,6 +178,7 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.RevokeServiceKeyRequest.reason": reason,
   "modelforge.admin.v1.WatchDeploymentLogsRequest.deployment_id": shortId,
   "modelforge.admin.v1.WatchDeploymentLogsRequest.node_id": uuid,
+  "modelforge.admin.v1.CheckDeploymentHealthRequest.deployment": shortId,
 
   // modelforge.deployment.v1
   "modelforge.deployment.v1.InvokeRequest.deployment_id": shortId,

@@ -81,6 +81,12 @@ function registry(): CapabilityRegistry {
       await drainGate;
       return { result: { case: "deploymentDrain", value: { completedInFlight: 1 } } };
     })
+    .register("deployment.health.v1", async (spec: JobSpec) => {
+      if (spec.kind.case !== "deploymentHealth") throw new Error("wrong spec");
+      const revision = spec.kind.value.revision;
+      if (revision === 1n) throw new JobFailureError(JobFailureCode.NOT_FOUND, "no such runtime");
+      return { result: { case: "deploymentHealth", value: { healthy: true, detail: `rt-${revision} answers` } } };
+    })
     .register("deployment.unload.v1", async (spec: JobSpec) => {
       if (spec.kind.case !== "deploymentUnload") throw new Error("wrong spec");
       note("unload", spec.kind.value.deploymentId, spec.kind.value.revision);
@@ -274,6 +280,18 @@ describe("deployments through a real server", () => {
     expect(events.some((e) => e.reason.includes("no longer holds the runtime"))).toBe(true);
   });
 
+  it("checks the health of each loaded revision on the node", async () => {
+    const res = await ts.admin.checkDeploymentHealth({ deployment: "chat", wait: { seconds: 20n, nanos: 0 } });
+    expect(res.revisions).toEqual([
+      expect.objectContaining({ revision: 2n, nodeId: node.nodeId, answered: true, healthy: true, detail: "rt-2 answers" }),
+    ]);
+    const none = await ts.admin.checkDeploymentHealth({ deployment: "drainme" });
+    expect(none.revisions).toEqual([]);
+    await expect(ts.admin.checkDeploymentHealth({ deployment: "chat", wait: { seconds: 61n, nanos: 0 } })).rejects.toMatchObject({
+      code: Code.InvalidArgument,
+    });
+  });
+
   it("forge deployments lists, shows history, and refuses a usage error with exit 2", async () => {
     const caFile = join(root, "ca.crt");
     writeFileSync(caFile, ts.caPem);
@@ -307,6 +325,9 @@ describe("deployments through a real server", () => {
     expect(got.out).toMatch(/State:\s+ready/);
     expect(got.out).toContain("History");
     expect(got.out).toMatch(/\s3\s+loading\s+failed\s+load failed: MODEL_LOAD_FAILED: not a GGUF file/);
+    const health = await forge("deployments", "health", "chat");
+    expect(health.code, health.err).toBe(0);
+    expect(health.out).toMatch(/\s3?2\s+\S+\s+healthy\s+rt-2 answers/);
     expect((await forge("deployments", "create", "x", "--profile", "tiny-cpu")).code).toBe(2);
     expect((await forge("deployments", "revision", "chat")).code).toBe(2);
     const missing = await forge("deployments", "drain", "no-such");

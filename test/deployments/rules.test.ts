@@ -3,6 +3,7 @@
 import { describe, expect, it } from "vitest";
 import { CLAIM_GRACE_MS, overallPhase, plan, type Action, type DeploymentView, type InstanceView } from "../../server/deployments/rules.js";
 import { compareHeld } from "../../server/deployments/held.js";
+import { healthOf } from "../../server/deployments/health.js";
 
 const now = 1_000_000;
 const inst = (
@@ -168,5 +169,28 @@ describe("compareHeld", () => {
     ]);
     // b was ready and is not held; c is still loading (its load job will report).
     expect(lost).toEqual([{ deploymentId: "b", revision: 1n }]);
+  });
+});
+
+describe("healthOf", () => {
+  it.each([
+    [
+      { state: "succeeded", result: { deploymentHealth: { healthy: true, detail: "ok" } }, failure: null },
+      { answered: true, healthy: true, detail: "ok" },
+    ],
+    [
+      { state: "succeeded", result: { deploymentHealth: {} }, failure: null },
+      { answered: true, healthy: false, detail: "" },
+    ],
+    [
+      { state: "failed", result: null, failure: { code: "JOB_FAILURE_CODE_NOT_FOUND", message: "gone" } },
+      { answered: true, healthy: false, detail: "NOT_FOUND: gone" },
+    ],
+    [
+      { state: "leased", result: null, failure: null },
+      { answered: false, healthy: false, detail: "the node did not answer in time" },
+    ],
+  ] as const)("case %#", (job, expected) => {
+    expect(healthOf(job as never)).toEqual(expected);
   });
 });
