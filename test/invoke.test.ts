@@ -6,8 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { randomUUID } from "node:crypto";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
@@ -15,11 +14,11 @@ import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { DeploymentService, DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind, type JobSpecSchema } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { readStat } from "../agent/engines/proc.js";
 import { PassThrough, Writable } from "node:stream";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { runCli } from "../cli/cli.js";
 import { writeTinyLlamaGguf } from "./support/gguf.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
@@ -35,10 +34,22 @@ let agent: AgentProcess;
 let model: { path: string; sha256: string };
 let secret: string;
 let plain: any;
-const deploymentId = randomUUID();
+let deploymentId: string;
+const repository = "acme/tiny";
+const commitA = "a".repeat(40);
+const commitB = "b".repeat(40);
+const agentEnv = () => ({
+  MODELFORGE_AGENT_RUNTIMES: "on",
+  MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
+  MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
+});
+const stateOfTiny = async () => (await ts.admin.getDeployment({ deployment: "tiny" })).deployment!.deployment!;
+const untilState = (state: DeploymentState, what = `tiny ${DeploymentState[state]}`) =>
+  eventually(async () => ((await stateOfTiny()).state === state ? true : undefined), 90_000, what);
 
 async function finished(spec: MessageInitShape<typeof JobSpecSchema>) {
-  const { job } = await ts.admin.createJob({ nodeId: node.nodeId, spec, maxAttempts: 1, orderingKey: deploymentId });
+  // Not on the deployment's ordering key: it must not wait behind the controller's jobs.
+  const { job } = await ts.admin.createJob({ nodeId: node.nodeId, spec, maxAttempts: 1 });
   const jobId = job!.id;
   return eventually(
     async () => {
@@ -49,13 +60,6 @@ async function finished(spec: MessageInitShape<typeof JobSpecSchema>) {
     `job ${jobId} to finish`,
   );
 }
-
-const loadSpec = (revision: bigint): MessageInitShape<typeof JobSpecSchema> => ({
-  kind: {
-    case: "deploymentLoad",
-    value: { deploymentId, revision, runtimeProfile: "tiny-cpu", artifacts: [{ path: model.path, sha256: model.sha256 }] },
-  },
-});
 
 /** A unary call on the plain gRPC client; resolves with the response or the grpc error. */
 function unary(method: string, req: object, metadata: grpc.Metadata): Promise<any> {
@@ -78,7 +82,7 @@ beforeAll(async () => {
   ts = await startTestServer({ MODELFORGE_HEARTBEAT_INTERVAL: "200ms", MODELFORGE_LEASE_DURATION: "20s", MODELFORGE_APPROVED_ROOTS: root });
   node = await enrollTestNode(ts, "serving");
   await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 8192, threads: 1 });
-  agent = spawnAgent(node.statePath, { MODELFORGE_AGENT_RUNTIMES: "on" });
+  agent = spawnAgent(node.statePath, agentEnv());
   await eventually(
     async () => {
       const n = (await ts.admin.getNode({ nodeId: node.nodeId })).node!;
@@ -87,13 +91,30 @@ beforeAll(async () => {
     30_000,
     "the agent online, advertising deployment.load.v1",
   );
-  // Until the deployments control path lands, the row is written here and the load job driven by hand.
-  await ts.server.db.prisma.deployment.create({
-    data: { id: deploymentId, name: "tiny", nodeId: node.nodeId, state: "loading", revision: 1n },
+  // The model in the artifact store under two commits (a revision change needs another commit).
+  const bytes = readFileSync(model.path);
+  for (const commit of [commitA, commitB]) {
+    await ts.admin.uploadArtifactChunk({
+      repository,
+      commit,
+      path: "tiny.gguf",
+      sizeBytes: BigInt(bytes.length),
+      sha256: model.sha256,
+      offset: 0n,
+      data: bytes,
+    });
+  }
+  const created = await ts.admin.createDeployment({
+    name: "tiny",
+    nodeId: node.nodeId,
+    runtimeProfile: "tiny-cpu",
+    repository,
+    commit: commitA,
+    targetRoot: root,
+    maxInFlight: 16,
   });
-  const loaded = await finished(loadSpec(1n));
-  expect(loaded.state, JSON.stringify(loaded.failure)).toBe(JobState.SUCCEEDED);
-  await ts.server.db.prisma.deployment.update({ where: { id: deploymentId }, data: { state: "ready" } });
+  deploymentId = created.deployment!.deployment!.id;
+  await untilState(DeploymentState.READY);
   secret = (await ts.admin.createServiceKey({ name: "svc", deployments: ["tiny"] })).secret;
   const defs = protoLoader.loadSync(["modelforge/deployment/v1/deployment.proto"], {
     includeDirs: [protoRoot],
@@ -240,7 +261,68 @@ describe("DeploymentService through a real agent", () => {
     expect(logs.stdout).toMatch(/err r1 runtime: POST \/v1\/completions 200/);
   }, 60_000);
 
-  it("drains with a request in flight: it completes, new ones are refused; unload frees the process", async () => {
+  it("changes the revision under continuous invokes with zero failed requests", async () => {
+    let stop = false;
+    let ok = 0;
+    const failures: string[] = [];
+    const revisions = new Set<string>();
+    const loop = (async () => {
+      while (!stop) {
+        try {
+          const res = await unary("Invoke", { deploymentId: "tiny", payload: completion(2) }, keyMetadata());
+          revisions.add(res.revision);
+          ok++;
+        } catch (err) {
+          failures.push((err as Error).message);
+        }
+      }
+    })();
+    try {
+      await ts.admin.updateDeploymentRevision({ deployment: "tiny", commit: commitB });
+      await eventually(
+        async () => {
+          const d = (await ts.admin.getDeployment({ deployment: "tiny" })).deployment!;
+          return (
+            d.instances.find((i) => i.revision === 1n)?.state === DeploymentState.UNLOADED && d.deployment!.state === DeploymentState.READY
+          );
+        },
+        90_000,
+        "revision 2 serving and revision 1 unloaded",
+      );
+      // A few more on the new revision alone.
+      const after = ok;
+      await eventually(() => ok >= after + 3, 30_000, "invokes on revision 2");
+    } finally {
+      stop = true;
+      await loop;
+    }
+    expect(failures).toEqual([]);
+    expect([...revisions].sort()).toEqual(["1", "2"]);
+  }, 180_000);
+
+  it("an agent killed mid-way is reconciled: its runtime reaped, the deployment loaded again", async () => {
+    await agent.kill();
+    agent = spawnAgent(node.statePath, agentEnv());
+    // The new agent holds nothing (the old runtime is an orphan it stops), so the control plane reloads.
+    await eventually(
+      async () => {
+        try {
+          const res = await unary("Invoke", { deploymentId: "tiny", payload: completion(2) }, keyMetadata());
+          return res.revision === "2";
+        } catch {
+          return undefined;
+        }
+      },
+      120_000,
+      "invokes answered again after the restart",
+    );
+    expect(agent.output()).toContain("orphaned runtime from an earlier agent");
+    const registry = JSON.parse(readFileSync(join(dirname(node.statePath), "runtimes.json"), "utf8")) as { runtimes: unknown[] };
+    expect(registry.runtimes).toHaveLength(1);
+  }, 180_000);
+
+  it("drains with a request in flight: it completes, new ones are refused at once; then unloads, freeing the process", async () => {
+    const revision = BigInt((await stateOfTiny()).revision);
     // The runtime is paused (SIGSTOP), so the request is certainly in flight when the drain begins.
     const pid = await runtimePid();
     process.kill(pid, "SIGSTOP");
@@ -258,53 +340,37 @@ describe("DeploymentService through a real agent", () => {
       // Wait until the node has it: its layered health counts it in flight.
       await eventually(
         async () => {
-          const h = await finished({ kind: { case: "deploymentHealth", value: { deploymentId, revision: 1n } } });
+          const h = await finished({ kind: { case: "deploymentHealth", value: { deploymentId, revision } } });
           const r = h.result?.result;
           return r?.case === "deploymentHealth" && r.value.detail.includes("1 in flight");
         },
         30_000,
         "the request in flight on the node",
       );
-      const { job } = await ts.admin.createJob({
-        nodeId: node.nodeId,
-        spec: { kind: { case: "deploymentDrain", value: { deploymentId, revision: 1n, timeout: { seconds: 60n } } } },
-        maxAttempts: 1,
-        orderingKey: deploymentId,
+      await ts.admin.drainDeployment({ deployment: "tiny" });
+      // Refused at the control plane at once, before the node has even heard of the drain.
+      await expect(unary("Invoke", { deploymentId: "tiny", payload: completion() }, keyMetadata())).rejects.toMatchObject({
+        code: grpc.status.UNAVAILABLE,
+        details: expect.stringContaining("draining"),
       });
-      await eventually(async () => (await ts.admin.getJob({ jobId: job!.id })).job!.state === JobState.LEASED, 20_000, "the drain running");
       process.kill(pid, "SIGCONT");
       resumed = true;
-      const drain = await eventually(
-        async () => {
-          const j = (await ts.admin.getJob({ jobId: job!.id })).job!;
-          return j.state === JobState.LEASED ? undefined : j;
-        },
-        30_000,
-        "the drain to finish",
-      );
-      expect(drain.state, JSON.stringify(drain.failure)).toBe(JobState.SUCCEEDED);
       // The request in flight completed, not cut.
       expect((await chunks).at(-1).usage.completion_tokens).toBeGreaterThan(0);
-      expect(drain.result?.result).toMatchObject({ case: "deploymentDrain", value: { completedInFlight: 1 } });
+      await untilState(DeploymentState.UNLOADED);
+      const drains = (await ts.admin.listJobs({ orderingKey: deploymentId })).jobs.filter((j) => j.spec?.kind.case === "deploymentDrain");
+      const last = drains.find((j) => j.spec?.kind.case === "deploymentDrain" && j.spec.kind.value.revision === revision);
+      expect(last?.result?.result).toMatchObject({ case: "deploymentDrain", value: { completedInFlight: 1 } });
+      await eventually(async () => (await readStat(pid)) === undefined, 30_000, "the runtime process gone");
     } finally {
       if (!resumed) process.kill(pid, "SIGCONT");
     }
-    // The node refuses new ones for the drained revision (the control plane would already route none).
-    await expect(unary("Invoke", { deploymentId: "tiny", payload: completion() }, keyMetadata())).rejects.toMatchObject({
-      code: grpc.status.UNAVAILABLE,
-    });
-    const pidBefore = await runtimePid();
-    const unload = await finished({ kind: { case: "deploymentUnload", value: { deploymentId, revision: 0n } } });
-    expect(unload.state).toBe(JobState.SUCCEEDED);
-    expect(unload.result?.result.case).toBe("deploymentUnload");
-    expect(await readStat(pidBefore)).toBeUndefined();
-  }, 90_000);
+  }, 120_000);
 });
 
 /** The pid of the llama.cpp worker the agent started (its runtime registry beside the state). */
 async function runtimePid(): Promise<number> {
   const { readFileSync } = await import("node:fs");
-  const { dirname } = await import("node:path");
   const registry = JSON.parse(readFileSync(join(dirname(node.statePath), "runtimes.json"), "utf8")) as { runtimes: { pid: number }[] };
   expect(registry.runtimes).toHaveLength(1);
   return registry.runtimes[0]!.pid;
