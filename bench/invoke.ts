@@ -13,16 +13,16 @@
 //
 //   npx tsx bench/invoke.ts        BENCH_RUNS=3 BENCH_SEQUENTIAL=1000 BENCH_SECONDS=3 BENCH_CONCURRENCY=64
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { createHash, randomUUID } from "node:crypto";
+import { createHash } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { AdminService, JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { DeploymentService, DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { enrollNode } from "../agent/enroll.js";
@@ -73,7 +73,9 @@ const admin = createClient(AdminService, transport([header("x-modelforge-admin-t
 const token = await admin.createEnrollmentToken({ nodeName: "bench" });
 const statePath = join(dir, "agent", "state.json");
 const state = await enrollNode({ serverUrl: info.url, token: token.token, caFingerprint: info.fingerprint, statePath });
-const agentChild = forkTs(new URL("./support/invoke-agent.ts", import.meta.url), { env: { ...process.env, BENCH_AGENT_STATE: statePath } });
+const agentChild = forkTs(new URL("./support/invoke-agent.ts", import.meta.url), {
+  env: { ...process.env, BENCH_AGENT_STATE: statePath, BENCH_AGENT_ROOT: dir },
+});
 children.push(agentChild);
 const until = async <T>(check: () => Promise<T | undefined>, what: string): Promise<T> => {
   const end = Date.now() + 60_000;
@@ -90,33 +92,34 @@ await until(
   "the agent",
 );
 await admin.createRuntimeProfile({ name: "stub", engine: EngineKind.OPENAI_HTTP });
-const modelPath = join(dir, "model.bin");
-writeFileSync(modelPath, "stub");
-const deploymentId = randomUUID();
-await server.call("deployment", { id: deploymentId, nodeId: state.nodeId, state: "loading" });
-const { job } = await admin.createJob({
-  nodeId: state.nodeId,
-  orderingKey: deploymentId,
-  maxAttempts: 1,
-  spec: {
-    kind: {
-      case: "deploymentLoad",
-      value: {
-        deploymentId,
-        revision: 1n,
-        runtimeProfile: "stub",
-        artifacts: [{ path: modelPath, sha256: createHash("sha256").update("stub").digest("hex") }],
-      },
-    },
-  },
+// The deployment's "model" is a small file in the artifact store: the stub runtime ignores it.
+const model = Buffer.from("stub model");
+const repository = "bench/stub";
+const commit = "a".repeat(40);
+await admin.uploadArtifactChunk({
+  repository,
+  commit,
+  path: "model.bin",
+  sizeBytes: BigInt(model.length),
+  sha256: createHash("sha256").update(model).digest("hex"),
+  offset: 0n,
+  data: model,
 });
 step("loading the stub deployment");
-const loaded: { state: JobState; failure?: { message: string } } = await until(async () => {
-  const j = (await admin.getJob({ jobId: job!.id })).job!;
-  return j.state === JobState.SUCCEEDED || j.state === JobState.FAILED ? j : undefined;
-}, "the load job");
-if (loaded.state !== JobState.SUCCEEDED) throw new Error(`load failed: ${loaded.failure?.message}`);
-await server.call("deployment", { id: deploymentId, nodeId: state.nodeId, state: "ready" });
+await admin.createDeployment({
+  name: "bench",
+  nodeId: state.nodeId,
+  runtimeProfile: "stub",
+  repository,
+  commit,
+  targetRoot: dir,
+  maxInFlight: 1024,
+});
+await until(
+  async () =>
+    (await admin.getDeployment({ deployment: "bench" })).deployment?.deployment?.state === DeploymentState.READY ? true : undefined,
+  "the deployment READY",
+);
 const { secret } = await admin.createServiceKey({ name: "bench", deployments: ["bench"] });
 const service = createClient(DeploymentService, transport([header("authorization", `Bearer ${secret}`)]));
 const health = createClient(Health, transport());

@@ -15,7 +15,7 @@ const log = pino({ level: "warn" });
 const stub = fileURLToPath(new URL("./stub-openai.ts", import.meta.url));
 const supervisor = new Supervisor({
   registryPath: join(dirname(statePath), "runtimes.json"),
-  openAiHttp: { command: [process.execPath, "--import", "tsx", stub, "--port", "{port}"], healthPath: "/health" },
+  openAiHttp: { command: [process.execPath, "--import", "tsx", stub, "--port", "{port}", "--model", "{model}"], healthPath: "/health" },
 });
 const host = deploymentHost(supervisor, log);
 const stop = new AbortController();
@@ -28,7 +28,13 @@ await runAgent({
     statePath,
     log,
     signal: stop.signal,
-    registry: capabilityRegistry({ statePath, log, env: {}, supervisor, deployments: host }),
+    registry: capabilityRegistry({
+      statePath,
+      log,
+      env: { MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane", MODELFORGE_AGENT_ARTIFACT_ROOTS: process.env.BENCH_AGENT_ROOT },
+      supervisor,
+      deployments: host,
+    }),
   }),
   deployments: sessionDeployments(host, log),
 });

@@ -1,6 +1,5 @@
 // Bench-only: the control plane of bench/invoke.ts in its own process (startServer, configured
-// from the MODELFORGE_* environment), with two bench hooks over IPC: writing a deployment's
-// routing row (until deployments have their admin RPCs) and timing durable job-like rows.
+// from the MODELFORGE_* environment), with a bench hook over IPC that times durable job-like rows.
 import { randomUUID } from "node:crypto";
 import { loadConfig } from "../../server/config.js";
 import { createLogger } from "../../server/observability/logger.js";
@@ -13,10 +12,6 @@ const prisma = server.db.prisma;
 
 serve({
   info: () => ({ url: server.url, caPem: server.ca.certPem, fingerprint: server.ca.fingerprint, pid: process.pid }),
-  async deployment({ id, nodeId, state }: { id: string; nodeId: string; state: string }) {
-    await prisma.deployment.upsert({ where: { id }, create: { id, name: "bench", nodeId, state, revision: 1n }, update: { state } });
-    return true;
-  },
   /** What one durable row per invoke would cost: insert, then two updates (leased, completed), as a job does. */
   async durableRows({ ms, concurrency }: { ms: number; concurrency: number }) {
     const end = performance.now() + ms;
