@@ -1,5 +1,6 @@
 // The node agent's command line: enroll, run, status.
-import { parseArgs } from "node:util";
+import { existsSync, readFileSync } from "node:fs";
+import { parseArgs, parseEnv } from "node:util";
 import { X509Certificate } from "node:crypto";
 import { pino } from "pino";
 import { enrollNode, EnrollError } from "./enroll.js";
@@ -17,6 +18,9 @@ import { parseDuration } from "../common/duration.js";
 import { ConnectError } from "@connectrpc/connect";
 import { codeName } from "../common/codes.js";
 import { offsetClock, systemClock } from "../common/clock.js";
+import { parseListenAddress } from "../common/listen-address.js";
+import { serveMetrics } from "../common/metrics-endpoint.js";
+import { AgentMetrics } from "./metrics.js";
 
 const usage = `Usage: agent <command> [options]
 
@@ -28,6 +32,8 @@ Commands:
 
 Options:
   --state PATH   Agent state file (default $MODELFORGE_AGENT_STATE or ./data/agent/state.json)
+  --config PATH  Environment file (KEY=value lines) read at start; variables already set win
+                 (default $MODELFORGE_AGENT_CONFIG, else /etc/modelforge/agent.env when it exists)
   -h, --help     Show this help
 
 Environment:
@@ -46,6 +52,7 @@ Environment:
                                   (default /var/lib/modelforge/artifacts)
   MODELFORGE_AGENT_STAGING_MAX_AGE  staging of an acquisition unchanged this long is removed (default 24h)
   MODELFORGE_AGENT_STAGING_SWEEP_INTERVAL  how often staging is swept after the start (default 1h)
+  MODELFORGE_AGENT_METRICS_ADDRESS  Prometheus endpoint, PORT (on 127.0.0.1) or HOST:PORT (unset: none)
 `;
 
 async function main(argv: string[]): Promise<number> {
@@ -59,6 +66,7 @@ async function main(argv: string[]): Promise<number> {
       name: { type: "string" },
       force: { type: "boolean" },
       state: { type: "string" },
+      config: { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -67,6 +75,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(usage);
     return command === undefined && !values.help ? 2 : 0;
   }
+  loadConfigFile(values.config ?? process.env.MODELFORGE_AGENT_CONFIG);
   const statePath = values.state ?? process.env.MODELFORGE_AGENT_STATE ?? "./data/agent/state.json";
   switch (command) {
     case "enroll": {
@@ -111,6 +120,10 @@ async function main(argv: string[]): Promise<number> {
         env.MODELFORGE_AGENT_RUNTIMES === "on"
           ? new Supervisor({ registryPath: join(dirname(statePath), "runtimes.json"), openAiHttp })
           : undefined;
+      // Metrics are opt-in, on loopback unless another address is written out.
+      const metrics = env.MODELFORGE_AGENT_METRICS_ADDRESS?.trim() ? new AgentMetrics() : undefined;
+      const endpoint = metrics && (await serveMetrics(metrics.registry, metricsAddress(env.MODELFORGE_AGENT_METRICS_ADDRESS!)));
+      if (endpoint) log.info({ url: endpoint.url }, "metrics serving");
       for (const orphan of (await supervisor?.reapOrphans()) ?? []) {
         log.warn(
           { runtimeId: orphan.record.id, pid: orphan.record.pid, outcome: orphan.outcome },
@@ -126,16 +139,19 @@ async function main(argv: string[]): Promise<number> {
         backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
         backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
         replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,
+        metrics,
         jobs: await openJobRunner({
           statePath,
           log,
           signal: stop.signal,
           // Staging ages are file mtimes: compared with the real clock, not a shifted one.
           registry: capabilityRegistry({ statePath, log, env, supervisor, deployments, clock: systemClock, signal: stop.signal }),
+          metrics,
         }),
         deployments: deployments ? sessionDeployments(deployments, log) : undefined,
       });
       await supervisor?.stopAll();
+      await endpoint?.close();
       return 0;
     }
     case "status": {
@@ -164,6 +180,34 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+function metricsAddress(text: string) {
+  try {
+    return parseListenAddress(text);
+  } catch (err) {
+    throw new Error(`MODELFORGE_AGENT_METRICS_ADDRESS: ${(err as Error).message}`);
+  }
+}
+
+/** The installed agent's configuration, as systemd's EnvironmentFile= reads it for the service. */
+const SYSTEM_CONFIG = "/etc/modelforge/agent.env";
+
+/** Fills unset variables from the configuration file; a file named explicitly must exist. */
+function loadConfigFile(explicit: string | undefined): void {
+  const path = explicit ?? (existsSync(SYSTEM_CONFIG) ? SYSTEM_CONFIG : undefined);
+  if (path === undefined) return;
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new ConfigFileError(`cannot read configuration ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  for (const [key, value] of Object.entries(parseEnv(text))) {
+    if (process.env[key] === undefined) process.env[key] = value;
+  }
+}
+
+class ConfigFileError extends Error {}
+
 function signedDuration(text: string): number {
   return text.startsWith("-") ? -parseDuration(text.slice(1)) : parseDuration(text.replace(/^\+/, ""));
 }
@@ -174,7 +218,7 @@ main(process.argv.slice(2)).then(
     const message =
       err instanceof ConnectError
         ? `${codeName(err.code)}: ${err.rawMessage}`
-        : err instanceof EnrollError || err instanceof StateError || err instanceof SourceConfigError
+        : err instanceof EnrollError || err instanceof StateError || err instanceof SourceConfigError || err instanceof ConfigFileError
           ? err.message
           : (err as Error).message;
     process.stderr.write(`agent: ${message}\n`);

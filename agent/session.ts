@@ -28,6 +28,7 @@ import { checkIssued } from "./enroll.js";
 import { systemClock, type Clock } from "../common/clock.js";
 import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
 import type { SessionDeployments } from "./deployments/session-hook.js";
+import type { SessionLoopMetrics } from "./metrics.js";
 
 type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 export type ReplyResult = Reply["result"];
@@ -64,6 +65,7 @@ export interface RunOptions {
    * answer means a hung server or a stream that is dead in a way HTTP/2 pings cannot see.
    */
   replyTimeoutMs?: number;
+  metrics?: SessionLoopMetrics | undefined;
 }
 
 /** Thrown out of a session to reconnect at once (after renewal), not after a backoff. */
@@ -85,13 +87,16 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       await runSession(store, opts);
       attempt = 0;
       refusals.accepted();
+      if (!signal.aborted) opts.metrics?.reconnecting("ended");
     } catch (err) {
       if (err instanceof Reconnect) {
         attempt = 0;
+        opts.metrics?.reconnecting("renewed");
         continue;
       }
       if (signal.aborted) break;
       const ce = ConnectError.from(err);
+      opts.metrics?.reconnecting(ce.code);
       // Status, method and path only: never a body or credential.
       log.warn(
         { code: codeName(ce.code), method: "Session", path: "/modelforge.agent.v1.AgentService/Session", reason: ce.rawMessage },

@@ -4,7 +4,8 @@
 //
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
 //   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB,
-//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP, RESTART in the environment)
+//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP, RESTART, METRICS,
+//    SCRAPE in the environment)
 //
 // Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
 // <= 100 KiB server RSS after GC per connected agent.
@@ -39,6 +40,7 @@ import { createTestDatabase } from "../test/support/db.js";
 import { forkTs, Rpc } from "./support/ipc.js";
 import { printAllocations, printProfile, type AllocationSummary, type ProfileSummary } from "./support/profile.js";
 import { heapDiff, type HeapSummary } from "./support/heap.js";
+import { freePort } from "../test/support/ports.js";
 import { coresUsed, kib, machineCores, machineCpu, mib, ms, numParam, param, sleep, summarize } from "./support/stats.js";
 
 const AGENTS = numParam("AGENTS", 5000);
@@ -58,6 +60,12 @@ const HEAP = param("HEAP", "0") === "1";
 // RESTART=1: after the steady window, stop the server (gracefully: sessions end with unavailable)
 // and start a new one on the same port; report how long the fleet takes to come back.
 const RESTART = param("RESTART", "0") === "1";
+// METRICS=1: the server serves its Prometheus endpoint and the bench scrapes it every SCRAPE
+// seconds (0: never) through the steady window, as a Prometheus server would
+// (bench/metrics-cost.ts compares).
+const METRICS = param("METRICS", "0") === "1";
+const SCRAPE = numParam("SCRAPE", 5);
+const metricsPort = METRICS ? await freePort() : 0;
 const intervalMs = (AGENTS / RATE) * 1000;
 
 interface ServerStats {
@@ -121,6 +129,7 @@ function startServerChild(extraFlags: string[] = [], floor = false, port = 0): R
       MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"),
       DATABASE_URL: databaseUrl,
       BENCH_FLOOR: FLOOR,
+      ...(METRICS ? { MODELFORGE_METRICS_ADDRESS: `127.0.0.1:${metricsPort}` } : {}),
     },
   });
   const rpc = new Rpc(child, "server");
@@ -277,12 +286,14 @@ try {
   const machineBefore = machineCpu();
   const measureStart = Date.now();
   await Promise.all(workers.map((w) => w.call("measure")));
+  const scrapes = METRICS && SCRAPE > 0 && FLOOR === "" ? scrapeEvery(`http://127.0.0.1:${metricsPort}/metrics`, SCRAPE * 1000) : undefined;
   const mid: ServerStats[] = [];
   for (let elapsed = 0; elapsed < DURATION; elapsed += 5) {
     await sleep(Math.min(5, DURATION - elapsed) * 1000);
     mid.push(await server.call<ServerStats>("stats", {}));
   }
   const reports = await Promise.all(workers.map((w) => w.call<WorkerReport>("report")));
+  const scraped = await scrapes?.stop();
   const machineAfter = machineCpu();
   const after = await server.call<ServerStats>("stats", {});
   const profile = profileSteady ? await server.call<ProfileSummary>("profileStop", { inclusive }) : undefined;
@@ -341,6 +352,12 @@ try {
     `liveness persisted:      ${persisted.fresh} of ${persisted.total} nodes have lastHeartbeatAt within the window; oldest stored heartbeat ${persistedLagS.toFixed(1)} s old ` +
       `(heartbeat every ${(intervalMs / 1000).toFixed(1)} s + flush interval); ${persisted.online} stored online`,
   );
+  if (scraped) {
+    console.log(
+      `metrics:                 on; ${scraped.count} scrapes in the window (every ${SCRAPE} s), ${ms(scraped.maxMs)} ms and ${kib(scraped.bytes)} KiB at most each` +
+        (scraped.failed > 0 ? `, ${scraped.failed} failed` : ""),
+    );
+  }
   if (heapBefore && heapAfter) {
     const d = heapDiff(heapBefore, heapAfter, connected, 40);
     console.log(`\nJS heap per connected agent, from two heap snapshots: ${kib(d.totalPerAgentBytes)} KiB`);
@@ -380,6 +397,9 @@ try {
       rampSeconds,
       database: info.database.replace(/ at .*/, ""),
       tuning: info.tuning,
+      metrics: METRICS,
+      scrapeSeconds: METRICS ? SCRAPE : 0,
+      loadAverage: loadavg(),
     })}`,
   );
 
@@ -436,6 +456,33 @@ try {
   await throwaway?.cleanup().catch((err: unknown) => console.error(`dropping the throwaway database failed: ${(err as Error).message}`));
 }
 process.exit();
+
+/** Scrapes `url` every `everyMs` until stopped, as a Prometheus server would. */
+function scrapeEvery(url: string, everyMs: number) {
+  const stats = { count: 0, failed: 0, maxMs: 0, bytes: 0 };
+  const scrapeOnce = async () => {
+    const t = performance.now();
+    try {
+      const text = await (await fetch(url)).text();
+      stats.count++;
+      stats.bytes = Math.max(stats.bytes, Buffer.byteLength(text));
+      stats.maxMs = Math.max(stats.maxMs, performance.now() - t);
+    } catch {
+      stats.failed++;
+    }
+  };
+  let last = scrapeOnce();
+  const timer = setInterval(() => {
+    last = last.then(scrapeOnce);
+  }, everyMs);
+  return {
+    stop: async () => {
+      clearInterval(timer);
+      await last;
+      return stats;
+    },
+  };
+}
 
 async function sumCounts(workers: Rpc[]): Promise<Counts> {
   const all = await Promise.all(workers.map((w) => w.call<Counts>("counts")));

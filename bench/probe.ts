@@ -127,6 +127,7 @@ try {
     await new Promise((r) => setTimeout(r, 50));
   }
 
+  await admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 1024, threads: 1 });
   const probe = async () => {
     const { job } = await admin.createJob({
       nodeId: state.nodeId,
@@ -140,7 +141,6 @@ try {
             artifacts: [{ path: modelPath, sha256: model.sha256 }],
             probeInputId: "completion-v1",
             probeInput: ProbeInput.COMPLETION_V1,
-            profile: { engine: EngineKind.LLAMA_CPP, contextSize: 1024, threads: 1, contentHash: "0".repeat(64) },
           },
         },
       },

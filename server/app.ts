@@ -52,6 +52,10 @@ import { revokedSessionSweeper } from "./sessions/revocation.js";
 import { every } from "./loop.js";
 import { http2ServerTuning, sessionOpenTuning } from "./tuning.js";
 import { Admission } from "./sessions/admission.js";
+import { loadConsole } from "./ui/static.js";
+import { ServerMetrics } from "./observability/metrics.js";
+import { fleetCounts } from "./observability/metrics-db.js";
+import { serveMetrics, type MetricsEndpoint } from "../common/metrics-endpoint.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -65,6 +69,8 @@ export interface RunningServer {
   db: Database;
   /** Whether the node has an open Session on this server. */
   sessionsConnected(nodeId: string): boolean;
+  /** The Prometheus endpoint, when MODELFORGE_METRICS_ADDRESS is set. */
+  metricsUrl: string | undefined;
   /** Stops accepting, ends open streams, closes the database. Idempotent. */
   stop(): Promise<void>;
 }
@@ -80,7 +86,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const tls = await ca.ensureServerCertificate(config.certsDir, config.serverNames);
   // The port opens before the database is ready, so agents can pin the CA and load balancers see
   // NOT_SERVING rather than a refused connection while an embedded database starts.
-  const opening = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log });
+  const metrics = config.metricsAddress !== undefined ? new ServerMetrics() : undefined;
+  const opening = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log, queryFailed: metrics?.queryFailed });
   opening.catch(() => undefined);
   const health = new HealthState([AgentService.typeName, AdminService.typeName, DeploymentService.typeName]);
   const contextValues: ConnectNodeAdapterOptions["contextValues"] = (req) => {
@@ -104,7 +111,11 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   });
 
   // Limits and authentication from headers and TLS, before any body is read (./edge/guard.ts).
-  const guard = edgeGuard(config.operatorApiKey, log);
+  const operatorKeys = { admin: config.operatorApiKey, readOnly: config.operatorReadonlyKey };
+  const guard = edgeGuard(operatorKeys, log);
+  // The web console's static files (ui/dist); they need no database, so they are served from the start.
+  const consoleFiles = await loadConsole(config.uiDir);
+  if (!consoleFiles.built) log.warn({ dir: config.uiDir }, "web console not built (npm run build:ui): /ui/ answers 503");
   const server = http2.createSecureServer(
     {
       ...http2ServerTuning,
@@ -121,6 +132,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       const id = correlationIdFrom(req.headers[correlationHeader]);
       (req as unknown as Record<symbol, string>)[correlationSymbol] = id;
       res.setHeader(correlationHeader, id);
+      if (consoleFiles.serve(req, res)) return;
       guard(req, res, id);
       handle(req, res);
     },
@@ -164,6 +176,11 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const host = config.listenAddress.includes(":") ? `[${config.listenAddress}]` : config.listenAddress;
   const url = `https://${host === "0.0.0.0" || host === "[::]" ? "127.0.0.1" : host}:${port}`;
   log.info({ url, caFingerprint: ca.fingerprint }, "control plane serving");
+  let metricsEndpoint: MetricsEndpoint | undefined;
+  if (metrics !== undefined && config.metricsAddress !== undefined) {
+    metricsEndpoint = await serveMetrics(metrics.registry, config.metricsAddress);
+    log.info({ url: metricsEndpoint.url }, "metrics serving");
+  }
 
   let db: Database;
   try {
@@ -171,6 +188,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   } catch (err) {
     for (const c of connections) c.destroy();
     await new Promise<void>((resolve) => server.close(() => resolve()));
+    await metricsEndpoint?.close();
     throw err;
   }
   // Each feature is built from the narrow collaborators it uses; nothing reaches back here.
@@ -189,7 +207,10 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     sessions,
     settings: jobSettingsOf(config),
     shutdown: shutdown.signal,
+    metrics: metrics?.jobs,
   });
+  const admission = new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued);
+  metrics?.observe({ sessions, admission, fleet: () => fleetCounts(prisma) });
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
   const deployments = new DeploymentController({ prisma, clock, log, jobs });
   const reconcileDeployment = (id: string) => deployments.reconcile(id);
@@ -207,7 +228,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     agentConfig: agentConfigOf(config),
     sessions,
     heartbeats,
-    admission: new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued),
+    admission,
     reports: { prisma, clock, maxFutureSkewMs: config.maxFutureSkewMs },
     jobs,
     deployments: {
@@ -222,6 +243,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     shutdown: shutdown.signal,
     outage: db.outage,
     relay,
+    metrics: metrics?.sessions,
   };
   const admin = adminService(
     {
@@ -257,7 +279,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     interceptors: [
       callLogInterceptor(db.outage),
       serviceKeyInterceptor({ keys: serviceKeys, log, clock }),
-      adminAuthInterceptor(config.operatorApiKey),
+      ...(metrics ? [metrics.interceptor()] : []),
+      adminAuthInterceptor(operatorKeys),
       validationInterceptor(),
     ],
     contextValues,
@@ -268,8 +291,9 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   health.setServing();
   log.info({ url, database: db.describe }, "control plane ready");
 
+  const flush = () => (metrics ? metrics.flushed(() => heartbeats.flush(prisma)) : heartbeats.flush(prisma));
   const stopLoops = [
-    every(clock, config.livenessFlushIntervalMs, "heartbeat flush", log, () => heartbeats.flush(prisma), db.outage),
+    every(clock, config.livenessFlushIntervalMs, "heartbeat flush", log, () => flush(), db.outage),
     every(clock, config.reconcileIntervalMs, "liveness", log, () => reconcileLiveness({ prisma, clock, liveness, log }), db.outage),
     every(clock, config.reconcileIntervalMs, "revoked sessions", log, revokedSessionSweeper({ prisma, clock, sessions }), db.outage),
     every(clock, config.reconcileIntervalMs, "jobs", log, () => jobs.sweep(), db.outage),
@@ -293,9 +317,10 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       await Promise.all(stopLoops.map((stopLoop) => stopLoop()));
       await heartbeats.flush(prisma).catch((err: unknown) => log.warn({ error: (err as Error).message }, "final heartbeat flush failed"));
       await db.close();
+      await metricsEndpoint?.close();
       log.info("stopped");
     })());
-  return { url, port, ca, db, stop, sessionsConnected: (nodeId) => sessions.isConnected(nodeId) };
+  return { url, port, ca, db, stop, sessionsConnected: (nodeId) => sessions.isConnected(nodeId), metricsUrl: metricsEndpoint?.url };
 }
 
 const correlationSymbol = Symbol("correlationId");

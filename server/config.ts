@@ -1,6 +1,7 @@
 // Control-plane configuration, read from environment variables only. Pure: `loadConfig(env)` never
 // touches the process, so tests build configs the same way `main` does.
 import { parseDuration } from "../common/duration.js";
+import { parseListenAddress, type ListenAddress } from "../common/listen-address.js";
 
 export interface Config {
   listenAddress: string;
@@ -14,6 +15,10 @@ export interface Config {
   databaseUrl: string | undefined;
   /** Undefined: the admin API fails closed. */
   operatorApiKey: string | undefined;
+  /** The read-only operator key (ACCESS_READ methods only); undefined: no read-only role. */
+  operatorReadonlyKey: string | undefined;
+  /** The web console's built files (`npm run build:ui`), served under /ui/. */
+  uiDir: string;
   logLevel: string;
   enrollmentTokenTtlMs: number;
   credentialTtlMs: number;
@@ -33,6 +38,8 @@ export interface Config {
   shutdownGraceMs: number;
   /** Where the artifact store keeps its content (default `<dataDir>/artifacts`). */
   artifactDir: string;
+  /** Where the Prometheus endpoint listens (plain HTTP); undefined: no endpoint. */
+  metricsAddress: ListenAddress | undefined;
 }
 
 export class ConfigError extends Error {
@@ -113,6 +120,8 @@ export function loadConfig(env: Env): Config {
     certsDir: get("MODELFORGE_CERTS_DIR"),
     databaseUrl,
     operatorApiKey: env.MODELFORGE_OPERATOR_API_KEY?.trim() || undefined,
+    operatorReadonlyKey: env.MODELFORGE_OPERATOR_READONLY_KEY?.trim() || undefined,
+    uiDir: env.MODELFORGE_UI_DIR?.trim() || "./ui/dist",
     logLevel: get("MODELFORGE_LOG_LEVEL"),
     enrollmentTokenTtlMs: duration("MODELFORGE_ENROLLMENT_TOKEN_TTL"),
     credentialTtlMs: duration("MODELFORGE_CREDENTIAL_TTL"),
@@ -131,9 +140,16 @@ export function loadConfig(env: Env): Config {
     approvedRoots: list("MODELFORGE_APPROVED_ROOTS"),
     shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
     artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,
+    metricsAddress: optionalAddress(env, "MODELFORGE_METRICS_ADDRESS"),
   };
   if (config.operatorApiKey !== undefined && config.operatorApiKey.length < 16) {
     throw new ConfigError("MODELFORGE_OPERATOR_API_KEY: use at least 16 characters");
+  }
+  if (config.operatorReadonlyKey !== undefined && config.operatorReadonlyKey.length < 16) {
+    throw new ConfigError("MODELFORGE_OPERATOR_READONLY_KEY: use at least 16 characters");
+  }
+  if (config.operatorReadonlyKey !== undefined && config.operatorReadonlyKey === config.operatorApiKey) {
+    throw new ConfigError("MODELFORGE_OPERATOR_READONLY_KEY: must differ from MODELFORGE_OPERATOR_API_KEY");
   }
   if (config.offlineAfterMs <= config.staleAfterMs) {
     throw new ConfigError("MODELFORGE_OFFLINE_AFTER must be longer than MODELFORGE_STALE_AFTER");
@@ -146,4 +162,15 @@ export function publicUrlOf(config: Pick<Config, "publicUrl" | "serverNames">, b
   if (config.publicUrl !== undefined) return config.publicUrl;
   const name = config.serverNames[0]!;
   return `https://${name.includes(":") ? `[${name}]` : name}:${boundPort}`;
+}
+
+/** An optional listen address: unset or empty means off; a bare port means loopback. */
+function optionalAddress(env: Env, name: string): ListenAddress | undefined {
+  const text = env[name]?.trim();
+  if (!text) return undefined;
+  try {
+    return parseListenAddress(text);
+  } catch (err) {
+    throw new ConfigError(`${name}: ${(err as Error).message}`);
+  }
 }

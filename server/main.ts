@@ -1,8 +1,14 @@
 // The control plane's entry point: configuration from the environment, one clear line on a failed
 // start, graceful shutdown on SIGTERM and SIGINT (also while still starting).
+import { fileURLToPath } from "node:url";
 import { loadConfig, type Config } from "./config.js";
 import { createLogger } from "./observability/logger.js";
-import { startServer, type RunningServer } from "./app.js";
+import type { RunningServer } from "./app.js";
+import { seedPgliteDir } from "./db/pglite-seed.js";
+
+// The build (scripts/build.mjs) defines where it put an initialised embedded database, relative to
+// this module's place in the repository; run from source there is none and PGlite runs initdb.
+declare const MODELFORGE_PGLITE_TEMPLATE: string | undefined;
 
 async function main(): Promise<void> {
   let config: Config;
@@ -31,6 +37,19 @@ async function main(): Promise<void> {
   process.once("SIGTERM", onSignal);
   process.once("SIGINT", onSignal);
   try {
+    // The template is copied on the thread pool while the rest of the server's modules load: the
+    // server is imported only now (in the build, a chunk of its own with the database packages).
+    const seedStarted = performance.now();
+    const template =
+      config.databaseUrl === undefined && typeof MODELFORGE_PGLITE_TEMPLATE === "string"
+        ? fileURLToPath(new URL(MODELFORGE_PGLITE_TEMPLATE, import.meta.url))
+        : undefined;
+    const seeding = template !== undefined ? seedPgliteDir(config.dataDir, template) : Promise.resolve(false);
+    seeding.catch(() => undefined);
+    const { startServer } = await import("./app.js");
+    if (await seeding) {
+      log.info({ template, ms: Math.round(performance.now() - seedStarted) }, "embedded database created from the build's template");
+    }
     server = await startServer(config, log);
   } catch (err) {
     // One line, not a stack dump: the message names what failed and where.

@@ -67,6 +67,7 @@ describe("request limits", () => {
 
 describe("admission from headers and TLS", () => {
   const key = "k".repeat(16);
+  const keys = { admin: key, readOnly: undefined };
   const certificate = {
     subjectaltname: "URI:urn:modelforge:node:5b0c2a3e-9a37-4d5e-8f7a-0c1e2d3f4a5b",
     serialNumber: "01",
@@ -82,7 +83,7 @@ describe("admission from headers and TLS", () => {
     ...over,
   });
   const refusal = (req: EdgeRequest): ConnectError | undefined => {
-    const a = admit(req, key);
+    const a = admit(req, keys);
     return a.admitted ? undefined : a.refusal;
   };
 
@@ -137,7 +138,7 @@ describe("admission from headers and TLS", () => {
   });
 
   it("fails closed when no admin key is configured", () => {
-    const a = admit(request({ path: admin("ListNodes"), adminToken: key }), undefined);
+    const a = admit(request({ path: admin("ListNodes"), adminToken: key }), { admin: undefined, readOnly: undefined });
     expect(a.admitted ? undefined : a.refusal.code).toBe(Code.Unauthenticated);
   });
 
@@ -145,8 +146,8 @@ describe("admission from headers and TLS", () => {
     const peer = () => {
       throw new Error("certificate read");
     };
-    expect(admit(request({ path: admin("ListNodes"), adminToken: key, peer }), key).admitted).toBe(true);
-    expect(admit(request({ path: agent("Enroll"), peer }), key).admitted).toBe(true);
+    expect(admit(request({ path: admin("ListNodes"), adminToken: key, peer }), keys).admitted).toBe(true);
+    expect(admit(request({ path: agent("Enroll"), peer }), keys).admitted).toBe(true);
   });
 });
 

@@ -145,6 +145,21 @@ describe("edge rules", () => {
     else expect(got).toMatch(expected);
   });
 
+  it("refuses a double outside the contract's range", () => {
+    const msg = create(SessionRequestSchema, {
+      message: { case: "telemetry", value: { report: { telemetry: { cpuUtilizationPercent: 100.5, loadAverage1m: 0.5 } } } },
+    });
+    expect(requestViolation(SessionRequestSchema, msg)?.rawMessage).toBe(
+      "telemetry.report.telemetry.cpu_utilization_percent: must be from 0 to 100",
+    );
+    const negative = create(SessionRequestSchema, {
+      message: { case: "telemetry", value: { report: { telemetry: { cpuUtilizationPercent: 0, loadAverage15m: -1 } } } },
+    });
+    expect(requestViolation(SessionRequestSchema, negative)?.rawMessage).toBe(
+      "telemetry.report.telemetry.load_average_15m: must be from 0 to 1000000",
+    );
+  });
+
   it("refuses a non-finite double", () => {
     const msg = create(SessionRequestSchema, {
       message: { case: "telemetry", value: { report: { telemetry: { gpus: [{ utilizationPercent: Number.NaN }] } } } },
@@ -170,6 +185,7 @@ describe("edge bounds are documented in the contract", () => {
     if (rule.uuid) expect(comment).toContain("UUID");
     else if (rule.maxBytes !== undefined) expect(comment).toContain(`at most ${rule.maxBytes} bytes`);
     if (rule.maxCount !== undefined) expect(comment).toContain(`at most ${rule.maxCount} entries`);
+    if (rule.range !== undefined) expect(comment).toContain(`from ${rule.range[0]} to ${rule.range[1]}`);
   });
 
   it("states the defaults in every file's header", () => {

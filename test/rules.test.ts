@@ -5,7 +5,7 @@ import { parseDuration } from "../common/duration.js";
 import { correlationIdFrom } from "../server/observability/correlation.js";
 import { codeName } from "../common/codes.js";
 import { Code } from "@connectrpc/connect";
-import { secretsEqual, checkAdminToken } from "../server/identity/admin-token.js";
+import { secretsEqual, operatorRoleOf } from "../server/identity/admin-token.js";
 import { tokenState } from "../server/identity/enrollment/token.js";
 import { backoffDelay, renewalDue } from "../agent/rules.js";
 
@@ -81,10 +81,13 @@ describe("admin token", () => {
     expect(secretsEqual("short", "same-secret-value")).toBe(false);
   });
   it("fails closed with no configured key", () => {
-    expect(() => checkAdminToken("anything", undefined)).toThrow(/MODELFORGE_OPERATOR_API_KEY/);
-    expect(() => checkAdminToken(null, "k".repeat(16))).toThrow(/missing/);
-    expect(() => checkAdminToken("wrong", "k".repeat(16))).toThrow(/invalid admin token/);
-    expect(() => checkAdminToken("k".repeat(16), "k".repeat(16))).not.toThrow();
+    const keys = { admin: "k".repeat(16), readOnly: "r".repeat(16) };
+    expect(() => operatorRoleOf("anything", { admin: undefined, readOnly: undefined })).toThrow(/MODELFORGE_OPERATOR_API_KEY/);
+    expect(() => operatorRoleOf(null, keys)).toThrow(/missing/);
+    expect(() => operatorRoleOf("wrong", keys)).toThrow(/invalid admin token/);
+    expect(operatorRoleOf("k".repeat(16), keys)).toBe("admin");
+    expect(operatorRoleOf("r".repeat(16), keys)).toBe("read-only");
+    expect(() => operatorRoleOf("r".repeat(16), { admin: "k".repeat(16), readOnly: undefined })).toThrow(/invalid admin token/);
   });
 });
 

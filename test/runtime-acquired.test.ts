@@ -69,12 +69,12 @@ const probeSpec = (path: string, engine: EngineKind, keepLoaded = false): Spec =
   kind: {
     case: "runtimeProbe",
     value: {
-      runtimeProfile: "tiny-cpu",
+      // The server resolves the profile record into the lease.
+      runtimeProfile: engine === EngineKind.OPENAI_HTTP ? "tiny-openai" : "tiny-cpu",
       runtimeEnvironment: "cpu",
       artifacts: [{ path, sha256: model.sha256 }],
       probeInputId: "completion-v1",
       probeInput: ProbeInput.COMPLETION_V1,
-      profile: { engine, contextSize: 1024, threads: 1, contentHash: "0".repeat(64) },
       keepLoaded,
     },
   },
@@ -150,6 +150,8 @@ beforeAll(async () => {
   ts = await startTestServer({ MODELFORGE_HEARTBEAT_INTERVAL: "200ms", MODELFORGE_LEASE_DURATION: "30s", MODELFORGE_APPROVED_ROOTS: root });
   await pushToStore(fromStore);
   node = await enrollTestNode(ts, "acquire-and-probe");
+  await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 1024, threads: 1 });
+  await ts.admin.createRuntimeProfile({ name: "tiny-openai", engine: EngineKind.OPENAI_HTTP, contextSize: 1024, threads: 1 });
   agentEnv = {
     MODELFORGE_AGENT_RUNTIMES: "on",
     MODELFORGE_AGENT_ARTIFACT_SOURCES: `${mirror.url},control-plane`,

@@ -1,8 +1,9 @@
-// One telemetry sample: memory, per-mount storage, per-GPU measurements.
+// One telemetry sample: CPU utilisation and load, memory, per-mount storage, per-GPU measurements.
 
 import { create } from "@bufbuild/protobuf";
 import { GpuTelemetrySchema, TelemetrySchema, type GpuTelemetry, type Telemetry } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import { collectMemoryUsage, collectMountUsage } from "./host.js";
+import { CpuSampler, loadAverages } from "./cpu.js";
 import type { CollectOptions } from "./inventory.js";
 import {
   NVIDIA_SMI_TELEMETRY_ARGS,
@@ -15,14 +16,20 @@ import {
 
 export { parseNvidiaSmiTelemetry, type NvidiaSmiTelemetryRow } from "./nvidia-smi.js";
 
+/** The agent's CPU readings: started with the process, so the first sample already covers a while. */
+const processCpu = new CpuSampler();
+
 /** Never rejects because of GPUs: when nvidia-smi fails, the sample simply has no GPU entries. */
-export async function collectTelemetry(options: CollectOptions = {}): Promise<Telemetry> {
+export async function collectTelemetry(options: CollectOptions = {}, cpu: CpuSampler = processCpu): Promise<Telemetry> {
   const [memory, mounts, gpus] = await Promise.all([
     collectMemoryUsage(),
     collectMountUsage(),
     collectGpuTelemetry(options).catch((): GpuTelemetry[] => []),
   ]);
+  const cpuUtilizationPercent = cpu.sample();
   return create(TelemetrySchema, {
+    ...(cpuUtilizationPercent !== undefined ? { cpuUtilizationPercent } : {}),
+    ...loadAverages(),
     memoryUsedBytes: memory.usedBytes,
     memoryTotalBytes: memory.totalBytes,
     mounts,

@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { lstat } from "node:fs/promises";
 import { createServer } from "node:net";
-import { isAbsolute, normalize } from "node:path";
+import { dirname, isAbsolute, normalize } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { systemClock, type Clock } from "../../common/clock.js";
@@ -99,8 +99,18 @@ export interface SupervisorOptions {
   stopGraceMs?: number;
 }
 
-const repoRoot = fileURLToPath(new URL("../..", import.meta.url));
-const workerPath = fileURLToPath(new URL("./llama-cpp/worker.ts", import.meta.url));
+// The built agent (scripts/build.mjs defines MODELFORGE_LLAMA_WORKER) starts the bundled worker
+// beside it with plain node; from source the worker runs through tsx from the repository root.
+declare const MODELFORGE_LLAMA_WORKER: string | undefined;
+const builtWorker =
+  typeof MODELFORGE_LLAMA_WORKER === "string" ? fileURLToPath(new URL(MODELFORGE_LLAMA_WORKER, import.meta.url)) : undefined;
+const worker =
+  builtWorker !== undefined
+    ? { cwd: dirname(builtWorker), args: [builtWorker] }
+    : {
+        cwd: fileURLToPath(new URL("../..", import.meta.url)),
+        args: ["--import", "tsx", fileURLToPath(new URL("./llama-cpp/worker.ts", import.meta.url))],
+      };
 const loopback = "127.0.0.1";
 const pollMs = 100;
 const tailBytes = 4096;
@@ -158,7 +168,7 @@ export class Supervisor {
     const plan = await this.plan(engine, id, options.modelPath, params);
     const began = performance.now();
     const child = spawn(plan.command, plan.args, {
-      cwd: repoRoot,
+      cwd: worker.cwd,
       env: plan.env,
       // Its own process group: stop() reaches every process the engine starts.
       detached: true,
@@ -325,7 +335,7 @@ export class Supervisor {
   private async plan(engine: EngineKind, id: string, modelPath: string, params: EngineParams): Promise<LaunchPlan> {
     const base = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp" };
     if (engine === "llama.cpp") {
-      const args = ["--import", "tsx", workerPath, "--model", modelPath, "--model-id", id, "--port", "0"];
+      const args = [...worker.args, "--model", modelPath, "--model-id", id, "--port", "0"];
       if (params.contextSize !== undefined) args.push("--context-size", String(params.contextSize));
       if (params.threads !== undefined) args.push("--threads", String(params.threads));
       // Belt and braces with build: "never": node-llama-cpp must never fetch or compile anything.

@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import { CapabilityRegistry } from "./registry.js";
 import { ReceiptStore, receiptsPathFor } from "./receipts.js";
 import { JobRunner } from "./runner.js";
+import type { JobRunMetrics } from "../metrics.js";
 
 export { CapabilityRegistry, JobFailureError } from "./registry.js";
 export type { JobHandler } from "./registry.js";
@@ -19,6 +20,7 @@ export interface OpenJobRunnerOptions {
   /** Defaults to receipts.json beside the state file. */
   receiptsPath?: string;
   retryDelayMs?: number;
+  metrics?: JobRunMetrics | undefined;
 }
 
 export async function openJobRunner(opts: OpenJobRunnerOptions): Promise<JobRunner> {
@@ -29,5 +31,6 @@ export async function openJobRunner(opts: OpenJobRunnerOptions): Promise<JobRunn
     log: opts.log,
     ...(opts.signal !== undefined ? { signal: opts.signal } : {}),
     ...(opts.retryDelayMs !== undefined ? { retryDelayMs: opts.retryDelayMs } : {}),
+    metrics: opts.metrics,
   });
 }

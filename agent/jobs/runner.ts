@@ -36,6 +36,7 @@ import { type CapabilityRegistry, isDestructive, JobFailureError, type JobAttemp
 import type { ReceiptStore } from "./receipts.js";
 import { agentVersion } from "../version.js";
 import { systemClock } from "../../common/clock.js";
+import type { JobRunMetrics } from "../metrics.js";
 
 /** Why a handler's signal was aborted. */
 export class LeaseLost extends Error {
@@ -61,6 +62,7 @@ export interface JobRunnerOptions {
   retryDelayMs?: number;
   /** Delay before asking again after a server answered "not now" (unavailable; default 1 s). */
   unavailableRetryMs?: number;
+  metrics?: JobRunMetrics | undefined;
 }
 
 /**
@@ -304,7 +306,9 @@ export class JobRunner implements SessionJobs {
     } finally {
       stopRenewing();
     }
-    if (run.stopped === "lost" || run.stopped === "stopping") {
+    const stopped = run.stopped === "lost" || run.stopped === "stopping" ? run.stopped : undefined;
+    this.opts.metrics?.jobRun(capability, stopped !== undefined ? { kind: "stopped", reason: stopped } : outcome);
+    if (stopped !== undefined) {
       log.info(
         { reason: run.stopped },
         run.stopped === "lost" ? "lease lost: work stopped, nothing reported" : "work stopped: agent stopping",

@@ -127,6 +127,8 @@ export function renderNodeDetail(res: GetNodeResponse, now: Date): string {
       fields([
         ["Observed", formatTimeAndAge(dateOf(t.observedAt), now)],
         ["Received", formatTimeAndAge(dateOf(t.receivedAt), now)],
+        ["CPU", m.cpuUtilizationPercent !== undefined ? formatPercent(m.cpuUtilizationPercent) : "-"],
+        ["Load", `${[m.loadAverage1m, m.loadAverage5m, m.loadAverage15m].map((l) => l.toFixed(2)).join(" ")} (1m 5m 15m)`],
         [
           "Memory",
           m.memoryTotalBytes > 0n

@@ -1,5 +1,6 @@
-// forge nodes list | get | watch | disable | enable | rotate | revoke | decommission
+// forge nodes list | get | watch | register | disable | enable | rotate | revoke | decommission
 import { create } from "@bufbuild/protobuf";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import {
   DecommissionNodeResponseSchema,
   DisableNodeResponseSchema,
@@ -7,6 +8,7 @@ import {
   GetNodeResponseSchema,
   ListNodesResponseSchema,
   PreviewDecommissionResponseSchema,
+  RegisterNodeResponseSchema,
   RevokeNodeCredentialResponseSchema,
   RotateNodeCredentialResponseSchema,
   WatchNodesResponseSchema,
@@ -17,6 +19,7 @@ import {
   idArg,
   parseLabels,
   parseLiveness,
+  parseDurationFlag,
   UsageError,
   validEnumNames,
   textOption,
@@ -25,7 +28,7 @@ import {
   type OptionDef,
 } from "../args.js";
 import { confirmByTyping } from "../confirm.js";
-import { clean, dateOf, enumName, formatAge, formatTime } from "../format.js";
+import { clean, dateOf, enumName, formatAge, formatTime, formatTimeAndAge } from "../format.js";
 import { printJson, printJsonLine } from "../output.js";
 import { nodeLabel, renderDecommission, renderNodeDetail, renderNodeTable, renderPreview } from "./nodes-render.js";
 
@@ -260,8 +263,52 @@ const decommissionCommand: Command = {
   },
 };
 
+const registerCommand: Command = {
+  name: "register",
+  summary: "Pre-register a node (name, labels) and print a one-time join command bound to it",
+  positionals: { min: 0, max: 0 },
+  options: {
+    name: { type: "string", value: "NAME", description: "the node's name (required)" },
+    label: { type: "string", multiple: true, value: "KEY=VALUE", description: "a label the node gets; repeatable" },
+    ttl: { type: "string", value: "DURATION", description: "how long the token is valid, e.g. 10m, 2h (server default 10m, at most 7d)" },
+  },
+  notes:
+    "The node is pending until an agent enrolls with the token; it then keeps this id, name and labels.\n" +
+    "The token is printed once and is stored by the server only as a hash. A new one for the same node:\n" +
+    "forge tokens create --node ID.",
+  async run(ctx, values) {
+    const name = textOption(values, "name");
+    if (name === "") throw new UsageError("--name is required");
+    const ttl = values.ttl === undefined ? undefined : durationFromMs(parseDurationFlag(values.ttl as string, "--ttl"));
+    const res = await ctx.client().registerNode({ name, labels: parseLabels(values.label as string[] | undefined), ttl });
+    if (ctx.json) {
+      printJson(ctx, RegisterNodeResponseSchema, res);
+      return 0;
+    }
+    ctx.out(
+      `Registered node ${clean(res.node?.id ?? "")} (${clean(name)}), pending until its agent enrolls.\n\n` +
+        "Enrollment token (shown once; it cannot be retrieved again):\n\n" +
+        `  ${clean(res.token)}\n\n` +
+        `Expires: ${formatTimeAndAge(dateOf(res.enrollmentToken?.expiresAt), ctx.now())}\n` +
+        "\nJoin the node by running this on it:\n\n" +
+        `  ${clean(res.joinCommand)}\n`,
+    );
+    return 0;
+  },
+};
+
 export const nodesGroup: Group = {
   name: "nodes",
-  summary: "The fleet: inspect, disable, rotate, revoke and decommission nodes",
-  commands: [listCommand, getCommand, watchCommand, disableCommand, enableCommand, rotateCommand, revokeCommand, decommissionCommand],
+  summary: "The fleet: inspect, pre-register, disable, rotate, revoke and decommission nodes",
+  commands: [
+    listCommand,
+    getCommand,
+    watchCommand,
+    registerCommand,
+    disableCommand,
+    enableCommand,
+    rotateCommand,
+    revokeCommand,
+    decommissionCommand,
+  ],
 };

@@ -16,6 +16,8 @@ export interface OpenDatabaseOptions {
   migrationsDir?: string | URL;
   /** PostgreSQL connect timeout in milliseconds (default 5000). */
   connectTimeoutMs?: number;
+  /** Hears of every statement that fails (the query error metrics). */
+  queryFailed?: ((err: unknown) => void) | undefined;
 }
 
 /** PostgreSQL connect timeout when the options give none. */

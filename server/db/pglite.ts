@@ -17,6 +17,7 @@ import { OutageMonitor } from "./outage-monitor.js";
 import { checkConnection, once, type Database, type OpenDatabaseOptions } from "./database.js";
 import { lockDataDir, preflightPgliteDir } from "./pglite-dir.js";
 import { ServerLog } from "./pglite-log.js";
+import { watchQueries } from "../observability/metrics-queries.js";
 
 async function closeQuietly(db: PGlite): Promise<void> {
   // After a WebAssembly abort close() may throw or never settle; do not let it hold shutdown.
@@ -79,7 +80,7 @@ export async function openPglite(opts: OpenDatabaseOptions): Promise<Database> {
       throw damaged(cause ?? describeCause(err), err);
     }
 
-    const prisma = new PrismaClient({ adapter: new PrismaPGlite(db) });
+    const prisma = new PrismaClient({ adapter: watchQueries(new PrismaPGlite(db), opts.queryFailed) });
     try {
       await checkConnection(prisma, opts.log, describe);
     } catch (err) {

@@ -8,6 +8,7 @@ import { migrate, pgExecutor } from "./migrate.js";
 import { OutageMonitor } from "./outage-monitor.js";
 import { checkConnection, DEFAULT_CONNECT_TIMEOUT_MS, once, type Database, type OpenDatabaseOptions } from "./database.js";
 import { parsePostgresUrl, redact } from "./postgres-url.js";
+import { watchQueries } from "../observability/metrics-queries.js";
 
 const NETWORK_CODES = new Set([
   "ECONNREFUSED",
@@ -73,7 +74,7 @@ export async function openPostgres(rawUrl: string, opts: OpenDatabaseOptions): P
   }
 
   const pool = new pg.Pool({ ...clientConfig, max: 10, idleTimeoutMillis: 30_000 });
-  const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
+  const prisma = new PrismaClient({ adapter: watchQueries(new PrismaPg(pool), opts.queryFailed) });
   const outage = new OutageMonitor(() => prisma.$queryRaw`SELECT 1`, opts.log, describe);
   pool.on("error", (err) => {
     // An idle connection died (server restart, network). The pool replaces it on demand; without

@@ -1,14 +1,16 @@
 // What the edge decides from a request's headers and TLS state alone, before a byte of its body is
-// read: whether it fits its method's limit as declared, and whether an admin or node call carries
-// the credential it needs. The handlers check again in full (the admin interceptor, the node's
-// credential in the database); this only keeps the unauthenticated from making the server read.
+// read: whether it fits its method's limit as declared, whether an admin or node call carries the
+// credential it needs, and whether an operator key's role may call the method. The handlers check
+// again in full (the admin interceptor, the node's credential in the database); this only keeps the
+// unauthenticated and the unauthorized from making the server read.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { refuseForeignCredentials, refuseServiceKeyElsewhere } from "../identity/service-keys-auth.js";
 import { bearerServiceKey } from "../identity/service-keys.js";
-import { checkAdminToken } from "../identity/admin-token.js";
+import { operatorRoleOf } from "../identity/admin-token.js";
+import { authorizePath, type OperatorKeys } from "../identity/roles.js";
 import { presentedIdentity } from "../identity/node-auth.js";
 import type { Caller } from "../context.js";
 import { requestLimitOf, type RequestLimit } from "./limits.js";
@@ -42,7 +44,7 @@ export function tooLarge(path: string, limit: number, declared?: number): Connec
   return new ConnectError(`request body ${size}is over the limit of ${limit} bytes for ${path}`, Code.ResourceExhausted);
 }
 
-export function admit(req: EdgeRequest, operatorApiKey: string | undefined): Admission {
+export function admit(req: EdgeRequest, operatorKeys: OperatorKeys): Admission {
   const limit = requestLimitOf(req.path, req.contentType);
   try {
     // A stream's content-length, should it declare one, is its total: only its messages are bounded.
@@ -62,7 +64,7 @@ export function admit(req: EdgeRequest, operatorApiKey: string | undefined): Adm
       return { admitted: true, limit };
     }
     refuseServiceKeyElsewhere(req.authorization ?? null);
-    if (req.path.startsWith(adminPrefix)) checkAdminToken(req.adminToken ?? null, operatorApiKey);
+    if (req.path.startsWith(adminPrefix)) authorizePath(operatorRoleOf(req.adminToken ?? null, operatorKeys), req.path);
     else if (req.path.startsWith(agentPrefix) && !anonymousAgentPaths.has(req.path)) presentedIdentity(req.peer());
   } catch (err) {
     if (err instanceof ConnectError) return { admitted: false, refusal: err };

@@ -13,6 +13,8 @@ export interface FieldRule {
   maxCount?: number;
   /** Map fields: the most bytes of UTF-8 in a key. */
   maxKeyBytes?: number;
+  /** Floating point fields: the smallest and largest value accepted. */
+  range?: readonly [number, number];
 }
 
 /** Defaults by kind; a table entry overrides only what it names. */
@@ -83,6 +85,10 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.common.v1.GpuInfo.vendor": shortId,
   "modelforge.common.v1.Telemetry.mounts": { maxCount: 1024 },
   "modelforge.common.v1.Telemetry.gpus": { maxCount: 64 },
+  "modelforge.common.v1.Telemetry.cpu_utilization_percent": { range: [0, 100] },
+  "modelforge.common.v1.Telemetry.load_average_1m": { range: [0, 1_000_000] },
+  "modelforge.common.v1.Telemetry.load_average_5m": { range: [0, 1_000_000] },
+  "modelforge.common.v1.Telemetry.load_average_15m": { range: [0, 1_000_000] },
   "modelforge.common.v1.MountUsage.mount": mountPath,
   "modelforge.common.v1.GpuTelemetry.uuid": shortId,
 
@@ -179,6 +185,7 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.WatchDeploymentLogsRequest.deployment_id": shortId,
   "modelforge.admin.v1.WatchDeploymentLogsRequest.node_id": uuid,
   "modelforge.admin.v1.CheckDeploymentHealthRequest.deployment": shortId,
+  "modelforge.admin.v1.RegisterNodeRequest.name": name,
 
   // modelforge.deployment.v1
   "modelforge.deployment.v1.InvokeRequest.deployment_id": shortId,

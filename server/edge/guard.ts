@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { TLSSocket } from "node:tls";
 import type { ConnectError, ConnectRouterOptions } from "@connectrpc/connect";
 import { adminTokenHeader } from "../identity/admin-token.js";
+import type { OperatorKeys } from "../identity/roles.js";
 import { peerOf } from "../context.js";
 import type { Logger } from "../observability/logger.js";
 import { FloodLogger, floodPolicy } from "../observability/flood-log.js";
@@ -32,7 +33,7 @@ export const edgeAdapterOptions = {
 
 export type EdgeGuard = (req: NodeRequest, res: NodeResponse, correlationId: string) => void;
 
-export function edgeGuard(operatorApiKey: string | undefined, log: Logger): EdgeGuard {
+export function edgeGuard(operatorKeys: OperatorKeys, log: Logger): EdgeGuard {
   // Anyone can send refusable requests as fast as the network allows: the first few per window
   // get a line each, the rest one summary line (and no per-request log memory).
   const refusals = new FloodLogger(log, "rpc refused at the edge", floodPolicy);
@@ -48,7 +49,7 @@ export function edgeGuard(operatorApiKey: string | undefined, log: Logger): Edge
         authorization: single(req.headers.authorization),
         peer: () => peerOf(req.socket as TLSSocket),
       },
-      operatorApiKey,
+      operatorKeys,
     );
     endUnreadRequestOnceAnswered(req, res);
     const refused = (refusal: ConnectError) => {

@@ -45,6 +45,7 @@ const requestBytes: ReadonlyMap<string, number> = new Map([
   [path(AdminService, "updateNode"), 64 * KiB],
   [path(AdminService, "listNodes"), 64 * KiB],
   [path(AdminService, "watchNodes"), 64 * KiB],
+  [path(AdminService, "registerNode"), 64 * KiB],
   // One chunk of an artifact pushed into the store (at most 1 MiB) and the names around it.
   [path(AdminService, "uploadArtifactChunk"), 1024 * KiB + 16 * KiB],
   // Paths of a deployment.invoke.v1 payload: the request itself, the job that relays it, its

@@ -9,7 +9,8 @@
 //   canonical UUIDs when set;
 // - repeated and map fields: bounded in count; map keys and values like strings;
 // - 64-bit unsigned integers at most 2^63-1 and 32-bit unsigned ones at most 2^31-1 (what
-//   PostgreSQL's bigint and integer store); floating point values finite;
+//   PostgreSQL's bigint and integer store); floating point values finite, and within their range
+//   where the contract gives one;
 // - enum values known to this build;
 // - google.protobuf.Timestamp and Duration within their documented ranges.
 // Rules of meaning (a job spec's capability, a path's grammar, what a node may do) stay with the
@@ -77,6 +78,9 @@ function checkScalar(scalar: ScalarType, value: unknown, path: string, rule: Fie
     case ScalarType.DOUBLE:
     case ScalarType.FLOAT:
       if (!Number.isFinite(value)) violation(path, "must be a finite number");
+      if (rule.range && ((value as number) < rule.range[0] || (value as number) > rule.range[1])) {
+        violation(path, `must be from ${rule.range[0]} to ${rule.range[1]}`);
+      }
       return;
     default:
       return;

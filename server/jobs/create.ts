@@ -131,9 +131,10 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
       spec,
       orderingKey: job.orderingKey,
     });
+    ctx.metrics?.leaseGranted();
     if (!ctx.leasing.sendLease(job.nodeId, lease)) {
       ctx.log.warn({ nodeId: job.nodeId, jobId: job.id }, "lease created but the session closed");
-    }
+    } else ctx.metrics?.dispatched(ctx.clock.now() - job.createdAt.getTime());
   } else {
     ctx.leasing.kick(job.nodeId);
   }

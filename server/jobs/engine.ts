@@ -39,6 +39,7 @@ import { cancelJob } from "./cancel.js";
 import { createJob, type CreateJobInput } from "./create.js";
 import { applyExpiry, expireLeases, reclaimUnreachable } from "./expiry.js";
 import { completeJob, failJob, reportProgress } from "./reports.js";
+import type { JobMetrics } from "../observability/metrics.js";
 
 export interface JobEngineDeps {
   prisma: PrismaClient;
@@ -49,6 +50,7 @@ export interface JobEngineDeps {
   settings: JobSettings;
   shutdown: AbortSignal;
   profiles: ProfileLookup;
+  metrics?: JobMetrics | undefined;
 }
 
 export class JobEngine implements JobDispatch {
@@ -65,6 +67,7 @@ export class JobEngine implements JobDispatch {
       liveness: deps.liveness,
       leasing: this.leasing,
       profiles: deps.profiles,
+      metrics: deps.metrics,
     };
   }
 

@@ -41,6 +41,7 @@ export async function expireLeases(ctx: JobWork, now = ctx.clock.now()): Promise
     if (outcome === null) continue;
     if (await applyExpiry(ctx, job, outcome, now, { leaseExpiresAt: { lte: new Date(now) } })) {
       changed++;
+      ctx.metrics?.leaseExpired();
       ctx.log.info({ jobId: job.id, nodeId: job.nodeId, attempt: job.attempt, to: outcome.state }, "lease expired");
     }
   }
@@ -135,6 +136,7 @@ export async function reclaimUnreachable(ctx: JobWork, now = ctx.clock.now()): P
       });
       if (!done) continue;
       reclaimed.jobs.push(job.id);
+      ctx.metrics?.leaseReclaimed();
       ctx.log.warn({ jobId: job.id, nodeId: node.id, attempt: job.attempt }, "job reclaimed: node unreachable");
       ctx.leasing.later("next in ordering key", () => ctx.leasing.afterFinish(job));
     }

@@ -12,6 +12,7 @@ import type { SessionRegistry } from "../sessions/registry.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
 import { claimLease, nextLeasable, type LeaseCandidate } from "./lease.js";
 import { candidateOf, leaseOf } from "./codec.js";
+import type { JobMetrics } from "../observability/metrics.js";
 
 /** Most pending jobs of one node looked at per leasing pass; the rest follow in later passes. */
 const PASS_LIMIT = 200;
@@ -38,6 +39,7 @@ export interface LeasingDeps {
   leaseDurationMs: number;
   /** Aborted on shutdown: no new passes, and failures of passes cut short are not logged. */
   shutdown: AbortSignal;
+  metrics?: JobMetrics | undefined;
 }
 
 export class Leasing {
@@ -72,7 +74,7 @@ export class Leasing {
       where: { nodeId, state: "pending" },
       orderBy: { seq: "asc" },
       take: PASS_LIMIT,
-      select: { ...candidateSelect, spec: true },
+      select: { ...candidateSelect, spec: true, createdAt: true },
     });
     if (pending.length === 0 || !(await this.nodeOnline(nodeId, clock.now()))) return [];
     // Ordering keys may span nodes: the whole key's unfinished jobs decide who is first.
@@ -87,6 +89,7 @@ export class Leasing {
     const byId = new Map<string, LeaseCandidate & { nodeId: string }>();
     for (const j of [...pending, ...keyed]) byId.set(j.id, { ...candidateOf(j), nodeId: j.nodeId });
     const specs = new Map(pending.map((j) => [j.id, j.spec]));
+    const createdAt = new Map(pending.map((j) => [j.id, j.createdAt.getTime()]));
     const leases: JobLease[] = [];
     for (const id of nextLeasable([...byId.values()])) {
       if (leases.length >= limit) break;
@@ -103,6 +106,7 @@ export class Leasing {
         });
         leases.push(lease);
         onLease?.(lease); // deliver each lease as soon as it is won, not after the whole pass
+        if (claimed.attempt === 1) this.deps.metrics?.dispatched(clock.now() - createdAt.get(id)!);
       }
     }
     return leases;
@@ -126,6 +130,7 @@ export class Leasing {
       });
       return true;
     });
+    if (won) this.deps.metrics?.leaseGranted();
     return won ? next : undefined;
   }
 

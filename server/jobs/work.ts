@@ -7,6 +7,7 @@ import type { Logger } from "../observability/logger.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
 import type { Leasing } from "./leasing.js";
 import type { ProfileLookup } from "./profiles.js";
+import type { JobMetrics } from "../observability/metrics.js";
 
 /** The configuration jobs obey. */
 export interface JobSettings {
@@ -36,4 +37,5 @@ export interface JobWork {
   readonly leasing: Leasing;
   /** Runtime profiles by name, resolved into the leases that name them. */
   readonly profiles: ProfileLookup;
+  readonly metrics?: JobMetrics | undefined;
 }

@@ -21,7 +21,12 @@ import {
   ListAuditEventsResponseSchema,
   NodeSchema,
   type Node as NodeMessage,
+  GetOperatorRoleResponseSchema,
+  OperatorRole,
+  RegisterNodeResponseSchema,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { operatorRoleIn } from "../identity/admin-token.js";
+import { registerNode } from "../identity/enrollment/register.js";
 import type { Liveness as LivenessEnum } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import { callOf } from "../context.js";
 import {
@@ -71,7 +76,9 @@ type CoreRpcs =
   | "revokeNodeCredential"
   | "previewDecommission"
   | "decommissionNode"
-  | "listAuditEvents";
+  | "listAuditEvents"
+  | "getOperatorRole"
+  | "registerNode";
 
 /** The features' RPCs (jobs, artifacts, runtime profiles, ...): together, exactly the rest. */
 export type FeatureRpcs = Omit<ServiceImpl<typeof AdminService>, CoreRpcs>;
@@ -221,6 +228,24 @@ export function adminService(deps: AdminServiceDeps, features: FeatureRpcs): Ser
       return create(ListAuditEventsResponseSchema, {
         events: page.map(auditToProto),
         nextPageToken: more ? encodePageToken(String(page[page.length - 1]!.seq)) : "",
+      });
+    },
+    async getOperatorRole(_req, ctx) {
+      const role = operatorRoleIn(ctx) === "admin" ? OperatorRole.ADMIN : OperatorRole.READ_ONLY;
+      return create(GetOperatorRoleResponseSchema, { role });
+    },
+    async registerNode(req, ctx) {
+      const r = await registerNode(deps, {
+        name: req.name,
+        labels: req.labels,
+        ttlMs: req.ttl !== undefined ? positiveDurationMs(req.ttl) : undefined,
+        correlationId: correlation(ctx),
+      });
+      return create(RegisterNodeResponseSchema, {
+        node: await oneNode(r.nodeId),
+        token: r.secret,
+        enrollmentToken: tokenToProto(r.token, new Date(deps.clock.now())),
+        joinCommand: r.joinCommand,
       });
     },
     ...features,

@@ -42,6 +42,7 @@ import { publicError } from "../observability/call-log.js";
 import type { OutageSink } from "../db/availability.js";
 import { requestViolation } from "../edge/validate.js";
 import { partitionCapabilities } from "../../common/capabilities.js";
+import type { SessionMetrics } from "../observability/metrics.js";
 
 type Result = Reply["result"];
 
@@ -73,6 +74,7 @@ export interface SessionDeps {
   outage?: OutageSink;
   /** Relayed invokes and log watches (server/invoke/): their agent messages need no I/O. */
   relay?: SessionRelay;
+  metrics?: SessionMetrics | undefined;
 }
 
 /** Takes the agent's invoke answers and log lines, and hears when a session ends. */
@@ -210,6 +212,7 @@ export class AgentSession implements LiveSession {
     // Not ours to show the agent (a bug): logged here, a plain status there. A database outage is
     // `unavailable`, which the agent retries.
     const { error, level, detail } = publicError(reason, this.caller.correlationId, this.deps.outage);
+    if (!wasOpen) this.deps.metrics?.refused(error.code);
     if (detail !== undefined) this.caller.log[level]({ nodeId: this.nodeId, error: detail.message }, "session failed");
     this.sink.end(error);
   }
@@ -254,6 +257,7 @@ export class AgentSession implements LiveSession {
       // No I/O: answered at once. Pending instructions and configuration reach a connected node as
       // pushes, so the reply is only the server's clock: the hot path of a fleet stays small.
       this.deps.heartbeats.record(this.nodeId, this.deps.clock.now());
+      this.deps.metrics?.heartbeat();
       this.sink.send(
         replyTo(message.messageId, { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) }),
       );
@@ -301,6 +305,7 @@ export class AgentSession implements LiveSession {
     this.deps.shutdown.addEventListener("abort", this.onShutdown, { once: true });
     if (this.deps.shutdown.aborted) return this.onShutdown();
     this.deps.sessions.attach(this);
+    this.deps.metrics?.opened();
     this.caller.log.info(
       { nodeId: node.id, agentVersion: hello.agentVersion, capabilities, ignoredCapabilities: ignored },
       "session opened",

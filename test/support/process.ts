@@ -15,8 +15,9 @@ export interface ServerProcess {
   exited: Promise<number | null>;
 }
 
-export function spawnServer(env: Record<string, string>): ServerProcess {
-  const child = spawn(process.execPath, ["--import", "tsx", "server/main.ts"], {
+/** `args` picks what runs: the source through tsx by default, or e.g. the built `dist/server/main.mjs`. */
+export function spawnServer(env: Record<string, string>, args: string[] = ["--import", "tsx", "server/main.ts"]): ServerProcess {
+  const child = spawn(process.execPath, args, {
     cwd: repoRoot,
     env: {
       PATH: process.env.PATH ?? "",

@@ -144,7 +144,10 @@ async function enroll(deps: EnrollDeps, input: EnrollInput): Promise<Enrolled> {
   return { nodeId, certPem: issued.certPem, notAfter: issued.notAfter };
 }
 
-/** The recovery path: the same node id, any credential issued meanwhile revoked, one new one. */
+/**
+ * A token bound to a node: the recovery path (the same node id, any credential issued meanwhile
+ * revoked, one new one), or the first enrollment of a pre-registered node (its name and labels kept).
+ */
 async function reenroll(
   deps: EnrollDeps,
   tokenId: string,
@@ -164,6 +167,8 @@ async function reenroll(
     if (node.decommissionedAt !== null) {
       throw new ConnectError("node decommissioned: it cannot enroll again", Code.PermissionDenied);
     }
+    // A pre-registered node (RegisterNode) has never held a credential: this is its enrollment.
+    const first = (await tx.nodeCredential.count({ where: { nodeId } })) === 0;
     await tx.nodeCredential.updateMany({
       where: { nodeId, revokedAt: null },
       data: { revokedAt: now, revokedReason: "re-enrolled" },
@@ -177,7 +182,7 @@ async function reenroll(
     });
     await recordAudit(tx, {
       actor: nodeActor(nodeId),
-      action: "node.reenrolled",
+      action: first ? "node.enrolled" : "node.reenrolled",
       targetType: "node",
       targetId: nodeId,
       correlationId: input.correlationId,

@@ -30,11 +30,14 @@ export interface CreateTokenInput {
 
 const maxTtlMs = 7 * 24 * 3600 * 1000;
 
+export function tokenTtlMs(deps: Pick<TokenDeps, "defaultTtlMs">, ttlMs: number | undefined): number {
+  const ttl = ttlMs ?? deps.defaultTtlMs;
+  if (!(ttl > 0) || ttl > maxTtlMs) throw new ConnectError("ttl must be positive and at most 7 days", Code.InvalidArgument);
+  return ttl;
+}
+
 export async function createEnrollmentToken(deps: TokenDeps, input: CreateTokenInput) {
-  const ttlMs = input.ttlMs ?? deps.defaultTtlMs;
-  if (!(ttlMs > 0) || ttlMs > maxTtlMs) {
-    throw new ConnectError("ttl must be positive and at most 7 days", Code.InvalidArgument);
-  }
+  const ttlMs = tokenTtlMs(deps, input.ttlMs);
   validateLabels(input.labels);
   if (input.nodeName.length > 128) throw new ConnectError("node_name is longer than 128 characters", Code.InvalidArgument);
   const secret = newEnrollmentSecret();
@@ -78,10 +81,15 @@ export async function createEnrollmentToken(deps: TokenDeps, input: CreateTokenI
     return { token, revokedSerials };
   });
   deps.sessions.closeSerials(result.revokedSerials, new ConnectError("credential revoked", Code.Unauthenticated));
-  const joinCommand =
-    `npm run agent -- enroll --server ${deps.join.serverUrl} --token ${secret} --ca-fingerprint ${deps.join.caFingerprint}` +
-    (input.nodeName ? ` --name ${shellQuote(input.nodeName)}` : "");
-  return { secret, token: result.token, joinCommand };
+  return { secret, token: result.token, joinCommand: joinCommandOf(deps.join, secret, input.nodeName) };
+}
+
+/** The command an operator runs on the new machine: server URL, token, the CA's fingerprint. */
+export function joinCommandOf(join: TokenDeps["join"], secret: string, nodeName: string): string {
+  return (
+    `npm run agent -- enroll --server ${join.serverUrl} --token ${secret} --ca-fingerprint ${join.caFingerprint}` +
+    (nodeName ? ` --name ${shellQuote(nodeName)}` : "")
+  );
 }
 
 export async function listEnrollmentTokens(deps: Pick<TokenDeps, "prisma">, pageSize: number, offset: number) {

@@ -15,15 +15,17 @@
 // a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
 // and a Duration is at most 10,000 years.
 
-import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
-import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenExtension, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, extDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { MethodOptions } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_descriptor } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file modelforge/common/v1/common.proto.
  */
 export const file_modelforge_common_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("CiFtb2RlbGZvcmdlL2NvbW1vbi92MS9jb21tb24ucHJvdG8SFG1vZGVsZm9yZ2UuY29tbW9uLnYxItQBCghIb3N0SW5mbxIQCghob3N0bmFtZRgBIAEoCRIPCgdvc19uYW1lGAIgASgJEhIKCm9zX3ZlcnNpb24YAyABKAkSDgoGa2VybmVsGAQgASgJEhQKDGFyY2hpdGVjdHVyZRgFIAEoCRIRCgljcHVfbW9kZWwYBiABKAkSEQoJY3B1X2NvcmVzGAcgASgNEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgIIAEoBBIpCgVkaXNrcxgJIAMoCzIaLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkRpc2siPQoERGlzaxINCgVtb3VudBgBIAEoCRISCgpmaWxlc3lzdGVtGAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAQijQEKB0dwdUluZm8SDAoEdXVpZBgBIAEoCRINCgVpbmRleBgCIAEoDRISCgpwY2lfYnVzX2lkGAMgASgJEg0KBW1vZGVsGAQgASgJEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgFIAEoBBIWCg5kcml2ZXJfdmVyc2lvbhgGIAEoCRIOCgZ2ZW5kb3IYByABKAkipgEKCVRlbGVtZXRyeRIZChFtZW1vcnlfdXNlZF9ieXRlcxgBIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYAiABKAQSMAoGbW91bnRzGAMgAygLMiAubW9kZWxmb3JnZS5jb21tb24udjEuTW91bnRVc2FnZRIwCgRncHVzGAQgAygLMiIubW9kZWxmb3JnZS5jb21tb24udjEuR3B1VGVsZW1ldHJ5IkMKCk1vdW50VXNhZ2USDQoFbW91bnQYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoBBISCgp1c2VkX2J5dGVzGAMgASgEIoYBCgxHcHVUZWxlbWV0cnkSDAoEdXVpZBgBIAEoCRIbChN1dGlsaXphdGlvbl9wZXJjZW50GAIgASgBEhkKEW1lbW9yeV91c2VkX2J5dGVzGAMgASgEEhsKE3RlbXBlcmF0dXJlX2NlbHNpdXMYBCABKAESEwoLcG93ZXJfd2F0dHMYBSABKAEqrQEKCExpdmVuZXNzEhgKFExJVkVORVNTX1VOU1BFQ0lGSUVEEAASFAoQTElWRU5FU1NfUEVORElORxABEhMKD0xJVkVORVNTX09OTElORRACEhIKDkxJVkVORVNTX1NUQUxFEAMSFAoQTElWRU5FU1NfT0ZGTElORRAEEhUKEUxJVkVORVNTX0RJU0FCTEVEEAUSGwoXTElWRU5FU1NfREVDT01NSVNTSU9ORUQQBmIGcHJvdG8z");
+  fileDesc("CiFtb2RlbGZvcmdlL2NvbW1vbi92MS9jb21tb24ucHJvdG8SFG1vZGVsZm9yZ2UuY29tbW9uLnYxItQBCghIb3N0SW5mbxIQCghob3N0bmFtZRgBIAEoCRIPCgdvc19uYW1lGAIgASgJEhIKCm9zX3ZlcnNpb24YAyABKAkSDgoGa2VybmVsGAQgASgJEhQKDGFyY2hpdGVjdHVyZRgFIAEoCRIRCgljcHVfbW9kZWwYBiABKAkSEQoJY3B1X2NvcmVzGAcgASgNEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgIIAEoBBIpCgVkaXNrcxgJIAMoCzIaLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkRpc2siPQoERGlzaxINCgVtb3VudBgBIAEoCRISCgpmaWxlc3lzdGVtGAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAQijQEKB0dwdUluZm8SDAoEdXVpZBgBIAEoCRINCgVpbmRleBgCIAEoDRISCgpwY2lfYnVzX2lkGAMgASgJEg0KBW1vZGVsGAQgASgJEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgFIAEoBBIWCg5kcml2ZXJfdmVyc2lvbhgGIAEoCRIOCgZ2ZW5kb3IYByABKAkitAIKCVRlbGVtZXRyeRIZChFtZW1vcnlfdXNlZF9ieXRlcxgBIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYAiABKAQSMAoGbW91bnRzGAMgAygLMiAubW9kZWxmb3JnZS5jb21tb24udjEuTW91bnRVc2FnZRIwCgRncHVzGAQgAygLMiIubW9kZWxmb3JnZS5jb21tb24udjEuR3B1VGVsZW1ldHJ5EiQKF2NwdV91dGlsaXphdGlvbl9wZXJjZW50GAUgASgBSACIAQESFwoPbG9hZF9hdmVyYWdlXzFtGAYgASgBEhcKD2xvYWRfYXZlcmFnZV81bRgHIAEoARIYChBsb2FkX2F2ZXJhZ2VfMTVtGAggASgBQhoKGF9jcHVfdXRpbGl6YXRpb25fcGVyY2VudCJDCgpNb3VudFVzYWdlEg0KBW1vdW50GAEgASgJEhIKCnNpemVfYnl0ZXMYAiABKAQSEgoKdXNlZF9ieXRlcxgDIAEoBCKGAQoMR3B1VGVsZW1ldHJ5EgwKBHV1aWQYASABKAkSGwoTdXRpbGl6YXRpb25fcGVyY2VudBgCIAEoARIZChFtZW1vcnlfdXNlZF9ieXRlcxgDIAEoBBIbChN0ZW1wZXJhdHVyZV9jZWxzaXVzGAQgASgBEhMKC3Bvd2VyX3dhdHRzGAUgASgBKq0BCghMaXZlbmVzcxIYChRMSVZFTkVTU19VTlNQRUNJRklFRBAAEhQKEExJVkVORVNTX1BFTkRJTkcQARITCg9MSVZFTkVTU19PTkxJTkUQAhISCg5MSVZFTkVTU19TVEFMRRADEhQKEExJVkVORVNTX09GRkxJTkUQBBIVChFMSVZFTkVTU19ESVNBQkxFRBAFEhsKF0xJVkVORVNTX0RFQ09NTUlTU0lPTkVEEAYqQwoGQWNjZXNzEhYKEkFDQ0VTU19VTlNQRUNJRklFRBAAEg8KC0FDQ0VTU19SRUFEEAESEAoMQUNDRVNTX1dSSVRFEAI6VgoGYWNjZXNzEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMY2oYDIAEoDjIcLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkFjY2Vzc1IGYWNjZXNzYgZwcm90bzM", [file_google_protobuf_descriptor]);
 
 /**
  * The host facts of a node, reported in its inventory.
@@ -249,6 +251,39 @@ export type Telemetry = Message<"modelforge.common.v1.Telemetry"> & {
    * @generated from field: repeated modelforge.common.v1.GpuTelemetry gpus = 4;
    */
   gpus: GpuTelemetry[];
+
+  /**
+   * Share of all logical CPUs' time spent busy (not idle) since the agent's previous sample, in
+   * percent; unset when the agent has no earlier sample to compare with.
+   * Bounds: from 0 to 100.
+   *
+   * @generated from field: optional double cpu_utilization_percent = 5;
+   */
+  cpuUtilizationPercent?: number | undefined;
+
+  /**
+   * System load average over 1 minute (runnable and uninterruptible tasks, as in /proc/loadavg).
+   * Bounds: from 0 to 1000000.
+   *
+   * @generated from field: double load_average_1m = 6;
+   */
+  loadAverage1m: number;
+
+  /**
+   * System load average over 5 minutes.
+   * Bounds: from 0 to 1000000.
+   *
+   * @generated from field: double load_average_5m = 7;
+   */
+  loadAverage5m: number;
+
+  /**
+   * System load average over 15 minutes.
+   * Bounds: from 0 to 1000000.
+   *
+   * @generated from field: double load_average_15m = 8;
+   */
+  loadAverage15m: number;
 };
 
 /**
@@ -406,4 +441,50 @@ export enum Liveness {
  */
 export const LivenessSchema: GenEnum<Liveness> = /*@__PURE__*/
   enumDesc(file_modelforge_common_v1_common, 0);
+
+/**
+ * What an operator RPC does to the control plane's state. The server authorizes every operator
+ * call from this option alone: a read-only operator key may call ACCESS_READ methods only.
+ *
+ * @generated from enum modelforge.common.v1.Access
+ */
+export enum Access {
+  /**
+   * Not declared: the server treats the method as ACCESS_WRITE (admin only). Every operator RPC
+   * declares its access, and a test keeps it so.
+   *
+   * @generated from enum value: ACCESS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Reads only (List, Get, Watch, previews): open to every operator role.
+   *
+   * @generated from enum value: ACCESS_READ = 1;
+   */
+  READ = 1,
+
+  /**
+   * Changes state: the admin role only.
+   *
+   * @generated from enum value: ACCESS_WRITE = 2;
+   */
+  WRITE = 2,
+}
+
+/**
+ * Describes the enum modelforge.common.v1.Access.
+ */
+export const AccessSchema: GenEnum<Access> = /*@__PURE__*/
+  enumDesc(file_modelforge_common_v1_common, 1);
+
+/**
+ * The access an operator RPC needs, e.g. `option (modelforge.common.v1.access) = ACCESS_READ;`.
+ * Declared once per method, here in the contract, so the server's role table and any client
+ * (the web console hides what a read-only key cannot do) derive from the same fact.
+ *
+ * @generated from extension: modelforge.common.v1.Access access = 50010;
+ */
+export const access: GenExtension<MethodOptions, Access> = /*@__PURE__*/
+  extDesc(file_modelforge_common_v1_common, 0);
 

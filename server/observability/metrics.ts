@@ -1,0 +1,216 @@
+// The control plane's Prometheus metrics: one Registry per server (tests start several in one
+// process), defined here and handed to each feature as the narrow interface of the few counters it
+// moves (SessionMetrics, JobMetrics, ...), never as a global. Gauges of state (sessions, admission,
+// nodes, jobs) are read when scraped. Every metric is listed in the README's Metrics section.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { Code, Interceptor } from "@connectrpc/connect";
+import type { FleetCounts } from "./metrics-db.js";
+import { nodeStates, queryErrorKind, rpcOutcome, sessionRefusalReason } from "./metrics-rules.js";
+
+/** What a Session counts (../sessions/session.ts). */
+export interface SessionMetrics {
+  opened(): void;
+  /** The session ended before it was open, with this status. */
+  refused(code: Code): void;
+  heartbeat(): void;
+}
+
+/** What the job engine counts (../jobs). */
+export interface JobMetrics {
+  leaseGranted(): void;
+  leaseExpired(): void;
+  leaseReclaimed(): void;
+  /** A job's first lease was handed out (pushed or claimed) this long after the job was created. */
+  dispatched(ms: number): void;
+}
+
+/** What the scrape reads from the running server. */
+export interface MetricSources {
+  sessions: { readonly size: number };
+  admission: { readonly queued: number; readonly running: number };
+  /** Fleet-wide counts from the database; refreshed at most every `fleetRefreshMs`. */
+  fleet: () => Promise<FleetCounts>;
+}
+
+/** How often the fleet counts (two grouped queries) may be read, however often anyone scrapes. */
+const fleetRefreshMs = 1_000;
+
+export class ServerMetrics {
+  readonly registry = new Registry();
+  readonly sessions: SessionMetrics;
+  readonly jobs: JobMetrics;
+  private sources: MetricSources | undefined;
+  private fleet: { at: number; counts: Promise<FleetCounts | undefined> } | undefined;
+
+  private readonly heartbeatsReceived: Counter;
+  private readonly heartbeatsFlushed: Counter;
+  private readonly flushSeconds: Histogram;
+  private readonly enrollments: Counter<"outcome">;
+  private readonly queryErrors: Counter<"kind">;
+
+  constructor() {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    const self = this;
+    new Gauge({
+      name: "modelforge_sessions_connected",
+      help: "Session streams open on this replica.",
+      registers,
+      collect() {
+        this.set(self.sources?.sessions.size ?? 0);
+      },
+    });
+    new Gauge({
+      name: "modelforge_admission_queue_depth",
+      help: "Session opens waiting for the admission gate on this replica.",
+      registers,
+      collect() {
+        this.set(self.sources?.admission.queued ?? 0);
+      },
+    });
+    new Gauge({
+      name: "modelforge_admission_in_progress",
+      help: "Session opens running (holding an admission slot) on this replica.",
+      registers,
+      collect() {
+        this.set(self.sources?.admission.running ?? 0);
+      },
+    });
+    const opens = new Counter({ name: "modelforge_session_opens_total", help: "Sessions opened (Welcome sent).", registers });
+    const refusals = new Counter({
+      name: "modelforge_session_refusals_total",
+      help: "Sessions ended before they were open, by reason.",
+      labelNames: ["reason"] as const,
+      registers,
+    });
+    this.heartbeatsReceived = new Counter({
+      name: "modelforge_heartbeats_received_total",
+      help: "Heartbeats received (Session messages and unary Heartbeat calls).",
+      registers,
+    });
+    this.heartbeatsFlushed = new Counter({
+      name: "modelforge_heartbeats_flushed_total",
+      help: "Node heartbeat times written to the database by the batched flush.",
+      registers,
+    });
+    this.flushSeconds = new Histogram({
+      name: "modelforge_heartbeat_flush_duration_seconds",
+      help: "Duration of one heartbeat flush (one statement for the batch).",
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers,
+    });
+    this.enrollments = new Counter({
+      name: "modelforge_enrollments_total",
+      help: 'Enroll calls by outcome: "ok" or the refusal\'s status code.',
+      labelNames: ["outcome"] as const,
+      registers,
+    });
+    this.enrollments.inc({ outcome: "ok" }, 0);
+    const granted = new Counter({ name: "modelforge_leases_granted_total", help: "Job leases granted.", registers });
+    const expired = new Counter({
+      name: "modelforge_leases_expired_total",
+      help: "Leases that lapsed on an online node (re-queued, failed or cancelled).",
+      registers,
+    });
+    const reclaimed = new Counter({
+      name: "modelforge_leases_reclaimed_total",
+      help: "Leased jobs failed because their node stayed unreachable past the reclaim grace.",
+      registers,
+    });
+    const dispatch = new Histogram({
+      name: "modelforge_job_dispatch_seconds",
+      help: "From a job's creation to its first lease being pushed down a Session or returned by ClaimJob.",
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+      registers,
+    });
+    this.queryErrors = new Counter({
+      name: "modelforge_db_query_errors_total",
+      help: "Database statements that failed, by kind (unavailable, conflict, constraint, timeout, other).",
+      labelNames: ["kind"] as const,
+      registers,
+    });
+    new Gauge({
+      name: "modelforge_nodes",
+      help: "Nodes by state, fleet-wide (from the database; as of the last liveness reconcile).",
+      labelNames: ["state"] as const,
+      registers,
+      async collect() {
+        const counts = await self.fleetCounts();
+        this.reset();
+        if (counts === undefined) return;
+        for (const state of nodeStates) this.set({ state }, 0);
+        for (const n of counts.nodes) this.inc({ state: n.state }, n.count);
+      },
+    });
+    new Gauge({
+      name: "modelforge_jobs",
+      help: "Jobs by state and capability, fleet-wide (from the database).",
+      labelNames: ["state", "capability"] as const,
+      registers,
+      async collect() {
+        const counts = await self.fleetCounts();
+        this.reset();
+        for (const j of counts?.jobs ?? []) this.inc({ state: j.state, capability: j.capability }, j.count);
+      },
+    });
+
+    const heartbeats = this.heartbeatsReceived;
+    this.sessions = {
+      opened: () => opens.inc(),
+      refused: (code) => refusals.inc({ reason: sessionRefusalReason(code) }),
+      heartbeat: () => heartbeats.inc(),
+    };
+    this.jobs = {
+      leaseGranted: () => granted.inc(),
+      leaseExpired: () => expired.inc(),
+      leaseReclaimed: () => reclaimed.inc(),
+      dispatched: (ms) => dispatch.observe(Math.max(0, ms) / 1000),
+    };
+  }
+
+  /** Connects the scrape-time gauges to the running server (once its database is open). */
+  observe(sources: MetricSources): void {
+    this.sources = sources;
+  }
+
+  /** Runs a heartbeat flush, timing it and counting what it wrote. */
+  async flushed(flush: () => Promise<number>): Promise<number> {
+    const end = this.flushSeconds.startTimer();
+    const written = await flush().finally(end);
+    this.heartbeatsFlushed.inc(written);
+    return written;
+  }
+
+  /** For ../db: hears of every failed statement. */
+  readonly queryFailed = (err: unknown): void => this.queryErrors.inc({ kind: queryErrorKind(err) });
+
+  /** Counts the unary calls that have no Session path of their own: Enroll outcomes and polled heartbeats. */
+  interceptor(): Interceptor {
+    return (next) => async (req) => {
+      const method = req.method.name;
+      if (req.service.typeName !== "modelforge.agent.v1.AgentService" || (method !== "Enroll" && method !== "Heartbeat")) {
+        return next(req);
+      }
+      try {
+        const res = await next(req);
+        if (method === "Enroll") this.enrollments.inc({ outcome: "ok" });
+        else this.heartbeatsReceived.inc();
+        return res;
+      } catch (err) {
+        if (method === "Enroll") this.enrollments.inc({ outcome: rpcOutcome(err) });
+        throw err;
+      }
+    };
+  }
+
+  /** The fleet counts, read at most every `fleetRefreshMs`; undefined while the database cannot answer. */
+  private fleetCounts(): Promise<FleetCounts | undefined> {
+    const sources = this.sources;
+    if (sources === undefined) return Promise.resolve(undefined);
+    const now = performance.now();
+    if (this.fleet === undefined || now - this.fleet.at >= fleetRefreshMs) {
+      this.fleet = { at: now, counts: sources.fleet().catch(() => undefined) };
+    }
+    return this.fleet.counts;
+  }
+}

@@ -1,0 +1,115 @@
+// The console's shell: sign-in, navigation and a hash router. Each page renders into the main
+// element and stops its streams and polling when the route changes (its AbortSignal).
+import "./style.css";
+import { OperatorRole } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { describeError, operator, signIn, signOut } from "./api.js";
+import { showError } from "./errors.js";
+import { formValues, h } from "./dom.js";
+import { fleetPage } from "./pages/fleet.js";
+import { nodePage } from "./pages/node.js";
+import { jobsPage } from "./pages/jobs.js";
+import { jobPage } from "./pages/job.js";
+import { tokensPage } from "./pages/tokens.js";
+import { auditPage } from "./pages/audit.js";
+
+export type Page = (main: HTMLElement, signal: AbortSignal, params: URLSearchParams) => Promise<void>;
+
+const routes: [RegExp, (m: RegExpExecArray) => Page][] = [
+  [/^\/$/, () => fleetPage],
+  [/^\/nodes\/([0-9a-f-]{36})$/, (m) => nodePage(m[1]!)],
+  [/^\/jobs$/, () => jobsPage],
+  [/^\/jobs\/([0-9a-f-]{36})$/, (m) => jobPage(m[1]!)],
+  [/^\/tokens$/, () => tokensPage],
+  [/^\/audit$/, () => auditPage],
+];
+
+const app = document.getElementById("app")!;
+let current: AbortController | undefined;
+
+function signInView(message = ""): void {
+  const form = h(
+    "form",
+    {
+      class: "signin",
+      onsubmit: (e) => {
+        e.preventDefault();
+        const key = formValues(form).key ?? "";
+        signIn(key).then(
+          () => route(),
+          (err: unknown) => signInView(describeError(err)),
+        );
+      },
+    },
+    h("h1", {}, "ModelForge console"),
+    h(
+      "label",
+      {},
+      "Operator key ",
+      h("input", { type: "password", name: "key", autocomplete: "off", required: true, "data-testid": "key" }),
+    ),
+    h("button", { type: "submit" }, "Sign in"),
+    h("p", { class: "hint" }, "The key is kept in this tab's session storage only."),
+    message !== "" ? h("p", { class: "error", role: "alert" }, message) : null,
+  );
+  app.replaceChildren(form);
+}
+
+function shell(): HTMLElement {
+  const readOnly = operator.role === OperatorRole.READ_ONLY;
+  const link = (href: string, text: string) => h("a", { href, class: location.hash === href ? "active" : "" }, text);
+  const main = h("main", {});
+  app.replaceChildren(
+    h(
+      "header",
+      {},
+      h("strong", {}, "ModelForge"),
+      h("nav", {}, link("#/", "Fleet"), link("#/jobs", "Jobs"), link("#/tokens", "Tokens"), link("#/audit", "Audit")),
+      h("span", { class: readOnly ? "role read-only" : "role", "data-testid": "role" }, readOnly ? "read-only: monitoring" : "admin"),
+      h(
+        "button",
+        {
+          type: "button",
+          class: "link",
+          onclick: () => {
+            signOut();
+            location.hash = "#/";
+            route();
+          },
+        },
+        "Sign out",
+      ),
+    ),
+    main,
+  );
+  return main;
+}
+
+async function route(): Promise<void> {
+  current?.abort();
+  current = new AbortController();
+  const signal = current.signal;
+  if (operator.key === "") return signInView();
+  if (operator.role === OperatorRole.UNSPECIFIED) {
+    try {
+      await signIn(operator.key);
+    } catch (err) {
+      return signInView(describeError(err));
+    }
+  }
+  const [path = "/", query = ""] = (location.hash.slice(1) || "/").split("?");
+  const main = shell();
+  for (const [pattern, page] of routes) {
+    const m = pattern.exec(path);
+    if (m === null) continue;
+    try {
+      await page(m)(main, signal, new URLSearchParams(query));
+    } catch (err) {
+      if (!signal.aborted) showError(main, err);
+    }
+    return;
+  }
+  main.replaceChildren(h("p", {}, "Not found. ", h("a", { href: "#/" }, "Fleet")));
+}
+
+window.addEventListener("hashchange", () => void route());
+void route();
