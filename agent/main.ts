@@ -9,6 +9,7 @@ import { runAgent } from "./session.js";
 import { openJobRunner } from "./jobs/index.js";
 import { capabilityRegistry } from "./capabilities/index.js";
 import { Supervisor } from "./engines/supervisor.js";
+import { deploymentHost, sessionDeployments } from "./deployments/index.js";
 import { dirname, join } from "node:path";
 import { SourceConfigError } from "./capabilities/artifact-sources.js";
 import { agentVersion } from "./version.js";
@@ -38,7 +39,7 @@ Options:
 Environment:
   MODELFORGE_AGENT_STATE          state file path
   MODELFORGE_AGENT_LOG_LEVEL      log level (default info)
-  MODELFORGE_AGENT_RUNTIMES       "on" serves runtime.probe/health/unload.v1 (llama.cpp engine)
+  MODELFORGE_AGENT_RUNTIMES       "on" serves runtime.probe/health/unload.v1 and deployment.load/health/drain/unload.v1 (llama.cpp engine)
   MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE  a JSON file with the argv template of an external
                                   OpenAI-compatible server; with it the openai-http engine is offered
   MODELFORGE_AGENT_BACKOFF_BASE   first reconnect delay ceiling (default 500ms)
@@ -129,6 +130,7 @@ async function main(argv: string[]): Promise<number> {
           "orphaned runtime from an earlier agent",
         );
       }
+      const deployments = supervisor ? deploymentHost(supervisor, log) : undefined;
       await runAgent({
         statePath,
         log,
@@ -143,9 +145,10 @@ async function main(argv: string[]): Promise<number> {
           log,
           signal: stop.signal,
           // Staging ages are file mtimes: compared with the real clock, not a shifted one.
-          registry: capabilityRegistry({ statePath, log, env, supervisor, clock: systemClock, signal: stop.signal }),
+          registry: capabilityRegistry({ statePath, log, env, supervisor, deployments, clock: systemClock, signal: stop.signal }),
           metrics,
         }),
+        deployments: deployments ? sessionDeployments(deployments, log) : undefined,
       });
       await supervisor?.stopAll();
       await endpoint?.close();

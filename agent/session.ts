@@ -27,6 +27,7 @@ import { backoffDelay, renewalDue, retryAfterDelay } from "./rules.js";
 import { checkIssued } from "./enroll.js";
 import { systemClock, type Clock } from "../common/clock.js";
 import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
+import type { SessionDeployments } from "./deployments/session-hook.js";
 import type { SessionLoopMetrics } from "./metrics.js";
 import { VersionRefusals, versionRefusalDelay, versionRefusalOf } from "./version-refusal.js";
 
@@ -69,6 +70,7 @@ export interface RunOptions {
   log: Logger;
   signal: AbortSignal;
   jobs?: SessionJobs;
+  deployments?: SessionDeployments;
   /**
    * The agent's time for observed_at, renewal and inventory cadence (default: the system clock;
    * skew drills and tests pass another). Timers that pace the session stay on real time.
@@ -308,6 +310,7 @@ async function runSession(store: StateStore, opts: RunOptions, established: () =
           capabilities: opts.jobs?.capabilities() ?? [],
           engines: opts.jobs?.engines?.() ?? [],
           runningJobIds: opts.jobs?.runningJobIds() ?? [],
+          heldDeployments: opts.deployments?.held() ?? [],
         },
       },
     }),
@@ -362,6 +365,8 @@ async function runSession(store: StateStore, opts: RunOptions, established: () =
         case "cancel":
           opts.jobs?.onCancel(m.value);
           break;
+        default:
+          opts.deployments?.onMessage(m, link);
       }
     }
   } catch (err) {

@@ -14,7 +14,22 @@ import { artifactsGroup } from "./commands/artifacts.js";
 import { runtimesGroup } from "./commands/runtimes.js";
 import { deploymentsGroup } from "./commands/deployments.js";
 
-export const groups: Group[] = [tokensGroup, nodesGroup, jobsGroup, artifactsGroup, runtimesGroup, deploymentsGroup, auditGroup];
+import { serviceKeysGroup } from "./commands/service-keys.js";
+import { deploymentLogsCommand } from "./commands/deployment-logs.js";
+
+/** The deployments commands with `logs`, which lives in its own file. */
+const deployments: Group = { ...deploymentsGroup, commands: [...deploymentsGroup.commands, deploymentLogsCommand] };
+
+export const groups: Group[] = [
+  tokensGroup,
+  nodesGroup,
+  jobsGroup,
+  artifactsGroup,
+  runtimesGroup,
+  deployments,
+  serviceKeysGroup,
+  auditGroup,
+];
 
 const globalOptions: Record<string, OptionDef> = {
   server: { type: "string", value: "URL", description: `control plane URL (env MODELFORGE_SERVER; default ${defaultServer})` },

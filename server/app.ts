@@ -38,6 +38,15 @@ import { DeploymentController } from "./deployments/controller.js";
 import { adminDeployments } from "./deployments/admin-rpc.js";
 import { reconcileHeld } from "./deployments/held.js";
 import { agentArtifacts } from "./artifacts/agent-rpc.js";
+import { ServiceKeys } from "./identity/service-keys.js";
+import { adminServiceKeys } from "./identity/service-keys-rpc.js";
+import { serviceKeyInterceptor } from "./identity/service-keys-auth.js";
+import { InvokeRelay } from "./invoke/relay.js";
+import { InvokeCounts } from "./invoke/counts.js";
+import { LogWatches } from "./invoke/logs.js";
+import { deploymentService } from "./invoke/service.js";
+import { adminDeploymentLogs } from "./invoke/admin-rpc.js";
+import { deploymentRoutes } from "./deployments/routes.js";
 import { reconcileLiveness } from "./liveness/reconciler.js";
 import { revokedSessionSweeper } from "./sessions/revocation.js";
 import { every } from "./loop.js";
@@ -225,6 +234,11 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
   const deployments = new DeploymentController({ prisma, clock, log, jobs });
   const reconcileDeployment = (id: string) => deployments.reconcile(id);
+  const serviceKeys = new ServiceKeys({ prisma, clock });
+  const routes = deploymentRoutes(prisma, deployments);
+  const invokeCounts = new InvokeCounts();
+  const logWatches = new LogWatches(sessions);
+  const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches });
   const agentDeps: AgentServiceDeps = {
     prisma,
     clock,
@@ -248,6 +262,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     },
     shutdown: shutdown.signal,
     outage: db.outage,
+    relay,
     metrics: metrics?.sessions,
     minAgentVersion: config.minAgentVersion,
   };
@@ -269,6 +284,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       ...adminArtifacts(artifacts),
       ...adminRuntimeProfiles(profiles),
       ...adminDeployments({ prisma, clock, jobs, approvedRoots: config.approvedRoots, profiles, reconcile: reconcileDeployment }),
+      ...adminServiceKeys(serviceKeys),
+      ...adminDeploymentLogs({ routes, logs: logWatches, shutdown: shutdown.signal }),
     },
   );
   const connect = connectNodeAdapter({
@@ -279,12 +296,13 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
         agentService(agentDeps, agentJobs({ prisma, clock, engine: jobs }), agentArtifacts({ prisma, clock, store: artifacts })),
       );
       router.service(AdminService, admin);
-      router.service(DeploymentService, {});
+      router.service(DeploymentService, deploymentService(relay, routes));
       routeReflection(router, reflection);
       undecodableAsInvalidArgument(router);
     },
     interceptors: [
       callLogInterceptor(db.outage),
+      serviceKeyInterceptor({ keys: serviceKeys, log, clock }),
       ...(metrics ? [metrics.interceptor()] : []),
       adminAuthInterceptor(operatorKeys),
       validationInterceptor(),
@@ -328,6 +346,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       async () => leadership.isLeader() && (await deployments.sweep()),
       db.outage,
     ),
+    every(clock, 60_000, "invoke counts", log, () => invokeCounts.flush(prisma, new Date(clock.now())), db.outage),
   ];
 
   let stopping: Promise<void> | undefined;

@@ -17,7 +17,13 @@ import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 const KiB = 1024;
 const agent = (name: string) => `/modelforge.agent.v1.AgentService/${name}`;
 const admin = (name: string) => `/modelforge.admin.v1.AdminService/${name}`;
-const invokePaths = ["/modelforge.deployment.v1.DeploymentService/Invoke", admin("CreateJob"), agent("CompleteJob"), agent("Session")];
+const invokePaths = [
+  "/modelforge.deployment.v1.DeploymentService/Invoke",
+  "/modelforge.deployment.v1.DeploymentService/InvokeStream",
+  admin("CreateJob"),
+  agent("CompleteJob"),
+  agent("Session"),
+];
 const allPaths = [AgentService, AdminService, DeploymentService, Health].flatMap((s) => s.methods.map((m) => `/${s.typeName}/${m.name}`));
 
 describe("request limits", () => {

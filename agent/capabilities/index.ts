@@ -7,6 +7,7 @@ import { nodeClient } from "../transport.js";
 import { artifactAcquireHandler } from "./artifact-acquire.js";
 import { runtimeHealthHandler, runtimeProbeHandler, runtimeUnloadHandler } from "./runtime.js";
 import type { Supervisor } from "../engines/supervisor.js";
+import { registerDeploymentCapabilities, type DeploymentHost } from "../deployments/index.js";
 import { parseDuration } from "../../common/duration.js";
 import type { Clock } from "../../common/clock.js";
 import { runStagingSweeper } from "./staging-sweeper.js";
@@ -20,6 +21,8 @@ export interface CapabilityConfig {
   env: Record<string, string | undefined>;
   /** The runtime supervisor; with it the agent serves the runtime.* capabilities. */
   supervisor?: Supervisor;
+  /** The deployments host; with it the agent serves the deployment.* capabilities. */
+  deployments?: DeploymentHost;
   /** With both, the sweeper of abandoned artifact staging runs until the signal aborts. */
   clock?: Clock;
   signal?: AbortSignal;
@@ -92,5 +95,6 @@ export function capabilityRegistry(config: CapabilityConfig): CapabilityRegistry
     registry.register("runtime.unload.v1", runtimeUnloadHandler(opts));
     registry.engines = config.supervisor.engines();
   }
+  if (config.deployments) registerDeploymentCapabilities(registry, config.deployments);
   return registry;
 }

@@ -62,7 +62,7 @@ export function durationOf(ms: number): Duration {
   return create(DurationSchema, { seconds: BigInt(Math.floor(nanosTotal / 1e9)), nanos: nanosTotal % 1e9 });
 }
 
-async function sha256Of(path: string): Promise<string | undefined> {
+export async function sha256Of(path: string): Promise<string | undefined> {
   const hash = createHash("sha256");
   try {
     for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);

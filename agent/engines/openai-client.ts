@@ -70,12 +70,23 @@ export class OpenAiClient {
     return this.events("/v1/chat/completions", { ...params, messages }) as AsyncGenerator<ChatCompletionChunk>;
   }
 
-  private async request(method: string, path: string, body?: unknown): Promise<Response> {
+  /** POSTs a caller's JSON body as it is and returns the answer's text (the relay's unary path). */
+  async postRaw(path: string, body: string, signal?: AbortSignal): Promise<string> {
+    return (await this.request("POST", path, body, signal)).text();
+  }
+
+  /** POSTs a caller's JSON body (with "stream": true) and yields each event's data as it comes. */
+  async *streamRaw(path: string, body: string, signal?: AbortSignal): AsyncGenerator<string> {
+    yield* this.eventData(await this.request("POST", path, body, signal));
+  }
+
+  private async request(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response> {
+    const timeout = AbortSignal.timeout(this.timeoutMs);
     const res = await fetch(new URL(path, this.baseUrl), {
       method,
       headers: body === undefined ? {} : { "content-type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout(this.timeoutMs),
+      body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+      signal: signal === undefined ? timeout : AbortSignal.any([timeout, signal]),
     });
     if (res.ok) return res;
     const text = await res.text().catch(() => "");
@@ -94,6 +105,15 @@ export class OpenAiClient {
 
   private async *events(path: string, body: Record<string, unknown>): AsyncGenerator<unknown> {
     const res = await this.request("POST", path, { ...body, stream: true, stream_options: { include_usage: true } });
+    for await (const data of this.eventData(res)) {
+      const parsed = JSON.parse(data) as { error?: ErrorBody["error"] };
+      if (parsed.error) throw new OpenAiClientError(res.status, parsed.error.type, parsed.error.code ?? undefined, parsed.error.message);
+      yield parsed;
+    }
+  }
+
+  /** The data of each server-sent event, until [DONE]; an event over the size limit is refused. */
+  private async *eventData(res: Response): AsyncGenerator<string> {
     const decoder = new TextDecoder();
     let buffered = "";
     for await (const bytes of res.body as unknown as AsyncIterable<Uint8Array>) {
@@ -108,9 +128,7 @@ export class OpenAiClient {
           .join("\n");
         if (data === "") continue;
         if (data === "[DONE]") return;
-        const parsed = JSON.parse(data) as { error?: ErrorBody["error"] };
-        if (parsed.error) throw new OpenAiClientError(res.status, parsed.error.type, parsed.error.code ?? undefined, parsed.error.message);
-        yield parsed;
+        yield data;
       }
       if (buffered.length > maxEventBytes)
         throw new OpenAiClientError(res.status, undefined, undefined, "a stream event exceeds the size limit");

@@ -80,6 +80,8 @@ export interface StartOptions {
   params?: EngineParams;
   /** How long the runtime has to load and answer its health check (default 120 s). */
   healthDeadlineMs?: number;
+  /** Hears the runtime's output as it is written (a deployment's live logs). */
+  onOutput?: (stream: "stdout" | "stderr", chunk: Buffer) => void;
 }
 
 export interface OrphanReport {
@@ -176,6 +178,8 @@ export class Supervisor {
     let tail = "";
     const keepTail = (c: Buffer) => (tail = (tail + c.toString()).slice(-tailBytes));
     child.stderr!.on("data", keepTail);
+    const onOutput = options.onOutput;
+    if (onOutput !== undefined) child.stderr!.on("data", (c: Buffer) => onOutput("stderr", c));
     let stopping = false;
     let exit: ExitStatus | undefined;
     const exited = new Promise<ExitStatus>((resolve) => {
@@ -220,6 +224,8 @@ export class Supervisor {
     const deadline = this.clock.now() + (options.healthDeadlineMs ?? 120_000);
     try {
       const ready = await this.waitForPort(plan, child, deadline, gone.signal, keepTail);
+      // Only now: a listener set earlier would start the flow before the port announcement is read.
+      if (onOutput !== undefined) child.stdout!.on("data", (c: Buffer) => onOutput("stdout", c));
       const client = new OpenAiClient(`http://${loopback}:${ready.port}`);
       await this.waitForHealth(client, plan.healthPath, deadline, gone.signal);
       if (exit) throw new Error("exited");

@@ -88,3 +88,9 @@ export type DeploymentInstance = Prisma.DeploymentInstanceModel
  * A deployment's state history.
  */
 export type DeploymentEvent = Prisma.DeploymentEventModel
+/**
+ * Model ServiceKey
+ * A DeploymentService credential: a secret shown once, stored only as its SHA-256, scoped to
+ * deployment names (a name, not a row: a deployment recreated under the name stays in scope).
+ */
+export type ServiceKey = Prisma.ServiceKeyModel

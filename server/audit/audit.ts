@@ -10,7 +10,7 @@ export interface AuditEntry {
   actor: string;
   /** e.g. "node.enrolled", "credential.revoked". */
   action: string;
-  targetType: "node" | "credential" | "enrollment_token" | "job" | "gpu" | "deployment" | "artifact" | "runtime_profile";
+  targetType: "node" | "credential" | "enrollment_token" | "job" | "gpu" | "deployment" | "artifact" | "runtime_profile" | "service_key";
   targetId: string;
   correlationId?: string | undefined;
   /** Never a secret. */

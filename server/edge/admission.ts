@@ -6,6 +6,9 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { refuseForeignCredentials, refuseServiceKeyElsewhere } from "../identity/service-keys-auth.js";
+import { bearerServiceKey } from "../identity/service-keys.js";
 import { operatorRoleOf } from "../identity/admin-token.js";
 import { authorizePath, type OperatorKeys } from "../identity/roles.js";
 import { presentedIdentity } from "../identity/node-auth.js";
@@ -20,6 +23,8 @@ export interface EdgeRequest {
   contentLength: number | undefined;
   /** The x-modelforge-admin-token header, if any. */
   adminToken: string | undefined;
+  /** The authorization header (a service key), if any. */
+  authorization?: string | undefined;
   /** The TLS client certificate, read only for calls that need one. */
   peer: () => Pick<Caller, "certificate" | "certificateError">;
 }
@@ -28,6 +33,7 @@ export type Admission = { admitted: true; limit: RequestLimit } | { admitted: fa
 
 const adminPrefix = `/${AdminService.typeName}/`;
 const agentPrefix = `/${AgentService.typeName}/`;
+const deploymentPrefix = `/${DeploymentService.typeName}/`;
 /** The agent calls a node makes before it has a certificate. */
 const anonymousAgentPaths: ReadonlySet<string> = new Set(
   [AgentService.method.getServerInfo, AgentService.method.enroll].map((m) => `${agentPrefix}${m.name}`),
@@ -45,6 +51,19 @@ export function admit(req: EdgeRequest, operatorKeys: OperatorKeys): Admission {
     if (!limit.perMessage && req.contentLength !== undefined && req.contentLength > limit.bytes) {
       throw tooLarge(req.path, limit.bytes, req.contentLength);
     }
+    if (req.path.startsWith(deploymentPrefix)) {
+      // Service keys only; the key itself is checked against the database by the interceptor.
+      const peer = req.peer();
+      refuseForeignCredentials({
+        certificatePresented: peer.certificate !== undefined || peer.certificateError !== undefined,
+        adminToken: req.adminToken ?? null,
+      });
+      if (bearerServiceKey(req.authorization) === undefined) {
+        throw new ConnectError(`service key required: send "Authorization: Bearer mfsk_..."`, Code.Unauthenticated);
+      }
+      return { admitted: true, limit };
+    }
+    refuseServiceKeyElsewhere(req.authorization ?? null);
     if (req.path.startsWith(adminPrefix)) authorizePath(operatorRoleOf(req.adminToken ?? null, operatorKeys), req.path);
     else if (req.path.startsWith(agentPrefix) && !anonymousAgentPaths.has(req.path)) presentedIdentity(req.peer());
   } catch (err) {

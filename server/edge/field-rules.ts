@@ -64,6 +64,9 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.agent.v1.Hello.engines": { maxCount: 16, maxBytes: 64 },
   "modelforge.agent.v1.HeldDeployment.deployment_id": shortId,
   "modelforge.agent.v1.HeldDeployment.runtime_id": name,
+  "modelforge.agent.v1.InvokeAnswer.content_type": contentType,
+  "modelforge.agent.v1.InvokeAnswer.payload": payload,
+  "modelforge.agent.v1.DeploymentLogLines.lines": { maxCount: 1000 },
 
   // modelforge.common.v1
   "modelforge.common.v1.HostInfo.hostname": { maxBytes: 253 },
@@ -175,6 +178,13 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.DrainDeploymentRequest.deployment": shortId,
   "modelforge.admin.v1.UnloadDeploymentRequest.deployment": shortId,
   "modelforge.admin.v1.DeleteDeploymentRequest.deployment": shortId,
+  "modelforge.admin.v1.CreateServiceKeyRequest.name": shortId,
+  "modelforge.admin.v1.CreateServiceKeyRequest.deployments": { maxCount: 100, maxBytes: 64 },
+  "modelforge.admin.v1.ListServiceKeysRequest.page_token": pageToken,
+  "modelforge.admin.v1.RevokeServiceKeyRequest.id": uuid,
+  "modelforge.admin.v1.RevokeServiceKeyRequest.reason": reason,
+  "modelforge.admin.v1.WatchDeploymentLogsRequest.deployment_id": shortId,
+  "modelforge.admin.v1.WatchDeploymentLogsRequest.node_id": uuid,
   "modelforge.admin.v1.CheckDeploymentHealthRequest.deployment": shortId,
   "modelforge.admin.v1.RegisterNodeRequest.name": name,
 
@@ -183,6 +193,10 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.deployment.v1.InvokeRequest.content_type": contentType,
   "modelforge.deployment.v1.InvokeRequest.payload": payload,
   "modelforge.deployment.v1.ListDeploymentsRequest.page_token": pageToken,
+  "modelforge.deployment.v1.InvokeStreamRequest.deployment_id": shortId,
+  "modelforge.deployment.v1.InvokeStreamRequest.content_type": contentType,
+  "modelforge.deployment.v1.InvokeStreamRequest.payload": payload,
+  "modelforge.deployment.v1.RuntimeLogLine.text": { maxBytes: 4096, multiline: true },
 
   // google.protobuf
   "google.protobuf.FieldMask.paths": { maxCount: 16, maxBytes: 64 },

@@ -46,6 +46,7 @@ export function edgeGuard(operatorKeys: OperatorKeys, log: Logger): EdgeGuard {
         contentType: req.headers["content-type"] ?? "",
         contentLength: declared === undefined ? undefined : Number(declared),
         adminToken: single(req.headers[adminTokenHeader]),
+        authorization: single(req.headers.authorization),
         peer: () => peerOf(req.socket as TLSSocket),
       },
       operatorKeys,

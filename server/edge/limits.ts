@@ -52,6 +52,7 @@ const requestBytes: ReadonlyMap<string, number> = new Map([
   // Paths of a deployment.invoke.v1 payload: the request itself, the job that relays it, its
   // result, and the Session that carries results and everything else an agent reports.
   [path(DeploymentService, "invoke"), invokeRequestBytes],
+  [path(DeploymentService, "invokeStream"), invokeRequestBytes],
   [path(AdminService, "createJob"), invokeRequestBytes],
   [path(AgentService, "completeJob"), invokeRequestBytes],
   [path(AgentService, "session"), invokeRequestBytes],

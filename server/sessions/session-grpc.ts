@@ -14,6 +14,7 @@ import { peerOf } from "../context.js";
 import type { Logger } from "../observability/logger.js";
 import { correlationHeader, correlationIdFrom } from "../observability/correlation.js";
 import { presentedIdentity } from "../identity/node-auth.js";
+import { refuseServiceKeyElsewhere } from "../identity/service-keys-auth.js";
 import { AgentSession, type SessionDeps } from "./session.js";
 import { publicError } from "../observability/call-log.js";
 import { requestLimitOf } from "../edge/limits.js";
@@ -142,6 +143,7 @@ export function serveGrpcSession(
 
   let session: AgentSession;
   try {
+    refuseServiceKeyElsewhere(headers.authorization ?? null);
     const identity = presentedIdentity(peerOf(stream.session!.socket as TLSSocket));
     session = new AgentSession(
       deps,

@@ -75,10 +75,21 @@ export interface SessionDeps {
   shutdown: AbortSignal;
   /** Hears of database connectivity failures (logged once per outage, answered unavailable). */
   outage?: OutageSink;
+  /** Relayed invokes and log watches (server/invoke/): their agent messages need no I/O. */
+  relay?: SessionRelay;
   metrics?: SessionMetrics | undefined;
   /** The oldest agent version accepted at Hello (./agent-version.ts). */
   minAgentVersion: string;
 }
+
+/** Takes the agent's invoke answers and log lines, and hears when a session ends. */
+export interface SessionRelay {
+  fromAgent(session: LiveSession, message: SessionRequest): void;
+  sessionClosed(session: LiveSession): void;
+}
+
+/** Agent messages for the relay: answered at once, never queued behind a database write. */
+const isRelayed = (m: SessionRequest) => m.message.case === "invokeAnswer" || m.message.case === "logLines";
 
 /** Answers one agent message that needs I/O; jobs add their cases through `deps.jobs`. */
 async function answer(deps: SessionDeps, nodeId: string, msg: SessionRequest, correlationId: string): Promise<Result> {
@@ -173,6 +184,7 @@ export class AgentSession implements LiveSession {
   /** An agent message arrived. */
   receive(message: SessionRequest): void {
     if (this.phase === "closed") return;
+    if (this.phase === "open" && isRelayed(message)) return this.relayed(message);
     if (!this.busy) return this.handle(message);
     this.backlog ??= [];
     const backlog = this.backlog;
@@ -205,6 +217,7 @@ export class AgentSession implements LiveSession {
       this.deps.sessions.detach(this);
       if (!this.deps.shutdown.aborted) this.deps.heartbeats.release(this.nodeId);
       this.deps.shutdown.removeEventListener("abort", this.onShutdown);
+      this.deps.relay?.sessionClosed(this);
       this.caller.log.info({ nodeId: this.nodeId }, "session closed");
     }
     if (reason === undefined) return this.sink.end(undefined);
@@ -271,6 +284,14 @@ export class AgentSession implements LiveSession {
         this.next();
       })
       .catch((err: unknown) => this.close(err));
+  }
+
+  /** An invoke answer or log lines: checked at the edge like every message, handed on, acknowledged. */
+  private relayed(message: SessionRequest): void {
+    const invalid = requestViolation(SessionRequestSchema, message);
+    if (invalid !== undefined) return this.sink.send(replyTo(message.messageId, this.refusal(message, invalid)));
+    this.deps.relay?.fromAgent(this, message);
+    this.sink.send(replyTo(message.messageId, { case: undefined }));
   }
 
   private refusal(message: SessionRequest, err: unknown): Result {

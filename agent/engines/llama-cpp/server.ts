@@ -127,6 +127,15 @@ export function createRuntimeServer({ generator, modelId }: RuntimeServerOptions
   }
 
   return createServer((req, res) => {
+    // An access line per generation request (never its body): what `forge deployments logs` shows.
+    if (req.method === "POST") {
+      const began = performance.now();
+      res.once("finish", () =>
+        process.stderr.write(
+          `runtime: ${req.method} ${(req.url ?? "").split("?")[0]} ${res.statusCode} ${Math.round(performance.now() - began)} ms\n`,
+        ),
+      );
+    }
     handle(req, res).catch((err: unknown) => {
       const e = err instanceof OpenAiError ? err : new OpenAiError(500, "server_error", "internal", "the runtime failed to answer");
       if (!(err instanceof OpenAiError)) process.stderr.write(`runtime: request failed: ${(err as Error).message}\n`);

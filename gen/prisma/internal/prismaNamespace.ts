@@ -410,7 +410,8 @@ export const ModelName = {
   StoredArtifact: 'StoredArtifact',
   RuntimeProfile: 'RuntimeProfile',
   DeploymentInstance: 'DeploymentInstance',
-  DeploymentEvent: 'DeploymentEvent'
+  DeploymentEvent: 'DeploymentEvent',
+  ServiceKey: 'ServiceKey'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -426,7 +427,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent"
+    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1466,6 +1467,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    ServiceKey: {
+      payload: Prisma.$ServiceKeyPayload<ExtArgs>
+      fields: Prisma.ServiceKeyFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ServiceKeyFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ServiceKeyFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        findFirst: {
+          args: Prisma.ServiceKeyFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ServiceKeyFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        findMany: {
+          args: Prisma.ServiceKeyFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>[]
+        }
+        create: {
+          args: Prisma.ServiceKeyCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        createMany: {
+          args: Prisma.ServiceKeyCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ServiceKeyCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>[]
+        }
+        delete: {
+          args: Prisma.ServiceKeyDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        update: {
+          args: Prisma.ServiceKeyUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        deleteMany: {
+          args: Prisma.ServiceKeyDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ServiceKeyUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ServiceKeyUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>[]
+        }
+        upsert: {
+          args: Prisma.ServiceKeyUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeyPayload>
+        }
+        aggregate: {
+          args: Prisma.ServiceKeyAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateServiceKey>
+        }
+        groupBy: {
+          args: Prisma.ServiceKeyGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServiceKeyGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ServiceKeyCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServiceKeyCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1731,6 +1806,20 @@ export const DeploymentEventScalarFieldEnum = {
 } as const
 
 export type DeploymentEventScalarFieldEnum = (typeof DeploymentEventScalarFieldEnum)[keyof typeof DeploymentEventScalarFieldEnum]
+
+
+export const ServiceKeyScalarFieldEnum = {
+  id: 'id',
+  name: 'name',
+  prefix: 'prefix',
+  secretHash: 'secretHash',
+  deployments: 'deployments',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  revokedAt: 'revokedAt'
+} as const
+
+export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -2042,6 +2131,7 @@ export type GlobalOmitConfig = {
   runtimeProfile?: Prisma.RuntimeProfileOmit
   deploymentInstance?: Prisma.DeploymentInstanceOmit
   deploymentEvent?: Prisma.DeploymentEventOmit
+  serviceKey?: Prisma.ServiceKeyOmit
 }
 
 /* Types for Logging */

@@ -64,7 +64,8 @@ export const ModelName = {
   StoredArtifact: 'StoredArtifact',
   RuntimeProfile: 'RuntimeProfile',
   DeploymentInstance: 'DeploymentInstance',
-  DeploymentEvent: 'DeploymentEvent'
+  DeploymentEvent: 'DeploymentEvent',
+  ServiceKey: 'ServiceKey'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -309,6 +310,20 @@ export const DeploymentEventScalarFieldEnum = {
 } as const
 
 export type DeploymentEventScalarFieldEnum = (typeof DeploymentEventScalarFieldEnum)[keyof typeof DeploymentEventScalarFieldEnum]
+
+
+export const ServiceKeyScalarFieldEnum = {
+  id: 'id',
+  name: 'name',
+  prefix: 'prefix',
+  secretHash: 'secretHash',
+  deployments: 'deployments',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  revokedAt: 'revokedAt'
+} as const
+
+export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
 
 
 export const SortOrder = {

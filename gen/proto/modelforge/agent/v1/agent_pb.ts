@@ -21,7 +21,9 @@ import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { GpuInfo, HostInfo, Telemetry } from "../../common/v1/common_pb.js";
 import { file_modelforge_common_v1_common } from "../../common/v1/common_pb.js";
-import type { JobFailure, JobLease, JobProgress, JobResult } from "../../jobs/v1/jobs_pb.js";
+import type { InvokeApi, RuntimeLogLine } from "../../deployment/v1/deployment_pb.js";
+import { file_modelforge_deployment_v1_deployment } from "../../deployment/v1/deployment_pb.js";
+import type { DeploymentInvoke, JobFailure, JobLease, JobProgress, JobResult } from "../../jobs/v1/jobs_pb.js";
 import { file_modelforge_jobs_v1_jobs } from "../../jobs/v1/jobs_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -29,7 +31,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/agent/v1/agent.proto.
  */
 export const file_modelforge_agent_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Ch9tb2RlbGZvcmdlL2FnZW50L3YxL2FnZW50LnByb3RvEhNtb2RlbGZvcmdlLmFnZW50LnYxIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IpkBChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USFgoOc2VydmVyX3ZlcnNpb24YASABKAkSGQoRcHJvdG9jb2xfdmVyc2lvbnMYAiADKA0SGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEhYKDmNhX2ZpbmdlcnByaW50GAQgASgJEhkKEW1pbl9hZ2VudF92ZXJzaW9uGAUgASgJIlkKDUVucm9sbFJlcXVlc3QSDQoFdG9rZW4YASABKAkSDwoHY3NyX3BlbRgCIAEoCRIRCglub2RlX25hbWUYAyABKAkSFQoNYWdlbnRfdmVyc2lvbhgEIAEoCSKGAQoORW5yb2xsUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9jZXJ0aWZpY2F0ZV9wZW0YAiABKAkSGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKFlJlbmV3Q3JlZGVudGlhbFJlcXVlc3QSDwoHY3NyX3BlbRgBIAEoCSJiChdSZW5ld0NyZWRlbnRpYWxSZXNwb25zZRIXCg9jZXJ0aWZpY2F0ZV9wZW0YASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgMKC0FnZW50Q29uZmlnEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJ0ZWxlbWV0cnlfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaW52ZW50b3J5X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KC3N0YWxlX2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDW9mZmxpbmVfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X2Z1dHVyZV9za2V3GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiAKGHJlbmV3X3JlbWFpbmluZ19mcmFjdGlvbhgHIAEoARIiChptYXhfcHJvZ3Jlc3NfbWVzc2FnZV9ieXRlcxgIIAEoDSJiCgtJbnN0cnVjdGlvbhJLChByZW5ld19jcmVkZW50aWFsGAEgASgLMi8ubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxJbnN0cnVjdGlvbkgAQgYKBGtpbmQiLAoaUmVuZXdDcmVkZW50aWFsSW5zdHJ1Y3Rpb24SDgoGcmVhc29uGAEgASgJImwKEEhlYXJ0YmVhdFJlcXVlc3QSFQoNYWdlbnRfdmVyc2lvbhgBIAEoCRIrCgdzZW50X2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxjYXBhYmlsaXRpZXMYAyADKAkizAEKEUhlYXJ0YmVhdFJlc3BvbnNlEjAKBmNvbmZpZxgBIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuQWdlbnRDb25maWcSNgoMaW5zdHJ1Y3Rpb25zGAIgAygLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbhIvCgtzZXJ2ZXJfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHAoUaWdub3JlZF9jYXBhYmlsaXRpZXMYBCADKAki7gEKD0ludmVudG9yeVJlcG9ydBIQCghzZXF1ZW5jZRgBIAEoBBIvCgtvYnNlcnZlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoEaG9zdBgDIAEoCzIeLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkhvc3RJbmZvEisKBGdwdXMYBCADKAsyHS5tb2RlbGZvcmdlLmNvbW1vbi52MS5HcHVJbmZvEh8KF2dwdV9jb2xsZWN0aW9uX2NvbXBsZXRlGAUgASgIEhwKFGdwdV9jb2xsZWN0aW9uX2Vycm9yGAYgASgJIksKE1B1dEludmVudG9yeVJlcXVlc3QSNAoGcmVwb3J0GAEgASgLMiQubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZlbnRvcnlSZXBvcnQiYwoUUHV0SW52ZW50b3J5UmVzcG9uc2USOwoLZGlzcG9zaXRpb24YASABKA4yJi5tb2RlbGZvcmdlLmFnZW50LnYxLlNhbXBsZURpc3Bvc2l0aW9uEg4KBnJlYXNvbhgCIAEoCSKIAQoPVGVsZW1ldHJ5UmVwb3J0EhAKCHNlcXVlbmNlGAEgASgEEi8KC29ic2VydmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCgl0ZWxlbWV0cnkYAyABKAsyHy5tb2RlbGZvcmdlLmNvbW1vbi52MS5UZWxlbWV0cnkiSwoTUHV0VGVsZW1ldHJ5UmVxdWVzdBI0CgZyZXBvcnQYASABKAsyJC5tb2RlbGZvcmdlLmFnZW50LnYxLlRlbGVtZXRyeVJlcG9ydCJjChRQdXRUZWxlbWV0cnlSZXNwb25zZRI7CgtkaXNwb3NpdGlvbhgBIAEoDjImLm1vZGVsZm9yZ2UuYWdlbnQudjEuU2FtcGxlRGlzcG9zaXRpb24SDgoGcmVhc29uGAIgASgJIhEKD0NsYWltSm9iUmVxdWVzdCI/ChBDbGFpbUpvYlJlc3BvbnNlEisKBWxlYXNlGAEgASgLMhwubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkxlYXNlIm4KGFJlcG9ydEpvYlByb2dyZXNzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIxCghwcm9ncmVzcxgDIAEoCzIfLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JQcm9ncmVzcyJlChlSZXBvcnRKb2JQcm9ncmVzc1Jlc3BvbnNlEi4KCmV4cGlyZXNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYAiABKAgiZAoSQ29tcGxldGVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi0KBnJlc3VsdBgDIAEoCzIdLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JSZXN1bHQiFQoTQ29tcGxldGVKb2JSZXNwb25zZSJiCg5GYWlsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIvCgdmYWlsdXJlGAMgASgLMh4ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkZhaWx1cmUiJQoPRmFpbEpvYlJlc3BvbnNlEhIKCndpbGxfcmV0cnkYASABKAgitwEKBUhlbGxvEhgKEHByb3RvY29sX3ZlcnNpb24YASABKA0SFQoNYWdlbnRfdmVyc2lvbhgCIAEoCRIUCgxjYXBhYmlsaXRpZXMYAyADKAkSFwoPcnVubmluZ19qb2JfaWRzGAQgAygJEj0KEGhlbGRfZGVwbG95bWVudHMYBSADKAsyIy5tb2RlbGZvcmdlLmFnZW50LnYxLkhlbGREZXBsb3ltZW50Eg8KB2VuZ2luZXMYBiADKAkiXgoOSGVsZERlcGxveW1lbnQSFQoNZGVwbG95bWVudF9pZBgBIAEoCRIQCghyZXZpc2lvbhgCIAEoBBISCgpydW50aW1lX2lkGAMgASgJEg8KB2hlYWx0aHkYBCABKAgivwIKB1dlbGNvbWUSDwoHbm9kZV9pZBgBIAEoCRIWCg5zZXJ2ZXJfdmVyc2lvbhgCIAEoCRIwCgZjb25maWcYAyABKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50Q29uZmlnEjYKDGluc3RydWN0aW9ucxgEIAMoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuSW5zdHJ1Y3Rpb24SSwoQc3RyZWFtX3NlcXVlbmNlcxgFIAMoCzIxLm1vZGVsZm9yZ2UuYWdlbnQudjEuV2VsY29tZS5TdHJlYW1TZXF1ZW5jZXNFbnRyeRIcChRpZ25vcmVkX2NhcGFiaWxpdGllcxgGIAMoCRo2ChRTdHJlYW1TZXF1ZW5jZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBItcDCg5TZXNzaW9uUmVxdWVzdBISCgptZXNzYWdlX2lkGAEgASgEEisKBWhlbGxvGAIgASgLMhoubW9kZWxmb3JnZS5hZ2VudC52MS5IZWxsb0gAEjoKCWhlYXJ0YmVhdBgDIAEoCzIlLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVxdWVzdEgAEj0KCWludmVudG9yeRgEIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0SW52ZW50b3J5UmVxdWVzdEgAEj0KCXRlbGVtZXRyeRgFIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVxdWVzdEgAEkUKDGpvYl9wcm9ncmVzcxgGIAEoCzItLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0SAASPwoMam9iX2NvbXBsZXRlGAcgASgLMicubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlcXVlc3RIABI3Cghqb2JfZmFpbBgIIAEoCzIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlcXVlc3RIAEIJCgdtZXNzYWdlIisKClJlcGx5RXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJItgDCgVSZXBseRISCgptZXNzYWdlX2lkGAEgASgEEjAKBWVycm9yGAIgASgLMh8ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBseUVycm9ySAASOwoJaGVhcnRiZWF0GAMgASgLMiYubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXNwb25zZUgAEj4KCWludmVudG9yeRgEIAEoCzIpLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0SW52ZW50b3J5UmVzcG9uc2VIABI+Cgl0ZWxlbWV0cnkYBSABKAsyKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlc3BvbnNlSAASRgoMam9iX3Byb2dyZXNzGAYgASgLMi4ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBvcnRKb2JQcm9ncmVzc1Jlc3BvbnNlSAASQAoMam9iX2NvbXBsZXRlGAcgASgLMigubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlc3BvbnNlSAASOAoIam9iX2ZhaWwYCCABKAsyJC5tb2RlbGZvcmdlLmFnZW50LnYxLkZhaWxKb2JSZXNwb25zZUgAQggKBnJlc3VsdCJQCglKb2JDYW5jZWwSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SDgoGcmVhc29uGAMgASgJEhIKCmxlYXNlX2xvc3QYBCABKAgiyAIKD1Nlc3Npb25SZXNwb25zZRIvCgd3ZWxjb21lGAEgASgLMhwubW9kZWxmb3JnZS5hZ2VudC52MS5XZWxjb21lSAASKwoFcmVwbHkYAiABKAsyGi5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcGx5SAASLQoFbGVhc2UYAyABKAsyHC5tb2RlbGZvcmdlLmpvYnMudjEuSm9iTGVhc2VIABIwCgZjYW5jZWwYBCABKAsyHi5tb2RlbGZvcmdlLmFnZW50LnYxLkpvYkNhbmNlbEgAEjIKBmNvbmZpZxgFIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuQWdlbnRDb25maWdIABI3CgtpbnN0cnVjdGlvbhgGIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuSW5zdHJ1Y3Rpb25IAEIJCgdtZXNzYWdlIl8KG0Rvd25sb2FkQXJ0aWZhY3RGaWxlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEg4KBmNvbW1pdBgCIAEoCRIMCgRwYXRoGAMgASgJEg4KBm9mZnNldBgEIAEoBCJQChxEb3dubG9hZEFydGlmYWN0RmlsZVJlc3BvbnNlEhIKCnNpemVfYnl0ZXMYASABKAQSDgoGc2hhMjU2GAIgASgJEgwKBGRhdGEYAyABKAwqrwEKEVNhbXBsZURpc3Bvc2l0aW9uEiIKHlNBTVBMRV9ESVNQT1NJVElPTl9VTlNQRUNJRklFRBAAEh4KGlNBTVBMRV9ESVNQT1NJVElPTl9BUFBMSUVEEAESKAokU0FNUExFX0RJU1BPU0lUSU9OX09CU0VSVkFUSU9OX09MREVSEAISLAooU0FNUExFX0RJU1BPU0lUSU9OX09CU0VSVkFUSU9OX0lOX0ZVVFVSRRADMrsJCgxBZ2VudFNlcnZpY2USZgoNR2V0U2VydmVySW5mbxIpLm1vZGVsZm9yZ2UuYWdlbnQudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaKi5tb2RlbGZvcmdlLmFnZW50LnYxLkdldFNlcnZlckluZm9SZXNwb25zZRJRCgZFbnJvbGwSIi5tb2RlbGZvcmdlLmFnZW50LnYxLkVucm9sbFJlcXVlc3QaIy5tb2RlbGZvcmdlLmFnZW50LnYxLkVucm9sbFJlc3BvbnNlElgKB1Nlc3Npb24SIy5tb2RlbGZvcmdlLmFnZW50LnYxLlNlc3Npb25SZXF1ZXN0GiQubW9kZWxmb3JnZS5hZ2VudC52MS5TZXNzaW9uUmVzcG9uc2UoATABEloKCUhlYXJ0YmVhdBIlLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVxdWVzdBomLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVzcG9uc2USYwoMUHV0SW52ZW50b3J5EigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXF1ZXN0GikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXNwb25zZRJjCgxQdXRUZWxlbWV0cnkSKC5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlcXVlc3QaKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlc3BvbnNlElcKCENsYWltSm9iEiQubW9kZWxmb3JnZS5hZ2VudC52MS5DbGFpbUpvYlJlcXVlc3QaJS5tb2RlbGZvcmdlLmFnZW50LnYxLkNsYWltSm9iUmVzcG9uc2UScgoRUmVwb3J0Sm9iUHJvZ3Jlc3MSLS5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcG9ydEpvYlByb2dyZXNzUmVxdWVzdBouLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXNwb25zZRJgCgtDb21wbGV0ZUpvYhInLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ29tcGxldGVKb2JSZXF1ZXN0GigubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlc3BvbnNlElQKB0ZhaWxKb2ISIy5tb2RlbGZvcmdlLmFnZW50LnYxLkZhaWxKb2JSZXF1ZXN0GiQubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVzcG9uc2USbAoPUmVuZXdDcmVkZW50aWFsEisubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxSZXF1ZXN0GiwubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxSZXNwb25zZRJ9ChREb3dubG9hZEFydGlmYWN0RmlsZRIwLm1vZGVsZm9yZ2UuYWdlbnQudjEuRG93bmxvYWRBcnRpZmFjdEZpbGVSZXF1ZXN0GjEubW9kZWxmb3JnZS5hZ2VudC52MS5Eb3dubG9hZEFydGlmYWN0RmlsZVJlc3BvbnNlMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_modelforge_common_v1_common, file_modelforge_jobs_v1_jobs]);
+  fileDesc("Ch9tb2RlbGZvcmdlL2FnZW50L3YxL2FnZW50LnByb3RvEhNtb2RlbGZvcmdlLmFnZW50LnYxIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IpkBChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USFgoOc2VydmVyX3ZlcnNpb24YASABKAkSGQoRcHJvdG9jb2xfdmVyc2lvbnMYAiADKA0SGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEhYKDmNhX2ZpbmdlcnByaW50GAQgASgJEhkKEW1pbl9hZ2VudF92ZXJzaW9uGAUgASgJIlkKDUVucm9sbFJlcXVlc3QSDQoFdG9rZW4YASABKAkSDwoHY3NyX3BlbRgCIAEoCRIRCglub2RlX25hbWUYAyABKAkSFQoNYWdlbnRfdmVyc2lvbhgEIAEoCSKGAQoORW5yb2xsUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9jZXJ0aWZpY2F0ZV9wZW0YAiABKAkSGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKFlJlbmV3Q3JlZGVudGlhbFJlcXVlc3QSDwoHY3NyX3BlbRgBIAEoCSJiChdSZW5ld0NyZWRlbnRpYWxSZXNwb25zZRIXCg9jZXJ0aWZpY2F0ZV9wZW0YASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgMKC0FnZW50Q29uZmlnEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJ0ZWxlbWV0cnlfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaW52ZW50b3J5X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KC3N0YWxlX2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDW9mZmxpbmVfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X2Z1dHVyZV9za2V3GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiAKGHJlbmV3X3JlbWFpbmluZ19mcmFjdGlvbhgHIAEoARIiChptYXhfcHJvZ3Jlc3NfbWVzc2FnZV9ieXRlcxgIIAEoDSJiCgtJbnN0cnVjdGlvbhJLChByZW5ld19jcmVkZW50aWFsGAEgASgLMi8ubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxJbnN0cnVjdGlvbkgAQgYKBGtpbmQiLAoaUmVuZXdDcmVkZW50aWFsSW5zdHJ1Y3Rpb24SDgoGcmVhc29uGAEgASgJImwKEEhlYXJ0YmVhdFJlcXVlc3QSFQoNYWdlbnRfdmVyc2lvbhgBIAEoCRIrCgdzZW50X2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxjYXBhYmlsaXRpZXMYAyADKAkizAEKEUhlYXJ0YmVhdFJlc3BvbnNlEjAKBmNvbmZpZxgBIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuQWdlbnRDb25maWcSNgoMaW5zdHJ1Y3Rpb25zGAIgAygLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbhIvCgtzZXJ2ZXJfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHAoUaWdub3JlZF9jYXBhYmlsaXRpZXMYBCADKAki7gEKD0ludmVudG9yeVJlcG9ydBIQCghzZXF1ZW5jZRgBIAEoBBIvCgtvYnNlcnZlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoEaG9zdBgDIAEoCzIeLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkhvc3RJbmZvEisKBGdwdXMYBCADKAsyHS5tb2RlbGZvcmdlLmNvbW1vbi52MS5HcHVJbmZvEh8KF2dwdV9jb2xsZWN0aW9uX2NvbXBsZXRlGAUgASgIEhwKFGdwdV9jb2xsZWN0aW9uX2Vycm9yGAYgASgJIksKE1B1dEludmVudG9yeVJlcXVlc3QSNAoGcmVwb3J0GAEgASgLMiQubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZlbnRvcnlSZXBvcnQiYwoUUHV0SW52ZW50b3J5UmVzcG9uc2USOwoLZGlzcG9zaXRpb24YASABKA4yJi5tb2RlbGZvcmdlLmFnZW50LnYxLlNhbXBsZURpc3Bvc2l0aW9uEg4KBnJlYXNvbhgCIAEoCSKIAQoPVGVsZW1ldHJ5UmVwb3J0EhAKCHNlcXVlbmNlGAEgASgEEi8KC29ic2VydmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCgl0ZWxlbWV0cnkYAyABKAsyHy5tb2RlbGZvcmdlLmNvbW1vbi52MS5UZWxlbWV0cnkiSwoTUHV0VGVsZW1ldHJ5UmVxdWVzdBI0CgZyZXBvcnQYASABKAsyJC5tb2RlbGZvcmdlLmFnZW50LnYxLlRlbGVtZXRyeVJlcG9ydCJjChRQdXRUZWxlbWV0cnlSZXNwb25zZRI7CgtkaXNwb3NpdGlvbhgBIAEoDjImLm1vZGVsZm9yZ2UuYWdlbnQudjEuU2FtcGxlRGlzcG9zaXRpb24SDgoGcmVhc29uGAIgASgJIhEKD0NsYWltSm9iUmVxdWVzdCI/ChBDbGFpbUpvYlJlc3BvbnNlEisKBWxlYXNlGAEgASgLMhwubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkxlYXNlIm4KGFJlcG9ydEpvYlByb2dyZXNzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIxCghwcm9ncmVzcxgDIAEoCzIfLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JQcm9ncmVzcyJlChlSZXBvcnRKb2JQcm9ncmVzc1Jlc3BvbnNlEi4KCmV4cGlyZXNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYAiABKAgiZAoSQ29tcGxldGVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi0KBnJlc3VsdBgDIAEoCzIdLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JSZXN1bHQiFQoTQ29tcGxldGVKb2JSZXNwb25zZSJiCg5GYWlsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIvCgdmYWlsdXJlGAMgASgLMh4ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkZhaWx1cmUiJQoPRmFpbEpvYlJlc3BvbnNlEhIKCndpbGxfcmV0cnkYASABKAgitwEKBUhlbGxvEhgKEHByb3RvY29sX3ZlcnNpb24YASABKA0SFQoNYWdlbnRfdmVyc2lvbhgCIAEoCRIUCgxjYXBhYmlsaXRpZXMYAyADKAkSFwoPcnVubmluZ19qb2JfaWRzGAQgAygJEj0KEGhlbGRfZGVwbG95bWVudHMYBSADKAsyIy5tb2RlbGZvcmdlLmFnZW50LnYxLkhlbGREZXBsb3ltZW50Eg8KB2VuZ2luZXMYBiADKAkiXgoOSGVsZERlcGxveW1lbnQSFQoNZGVwbG95bWVudF9pZBgBIAEoCRIQCghyZXZpc2lvbhgCIAEoBBISCgpydW50aW1lX2lkGAMgASgJEg8KB2hlYWx0aHkYBCABKAgivwIKB1dlbGNvbWUSDwoHbm9kZV9pZBgBIAEoCRIWCg5zZXJ2ZXJfdmVyc2lvbhgCIAEoCRIwCgZjb25maWcYAyABKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50Q29uZmlnEjYKDGluc3RydWN0aW9ucxgEIAMoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuSW5zdHJ1Y3Rpb24SSwoQc3RyZWFtX3NlcXVlbmNlcxgFIAMoCzIxLm1vZGVsZm9yZ2UuYWdlbnQudjEuV2VsY29tZS5TdHJlYW1TZXF1ZW5jZXNFbnRyeRIcChRpZ25vcmVkX2NhcGFiaWxpdGllcxgGIAMoCRo2ChRTdHJlYW1TZXF1ZW5jZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBItEECg5TZXNzaW9uUmVxdWVzdBISCgptZXNzYWdlX2lkGAEgASgEEisKBWhlbGxvGAIgASgLMhoubW9kZWxmb3JnZS5hZ2VudC52MS5IZWxsb0gAEjoKCWhlYXJ0YmVhdBgDIAEoCzIlLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVxdWVzdEgAEj0KCWludmVudG9yeRgEIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0SW52ZW50b3J5UmVxdWVzdEgAEj0KCXRlbGVtZXRyeRgFIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVxdWVzdEgAEkUKDGpvYl9wcm9ncmVzcxgGIAEoCzItLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0SAASPwoMam9iX2NvbXBsZXRlGAcgASgLMicubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlcXVlc3RIABI3Cghqb2JfZmFpbBgIIAEoCzIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlcXVlc3RIABI6Cg1pbnZva2VfYW5zd2VyGAkgASgLMiEubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZva2VBbnN3ZXJIABI8Cglsb2dfbGluZXMYCiABKAsyJy5tb2RlbGZvcmdlLmFnZW50LnYxLkRlcGxveW1lbnRMb2dMaW5lc0gAQgkKB21lc3NhZ2UiKwoKUmVwbHlFcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAki2AMKBVJlcGx5EhIKCm1lc3NhZ2VfaWQYASABKAQSMAoFZXJyb3IYAiABKAsyHy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcGx5RXJyb3JIABI7CgloZWFydGJlYXQYAyABKAsyJi5tb2RlbGZvcmdlLmFnZW50LnYxLkhlYXJ0YmVhdFJlc3BvbnNlSAASPgoJaW52ZW50b3J5GAQgASgLMikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXNwb25zZUgAEj4KCXRlbGVtZXRyeRgFIAEoCzIpLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVzcG9uc2VIABJGCgxqb2JfcHJvZ3Jlc3MYBiABKAsyLi5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcG9ydEpvYlByb2dyZXNzUmVzcG9uc2VIABJACgxqb2JfY29tcGxldGUYByABKAsyKC5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVzcG9uc2VIABI4Cghqb2JfZmFpbBgIIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlc3BvbnNlSABCCAoGcmVzdWx0IlAKCUpvYkNhbmNlbBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIOCgZyZWFzb24YAyABKAkSEgoKbGVhc2VfbG9zdBgEIAEoCCLsAwoPU2Vzc2lvblJlc3BvbnNlEi8KB3dlbGNvbWUYASABKAsyHC5tb2RlbGZvcmdlLmFnZW50LnYxLldlbGNvbWVIABIrCgVyZXBseRgCIAEoCzIaLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwbHlIABItCgVsZWFzZRgDIAEoCzIcLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JMZWFzZUgAEjAKBmNhbmNlbBgEIAEoCzIeLm1vZGVsZm9yZ2UuYWdlbnQudjEuSm9iQ2FuY2VsSAASMgoGY29uZmlnGAUgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5BZ2VudENvbmZpZ0gAEjcKC2luc3RydWN0aW9uGAYgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbkgAEjIKBmludm9rZRgHIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuSW52b2tlU3RhcnRIABI6Cg1pbnZva2VfY2FuY2VsGAggASgLMiEubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZva2VDYW5jZWxIABIyCglsb2dfd2F0Y2gYCSABKAsyHS5tb2RlbGZvcmdlLmFnZW50LnYxLkxvZ1dhdGNoSABCCQoHbWVzc2FnZSJfChtEb3dubG9hZEFydGlmYWN0RmlsZVJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIOCgZjb21taXQYAiABKAkSDAoEcGF0aBgDIAEoCRIOCgZvZmZzZXQYBCABKAQiUAocRG93bmxvYWRBcnRpZmFjdEZpbGVSZXNwb25zZRISCgpzaXplX2J5dGVzGAEgASgEEg4KBnNoYTI1NhgCIAEoCRIMCgRkYXRhGAMgASgMIpgBCgtJbnZva2VTdGFydBIRCglpbnZva2VfaWQYASABKAQSNAoGaW52b2tlGAIgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2USMAoDYXBpGAMgASgOMiMubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkludm9rZUFwaRIOCgZzdHJlYW0YBCABKAgiIQoMSW52b2tlQ2FuY2VsEhEKCWludm9rZV9pZBgBIAEoBCKYAQoMSW52b2tlQW5zd2VyEhEKCWludm9rZV9pZBgBIAEoBBIUCgxjb250ZW50X3R5cGUYAiABKAkSDwoHcGF5bG9hZBgDIAEoDBIMCgRkb25lGAQgASgIEi4KBWVycm9yGAUgASgLMh8ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBseUVycm9yEhAKCHJldmlzaW9uGAYgASgEIlYKCExvZ1dhdGNoEhAKCHdhdGNoX2lkGAEgASgEEhUKDWRlcGxveW1lbnRfaWQYAiABKAkSDQoFc3RhcnQYAyABKAgSEgoKdGFpbF9saW5lcxgEIAEoDSKFAQoSRGVwbG95bWVudExvZ0xpbmVzEhAKCHdhdGNoX2lkGAEgASgEEjcKBWxpbmVzGAIgAygLMigubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLlJ1bnRpbWVMb2dMaW5lEhUKDWRyb3BwZWRfbGluZXMYAyABKAQSDQoFZW5kZWQYBCABKAgqrwEKEVNhbXBsZURpc3Bvc2l0aW9uEiIKHlNBTVBMRV9ESVNQT1NJVElPTl9VTlNQRUNJRklFRBAAEh4KGlNBTVBMRV9ESVNQT1NJVElPTl9BUFBMSUVEEAESKAokU0FNUExFX0RJU1BPU0lUSU9OX09CU0VSVkFUSU9OX09MREVSEAISLAooU0FNUExFX0RJU1BPU0lUSU9OX09CU0VSVkFUSU9OX0lOX0ZVVFVSRRADMrsJCgxBZ2VudFNlcnZpY2USZgoNR2V0U2VydmVySW5mbxIpLm1vZGVsZm9yZ2UuYWdlbnQudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaKi5tb2RlbGZvcmdlLmFnZW50LnYxLkdldFNlcnZlckluZm9SZXNwb25zZRJRCgZFbnJvbGwSIi5tb2RlbGZvcmdlLmFnZW50LnYxLkVucm9sbFJlcXVlc3QaIy5tb2RlbGZvcmdlLmFnZW50LnYxLkVucm9sbFJlc3BvbnNlElgKB1Nlc3Npb24SIy5tb2RlbGZvcmdlLmFnZW50LnYxLlNlc3Npb25SZXF1ZXN0GiQubW9kZWxmb3JnZS5hZ2VudC52MS5TZXNzaW9uUmVzcG9uc2UoATABEloKCUhlYXJ0YmVhdBIlLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVxdWVzdBomLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVzcG9uc2USYwoMUHV0SW52ZW50b3J5EigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXF1ZXN0GikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXNwb25zZRJjCgxQdXRUZWxlbWV0cnkSKC5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlcXVlc3QaKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlc3BvbnNlElcKCENsYWltSm9iEiQubW9kZWxmb3JnZS5hZ2VudC52MS5DbGFpbUpvYlJlcXVlc3QaJS5tb2RlbGZvcmdlLmFnZW50LnYxLkNsYWltSm9iUmVzcG9uc2UScgoRUmVwb3J0Sm9iUHJvZ3Jlc3MSLS5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcG9ydEpvYlByb2dyZXNzUmVxdWVzdBouLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXNwb25zZRJgCgtDb21wbGV0ZUpvYhInLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ29tcGxldGVKb2JSZXF1ZXN0GigubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlc3BvbnNlElQKB0ZhaWxKb2ISIy5tb2RlbGZvcmdlLmFnZW50LnYxLkZhaWxKb2JSZXF1ZXN0GiQubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVzcG9uc2USbAoPUmVuZXdDcmVkZW50aWFsEisubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxSZXF1ZXN0GiwubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxSZXNwb25zZRJ9ChREb3dubG9hZEFydGlmYWN0RmlsZRIwLm1vZGVsZm9yZ2UuYWdlbnQudjEuRG93bmxvYWRBcnRpZmFjdEZpbGVSZXF1ZXN0GjEubW9kZWxmb3JnZS5hZ2VudC52MS5Eb3dubG9hZEFydGlmYWN0RmlsZVJlc3BvbnNlMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_modelforge_common_v1_common, file_modelforge_deployment_v1_deployment, file_modelforge_jobs_v1_jobs]);
 
 /**
  * Asks for the server's description.
@@ -1083,6 +1085,23 @@ export type SessionRequest = Message<"modelforge.agent.v1.SessionRequest"> & {
      */
     value: FailJobRequest;
     case: "jobFail";
+  } | {
+    /**
+     * Part or all of the answer to a relayed invoke. The server's Reply carries no result.
+     *
+     * @generated from field: modelforge.agent.v1.InvokeAnswer invoke_answer = 9;
+     */
+    value: InvokeAnswer;
+    case: "invokeAnswer";
+  } | {
+    /**
+     * Lines of a deployment runtime's output for a log watch. The server's Reply carries no
+     * result.
+     *
+     * @generated from field: modelforge.agent.v1.DeploymentLogLines log_lines = 10;
+     */
+    value: DeploymentLogLines;
+    case: "logLines";
   } | { case: undefined; value?: undefined };
 };
 
@@ -1308,6 +1327,30 @@ export type SessionResponse = Message<"modelforge.agent.v1.SessionResponse"> & {
      */
     value: Instruction;
     case: "instruction";
+  } | {
+    /**
+     * A request relayed to a deployment the node holds; no job row backs it.
+     *
+     * @generated from field: modelforge.agent.v1.InvokeStart invoke = 7;
+     */
+    value: InvokeStart;
+    case: "invoke";
+  } | {
+    /**
+     * Stop a relayed request (the caller went away or its deadline passed).
+     *
+     * @generated from field: modelforge.agent.v1.InvokeCancel invoke_cancel = 8;
+     */
+    value: InvokeCancel;
+    case: "invokeCancel";
+  } | {
+    /**
+     * Start or stop forwarding a deployment runtime's output.
+     *
+     * @generated from field: modelforge.agent.v1.LogWatch log_watch = 9;
+     */
+    value: LogWatch;
+    case: "logWatch";
   } | { case: undefined; value?: undefined };
 };
 
@@ -1395,6 +1438,216 @@ export type DownloadArtifactFileResponse = Message<"modelforge.agent.v1.Download
  */
 export const DownloadArtifactFileResponseSchema: GenMessage<DownloadArtifactFileResponse> = /*@__PURE__*/
   messageDesc(file_modelforge_agent_v1_agent, 34);
+
+/**
+ * A service client's request relayed to a deployment runtime the node holds (deployment.invoke.v1
+ * over the Session, without a durable job). The agent answers with InvokeAnswer messages carrying
+ * the same invoke_id: one with the whole answer, or (stream) one per chunk and a last with done.
+ *
+ * @generated from message modelforge.agent.v1.InvokeStart
+ */
+export type InvokeStart = Message<"modelforge.agent.v1.InvokeStart"> & {
+  /**
+   * Chosen by the server, unique on the session.
+   *
+   * @generated from field: uint64 invoke_id = 1;
+   */
+  invokeId: bigint;
+
+  /**
+   * The request: deployment, revision (0: the newest the node holds), payload, timeout.
+   *
+   * @generated from field: modelforge.jobs.v1.DeploymentInvoke invoke = 2;
+   */
+  invoke?: DeploymentInvoke | undefined;
+
+  /**
+   * Which OpenAI-compatible API of the runtime to call.
+   *
+   * @generated from field: modelforge.deployment.v1.InvokeApi api = 3;
+   */
+  api: InvokeApi;
+
+  /**
+   * Whether to stream the runtime's answer chunk by chunk.
+   *
+   * @generated from field: bool stream = 4;
+   */
+  stream: boolean;
+};
+
+/**
+ * Describes the message modelforge.agent.v1.InvokeStart.
+ * Use `create(InvokeStartSchema)` to create a new message.
+ */
+export const InvokeStartSchema: GenMessage<InvokeStart> = /*@__PURE__*/
+  messageDesc(file_modelforge_agent_v1_agent, 35);
+
+/**
+ * Stops a relayed request; the agent aborts the runtime's request and sends nothing more for it.
+ *
+ * @generated from message modelforge.agent.v1.InvokeCancel
+ */
+export type InvokeCancel = Message<"modelforge.agent.v1.InvokeCancel"> & {
+  /**
+   * The invoke to stop.
+   *
+   * @generated from field: uint64 invoke_id = 1;
+   */
+  invokeId: bigint;
+};
+
+/**
+ * Describes the message modelforge.agent.v1.InvokeCancel.
+ * Use `create(InvokeCancelSchema)` to create a new message.
+ */
+export const InvokeCancelSchema: GenMessage<InvokeCancel> = /*@__PURE__*/
+  messageDesc(file_modelforge_agent_v1_agent, 36);
+
+/**
+ * The agent's answer, or one piece of it, to an InvokeStart.
+ *
+ * @generated from message modelforge.agent.v1.InvokeAnswer
+ */
+export type InvokeAnswer = Message<"modelforge.agent.v1.InvokeAnswer"> & {
+  /**
+   * The InvokeStart's invoke_id.
+   *
+   * @generated from field: uint64 invoke_id = 1;
+   */
+  invokeId: bigint;
+
+  /**
+   * MIME type of the payload.
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
+   *
+   * @generated from field: string content_type = 2;
+   */
+  contentType: string;
+
+  /**
+   * The whole answer, or one stream chunk. Never logged.
+   * Bounds: at most 4194304 bytes.
+   *
+   * @generated from field: bytes payload = 3;
+   */
+  payload: Uint8Array;
+
+  /**
+   * True on the last message for this invoke.
+   *
+   * @generated from field: bool done = 4;
+   */
+  done: boolean;
+
+  /**
+   * Set when the invoke failed (done is then true): a Connect code name such as "unavailable"
+   * (draining or not held), "resource_exhausted", "deadline_exceeded", "invalid_argument" or
+   * "internal" (the runtime failed), and a message without payloads.
+   *
+   * @generated from field: modelforge.agent.v1.ReplyError error = 5;
+   */
+  error?: ReplyError | undefined;
+
+  /**
+   * The revision that answered.
+   *
+   * @generated from field: uint64 revision = 6;
+   */
+  revision: bigint;
+};
+
+/**
+ * Describes the message modelforge.agent.v1.InvokeAnswer.
+ * Use `create(InvokeAnswerSchema)` to create a new message.
+ */
+export const InvokeAnswerSchema: GenMessage<InvokeAnswer> = /*@__PURE__*/
+  messageDesc(file_modelforge_agent_v1_agent, 37);
+
+/**
+ * Starts or stops forwarding one deployment runtime's output to the server.
+ *
+ * @generated from message modelforge.agent.v1.LogWatch
+ */
+export type LogWatch = Message<"modelforge.agent.v1.LogWatch"> & {
+  /**
+   * Chosen by the server, unique on the session.
+   *
+   * @generated from field: uint64 watch_id = 1;
+   */
+  watchId: bigint;
+
+  /**
+   * The deployment to follow.
+   *
+   * @generated from field: string deployment_id = 2;
+   */
+  deploymentId: string;
+
+  /**
+   * True to start (the agent first sends up to tail_lines recent lines), false to stop.
+   *
+   * @generated from field: bool start = 3;
+   */
+  start: boolean;
+
+  /**
+   * Recent lines to send first.
+   *
+   * @generated from field: uint32 tail_lines = 4;
+   */
+  tailLines: number;
+};
+
+/**
+ * Describes the message modelforge.agent.v1.LogWatch.
+ * Use `create(LogWatchSchema)` to create a new message.
+ */
+export const LogWatchSchema: GenMessage<LogWatch> = /*@__PURE__*/
+  messageDesc(file_modelforge_agent_v1_agent, 38);
+
+/**
+ * Lines of a deployment runtime's output for one log watch.
+ *
+ * @generated from message modelforge.agent.v1.DeploymentLogLines
+ */
+export type DeploymentLogLines = Message<"modelforge.agent.v1.DeploymentLogLines"> & {
+  /**
+   * The LogWatch's watch_id.
+   *
+   * @generated from field: uint64 watch_id = 1;
+   */
+  watchId: bigint;
+
+  /**
+   * The lines, oldest first.
+   * Bounds: at most 1000 entries.
+   *
+   * @generated from field: repeated modelforge.deployment.v1.RuntimeLogLine lines = 2;
+   */
+  lines: RuntimeLogLine[];
+
+  /**
+   * Lines not forwarded since the previous message (rate limit or buffer overflow).
+   *
+   * @generated from field: uint64 dropped_lines = 3;
+   */
+  droppedLines: bigint;
+
+  /**
+   * True when the agent ended the watch (the deployment is no longer held).
+   *
+   * @generated from field: bool ended = 4;
+   */
+  ended: boolean;
+};
+
+/**
+ * Describes the message modelforge.agent.v1.DeploymentLogLines.
+ * Use `create(DeploymentLogLinesSchema)` to create a new message.
+ */
+export const DeploymentLogLinesSchema: GenMessage<DeploymentLogLines> = /*@__PURE__*/
+  messageDesc(file_modelforge_agent_v1_agent, 39);
 
 /**
  * What the server did with a sequenced sample (inventory or telemetry).

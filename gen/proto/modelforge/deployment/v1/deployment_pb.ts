@@ -6,6 +6,21 @@
 // deployment.invoke.v1 jobs and never reaches a node directly; a node credential is never accepted
 // here.
 //
+// Authentication. Every call carries a service key (created with the admin RPC CreateServiceKey)
+// in the header "Authorization: Bearer mfsk_..." and nothing else: a call with a node client
+// certificate or the operator's X-ModelForge-Admin-Token header is refused with
+// permission_denied, one without a key (or with an unknown, expired or revoked one) with
+// unauthenticated. A key is scoped to named deployments; any other deployment is not_found to it.
+// A service key is refused on every AdminService and AgentService call.
+//
+// Errors of Invoke and InvokeStream: not_found (no such deployment, or not in the key's scope),
+// failed_precondition (the deployment is not ready yet, or has no ready revision), unavailable
+// (the deployment is draining, or its node is not reachable from this replica right now: retry),
+// resource_exhausted (the deployment already has its maximum of requests in flight: retry after
+// a pause), deadline_exceeded (the caller's timeout or the deployment's, whichever is shorter),
+// invalid_argument (payload too large or not JSON), internal or the runtime's own status mapped
+// (the runtime answered with an error: its OpenAI-style error message is passed on).
+//
 // Input bounds. The server checks every request message at the edge, before anything else reads
 // it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
 // control character (U+0000)"); an undecodable body is invalid_argument too. A field's comment
@@ -26,7 +41,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/deployment/v1/deployment.proto.
  */
 export const file_modelforge_deployment_v1_deployment: GenFile = /*@__PURE__*/
-  fileDesc("Ciltb2RlbGZvcmdlL2RlcGxveW1lbnQvdjEvZGVwbG95bWVudC5wcm90bxIYbW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxIvsBCgpEZXBsb3ltZW50EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHbm9kZV9pZBgDIAEoCRI4CgVzdGF0ZRgEIAEoDjIpLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5EZXBsb3ltZW50U3RhdGUSEAoIcmV2aXNpb24YBSABKAQSFgoOZmFpbHVyZV9yZWFzb24YBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAieQoNSW52b2tlUmVxdWVzdBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhQKDGNvbnRlbnRfdHlwZRgCIAEoCRIPCgdwYXlsb2FkGAMgASgMEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iRwoOSW52b2tlUmVzcG9uc2USFAoMY29udGVudF90eXBlGAEgASgJEg8KB3BheWxvYWQYAiABKAwSDgoGam9iX2lkGAMgASgJIj8KFkxpc3REZXBsb3ltZW50c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkibQoXTGlzdERlcGxveW1lbnRzUmVzcG9uc2USOQoLZGVwbG95bWVudHMYASADKAsyJC5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuRGVwbG95bWVudBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkqyAEKD0RlcGxveW1lbnRTdGF0ZRIgChxERVBMT1lNRU5UX1NUQVRFX1VOU1BFQ0lGSUVEEAASHAoYREVQTE9ZTUVOVF9TVEFURV9MT0FESU5HEAESGgoWREVQTE9ZTUVOVF9TVEFURV9SRUFEWRACEh0KGURFUExPWU1FTlRfU1RBVEVfRFJBSU5JTkcQAxIdChlERVBMT1lNRU5UX1NUQVRFX1VOTE9BREVEEAQSGwoXREVQTE9ZTUVOVF9TVEFURV9GQUlMRUQQBTLoAQoRRGVwbG95bWVudFNlcnZpY2USWwoGSW52b2tlEicubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkludm9rZVJlcXVlc3QaKC5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuSW52b2tlUmVzcG9uc2USdgoPTGlzdERlcGxveW1lbnRzEjAubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkxpc3REZXBsb3ltZW50c1JlcXVlc3QaMS5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuTGlzdERlcGxveW1lbnRzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ciltb2RlbGZvcmdlL2RlcGxveW1lbnQvdjEvZGVwbG95bWVudC5wcm90bxIYbW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxIvsBCgpEZXBsb3ltZW50EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHbm9kZV9pZBgDIAEoCRI4CgVzdGF0ZRgEIAEoDjIpLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5EZXBsb3ltZW50U3RhdGUSEAoIcmV2aXNpb24YBSABKAQSFgoOZmFpbHVyZV9yZWFzb24YBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiqwEKDUludm9rZVJlcXVlc3QSFQoNZGVwbG95bWVudF9pZBgBIAEoCRIUCgxjb250ZW50X3R5cGUYAiABKAkSDwoHcGF5bG9hZBgDIAEoDBIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKA2FwaRgFIAEoDjIjLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5JbnZva2VBcGkiWQoOSW52b2tlUmVzcG9uc2USFAoMY29udGVudF90eXBlGAEgASgJEg8KB3BheWxvYWQYAiABKAwSDgoGam9iX2lkGAMgASgJEhAKCHJldmlzaW9uGAQgASgEIj8KFkxpc3REZXBsb3ltZW50c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkibQoXTGlzdERlcGxveW1lbnRzUmVzcG9uc2USOQoLZGVwbG95bWVudHMYASADKAsyJC5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuRGVwbG95bWVudBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkisQEKE0ludm9rZVN0cmVhbVJlcXVlc3QSFQoNZGVwbG95bWVudF9pZBgBIAEoCRIUCgxjb250ZW50X3R5cGUYAiABKAkSDwoHcGF5bG9hZBgDIAEoDBIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKA2FwaRgFIAEoDjIjLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5JbnZva2VBcGkiTwoUSW52b2tlU3RyZWFtUmVzcG9uc2USFAoMY29udGVudF90eXBlGAEgASgJEg8KB3BheWxvYWQYAiABKAwSEAoIcmV2aXNpb24YAyABKAQilgEKDlJ1bnRpbWVMb2dMaW5lEjMKBnN0cmVhbRgBIAEoDjIjLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5Mb2dTdHJlYW0SDAoEdGV4dBgCIAEoCRIvCgtvYnNlcnZlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcmV2aXNpb24YBCABKAQqyAEKD0RlcGxveW1lbnRTdGF0ZRIgChxERVBMT1lNRU5UX1NUQVRFX1VOU1BFQ0lGSUVEEAASHAoYREVQTE9ZTUVOVF9TVEFURV9MT0FESU5HEAESGgoWREVQTE9ZTUVOVF9TVEFURV9SRUFEWRACEh0KGURFUExPWU1FTlRfU1RBVEVfRFJBSU5JTkcQAxIdChlERVBMT1lNRU5UX1NUQVRFX1VOTE9BREVEEAQSGwoXREVQTE9ZTUVOVF9TVEFURV9GQUlMRUQQBSpkCglJbnZva2VBcGkSGgoWSU5WT0tFX0FQSV9VTlNQRUNJRklFRBAAEhoKFklOVk9LRV9BUElfQ09NUExFVElPTlMQARIfChtJTlZPS0VfQVBJX0NIQVRfQ09NUExFVElPTlMQAipVCglMb2dTdHJlYW0SGgoWTE9HX1NUUkVBTV9VTlNQRUNJRklFRBAAEhUKEUxPR19TVFJFQU1fU1RET1VUEAESFQoRTE9HX1NUUkVBTV9TVERFUlIQAjLZAgoRRGVwbG95bWVudFNlcnZpY2USWwoGSW52b2tlEicubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkludm9rZVJlcXVlc3QaKC5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuSW52b2tlUmVzcG9uc2USdgoPTGlzdERlcGxveW1lbnRzEjAubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkxpc3REZXBsb3ltZW50c1JlcXVlc3QaMS5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuTGlzdERlcGxveW1lbnRzUmVzcG9uc2USbwoMSW52b2tlU3RyZWFtEi0ubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkludm9rZVN0cmVhbVJlcXVlc3QaLi5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuSW52b2tlU3RyZWFtUmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A deployed model on one node.
@@ -105,7 +120,7 @@ export const DeploymentSchema: GenMessage<Deployment> = /*@__PURE__*/
  */
 export type InvokeRequest = Message<"modelforge.deployment.v1.InvokeRequest"> & {
   /**
-   * The deployment to call.
+   * The deployment to call, by id or name.
    * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
@@ -134,6 +149,13 @@ export type InvokeRequest = Message<"modelforge.deployment.v1.InvokeRequest"> & 
    * @generated from field: google.protobuf.Duration timeout = 4;
    */
   timeout?: Duration | undefined;
+
+  /**
+   * Which OpenAI-compatible API the payload is for.
+   *
+   * @generated from field: modelforge.deployment.v1.InvokeApi api = 5;
+   */
+  api: InvokeApi;
 };
 
 /**
@@ -164,11 +186,19 @@ export type InvokeResponse = Message<"modelforge.deployment.v1.InvokeResponse"> 
   payload: Uint8Array;
 
   /**
-   * The job that relayed the request, for tracing.
+   * The request id the relay used (the call's x-request-id), for tracing. The relay creates no
+   * durable job per request, so this names no job.
    *
    * @generated from field: string job_id = 3;
    */
   jobId: string;
+
+  /**
+   * The revision of the deployment that answered.
+   *
+   * @generated from field: uint64 revision = 4;
+   */
+  revision: bigint;
 };
 
 /**
@@ -236,6 +266,140 @@ export const ListDeploymentsResponseSchema: GenMessage<ListDeploymentsResponse> 
   messageDesc(file_modelforge_deployment_v1_deployment, 4);
 
 /**
+ * One request for a deployment whose answer is streamed.
+ *
+ * @generated from message modelforge.deployment.v1.InvokeStreamRequest
+ */
+export type InvokeStreamRequest = Message<"modelforge.deployment.v1.InvokeStreamRequest"> & {
+  /**
+   * The deployment to call, by id or name.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
+   *
+   * @generated from field: string deployment_id = 1;
+   */
+  deploymentId: string;
+
+  /**
+   * MIME type of the payload: "application/json" (the default when empty).
+   * Bounds: at most 128 bytes of UTF-8, no control characters.
+   *
+   * @generated from field: string content_type = 2;
+   */
+  contentType: string;
+
+  /**
+   * The request body, an OpenAI-compatible JSON request; "stream" is set by the relay. Never
+   * logged.
+   * Bounds: at most 4194304 bytes.
+   *
+   * @generated from field: bytes payload = 3;
+   */
+  payload: Uint8Array;
+
+  /**
+   * How long the whole stream may take; default 30 s, and never more than the deployment's own
+   * invoke timeout.
+   *
+   * @generated from field: google.protobuf.Duration timeout = 4;
+   */
+  timeout?: Duration | undefined;
+
+  /**
+   * Which OpenAI-compatible API the payload is for.
+   *
+   * @generated from field: modelforge.deployment.v1.InvokeApi api = 5;
+   */
+  api: InvokeApi;
+};
+
+/**
+ * Describes the message modelforge.deployment.v1.InvokeStreamRequest.
+ * Use `create(InvokeStreamRequestSchema)` to create a new message.
+ */
+export const InvokeStreamRequestSchema: GenMessage<InvokeStreamRequest> = /*@__PURE__*/
+  messageDesc(file_modelforge_deployment_v1_deployment, 5);
+
+/**
+ * One piece of a streamed answer.
+ *
+ * @generated from message modelforge.deployment.v1.InvokeStreamResponse
+ */
+export type InvokeStreamResponse = Message<"modelforge.deployment.v1.InvokeStreamResponse"> & {
+  /**
+   * MIME type of the payload: "application/json".
+   *
+   * @generated from field: string content_type = 1;
+   */
+  contentType: string;
+
+  /**
+   * One OpenAI-compatible stream chunk (a completion or chat completion chunk object). Never
+   * logged.
+   *
+   * @generated from field: bytes payload = 2;
+   */
+  payload: Uint8Array;
+
+  /**
+   * The revision of the deployment that answers (set on the first message).
+   *
+   * @generated from field: uint64 revision = 3;
+   */
+  revision: bigint;
+};
+
+/**
+ * Describes the message modelforge.deployment.v1.InvokeStreamResponse.
+ * Use `create(InvokeStreamResponseSchema)` to create a new message.
+ */
+export const InvokeStreamResponseSchema: GenMessage<InvokeStreamResponse> = /*@__PURE__*/
+  messageDesc(file_modelforge_deployment_v1_deployment, 6);
+
+/**
+ * One line a deployment's runtime wrote.
+ *
+ * @generated from message modelforge.deployment.v1.RuntimeLogLine
+ */
+export type RuntimeLogLine = Message<"modelforge.deployment.v1.RuntimeLogLine"> & {
+  /**
+   * Which stream.
+   *
+   * @generated from field: modelforge.deployment.v1.LogStream stream = 1;
+   */
+  stream: LogStream;
+
+  /**
+   * The line, without its line break; longer lines are cut at 4096 bytes.
+   * Bounds: at most 4096 bytes of UTF-8, line breaks and tabs allowed but no other control
+   * characters.
+   *
+   * @generated from field: string text = 2;
+   */
+  text: string;
+
+  /**
+   * When the agent read it, by the agent's clock.
+   *
+   * @generated from field: google.protobuf.Timestamp observed_at = 3;
+   */
+  observedAt?: Timestamp | undefined;
+
+  /**
+   * The deployment revision whose runtime wrote it.
+   *
+   * @generated from field: uint64 revision = 4;
+   */
+  revision: bigint;
+};
+
+/**
+ * Describes the message modelforge.deployment.v1.RuntimeLogLine.
+ * Use `create(RuntimeLogLineSchema)` to create a new message.
+ */
+export const RuntimeLogLineSchema: GenMessage<RuntimeLogLine> = /*@__PURE__*/
+  messageDesc(file_modelforge_deployment_v1_deployment, 7);
+
+/**
  * The state of a deployment.
  *
  * @generated from enum modelforge.deployment.v1.DeploymentState
@@ -291,6 +455,74 @@ export const DeploymentStateSchema: GenEnum<DeploymentState> = /*@__PURE__*/
   enumDesc(file_modelforge_deployment_v1_deployment, 0);
 
 /**
+ * Which OpenAI-compatible API of the runtime a request is for.
+ *
+ * @generated from enum modelforge.deployment.v1.InvokeApi
+ */
+export enum InvokeApi {
+  /**
+   * Inferred from the payload: chat completions when it has "messages", else completions.
+   *
+   * @generated from enum value: INVOKE_API_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * POST /v1/completions.
+   *
+   * @generated from enum value: INVOKE_API_COMPLETIONS = 1;
+   */
+  COMPLETIONS = 1,
+
+  /**
+   * POST /v1/chat/completions.
+   *
+   * @generated from enum value: INVOKE_API_CHAT_COMPLETIONS = 2;
+   */
+  CHAT_COMPLETIONS = 2,
+}
+
+/**
+ * Describes the enum modelforge.deployment.v1.InvokeApi.
+ */
+export const InvokeApiSchema: GenEnum<InvokeApi> = /*@__PURE__*/
+  enumDesc(file_modelforge_deployment_v1_deployment, 1);
+
+/**
+ * The stream a deployment runtime writes to.
+ *
+ * @generated from enum modelforge.deployment.v1.LogStream
+ */
+export enum LogStream {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: LOG_STREAM_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Standard output.
+   *
+   * @generated from enum value: LOG_STREAM_STDOUT = 1;
+   */
+  STDOUT = 1,
+
+  /**
+   * Standard error.
+   *
+   * @generated from enum value: LOG_STREAM_STDERR = 2;
+   */
+  STDERR = 2,
+}
+
+/**
+ * Describes the enum modelforge.deployment.v1.LogStream.
+ */
+export const LogStreamSchema: GenEnum<LogStream> = /*@__PURE__*/
+  enumDesc(file_modelforge_deployment_v1_deployment, 2);
+
+/**
  * Calls and lists deployments.
  *
  * @generated from service modelforge.deployment.v1.DeploymentService
@@ -315,6 +547,19 @@ export const DeploymentService: GenService<{
     methodKind: "unary";
     input: typeof ListDeploymentsRequestSchema;
     output: typeof ListDeploymentsResponseSchema;
+  },
+  /**
+   * Relays one request to a deployment and streams the runtime's answer as it is produced: one
+   * message per OpenAI-compatible stream chunk (the JSON of one server-sent event's data), in
+   * order. The stream ends after the runtime's last chunk. Cancelling the call aborts the
+   * runtime's request on the node.
+   *
+   * @generated from rpc modelforge.deployment.v1.DeploymentService.InvokeStream
+   */
+  invokeStream: {
+    methodKind: "server_streaming";
+    input: typeof InvokeStreamRequestSchema;
+    output: typeof InvokeStreamResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_modelforge_deployment_v1_deployment, 0);

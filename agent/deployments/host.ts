@@ -1,0 +1,287 @@
+// The deployments this agent serves: one runtime per deployment revision (two during a revision
+// change), started through the supervisor with the lease's resolved profile, held until unloaded.
+// Drain marks a revision as taking no new invokes and waits for the ones in flight; unload stops
+// the runtime. What is held is reported in Hello; after an agent restart nothing is (the new
+// agent reaps the old runtimes as orphans), so the control plane loads again.
+import type { Logger } from "pino";
+import { systemClock, type Clock } from "../../common/clock.js";
+import { EngineKind as ProtoEngineKind, JobFailureCode, type DeploymentLoad } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { HeldDeploymentSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { EngineError, type EngineKind, type Runtime, type Supervisor } from "../engines/supervisor.js";
+import { failureFor, sha256Of } from "../capabilities/runtime.js";
+import { JobFailureError } from "../jobs/registry.js";
+import { defaultLogLimits, LogTail, type LogLimits } from "./logs.js";
+
+export interface HeldRuntime {
+  readonly deploymentId: string;
+  readonly revision: bigint;
+  readonly runtime: Runtime;
+  draining: boolean;
+  /** Aborts of the invokes running on it. */
+  readonly inFlight: Set<AbortController>;
+  readonly logs: LogTail;
+  /** Requests the runtime serves at once; the rest wait their turn here, still in flight. */
+  readonly gate: Gate;
+}
+
+/**
+ * A counting gate: the llama.cpp worker generates for one request at a time and refuses a second,
+ * so the agent queues them (the control plane bounds how many are in flight per deployment).
+ */
+export class Gate {
+  private running = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(private readonly limit: number) {}
+
+  /** Resolves with a release once a slot is free; rejects if `signal` aborts first. */
+  async acquire(signal: AbortSignal): Promise<() => void> {
+    if (this.running >= this.limit) {
+      await new Promise<void>((resolve, reject) => {
+        const go = () => {
+          signal.removeEventListener("abort", abort);
+          resolve();
+        };
+        const abort = () => {
+          const i = this.waiting.indexOf(go);
+          if (i >= 0) this.waiting.splice(i, 1);
+          reject(signal.reason);
+        };
+        if (signal.aborted) return reject(signal.reason);
+        signal.addEventListener("abort", abort, { once: true });
+        this.waiting.push(go);
+      });
+    }
+    this.running++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.running--;
+      this.waiting.shift()?.();
+    };
+  }
+}
+
+export interface DeploymentHostOptions {
+  supervisor: Supervisor;
+  log: Logger;
+  clock?: Clock;
+  /** How long a loading runtime has to become healthy (default 120 s). */
+  healthDeadlineMs?: number;
+  logLimits?: LogLimits;
+}
+
+const engineOf: Partial<Record<ProtoEngineKind, EngineKind>> = {
+  [ProtoEngineKind.LLAMA_CPP]: "llama.cpp",
+  [ProtoEngineKind.OPENAI_HTTP]: "openai-http",
+};
+
+const keyOf = (deploymentId: string, revision: bigint) => `${deploymentId}#${revision}`;
+
+function typed(err: unknown): never {
+  if (err instanceof EngineError) {
+    const f = failureFor(err.code);
+    throw new JobFailureError(f.code, err.message, f.retryable);
+  }
+  throw err;
+}
+
+export class DeploymentHost {
+  private readonly held = new Map<string, HeldRuntime>();
+  /** Loads in progress, so a repeated lease joins the first instead of starting a second runtime. */
+  private readonly loading = new Map<string, Promise<HeldRuntime>>();
+  private readonly lineListeners = new Set<(deploymentId: string, line: RuntimeLogLine) => void>();
+  private readonly idleWaiters = new Set<() => void>();
+  readonly clock: Clock;
+  readonly logLimits: LogLimits;
+
+  constructor(private readonly opts: DeploymentHostOptions) {
+    this.clock = opts.clock ?? systemClock;
+    this.logLimits = opts.logLimits ?? defaultLogLimits;
+  }
+
+  /** What Hello reports. */
+  heldDeployments(): MessageInitShape<typeof HeldDeploymentSchema>[] {
+    return [...this.held.values()].map((h) => ({
+      deploymentId: h.deploymentId,
+      revision: h.revision,
+      runtimeId: h.runtime.id,
+      healthy: h.runtime.exitStatus() === undefined,
+    }));
+  }
+
+  /** The held revisions a job or invoke names: one revision, or every one for revision 0. */
+  matching(deploymentId: string, revision: bigint): HeldRuntime[] {
+    return [...this.held.values()].filter((h) => h.deploymentId === deploymentId && (revision === 0n || h.revision === revision));
+  }
+
+  /** The revision that takes a new invoke: the one named, else the newest not draining. */
+  forInvoke(deploymentId: string, revision: bigint): HeldRuntime | undefined {
+    const candidates = this.matching(deploymentId, revision).sort((a, b) => (a.revision > b.revision ? -1 : 1));
+    return candidates.find((h) => !h.draining) ?? candidates[0];
+  }
+
+  onLine(listener: (deploymentId: string, line: RuntimeLogLine) => void): () => void {
+    this.lineListeners.add(listener);
+    return () => this.lineListeners.delete(listener);
+  }
+
+  /** Verifies the artifacts, starts the runtime and waits for its health; idempotent per revision. */
+  async load(spec: DeploymentLoad): Promise<HeldRuntime> {
+    const key = keyOf(spec.deploymentId, spec.revision);
+    const existing = this.held.get(key);
+    if (existing !== undefined && existing.runtime.exitStatus() === undefined) return existing;
+    const pending = this.loading.get(key);
+    if (pending !== undefined) return pending;
+    const started = this.start(spec, key).finally(() => this.loading.delete(key));
+    this.loading.set(key, started);
+    return started;
+  }
+
+  /** Layered health of the named revisions: process, endpoint, and whether it takes invokes. */
+  async health(deploymentId: string, revision: bigint): Promise<{ healthy: boolean; detail: string }> {
+    const held = this.matching(deploymentId, revision);
+    if (held.length === 0) throw new JobFailureError(JobFailureCode.NOT_FOUND, notHeld(deploymentId, revision), false);
+    const parts: string[] = [];
+    let healthy = true;
+    for (const h of held) {
+      const exit = h.runtime.exitStatus();
+      const endpoint = exit === undefined && (await this.opts.supervisor.health(h.runtime.id).catch(() => undefined))?.state === "healthy";
+      healthy &&= endpoint;
+      const process = exit === undefined ? "running" : `exited (code ${exit.code}, signal ${exit.signal})`;
+      parts.push(
+        `revision ${h.revision}: process ${process}; endpoint ${endpoint ? "healthy" : "unhealthy"}; ${h.draining ? "draining" : "serving"}; ${h.inFlight.size} in flight`,
+      );
+    }
+    return { healthy, detail: parts.join("; ").slice(0, 1024) };
+  }
+
+  /** Stops taking new invokes on the named revisions and waits for those in flight, up to `timeoutMs`. */
+  async drain(deploymentId: string, revision: bigint, timeoutMs: number, signal?: AbortSignal): Promise<number> {
+    const held = this.matching(deploymentId, revision);
+    const running = new Set<AbortController>();
+    for (const h of held) {
+      h.draining = true;
+      for (const c of h.inFlight) running.add(c);
+    }
+    const stillRunning = () => held.reduce((n, h) => n + [...h.inFlight].filter((c) => running.has(c)).length, 0);
+    const deadline = this.clock.now() + timeoutMs;
+    while (stillRunning() > 0 && this.clock.now() < deadline && !signal?.aborted) {
+      await new Promise<void>((resolve) => {
+        const timer = new AbortController();
+        const done = () => {
+          this.idleWaiters.delete(done);
+          timer.abort();
+          resolve();
+        };
+        this.idleWaiters.add(done);
+        void this.clock.sleep(Math.max(0, deadline - this.clock.now()), timer.signal, signal).then(done, done);
+      });
+    }
+    return running.size - stillRunning();
+  }
+
+  /** Stops the named revisions' runtimes; the bytes of memory they held. */
+  async unload(deploymentId: string, revision: bigint): Promise<bigint> {
+    let freed = 0n;
+    for (const h of this.matching(deploymentId, revision)) {
+      const memory = await h.runtime.memory();
+      this.held.delete(keyOf(h.deploymentId, h.revision));
+      for (const c of h.inFlight) c.abort(new Error("the deployment was unloaded"));
+      await this.opts.supervisor.stop(h.runtime.id).catch(typed);
+      freed += BigInt(memory?.rssBytes ?? 0);
+      this.opts.log.info({ deploymentId, revision: h.revision, runtimeId: h.runtime.id }, "deployment unloaded");
+    }
+    return freed;
+  }
+
+  /** An invoke started (true) or ended (false) on `h`; drains wait for the ends. */
+  track(h: HeldRuntime, controller: AbortController, running: boolean): void {
+    if (running) h.inFlight.add(controller);
+    else {
+      h.inFlight.delete(controller);
+      for (const wake of [...this.idleWaiters]) wake();
+    }
+  }
+
+  private async start(spec: DeploymentLoad, key: string): Promise<HeldRuntime> {
+    const profile = spec.profile;
+    if (profile === undefined || profile.engine === ProtoEngineKind.UNSPECIFIED) {
+      throw new JobFailureError(JobFailureCode.PROFILE_INVALID, "the lease carries no resolved runtime profile", false);
+    }
+    const engine = engineOf[profile.engine];
+    if (engine === undefined || !this.opts.supervisor.engines().includes(engine)) {
+      throw new JobFailureError(
+        JobFailureCode.ENGINE_NOT_SUPPORTED,
+        `engine ${ProtoEngineKind[profile.engine] ?? profile.engine} is not run by this agent`,
+        false,
+      );
+    }
+    if (spec.artifacts.length === 0)
+      throw new JobFailureError(JobFailureCode.INVALID_SPEC, "a deployment names at least one artifact", false);
+    // The files may have changed since they were acquired: load only what still has the leased digests.
+    for (const artifact of spec.artifacts) {
+      const digest = await sha256Of(artifact.path);
+      if (digest === undefined) throw new JobFailureError(JobFailureCode.NOT_FOUND, `artifact ${artifact.path} cannot be read`, false);
+      if (digest !== artifact.sha256) {
+        throw new JobFailureError(JobFailureCode.CHECKSUM_MISMATCH, `artifact ${artifact.path} no longer has its leased digest`, false);
+      }
+    }
+    const lines = new LogTail(
+      spec.revision,
+      this.logLimits,
+      () => this.clock.now(),
+      (line) => {
+        for (const l of this.lineListeners) l(spec.deploymentId, line);
+      },
+    );
+    // The first artifact is the model the runtime loads; the others (tokenizer, config) sit beside it.
+    const runtime = await this.opts.supervisor
+      .start(engine, {
+        modelPath: spec.artifacts[0]!.path,
+        params: {
+          ...(profile.contextSize > 0 ? { contextSize: profile.contextSize } : {}),
+          ...(profile.threads > 0 ? { threads: profile.threads } : {}),
+        },
+        healthDeadlineMs: this.opts.healthDeadlineMs ?? 120_000,
+        onOutput: (stream, chunk) => lines.write(stream, chunk),
+      })
+      .catch(typed);
+    const held: HeldRuntime = {
+      deploymentId: spec.deploymentId,
+      revision: spec.revision,
+      runtime,
+      draining: false,
+      inFlight: new Set(),
+      logs: lines,
+      // External servers (vLLM, llama-server) batch concurrent requests themselves.
+      gate: new Gate(engine === "llama.cpp" ? 1 : Number.POSITIVE_INFINITY),
+    };
+    this.held.set(key, held);
+    // A runtime that dies is no longer held: Hello stops naming it and the control plane reloads.
+    void runtime.exited.then((exit) => {
+      if (this.held.get(key) !== held) return;
+      this.held.delete(key);
+      for (const c of held.inFlight) c.abort(new Error("the runtime exited"));
+      if (!exit.stopped)
+        this.opts.log.warn(
+          { deploymentId: spec.deploymentId, revision: spec.revision, code: exit.code, signal: exit.signal },
+          "deployment runtime exited",
+        );
+    });
+    this.opts.log.info(
+      { deploymentId: spec.deploymentId, revision: spec.revision, runtimeId: runtime.id, loadMs: runtime.loadMs },
+      "deployment loaded",
+    );
+    return held;
+  }
+}
+
+export function notHeld(deploymentId: string, revision: bigint): string {
+  return revision === 0n
+    ? `deployment ${deploymentId} is not held on this node`
+    : `deployment ${deploymentId} revision ${revision} is not held on this node`;
+}

@@ -1,0 +1,182 @@
+// The agent's side of the invoke relay and of log watches, on the Session: an InvokeStart runs one
+// request against the held runtime's OpenAI-compatible endpoint and answers with InvokeAnswer
+// messages (the whole body, or each stream chunk as the runtime produces it); InvokeCancel aborts
+// the runtime's request. A LogWatch forwards a runtime's output while the server watches it.
+import { durationMs } from "@bufbuild/protobuf/wkt";
+import type { Logger } from "pino";
+import type { InvokeStart, LogWatch, SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { InvokeApi, type RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { OpenAiClientError } from "../engines/openai-client.js";
+import type { RelayLink as SessionLink, SessionMessage } from "./session-hook.js";
+import { notHeld, type DeploymentHost } from "./host.js";
+import { WatchOutbox } from "./logs.js";
+
+const paths = { [InvokeApi.COMPLETIONS]: "/v1/completions", [InvokeApi.CHAT_COMPLETIONS]: "/v1/chat/completions" } as const;
+
+/** Most log watches one agent serves at once. */
+const maxWatches = 16;
+const flushMs = 100;
+const cancelledByServer = new Error("cancelled by the server");
+
+interface Watch {
+  link: SessionLink;
+  deploymentId: string;
+  outbox: WatchOutbox;
+}
+
+/** A runtime's HTTP refusal as a Connect code name. */
+export function refusalCode(err: unknown): string {
+  if (err instanceof OpenAiClientError) {
+    if (err.status === 400 || err.status === 413 || err.status === 422) return "invalid_argument";
+    if (err.status === 429 || err.status === 503) return "resource_exhausted";
+    return "internal";
+  }
+  if (err instanceof Error && (err.name === "TimeoutError" || err.name === "AbortError")) return "deadline_exceeded";
+  return "internal";
+}
+
+export class DeploymentRelay {
+  /** Running invokes per session: ids are the server's, unique only on one session. */
+  private readonly invokes = new WeakMap<SessionLink, Map<bigint, AbortController>>();
+  private readonly watches = new Map<bigint, Watch>();
+  private flusher: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly host: DeploymentHost,
+    private readonly log: Logger,
+  ) {
+    host.onLine((deploymentId, line) => this.forward(deploymentId, [line]));
+  }
+
+  /** A server push that is not a job: invoke, invoke cancel, log watch. */
+  onMessage(message: SessionResponse["message"], link: SessionLink): void {
+    switch (message.case) {
+      case "invoke":
+        void this.invoke(message.value, link);
+        break;
+      case "invokeCancel":
+        this.invokes.get(link)?.get(message.value.invokeId)?.abort(cancelledByServer);
+        break;
+      case "logWatch":
+        this.watch(message.value, link);
+        break;
+    }
+  }
+
+  /** Not awaited: answers go out in order on the stream. False when the session has closed. */
+  private send(link: SessionLink, message: SessionMessage): Promise<boolean> {
+    return link.send(message).then(
+      () => true,
+      () => false,
+    );
+  }
+
+  private async invoke(start: InvokeStart, link: SessionLink): Promise<void> {
+    const id = start.invokeId;
+    const spec = start.invoke;
+    const fail = (code: string, message: string) =>
+      void this.send(link, { case: "invokeAnswer", value: { invokeId: id, done: true, error: { code, message } } });
+    if (spec === undefined) return fail("invalid_argument", "the invoke names no request");
+    const held = this.host.forInvoke(spec.deploymentId, spec.revision);
+    if (held === undefined) return fail("unavailable", notHeld(spec.deploymentId, spec.revision));
+    if (held.draining) return fail("unavailable", `deployment ${spec.deploymentId} revision ${held.revision} is draining`);
+    let body: Record<string, unknown>;
+    try {
+      body = JSON.parse(Buffer.from(spec.payload).toString("utf8")) as Record<string, unknown>;
+    } catch {
+      return fail("invalid_argument", "the payload is not JSON");
+    }
+    const path = paths[start.api as keyof typeof paths] ?? paths[InvokeApi.COMPLETIONS];
+    const controller = new AbortController();
+    const running = this.invokes.get(link) ?? new Map<bigint, AbortController>();
+    this.invokes.set(link, running);
+    running.set(id, controller);
+    this.host.track(held, controller, true);
+    const timeoutMs = spec.timeout === undefined ? 30_000 : durationMs(spec.timeout);
+    const signal = AbortSignal.any([controller.signal, AbortSignal.timeout(Math.max(1, timeoutMs))]);
+    const answer = (payload: Uint8Array, done: boolean) =>
+      void this.send(link, {
+        case: "invokeAnswer",
+        value: { invokeId: id, contentType: "application/json", payload, done, revision: held.revision },
+      });
+    let release: (() => void) | undefined;
+    try {
+      release = await held.gate.acquire(signal);
+      if (start.stream) {
+        const text = JSON.stringify({ ...body, stream: true });
+        for await (const data of held.runtime.client.streamRaw(path, text, signal)) answer(Buffer.from(data), false);
+        answer(new Uint8Array(), true);
+      } else {
+        const text = JSON.stringify({ ...body, stream: false });
+        answer(Buffer.from(await held.runtime.client.postRaw(path, text, signal)), true);
+      }
+    } catch (err) {
+      // Cancelled by the server: it has stopped listening.
+      if (controller.signal.reason === cancelledByServer) return;
+      const code = controller.signal.aborted ? "unavailable" : refusalCode(err);
+      const message =
+        err instanceof OpenAiClientError
+          ? `the runtime refused the request: ${err.message}`
+          : `the runtime failed: ${(err as Error).message}`;
+      this.log.debug({ deploymentId: spec.deploymentId, requestId: spec.requestId, code }, "invoke failed");
+      fail(code, message.slice(0, 1024));
+    } finally {
+      release?.();
+      running.delete(id);
+      this.host.track(held, controller, false);
+    }
+  }
+
+  private watch(w: LogWatch, link: SessionLink): void {
+    if (!w.start) {
+      this.watches.delete(w.watchId);
+      if (this.watches.size === 0) this.stopFlusher();
+      return;
+    }
+    const held = this.host.matching(w.deploymentId, 0n);
+    if (held.length === 0 || this.watches.size >= maxWatches) {
+      void this.send(link, { case: "logLines", value: { watchId: w.watchId, ended: true } });
+      return;
+    }
+    const outbox = new WatchOutbox(this.host.logLimits, this.host.clock.now());
+    const tail = held
+      .flatMap((h) => h.logs.tail(w.tailLines))
+      .sort(
+        (a, b) =>
+          Number((a.observedAt?.seconds ?? 0n) - (b.observedAt?.seconds ?? 0n)) || (a.observedAt?.nanos ?? 0) - (b.observedAt?.nanos ?? 0),
+      )
+      .slice(-w.tailLines);
+    outbox.add(tail);
+    this.watches.set(w.watchId, { link, deploymentId: w.deploymentId, outbox });
+    this.flusher ??= setInterval(() => this.flush(), flushMs);
+    this.flush();
+  }
+
+  private forward(deploymentId: string, lines: RuntimeLogLine[]): void {
+    for (const w of this.watches.values()) if (w.deploymentId === deploymentId) w.outbox.add(lines);
+  }
+
+  private flush(): void {
+    const now = this.host.clock.now();
+    for (const [watchId, w] of this.watches) {
+      // A deployment no longer held ends its watches.
+      const ended = this.host.matching(w.deploymentId, 0n).length === 0;
+      const batch = w.outbox.take(now);
+      if (batch !== undefined || ended) {
+        const sent = this.send(w.link, {
+          case: "logLines",
+          value: { watchId, lines: batch?.lines ?? [], droppedLines: batch?.dropped ?? 0n, ended },
+        });
+        // A session that closed took its watches with it (the server ended them).
+        void sent.then((ok) => ok || this.watches.delete(watchId));
+      }
+      if (ended) this.watches.delete(watchId);
+    }
+    if (this.watches.size === 0) this.stopFlusher();
+  }
+
+  private stopFlusher(): void {
+    if (this.flusher !== undefined) clearInterval(this.flusher);
+    this.flusher = undefined;
+  }
+}

@@ -1,0 +1,16 @@
+// How deployments plug into the agent's Session (agent/session.ts): what Hello reports as held,
+// and the server's pushes that are not jobs (invokes, their cancellations, log watches).
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { HeldDeploymentSchema, SessionRequestSchema, SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+
+export type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
+
+/** The open session as the relay uses it: send one message, resolved when the server acknowledged it. */
+export interface RelayLink {
+  send(message: SessionMessage): Promise<unknown>;
+}
+
+export interface SessionDeployments {
+  held(): MessageInitShape<typeof HeldDeploymentSchema>[];
+  onMessage(message: SessionResponse["message"], link: RelayLink): void;
+}

@@ -1,0 +1,209 @@
+// Service keys: the only credential DeploymentService accepts. A secret of 256 random bits, shown
+// once, stored only as its SHA-256; scoped to deployment names; optional expiry; revocable.
+// Looking a key up by its hash is safe for a secret of this entropy, and the final comparison is
+// constant-time anyway. Authentication is on every invoke's path, so a key's row is cached for a
+// short while: revocation on this replica drops it at once, other replicas within `cacheMs`.
+import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { PrismaClient, ServiceKey } from "../../gen/prisma/client.js";
+import type { Clock } from "../../common/clock.js";
+import { operatorActor, recordAudit } from "../audit/audit.js";
+
+const secretPrefix = "mfsk_";
+/** "mfsk_" and 43 base64url characters. */
+const secretPattern = /^mfsk_[A-Za-z0-9_-]{43}$/;
+const namePattern = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+
+export function newServiceKeySecret(): string {
+  return secretPrefix + randomBytes(32).toString("base64url");
+}
+
+export function hashServiceKeySecret(secret: string): string {
+  return createHash("sha256").update(secret, "utf8").digest("hex");
+}
+
+/** The secret in an Authorization header ("Bearer mfsk_..."), or undefined when it names none. */
+export function bearerServiceKey(header: string | null | undefined): string | undefined {
+  if (header === null || header === undefined) return undefined;
+  const m = /^Bearer\s+(\S+)$/i.exec(header.trim());
+  return m?.[1]?.startsWith(secretPrefix) ? m[1] : undefined;
+}
+
+/** Whether a header carries something meant as a service key (even a malformed one). */
+export function looksLikeServiceKey(header: string | null | undefined): boolean {
+  return header?.includes(secretPrefix) ?? false;
+}
+
+export type ServiceKeyState = "active" | "revoked" | "expired";
+
+export function serviceKeyState(k: Pick<ServiceKey, "revokedAt" | "expiresAt">, now: number): ServiceKeyState {
+  if (k.revokedAt !== null) return "revoked";
+  if (k.expiresAt !== null && k.expiresAt.getTime() <= now) return "expired";
+  return "active";
+}
+
+/** Pure checks of a new key's name and scope; the message names the field. */
+export function checkServiceKeyInput(name: string, deployments: readonly string[]): void {
+  if (!namePattern.test(name)) {
+    throw new ConnectError("name: 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", Code.InvalidArgument);
+  }
+  if (deployments.length === 0) throw new ConnectError("deployments: name at least one deployment", Code.InvalidArgument);
+  for (const d of deployments) {
+    if (d.trim() === "" || d !== d.trim()) throw new ConnectError(`deployments: "${d}" is not a deployment name`, Code.InvalidArgument);
+  }
+}
+
+/** A refusal of a key the server knows: its id goes to the audit log (never the secret). */
+export class ServiceKeyRefusal extends ConnectError {
+  constructor(
+    message: string,
+    code: Code,
+    readonly keyId: string,
+  ) {
+    super(message, code);
+  }
+}
+
+/** Who is calling DeploymentService: a key and the deployment names it may use. */
+export interface ServicePrincipal {
+  keyId: string;
+  deployments: ReadonlySet<string>;
+}
+
+export interface ServiceKeysDeps {
+  prisma: PrismaClient;
+  clock: Clock;
+  /** How long a looked-up key is trusted before it is read again (default 5 s). */
+  cacheMs?: number;
+}
+
+interface Cached {
+  row: ServiceKey | undefined;
+  at: number;
+}
+
+/** Most cached lookups; unknown secrets are cached too, so a flood of them costs no queries. */
+const maxCached = 10_000;
+
+export class ServiceKeys {
+  private readonly cache = new Map<string, Cached>();
+  private readonly cacheMs: number;
+
+  constructor(private readonly deps: ServiceKeysDeps) {
+    this.cacheMs = deps.cacheMs ?? 5_000;
+  }
+
+  async create(
+    input: { name: string; deployments: string[]; ttlMs: number | undefined },
+    correlationId: string,
+  ): Promise<{ row: ServiceKey; secret: string }> {
+    checkServiceKeyInput(input.name, input.deployments);
+    const secret = newServiceKeySecret();
+    const now = this.deps.clock.now();
+    const deployments = [...new Set(input.deployments)].sort();
+    const row = await this.deps.prisma.$transaction(async (tx) => {
+      const created = await tx.serviceKey.create({
+        data: {
+          id: randomUUID(),
+          name: input.name,
+          prefix: secret.slice(0, secretPrefix.length + 8),
+          secretHash: hashServiceKeySecret(secret),
+          deployments,
+          createdAt: new Date(now),
+          expiresAt: input.ttlMs === undefined ? null : new Date(now + input.ttlMs),
+        },
+      });
+      await recordAudit(
+        tx,
+        {
+          actor: operatorActor,
+          action: "service_key.created",
+          targetType: "service_key",
+          targetId: created.id,
+          correlationId,
+          details: { name: created.name, deployments: deployments.join(","), expiresAt: created.expiresAt?.toISOString() ?? "never" },
+        },
+        new Date(now),
+      );
+      return created;
+    });
+    return { row, secret };
+  }
+
+  list(offset: number, take: number, includeRevoked: boolean): Promise<ServiceKey[]> {
+    return this.deps.prisma.serviceKey.findMany({
+      where: includeRevoked ? {} : { revokedAt: null },
+      orderBy: [{ createdAt: "desc" }, { id: "asc" }],
+      skip: offset,
+      take,
+    });
+  }
+
+  async revoke(id: string, reason: string, correlationId: string): Promise<ServiceKey> {
+    const now = new Date(this.deps.clock.now());
+    const row = await this.deps.prisma.$transaction(async (tx) => {
+      const found = await tx.serviceKey.findUnique({ where: { id } });
+      if (found === null) throw new ConnectError(`no service key ${id}`, Code.NotFound);
+      if (found.revokedAt !== null) return found;
+      const revoked = await tx.serviceKey.update({ where: { id }, data: { revokedAt: now } });
+      await recordAudit(
+        tx,
+        {
+          actor: operatorActor,
+          action: "service_key.revoked",
+          targetType: "service_key",
+          targetId: id,
+          correlationId,
+          details: reason === "" ? {} : { reason },
+        },
+        now,
+      );
+      return revoked;
+    });
+    this.cache.delete(row.secretHash);
+    return row;
+  }
+
+  /**
+   * The principal of a presented secret; unauthenticated (with a reason fit for the caller) when
+   * it is malformed, unknown, revoked or expired.
+   */
+  async authenticate(secret: string): Promise<ServicePrincipal> {
+    if (!secretPattern.test(secret)) throw new ConnectError("service key malformed", Code.Unauthenticated);
+    const hash = hashServiceKeySecret(secret);
+    const row = await this.lookup(hash);
+    // Constant-time, as for every secret; the lookup by hash already matched.
+    if (row === undefined || !timingSafeEqual(Buffer.from(row.secretHash, "hex"), Buffer.from(hash, "hex"))) {
+      throw new ConnectError("service key unknown", Code.Unauthenticated);
+    }
+    const state = serviceKeyState(row, this.deps.clock.now());
+    if (state !== "active") throw new ServiceKeyRefusal(`service key ${state}`, Code.Unauthenticated, row.id);
+    return { keyId: row.id, deployments: new Set(row.deployments) };
+  }
+
+  /** Records a refusal of a known key in the audit log (the caller flood-limits this). */
+  async auditRefusal(keyId: string, reason: string, correlationId: string): Promise<void> {
+    await recordAudit(
+      this.deps.prisma,
+      {
+        actor: `service_key:${keyId}`,
+        action: "service_key.refused",
+        targetType: "service_key",
+        targetId: keyId,
+        correlationId,
+        details: { reason },
+      },
+      new Date(this.deps.clock.now()),
+    );
+  }
+
+  private async lookup(hash: string): Promise<ServiceKey | undefined> {
+    const now = this.deps.clock.now();
+    const hit = this.cache.get(hash);
+    if (hit !== undefined && now - hit.at < this.cacheMs) return hit.row;
+    const row = (await this.deps.prisma.serviceKey.findUnique({ where: { secretHash: hash } })) ?? undefined;
+    if (this.cache.size >= maxCached) this.cache.clear();
+    this.cache.set(hash, { row, at: now });
+    return row;
+  }
+}

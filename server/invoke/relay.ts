@@ -1,0 +1,219 @@
+// The invoke relay: one service client's request goes to the node serving the deployment as an
+// InvokeStart on that node's Session, and the node's InvokeAnswer messages come back as the answer
+// (whole, or chunk by chunk). No job row is written per request: a durable row would put a
+// database write (and its fsync) on every invoke, which capped throughput far below the target
+// (see bench/invoke.ts); a request that cannot finish is simply failed back to its caller, who
+// retries. Bounded: requests in flight per deployment, the deadline (the caller's and the
+// deployment's), and the caller's cancellation, which is passed on to the node.
+import { create } from "@bufbuild/protobuf";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  SessionResponseSchema,
+  type InvokeAnswer,
+  type SessionRequest,
+  type SessionResponse,
+} from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import type { Clock } from "../../common/clock.js";
+import { AsyncQueue } from "../../common/queue.js";
+import { codeName } from "../../common/codes.js";
+import type { LiveSession, SessionRegistry } from "../sessions/registry.js";
+import type { Logger } from "../observability/logger.js";
+import type { ServicePrincipal } from "../identity/service-keys.js";
+import type { DeploymentRoutes, DeploymentTarget } from "./routes.js";
+import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, routeInvoke } from "./rules.js";
+import type { InvokeCounts } from "./counts.js";
+import type { LogWatches } from "./logs.js";
+
+export interface InvokeCall {
+  /** By id or name. */
+  deployment: string;
+  contentType: string;
+  payload: Uint8Array;
+  /** The caller's timeout; undefined for the default. */
+  timeoutMs: number | undefined;
+  api: InvokeApi;
+  stream: boolean;
+  /** The call's correlation id, passed to the node for tracing. */
+  requestId: string;
+  /** Aborted when the caller goes away. */
+  signal: AbortSignal;
+}
+
+/** One piece of an answer: the whole body for a unary call, one chunk for a stream. */
+export interface AnswerPiece {
+  payload: Uint8Array;
+  contentType: string;
+  revision: bigint;
+}
+
+export interface InvokeRelayDeps {
+  sessions: SessionRegistry;
+  routes: DeploymentRoutes;
+  clock: Clock;
+  log: Logger;
+  counts: InvokeCounts;
+  logs: LogWatches;
+  /** How long a routing lookup is reused (default 1 s); a routing change drops it at once. */
+  routeCacheMs?: number;
+}
+
+interface Pending {
+  session: LiveSession;
+  answers: AsyncQueue<InvokeAnswer>;
+}
+
+/** Most cached routing lookups before the cache starts over. */
+const maxCachedRoutes = 10_000;
+
+export class InvokeRelay {
+  private nextId = 0n;
+  private readonly pending = new Map<bigint, Pending>();
+  private readonly inFlight = new InFlight();
+  private readonly routeCache = new Map<string, { target: DeploymentTarget | undefined; at: number }>();
+  private readonly routeCacheMs: number;
+  readonly stopListening: () => void;
+
+  constructor(private readonly deps: InvokeRelayDeps) {
+    this.routeCacheMs = deps.routeCacheMs ?? 1_000;
+    // Drain, revision change, unload: the next request sees it, not one a cache period later.
+    this.stopListening = deps.routes.onChange((deploymentId) => {
+      for (const [key, entry] of this.routeCache) {
+        if (entry.target === undefined || entry.target.deploymentId === deploymentId || key === deploymentId) this.routeCache.delete(key);
+      }
+    });
+  }
+
+  /** Requests in flight for a deployment on this replica. */
+  inFlightOf(deploymentId: string): number {
+    return this.inFlight.of(deploymentId);
+  }
+
+  /** The answer pieces of one relayed request, in order; throws the contract's typed errors. */
+  async *invoke(principal: ServicePrincipal, call: InvokeCall): AsyncGenerator<AnswerPiece> {
+    const body = parsePayload(call.contentType, call.payload);
+    const target = await this.target(call.deployment);
+    const instance = routeInvoke(target, principal.deployments, call.deployment, (n) => this.deps.sessions.isConnected(n));
+    const deployment = target!;
+    const session = this.deps.sessions.get(instance.nodeId)!;
+    if (!this.inFlight.acquire(deployment.deploymentId, deployment.maxInFlight)) {
+      this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
+      throw new ConnectError(
+        `deployment ${deployment.name} already has ${deployment.maxInFlight} requests in flight: retry later`,
+        Code.ResourceExhausted,
+      );
+    }
+    const timeoutMs = invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs);
+    const invokeId = ++this.nextId;
+    const answers = new AsyncQueue<InvokeAnswer>();
+    this.pending.set(invokeId, { session, answers });
+    const stop = new AbortController();
+    let finished = false;
+    const cancelOnNode = () => {
+      if (!finished) session.send(cancelMessage(invokeId));
+    };
+    // The deadline and the caller's going away end the wait here and the runtime's work there.
+    void this.deps.clock.sleep(timeoutMs, stop.signal).then(() => {
+      if (stop.signal.aborted) return;
+      cancelOnNode();
+      answers.fail(new ConnectError(`deployment ${deployment.name} did not answer within ${timeoutMs} ms`, Code.DeadlineExceeded));
+    });
+    const onCallerGone = () => {
+      cancelOnNode();
+      answers.fail(new ConnectError("the caller went away", Code.Canceled));
+    };
+    call.signal.addEventListener("abort", onCallerGone, { once: true });
+    let outcome = "ok";
+    try {
+      if (call.signal.aborted) onCallerGone();
+      const sent = session.send(
+        create(SessionResponseSchema, {
+          message: {
+            case: "invoke",
+            value: {
+              invokeId,
+              invoke: {
+                deploymentId: deployment.deploymentId,
+                requestId: call.requestId,
+                contentType: "application/json",
+                payload: call.payload,
+                timeout: durationFromMs(timeoutMs),
+                revision: instance.revision,
+              },
+              api: apiOf(call.api, body),
+              stream: call.stream,
+            },
+          },
+        }),
+      );
+      if (!sent) throw new ConnectError(`the node serving deployment ${deployment.name} is not reachable`, Code.Unavailable);
+      for await (const answer of answers) {
+        if (answer.error !== undefined) throw nodeRefusal(answer.error.code, answer.error.message);
+        if (answer.payload.length > 0) {
+          yield {
+            payload: answer.payload,
+            contentType: answer.contentType || "application/json",
+            revision: answer.revision || instance.revision,
+          };
+        }
+        if (answer.done) {
+          finished = true;
+          return;
+        }
+      }
+      throw new ConnectError(`the node serving deployment ${deployment.name} ended the request without an answer`, Code.Internal);
+    } catch (err) {
+      outcome = err instanceof ConnectError ? codeName(err.code) : "internal";
+      throw err;
+    } finally {
+      // A consumer that stopped early (its caller went away mid-stream) ends the node's work too.
+      if (!finished && outcome === "ok") {
+        cancelOnNode();
+        outcome = "canceled";
+      }
+      finished = true;
+      stop.abort();
+      call.signal.removeEventListener("abort", onCallerGone);
+      this.pending.delete(invokeId);
+      this.inFlight.release(deployment.deploymentId);
+      this.deps.counts.record(deployment.deploymentId, outcome);
+    }
+  }
+
+  /** A relay message from an agent (SessionRequest invoke_answer or log_lines): no I/O. */
+  fromAgent(session: LiveSession, message: SessionRequest): void {
+    const m = message.message;
+    if (m.case === "invokeAnswer") {
+      const p = this.pending.get(m.value.invokeId);
+      // Only the session the request went to may answer it; a late answer finds nothing.
+      if (p === undefined || p.session !== session) return;
+      p.answers.push(m.value);
+      if (m.value.done) p.answers.end();
+    } else if (m.case === "logLines") {
+      this.deps.logs.fromAgent(session, m.value);
+    }
+  }
+
+  /** A node's Session ended on this replica: its requests fail as unavailable, its watches end. */
+  sessionClosed(session: LiveSession): void {
+    for (const p of this.pending.values()) {
+      if (p.session === session) p.answers.fail(new ConnectError("the node's session ended during the request", Code.Unavailable));
+    }
+    this.deps.logs.sessionClosed(session);
+  }
+
+  private async target(idOrName: string): Promise<DeploymentTarget | undefined> {
+    const now = this.deps.clock.now();
+    const hit = this.routeCache.get(idOrName);
+    if (hit !== undefined && now - hit.at < this.routeCacheMs) return hit.target;
+    const target = await this.deps.routes.find(idOrName);
+    if (this.routeCache.size >= maxCachedRoutes) this.routeCache.clear();
+    this.routeCache.set(idOrName, { target, at: now });
+    return target;
+  }
+}
+
+function cancelMessage(invokeId: bigint): SessionResponse {
+  return create(SessionResponseSchema, { message: { case: "invokeCancel", value: { invokeId } } });
+}

@@ -1,0 +1,97 @@
+// modelforge.deployment.v1.DeploymentService: Invoke, InvokeStream and ListDeployments for a
+// service key (authenticated by server/identity/service-keys-auth.ts before these run).
+import { create } from "@bufbuild/protobuf";
+import { durationMs } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import {
+  DeploymentSchema,
+  DeploymentState,
+  InvokeResponseSchema,
+  InvokeStreamResponseSchema,
+  ListDeploymentsResponseSchema,
+  type DeploymentService,
+} from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { callOf } from "../context.js";
+import { servicePrincipalOf } from "../identity/service-keys-auth.js";
+import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
+import type { InvokeRelay, InvokeCall } from "./relay.js";
+import type { DeploymentPhase, DeploymentRoutes, DeploymentTarget } from "./routes.js";
+
+const stateOf: Record<DeploymentPhase, DeploymentState> = {
+  LOADING: DeploymentState.LOADING,
+  READY: DeploymentState.READY,
+  DRAINING: DeploymentState.DRAINING,
+  UNLOADED: DeploymentState.UNLOADED,
+  FAILED: DeploymentState.FAILED,
+};
+
+const toProto = (t: DeploymentTarget) =>
+  create(DeploymentSchema, {
+    id: t.deploymentId,
+    name: t.name,
+    nodeId: t.ready[0]?.nodeId ?? "",
+    state: stateOf[t.phase],
+    revision: t.ready[0]?.revision ?? 0n,
+  });
+
+/** The caller's wait: the request's timeout and the call's own deadline, whichever is shorter. */
+function callerTimeoutMs(requested: Parameters<typeof durationMs>[0] | undefined, ctx: HandlerContext): number | undefined {
+  const fromRequest = requested === undefined ? undefined : durationMs(requested);
+  const fromCall = ctx.timeoutMs();
+  const given = [fromRequest, fromCall].filter((v): v is number => v !== undefined && v > 0);
+  return given.length === 0 ? undefined : Math.min(...given);
+}
+
+export function deploymentService(relay: InvokeRelay, routes: DeploymentRoutes): ServiceImpl<typeof DeploymentService> {
+  const callOfRequest = (
+    req: { deploymentId: string; contentType: string; payload: Uint8Array; timeout?: Parameters<typeof durationMs>[0]; api: number },
+    ctx: HandlerContext,
+    stream: boolean,
+  ): InvokeCall => ({
+    deployment: req.deploymentId,
+    contentType: req.contentType,
+    payload: req.payload,
+    timeoutMs: callerTimeoutMs(req.timeout, ctx),
+    api: req.api,
+    stream,
+    requestId: callOf(ctx).correlationId,
+    signal: ctx.signal,
+  });
+  return {
+    async invoke(req, ctx) {
+      const principal = servicePrincipalOf(ctx);
+      const parts: Uint8Array[] = [];
+      let contentType = "application/json";
+      let revision = 0n;
+      for await (const piece of relay.invoke(principal, callOfRequest(req, ctx, false))) {
+        parts.push(piece.payload);
+        contentType = piece.contentType;
+        revision = piece.revision;
+      }
+      const payload = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+      return create(InvokeResponseSchema, { contentType, payload, jobId: callOf(ctx).correlationId, revision });
+    },
+    async *invokeStream(req, ctx) {
+      const principal = servicePrincipalOf(ctx);
+      let first = true;
+      for await (const piece of relay.invoke(principal, callOfRequest(req, ctx, true))) {
+        yield create(InvokeStreamResponseSchema, {
+          contentType: piece.contentType,
+          payload: piece.payload,
+          revision: first ? piece.revision : 0n,
+        });
+        first = false;
+      }
+    },
+    async listDeployments(req, ctx) {
+      const principal = servicePrincipalOf(ctx);
+      const size = pageSizeOf(req.pageSize);
+      const offset = decodeOffset(req.pageToken);
+      const { page, more } = splitPage(await routes.list([...principal.deployments].sort(), offset, size + 1), size);
+      return create(ListDeploymentsResponseSchema, {
+        deployments: page.map(toProto),
+        nextPageToken: more ? encodePageToken(String(offset + size)) : "",
+      });
+    },
+  };
+}

@@ -1,0 +1,316 @@
+// The relay's and service keys' pure rules, table-driven, and the relay itself over an in-memory
+// routing fake and a fake node session (no network): routing, typed refusals, the in-flight bound,
+// deadlines, the caller going away, a routing change dropping the cache at once.
+import { describe, expect, it } from "vitest";
+import { create } from "@bufbuild/protobuf";
+import { Code, type ConnectError } from "@connectrpc/connect";
+import { pino } from "pino";
+import { InvokeApi } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { SessionRequestSchema, type SessionResponse } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, routeInvoke } from "../server/invoke/rules.js";
+import { InvokeRelay, type InvokeCall } from "../server/invoke/relay.js";
+import { InvokeCounts } from "../server/invoke/counts.js";
+import { LogWatches } from "../server/invoke/logs.js";
+import type { DeploymentRoutes, DeploymentTarget } from "../server/invoke/routes.js";
+import { SessionRegistry, type LiveSession } from "../server/sessions/registry.js";
+import { ManualClock } from "../common/clock.js";
+import { bearerServiceKey, checkServiceKeyInput, looksLikeServiceKey, serviceKeyState } from "../server/identity/service-keys.js";
+import { refuseForeignCredentials, refuseServiceKeyElsewhere } from "../server/identity/service-keys-auth.js";
+import { cleanLine, WatchOutbox, defaultLogLimits } from "../agent/deployments/logs.js";
+import { Gate } from "../agent/deployments/host.js";
+import { refusalCode } from "../agent/deployments/relay.js";
+import { OpenAiClientError } from "../agent/engines/openai-client.js";
+
+const target = (over: Partial<DeploymentTarget> = {}): DeploymentTarget => ({
+  deploymentId: "d1",
+  name: "tiny",
+  phase: "READY",
+  maxInFlight: 2,
+  invokeTimeoutMs: 60_000,
+  ready: [{ revision: 2n, nodeId: "n1", phase: "READY" }],
+  ...over,
+});
+const codeOf = (f: () => unknown) => {
+  try {
+    f();
+  } catch (err) {
+    return (err as ConnectError).code;
+  }
+  return undefined;
+};
+
+describe("routing an invoke", () => {
+  const scope = new Set(["tiny"]);
+  const up = () => true;
+  it.each([
+    ["no such deployment", undefined, Code.NotFound],
+    ["outside the key's scope", target({ name: "other" }), Code.NotFound],
+    ["draining", target({ phase: "DRAINING" }), Code.Unavailable],
+    ["loading, nothing ready", target({ phase: "LOADING", ready: [] }), Code.FailedPrecondition],
+    ["unloaded", target({ phase: "UNLOADED", ready: [] }), Code.FailedPrecondition],
+    ["failed", target({ phase: "FAILED", ready: [] }), Code.FailedPrecondition],
+  ])("%s: refused", (_what, t, code) => {
+    expect(codeOf(() => routeInvoke(t, scope, "tiny", up))).toBe(code);
+  });
+  it("takes the newest ready revision whose node is reachable; none reachable is unavailable", () => {
+    const t = target({
+      ready: [
+        { revision: 3n, nodeId: "n2", phase: "READY" },
+        { revision: 2n, nodeId: "n1", phase: "READY" },
+      ],
+    });
+    expect(routeInvoke(t, scope, "tiny", up).revision).toBe(3n);
+    expect(routeInvoke(t, scope, "tiny", (n) => n === "n1").revision).toBe(2n);
+    expect(codeOf(() => routeInvoke(t, scope, "tiny", () => false))).toBe(Code.Unavailable);
+  });
+  it.each([
+    [undefined, 60_000, 30_000],
+    [5_000, 60_000, 5_000],
+    [90_000, 60_000, 60_000],
+    [90_000, 0, 90_000],
+  ])("timeout: caller %s, deployment %d -> %d", (req, dep, want) => expect(invokeTimeoutMs(req, dep)).toBe(want));
+  it("infers the API from the body, and refuses what is not a JSON object", () => {
+    expect(apiOf(InvokeApi.UNSPECIFIED, { messages: [] })).toBe(InvokeApi.CHAT_COMPLETIONS);
+    expect(apiOf(InvokeApi.UNSPECIFIED, { prompt: "x" })).toBe(InvokeApi.COMPLETIONS);
+    expect(apiOf(InvokeApi.COMPLETIONS, { messages: [] })).toBe(InvokeApi.COMPLETIONS);
+    for (const [type, body] of [
+      ["text/plain", "{}"],
+      ["", "not json"],
+      ["application/json", "[1]"],
+    ] as const) {
+      expect(codeOf(() => parsePayload(type, Buffer.from(body)))).toBe(Code.InvalidArgument);
+    }
+    expect(parsePayload("application/json; charset=utf-8", Buffer.from('{"prompt":"x"}'))).toEqual({ prompt: "x" });
+  });
+  it("maps a node's refusal by code name; an unknown name is internal", () => {
+    expect(nodeRefusal("resource_exhausted", "busy").code).toBe(Code.ResourceExhausted);
+    expect(nodeRefusal("deadline_exceeded", "slow").code).toBe(Code.DeadlineExceeded);
+    expect(nodeRefusal("no_such_code", "x").code).toBe(Code.Internal);
+  });
+  it("bounds requests in flight per deployment", () => {
+    const f = new InFlight();
+    expect([f.acquire("d", 2), f.acquire("d", 2), f.acquire("d", 2), f.acquire("e", 2)]).toEqual([true, true, false, true]);
+    f.release("d");
+    expect(f.acquire("d", 2)).toBe(true);
+  });
+});
+
+describe("service key rules", () => {
+  it.each([
+    ["Bearer mfsk_abc", "mfsk_abc"],
+    ["bearer   mfsk_abc ", "mfsk_abc"],
+    ["Bearer other", undefined],
+    ["mfsk_abc", undefined],
+    [null, undefined],
+  ])("bearer %s", (header, want) => expect(bearerServiceKey(header)).toBe(want));
+  it("refuses a service key anywhere else, and foreign credentials on DeploymentService", () => {
+    expect(looksLikeServiceKey("Basic mfsk_x")).toBe(true);
+    expect(codeOf(() => refuseServiceKeyElsewhere("Bearer mfsk_x"))).toBe(Code.PermissionDenied);
+    expect(codeOf(() => refuseServiceKeyElsewhere(null))).toBeUndefined();
+    expect(codeOf(() => refuseForeignCredentials({ certificatePresented: true, adminToken: null }))).toBe(Code.PermissionDenied);
+    expect(codeOf(() => refuseForeignCredentials({ certificatePresented: false, adminToken: "k" }))).toBe(Code.PermissionDenied);
+    expect(codeOf(() => refuseForeignCredentials({ certificatePresented: false, adminToken: null }))).toBeUndefined();
+  });
+  it.each([
+    [{ revokedAt: null, expiresAt: null }, "active"],
+    [{ revokedAt: new Date(1), expiresAt: null }, "revoked"],
+    [{ revokedAt: null, expiresAt: new Date(1000) }, "expired"],
+    [{ revokedAt: null, expiresAt: new Date(3000) }, "active"],
+  ])("state %o at 2000", (k, want) => expect(serviceKeyState(k, 2000)).toBe(want));
+  it("checks a new key's name and scope", () => {
+    expect(codeOf(() => checkServiceKeyInput("ok-name", ["tiny"]))).toBeUndefined();
+    expect(codeOf(() => checkServiceKeyInput("Bad Name", ["tiny"]))).toBe(Code.InvalidArgument);
+    expect(codeOf(() => checkServiceKeyInput("ok", []))).toBe(Code.InvalidArgument);
+    expect(codeOf(() => checkServiceKeyInput("ok", [" tiny"]))).toBe(Code.InvalidArgument);
+  });
+});
+
+describe("agent rules", () => {
+  it("cleans a log line and cuts it on a character boundary", () => {
+    expect(cleanLine("a\tb\rc\u0000d", 100)).toBe("a\tbcd");
+    expect(cleanLine("é".repeat(10), 5)).toBe("éé");
+  });
+  it("forwards log lines at a bounded rate and counts what it drops", () => {
+    const limits = { ...defaultLogLimits, linesPerSecond: 10, pendingLines: 15 };
+    const box = new WatchOutbox(limits, 0);
+    box.add(Array.from({ length: 20 }, () => ({}) as never));
+    expect(box.take(0)).toMatchObject({ dropped: 5n });
+    expect(box.take(0)).toBeUndefined();
+    expect(box.take(500)?.lines).toHaveLength(5);
+  });
+  it("queues requests behind a gate of one, and a waiter that gives up leaves the queue", async () => {
+    const gate = new Gate(1);
+    const first = await gate.acquire(new AbortController().signal);
+    const giveUp = new AbortController();
+    const second = gate.acquire(giveUp.signal);
+    const third = gate.acquire(new AbortController().signal);
+    giveUp.abort(new Error("gone"));
+    await expect(second).rejects.toThrow("gone");
+    first();
+    (await third)();
+  });
+  it.each([
+    [new OpenAiClientError(400, "invalid_request_error", undefined, "x"), "invalid_argument"],
+    [new OpenAiClientError(503, undefined, undefined, "x"), "resource_exhausted"],
+    [new OpenAiClientError(500, undefined, undefined, "x"), "internal"],
+    [Object.assign(new Error("t"), { name: "TimeoutError" }), "deadline_exceeded"],
+  ])("runtime refusal %s -> %s", (err, code) => expect(refusalCode(err)).toBe(code));
+});
+
+/** A node session that records what the relay pushed. */
+class FakeSession implements LiveSession {
+  readonly sent: SessionResponse[] = [];
+  constructor(readonly nodeId: string) {}
+  readonly serial = "s";
+  send(m: SessionResponse) {
+    this.sent.push(m);
+    return true;
+  }
+  close() {}
+}
+
+function setup(t: DeploymentTarget | undefined) {
+  const clock = new ManualClock(0);
+  const sessions = new SessionRegistry();
+  const node = new FakeSession("n1");
+  sessions.attach(node);
+  let current = t;
+  let finds = 0;
+  const listeners = new Set<(id: string) => void>();
+  const routes: DeploymentRoutes = {
+    find: async () => {
+      finds++;
+      return current;
+    },
+    list: async () => (current ? [current] : []),
+    onChange: (l) => {
+      listeners.add(l);
+      return () => listeners.delete(l);
+    },
+  };
+  const counts = new InvokeCounts();
+  const relay = new InvokeRelay({ sessions, routes, clock, log: pino({ level: "silent" }), counts, logs: new LogWatches(sessions) });
+  const principal = { keyId: "k", deployments: new Set(["tiny"]) };
+  const call = (over: Partial<InvokeCall> = {}): InvokeCall => ({
+    deployment: "tiny",
+    contentType: "application/json",
+    payload: Buffer.from('{"prompt":"x"}'),
+    timeoutMs: undefined,
+    api: InvokeApi.UNSPECIFIED,
+    stream: false,
+    requestId: "r",
+    signal: new AbortController().signal,
+    ...over,
+  });
+  const answer = (invokeId: bigint, value: object) =>
+    relay.fromAgent(node, create(SessionRequestSchema, { message: { case: "invokeAnswer", value: { invokeId, ...value } } }));
+  const lastInvokeId = () => {
+    const m = [...node.sent].reverse().find((s) => s.message.case === "invoke")!.message;
+    return m.case === "invoke" ? m.value.invokeId : -1n;
+  };
+  const collect = async (it: AsyncGenerator<{ payload: Uint8Array }>) => {
+    const out: string[] = [];
+    for await (const p of it) out.push(Buffer.from(p.payload).toString());
+    return out;
+  };
+  return {
+    clock,
+    node,
+    relay,
+    principal,
+    call,
+    answer,
+    lastInvokeId,
+    collect,
+    counts,
+    finds: () => finds,
+    set: (t2: DeploymentTarget | undefined) => (current = t2),
+    change: (id: string) => {
+      for (const l of listeners) l(id);
+    },
+  };
+}
+
+describe("the relay over a fake node session", () => {
+  const tick = () => new Promise((r) => setImmediate(r));
+
+  it("relays a request and its answer; streams chunk by chunk", async () => {
+    const s = setup(target());
+    const unary = s.collect(s.relay.invoke(s.principal, s.call()));
+    await tick();
+    s.answer(s.lastInvokeId(), { payload: Buffer.from("whole"), done: true, revision: 2n });
+    expect(await unary).toEqual(["whole"]);
+    const stream = s.collect(s.relay.invoke(s.principal, s.call({ stream: true })));
+    await tick();
+    const id = s.lastInvokeId();
+    s.answer(id, { payload: Buffer.from("a") });
+    s.answer(id, { payload: Buffer.from("b") });
+    s.answer(id, { done: true });
+    expect(await stream).toEqual(["a", "b"]);
+    expect(s.counts.take().get("d1")?.get("ok")).toBe(2);
+  });
+
+  it("refuses beyond the in-flight bound with resource_exhausted", async () => {
+    const s = setup(target({ maxInFlight: 1 }));
+    const first = s.collect(s.relay.invoke(s.principal, s.call()));
+    await tick();
+    await expect(s.collect(s.relay.invoke(s.principal, s.call()))).rejects.toMatchObject({ code: Code.ResourceExhausted });
+    s.answer(s.lastInvokeId(), { payload: Buffer.from("x"), done: true });
+    await first;
+    expect(s.relay.inFlightOf("d1")).toBe(0);
+  });
+
+  it("a node's typed error reaches the caller; a deadline cancels on the node", async () => {
+    const s = setup(target());
+    const refused = s.collect(s.relay.invoke(s.principal, s.call()));
+    await tick();
+    s.answer(s.lastInvokeId(), { done: true, error: { code: "unavailable", message: "draining" } });
+    await expect(refused).rejects.toMatchObject({ code: Code.Unavailable });
+    const slow = s.collect(s.relay.invoke(s.principal, s.call({ timeoutMs: 1_000 })));
+    await tick();
+    const refusedLate = expect(slow).rejects.toMatchObject({ code: Code.DeadlineExceeded });
+    // The deadline's sleep is no loop: it does not sleep again, so advance rather than tick.
+    s.clock.advance(1_000);
+    await refusedLate;
+    expect(s.node.sent.at(-1)?.message.case).toBe("invokeCancel");
+  });
+
+  it("the caller going away cancels on the node", async () => {
+    const s = setup(target());
+    const gone = new AbortController();
+    const call = s.collect(s.relay.invoke(s.principal, s.call({ signal: gone.signal })));
+    await tick();
+    gone.abort();
+    await expect(call).rejects.toMatchObject({ code: Code.Canceled });
+    expect(s.node.sent.at(-1)?.message.case).toBe("invokeCancel");
+  });
+
+  it("the node's session ending fails its requests unavailable; another session cannot answer", async () => {
+    const s = setup(target());
+    const call = s.collect(s.relay.invoke(s.principal, s.call()));
+    await tick();
+    s.relay.fromAgent(
+      new FakeSession("n1"),
+      create(SessionRequestSchema, { message: { case: "invokeAnswer", value: { invokeId: s.lastInvokeId(), done: true } } }),
+    );
+    s.relay.sessionClosed(s.node);
+    await expect(call).rejects.toMatchObject({ code: Code.Unavailable });
+  });
+
+  it("caches routing briefly, and a routing change drops it at once", async () => {
+    const s = setup(target());
+    const one = async () => {
+      const c = s.collect(s.relay.invoke(s.principal, s.call()));
+      await tick();
+      s.answer(s.lastInvokeId(), { payload: Buffer.from("x"), done: true });
+      return c;
+    };
+    await one();
+    await one();
+    expect(s.finds()).toBe(1);
+    s.set(target({ phase: "DRAINING", ready: [] }));
+    s.change("d1");
+    await expect(s.collect(s.relay.invoke(s.principal, s.call()))).rejects.toMatchObject({ code: Code.Unavailable });
+    expect(s.finds()).toBe(2);
+  });
+});
