@@ -314,8 +314,9 @@ describe("edge fuzzing from the descriptors", () => {
   let ts: TestServer;
   let node: TestNode;
   let http: http2.ClientHttp2Session | undefined;
+  let serviceHttp: http2.ClientHttp2Session | undefined;
   let connectOptions: http2.SecureClientSessionOptions;
-  /** The shared connection, reopened if the server or a protocol error closed it. */
+  /** The shared connection (with the node's certificate), reopened if a protocol error closed it. */
   const session = () => {
     if (http === undefined || http.closed || http.destroyed) {
       http = http2.connect(ts.url, connectOptions);
@@ -323,6 +324,16 @@ describe("edge fuzzing from the descriptors", () => {
     }
     return http;
   };
+  /** DeploymentService refuses a node certificate: service clients connect without one. */
+  const serviceSession = () => {
+    if (serviceHttp === undefined || serviceHttp.closed || serviceHttp.destroyed) {
+      serviceHttp = http2.connect(ts.url, { ca: ts.caPem });
+      serviceHttp.on("error", () => undefined);
+    }
+    return serviceHttp;
+  };
+
+  const sessionWithCert = session;
 
   beforeAll(async () => {
     ts = await startTestServer();
@@ -332,11 +343,15 @@ describe("edge fuzzing from the descriptors", () => {
   });
   afterAll(async () => {
     http?.close();
+    serviceHttp?.close();
     await ts?.stop();
   });
 
   it("answers every hostile unary and server-streaming request with a typed code", { timeout: 90_000 }, async () => {
-    const headers = { "x-modelforge-admin-token": testAdminKey };
+    // Each service's own credential, so calls get past authentication to the body.
+    const { secret } = await ts.admin.createServiceKey({ name: "fuzz", deployments: ["fuzzed"] });
+    const headersOf = (service: DescService): Record<string, string> =>
+      service === DeploymentService ? { authorization: `Bearer ${secret}` } : { "x-modelforge-admin-token": testAdminKey };
     const tasks: (() => Promise<Outcome>)[] = [];
     let methods = 0;
     for (const service of services) {
@@ -344,6 +359,8 @@ describe("edge fuzzing from the descriptors", () => {
         if (method.methodKind === "bidi_streaming") continue; // Session: its own test below
         methods++;
         const path = `/${service.typeName}/${method.name}`;
+        const headers = headersOf(service);
+        const session = service === DeploymentService ? serviceSession : sessionWithCert;
         for (const g of garbageBodies) {
           tasks.push(async () => ({ call: `${path} grpc ${g.label}`, code: await grpcCall(session(), path, g.bytes, headers) }));
           if (method.methodKind === "unary") {

@@ -140,6 +140,8 @@ export class ServiceKeys {
   }
 
   async revoke(id: string, reason: string, correlationId: string): Promise<ServiceKey> {
+    // The edge checks the UUID's form when one is given; none at all is the caller's mistake too.
+    if (id === "") throw new ConnectError("id: is required: the service key's id", Code.InvalidArgument);
     const now = new Date(this.deps.clock.now());
     const row = await this.deps.prisma.$transaction(async (tx) => {
       const found = await tx.serviceKey.findUnique({ where: { id } });
