@@ -13,7 +13,6 @@ import * as protoLoader from "@grpc/proto-loader";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentService, DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind, type JobSpecSchema } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { readStat } from "../agent/engines/proc.js";
@@ -24,6 +23,7 @@ import { writeTinyLlamaGguf } from "./support/gguf.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
+import { jobToEnd } from "./support/jobs.js";
 
 const protoRoot = fileURLToPath(new URL("../proto", import.meta.url));
 
@@ -47,19 +47,8 @@ const stateOfTiny = async () => (await ts.admin.getDeployment({ deployment: "tin
 const untilState = (state: DeploymentState, what = `tiny ${DeploymentState[state]}`) =>
   eventually(async () => ((await stateOfTiny()).state === state ? true : undefined), 90_000, what);
 
-async function finished(spec: MessageInitShape<typeof JobSpecSchema>) {
-  // Not on the deployment's ordering key: it must not wait behind the controller's jobs.
-  const { job } = await ts.admin.createJob({ nodeId: node.nodeId, spec, maxAttempts: 1 });
-  const jobId = job!.id;
-  return eventually(
-    async () => {
-      const j = (await ts.admin.getJob({ jobId })).job!;
-      return [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED].includes(j.state) ? j : undefined;
-    },
-    60_000,
-    `job ${jobId} to finish`,
-  );
-}
+// Not on the deployment's ordering key: it must not wait behind the controller's jobs.
+const finished = (spec: MessageInitShape<typeof JobSpecSchema>) => jobToEnd(ts.admin, node.nodeId, spec, 60_000);
 
 /** A unary call on the plain gRPC client; resolves with the response or the grpc error. */
 function unary(method: string, req: object, metadata: grpc.Metadata): Promise<any> {

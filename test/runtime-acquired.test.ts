@@ -21,6 +21,7 @@ import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
 import { startMirror, type Mirror } from "./support/mirror.js";
+import { jobToEnd } from "./support/jobs.js";
 
 const MiB = 1024n * 1024n;
 const worker = fileURLToPath(new URL("../agent/engines/llama-cpp/worker.ts", import.meta.url));
@@ -41,18 +42,7 @@ let freshStaging: string;
 
 type Spec = MessageInitShape<typeof JobSpecSchema>;
 
-async function finished(spec: Spec): Promise<Job> {
-  const { job } = await ts.admin.createJob({ nodeId: node.nodeId, spec, maxAttempts: 1 });
-  const jobId = job!.id;
-  return eventually(
-    async () => {
-      const j = (await ts.admin.getJob({ jobId })).job!;
-      return [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED].includes(j.state) ? j : undefined;
-    },
-    90_000,
-    `job ${jobId} to finish`,
-  );
-}
+const finished = (spec: Spec) => jobToEnd(ts.admin, node.nodeId, spec, 90_000);
 
 const acquireSpec = (at: { repository: string; commit: string }): Spec => ({
   kind: {

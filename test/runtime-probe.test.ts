@@ -25,6 +25,7 @@ import { writeTinyLlamaGguf } from "./support/gguf.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
+import { jobToEnd } from "./support/jobs.js";
 
 let ts: TestServer;
 let root: string;
@@ -51,18 +52,7 @@ const probeSpec = (
   },
 });
 
-async function finished(spec: MessageInitShape<typeof JobSpecSchema>) {
-  const { job } = await ts.admin.createJob({ nodeId: node.nodeId, spec, maxAttempts: 1 });
-  const jobId = job!.id;
-  return eventually(
-    async () => {
-      const j = (await ts.admin.getJob({ jobId })).job!;
-      return [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED].includes(j.state) ? j : undefined;
-    },
-    45_000,
-    `job ${jobId} to finish`,
-  );
-}
+const finished = (spec: MessageInitShape<typeof JobSpecSchema>) => jobToEnd(ts.admin, node.nodeId, spec, 45_000);
 
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "mf-runtime-root-"));
