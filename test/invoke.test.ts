@@ -343,12 +343,21 @@ describe("DeploymentService through a real agent", () => {
         30_000,
         "the request in flight on the node",
       );
+      const drainsStarted = () =>
+        agent
+          .output()
+          .split("\n")
+          .filter((l) => l.includes('"deployment.drain.v1"') && l.includes("job started")).length;
+      const drainsBefore = drainsStarted();
       await ts.admin.drainDeployment({ deployment: "tiny" });
       // Refused at the control plane at once, before the node has even heard of the drain.
       await expect(unary("Invoke", { deploymentId: "tiny", payload: completion() }, keyMetadata())).rejects.toMatchObject({
         code: grpc.status.UNAVAILABLE,
         details: expect.stringContaining("draining"),
       });
+      // The node has started the drain (the agent logs each job it starts) while the request is
+      // still held in flight; only then may the runtime go on.
+      await eventually(() => drainsStarted() > drainsBefore, 30_000, "the drain started on the node");
       process.kill(pid, "SIGCONT");
       resumed = true;
       // The request in flight completed, not cut.
