@@ -10,7 +10,17 @@ import type { Logger } from "../observability/logger.js";
 import type { CreateJobInput } from "../jobs/create.js";
 import { isDatabaseUnavailable } from "../db/availability.js";
 import { recordAudit, systemActor } from "../audit/audit.js";
-import { overallPhase, plan, type Action, type Desired, type InstanceView, type JobOutcome, type Phase, type Step } from "./rules.js";
+import {
+  failureText,
+  overallPhase,
+  plan,
+  type Action,
+  type Desired,
+  type InstanceView,
+  type JobOutcome,
+  type Phase,
+  type Step,
+} from "./rules.js";
 import { specOfStep } from "./specs.js";
 
 export interface DeploymentControllerDeps {
@@ -37,12 +47,8 @@ function outcomeOf(job: Pick<Job, "state" | "result" | "failure"> | undefined): 
       return runtimeId ? { state: "succeeded", runtimeId } : { state: "succeeded" };
     }
     default: {
-      const failure = job.failure as { code?: string; message?: string } | null;
-      const code = (failure?.code ?? "").replace(/^JOB_FAILURE_CODE_/, "");
-      return {
-        state: job.state === "cancelled" ? "cancelled" : "failed",
-        reason: [code, failure?.message].filter(Boolean).join(": ") || job.state,
-      };
+      const reason = failureText(job.failure as { code?: string; message?: string } | null) || job.state;
+      return { state: job.state === "cancelled" ? "cancelled" : "failed", reason };
     }
   }
 }
@@ -247,7 +253,8 @@ export class DeploymentController {
   }
 }
 
-async function event(
+/** One row of a deployment's state history, in the transaction that made the change. */
+export async function event(
   tx: Prisma.TransactionClient,
   d: Pick<Deployment, "id" | "nodeId">,
   revision: bigint,

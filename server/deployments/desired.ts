@@ -19,6 +19,7 @@ import {
   type Desired,
 } from "./rules.js";
 import { capabilityOfStep } from "./specs.js";
+import { whereIdOrName } from "./routes.js";
 
 export interface DesiredDeps {
   prisma: PrismaClient;
@@ -45,7 +46,6 @@ export interface CreateDeploymentInput {
 }
 
 const invalid = (field: string, why: string) => new ConnectError(`${field}: ${why}`, Code.InvalidArgument);
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const needed = Object.values(capabilityOfStep);
 
 function timeoutOf(ms: number | undefined, field: string, fallback: number): number {
@@ -119,8 +119,7 @@ async function chooseNode(deps: DesiredDeps, nodeId: string, selector: { [key: s
 
 export async function findRecord(db: Pick<PrismaClient, "deployment">, idOrName: string): Promise<DeploymentRow> {
   if (idOrName === "") throw invalid("deployment", "is required: an id or a name");
-  const where = UUID.test(idOrName) ? { id: idOrName.toLowerCase() } : { name: idOrName };
-  const d = await db.deployment.findFirst({ where, include: { instances: true } });
+  const d = await db.deployment.findFirst({ where: whereIdOrName(idOrName), include: { instances: true } });
   if (d === null) throw new ConnectError(`deployment ${idOrName} not found`, Code.NotFound);
   return d;
 }

@@ -7,6 +7,7 @@ import { create } from "@bufbuild/protobuf";
 import { JobSpecSchema } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { CreateJobInput } from "../jobs/create.js";
 import { findRecord } from "./desired.js";
+import { failureText } from "./rules.js";
 
 export interface HealthDeps {
   prisma: PrismaClient;
@@ -33,12 +34,7 @@ export function healthOf(job: Pick<Job, "state" | "result" | "failure">): Pick<R
     return { answered: true, healthy: health?.healthy === true, detail: health?.detail ?? "" };
   }
   if (job.state === "failed" || job.state === "cancelled") {
-    const failure = job.failure as { code?: string; message?: string } | null;
-    return {
-      answered: true,
-      healthy: false,
-      detail: [failure?.code?.replace(/^JOB_FAILURE_CODE_/, ""), failure?.message].filter(Boolean).join(": "),
-    };
+    return { answered: true, healthy: false, detail: failureText(job.failure as { code?: string; message?: string } | null) };
   }
   return { answered: false, healthy: false, detail: "the node did not answer in time" };
 }

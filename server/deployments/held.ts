@@ -7,6 +7,7 @@ import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
 import type { CreateJobInput } from "../jobs/create.js";
 import { specOfStep } from "./specs.js";
+import { event } from "./controller.js";
 
 export interface HeldDeps {
   prisma: PrismaClient;
@@ -74,11 +75,7 @@ export async function reconcileHeld(deps: HeldDeps, nodeId: string, held: HeldDe
         where: { deploymentId: l.deploymentId, revision: l.revision, phase: "ready", jobId: null },
         data: { phase: "loading", step: "load", reason, runtimeId: null, updatedAt: now },
       });
-      if (m.count === 1) {
-        await tx.deploymentEvent.create({
-          data: { deploymentId: l.deploymentId, time: now, revision: l.revision, nodeId, fromPhase: "ready", toPhase: "loading", reason },
-        });
-      }
+      if (m.count === 1) await event(tx, { id: l.deploymentId, nodeId }, l.revision, "ready", "loading", reason, now);
       return m.count === 1;
     });
     if (moved) {

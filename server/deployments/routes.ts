@@ -1,6 +1,7 @@
 // Where invokes of a deployment go: the relay's view of deployments, read from the records the
 // controller keeps. Only instances of a deployment the operator wants serving take new invokes.
 import type { Deployment, DeploymentInstance, PrismaClient } from "../../gen/prisma/client.js";
+import { isUuid } from "../../common/x509.js";
 import { overallPhase, type Desired, type Phase } from "./rules.js";
 
 export type DeploymentPhase = "LOADING" | "READY" | "DRAINING" | "UNLOADED" | "FAILED";
@@ -29,7 +30,10 @@ export interface DeploymentRoutes {
   onChange(listener: (deploymentId: string) => void): () => void;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** A deployment named by its id (a UUID) or by its name. */
+export function whereIdOrName(idOrName: string): { id: string } | { name: string } {
+  return isUuid(idOrName) ? { id: idOrName.toLowerCase() } : { name: idOrName };
+}
 const upper = (p: string) => p.toUpperCase() as DeploymentPhase;
 
 export function targetOf(d: Deployment & { instances: DeploymentInstance[] }): DeploymentTarget {
@@ -58,8 +62,10 @@ export function deploymentRoutes(
 ): DeploymentRoutes {
   return {
     async find(idOrName) {
-      const where = UUID.test(idOrName) ? { id: idOrName.toLowerCase() } : { name: idOrName };
-      const d = await prisma.deployment.findFirst({ where: { ...where, desired: { not: "deleted" } }, include: { instances: true } });
+      const d = await prisma.deployment.findFirst({
+        where: { ...whereIdOrName(idOrName), desired: { not: "deleted" } },
+        include: { instances: true },
+      });
       return d === null ? undefined : targetOf(d);
     },
     async list(names, offset, take) {

@@ -35,6 +35,11 @@ export type Action =
   | { kind: "move"; revision: bigint; to: Phase; step: Step | null; reason?: string; runtimeId?: string }
   | { kind: "remove" };
 
+/** A failed job's failure (as stored) in one line: "NOT_FOUND: no such runtime". */
+export function failureText(failure: { code?: string; message?: string } | null | undefined): string {
+  return [failure?.code?.replace(/^JOB_FAILURE_CODE_/, ""), failure?.message].filter(Boolean).join(": ");
+}
+
 /** A claim without a job row after this long is taken to be lost (its replica died) and retried. */
 export const CLAIM_GRACE_MS = 10_000;
 
