@@ -1,7 +1,15 @@
 // The runtime engines of the contract: a closed set, named as agents advertise them and runtime
-// profiles store them.
+// profiles store them, with the contract's EngineKind for each.
+import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+
 export const engineNames = ["llama.cpp", "openai-http"] as const;
 export type EngineName = (typeof engineNames)[number];
+
+/** EngineKind to name; the kinds not listed (UNSPECIFIED) name no engine. */
+export const engineNameOfKind: Partial<Record<EngineKind, EngineName>> = {
+  [EngineKind.LLAMA_CPP]: "llama.cpp",
+  [EngineKind.OPENAI_HTTP]: "openai-http",
+};
 
 /** The engines of an agent's Hello this side knows, in the contract's order; the rest are dropped. */
 export function knownEngines(said: readonly string[]): EngineName[] {

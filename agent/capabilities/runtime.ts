@@ -7,27 +7,16 @@ import { create } from "@bufbuild/protobuf";
 import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
 import { EngineKind as ProtoEngineKind, JobFailureCode, ProbeInput, type JobSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import {
-  EngineError,
-  type EngineErrorCode,
-  type EngineKind,
-  type OrphanReport,
-  type Runtime,
-  type Supervisor,
-} from "../engines/supervisor.js";
+import { EngineError, type EngineErrorCode, type OrphanReport, type Runtime, type Supervisor } from "../engines/supervisor.js";
 import { GpuMemorySampler } from "../engines/gpu-memory.js";
 import type { RunNvidiaSmiOptions } from "../collectors/nvidia-smi.js";
 import { systemClock, type Clock } from "../../common/clock.js";
 import { JobFailureError, type JobHandler, type JobHandlerResult } from "../jobs/registry.js";
+import { engineNameOfKind } from "../../common/engines.js";
 
 /** The fixed probe inputs the contract defines; never free text. */
 export const probeInputs: Record<ProbeInput.COMPLETION_V1, { prompt: string; maxTokens: number; temperature: number }> = {
   [ProbeInput.COMPLETION_V1]: { prompt: "The quick brown fox", maxTokens: 16, temperature: 0 },
-};
-
-const engineOf: Partial<Record<ProtoEngineKind, EngineKind>> = {
-  [ProtoEngineKind.LLAMA_CPP]: "llama.cpp",
-  [ProtoEngineKind.OPENAI_HTTP]: "openai-http",
 };
 
 /** Pure mapping of the engine layer's failures onto the contract's normalised codes. */
@@ -123,7 +112,7 @@ export function runtimeProbeHandler(opts: RuntimeOptions): JobHandler {
     if (profile === undefined || profile.engine === ProtoEngineKind.UNSPECIFIED) {
       throw new JobFailureError(JobFailureCode.PROFILE_INVALID, "the lease carries no resolved runtime profile", false);
     }
-    const engine = engineOf[profile.engine];
+    const engine = engineNameOfKind[profile.engine];
     if (engine === undefined || !opts.supervisor.engines().includes(engine)) {
       throw new JobFailureError(
         JobFailureCode.ENGINE_NOT_SUPPORTED,

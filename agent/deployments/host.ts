@@ -9,10 +9,11 @@ import { EngineKind as ProtoEngineKind, JobFailureCode, type DeploymentLoad } fr
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HeldDeploymentSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
-import { EngineError, type EngineKind, type Runtime, type Supervisor } from "../engines/supervisor.js";
+import { EngineError, type Runtime, type Supervisor } from "../engines/supervisor.js";
 import { failureFor, sha256Of } from "../capabilities/runtime.js";
 import { JobFailureError } from "../jobs/registry.js";
 import { defaultLogLimits, LogTail, type LogLimits } from "./logs.js";
+import { engineNameOfKind } from "../../common/engines.js";
 
 export interface HeldRuntime {
   readonly deploymentId: string;
@@ -73,11 +74,6 @@ export interface DeploymentHostOptions {
   healthDeadlineMs?: number;
   logLimits?: LogLimits;
 }
-
-const engineOf: Partial<Record<ProtoEngineKind, EngineKind>> = {
-  [ProtoEngineKind.LLAMA_CPP]: "llama.cpp",
-  [ProtoEngineKind.OPENAI_HTTP]: "openai-http",
-};
 
 const keyOf = (deploymentId: string, revision: bigint) => `${deploymentId}#${revision}`;
 
@@ -212,7 +208,7 @@ export class DeploymentHost {
     if (profile === undefined || profile.engine === ProtoEngineKind.UNSPECIFIED) {
       throw new JobFailureError(JobFailureCode.PROFILE_INVALID, "the lease carries no resolved runtime profile", false);
     }
-    const engine = engineOf[profile.engine];
+    const engine = engineNameOfKind[profile.engine];
     if (engine === undefined || !this.opts.supervisor.engines().includes(engine)) {
       throw new JobFailureError(
         JobFailureCode.ENGINE_NOT_SUPPORTED,

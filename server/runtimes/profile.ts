@@ -1,7 +1,8 @@
 // The rules of runtime profiles: the name grammar, the bounds of each engine parameter, and the
 // canonical content whose SHA-256 identifies a profile. Pure; the store and the RPCs are around it.
 import { createHash } from "node:crypto";
-import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import type { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { engineNameOfKind } from "../../common/engines.js";
 
 export class ProfileRuleError extends Error {
   constructor(
@@ -11,12 +12,6 @@ export class ProfileRuleError extends Error {
     super(`${field}: ${reason}`);
   }
 }
-
-/** The contract names of the engines, the form the database keeps. */
-const engineNames = new Map<EngineKind, string>([
-  [EngineKind.LLAMA_CPP, "llama.cpp"],
-  [EngineKind.OPENAI_HTTP, "openai-http"],
-]);
 
 export const MAX_CONTEXT_SIZE = 1_048_576;
 export const MAX_THREADS = 1024;
@@ -35,7 +30,7 @@ export function checkProfileName(name: string, field = "name"): void {
 }
 
 export function checkProfileContent(p: ProfileContent): void {
-  if (!engineNames.has(p.engine)) throw new ProfileRuleError("engine", "must name an engine (llama.cpp or openai-http)");
+  if (engineNameOfKind[p.engine] === undefined) throw new ProfileRuleError("engine", "must name an engine (llama.cpp or openai-http)");
   if (!Number.isInteger(p.contextSize) || p.contextSize < 0 || p.contextSize > MAX_CONTEXT_SIZE) {
     throw new ProfileRuleError("context_size", `must be from 0 (the engine's default) to ${MAX_CONTEXT_SIZE}`);
   }
@@ -45,13 +40,13 @@ export function checkProfileContent(p: ProfileContent): void {
 }
 
 export function engineName(engine: EngineKind): string {
-  const name = engineNames.get(engine);
+  const name = engineNameOfKind[engine];
   if (name === undefined) throw new ProfileRuleError("engine", `unknown engine ${engine}`);
   return name;
 }
 
 export function engineOfName(name: string): EngineKind {
-  for (const [kind, n] of engineNames) if (n === name) return kind;
+  for (const [kind, n] of Object.entries(engineNameOfKind)) if (n === name) return Number(kind) as EngineKind;
   throw new Error(`a stored runtime profile names an engine this server does not know: ${JSON.stringify(name)}`);
 }
 
