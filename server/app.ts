@@ -5,7 +5,7 @@ import type { TLSSocket } from "node:tls";
 import type { AddressInfo, Socket } from "node:net";
 import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
-import { publicUrlOf, type Config } from "./config.js";
+import { publicUrlOf, replicaUrlOf, type Config } from "./config.js";
 import { systemClock, type Clock } from "../common/clock.js";
 import type { Logger } from "./observability/logger.js";
 import { correlationHeader, correlationIdFrom } from "./observability/correlation.js";
@@ -58,6 +58,8 @@ import { fleetCounts } from "./observability/metrics-db.js";
 import { serveMetrics, type MetricsEndpoint } from "../common/metrics-endpoint.js";
 import { openClusterBus } from "./cluster/bus.js";
 import { followCluster } from "./cluster/follow.js";
+import { registerReplica, replicaDirectory, replicaRefreshMs } from "./cluster/replicas.js";
+import { ReplicaForwarder } from "./invoke/forward.js";
 import { openLeadership } from "./cluster/leadership.js";
 import { ReflectionIndex, reflectionServices, routeReflection } from "./reflection/reflection.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
@@ -230,15 +232,36 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   });
   const admission = new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued);
   metrics?.observe({ sessions, admission, fleet: () => fleetCounts(prisma) });
-  followCluster(bus, { sessions, jobs });
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
-  const deployments = new DeploymentController({ prisma, clock, log, jobs });
+  const deployments = new DeploymentController({
+    prisma,
+    clock,
+    log,
+    jobs,
+    announce: (deploymentId) => bus.publish({ kind: "deployment", deploymentId }),
+  });
+  followCluster(bus, { sessions, jobs, deployments });
   const reconcileDeployment = (id: string) => deployments.reconcile(id);
   const serviceKeys = new ServiceKeys({ prisma, clock });
   const routes = deploymentRoutes(prisma, deployments);
   const invokeCounts = new InvokeCounts();
   const logWatches = new LogWatches(sessions);
-  const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches });
+  // Replicas find each other through the database: an invoke for a node whose Session is on
+  // another replica is forwarded there. On the embedded database there is only this one.
+  const replica =
+    config.databaseUrl !== undefined
+      ? await registerReplica({ prisma, clock, replicaId: bus.replicaId, url: replicaUrlOf(config, port) })
+      : undefined;
+  const forwarder =
+    replica !== undefined
+      ? new ReplicaForwarder({
+          directory: replicaDirectory({ prisma, clock, replicaId: bus.replicaId }),
+          clock,
+          replicaId: bus.replicaId,
+          caPem: ca.certPem,
+        })
+      : undefined;
+  const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches, forwarder });
   const agentDeps: AgentServiceDeps = {
     prisma,
     clock,
@@ -347,6 +370,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       db.outage,
     ),
     every(clock, 60_000, "invoke counts", log, () => invokeCounts.flush(prisma, new Date(clock.now())), db.outage),
+    ...(replica !== undefined ? [every(clock, replicaRefreshMs, "replica record", log, replica.refresh, db.outage)] : []),
   ];
 
   let stopping: Promise<void> | undefined;
@@ -364,6 +388,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       await closed;
       clearTimeout(timer);
       await Promise.all(stopLoops.map((stopLoop) => stopLoop()));
+      forwarder?.close();
+      await replica?.remove().catch((err: unknown) => log.warn({ error: (err as Error).message }, "removing the replica record failed"));
       await leadership.close();
       await bus.close();
       await heartbeats

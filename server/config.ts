@@ -12,6 +12,8 @@ export interface Config {
   serverNames: string[];
   /** The URL agents dial, used in join commands; unset: the first server name and the bound port. */
   publicUrl: string | undefined;
+  /** The URL the other replicas reach this one on directly (forwarded invokes); undefined: the first server name on the bound port. */
+  replicaUrl: string | undefined;
   dataDir: string;
   certsDir: string;
   databaseUrl: string | undefined;
@@ -121,6 +123,7 @@ export function loadConfig(env: Env): Config {
     port,
     serverNames,
     publicUrl: env.MODELFORGE_PUBLIC_URL?.trim() || undefined,
+    replicaUrl: httpsUrl(env, "MODELFORGE_REPLICA_URL"),
     dataDir: get("MODELFORGE_DATA_DIR"),
     certsDir: get("MODELFORGE_CERTS_DIR"),
     databaseUrl,
@@ -171,6 +174,27 @@ export function publicUrlOf(config: Pick<Config, "publicUrl" | "serverNames">, b
   if (config.publicUrl !== undefined) return config.publicUrl;
   const name = config.serverNames[0]!;
   return `https://${name.includes(":") ? `[${name}]` : name}:${boundPort}`;
+}
+
+/** This replica's own address for the others: never the public URL, which may be a load balancer in front of all of them. */
+export function replicaUrlOf(config: Pick<Config, "replicaUrl" | "serverNames">, boundPort: number): string {
+  return config.replicaUrl ?? publicUrlOf({ publicUrl: undefined, serverNames: config.serverNames }, boundPort);
+}
+
+/** An optional https:// URL with a host and nothing after the port. */
+function httpsUrl(env: Env, name: string): string | undefined {
+  const text = env[name]?.trim();
+  if (!text) return undefined;
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new ConfigError(`${name}: expected a URL such as https://cp-1.internal:8443, got "${text}"`);
+  }
+  if (url.protocol !== "https:" || url.hostname === "" || url.pathname !== "/" || url.search !== "" || url.username !== "") {
+    throw new ConfigError(`${name}: expected https://host:port with nothing after it, got "${text}"`);
+  }
+  return url.origin;
 }
 
 /** An optional listen address: unset or empty means off; a bare port means loopback. */

@@ -8,10 +8,11 @@ import { pino } from "pino";
 import { InvokeApi } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { SessionRequestSchema, type SessionResponse } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, routeInvoke } from "../server/invoke/rules.js";
-import { InvokeRelay, type InvokeCall } from "../server/invoke/relay.js";
+import { InvokeRelay, type InvokeCall, type InvokeForwarder } from "../server/invoke/relay.js";
 import { InvokeCounts } from "../server/invoke/counts.js";
 import { LogWatches } from "../server/invoke/logs.js";
 import type { DeploymentRoutes, DeploymentTarget } from "../server/invoke/routes.js";
+import type { SessionHolder } from "../server/cluster/replicas.js";
 import { SessionRegistry, type LiveSession } from "../server/sessions/registry.js";
 import { ManualClock } from "../common/clock.js";
 import { bearerServiceKey, checkServiceKeyInput, looksLikeServiceKey, serviceKeyState } from "../server/identity/service-keys.js";
@@ -52,16 +53,16 @@ describe("routing an invoke", () => {
   ])("%s: refused", (_what, t, code) => {
     expect(codeOf(() => routeInvoke(t, scope, "tiny", up))).toBe(code);
   });
-  it("takes the newest ready revision whose node is reachable; none reachable is unavailable", () => {
+  it("takes the newest ready revision whose node's session is here; else every ready instance is a candidate elsewhere", () => {
     const t = target({
       ready: [
         { revision: 3n, nodeId: "n2", phase: "READY" },
         { revision: 2n, nodeId: "n1", phase: "READY" },
       ],
     });
-    expect(routeInvoke(t, scope, "tiny", up).revision).toBe(3n);
-    expect(routeInvoke(t, scope, "tiny", (n) => n === "n1").revision).toBe(2n);
-    expect(codeOf(() => routeInvoke(t, scope, "tiny", () => false))).toBe(Code.Unavailable);
+    expect(routeInvoke(t, scope, "tiny", up)).toEqual({ here: t.ready[0] });
+    expect(routeInvoke(t, scope, "tiny", (n) => n === "n1")).toEqual({ here: t.ready[1] });
+    expect(routeInvoke(t, scope, "tiny", () => false)).toEqual({ elsewhere: t.ready });
   });
   it.each([
     [undefined, 60_000, 30_000],
@@ -169,7 +170,23 @@ class FakeSession implements LiveSession {
   close() {}
 }
 
-function setup(t: DeploymentTarget | undefined) {
+/** A forwarder that records what it was asked and answers from the holders it was given. */
+class FakeForwarder implements InvokeForwarder {
+  readonly lookups: string[][] = [];
+  readonly forwarded: { holder: SessionHolder; call: InvokeCall }[] = [];
+  constructor(private readonly holders: Record<string, SessionHolder>) {}
+  async holderOf(nodeIds: readonly string[]) {
+    this.lookups.push([...nodeIds]);
+    return nodeIds.map((id) => this.holders[id]).find((h) => h !== undefined);
+  }
+  async *forward(holder: SessionHolder, call: InvokeCall) {
+    this.forwarded.push({ holder, call });
+    yield { payload: Buffer.from(`from ${holder.replicaId}`), contentType: "application/json", revision: 2n };
+  }
+  close() {}
+}
+
+function setup(t: DeploymentTarget | undefined, forwarder?: InvokeForwarder) {
   const clock = new ManualClock(0);
   const sessions = new SessionRegistry();
   const node = new FakeSession("n1");
@@ -189,7 +206,15 @@ function setup(t: DeploymentTarget | undefined) {
     },
   };
   const counts = new InvokeCounts();
-  const relay = new InvokeRelay({ sessions, routes, clock, log: pino({ level: "silent" }), counts, logs: new LogWatches(sessions) });
+  const relay = new InvokeRelay({
+    sessions,
+    routes,
+    clock,
+    log: pino({ level: "silent" }),
+    counts,
+    logs: new LogWatches(sessions),
+    forwarder,
+  });
   const principal = { keyId: "k", deployments: new Set(["tiny"]) };
   const call = (over: Partial<InvokeCall> = {}): InvokeCall => ({
     deployment: "tiny",
@@ -312,5 +337,41 @@ describe("the relay over a fake node session", () => {
     s.change("d1");
     await expect(s.collect(s.relay.invoke(s.principal, s.call()))).rejects.toMatchObject({ code: Code.Unavailable });
     expect(s.finds()).toBe(2);
+  });
+
+  it("forwards to the replica holding the node's session, once; none holding it is unavailable", async () => {
+    const elsewhere = target({ ready: [{ revision: 2n, nodeId: "n9", phase: "READY" }] });
+    const holder = { nodeId: "n9", replicaId: "r-a", url: "https://a.internal:8443" };
+    const forwarder = new FakeForwarder({ n9: holder });
+    const s = setup(elsewhere, forwarder);
+    const call = s.call({ credential: "Bearer mfsk_x", stream: true });
+    expect(await s.collect(s.relay.invoke(s.principal, call))).toEqual(["from r-a"]);
+    expect(forwarder.lookups).toEqual([["n9"]]);
+    expect(forwarder.forwarded).toEqual([{ holder, call }]);
+    expect(s.node.sent).toEqual([]); // nothing went down this replica's session
+    // A call another replica forwarded here is never forwarded on.
+    await expect(s.collect(s.relay.invoke(s.principal, s.call({ forwardedFrom: "r-b" })))).rejects.toMatchObject({
+      code: Code.Unavailable,
+      rawMessage: expect.stringContaining("expected its session here"),
+    });
+    expect(forwarder.forwarded).toHaveLength(1);
+    // No replica holds it; and without a forwarder (the embedded database) nothing is tried.
+    const nobody = setup(elsewhere, new FakeForwarder({}));
+    await expect(nobody.collect(nobody.relay.invoke(nobody.principal, nobody.call()))).rejects.toMatchObject({
+      code: Code.Unavailable,
+      rawMessage: expect.stringContaining("no replica holds its session"),
+    });
+    const single = setup(elsewhere);
+    await expect(single.collect(single.relay.invoke(single.principal, single.call()))).rejects.toMatchObject({ code: Code.Unavailable });
+  });
+
+  it("a local session is preferred over forwarding", async () => {
+    const forwarder = new FakeForwarder({ n1: { nodeId: "n1", replicaId: "r-a", url: "https://a.internal:8443" } });
+    const s = setup(target(), forwarder);
+    const local = s.collect(s.relay.invoke(s.principal, s.call()));
+    await tick();
+    s.answer(s.lastInvokeId(), { payload: Buffer.from("here"), done: true });
+    expect(await local).toEqual(["here"]);
+    expect(forwarder.lookups).toEqual([]);
   });
 });

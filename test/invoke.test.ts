@@ -7,9 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -20,12 +18,11 @@ import { PassThrough, Writable } from "node:stream";
 import { readFileSync, writeFileSync } from "node:fs";
 import { runCli } from "../cli/cli.js";
 import { writeTinyLlamaGguf } from "./support/gguf.js";
+import { plainDeploymentService } from "./support/plain-grpc.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
 import { jobToEnd } from "./support/jobs.js";
-
-const protoRoot = fileURLToPath(new URL("../proto", import.meta.url));
 
 let ts: TestServer;
 let root: string;
@@ -105,17 +102,7 @@ beforeAll(async () => {
   deploymentId = created.deployment!.deployment!.id;
   await untilState(DeploymentState.READY);
   secret = (await ts.admin.createServiceKey({ name: "svc", deployments: ["tiny"] })).secret;
-  const defs = protoLoader.loadSync(["modelforge/deployment/v1/deployment.proto"], {
-    includeDirs: [protoRoot],
-    longs: String,
-    enums: String,
-    defaults: true,
-  });
-  const loadedDefs = grpc.loadPackageDefinition(defs) as any;
-  plain = new loadedDefs.modelforge.deployment.v1.DeploymentService(
-    ts.url.replace("https://", ""),
-    grpc.credentials.createSsl(Buffer.from(ts.caPem)),
-  );
+  plain = plainDeploymentService(ts.url, ts.caPem);
 }, 120_000);
 
 afterAll(async () => {

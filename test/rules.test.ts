@@ -1,6 +1,6 @@
 // Small pure rules: configuration, durations, correlation ids, codes, backoff and renewal timing.
 import { describe, expect, it } from "vitest";
-import { loadConfig, ConfigError, publicUrlOf } from "../server/config.js";
+import { loadConfig, ConfigError, publicUrlOf, replicaUrlOf } from "../server/config.js";
 import { parseDuration } from "../common/duration.js";
 import { correlationIdFrom } from "../server/observability/correlation.js";
 import { codeName } from "../common/codes.js";
@@ -18,6 +18,9 @@ describe("configuration", () => {
     expect(publicUrlOf(c, 8443)).toBe("https://localhost:8443");
     expect(publicUrlOf({ ...c, serverNames: ["::1"] }, 9000)).toBe("https://[::1]:9000");
     expect(publicUrlOf({ ...c, publicUrl: "https://cp.example:443" }, 9000)).toBe("https://cp.example:443");
+    // A replica is reached directly, never through the public URL (a load balancer in front of all).
+    expect(replicaUrlOf({ ...c, publicUrl: "https://lb.example:443" } as typeof c, 9000)).toBe("https://localhost:9000");
+    expect(replicaUrlOf(loadConfig({ MODELFORGE_REPLICA_URL: "https://cp-1.internal:8443" }), 9000)).toBe("https://cp-1.internal:8443");
     expect(c.operatorApiKey).toBeUndefined();
     expect(c.staleAfterMs).toBe(30_000);
     expect(c.offlineAfterMs).toBe(90_000);
@@ -34,6 +37,9 @@ describe("configuration", () => {
     [{ DATABASE_URL: "mysql://x" }, /postgresql:\/\//],
     [{ MODELFORGE_RENEW_REMAINING_FRACTION: "1.5" }, /between 0 and 1/],
     [{ MODELFORGE_SERVER_NAMES: " , " }, /at least one name/],
+    [{ MODELFORGE_REPLICA_URL: "http://cp-1:8443" }, /MODELFORGE_REPLICA_URL: expected https/],
+    [{ MODELFORGE_REPLICA_URL: "https://cp-1:8443/path" }, /nothing after it/],
+    [{ MODELFORGE_REPLICA_URL: "cp-1:8443:x" }, /MODELFORGE_REPLICA_URL/],
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);

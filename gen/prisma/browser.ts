@@ -23,6 +23,14 @@ export * from './enums.js';
  */
 export type Node = Prisma.NodeModel
 /**
+ * Model ControlPlaneReplica
+ * A running control-plane replica and the URL the others reach it on directly, to forward a
+ * deployment invoke that arrived where the node's Session is not. Written at start, its seenAt
+ * refreshed while it runs, deleted at a graceful stop: a row not refreshed for a while is a
+ * replica that died.
+ */
+export type ControlPlaneReplica = Prisma.ControlPlaneReplicaModel
+/**
  * Model Gpu
  * A GPU, reconciled by (node id, GPU UUID); everything else is a mutable fact.
  */

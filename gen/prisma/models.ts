@@ -9,6 +9,7 @@
  * 🟢 You can import this file directly.
  */
 export type * from './models/Node.js'
+export type * from './models/ControlPlaneReplica.js'
 export type * from './models/Gpu.js'
 export type * from './models/NodeCredential.js'
 export type * from './models/EnrollmentToken.js'

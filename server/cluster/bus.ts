@@ -19,7 +19,9 @@ export type ClusterEvent =
   /** End the node's session (disabled, decommissioned). */
   | { kind: "close-node"; nodeId: string; code: number; message: string }
   /** End the sessions of these credentials (revoked). */
-  | { kind: "close-serials"; serials: string[]; code: number; message: string };
+  | { kind: "close-serials"; serials: string[]; code: number; message: string }
+  /** A deployment's routing changed (drain, revision, unload): drop what the invoke relay cached. */
+  | { kind: "deployment"; deploymentId: string };
 
 export interface ClusterBus {
   /** This replica's id: random per process, so a restarted replica is a new one. */

@@ -8,6 +8,7 @@ export function followCluster(
   deps: {
     sessions: Pick<SessionRegistry, "closeNodeHere" | "closeSerialsHere">;
     jobs: { fromCluster(event: Extract<ClusterEvent, { kind: "work" | "cancel" }>): void };
+    deployments: { changedElsewhere(deploymentId: string): void };
   },
 ): void {
   bus.onEvent((event) => {
@@ -19,6 +20,8 @@ export function followCluster(
         return deps.sessions.closeNodeHere(event.nodeId, new ConnectError(event.message, event.code));
       case "close-serials":
         return deps.sessions.closeSerialsHere(event.serials, new ConnectError(event.message, event.code));
+      case "deployment":
+        return deps.deployments.changedElsewhere(event.deploymentId);
     }
   });
 }

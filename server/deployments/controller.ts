@@ -28,6 +28,8 @@ export interface DeploymentControllerDeps {
   clock: Clock;
   log: Logger;
   jobs: { createJob(input: CreateJobInput): Promise<unknown> };
+  /** Tells the other replicas a deployment's routing changed here (the cluster bus). */
+  announce?: (deploymentId: string) => void;
 }
 
 type WithInstances = Deployment & { instances: DeploymentInstance[] };
@@ -58,10 +60,15 @@ export class DeploymentController {
 
   constructor(private readonly deps: DeploymentControllerDeps) {}
 
-  /** Told (on this replica) whenever a deployment's routing may have changed. */
+  /** Told whenever a deployment's routing may have changed, here or (through changedElsewhere) on another replica. */
   onChange(listener: (deploymentId: string) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /** Another replica changed a deployment's routing (a drain there stops new invokes here too). */
+  changedElsewhere(deploymentId: string): void {
+    for (const listener of this.listeners) listener(deploymentId);
   }
 
   /** One pass over every deployment that is not settled. */
@@ -119,6 +126,7 @@ export class DeploymentController {
     if (changed) {
       await this.refreshState(d.id);
       for (const listener of this.listeners) listener(d.id);
+      this.deps.announce?.(d.id);
     }
     return changed;
   }

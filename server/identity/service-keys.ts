@@ -8,6 +8,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { PrismaClient, ServiceKey } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import { operatorActor, recordAudit } from "../audit/audit.js";
+import { LookupCache } from "../../common/lookup-cache.js";
 
 const secretPrefix = "mfsk_";
 /** "mfsk_" and 43 base64url characters. */
@@ -77,20 +78,11 @@ export interface ServiceKeysDeps {
   cacheMs?: number;
 }
 
-interface Cached {
-  row: ServiceKey | undefined;
-  at: number;
-}
-
-/** Most cached lookups; unknown secrets are cached too, so a flood of them costs no queries. */
-const maxCached = 10_000;
-
 export class ServiceKeys {
-  private readonly cache = new Map<string, Cached>();
-  private readonly cacheMs: number;
+  private readonly cache: LookupCache<ServiceKey | undefined>;
 
   constructor(private readonly deps: ServiceKeysDeps) {
-    this.cacheMs = deps.cacheMs ?? 5_000;
+    this.cache = new LookupCache(deps.clock, deps.cacheMs ?? 5_000);
   }
 
   async create(
@@ -199,13 +191,7 @@ export class ServiceKeys {
     );
   }
 
-  private async lookup(hash: string): Promise<ServiceKey | undefined> {
-    const now = this.deps.clock.now();
-    const hit = this.cache.get(hash);
-    if (hit !== undefined && now - hit.at < this.cacheMs) return hit.row;
-    const row = (await this.deps.prisma.serviceKey.findUnique({ where: { secretHash: hash } })) ?? undefined;
-    if (this.cache.size >= maxCached) this.cache.clear();
-    this.cache.set(hash, { row, at: now });
-    return row;
+  private lookup(hash: string): Promise<ServiceKey | undefined> {
+    return this.cache.get(hash, async () => (await this.deps.prisma.serviceKey.findUnique({ where: { secretHash: hash } })) ?? undefined);
   }
 }

@@ -17,14 +17,16 @@ import {
 import type { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { Clock } from "../../common/clock.js";
 import { AsyncQueue } from "../../common/queue.js";
+import { LookupCache } from "../../common/lookup-cache.js";
 import { codeName } from "../../common/codes.js";
 import type { LiveSession, SessionRegistry } from "../sessions/registry.js";
 import type { Logger } from "../observability/logger.js";
 import type { ServicePrincipal } from "../identity/service-keys.js";
 import type { DeploymentRoutes, DeploymentTarget } from "./routes.js";
-import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, routeInvoke } from "./rules.js";
+import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, routeInvoke, unreachable } from "./rules.js";
 import type { InvokeCounts } from "./counts.js";
 import type { LogWatches } from "./logs.js";
+import type { SessionHolder } from "../cluster/replicas.js";
 
 export interface InvokeCall {
   /** By id or name. */
@@ -39,6 +41,10 @@ export interface InvokeCall {
   requestId: string;
   /** Aborted when the caller goes away. */
   signal: AbortSignal;
+  /** The caller's authorization header, passed on when the call is forwarded to another replica. */
+  credential?: string;
+  /** The replica that forwarded this call here; such a call is served here or refused, never forwarded again. */
+  forwardedFrom?: string;
 }
 
 /** One piece of an answer: the whole body for a unary call, one chunk for a stream. */
@@ -46,6 +52,15 @@ export interface AnswerPiece {
   payload: Uint8Array;
   contentType: string;
   revision: bigint;
+}
+
+/** Reaches the replica holding a node's Session (./forward.ts). */
+export interface InvokeForwarder {
+  /** The replica to forward to for these candidate nodes, if another live one holds a Session. */
+  holderOf(nodeIds: readonly string[]): Promise<SessionHolder | undefined>;
+  /** The holder's answer pieces; its typed errors pass through with their codes. */
+  forward(holder: SessionHolder, call: InvokeCall): AsyncGenerator<AnswerPiece>;
+  close(): void;
 }
 
 export interface InvokeRelayDeps {
@@ -57,6 +72,8 @@ export interface InvokeRelayDeps {
   logs: LogWatches;
   /** How long a routing lookup is reused (default 1 s); a routing change drops it at once. */
   routeCacheMs?: number;
+  /** Reaches a node whose Session is on another replica; without it such a node is unreachable. */
+  forwarder?: InvokeForwarder;
 }
 
 interface Pending {
@@ -64,25 +81,19 @@ interface Pending {
   answers: AsyncQueue<InvokeAnswer>;
 }
 
-/** Most cached routing lookups before the cache starts over. */
-const maxCachedRoutes = 10_000;
-
 export class InvokeRelay {
   private nextId = 0n;
   private readonly pending = new Map<bigint, Pending>();
   private readonly inFlight = new InFlight();
-  private readonly routeCache = new Map<string, { target: DeploymentTarget | undefined; at: number }>();
-  private readonly routeCacheMs: number;
+  private readonly routeCache: LookupCache<DeploymentTarget | undefined>;
   readonly stopListening: () => void;
 
   constructor(private readonly deps: InvokeRelayDeps) {
-    this.routeCacheMs = deps.routeCacheMs ?? 1_000;
+    this.routeCache = new LookupCache(deps.clock, deps.routeCacheMs ?? 1_000);
     // Drain, revision change, unload: the next request sees it, not one a cache period later.
-    this.stopListening = deps.routes.onChange((deploymentId) => {
-      for (const [key, entry] of this.routeCache) {
-        if (entry.target === undefined || entry.target.deploymentId === deploymentId || key === deploymentId) this.routeCache.delete(key);
-      }
-    });
+    this.stopListening = deps.routes.onChange((deploymentId) =>
+      this.routeCache.deleteWhere((key, target) => target === undefined || target.deploymentId === deploymentId || key === deploymentId),
+    );
   }
 
   /** Requests in flight for a deployment on this replica. */
@@ -94,8 +105,13 @@ export class InvokeRelay {
   async *invoke(principal: ServicePrincipal, call: InvokeCall): AsyncGenerator<AnswerPiece> {
     const body = parsePayload(call.contentType, call.payload);
     const target = await this.target(call.deployment);
-    const instance = routeInvoke(target, principal.deployments, call.deployment, (n) => this.deps.sessions.isConnected(n));
+    const route = routeInvoke(target, principal.deployments, call.deployment, (n) => this.deps.sessions.isConnected(n));
     const deployment = target!;
+    if ("elsewhere" in route) {
+      yield* this.elsewhere(deployment.name, route.elsewhere, call);
+      return;
+    }
+    const instance = route.here;
     const session = this.deps.sessions.get(instance.nodeId)!;
     if (!this.inFlight.acquire(deployment.deploymentId, deployment.maxInFlight)) {
       this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
@@ -181,6 +197,16 @@ export class InvokeRelay {
     }
   }
 
+  /** A node whose Session is not here: forwarded to the replica holding it, once. */
+  private async *elsewhere(name: string, candidates: DeploymentTarget["ready"], call: InvokeCall): AsyncGenerator<AnswerPiece> {
+    const forwarder = this.deps.forwarder;
+    if (forwarder === undefined) throw unreachable(name, "its session is not on this control plane");
+    if (call.forwardedFrom !== undefined) throw unreachable(name, "the replica that forwarded the call expected its session here");
+    const holder = await forwarder.holderOf(candidates.map((i) => i.nodeId));
+    if (holder === undefined) throw unreachable(name, "no replica holds its session");
+    yield* forwarder.forward(holder, call);
+  }
+
   /** A relay message from an agent (SessionRequest invoke_answer or log_lines): no I/O. */
   fromAgent(session: LiveSession, message: SessionRequest): void {
     const m = message.message;
@@ -203,14 +229,8 @@ export class InvokeRelay {
     this.deps.logs.sessionClosed(session);
   }
 
-  private async target(idOrName: string): Promise<DeploymentTarget | undefined> {
-    const now = this.deps.clock.now();
-    const hit = this.routeCache.get(idOrName);
-    if (hit !== undefined && now - hit.at < this.routeCacheMs) return hit.target;
-    const target = await this.deps.routes.find(idOrName);
-    if (this.routeCache.size >= maxCachedRoutes) this.routeCache.clear();
-    this.routeCache.set(idOrName, { target, at: now });
-    return target;
+  private target(idOrName: string): Promise<DeploymentTarget | undefined> {
+    return this.routeCache.get(idOrName, () => this.deps.routes.find(idOrName));
   }
 }
 

@@ -7,17 +7,20 @@ import type { DeploymentInstance, DeploymentTarget } from "./routes.js";
 /** What a caller waits when it names no timeout. */
 export const defaultInvokeTimeoutMs = 30_000;
 
+/** Where a new invoke goes: the instance whose node's Session is on this replica, else the candidates whose Session may be on another. */
+export type InvokeRoute = { here: DeploymentInstance } | { elsewhere: DeploymentInstance[] };
+
 /**
- * The instance that takes a new invoke, or the typed refusal: not_found for a deployment that does
- * not exist or is outside the key's scope (the two look alike to the caller), and the phase's error
- * otherwise. `connected` says whether a node's Session is on this replica.
+ * Where a new invoke goes, or the typed refusal: not_found for a deployment that does not exist or
+ * is outside the key's scope (the two look alike to the caller), and the phase's error otherwise.
+ * `connected` says whether a node's Session is on this replica.
  */
 export function routeInvoke(
   target: DeploymentTarget | undefined,
   scope: ReadonlySet<string>,
   idOrName: string,
   connected: (nodeId: string) => boolean,
-): DeploymentInstance {
+): InvokeRoute {
   if (target === undefined || !scope.has(target.name)) throw new ConnectError(`no deployment ${idOrName}`, Code.NotFound);
   switch (target.phase) {
     case "DRAINING":
@@ -32,11 +35,13 @@ export function routeInvoke(
   }
   if (target.ready.length === 0) throw new ConnectError(`deployment ${target.name} is not ready yet`, Code.FailedPrecondition);
   // Newest revision first: during a revision change the new one takes new requests as soon as it is ready.
-  const reachable = target.ready.find((i) => connected(i.nodeId));
-  if (reachable === undefined) {
-    throw new ConnectError(`the node serving deployment ${target.name} is not reachable from this replica`, Code.Unavailable);
-  }
-  return reachable;
+  const here = target.ready.find((i) => connected(i.nodeId));
+  return here !== undefined ? { here } : { elsewhere: target.ready };
+}
+
+/** The refusal when no replica can reach a node serving the deployment. */
+export function unreachable(name: string, why: string): ConnectError {
+  return new ConnectError(`the node serving deployment ${name} is not reachable: ${why}`, Code.Unavailable);
 }
 
 /** The shorter of the caller's timeout (default 30 s) and the deployment's own. */

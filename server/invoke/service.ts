@@ -12,7 +12,8 @@ import {
   type DeploymentService,
 } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { callOf } from "../context.js";
-import { servicePrincipalOf } from "../identity/service-keys-auth.js";
+import { serviceKeyHeader, servicePrincipalOf } from "../identity/service-keys-auth.js";
+import { forwardedFromHeader } from "./forward.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
 import type { InvokeRelay, InvokeCall } from "./relay.js";
 import type { DeploymentPhase, DeploymentRoutes, DeploymentTarget } from "./routes.js";
@@ -56,6 +57,8 @@ export function deploymentService(relay: InvokeRelay, routes: DeploymentRoutes):
     stream,
     requestId: callOf(ctx).correlationId,
     signal: ctx.signal,
+    credential: ctx.requestHeader.get(serviceKeyHeader) ?? undefined,
+    forwardedFrom: ctx.requestHeader.get(forwardedFromHeader) ?? undefined,
   });
   return {
     async invoke(req, ctx) {

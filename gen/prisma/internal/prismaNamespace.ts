@@ -398,6 +398,7 @@ type FieldRefInputType<Model, FieldType> = Model extends never ? never : FieldRe
 
 export const ModelName = {
   Node: 'Node',
+  ControlPlaneReplica: 'ControlPlaneReplica',
   Gpu: 'Gpu',
   NodeCredential: 'NodeCredential',
   EnrollmentToken: 'EnrollmentToken',
@@ -427,7 +428,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey"
+    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -502,6 +503,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         count: {
           args: Prisma.NodeCountArgs<ExtArgs>
           result: runtime.Types.Utils.Optional<Prisma.NodeCountAggregateOutputType> | number
+        }
+      }
+    }
+    ControlPlaneReplica: {
+      payload: Prisma.$ControlPlaneReplicaPayload<ExtArgs>
+      fields: Prisma.ControlPlaneReplicaFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ControlPlaneReplicaFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ControlPlaneReplicaFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload>
+        }
+        findFirst: {
+          args: Prisma.ControlPlaneReplicaFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ControlPlaneReplicaFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload>
+        }
+        findMany: {
+          args: Prisma.ControlPlaneReplicaFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload>[]
+        }
+        create: {
+          args: Prisma.ControlPlaneReplicaCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload>
+        }
+        createMany: {
+          args: Prisma.ControlPlaneReplicaCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ControlPlaneReplicaCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload>[]
+        }
+        delete: {
+          args: Prisma.ControlPlaneReplicaDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload>
+        }
+        update: {
+          args: Prisma.ControlPlaneReplicaUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload>
+        }
+        deleteMany: {
+          args: Prisma.ControlPlaneReplicaDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ControlPlaneReplicaUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ControlPlaneReplicaUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload>[]
+        }
+        upsert: {
+          args: Prisma.ControlPlaneReplicaUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ControlPlaneReplicaPayload>
+        }
+        aggregate: {
+          args: Prisma.ControlPlaneReplicaAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateControlPlaneReplica>
+        }
+        groupBy: {
+          args: Prisma.ControlPlaneReplicaGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ControlPlaneReplicaGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ControlPlaneReplicaCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ControlPlaneReplicaCountAggregateOutputType> | number
         }
       }
     }
@@ -1605,6 +1680,16 @@ export const NodeScalarFieldEnum = {
 export type NodeScalarFieldEnum = (typeof NodeScalarFieldEnum)[keyof typeof NodeScalarFieldEnum]
 
 
+export const ControlPlaneReplicaScalarFieldEnum = {
+  id: 'id',
+  url: 'url',
+  startedAt: 'startedAt',
+  seenAt: 'seenAt'
+} as const
+
+export type ControlPlaneReplicaScalarFieldEnum = (typeof ControlPlaneReplicaScalarFieldEnum)[keyof typeof ControlPlaneReplicaScalarFieldEnum]
+
+
 export const GpuScalarFieldEnum = {
   id: 'id',
   nodeId: 'nodeId',
@@ -2118,6 +2203,7 @@ export interface PrismaClientOptionsWithAdapter extends PrismaClientBaseOptions 
 export type PrismaClientOptions = PrismaClientOptionsWithAccelerateUrl | PrismaClientOptionsWithAdapter
 export type GlobalOmitConfig = {
   node?: Prisma.NodeOmit
+  controlPlaneReplica?: Prisma.ControlPlaneReplicaOmit
   gpu?: Prisma.GpuOmit
   nodeCredential?: Prisma.NodeCredentialOmit
   enrollmentToken?: Prisma.EnrollmentTokenOmit

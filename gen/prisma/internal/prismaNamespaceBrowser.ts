@@ -52,6 +52,7 @@ export const AnyNull = runtime.AnyNull
 
 export const ModelName = {
   Node: 'Node',
+  ControlPlaneReplica: 'ControlPlaneReplica',
   Gpu: 'Gpu',
   NodeCredential: 'NodeCredential',
   EnrollmentToken: 'EnrollmentToken',
@@ -107,6 +108,16 @@ export const NodeScalarFieldEnum = {
 } as const
 
 export type NodeScalarFieldEnum = (typeof NodeScalarFieldEnum)[keyof typeof NodeScalarFieldEnum]
+
+
+export const ControlPlaneReplicaScalarFieldEnum = {
+  id: 'id',
+  url: 'url',
+  startedAt: 'startedAt',
+  seenAt: 'seenAt'
+} as const
+
+export type ControlPlaneReplicaScalarFieldEnum = (typeof ControlPlaneReplicaScalarFieldEnum)[keyof typeof ControlPlaneReplicaScalarFieldEnum]
 
 
 export const GpuScalarFieldEnum = {

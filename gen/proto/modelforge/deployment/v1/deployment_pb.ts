@@ -15,7 +15,8 @@
 //
 // Errors of Invoke and InvokeStream: not_found (no such deployment, or not in the key's scope),
 // failed_precondition (the deployment is not ready yet, or has no ready revision), unavailable
-// (the deployment is draining, or its node is not reachable from this replica right now: retry),
+// (the deployment is draining, or no control-plane replica holds its node's session right now:
+// retry; a call arriving at a replica without the session is forwarded to the one that has it),
 // resource_exhausted (the deployment already has its maximum of requests in flight: retry after
 // a pause), deadline_exceeded (the caller's timeout or the deployment's, whichever is shorter),
 // invalid_argument (payload too large or not JSON), internal or the runtime's own status mapped

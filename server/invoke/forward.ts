@@ -1,0 +1,107 @@
+// Forwarding an invoke to the replica that holds the serving node's Session. The forwarded call is
+// the caller's own call, made again: the same service key (the holder authenticates and scopes it
+// as if the caller had come straight to it, so forwarding grants nothing), the caller's deadline,
+// its cancellation and its request id. A forwarded call carries the forwarding replica's id and is
+// never forwarded again, so a stale holder record cannot make calls go round in circles.
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import type { Clock } from "../../common/clock.js";
+import { LookupCache } from "../../common/lookup-cache.js";
+import { correlationHeader } from "../observability/correlation.js";
+import type { ReplicaDirectory, SessionHolder } from "../cluster/replicas.js";
+import type { AnswerPiece, InvokeCall, InvokeForwarder } from "./relay.js";
+
+/** Names the replica that forwarded a call; a call that carries it is served here or refused. */
+export const forwardedFromHeader = "x-modelforge-forwarded-from";
+
+export interface ReplicaForwarderDeps {
+  directory: ReplicaDirectory;
+  clock: Clock;
+  /** This replica's id, sent with every forwarded call. */
+  replicaId: string;
+  /** The CA every replica's server certificate chains to (replicas share the certificates directory). */
+  caPem: string;
+  /** How long a holder lookup is reused (default 1 s). */
+  holderCacheMs?: number;
+}
+
+export class ReplicaForwarder implements InvokeForwarder {
+  private readonly clients = new Map<string, { client: Client<typeof DeploymentService>; sessions: Http2SessionManager }>();
+  private readonly holders: LookupCache<SessionHolder | undefined>;
+
+  constructor(private readonly deps: ReplicaForwarderDeps) {
+    this.holders = new LookupCache(deps.clock, deps.holderCacheMs ?? 1_000);
+  }
+
+  holderOf(nodeIds: readonly string[]): Promise<SessionHolder | undefined> {
+    return this.holders.get(nodeIds.join(","), () => this.deps.directory.holderOf(nodeIds));
+  }
+
+  async *forward(holder: SessionHolder, call: InvokeCall): AsyncGenerator<AnswerPiece> {
+    const client = this.clientOf(holder.url);
+    const request = {
+      deploymentId: call.deployment,
+      contentType: call.contentType,
+      payload: call.payload,
+      api: call.api,
+      timeout: call.timeoutMs !== undefined ? durationFromMs(call.timeoutMs) : undefined,
+    };
+    const options = {
+      headers: {
+        authorization: call.credential ?? "",
+        [forwardedFromHeader]: this.deps.replicaId,
+        [correlationHeader]: call.requestId,
+      },
+      signal: call.signal,
+      timeoutMs: call.timeoutMs,
+    };
+    try {
+      if (call.stream) {
+        let revision = 0n;
+        for await (const piece of client.invokeStream(request, options)) {
+          if (piece.revision !== 0n) revision = piece.revision;
+          yield { payload: piece.payload, contentType: piece.contentType, revision };
+        }
+      } else {
+        const answer = await client.invoke(request, options);
+        yield { payload: answer.payload, contentType: answer.contentType, revision: answer.revision };
+      }
+    } catch (err) {
+      // The holder moved or died since the lookup: the next call looks again.
+      this.holders.clear();
+      throw forwardError(err, holder);
+    }
+  }
+
+  close(): void {
+    for (const { sessions } of this.clients.values()) sessions.abort();
+    this.clients.clear();
+  }
+
+  private clientOf(url: string): Client<typeof DeploymentService> {
+    let entry = this.clients.get(url);
+    if (entry === undefined) {
+      // One HTTP/2 connection per replica, kept while in use; TLS verified against the shared CA
+      // and the replica URL's host name, like any client of the control plane.
+      const sessions = new Http2SessionManager(url, { pingIntervalMs: 15_000, idleConnectionTimeoutMs: 60_000 }, { ca: this.deps.caPem });
+      const transport = createGrpcTransport({ baseUrl: url, sessionManager: sessions });
+      entry = { client: createClient(DeploymentService, transport), sessions };
+      this.clients.set(url, entry);
+    }
+    return entry.client;
+  }
+}
+
+/** The holder's own refusal passes through; failing to reach it at all says which replica. */
+function forwardError(err: unknown, holder: SessionHolder): ConnectError {
+  const e = ConnectError.from(err);
+  if (e.code === Code.Unavailable && e.metadata.get("content-type") === null) {
+    return new ConnectError(
+      `the replica holding the node's session (${holder.replicaId} at ${holder.url}) is not reachable: ${e.rawMessage}`,
+      Code.Unavailable,
+    );
+  }
+  return new ConnectError(e.rawMessage, e.code);
+}

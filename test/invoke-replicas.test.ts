@@ -1,0 +1,200 @@
+// An invoke that arrives at a replica not holding the serving node's Session (always PostgreSQL:
+// replicas need it). Two control planes on one database and one CA; a real agent process holding
+// the tiny GGUF keeps its Session on replica A; the deployment, the service key and every invoke
+// go through replica B, which forwards to A with the caller's own key. A holder whose record went
+// stale is not forwarded to, and a drain on A refuses new invokes arriving at B at once.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import * as grpc from "@grpc/grpc-js";
+import pg from "pg";
+import { DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { writeTinyLlamaGguf } from "./support/gguf.js";
+import { plainDeploymentService } from "./support/plain-grpc.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
+import { spawnAgent, type AgentProcess } from "./support/process.js";
+
+const commit = "c".repeat(40);
+
+let db: TestDatabase;
+let a: TestServer;
+let b: TestServer;
+let root: string;
+let node: TestNode;
+let agent: AgentProcess;
+let secret: string;
+let viaB: any;
+
+function unary(method: string, req: object): Promise<any> {
+  const md = new grpc.Metadata();
+  md.set("authorization", `Bearer ${secret}`);
+  return new Promise((resolve, reject) => viaB[method](req, md, (e: unknown, r: unknown) => (e ? reject(e) : resolve(r))));
+}
+const completion = (max: number, extra: object = {}) =>
+  Buffer.from(JSON.stringify({ prompt: "The quick brown fox", max_tokens: max, temperature: 0, ...extra }));
+
+beforeAll(async () => {
+  root = mkdtempSync(join(tmpdir(), "mf-invoke-replicas-"));
+  const path = join(root, "tiny.gguf");
+  const model = await writeTinyLlamaGguf(path, { contextLength: 8192 });
+  db = await createTestDatabase("postgres");
+  // Replicas share the certificates and the artifact store (shared storage in production).
+  const common = {
+    DATABASE_URL: db.databaseUrl!,
+    MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
+    MODELFORGE_APPROVED_ROOTS: root,
+    MODELFORGE_ARTIFACT_DIR: join(root, "store"),
+  };
+  a = await startTestServer(common);
+  b = await startTestServer({ ...common, MODELFORGE_CERTS_DIR: a.config.certsDir });
+  node = await enrollTestNode(a, "serving-on-a");
+  agent = spawnAgent(node.statePath, {
+    MODELFORGE_AGENT_RUNTIMES: "on",
+    MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
+    MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
+  });
+  // B sees the node online with its Session on A (from the heartbeats A flushed).
+  await eventually(
+    async () => {
+      const n = (await b.admin.getNode({ nodeId: node.nodeId })).node!;
+      return n.sessionReplica !== "" && n.capabilities.includes("deployment.load.v1");
+    },
+    30_000,
+    "the agent's session on A, as B sees it",
+  );
+  expect(b.server.sessionsConnected(node.nodeId)).toBe(false);
+  await b.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 8192, threads: 1 });
+  const bytes = readFileSync(path);
+  await b.admin.uploadArtifactChunk({
+    repository: "acme/tiny",
+    commit,
+    path: "tiny.gguf",
+    sizeBytes: BigInt(bytes.length),
+    sha256: model.sha256,
+    offset: 0n,
+    data: bytes,
+  });
+  await b.admin.createDeployment({
+    name: "tiny",
+    nodeId: node.nodeId,
+    runtimeProfile: "tiny-cpu",
+    repository: "acme/tiny",
+    commit,
+    targetRoot: root,
+    maxInFlight: 8,
+  });
+  await eventually(
+    async () =>
+      (await b.admin.getDeployment({ deployment: "tiny" })).deployment!.deployment!.state === DeploymentState.READY ? true : undefined,
+    90_000,
+    "tiny READY",
+  );
+  secret = (await b.admin.createServiceKey({ name: "svc", deployments: ["tiny"] })).secret;
+  viaB = plainDeploymentService(b.url, b.caPem);
+}, 180_000);
+
+afterAll(async () => {
+  viaB?.close();
+  await agent?.stop();
+  await b?.stop();
+  await a?.stop();
+  await db?.cleanup();
+  if (root) rmSync(root, { recursive: true, force: true });
+});
+
+describe("an invoke at the replica without the node's session", () => {
+  it("is forwarded to the replica holding it: unary and streamed, real tokens back", async () => {
+    const res = await unary("Invoke", { deploymentId: "tiny", contentType: "application/json", payload: completion(6) });
+    const body = JSON.parse(Buffer.from(res.payload).toString("utf8"));
+    expect(body.object).toBe("text_completion");
+    expect(body.usage.completion_tokens).toBeGreaterThan(0);
+    expect(res.revision).toBe("1");
+
+    const md = new grpc.Metadata();
+    md.set("authorization", `Bearer ${secret}`);
+    const chunks: any[] = [];
+    for await (const m of viaB.InvokeStream(
+      { deploymentId: "tiny", payload: completion(10, { stream_options: { include_usage: true } }) },
+      md,
+    )) {
+      chunks.push(JSON.parse(Buffer.from(m.payload).toString("utf8")));
+    }
+    expect(chunks.length).toBeGreaterThan(2);
+    expect(chunks.at(-1).usage.completion_tokens).toBeGreaterThan(0);
+  }, 60_000);
+
+  it("passes the holder's typed refusals through: an invalid body, a deadline", async () => {
+    await expect(unary("Invoke", { deploymentId: "tiny", contentType: "text/plain", payload: Buffer.from("x") })).rejects.toMatchObject({
+      code: grpc.status.INVALID_ARGUMENT,
+    });
+    // A deadline no relay and no runtime can meet.
+    await expect(
+      unary("Invoke", { deploymentId: "tiny", payload: completion(64), timeout: { seconds: 0, nanos: 1_000_000 } }),
+    ).rejects.toMatchObject({ code: grpc.status.DEADLINE_EXCEEDED });
+  }, 60_000);
+
+  it("is not forwarded to a replica whose record went stale (one that died)", async () => {
+    const sql = new pg.Client({ connectionString: db.databaseUrl });
+    await sql.connect();
+    try {
+      // Stale again before every try: A refreshes its record every 10 s.
+      const refused = await eventually(
+        async () => {
+          await sql.query(`UPDATE "ControlPlaneReplica" SET "seenAt" = now() - interval '1 hour'`);
+          return unary("Invoke", { deploymentId: "tiny", payload: completion(2) }).then(
+            () => undefined,
+            (err) => (String(err.details).includes("no replica holds its session") ? err : undefined),
+          );
+        },
+        15_000,
+        "B refusing for want of a live holder",
+      );
+      expect(refused.code).toBe(grpc.status.UNAVAILABLE);
+    } finally {
+      await sql.query(`UPDATE "ControlPlaneReplica" SET "seenAt" = now()`);
+      await sql.end();
+    }
+  }, 30_000);
+
+  it("a holder that cannot be reached is unavailable, naming it", async () => {
+    const sql = new pg.Client({ connectionString: db.databaseUrl });
+    await sql.connect();
+    try {
+      const refused = await eventually(
+        async () => {
+          // A port nothing listens on (A rewrites its record every 10 s, so again before every try).
+          await sql.query(
+            `UPDATE "ControlPlaneReplica" SET url = 'https://127.0.0.1:9', "seenAt" = now() WHERE url = $1 OR url = 'https://127.0.0.1:9'`,
+            [a.url.replace("127.0.0.1", "localhost")],
+          );
+          return unary("Invoke", { deploymentId: "tiny", payload: completion(2) }).then(
+            () => undefined,
+            // grpc-js leaves the percent-encoding of ":" and "/" in grpc-message as it came.
+            (err) => (decodeURIComponent(String(err.details)).includes("https://127.0.0.1:9") ? err : undefined),
+          );
+        },
+        15_000,
+        "B failing to reach the holder",
+      );
+      expect(refused.code).toBe(grpc.status.UNAVAILABLE);
+      expect(decodeURIComponent(refused.details)).toContain("is not reachable: connect ECONNREFUSED");
+    } finally {
+      await sql.query(`UPDATE "ControlPlaneReplica" SET url = $1 WHERE url = 'https://127.0.0.1:9'`, [
+        a.url.replace("127.0.0.1", "localhost"),
+      ]);
+      await sql.end();
+    }
+  }, 30_000);
+
+  it("a drain on A refuses new invokes arriving at B at once", async () => {
+    await a.admin.drainDeployment({ deployment: "tiny" });
+    await expect(unary("Invoke", { deploymentId: "tiny", payload: completion(4) })).rejects.toMatchObject({
+      code: grpc.status.UNAVAILABLE,
+      details: expect.stringContaining("draining"),
+    });
+  }, 30_000);
+});
