@@ -162,7 +162,7 @@ describe("every node call checks the certificate and the database", () => {
   it("refuses a certificate signed by another CA, even naming a real node", async () => {
     const otherCa = await loadOrCreateCa(mkdtempSync(join(tmpdir(), "mf-other-ca-")));
     const { keyPem, csrPem } = generateNodeKeyAndCsr("forged");
-    const forged = otherCa.issueNodeCertificate(csrPem, node.nodeId, { validityMs: 3600_000 });
+    const forged = await otherCa.issueNodeCertificate(csrPem, node.nodeId, { validityMs: 3600_000 });
     const client = nodeClient({ serverUrl: ts.url, caPem: ts.caPem, certPem: forged.certPem, keyPem });
     const err = await rejection(client.heartbeat({}));
     expect(err.code).toBe(Code.Unauthenticated);
@@ -171,7 +171,7 @@ describe("every node call checks the certificate and the database", () => {
 
   it("refuses an expired certificate from our own CA", async () => {
     const { keyPem, csrPem } = generateNodeKeyAndCsr("expired");
-    const old = ts.server.ca.issueNodeCertificate(csrPem, node.nodeId, { validityMs: 1000, now: new Date(Date.now() - 3600_000) });
+    const old = await ts.server.ca.issueNodeCertificate(csrPem, node.nodeId, { validityMs: 1000, now: new Date(Date.now() - 3600_000) });
     const client = nodeClient({ serverUrl: ts.url, caPem: ts.caPem, certPem: old.certPem, keyPem });
     const err = await rejection(client.heartbeat({}));
     expect(err.code).toBe(Code.Unauthenticated);
@@ -180,7 +180,7 @@ describe("every node call checks the certificate and the database", () => {
 
   it("refuses a valid certificate from our CA whose serial was never recorded", async () => {
     const { keyPem, csrPem } = generateNodeKeyAndCsr("unrecorded");
-    const stray = ts.server.ca.issueNodeCertificate(csrPem, node.nodeId, { validityMs: 3600_000 });
+    const stray = await ts.server.ca.issueNodeCertificate(csrPem, node.nodeId, { validityMs: 3600_000 });
     const client = nodeClient({ serverUrl: ts.url, caPem: ts.caPem, certPem: stray.certPem, keyPem });
     expect((await rejection(client.heartbeat({}))).code).toBe(Code.Unauthenticated);
   });

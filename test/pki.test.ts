@@ -168,7 +168,7 @@ describe("node certificates", () => {
     const nodeId = randomUUID();
     const now = new Date("2030-01-02T03:04:05.678Z");
 
-    const issued = ca.issueNodeCertificate(csrPem, nodeId, { validityMs: 30 * DAY, now });
+    const issued = await ca.issueNodeCertificate(csrPem, nodeId, { validityMs: 30 * DAY, now });
     const cert = new X509Certificate(issued.certPem);
 
     expect(cert.verify(ca.x509.publicKey)).toBe(true);
@@ -192,7 +192,7 @@ describe("node certificates", () => {
     const { csrPem } = generateNodeKeyAndCsr();
     const serials = new Set<string>();
     for (let i = 0; i < 64; i++) {
-      const issued = issue(ca, csrPem);
+      const issued = await issue(ca, csrPem);
       expect(issued.serial).toBe(new X509Certificate(issued.certPem).serialNumber);
       expect(issued.serial).toMatch(/^[0-7][0-9A-F]{31}$/);
       serials.add(issued.serial);
@@ -208,8 +208,8 @@ describe("node certificates", () => {
     expect(at).toBeGreaterThan(0);
     der[at] = "T".charCodeAt(0);
 
-    expect(() => issue(ca, pemOf("CERTIFICATE REQUEST", der))).toThrow(CsrError);
-    expect(() => issue(ca, pemOf("CERTIFICATE REQUEST", der))).toThrow(/signature/);
+    await expect(issue(ca, pemOf("CERTIFICATE REQUEST", der))).rejects.toThrow(CsrError);
+    await expect(issue(ca, pemOf("CERTIFICATE REQUEST", der))).rejects.toThrow(/signature/);
   });
 
   it("rejects a CSR signed by a key other than the one it carries", async () => {
@@ -221,24 +221,24 @@ describe("node certificates", () => {
     csr.setSubject([{ name: "commonName", value: "impostor" }]);
     csr.sign(signer, forge.md.sha256.create());
 
-    expect(() => issue(ca, forge.pki.certificationRequestToPem(csr))).toThrow(CsrError);
+    await expect(issue(ca, forge.pki.certificationRequestToPem(csr))).rejects.toThrow(CsrError);
   });
 
   it(
     "rejects weak keys, non-RSA keys and SHA-1 signatures",
     async () => {
       const ca = await loadOrCreateCa(freshDir());
-      expect(() => issue(ca, buildCsrPem(rsaKeyPem(1024), "small"))).toThrow(/1024 bits/);
-      expect(() => issue(ca, buildCsrPem(rsaKeyPem(1024), "small"))).toThrow(CsrError);
-      expect(() => issue(ca, ecCsrPem())).toThrow(CsrError);
-      expect(() => issue(ca, ecCsrPem())).toThrow(/must be RSA/);
+      await expect(issue(ca, buildCsrPem(rsaKeyPem(1024), "small"))).rejects.toThrow(/1024 bits/);
+      await expect(issue(ca, buildCsrPem(rsaKeyPem(1024), "small"))).rejects.toThrow(CsrError);
+      await expect(issue(ca, ecCsrPem())).rejects.toThrow(CsrError);
+      await expect(issue(ca, ecCsrPem())).rejects.toThrow(/must be RSA/);
 
       const keyPem = rsaKeyPem(2048);
       const csr = forge.pki.createCertificationRequest();
       const key = forge.pki.privateKeyFromPem(keyPem) as forge.pki.rsa.PrivateKey;
       csr.publicKey = forge.pki.setRsaPublicKey(key.n, key.e);
       csr.sign(key); // forge's default digest is SHA-1
-      expect(() => issue(ca, forge.pki.certificationRequestToPem(csr))).toThrow(/signature algorithm/);
+      await expect(issue(ca, forge.pki.certificationRequestToPem(csr))).rejects.toThrow(/signature algorithm/);
     },
     SLOW,
   );
@@ -255,14 +255,14 @@ describe("node certificates", () => {
       "x".repeat(1_000_000),
     ];
     for (const input of inputs) {
-      expect(() => issue(ca, input), JSON.stringify(input.slice(0, 40))).toThrow(CsrError);
+      await expect(issue(ca, input), JSON.stringify(input.slice(0, 40))).rejects.toThrow(CsrError);
     }
   });
 
   it("refuses a node id that is not a UUID", async () => {
     const ca = await loadOrCreateCa(freshDir());
     const { csrPem } = generateNodeKeyAndCsr();
-    expect(() => issue(ca, csrPem, "node-1")).toThrow(TypeError);
+    await expect(issue(ca, csrPem, "node-1")).rejects.toThrow(TypeError);
   });
 });
 
@@ -339,7 +339,7 @@ describe("mutual TLS", () => {
       const server = await ca.ensureServerCertificate(dir, ["localhost", "127.0.0.1"]);
       const { keyPem, csrPem } = generateNodeKeyAndCsr("worker");
       const nodeId = randomUUID();
-      const issued = issue(ca, csrPem, nodeId);
+      const issued = await issue(ca, csrPem, nodeId);
 
       const seen = await handshake(ca, server, { certPem: issued.certPem, keyPem });
       expect(seen.authorized).toBe(true);
@@ -357,7 +357,7 @@ describe("mutual TLS", () => {
       const server = await ca.ensureServerCertificate(dir, ["127.0.0.1"]);
       const rogue = await loadOrCreateCa(freshDir());
       const { keyPem, csrPem } = generateNodeKeyAndCsr("rogue");
-      const issued = issue(rogue, csrPem);
+      const issued = await issue(rogue, csrPem);
 
       const seen = await handshake(ca, server, { certPem: issued.certPem, keyPem });
       expect(seen.authorized).toBe(false);

@@ -72,7 +72,7 @@ serve({
       const creds: { serial: string; nodeId: string; issuedAt: Date; expiresAt: Date }[] = [];
       for (let i = start; i < Math.min(count, start + batch); i++) {
         const nodeId = randomUUID();
-        const issued = server.ca.issueNodeCertificate(csrPem, nodeId, { validityMs: config.credentialTtlMs, now });
+        const issued = await server.ca.issueNodeCertificate(csrPem, nodeId, { validityMs: config.credentialTtlMs, now });
         nodes.push({ id: nodeId, name: `bench-${i}` });
         creds.push({ serial: issued.serial, nodeId, issuedAt: now, expiresAt: issued.notAfter });
         out.push({ nodeId, certPem: issued.certPem });
@@ -197,6 +197,13 @@ serve({
     // Back to a fleet never heard from, as provisioned.
     await prisma.$executeRaw`UPDATE "Node" SET liveness = 'pending', "lastHeartbeatAt" = NULL, "agentVersion" = NULL, "protocolVersion" = NULL`;
     return out;
+  },
+
+  /** The database floor: `n` Prisma round trips (SELECT 1) one after another; ms each. */
+  async roundTrip({ n }: { n: number }) {
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) await prisma.$queryRaw`SELECT 1`;
+    return (performance.now() - t0) / n;
   },
 
   heapSummary: () => heapSummary(),

@@ -55,7 +55,7 @@ export async function renewCredential(deps: RenewalDeps, identity: NodeIdentity,
   const now = new Date(deps.clock.now());
   let issued: IssuedNodeCertificate;
   try {
-    issued = deps.ca.issueNodeCertificate(csrPem, identity.nodeId, { validityMs: deps.credentialTtlMs, now });
+    issued = await deps.ca.issueNodeCertificate(csrPem, identity.nodeId, { validityMs: deps.credentialTtlMs, now });
   } catch (err) {
     if (err instanceof CsrError) throw new ConnectError(`csr_pem: ${err.message}`, Code.InvalidArgument);
     throw err;

@@ -26,7 +26,7 @@ export interface Ca {
   readonly x509: X509Certificate;
   ensureServerCertificate(dir: string, names: string[]): Promise<ServerCertificate>;
   /** Synchronous and CPU-bound (~1-2 ms); throws CsrError for an unacceptable request. */
-  issueNodeCertificate(csrPem: string, nodeId: string, opts: IssueNodeCertificateOptions): IssuedNodeCertificate;
+  issueNodeCertificate(csrPem: string, nodeId: string, opts: IssueNodeCertificateOptions): Promise<IssuedNodeCertificate>;
 }
 
 export interface CaOptions {
@@ -65,12 +65,12 @@ async function createCaFiles(opts: CaOptions): Promise<{ certPem: string; keyPem
   const { publicKey, privateKey } = await generateKeyPairAsync("rsa", { modulusLength: 2048 });
   const subject = [{ name: "commonName", value: opts.commonName ?? "ModelForge CA" }];
   const now = Date.now();
-  const certPem = buildSignedCertificatePem(
+  const certPem = await buildSignedCertificatePem(
     {
       serialHex: randomSerialHex(),
       subject,
       issuer: subject,
-      publicKey: forge.pki.publicKeyFromPem(publicKey.export({ type: "spki", format: "pem" }).toString()),
+      publicKey,
       notBefore: wholeSeconds(new Date(now - 60_000)),
       notAfter: wholeSeconds(new Date(now + validityDays * 24 * 60 * 60 * 1000)),
       extensions: [

@@ -1,10 +1,10 @@
-import { createPublicKey, verify } from "node:crypto";
+import { createPublicKey, verify, type KeyObject } from "node:crypto";
 import forge from "node-forge";
 import { CsrError, errorMessage } from "./errors.js";
 
 const MAX_CSR_PEM_LENGTH = 64 * 1024;
 const MIN_RSA_BITS = 2048;
-// Bigger keys are legitimate but make forge's JS verification slow; nothing sensible needs more.
+// Bigger keys are legitimate but slow to verify; nothing sensible needs more.
 const MAX_RSA_BITS = 8192;
 const { oids } = forge.pki;
 // SHA-1/MD5 proof-of-possession signatures are forgeable in principle; forge also defaults to SHA-1.
@@ -17,8 +17,10 @@ const ACCEPTED_SIGNATURES = new Map([
 /**
  * Parses a PEM PKCS#10 request and checks proof of possession and key strength.
  * Returns only the public key: the subject the node asked for is deliberately ignored.
+ * forge walks the ASN.1; the key is read and the signature checked by Node's native crypto
+ * (forge's big-integer key conversions and JavaScript RSA cost most of an enrollment otherwise).
  */
-export function acceptedCsrPublicKey(csrPem: string): forge.pki.rsa.PublicKey {
+export function acceptedCsrPublicKey(csrPem: string): KeyObject {
   if (typeof csrPem !== "string" || csrPem.length > MAX_CSR_PEM_LENGTH) {
     throw new CsrError("certificate signing request is missing or too large");
   }
@@ -28,39 +30,51 @@ export function acceptedCsrPublicKey(csrPem: string): forge.pki.rsa.PublicKey {
   if (keyOid !== oids.rsaEncryption) {
     throw new CsrError(`certificate signing request key must be RSA (got algorithm ${oidName(keyOid)})`);
   }
-
-  let csr: forge.pki.CertificateSigningRequest;
+  let info: forge.asn1.Asn1;
+  let key: KeyObject;
+  let signatureOid: string;
+  let signature: Buffer;
   try {
-    csr = forge.pki.certificationRequestFromAsn1(asn1);
+    info = childAt(asn1, 0);
+    key = createPublicKey({ key: derOf(childAt(info, 2)), format: "der", type: "spki" });
+    signatureOid = oidOf(childAt(childAt(asn1, 1), 0));
+    signature = bitStringBytes(childAt(asn1, 2));
   } catch (err) {
     throw new CsrError(`certificate signing request is malformed: ${errorMessage(err)}`);
   }
-  const key = csr.publicKey as forge.pki.rsa.PublicKey;
-
-  // Check the key before verify(): a huge modulus or exponent would make forge's JS RSA slow.
-  const bits = key.n.bitLength();
+  const { modulusLength: bits = 0, publicExponent: e = 0n } = key.asymmetricKeyDetails ?? {};
   if (bits < MIN_RSA_BITS) throw new CsrError(`certificate signing request RSA key is ${bits} bits; at least ${MIN_RSA_BITS} required`);
   if (bits > MAX_RSA_BITS) throw new CsrError(`certificate signing request RSA key is ${bits} bits; at most ${MAX_RSA_BITS} allowed`);
-  if (key.e.bitLength() > 32 || !key.e.testBit(0) || key.e.intValue() < 3) {
+  if (e < 3n || e >= 2n ** 32n || e % 2n === 0n) {
     throw new CsrError("certificate signing request RSA public exponent is invalid");
   }
-
-  const hash = csr.signatureOid ? ACCEPTED_SIGNATURES.get(csr.signatureOid) : undefined;
+  const hash = ACCEPTED_SIGNATURES.get(signatureOid);
   if (hash === undefined) {
-    throw new CsrError(`certificate signing request signature algorithm ${csr.signatureOid} is not accepted; use SHA-256 with RSA`);
+    throw new CsrError(`certificate signing request signature algorithm ${signatureOid} is not accepted; use SHA-256 with RSA`);
   }
   let valid: boolean;
   try {
-    // Proof of possession, checked by Node's native crypto over the request's own signed bytes:
-    // forge's JavaScript RSA takes most of an enrollment's CPU time otherwise.
-    const signed = Buffer.from(forge.asn1.toDer(childAt(asn1, 0)).getBytes(), "binary");
-    const publicKey = createPublicKey(forge.pki.publicKeyToPem(key));
-    valid = verify(hash, signed, publicKey, Buffer.from(csr.signature as string, "binary"));
+    valid = verify(hash, derOf(info), key, signature);
   } catch (err) {
     throw new CsrError(`certificate signing request signature cannot be checked: ${errorMessage(err)}`);
   }
   if (!valid) throw new CsrError("certificate signing request signature does not match its public key");
   return key;
+}
+
+const derOf = (node: forge.asn1.Asn1) => Buffer.from(forge.asn1.toDer(node).getBytes(), "binary");
+
+function oidOf(node: forge.asn1.Asn1): string {
+  if (node.type !== forge.asn1.Type.OID || typeof node.value !== "string") throw new Error("expected an OID");
+  return forge.asn1.derToOid(node.value);
+}
+
+/** A BIT STRING's bytes (decoded without looking inside); only whole bytes make a signature. */
+function bitStringBytes(node: forge.asn1.Asn1): Buffer {
+  if (node.type !== forge.asn1.Type.BITSTRING || typeof node.value !== "string") throw new Error("expected a BIT STRING signature");
+  const raw = Buffer.from(node.value, "binary");
+  if (raw.length < 2 || raw[0] !== 0) throw new Error("signature BIT STRING has unused bits");
+  return raw.subarray(1);
 }
 
 function decodeCsrPem(csrPem: string): forge.asn1.Asn1 {
@@ -78,7 +92,12 @@ function decodeCsrPem(csrPem: string): forge.asn1.Asn1 {
     throw new CsrError(`certificate signing request is not valid PEM: ${errorMessage(err)}`);
   }
   try {
-    return forge.asn1.fromDer(der, true); // strict; forge also insists on consuming every byte;
+    // Strict, every byte consumed; BIT STRINGs left as bytes (the signature is not ASN.1 inside).
+    return (forge.asn1.fromDer as unknown as (bytes: string, options: object) => forge.asn1.Asn1)(der, {
+      strict: true,
+      parseAllBytes: true,
+      decodeBitStrings: false,
+    });
   } catch (err) {
     throw new CsrError(`certificate signing request is not valid DER: ${errorMessage(err)}`);
   }

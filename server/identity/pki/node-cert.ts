@@ -23,14 +23,14 @@ const CLOCK_SKEW_MS = 60_000;
 /**
  * Issues a client certificate for a node. The identity comes from `nodeId` alone: the CSR
  * only contributes its (verified, strong enough) public key.
- * Throws CsrError for a request the node should fix, TypeError/RangeError for caller bugs.
+ * Rejects with CsrError for a request the node should fix, TypeError/RangeError for caller bugs.
  */
-export function issueNodeCertificate(
+export async function issueNodeCertificate(
   signer: CaSigner,
   csrPem: string,
   nodeId: string,
   opts: IssueNodeCertificateOptions,
-): IssuedNodeCertificate {
+): Promise<IssuedNodeCertificate> {
   if (!isUuid(nodeId)) throw new TypeError(`node id must be a UUID, got ${JSON.stringify(nodeId)}`);
   if (!Number.isFinite(opts.validityMs) || opts.validityMs <= 0) {
     throw new RangeError(`validityMs must be a positive number, got ${opts.validityMs}`);
@@ -43,7 +43,7 @@ export function issueNodeCertificate(
   const notAfter = wholeSeconds(clampToCa(signer, new Date(now.getTime() + opts.validityMs)));
   const serialHex = randomSerialHex();
 
-  const certPem = buildSignedCertificatePem(
+  const certPem = await buildSignedCertificatePem(
     {
       serialHex,
       subject: [{ name: "commonName", value: `node:${id}` }],

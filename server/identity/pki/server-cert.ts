@@ -42,12 +42,12 @@ export async function ensureServerCertificate(
   const { publicKey, privateKey } = await generateKeyPairAsync("rsa", { modulusLength: 2048 });
   const fresh: ServerCertificate = {
     keyPem: privateKey.export({ type: "pkcs8", format: "pem" }).toString(),
-    certPem: buildSignedCertificatePem(
+    certPem: await buildSignedCertificatePem(
       {
         serialHex: randomSerialHex(),
         subject: [{ name: "commonName", value: "ModelForge server" }],
         issuer: signer.subject,
-        publicKey: forge.pki.publicKeyFromPem(publicKey.export({ type: "spki", format: "pem" }).toString()),
+        publicKey,
         notBefore: wholeSeconds(new Date(now.getTime() - 60_000)),
         notAfter: wholeSeconds(clampToCa(signer, new Date(now.getTime() + SERVER_VALIDITY_MS))),
         extensions: [

@@ -1,18 +1,28 @@
-import { sign, type KeyObject } from "node:crypto";
+import { createHash, sign, type KeyObject } from "node:crypto";
+import { promisify } from "node:util";
 import forge from "node-forge";
 
-// Present at runtime but missing from @types/node-forge.
-const getTBSCertificate = (forge.pki as unknown as { getTBSCertificate(cert: forge.pki.Certificate): forge.asn1.Asn1 }).getTBSCertificate;
+// The RSA private-key operation runs on libuv's thread pool, off the event loop: it is most of an
+// enrollment's CPU time, and a storm of enrollments would otherwise hold up every other call.
+const signOffLoop = promisify(sign);
 
+const { asn1 } = forge;
+// Present at runtime but missing from @types/node-forge.
+const { certificateExtensionsToAsn1 } = forge.pki as unknown as { certificateExtensionsToAsn1(extensions: object[]): forge.asn1.Asn1 };
 const SHA256_WITH_RSA = forge.pki.oids.sha256WithRSAEncryption!;
+const SUBJECT_KEY_IDENTIFIER = forge.pki.oids.subjectKeyIdentifier!;
+const JAN_1_1950 = Date.UTC(1950, 0, 1);
+const JAN_1_2050 = Date.UTC(2050, 0, 1);
 
 export interface CertificateSpec {
   serialHex: string;
   subject: forge.pki.CertificateField[];
   issuer: forge.pki.CertificateField[];
-  publicKey: forge.pki.PublicKey;
+  /** The subject's public key, as Node holds it: its SubjectPublicKeyInfo goes in as OpenSSL encodes it. */
+  publicKey: KeyObject;
   notBefore: Date;
   notAfter: Date;
+  /** forge extension descriptions; `{ name: "subjectKeyIdentifier" }` is filled from publicKey. */
   extensions: object[];
 }
 
@@ -22,26 +32,80 @@ export function wholeSeconds(date: Date): Date {
 }
 
 /**
- * Lays out the certificate with node-forge but signs the TBSCertificate with Node's native
- * crypto: forge's pure-JS RSA private-key operation costs ~27 ms, OpenSSL's well under 2 ms.
+ * Lays out the TBSCertificate with node-forge's ASN.1 and extension encoders, and leaves what is
+ * costly in JavaScript to Node's native crypto: the key's encoding and identifier (forge would
+ * convert its big integers back and forth) and the signature. PEM with LF line endings.
  */
-export function buildSignedCertificatePem(spec: CertificateSpec, issuerKey: KeyObject): string {
-  const cert = forge.pki.createCertificate();
-  cert.version = 2; // v3
-  cert.serialNumber = spec.serialHex;
-  cert.publicKey = spec.publicKey;
-  cert.validity.notBefore = spec.notBefore;
-  cert.validity.notAfter = spec.notAfter;
-  cert.setSubject(spec.subject);
-  cert.setIssuer(spec.issuer);
-  cert.setExtensions(spec.extensions);
-  cert.siginfo.algorithmOid = SHA256_WITH_RSA;
-  cert.signatureOid = SHA256_WITH_RSA;
+export async function buildSignedCertificatePem(spec: CertificateSpec, issuerKey: KeyObject): Promise<string> {
+  // forge fills extension values and names' attribute types only through a certificate object.
+  const fields = forge.pki.createCertificate();
+  fields.setSubject(spec.subject);
+  fields.setIssuer(spec.issuer);
+  fields.setExtensions(spec.extensions.map((e) => (isSubjectKeyIdentifier(e) ? subjectKeyIdentifier(spec.publicKey) : e)));
 
-  const tbs = getTBSCertificate(cert);
-  const tbsDer = Buffer.from(forge.asn1.toDer(tbs).getBytes(), "binary");
-  cert.signature = sign("sha256", tbsDer, issuerKey).toString("binary");
-  // certificateToAsn1 reuses the cached TBS instead of re-encoding it.
-  cert.tbsCertificate = tbs;
-  return forge.pki.certificateToPem(cert);
+  const spki = spec.publicKey.export({ type: "spki", format: "der" });
+  const tbs = asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, [
+    asn1.create(asn1.Class.CONTEXT_SPECIFIC, 0, true, [
+      asn1.create(asn1.Class.UNIVERSAL, asn1.Type.INTEGER, false, asn1.integerToDer(2).getBytes()), // v3
+    ]),
+    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.INTEGER, false, forge.util.hexToBytes(spec.serialHex)),
+    signatureAlgorithm(),
+    forge.pki.distinguishedNameToAsn1(fields.issuer),
+    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, [timeOf(spec.notBefore), timeOf(spec.notAfter)]),
+    forge.pki.distinguishedNameToAsn1(fields.subject),
+    asn1.fromDer(spki.toString("binary")),
+    ...(fields.extensions.length > 0 ? [certificateExtensionsToAsn1(fields.extensions)] : []),
+  ]);
+  const tbsDer = Buffer.from(asn1.toDer(tbs).getBytes(), "binary");
+  const signature = await signOffLoop("sha256", tbsDer, issuerKey);
+  const algorithmDer = Buffer.from(asn1.toDer(signatureAlgorithm()).getBytes(), "binary");
+  // Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm, signatureValue BIT STRING }
+  const der = derTlv(0x30, Buffer.concat([tbsDer, algorithmDer, derTlv(0x03, Buffer.concat([Buffer.of(0), signature]))]));
+  const lines = der.toString("base64").match(/.{1,64}/g) ?? [];
+  return `-----BEGIN CERTIFICATE-----\n${lines.join("\n")}\n-----END CERTIFICATE-----\n`;
+}
+
+function isSubjectKeyIdentifier(e: object): boolean {
+  return (e as { name?: string }).name === "subjectKeyIdentifier";
+}
+
+/** RFC 5280 4.2.1.2 method 1: the SHA-1 of the subjectPublicKey bits (for RSA, the PKCS#1 key). */
+function subjectKeyIdentifier(publicKey: KeyObject): object {
+  const digest = createHash("sha1")
+    .update(publicKey.export({ type: "pkcs1", format: "der" }))
+    .digest();
+  return {
+    name: "subjectKeyIdentifier",
+    id: SUBJECT_KEY_IDENTIFIER,
+    value: asn1.create(asn1.Class.UNIVERSAL, asn1.Type.OCTETSTRING, false, digest.toString("binary")),
+  };
+}
+
+function signatureAlgorithm(): forge.asn1.Asn1 {
+  return asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, [
+    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.OID, false, asn1.oidToDer(SHA256_WITH_RSA).getBytes()),
+    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.NULL, false, ""),
+  ]);
+}
+
+/** UTCTime through 2049, GeneralizedTime from 2050 (RFC 5280 4.1.2.5). */
+function timeOf(date: Date): forge.asn1.Asn1 {
+  const t = date.getTime();
+  return t >= JAN_1_1950 && t < JAN_1_2050
+    ? asn1.create(asn1.Class.UNIVERSAL, asn1.Type.UTCTIME, false, asn1.dateToUtcTime(date))
+    : asn1.create(asn1.Class.UNIVERSAL, asn1.Type.GENERALIZEDTIME, false, asn1.dateToGeneralizedTime(date));
+}
+
+/** One DER tag-length-value with a definite length. */
+function derTlv(tag: number, content: Buffer): Buffer {
+  const n = content.length;
+  const length =
+    n < 0x80
+      ? Buffer.of(n)
+      : n < 0x100
+        ? Buffer.of(0x81, n)
+        : n < 0x10000
+          ? Buffer.of(0x82, n >> 8, n & 0xff)
+          : Buffer.of(0x83, n >> 16, (n >> 8) & 0xff, n & 0xff);
+  return Buffer.concat([Buffer.of(tag), length, content]);
 }
