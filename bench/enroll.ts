@@ -1,8 +1,8 @@
-// Enrollments per second through the real Enroll RPC (issue "node identity": target >= 200/s on
-// this 2-core machine).
+// Enrollments per second through the real Enroll RPC (issue "fleet scale": target >= 300/s on this
+// 2-core machine, on either database), RUNS runs with their spread, each beside its floor.
 //
 //   npx tsx bench/enroll.ts [--count=400] [--concurrency=32] [--connections=4] [--keys=8] [--profile=1]
-//   (or COUNT, CONCURRENCY, CONNECTIONS, KEYS, PROFILE, LOG_LEVEL in the environment)
+//   (or COUNT, RUNS, CONCURRENCY, CONNECTIONS, KEYS, PROFILE, LOG_LEVEL in the environment)
 //
 // The server is a real control plane (startServer with a loadConfig config, temp data and certs
 // directories) in a child process (bench/support/server-child.ts), so its CPU is measured alone
@@ -39,7 +39,17 @@ const CONNECTIONS = Math.max(1, numParam("CONNECTIONS", 4));
 const KEYS = Math.max(1, numParam("KEYS", 8));
 const WARMUP = numParam("WARMUP", 20);
 const PROFILE = param("PROFILE", "0") === "1";
-const TARGET = 200;
+const RUNS = Math.max(1, numParam("RUNS", 3));
+const TARGET = 300;
+const profiledFunctions = [
+  "issueNodeCertificate",
+  "acceptedCsrPublicKey",
+  "buildSignedCertificatePem",
+  "sign",
+  "enroll",
+  "enrollNewNode",
+  "hashEnrollmentSecret",
+];
 const adminKey = "bench-admin-key-0123456789abcdef";
 
 type Stats = { at: number; cpu: NodeJS.CpuUsage; elu: number; loopDelayMs: { p99: number; max: number } };
@@ -85,7 +95,7 @@ try {
   );
 
   let t0 = performance.now();
-  const total = WARMUP + COUNT;
+  const total = WARMUP + RUNS * COUNT;
   const tokens: string[] = new Array(total);
   await pool(total, 16, async (i) => {
     tokens[i] = (await admin.createEnrollmentToken({ nodeName: `bench-enroll-${i}` })).token;
@@ -121,73 +131,104 @@ try {
     }
   });
 
-  if (PROFILE) await server.call("profileStart", { intervalUs: 250 });
-  const before = await server.call<Stats>("stats", { reset: true });
-  const machineBefore = machineCpu();
-  const clientBefore = process.cpuUsage();
-  const latencies: number[] = [];
-  const failures = new Map<string, number>();
-  t0 = performance.now();
-  await pool(COUNT, CONCURRENCY, async (j) => {
-    const i = WARMUP + j;
-    const s = performance.now();
-    try {
-      await enrollOne(i);
-      latencies.push(performance.now() - s);
-    } catch (err) {
-      const key = (err as Error).message.slice(0, 120);
-      failures.set(key, (failures.get(key) ?? 0) + 1);
-    }
-  });
-  const wallMs = performance.now() - t0;
-  const clientAfter = process.cpuUsage();
-  const machineAfter = machineCpu();
-  const after = await server.call<Stats>("stats", {});
-  const profile = PROFILE
-    ? await server.call<ProfileSummary>("profileStop", {
-        inclusive: [
-          "issueNodeCertificate",
-          "acceptedCsrPublicKey",
-          "verify",
-          "buildSignedCertificatePem",
-          "sign",
-          "enroll",
-          "recordAudit",
-          "$transaction",
-          "hashEnrollmentSecret",
-        ],
-      })
-    : undefined;
+  /** One timed round of n operations, width at a time: rate, latency and what the server spent. */
+  const round = async (n: number, op: (j: number) => Promise<unknown>, profile = false) => {
+    if (profile) await server.call("profileStart", { intervalUs: 250 });
+    const before = await server.call<Stats>("stats", { reset: true });
+    const machineBefore = machineCpu();
+    const clientBefore = process.cpuUsage();
+    const latencies: number[] = [];
+    const failures = new Map<string, number>();
+    const t = performance.now();
+    await pool(n, CONCURRENCY, async (j) => {
+      const s = performance.now();
+      try {
+        await op(j);
+        latencies.push(performance.now() - s);
+      } catch (err) {
+        const key = (err as Error).message.slice(0, 120);
+        failures.set(key, (failures.get(key) ?? 0) + 1);
+      }
+    });
+    const wallMs = performance.now() - t;
+    const clientAfter = process.cpuUsage();
+    const machineAfter = machineCpu();
+    const after = await server.call<Stats>("stats", {});
+    const summary = profile ? await server.call<ProfileSummary>("profileStop", { inclusive: profiledFunctions }) : undefined;
+    const serverCpuMs = (after.cpu.user - before.cpu.user + after.cpu.system - before.cpu.system) / 1000;
+    return {
+      ok: latencies.length,
+      failures,
+      rate: (latencies.length / wallMs) * 1000,
+      latency: summarize(latencies),
+      serverCpuMsPerOp: serverCpuMs / Math.max(1, latencies.length),
+      serverCores: coresUsed(before.cpu, after.cpu, after.at - before.at),
+      elu: after.elu,
+      loopDelayP99: after.loopDelayMs.p99,
+      clientCores: coresUsed(clientBefore, clientAfter, wallMs),
+      machineCores: machineCores(machineBefore, machineAfter, cpus().length),
+      load: loadavg()[0]!,
+      profile: summary,
+    };
+  };
 
-  const l = summarize(latencies);
-  const serverCpuMs = (after.cpu.user - before.cpu.user + after.cpu.system - before.cpu.system) / 1000;
-  const rate = (latencies.length / wallMs) * 1000;
-  console.log(
-    `\nenrollments: ${latencies.length} ok, ${[...failures.values()].reduce((a, b) => a + b, 0)} failed, in ${(wallMs / 1000).toFixed(2)} s`,
-  );
-  for (const [m, n] of failures) console.log(`  failure x${n}: ${m}`);
-  console.log(`enrollments/s: ${rate.toFixed(0)} (target >= ${TARGET}: ${rate >= TARGET ? "met" : "NOT met"})`);
-  console.log(
-    `latency ms: p50 ${ms(l.p50)}, p90 ${ms(l.p90)}, p99 ${ms(l.p99)}, max ${ms(l.max)} (concurrency ${CONCURRENCY}, ${CONNECTIONS} HTTP/2 connections)`,
-  );
-  console.log(
-    `server: ${coresUsed(before.cpu, after.cpu, after.at - before.at).toFixed(2)} cores, event loop ${(after.elu * 100).toFixed(0)}% busy, ` +
-      `loop delay p99 ${ms(after.loopDelayMs.p99)} ms; client ${coresUsed(clientBefore, clientAfter, wallMs).toFixed(2)} cores; ` +
-      `machine ${machineCores(machineBefore, machineAfter, cpus().length).toFixed(2)} of ${cpus().length} cores`,
-  );
-  console.log(
-    `server CPU per enrollment: ${(serverCpuMs / latencies.length).toFixed(2)} ms, so at most ~${Math.round((1000 * latencies.length) / serverCpuMs)}/s per core ` +
-      `(a figure that holds up when other processes compete for the machine)`,
-  );
-  if (profile) {
-    printProfile("server CPU profile during the timed run", profile);
-    const perEnroll = (name: string) => (profile.inclusive.find((r) => r.name === name)?.ms ?? 0) / latencies.length;
+  // Each run: COUNT enrollments, then the floor in the same conditions: COUNT GetServerInfo calls
+  // (a unary RPC through the same connections, TLS, HTTP/2, Connect and interceptors, no database)
+  // and Prisma round trips (SELECT 1) in the server.
+  const runs: { enroll: Awaited<ReturnType<typeof round>>; floor: Awaited<ReturnType<typeof round>>; roundTripMs: number }[] = [];
+  for (let r = 0; r < RUNS; r++) {
+    const enroll = await round(COUNT, (j) => enrollOne(WARMUP + r * COUNT + j), PROFILE && r === 0);
+    const floor = await round(COUNT, (j) => agents[j % CONNECTIONS]!.getServerInfo({}));
+    const roundTripMs = await server.call<number>("roundTrip", { n: 200 });
+    runs.push({ enroll, floor, roundTripMs });
+    for (const [m, n] of enroll.failures) console.log(`  failure x${n}: ${m}`);
     console.log(
-      `  per enrollment: issueNodeCertificate ${perEnroll("issueNodeCertificate").toFixed(2)} ms (CSR checks ${perEnroll("acceptedCsrPublicKey").toFixed(2)} ms)`,
+      `run ${r + 1}: ${enroll.ok} enrollments (${[...enroll.failures.values()].reduce((a, b) => a + b, 0)} failed), ${enroll.rate.toFixed(0)}/s, ` +
+        `p50 ${ms(enroll.latency.p50)} ms, p99 ${ms(enroll.latency.p99)} ms; server ${enroll.serverCpuMsPerOp.toFixed(2)} ms CPU each, ` +
+        `${enroll.serverCores.toFixed(2)} cores, event loop ${(enroll.elu * 100).toFixed(0)}% busy (loop delay p99 ${ms(enroll.loopDelayP99)} ms); ` +
+        `client ${enroll.clientCores.toFixed(2)} cores; machine ${enroll.machineCores.toFixed(2)} of ${cpus().length}; ` +
+        `floor: GetServerInfo ${floor.rate.toFixed(0)}/s at ${floor.serverCpuMsPerOp.toFixed(2)} ms server CPU each, ` +
+        `Prisma round trip ${roundTripMs.toFixed(2)} ms; load average ${enroll.load.toFixed(1)}`,
     );
   }
+
+  const spread = (values: number[], digits = 0) => {
+    const sorted = [...values].sort((a, b) => a - b);
+    const f = (v: number) => v.toFixed(digits);
+    return `${f(sorted[Math.floor(sorted.length / 2)]!)} (${f(sorted[0]!)}-${f(sorted.at(-1)!)})`;
+  };
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  const rates = runs.map((x) => x.enroll.rate);
   console.log(
-    `RESULT ${JSON.stringify({ bench: "enroll", count: latencies.length, perSecond: Math.round(rate), p50Ms: l.p50, p99Ms: l.p99, serverCpuMsPerEnroll: serverCpuMs / latencies.length, concurrency: CONCURRENCY, connections: CONNECTIONS, database: info.database })}`,
+    `\nenrollments/s, median (range) of ${RUNS} runs of ${COUNT}: ${spread(rates)} (target >= ${TARGET}: ${median(rates) >= TARGET ? "met" : "NOT met"}); ` +
+      `p99 ${spread(runs.map((x) => x.enroll.latency.p99))} ms at concurrency ${CONCURRENCY} over ${CONNECTIONS} HTTP/2 connections`,
+  );
+  console.log(
+    `server CPU per enrollment ${spread(
+      runs.map((x) => x.enroll.serverCpuMsPerOp),
+      2,
+    )} ms; floor per GetServerInfo ${spread(
+      runs.map((x) => x.floor.serverCpuMsPerOp),
+      2,
+    )} ms (${spread(runs.map((x) => x.floor.rate))}/s); ratio enrollments/s to GetServerInfo/s ${spread(
+      runs.map((x) => x.enroll.rate / x.floor.rate),
+      2,
+    )}; Prisma round trip ${spread(
+      runs.map((x) => x.roundTripMs),
+      2,
+    )} ms; load average ${spread(
+      runs.map((x) => x.enroll.load),
+      1,
+    )}; ${info.database}`,
+  );
+  const profile = runs[0]?.enroll.profile;
+  if (profile) {
+    printProfile("server CPU profile during the first timed run", profile);
+    const perEnroll = (name: string) => (profile.inclusive.find((r) => r.name === name)?.ms ?? 0) / runs[0]!.enroll.ok;
+    console.log(`  per enrollment, inclusive: ${profile.inclusive.map((r) => `${r.name} ${perEnroll(r.name).toFixed(2)} ms`).join(", ")}`);
+  }
+  console.log(
+    `RESULT ${JSON.stringify({ bench: "enroll", runs: RUNS, count: COUNT, perSecond: Math.round(median(rates)), perSecondRange: [Math.round(Math.min(...rates)), Math.round(Math.max(...rates))], p99Ms: median(runs.map((x) => x.enroll.latency.p99)), serverCpuMsPerEnroll: median(runs.map((x) => x.enroll.serverCpuMsPerOp)), floorServerCpuMsPerCall: median(runs.map((x) => x.floor.serverCpuMsPerOp)), concurrency: CONCURRENCY, connections: CONNECTIONS, database: info.database })}`,
   );
   await server.call("stop", {}, 30_000).catch(() => undefined);
   await server.exit();

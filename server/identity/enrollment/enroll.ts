@@ -101,45 +101,44 @@ async function enroll(deps: EnrollDeps, input: EnrollInput): Promise<Enrolled> {
   const prisma = deps.prisma;
   const now = new Date(deps.clock.now());
   const tokenHash = hashEnrollmentSecret(input.token);
+  const issue = async (nodeId: string) => {
+    try {
+      return await deps.ca.issueNodeCertificate(input.csrPem, nodeId, { validityMs: deps.credentialTtlMs, now });
+    } catch (err) {
+      if (err instanceof CsrError) throw new ConnectError(`csr_pem: ${err.message}`, Code.InvalidArgument);
+      throw err;
+    }
+  };
+
+  // The common case, a new node, in one statement: the certificate is issued first (so a bad CSR
+  // does not burn the token), then the token is claimed and the node recorded together. A
+  // certificate issued to a caller that then loses the claim is never recorded, so never accepted.
+  const newNodeId = randomUUID();
+  const issued = await issue(newNodeId);
+  const claimed = await enrollNewNode(prisma, {
+    tokenHash,
+    nodeId: newNodeId,
+    requestedName: input.nodeName,
+    agentVersion: input.agentVersion || null,
+    serial: issued.serial,
+    notAfter: issued.notAfter,
+    now,
+    audit: { id: randomUUID(), actor: nodeActor(newNodeId), correlationId: input.correlationId },
+  });
+  if (claimed) return enrolled(deps, newNodeId, issued, input);
+
+  // Nothing claimed: say why, or take the recovery path of a token bound to a node.
   const token = await prisma.enrollmentToken.findUnique({ where: { tokenHash } });
-  if (token === null || !secretsEqual(token.tokenHash, tokenHash)) {
-    throw unknownToken();
-  }
+  if (token === null || !secretsEqual(token.tokenHash, tokenHash)) throw unknownToken();
   const state = tokenState(token, now);
   if (state !== "active") throw new ConnectError(`enrollment token ${state}`, Code.Unauthenticated);
+  if (token.nodeId === null) throw new ConnectError("enrollment token used", Code.Unauthenticated); // lost the race
+  const reissued = await issue(token.nodeId);
+  await reenroll(deps, token.id, token.nodeId, reissued, input, now);
+  return enrolled(deps, token.nodeId, reissued, input);
+}
 
-  const nodeId = token.nodeId ?? randomUUID();
-  // Issue before claiming, so a bad CSR does not burn the token. A certificate issued to a caller
-  // that then loses the claim is never recorded, so it is never accepted.
-  let issued: IssuedNodeCertificate;
-  try {
-    issued = deps.ca.issueNodeCertificate(input.csrPem, nodeId, { validityMs: deps.credentialTtlMs, now });
-  } catch (err) {
-    if (err instanceof CsrError) throw new ConnectError(`csr_pem: ${err.message}`, Code.InvalidArgument);
-    throw err;
-  }
-
-  if (token.nodeId === null) {
-    const claimed = await enrollNewNode(prisma, {
-      tokenId: token.id,
-      nodeId,
-      name: input.nodeName || token.nodeName || `node-${nodeId.slice(0, 8)}`,
-      labels: token.labels,
-      agentVersion: input.agentVersion || null,
-      serial: issued.serial,
-      notAfter: issued.notAfter,
-      now,
-      audit: {
-        id: randomUUID(),
-        actor: nodeActor(nodeId),
-        correlationId: input.correlationId,
-        details: { enrollmentTokenId: token.id, serial: issued.serial },
-      },
-    });
-    if (!claimed) throw new ConnectError("enrollment token used", Code.Unauthenticated);
-  } else {
-    await reenroll(deps, token.id, nodeId, issued, input, now);
-  }
+function enrolled(deps: EnrollDeps, nodeId: string, issued: IssuedNodeCertificate, input: EnrollInput): Enrolled {
   deps.log.info({ nodeId, serial: issued.serial, correlationId: input.correlationId }, "node enrolled");
   return { nodeId, certPem: issued.certPem, notAfter: issued.notAfter };
 }

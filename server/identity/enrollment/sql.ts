@@ -1,6 +1,7 @@
-// A new node's enrollment as one SQL statement: claim the token, create the node, record its
-// credential and audit event. One statement is atomic on its own and a single round trip, where the
-// interactive transaction took seven; enrollment storms are when that matters. The conditional
+// A new node's enrollment as one SQL statement: find and claim the token by its hash, create the
+// node, record its credential and audit event. One statement is atomic on its own and the only
+// round trip of an enrollment that succeeds (the interactive transaction took seven, and reading
+// the token first one more); enrollment storms are when that matters. The conditional
 // UPDATE is the claim: of any number of concurrent callers exactly one gets its row back, and
 // nothing else is inserted for the others. Timestamps go as ISO strings with an explicit offset, so
 // the session's time zone never matters; columns follow prisma/schema.prisma.
@@ -9,30 +10,36 @@ import type { Prisma } from "../../../gen/prisma/client.js";
 type Db = Pick<Prisma.TransactionClient, "$queryRaw">;
 
 export interface NewNodeEnrollment {
-  tokenId: string;
+  /** The presented token, by its hash: only an active token bound to no node is claimed. */
+  tokenHash: string;
   nodeId: string;
-  name: string;
-  labels: unknown;
+  /** The name the agent asked for; empty: the token's, else node-<first 8 of the id>. */
+  requestedName: string;
   agentVersion: string | null;
   serial: string;
   notAfter: Date;
   now: Date;
-  audit: { id: string; actor: string; correlationId: string; details: Record<string, string> };
+  audit: { id: string; actor: string; correlationId: string };
 }
 
-/** True when this caller claimed the token and the node now exists; false when the claim was lost. */
+/**
+ * True when this caller claimed the token and the node now exists; false when nothing was claimed
+ * (an unknown, used, revoked or expired token, one bound to a node, or a lost race): the caller
+ * then reads the token to say which.
+ */
 export async function enrollNewNode(db: Db, e: NewNodeEnrollment): Promise<boolean> {
   const now = e.now.toISOString();
   const rows = await db.$queryRaw<{ n: number }[]>`
     WITH claimed AS (
       UPDATE "EnrollmentToken"
          SET "usedAt" = ${now}::timestamptz, "usedByNodeId" = ${e.nodeId}::uuid
-       WHERE "id" = ${e.tokenId}::uuid AND "usedAt" IS NULL AND "revokedAt" IS NULL AND "expiresAt" > ${now}::timestamptz
-      RETURNING "id"
+       WHERE "tokenHash" = ${e.tokenHash} AND "nodeId" IS NULL
+         AND "usedAt" IS NULL AND "revokedAt" IS NULL AND "expiresAt" > ${now}::timestamptz
+      RETURNING "id", "nodeName", "labels"
     ), node AS (
       INSERT INTO "Node" ("id", "name", "labels", "createdAt", "updatedAt", "livenessChangedAt", "agentVersion")
-      SELECT ${e.nodeId}::uuid, ${e.name}, ${JSON.stringify(e.labels ?? {})}::jsonb, ${now}::timestamptz,
-             ${now}::timestamptz, ${now}::timestamptz, ${e.agentVersion}::text
+      SELECT ${e.nodeId}::uuid, COALESCE(NULLIF(${e.requestedName}, ''), NULLIF(claimed."nodeName", ''), ${`node-${e.nodeId.slice(0, 8)}`}),
+             claimed."labels", ${now}::timestamptz, ${now}::timestamptz, ${now}::timestamptz, ${e.agentVersion}::text
         FROM claimed
       RETURNING "id"
     ), credential AS (
@@ -41,9 +48,9 @@ export async function enrollNewNode(db: Db, e: NewNodeEnrollment): Promise<boole
       RETURNING "nodeId"
     ), audit AS (
       INSERT INTO "AuditEvent" ("id", "time", "actor", "action", "targetType", "targetId", "correlationId", "details")
-      SELECT ${e.audit.id}::uuid, ${now}::timestamptz, ${e.audit.actor}, 'node.enrolled', 'node', "nodeId"::text,
-             ${e.audit.correlationId}::text, ${JSON.stringify(e.audit.details)}::jsonb
-        FROM credential
+      SELECT ${e.audit.id}::uuid, ${now}::timestamptz, ${e.audit.actor}, 'node.enrolled', 'node', credential."nodeId"::text,
+             ${e.audit.correlationId}::text, jsonb_build_object('enrollmentTokenId', claimed."id"::text, 'serial', ${e.serial}::text)
+        FROM credential, claimed
       RETURNING "id"
     )
     SELECT count(*)::int AS n FROM audit`;
