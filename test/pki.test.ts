@@ -298,6 +298,9 @@ describe("server certificate", () => {
 
       expect(statSync(join(dir, "server.key")).mode & 0o777).toBe(0o600);
       expect(cert.verify(ca.x509.publicKey)).toBe(true);
+      // An EC key (one cheap signature per TLS handshake) under the RSA CA.
+      expect(cert.publicKey.asymmetricKeyType).toBe("ec");
+      expect(cert.checkPrivateKey(createPrivateKey(first.keyPem))).toBe(true);
       expect(cert.subjectAltName).toBe("DNS:localhost, IP Address:127.0.0.1, IP Address:0:0:0:0:0:0:0:1");
       expect(cert.keyUsage).toEqual(["1.3.6.1.5.5.7.3.1"]); // serverAuth
       expect(new Date(cert.validTo).getTime() - Date.now()).toBeGreaterThan(360 * DAY);

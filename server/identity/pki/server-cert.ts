@@ -1,10 +1,9 @@
 import { createPrivateKey, generateKeyPair, X509Certificate } from "node:crypto";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import forge from "node-forge";
 import { ensurePrivateDir, readIfExists, writeFileAtomic } from "../../../common/files.js";
 import { randomSerialHex } from "./serial.js";
-import { altNameKey, normalizeServerNames } from "./server-names.js";
+import { normalizeServerNames } from "./server-names.js";
 import { clampToCa, type CaSigner } from "./signer.js";
 import { buildSignedCertificatePem, wholeSeconds } from "./x509-build.js";
 
@@ -39,7 +38,9 @@ export async function ensureServerCertificate(
     return { certPem, keyPem };
   }
 
-  const { publicKey, privateKey } = await generateKeyPairAsync("rsa", { modulusLength: 2048 });
+  // An EC (P-256) key: the server signs once per TLS handshake, and ECDSA costs a fraction of an
+  // RSA-2048 signature, which a storm of reconnecting agents multiplies. The CA stays RSA.
+  const { publicKey, privateKey } = await generateKeyPairAsync("ec", { namedCurve: "prime256v1" });
   const fresh: ServerCertificate = {
     keyPem: privateKey.export({ type: "pkcs8", format: "pem" }).toString(),
     certPem: await buildSignedCertificatePem(
@@ -73,20 +74,23 @@ function isReusable(signer: CaSigner, certPem: string, keyPem: string, wantedKey
   try {
     const x509 = new X509Certificate(certPem);
     if (!x509.checkIssued(signer.x509) || !x509.verify(signer.x509.publicKey)) return false;
-    if (!x509.checkPrivateKey(createPrivateKey(keyPem))) return false;
+    const key = createPrivateKey(keyPem);
+    if (key.asymmetricKeyType !== "ec" || !x509.checkPrivateKey(key)) return false; // an RSA one from an older version is replaced
     if (new Date(x509.validTo).getTime() - now.getTime() < RENEW_BEFORE_MS) return false;
-    return sameKeys(sanKeys(certPem), wantedKeys);
+    return sameKeys(sanKeys(x509), wantedKeys);
   } catch {
     // Unreadable files are simply replaced: the server certificate carries no state worth keeping.
     return false;
   }
 }
 
-function sanKeys(certPem: string): Set<string> {
-  const ext = forge.pki.certificateFromPem(certPem).getExtension("subjectAltName") as
-    | { altNames?: { type: number; value: string }[] }
-    | undefined;
-  return new Set((ext?.altNames ?? []).map((n) => altNameKey(n.type, n.value)));
+/** The certificate's names, as Node reads them (forge cannot read a certificate with an EC key). */
+function sanKeys(x509: X509Certificate): Set<string> {
+  const names = (x509.subjectAltName ?? "")
+    .split(", ")
+    .map((entry) => /^(?:DNS|IP Address):(.+)$/.exec(entry)?.[1])
+    .filter((name): name is string => name !== undefined);
+  return normalizeServerNames(names).keys;
 }
 
 function sameKeys(a: Set<string>, b: Set<string>): boolean {

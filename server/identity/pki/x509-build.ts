@@ -53,7 +53,7 @@ export async function buildSignedCertificatePem(spec: CertificateSpec, issuerKey
     forge.pki.distinguishedNameToAsn1(fields.issuer),
     asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, [timeOf(spec.notBefore), timeOf(spec.notAfter)]),
     forge.pki.distinguishedNameToAsn1(fields.subject),
-    asn1.fromDer(spki.toString("binary")),
+    fromDerBytes(spki.toString("binary")),
     ...(fields.extensions.length > 0 ? [certificateExtensionsToAsn1(fields.extensions)] : []),
   ]);
   const tbsDer = Buffer.from(asn1.toDer(tbs).getBytes(), "binary");
@@ -69,17 +69,25 @@ function isSubjectKeyIdentifier(e: object): boolean {
   return (e as { name?: string }).name === "subjectKeyIdentifier";
 }
 
-/** RFC 5280 4.2.1.2 method 1: the SHA-1 of the subjectPublicKey bits (for RSA, the PKCS#1 key). */
+/** RFC 5280 4.2.1.2 method 1: the SHA-1 of the subjectPublicKey bits, whatever the key type. */
 function subjectKeyIdentifier(publicKey: KeyObject): object {
-  const digest = createHash("sha1")
-    .update(publicKey.export({ type: "pkcs1", format: "der" }))
-    .digest();
+  const spki = fromDerBytes(publicKey.export({ type: "spki", format: "der" }).toString("binary"));
+  const bits = (spki.value as forge.asn1.Asn1[])[1]!.value as string; // leading unused-bits byte, then the key
+  const digest = createHash("sha1").update(Buffer.from(bits, "binary").subarray(1)).digest();
   return {
     name: "subjectKeyIdentifier",
     id: SUBJECT_KEY_IDENTIFIER,
     value: asn1.create(asn1.Class.UNIVERSAL, asn1.Type.OCTETSTRING, false, digest.toString("binary")),
   };
 }
+
+// BIT STRINGs as bytes: a key is not ASN.1 inside for every type (forge would try to parse it).
+const fromDerBytes = (bytes: string) =>
+  (asn1.fromDer as unknown as (bytes: string, options: object) => forge.asn1.Asn1)(bytes, {
+    strict: true,
+    parseAllBytes: true,
+    decodeBitStrings: false,
+  });
 
 function signatureAlgorithm(): forge.asn1.Asn1 {
   return asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, [
