@@ -3,7 +3,7 @@
 // memory per connected agent, and whether liveness reaches the database.
 //
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
-//   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB,
+//   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB, REPLICAS,
 //    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP, RESTART(S), RESTART_MODE,
 //    REPLY_TIMEOUT, METRICS, SCRAPE in the environment)
 //
@@ -73,6 +73,10 @@ const METRICS = param("METRICS", "0") === "1";
 const SCRAPE = numParam("SCRAPE", 5);
 const metricsPort = METRICS ? await freePort() : 0;
 const intervalMs = (AGENTS / RATE) * 1000;
+// REPLICAS=2 (PostgreSQL only): that many control planes on one database and one CA, the agents
+// dealt among them round-robin; figures are summed over the replicas (CPU, memory, sessions) and
+// a restart stops and starts them all.
+const REPLICAS = Math.max(1, numParam("REPLICAS", 1));
 
 interface ServerStats {
   at: number;
@@ -113,6 +117,7 @@ interface WorkerReport extends Counts {
 const dir = mkdtempSync(join(tmpdir(), "mf-bench-hb-"));
 const throwaway = param("BENCH_DB", "pglite") === "postgres" ? await createTestDatabase("postgres") : undefined;
 const databaseUrl = throwaway?.databaseUrl ?? process.env.DATABASE_URL ?? "";
+if (REPLICAS > 1 && databaseUrl === "") throw new Error("REPLICAS > 1 needs PostgreSQL: BENCH_DB=postgres or DATABASE_URL");
 const logPath = join(dir, "server.log");
 const logFd = openSync(logPath, "a");
 const children: Rpc[] = [];
@@ -121,7 +126,7 @@ const children: Rpc[] = [];
 // bench/support/floor-server.ts); nodes are still provisioned by the real one.
 const FLOOR = param("BENCH_FLOOR", "");
 
-function startServerChild(extraFlags: string[] = [], floor = false, port = 0): Rpc {
+function startServerChild(extraFlags: string[] = [], floor = false, port = 0, replica = 0): Rpc {
   const entry = floor ? "./support/floor-server.ts" : "./support/server-child.ts";
   const child = forkTs(new URL(entry, import.meta.url), {
     nodeFlags: ["--expose-gc", ...extraFlags, ...param("SERVER_FLAGS", "").split(" ").filter(Boolean)],
@@ -130,19 +135,51 @@ function startServerChild(extraFlags: string[] = [], floor = false, port = 0): R
       ...process.env,
       MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
       MODELFORGE_PORT: String(port),
-      MODELFORGE_DATA_DIR: join(dir, "data"),
+      MODELFORGE_DATA_DIR: join(dir, replica === 0 ? "data" : `data-${replica}`),
       MODELFORGE_CERTS_DIR: join(dir, "certs"),
       MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"),
       // The agents heartbeat at the interval Welcome gives them: the agent's own cadence code.
       MODELFORGE_HEARTBEAT_INTERVAL: `${Math.round(intervalMs)}ms`,
       DATABASE_URL: databaseUrl,
       BENCH_FLOOR: FLOOR,
-      ...(METRICS ? { MODELFORGE_METRICS_ADDRESS: `127.0.0.1:${metricsPort}` } : {}),
+      ...(METRICS && replica === 0 ? { MODELFORGE_METRICS_ADDRESS: `127.0.0.1:${metricsPort}` } : {}),
     },
   });
-  const rpc = new Rpc(child, "server");
+  const rpc = new Rpc(child, replica === 0 ? "server" : `replica ${replica}`);
   children.push(rpc);
   return rpc;
+}
+
+/** REPLICAS measured servers on these ports (0: any), ready and knowing the provisioned nodes. */
+async function startReplicas(ports: number[]): Promise<Rpc[]> {
+  const started = ports.map((port, i) => startServerChild([], FLOOR !== "", port, i));
+  await Promise.all(started.map((r) => r.waitFor("ready", 120_000)));
+  await Promise.all(started.map((r) => r.call("knownNodes")));
+  return started;
+}
+
+/** Readings of every replica as one: CPU, memory and sessions summed; loop figures the worst. */
+async function statsOf(replicas: Rpc[], opts: { collect?: boolean; reset?: boolean } = {}): Promise<ServerStats> {
+  const all = await Promise.all(replicas.map((r) => r.call<ServerStats>("stats", opts)));
+  if (all.length === 1) return all[0]!;
+  const sum = <T extends object>(pick: (x: ServerStats) => T): T => {
+    const out: Record<string, number> = {};
+    for (const x of all) for (const [k, v] of Object.entries(pick(x))) out[k] = (out[k] ?? 0) + (v as number);
+    return out as T;
+  };
+  return {
+    at: Math.max(...all.map((x) => x.at)),
+    cpu: sum((x) => x.cpu),
+    mem: sum((x) => x.mem),
+    status: sum((x) => x.status),
+    elu: Math.max(...all.map((x) => x.elu)),
+    loopDelayMs: {
+      p50: Math.max(...all.map((x) => x.loopDelayMs.p50)),
+      p99: Math.max(...all.map((x) => x.loopDelayMs.p99)),
+      max: Math.max(...all.map((x) => x.loopDelayMs.max)),
+    },
+    connected: all.reduce((a, x) => a + x.connected, 0),
+  };
 }
 
 const log = (line: string) => console.log(`[${((performance.now() - t00) / 1000).toFixed(1).padStart(6)} s] ${line}`);
@@ -184,17 +221,21 @@ try {
   await server.call("stop", {}, 60_000);
   await server.exit();
 
-  // 2. The measured server, fresh.
-  server = startServerChild([], FLOOR !== "");
-  await server.waitFor("ready", 120_000);
-  const info = await server.call<{ url: string; caPem: string; pid: number; tuning: unknown; database: string }>("info");
-  await server.call("knownNodes");
+  // 2. The measured servers, fresh (REPLICAS of them, on one database and one CA).
+  let replicas = await startReplicas(Array.from({ length: REPLICAS }, () => 0));
+  server = replicas[0]!;
+  const infos = await Promise.all(
+    replicas.map((r) => r.call<{ url: string; caPem: string; pid: number; tuning: unknown; database: string }>("info")),
+  );
+  const info = infos[0]!;
+  const urls = infos.map((i) => i.url);
+  const stats = (opts: { collect?: boolean; reset?: boolean } = {}) => statsOf(replicas, opts);
   if (FLOOR !== "")
     log(`BENCH_FLOOR=${FLOOR}: the measured server is a reference without the control plane (no database, no authorization)`);
-  log(`server pid ${info.pid} at ${info.url}, database: ${info.database}`);
+  log(`server pid ${infos.map((i) => `${i.pid} at ${i.url}`).join(", ")}, database: ${info.database}`);
   log(`http2 tuning in effect: ${JSON.stringify(info.tuning)}`);
   await sleep(3000); // a few flush and reconcile rounds over the full node table
-  const baseline = await server.call<ServerStats>("stats", { collect: true });
+  const baseline = await stats({ collect: true });
   log(
     `baseline after GC: RSS ${mib(baseline.mem.rss)} MiB, heap used ${mib(baseline.mem.heapUsed)} MiB, external ${mib(baseline.mem.external)} MiB`,
   );
@@ -214,7 +255,7 @@ try {
   await Promise.all(
     workers.map((w, i) =>
       w.call("setup", {
-        url: info.url,
+        urls,
         caPem: info.caPem,
         keyPem,
         agents: identities.filter((_, j) => j % WORKERS === i),
@@ -235,7 +276,7 @@ try {
     const rates = { tls: [] as number[], session: [] as number[] };
     for (let round = 0; round < OPEN_ROUNDS; round++) {
       for (const kind of ["tls", "session"] as const) {
-        const cpuBefore = await server.call<ServerStats>("stats", {});
+        const cpuBefore = await stats();
         const rs = await Promise.all(
           workers.map((w) =>
             w.call<{ count: number; failed: number; ms: number }>(
@@ -245,7 +286,7 @@ try {
             ),
           ),
         );
-        const cpuAfter = await server.call<ServerStats>("stats", {});
+        const cpuAfter = await stats();
         const done = rs.reduce((x, r) => x + r.count - r.failed, 0);
         const rate = (done / Math.max(...rs.map((r) => r.ms))) * 1000;
         rates[kind].push(rate);
@@ -286,14 +327,14 @@ try {
   const rampStart = Date.now();
   t = performance.now();
   let counts = await sumCounts(workers);
-  let previous = await server.call<ServerStats>("stats", {});
+  let previous = await stats();
   const rampTo = async (perWorker: number, target: number) => {
     await Promise.all(workers.map((w) => w.call("start", { upTo: perWorker })));
     const deadline = performance.now() + (target / RAMP) * 1000 + 90_000;
     for (;;) {
       await sleep(2000);
       counts = await sumCounts(workers);
-      const s = await server.call<ServerStats>("stats", {});
+      const s = await stats();
       const cores = coresUsed(previous.cpu, s.cpu, s.at - previous.at);
       previous = s;
       log(
@@ -306,7 +347,7 @@ try {
   const halfPerWorker = Math.ceil(AGENTS / 2 / WORKERS);
   await rampTo(halfPerWorker, Math.min(AGENTS, halfPerWorker * WORKERS));
   await sleep(2000);
-  const half = await server.call<ServerStats>("stats", { collect: true });
+  const half = await stats({ collect: true });
   log(`half way: ${half.connected} connected, RSS after GC ${mib(half.mem.rss)} MiB`);
   await rampTo(Math.ceil(AGENTS / WORKERS), AGENTS);
   const rampSeconds = (performance.now() - t) / 1000;
@@ -330,7 +371,7 @@ try {
   const profileSteady = PROFILE === "1" || PROFILE === "steady";
   if (profileSteady) await server.call("profileStart", { intervalUs: 1000 });
   if (PROFILE === "alloc") await server.call("allocStart", { intervalBytes: 32768 });
-  const before = await server.call<ServerStats>("stats", { reset: true });
+  const before = await stats({ reset: true });
   const machineBefore = machineCpu();
   const measureStart = Date.now();
   await Promise.all(workers.map((w) => w.call("measure")));
@@ -338,18 +379,18 @@ try {
   const mid: ServerStats[] = [];
   for (let elapsed = 0; elapsed < DURATION; elapsed += 5) {
     await sleep(Math.min(5, DURATION - elapsed) * 1000);
-    mid.push(await server.call<ServerStats>("stats", {}));
+    mid.push(await stats());
   }
   const reports = await Promise.all(workers.map((w) => w.call<WorkerReport>("report")));
   const scraped = await scrapes?.stop();
   const machineAfter = machineCpu();
-  const after = await server.call<ServerStats>("stats", {});
+  const after = await stats();
   const profile = profileSteady ? await server.call<ProfileSummary>("profileStop", { inclusive }) : undefined;
   const allocations = PROFILE === "alloc" ? await server.call<AllocationSummary>("allocStop", { inclusive }) : undefined;
   const persisted = await server.call<Liveness>("liveness", { since: measureStart });
 
   // 7. Memory after GC with every agent still connected.
-  const loaded = await server.call<ServerStats>("stats", { collect: true });
+  const loaded = await stats({ collect: true });
 
   const heapAfter = HEAP ? await server.call<HeapSummary>("heapSummary") : undefined;
 
@@ -457,14 +498,17 @@ try {
     const mode = RESTART_MODE === "alternate" ? (r % 2 === 1 ? "graceful" : "kill") : RESTART_MODE;
     const before = await sumCounts(workers);
     const stopAt = performance.now();
-    if (mode === "kill") server.child.kill("SIGKILL");
-    else await server.call("stop", {}, 60_000);
-    await server.exit();
-    server = startServerChild([], FLOOR !== "", Number(new URL(info.url).port));
-    await server.waitFor("ready", 120_000);
+    await Promise.all(
+      replicas.map(async (replica) => {
+        if (mode === "kill") replica.child.kill("SIGKILL");
+        else await replica.call("stop", {}, 60_000);
+        await replica.exit();
+      }),
+    );
+    replicas = await startReplicas(urls.map((u) => Number(new URL(u).port)));
+    server = replicas[0]!;
     const readyAt = performance.now();
-    await server.call("knownNodes");
-    let previous = await server.call<ServerStats>("stats", {});
+    let previous = await stats();
     const cpuFrom = previous;
     // Targets: all back within 20 s (graceful) or 30 s (kill) of ready; looked at for 60 s more.
     const deadline = readyAt + 90_000;
@@ -476,7 +520,7 @@ try {
       const afterReady = (performance.now() - readyAt) / 1000;
       for (const f of [0.5, 0.9, 0.99]) if (!marks.has(f) && now.connected >= f * AGENTS) marks.set(f, afterReady);
       if (Math.round(afterReady * 2) % 10 === 0) {
-        const st = await server.call<ServerStats>("stats", {});
+        const st = await stats();
         log(
           `restart ${r} (${mode}): ${now.connected} connected (server: ${st.connected}), ${now.retries - before.retries} retries, ${now.failed} gave up; ` +
             `server ${coresUsed(previous.cpu, st.cpu, st.at - previous.at).toFixed(2)} cores`,
@@ -485,7 +529,7 @@ try {
       }
     }
     const backS = now.connected >= AGENTS ? (performance.now() - readyAt) / 1000 : null;
-    const st = await server.call<ServerStats>("stats", {});
+    const st = await stats();
     const cores = coresUsed(cpuFrom.cpu, st.cpu, st.at - cpuFrom.at);
     const readyS = (readyAt - stopAt) / 1000;
     recoveries.push({ mode, readyS, backS, leftBehind: AGENTS - now.connected });
@@ -514,8 +558,12 @@ try {
   // 9. Tear down: agents end their streams, then the server stops.
   await Promise.all(workers.map((w) => w.call("close", { waitMs: 10_000 }, 60_000).catch(() => undefined)));
   await Promise.all(workers.map((w) => w.exit()));
-  await server.call("stop", {}, 60_000).catch(() => undefined);
-  await server.exit();
+  await Promise.all(
+    replicas.map(async (replica) => {
+      await replica.call("stop", {}, 60_000).catch(() => undefined);
+      await replica.exit();
+    }),
+  );
 } catch (err) {
   console.error(err);
   console.error(`server log: ${logPath}`);

@@ -29,10 +29,12 @@ import { agentVersion, protocolVersion } from "../../agent/version.js";
 import { nodeConnection, type NodeConnection } from "../../agent/transport.js";
 import { writeState, type AgentState } from "../../agent/state.js";
 import { emit, serve } from "./ipc.js";
+import tls from "node:tls";
 import { FrameReader, frame } from "../../server/sessions/session-grpc.js";
 
 interface Setup {
-  url: string;
+  /** The replicas' URLs; this worker's agents are dealt among them round-robin. */
+  urls: string[];
   caPem: string;
   keyPem: string;
   agents: { nodeId: string; certPem: string }[];
@@ -114,12 +116,23 @@ function startAgent(a: (typeof agents)[number]): void {
 
 const sessionPath = `/${AgentService.typeName}/Session`;
 
+// One TLS context per simulated agent, made once: building one parses the key and certificates
+// (milliseconds of the load generator's CPU, taken from the server's two cores, on every
+// reconnect of a storm). A real agent is one process on its own machine.
+const contexts = new Map<string, tls.SecureContext>();
+function contextOf(certPem: string): tls.SecureContext {
+  let context = contexts.get(certPem);
+  if (context === undefined) {
+    context = tls.createSecureContext({ ca: setup.caPem, cert: certPem, key: setup.keyPem });
+    contexts.set(certPem, context);
+  }
+  return context;
+}
+
 /** node:http2 with gRPC framing by hand, [0][uint32 length][protobuf], under the agent's loop. */
 function rawConnection(state: AgentState): NodeConnection {
   const conn = http2.connect(state.serverUrl, {
-    ca: state.caPem,
-    cert: state.certPem,
-    key: state.keyPem,
+    secureContext: contextOf(state.certPem),
     ...(setup.noDelay ? { noDelay: true } : {}),
   });
   const out = new AsyncQueue<SessionResponse>();
@@ -194,9 +207,9 @@ function rawConnection(state: AgentState): NodeConnection {
  * One bare TLS handshake (with the agent's client certificate, as a session's), or one whole
  * session open (handshake, Hello, Welcome), then closed: what the open-rate figure is made of.
  */
-function openOnce(a: { nodeId: string; certPem: string }, session: boolean): Promise<void> {
+function openOnce(a: { nodeId: string; certPem: string }, session: boolean, url: string): Promise<void> {
   return new Promise((resolve, reject) => {
-    const conn = http2.connect(setup.url, { ca: setup.caPem, cert: a.certPem, key: setup.keyPem });
+    const conn = http2.connect(url, { secureContext: contextOf(a.certPem) });
     const fail = (err: Error) => {
       conn.destroy();
       reject(err);
@@ -244,8 +257,9 @@ serve({
     await Promise.all(
       Array.from({ length: concurrency }, async () => {
         while (next < count) {
-          const a = setup.agents[next++ % setup.agents.length]!;
-          await openOnce(a, session).catch(() => failed++);
+          const i = next++;
+          const a = setup.agents[i % setup.agents.length]!;
+          await openOnce(a, session, setup.urls[i % setup.urls.length]!).catch(() => failed++);
         }
       }),
     );
@@ -255,11 +269,11 @@ serve({
   async setup(s: Setup) {
     setup = s;
     mkdirSync(join(dir, "agents"), { recursive: true });
-    for (const a of s.agents) {
+    for (const [i, a] of s.agents.entries()) {
       const statePath = join(dir, "agents", `${a.nodeId}.json`);
       await writeState(statePath, {
         version: 1,
-        serverUrl: s.url,
+        serverUrl: s.urls[i % s.urls.length]!,
         nodeId: a.nodeId,
         keyPem: s.keyPem,
         certPem: a.certPem,
