@@ -58,11 +58,14 @@ export function spawnServer(env: Record<string, string>, args: string[] = ["--im
 export interface AgentProcess {
   child: ChildProcess;
   output(): string;
-  /** Sends SIGTERM and waits for the exit. */
+  /** Sends SIGTERM and waits for the exit; rejects, naming it, if that takes longer than 30 s. */
   stop(): Promise<number | null>;
   /** SIGKILL: the agent dies without a goodbye, as a crashed node would. */
   kill(): Promise<number | null>;
 }
+
+/** How long an agent may take to stop after SIGTERM (it ends its session and stops its runtimes). */
+const stopDeadlineMs = 30_000;
 
 /** Runs `agent run` as a real process, with the fake nvidia-smi first on PATH. */
 export function spawnAgent(statePath: string, env: Record<string, string> = {}): AgentProcess {
@@ -85,9 +88,19 @@ export function spawnAgent(statePath: string, env: Record<string, string> = {}):
   return {
     child,
     output: () => out,
-    stop: () => {
+    stop: async () => {
       child.kill("SIGTERM");
-      return exited;
+      // A graceful stop that hangs is a bug to name, not a hook timeout to guess at.
+      const timer = setTimeout(() => child.kill("SIGKILL"), stopDeadlineMs);
+      const start = performance.now();
+      const code = await exited;
+      clearTimeout(timer);
+      if (performance.now() - start >= stopDeadlineMs) {
+        throw new Error(
+          `the agent did not exit within ${stopDeadlineMs / 1000} s of SIGTERM (killed); its last output:\n${out.slice(-2000)}`,
+        );
+      }
+      return code;
     },
     kill: () => {
       child.kill("SIGKILL");

@@ -70,7 +70,14 @@ export async function startTestServer(env: Record<string, string> = {}, options:
     async stop() {
       if (stopped) return;
       stopped = true;
-      await server.stop();
+      // A stop that hangs is a bug to name, not a hook timeout to guess at.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        server.stop(),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error("the control plane did not stop within 30 s")), 30_000);
+        }),
+      ]).finally(() => clearTimeout(timer));
       await db.cleanup();
       rmSync(dir, { recursive: true, force: true });
     },
