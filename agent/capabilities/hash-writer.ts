@@ -4,9 +4,11 @@
 //
 // The worker gets the file's descriptor (descriptors are process-wide), hashes the bytes already
 // in the file (a resume), then hashes each batch it is sent and writes it at the next position
-// through the thread pool. A batch is the socket's own read buffers, moved rather than copied.
+// through the thread pool. A batch is the mirror client's pooled buffers (or node:http's own
+// chunks), moved rather than copied; once written, each buffer moves back to the pool.
 // The sender waits only when more than MAX_BACKLOG_BYTES are queued.
 import { Worker } from "node:worker_threads";
+import { giveBack, isPoolChunk, POOL_BUFFER_BYTES, takeBuffer, trimPool } from "./buffer-pool.js";
 
 const MAX_BACKLOG_BYTES = 32 * 1024 * 1024;
 /** Chunks are gathered into batches of this size and moved (not copied) to the worker. */
@@ -64,14 +66,16 @@ parentPort.on("message", (m) => {
       const parts = m.parts.map((p) => Buffer.from(p.buffer, p.byteOffset, p.byteLength));
       let bytes = 0;
       for (const p of parts) bytes += p.length;
-      if (f.failed !== undefined) return parentPort.postMessage({ op: "ack", bytes });
+      if (f.failed !== undefined) return parentPort.postMessage({ op: "ack", bytes, buffers: [] });
       for (const p of parts) f.hash.update(p);
       const at = f.at;
       f.at += bytes;
       f.pending++;
       writeAll(f, parts, at, () => {
         f.pending--;
-        parentPort.postMessage({ op: "ack", bytes });
+        // Written: the memory goes back to the sender for the next reads.
+        const buffers = [...new Set(parts.map((p) => p.buffer))];
+        parentPort.postMessage({ op: "ack", bytes, buffers }, buffers);
         settle(f);
       });
     } else if (m.op === "finish") {
@@ -98,8 +102,9 @@ export class HashWriter {
   constructor() {
     this.worker = new Worker(workerSource, { eval: true });
     this.worker.unref();
-    this.worker.on("message", (m: { op: string; bytes?: number; digest?: string; message?: string }) => {
+    this.worker.on("message", (m: { op: string; bytes?: number; buffers?: ArrayBuffer[]; digest?: string; message?: string }) => {
       if (m.op === "ack") {
+        for (const b of m.buffers!) giveBack(b);
         this.backlog -= m.bytes!;
         if (this.backlog <= MAX_BACKLOG_BYTES / 2) this.drained?.();
         return;
@@ -154,10 +159,12 @@ export class HashWriter {
 
   private send(): void {
     if (this.batchBytes === 0) return;
-    // A socket's reads each own their memory: those move to the worker as they are, uncopied.
-    // Anything sharing memory (a slice of a pool) is copied into one buffer of its own.
-    const owned = this.batch.every((c) => c.byteOffset === 0 && c.byteLength === c.buffer.byteLength && c.buffer instanceof ArrayBuffer);
-    const parts = owned ? this.batch : [Buffer.concat(this.batch, this.batchBytes)];
+    // Pool buffers and chunks owning all their memory move to the worker as they are, uncopied.
+    // Anything sharing memory (a slice of Node's pool) is copied into one buffer of its own.
+    const owned = this.batch.every(
+      (c) => isPoolChunk(c) || (c.byteOffset === 0 && c.byteLength === c.buffer.byteLength && c.buffer instanceof ArrayBuffer),
+    );
+    const parts = owned ? this.batch : [this.copyBatch()];
     this.backlog += this.batchBytes;
     this.batch = [];
     this.batchBytes = 0;
@@ -165,6 +172,16 @@ export class HashWriter {
       { op: "chunk", parts },
       parts.map((p) => p.buffer as ArrayBuffer),
     );
+  }
+
+  private copyBatch(): Uint8Array {
+    const into = this.batchBytes <= POOL_BUFFER_BYTES ? takeBuffer() : Buffer.allocUnsafeSlow(this.batchBytes);
+    let at = 0;
+    for (const c of this.batch) {
+      into.set(c, at);
+      at += c.byteLength;
+    }
+    return into.subarray(0, at);
   }
 
   /** Waits until every queued chunk is written, and returns the SHA-256 of the whole file. */
@@ -175,5 +192,6 @@ export class HashWriter {
 
   async close(): Promise<void> {
     await this.worker.terminate();
+    trimPool();
   }
 }
