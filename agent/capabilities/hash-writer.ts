@@ -26,7 +26,9 @@ const { createHash } = require("node:crypto");
 const fs = require("node:fs");
 let file;
 // Writes go to the thread pool, so hashing the next batch overlaps writing this one.
-// One writev per batch; a short write continues from where it stopped.
+// One writev at a time per file, of every batch queued meanwhile: concurrent writes to one file
+// contend for its inode lock, and the kernel spins on it (measured: most of the system time).
+// A short write continues from where it stopped.
 function writeAll(f, parts, at, done) {
   fs.writev(f.fd, parts, at, (err, n) => {
     if (err) {
@@ -43,8 +45,25 @@ function writeAll(f, parts, at, done) {
     writeAll(f, [rest[0].subarray(left), ...rest.slice(1)], at + n, done);
   });
 }
+function pump(f) {
+  if (f.writing || f.queue.length === 0) return;
+  const parts = f.queue;
+  const bytes = f.queued;
+  f.queue = [];
+  f.queued = 0;
+  f.writing = true;
+  writeAll(f, parts, f.written, () => {
+    f.written += bytes;
+    f.writing = false;
+    // Written: the memory goes back to the sender for the next reads.
+    const buffers = [...new Set(parts.map((p) => p.buffer))];
+    parentPort.postMessage({ op: "ack", bytes, buffers }, buffers);
+    pump(f);
+    settle(f);
+  });
+}
 function settle(f) {
-  if (!f.finishing || f.pending > 0) return;
+  if (!f.finishing || f.writing || f.queue.length > 0) return;
   if (f.failed !== undefined) parentPort.postMessage({ op: "error", message: f.failed });
   else parentPort.postMessage({ op: "digest", digest: f.hash.digest("hex") });
 }
@@ -59,7 +78,7 @@ parentPort.on("message", (m) => {
         hash.update(buf.subarray(0, n));
         at += n;
       }
-      file = { fd: m.fd, at: m.have, hash, failed: undefined, pending: 0, finishing: false };
+      file = { fd: m.fd, written: m.have, hash, failed: undefined, queue: [], queued: 0, writing: false, finishing: false };
       parentPort.postMessage({ op: "opened" });
     } else if (m.op === "chunk") {
       const f = file;
@@ -68,16 +87,9 @@ parentPort.on("message", (m) => {
       for (const p of parts) bytes += p.length;
       if (f.failed !== undefined) return parentPort.postMessage({ op: "ack", bytes, buffers: [] });
       for (const p of parts) f.hash.update(p);
-      const at = f.at;
-      f.at += bytes;
-      f.pending++;
-      writeAll(f, parts, at, () => {
-        f.pending--;
-        // Written: the memory goes back to the sender for the next reads.
-        const buffers = [...new Set(parts.map((p) => p.buffer))];
-        parentPort.postMessage({ op: "ack", bytes, buffers }, buffers);
-        settle(f);
-      });
+      f.queue.push(...parts);
+      f.queued += bytes;
+      pump(f);
     } else if (m.op === "finish") {
       const f = file;
       file = undefined;
