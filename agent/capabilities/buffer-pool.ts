@@ -1,36 +1,40 @@
-// Reusable 1 MiB buffers for downloaded bytes: the mirror client reads the socket straight into
-// them, the hashing worker hands each one back once it is written. Allocating (and faulting in)
-// fresh memory for every read, and collecting it again, cost more CPU than hashing the bytes.
-export const POOL_BUFFER_BYTES = 1024 * 1024;
+// Reusable 1 MiB slots of shared memory for downloaded bytes: the mirror client reads the socket
+// straight into them, and the hashing worker hashes and writes them where they are; only a slot
+// number crosses between the threads, and the slot comes back once written. Allocating (and
+// faulting in) fresh memory for every read, moving it and collecting it again cost more CPU than
+// hashing the bytes.
+export const SLOT_BYTES = 1024 * 1024;
 /** Enough for the hashing worker's backlog plus what is in flight; trimmed when a job ends. */
 const MAX_FREE = 48;
 
-const free: ArrayBuffer[] = [];
-/** Buffers of this pool: only these may be handed to the worker while shorter than their memory. */
-const ours = new WeakSet<ArrayBufferLike>();
+const free: SharedArrayBuffer[] = [];
+/** Each slot's number, for the worker; a slot nobody gives back is simply collected. */
+const numbers = new WeakMap<ArrayBufferLike, number>();
+let nextNumber = 0;
 
 export function takeBuffer(): Buffer {
-  const reused = free.pop();
-  if (reused !== undefined) return Buffer.from(reused);
-  // Its own memory, not a slice of Node's shared pool: it can move to the worker whole.
-  const fresh = Buffer.allocUnsafeSlow(POOL_BUFFER_BYTES);
-  ours.add(fresh.buffer);
-  return fresh;
+  let memory = free.pop();
+  if (memory === undefined) {
+    memory = new SharedArrayBuffer(SLOT_BYTES);
+    numbers.set(memory, nextNumber++);
+  }
+  return Buffer.from(memory);
 }
 
-/** Takes back a buffer of the pool's size (others are left to the garbage collector). */
-export function giveBack(buffer: ArrayBuffer): void {
-  if (buffer.byteLength !== POOL_BUFFER_BYTES || free.length >= MAX_FREE) return;
-  ours.add(buffer);
-  free.push(buffer);
+/**
+ * The slot number when `chunk` lies in a slot of this pool. Whoever holds such a chunk owns the
+ * whole slot: the mirror client never touches a slot again once it has handed it on.
+ */
+export function slotOf(chunk: Uint8Array): number | undefined {
+  return numbers.get(chunk.buffer);
 }
 
-/** Whether `chunk` is the start of a pool buffer whose rest nothing else refers to. */
-export function isPoolChunk(chunk: Uint8Array): boolean {
-  return chunk.byteOffset === 0 && ours.has(chunk.buffer);
+/** Takes a slot back for the next reads. */
+export function giveBack(memory: SharedArrayBuffer): void {
+  if (free.length < MAX_FREE) free.push(memory);
 }
 
-/** Frees idle buffers once no download needs them. */
+/** Frees idle slots once no download needs them. */
 export function trimPool(): void {
   free.length = 0;
 }
