@@ -371,6 +371,27 @@ describe("the agent's own path rules, whatever the lease says", () => {
     }
   });
 
+  it("a slow reader pauses the mirror client and loses no byte when it resumes", async () => {
+    const big = randomBytes(9 * 1024 * 1024 + 777);
+    const commit = commitOf("slow-reader");
+    mirror.put(repository, commit, "slow.bin", { content: big });
+    const body = await new MirrorSource({ baseUrl: mirror.url }).open({
+      repository,
+      commit,
+      path: "slow.bin",
+      offset: 0,
+      signal: new AbortController().signal,
+    });
+    const hash = createHash("sha256");
+    let chunks = 0;
+    for await (const chunk of body.chunks) {
+      hash.update(chunk);
+      // Long enough for the client to fill its queue and stop reading the socket.
+      if (++chunks % 3 === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(hash.digest("hex")).toBe(sha256(big));
+  });
+
   it("sends the mirror's bearer token from its file, and names NOT_FOUND and SOURCE_UNAVAILABLE apart", async () => {
     const tokenFile = join(root, "..", `mf-token-${process.pid}`);
     writeFileSync(tokenFile, "s3cret-token\n");
