@@ -77,6 +77,12 @@ export function plainGet(
     const spill = Buffer.allocUnsafe(4096);
 
     const fail = (err: Error) => {
+      // What arrived of the body is handed on, so a resume starts after it, not at the slot's start.
+      if (left >= 0 && fill > 0 && cur !== spill) {
+        queue.push(cur.subarray(0, fill));
+        cur = spill;
+        fill = 0;
+      }
       failed ??= err;
       if (!answered) {
         answered = true;
@@ -87,6 +93,7 @@ export function plainGet(
     /** `got` new body bytes end at `fill`; whole buffers (and the last) are queued for the reader. */
     const bodyBytes = (got: number): boolean => {
       if (got > left) {
+        fill -= got;
         fail(new Error("the mirror sent more than its Content-Length"));
         socket.destroy();
         return false;
