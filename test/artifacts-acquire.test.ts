@@ -6,6 +6,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
@@ -336,6 +338,58 @@ describe("the agent's own path rules, whatever the lease says", () => {
     rmSync(elsewhere, { recursive: true, force: true });
     rmSync(join(root, "evil"), { recursive: true, force: true });
     rmSync(join(root, STAGING_DIR, jobId), { recursive: true, force: true });
+  });
+
+  it("acquires files spanning several read buffers, through a redirect and from a chunked answer (the node:http path)", async () => {
+    const big = randomBytes(3 * 1024 * 1024 + 12345);
+    const commit = commitOf("framings");
+    mirror.put(repository, commit, "plain.bin", { content: big });
+    // A second server: one path redirects to the mirror, the other answers chunked (no Content-Length).
+    const other = http.createServer((req, res) => {
+      if (req.url!.endsWith("/chunked.bin")) {
+        res.writeHead(200);
+        for (let at = 0; at < big.length; at += 700_000) res.write(big.subarray(at, at + 700_000));
+        res.end();
+      } else res.writeHead(302, { location: `${mirror.url}${req.url!.replace("/redirected.bin", "/plain.bin")}` }).end();
+    });
+    await new Promise<void>((resolve) => other.listen(0, "127.0.0.1", resolve));
+    const otherUrl = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+    try {
+      const files = ["plain.bin", "redirected.bin", "chunked.bin"].map((p) => fileOf(p, big));
+      const sources = [new MirrorSource({ baseUrl: otherUrl })];
+      const s = spec(commit, files.slice(1));
+      await artifactAcquireHandler({ sources, roots: [root], log })(
+        create(JobSpecSchema, s),
+        attempt("5e6f7081-92a3-44b5-86c7-e8f90a1b2c34"),
+      );
+      await handler()(create(JobSpecSchema, spec(commit, files.slice(0, 1))), attempt("6f708192-a3b4-45c6-97d8-f90a1b2c3d45"));
+      for (const f of ["plain.bin", "redirected.bin", "chunked.bin"]) {
+        expect(readFileSync(join(root, repository, commit, f)).equals(big)).toBe(true);
+      }
+    } finally {
+      other.close();
+    }
+  });
+
+  it("a slow reader pauses the mirror client and loses no byte when it resumes", async () => {
+    const big = randomBytes(9 * 1024 * 1024 + 777);
+    const commit = commitOf("slow-reader");
+    mirror.put(repository, commit, "slow.bin", { content: big });
+    const body = await new MirrorSource({ baseUrl: mirror.url }).open({
+      repository,
+      commit,
+      path: "slow.bin",
+      offset: 0,
+      signal: new AbortController().signal,
+    });
+    const hash = createHash("sha256");
+    let chunks = 0;
+    for await (const chunk of body.chunks) {
+      hash.update(chunk);
+      // Long enough for the client to fill its queue and stop reading the socket.
+      if (++chunks % 3 === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(hash.digest("hex")).toBe(sha256(big));
   });
 
   it("sends the mirror's bearer token from its file, and names NOT_FOUND and SOURCE_UNAVAILABLE apart", async () => {

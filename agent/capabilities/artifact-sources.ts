@@ -8,6 +8,7 @@ import https from "node:https";
 import { readFile } from "node:fs/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { AgentClient } from "../transport.js";
+import { plainGet, type MirrorResponse } from "./mirror-http.js";
 
 /** What went wrong at one source: "unavailable" is worth another source or attempt. */
 export class SourceError extends Error {
@@ -130,10 +131,10 @@ export class MirrorSource implements ArtifactSource {
       // The token goes to the configured mirror only, never to where it redirects.
       if (token !== undefined && url.origin === origin) headers.authorization = `Bearer ${token}`;
       const res = await this.get(url, headers, req.signal);
-      const status = res.statusCode ?? 0;
-      if (status >= 300 && status < 400 && res.headers.location !== undefined) {
-        res.resume();
-        const next = new URL(res.headers.location, url);
+      const status = res.status;
+      if (status >= 300 && status < 400 && res.location !== undefined) {
+        res.discard();
+        const next = new URL(res.location, url);
         if (next.protocol !== "https:" && !(next.protocol === "http:" && url.protocol === "http:")) {
           throw new SourceError("unavailable", `${this.label}: refused a redirect to ${next.protocol}`);
         }
@@ -142,37 +143,31 @@ export class MirrorSource implements ArtifactSource {
       }
       if (status === 416 && offset > 0) {
         // Our partial file is longer than the mirror's: start over from the beginning.
-        res.resume();
+        res.discard();
         offset = 0;
         hop--;
         continue;
       }
       if (status === 404) {
-        res.resume();
+        res.discard();
         throw new SourceError("not_found", `${this.label}: file not found (404)`);
       }
       if (status !== 200 && status !== 206) {
-        res.resume();
+        res.discard();
         throw new SourceError("unavailable", `${this.label}: answered ${status}`);
       }
-      const length = res.headers["content-length"] === undefined ? undefined : Number(res.headers["content-length"]);
       let start = 0;
-      let totalSize = status === 200 ? length : undefined;
+      let totalSize = status === 200 ? res.contentLength : undefined;
       if (status === 206) {
-        const range = parseContentRange(res.headers["content-range"]);
+        const range = parseContentRange(res.contentRange);
         if (range === undefined) {
-          res.destroy();
+          res.close();
           throw new SourceError("unavailable", `${this.label}: a partial answer without a valid Content-Range`);
         }
         start = range.start;
         totalSize = range.total;
       }
-      return {
-        start,
-        totalSize,
-        chunks: res,
-        close: () => res.destroy(),
-      };
+      return { start, totalSize, chunks: res.body, close: () => res.close() };
     }
     throw new SourceError("unavailable", `${this.label}: more than ${MAX_REDIRECTS} redirects`);
   }
@@ -188,18 +183,39 @@ export class MirrorSource implements ArtifactSource {
     }
   }
 
-  private get(url: URL, headers: Record<string, string>, signal: AbortSignal): Promise<http.IncomingMessage> {
+  private async get(url: URL, headers: Record<string, string>, signal: AbortSignal): Promise<MirrorResponse> {
+    try {
+      if (url.protocol === "http:") {
+        const fast = await plainGet(url, headers, signal, this.idleTimeoutMs);
+        if (fast !== "unsupported") return fast;
+      }
+      return await this.nodeGet(url, headers, signal);
+    } catch (err) {
+      if (signal.aborted) throw signal.reason;
+      throw new SourceError("unavailable", `${this.label}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+  }
+
+  /** https, and bodies not framed by Content-Length, through node:http. */
+  private nodeGet(url: URL, headers: Record<string, string>, signal: AbortSignal): Promise<MirrorResponse> {
     return new Promise((resolve, reject) => {
       const lib = url.protocol === "https:" ? https : http;
       const req = lib.get(url, { headers, signal, agent: url.protocol === "https:" ? keepAlive.https : keepAlive.http }, (res) => {
         res.setTimeout(this.idleTimeoutMs, () => res.destroy(new Error(`no data for ${this.idleTimeoutMs} ms`)));
-        resolve(res);
+        const length = res.headers["content-length"];
+        resolve({
+          status: res.statusCode ?? 0,
+          location: res.headers.location,
+          contentLength: length === undefined ? undefined : Number(length),
+          contentRange: res.headers["content-range"],
+          body: res,
+          // Read to its end, so the kept-alive connection can serve the next request.
+          discard: () => res.resume(),
+          close: () => res.destroy(),
+        });
       });
       req.setTimeout(this.idleTimeoutMs, () => req.destroy(new Error(`no answer for ${this.idleTimeoutMs} ms`)));
-      req.on("error", (err: NodeJS.ErrnoException) => {
-        if (signal.aborted) reject(signal.reason);
-        else reject(new SourceError("unavailable", `${this.label}: ${err.code ?? err.message}`));
-      });
+      req.on("error", reject);
     });
   }
 }

@@ -3,14 +3,14 @@
 // receiving thread cut acquisition throughput to a third of the source's raw speed.
 //
 // The worker gets the file's descriptor (descriptors are process-wide), hashes the bytes already
-// in the file (a resume), then hashes each batch it is sent and writes it at the next position
-// through the thread pool. A batch is the socket's own read buffers, moved rather than copied.
-// The sender waits only when more than MAX_BACKLOG_BYTES are queued.
+// in the file (a resume), then hashes each chunk it is sent and writes it at the next position
+// through the thread pool. Chunks are slots of shared memory (buffer-pool.ts): the mirror client's
+// own read buffers, or node:http's chunks copied into one; a slot goes back to the pool once
+// written. The sender waits only when more than MAX_BACKLOG_BYTES are queued.
 import { Worker } from "node:worker_threads";
+import { giveBack, slotOf, takeBuffer, trimPool } from "./buffer-pool.js";
 
 const MAX_BACKLOG_BYTES = 32 * 1024 * 1024;
-/** Chunks are gathered into batches of this size and moved (not copied) to the worker. */
-const BATCH_BYTES = 1024 * 1024;
 
 /** Writing or hashing on the node failed (not the source): never a reason to try another source. */
 export class ArtifactWriteError extends Error {
@@ -22,9 +22,13 @@ const workerSource = `
 const { parentPort } = require("node:worker_threads");
 const { createHash } = require("node:crypto");
 const fs = require("node:fs");
+/** Slot number -> a view of its shared memory, sent once per slot. */
+const slots = new Map();
 let file;
-// Writes go to the thread pool, so hashing the next batch overlaps writing this one.
-// One writev per batch; a short write continues from where it stopped.
+// Writes go to the thread pool, so hashing the next chunk overlaps writing this one.
+// One writev at a time per file, of every chunk queued meanwhile: concurrent writes to one file
+// contend for its inode lock, and the kernel spins on it (measured: most of the system time).
+// A short write continues from where it stopped.
 function writeAll(f, parts, at, done) {
   fs.writev(f.fd, parts, at, (err, n) => {
     if (err) {
@@ -41,8 +45,26 @@ function writeAll(f, parts, at, done) {
     writeAll(f, [rest[0].subarray(left), ...rest.slice(1)], at + n, done);
   });
 }
+function pump(f) {
+  if (f.writing || f.queue.length === 0) return;
+  const parts = f.queue;
+  const used = f.slots;
+  const bytes = f.queued;
+  f.queue = [];
+  f.slots = [];
+  f.queued = 0;
+  f.writing = true;
+  writeAll(f, parts, f.written, () => {
+    f.written += bytes;
+    f.writing = false;
+    // Written: the slots go back to the sender for the next reads.
+    parentPort.postMessage({ op: "ack", bytes, slots: used });
+    pump(f);
+    settle(f);
+  });
+}
 function settle(f) {
-  if (!f.finishing || f.pending > 0) return;
+  if (!f.finishing || f.writing || f.queue.length > 0) return;
   if (f.failed !== undefined) parentPort.postMessage({ op: "error", message: f.failed });
   else parentPort.postMessage({ op: "digest", digest: f.hash.digest("hex") });
 }
@@ -57,23 +79,18 @@ parentPort.on("message", (m) => {
         hash.update(buf.subarray(0, n));
         at += n;
       }
-      file = { fd: m.fd, at: m.have, hash, failed: undefined, pending: 0, finishing: false };
+      file = { fd: m.fd, written: m.have, hash, failed: undefined, queue: [], slots: [], queued: 0, writing: false, finishing: false };
       parentPort.postMessage({ op: "opened" });
     } else if (m.op === "chunk") {
       const f = file;
-      const parts = m.parts.map((p) => Buffer.from(p.buffer, p.byteOffset, p.byteLength));
-      let bytes = 0;
-      for (const p of parts) bytes += p.length;
-      if (f.failed !== undefined) return parentPort.postMessage({ op: "ack", bytes });
-      for (const p of parts) f.hash.update(p);
-      const at = f.at;
-      f.at += bytes;
-      f.pending++;
-      writeAll(f, parts, at, () => {
-        f.pending--;
-        parentPort.postMessage({ op: "ack", bytes });
-        settle(f);
-      });
+      if (m.memory !== undefined) slots.set(m.slot, Buffer.from(m.memory));
+      if (f.failed !== undefined) return parentPort.postMessage({ op: "ack", bytes: m.length, slots: [m.slot] });
+      const part = slots.get(m.slot).subarray(m.offset, m.offset + m.length);
+      f.hash.update(part);
+      f.queue.push(part);
+      f.slots.push(m.slot);
+      f.queued += m.length;
+      pump(f);
     } else if (m.op === "finish") {
       const f = file;
       file = undefined;
@@ -92,14 +109,23 @@ export class HashWriter {
   private drained: (() => void) | undefined;
   private waiting: { resolve(m: { op: string; digest?: string }): void; reject(e: Error): void } | undefined;
   private dead: ArtifactWriteError | undefined;
-  private batch: Uint8Array[] = [];
-  private batchBytes = 0;
+  /** Slots the worker holds, by number, until it has written them. */
+  private readonly inFlight = new Map<number, SharedArrayBuffer>();
+  /** Slots whose memory the worker already has. */
+  private readonly known = new Set<number>();
+  /** A slot being filled with copies of chunks that are not the pool's (node:http's). */
+  private copy: Buffer | undefined;
+  private copied = 0;
 
   constructor() {
     this.worker = new Worker(workerSource, { eval: true });
     this.worker.unref();
-    this.worker.on("message", (m: { op: string; bytes?: number; digest?: string; message?: string }) => {
+    this.worker.on("message", (m: { op: string; bytes?: number; slots?: number[]; digest?: string; message?: string }) => {
       if (m.op === "ack") {
+        for (const n of m.slots!) {
+          giveBack(this.inFlight.get(n)!);
+          this.inFlight.delete(n);
+        }
         this.backlog -= m.bytes!;
         if (this.backlog <= MAX_BACKLOG_BYTES / 2) this.drained?.();
         return;
@@ -130,21 +156,22 @@ export class HashWriter {
 
   /** Starts a file: `fd` open for reading and writing, its first `have` bytes already there. */
   async open(fd: number, have: number): Promise<void> {
-    this.batch = [];
-    this.batchBytes = 0;
+    this.copy = undefined;
+    this.copied = 0;
     await this.request({ op: "open", fd, have });
   }
 
   /**
-   * Queues a chunk; resolves at once unless too much is queued. The writer takes the chunk over:
-   * when it owns its whole memory, that memory moves to the worker and the caller's view empties.
+   * Queues a chunk; resolves at once unless too much is queued. A chunk in a pool slot is taken
+   * over with its slot (the caller must not use it again); any other chunk is copied into one.
    */
   async push(chunk: Uint8Array): Promise<void> {
     if (this.dead) throw this.dead;
-    this.batch.push(chunk);
-    this.batchBytes += chunk.byteLength;
-    if (this.batchBytes < BATCH_BYTES) return;
-    this.send();
+    const slot = slotOf(chunk);
+    if (slot !== undefined) {
+      this.sendCopy();
+      this.send(slot, chunk);
+    } else this.copyIn(chunk);
     if (this.backlog > MAX_BACKLOG_BYTES) {
       await new Promise<void>((resolve) => (this.drained = resolve));
       this.drained = undefined;
@@ -152,28 +179,43 @@ export class HashWriter {
     }
   }
 
-  private send(): void {
-    if (this.batchBytes === 0) return;
-    // A socket's reads each own their memory: those move to the worker as they are, uncopied.
-    // Anything sharing memory (a slice of a pool) is copied into one buffer of its own.
-    const owned = this.batch.every((c) => c.byteOffset === 0 && c.byteLength === c.buffer.byteLength && c.buffer instanceof ArrayBuffer);
-    const parts = owned ? this.batch : [Buffer.concat(this.batch, this.batchBytes)];
-    this.backlog += this.batchBytes;
-    this.batch = [];
-    this.batchBytes = 0;
-    this.worker.postMessage(
-      { op: "chunk", parts },
-      parts.map((p) => p.buffer as ArrayBuffer),
-    );
+  private copyIn(chunk: Uint8Array): void {
+    for (let at = 0; at < chunk.byteLength; ) {
+      this.copy ??= takeBuffer();
+      const n = Math.min(chunk.byteLength - at, this.copy.length - this.copied);
+      this.copy.set(chunk.subarray(at, at + n), this.copied);
+      this.copied += n;
+      at += n;
+      if (this.copied === this.copy.length) this.sendCopy();
+    }
+  }
+
+  private sendCopy(): void {
+    if (this.copy === undefined) return;
+    const filled = this.copy.subarray(0, this.copied);
+    this.copy = undefined;
+    this.copied = 0;
+    if (filled.byteLength > 0) this.send(slotOf(filled)!, filled);
+  }
+
+  private send(slot: number, view: Uint8Array): void {
+    const memory = view.buffer as SharedArrayBuffer;
+    this.inFlight.set(slot, memory);
+    this.backlog += view.byteLength;
+    // Shared memory: the worker needs it once, after that its number is enough.
+    const first = !this.known.has(slot);
+    this.known.add(slot);
+    this.worker.postMessage({ op: "chunk", slot, offset: view.byteOffset, length: view.byteLength, memory: first ? memory : undefined });
   }
 
   /** Waits until every queued chunk is written, and returns the SHA-256 of the whole file. */
   async finish(): Promise<string> {
-    if (!this.dead) this.send();
+    if (!this.dead) this.sendCopy();
     return (await this.request({ op: "finish" })).digest!;
   }
 
   async close(): Promise<void> {
     await this.worker.terminate();
+    trimPool();
   }
 }
