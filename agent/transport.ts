@@ -4,6 +4,8 @@ import { Code, ConnectError, createClient, type Client } from "@connectrpc/conne
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { AgentService, type SessionRequest, type SessionResponse } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { AgentState } from "./state.js";
+import { isIP } from "node:net";
+import tls from "node:tls";
 
 export type AgentClient = Client<typeof AgentService>;
 
@@ -40,12 +42,47 @@ const pings = { pingIntervalMs: 15_000, pingTimeoutMs: 10_000 };
  * leave one behind on the new server.)
  */
 export function nodeConnection(state: Pick<AgentState, "serverUrl" | "caPem" | "certPem" | "keyPem">): NodeConnection {
-  const manager = new Http2SessionManager(state.serverUrl, pings, { ca: state.caPem, cert: state.certPem, key: state.keyPem });
+  const manager = new Http2SessionManager(state.serverUrl, pings, {
+    createConnection: resumingTls({ ca: state.caPem, cert: state.certPem, key: state.keyPem }, state.certPem),
+  });
   const client = createClient(AgentService, createGrpcTransport({ baseUrl: state.serverUrl, sessionManager: manager }));
   return {
     session: (requests, options) => client.session(requests, options),
     renewCredential: (request, options) => client.renewCredential(request, options),
     close: () => manager.abort(new ConnectError("session ended", Code.Canceled)),
+  };
+}
+
+/**
+ * The TLS session the control plane last gave each certificate, kept in memory to resume the next
+ * connection with: a reconnect (after a server restart, say) then needs no signature on either
+ * side. Keyed by certificate, so a renewed credential never resumes as the old one. Bounded for
+ * the fleet benchmark, which holds thousands of certificates in one process.
+ */
+const resumable = new Map<string, Buffer>();
+const maxResumable = 100_000;
+
+/**
+ * http2's `createConnection` for the control plane: TLS with these credentials (or a prepared
+ * context), offering the session last given to `certificate`, remembering the next one.
+ */
+export function resumingTls(credentials: tls.ConnectionOptions, certificate: string): (authority: URL) => tls.TLSSocket {
+  return (authority) => {
+    const host = authority.hostname.replace(/^\[|\]$/g, "");
+    const socket = tls.connect({
+      ...credentials,
+      host,
+      port: Number(authority.port || 443),
+      // SNI carries names only (RFC 6066); an IP address is checked against the certificate all the same.
+      ...(isIP(host) === 0 ? { servername: host } : {}),
+      ALPNProtocols: ["h2"],
+      session: resumable.get(certificate),
+    });
+    socket.on("session", (session: Buffer) => {
+      if (resumable.size >= maxResumable && !resumable.has(certificate)) resumable.clear();
+      resumable.set(certificate, session);
+    });
+    return socket;
   };
 }
 

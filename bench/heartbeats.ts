@@ -267,44 +267,53 @@ try {
     ),
   );
 
-  // 3b. Session opens per second, against the TLS handshake floor of the same server (same key
-  // type, same client certificates), alternating, OPEN_ROUNDS rounds of each.
+  // 3b. Session opens per second, against the TLS handshake floor of the same servers (same key
+  // types, same client certificates), OPEN_ROUNDS rounds of each kind: full handshakes (an agent's
+  // first connection) and resumed ones (every reconnect after that, as in a restart storm).
   const OPEN_ROUNDS = numParam("OPEN_ROUNDS", 3);
   if (OPEN_ROUNDS > 0) {
     const count = Math.max(50, Math.min(numParam("OPENS", 1000), AGENTS));
     const concurrency = numParam("OPEN_CONCURRENCY", 32);
-    const rates = { tls: [] as number[], session: [] as number[] };
-    for (let round = 0; round < OPEN_ROUNDS; round++) {
-      for (const kind of ["tls", "session"] as const) {
-        const cpuBefore = await stats();
-        const rs = await Promise.all(
-          workers.map((w) =>
-            w.call<{ count: number; failed: number; ms: number }>(
-              "opens",
-              { count: Math.ceil(count / WORKERS), concurrency, session: kind === "session" },
-              300_000,
-            ),
+    const kinds = ["tls full", "session full", "tls resumed", "session resumed"] as const;
+    const rates = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<(typeof kinds)[number], number[]>;
+    const opens = (session: boolean, resume: boolean) =>
+      Promise.all(
+        workers.map((w) =>
+          w.call<{ count: number; failed: number; ms: number }>(
+            "opens",
+            { count: Math.ceil(count / WORKERS), concurrency, session, resume },
+            300_000,
           ),
-        );
+        ),
+      );
+    await opens(false, true); // untimed: every agent of the rounds gets a session to resume
+    for (let round = 0; round < OPEN_ROUNDS; round++) {
+      for (const kind of kinds) {
+        const cpuBefore = await stats();
+        const rs = await opens(kind.startsWith("session"), kind.endsWith("resumed"));
         const cpuAfter = await stats();
         const done = rs.reduce((x, r) => x + r.count - r.failed, 0);
         const rate = (done / Math.max(...rs.map((r) => r.ms))) * 1000;
         rates[kind].push(rate);
         const cores = coresUsed(cpuBefore.cpu, cpuAfter.cpu, cpuAfter.at - cpuBefore.at);
         log(
-          `${kind === "tls" ? "TLS handshakes" : "session opens"}: ${rate.toFixed(0)}/s (${done} in ${WORKERS} workers x ${concurrency} at a time, ${rs.reduce((x, r) => x + r.failed, 0)} failed); ` +
-            `server ${cores.toFixed(2)} cores, ${((cores * 1000) / Math.max(1, rate)).toFixed(2)} ms CPU each; load average ${loadavg()[0]!.toFixed(1)}`,
+          `${kind}: ${rate.toFixed(0)}/s (${done} in ${WORKERS} workers x ${concurrency} at a time over ${REPLICAS} replica(s), ${rs.reduce((x, r) => x + r.failed, 0)} failed); ` +
+            `servers ${cores.toFixed(2)} cores, ${((cores * 1000) / Math.max(1, rate)).toFixed(2)} ms CPU each; load average ${loadavg()[0]!.toFixed(1)}`,
         );
       }
     }
     const med = (v: number[]) => [...v].sort((x, y) => x - y)[Math.floor(v.length / 2)]!;
     const spread = (v: number[]) => `median ${med(v).toFixed(0)}, range ${Math.min(...v).toFixed(0)}-${Math.max(...v).toFixed(0)}`;
-    console.log(
-      `session opens/s:         ${spread(rates.session)} over ${OPEN_ROUNDS} runs; TLS handshake floor (RSA, client certificate) ${spread(rates.tls)}; ` +
-        `ratio ${(med(rates.session) / med(rates.tls)).toFixed(2)}; target >= 400/s: ${med(rates.session) >= 400 ? "met" : "NOT met"}; load average ${loadavg()
-          .map((l) => l.toFixed(1))
-          .join(" ")}`,
-    );
+    for (const how of ["resumed", "full"] as const) {
+      const session = rates[`session ${how}`];
+      const floor = rates[`tls ${how}`];
+      console.log(
+        `session opens/s, ${how.padEnd(7)} ${spread(session)} over ${OPEN_ROUNDS} runs; TLS handshake floor (${how}; EC P-256 server, RSA client certificates) ${spread(floor)}; ` +
+          `ratio ${(med(session) / med(floor)).toFixed(2)}${how === "resumed" ? `; target >= 400/s: ${med(session) >= 400 ? "met" : "NOT met"}` : ""}; load average ${loadavg()
+            .map((l) => l.toFixed(1))
+            .join(" ")}`,
+      );
+    }
   }
 
   // 4. Ramp: half the agents, memory after GC, then the rest (so memory per agent is also

@@ -136,6 +136,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       requestCert: true,
       rejectUnauthorized: false,
       allowHTTP1: true,
+      ticketKeys: ca.sessionTicketKeys(clock.now()),
     },
     (req, res) => {
       const id = correlationIdFrom(req.headers[correlationHeader]);
@@ -371,6 +372,11 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     ),
     every(clock, 60_000, "invoke counts", log, () => invokeCounts.flush(prisma, new Date(clock.now())), db.outage),
     ...(replica !== undefined ? [every(clock, replicaRefreshMs, "replica record", log, replica.refresh, db.outage)] : []),
+    // A new epoch's TLS session ticket keys (the same on every replica; older tickets then fall back to a full handshake).
+    every(clock, 60_000, "session ticket keys", log, async () => {
+      const keys = ca.sessionTicketKeys(clock.now());
+      if (!keys.equals(server.getTicketKeys())) server.setTicketKeys(keys);
+    }),
   ];
 
   let stopping: Promise<void> | undefined;

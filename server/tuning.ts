@@ -10,7 +10,7 @@
 // hold no record buffers. A bare node:http2 stream with these same TLS settings costs ~85 KiB,
 // with or without the options below (no measurable difference): they bound what a connection may
 // hold and how fast dead ones go; they do not shrink the steady cost.
-import { constants } from "node:crypto";
+import { ticketEpochMs } from "./identity/pki/session-tickets.js";
 import type { SecureServerOptions } from "node:http2";
 
 export const http2ServerTuning: SecureServerOptions = {
@@ -39,13 +39,12 @@ export const http2ServerTuning: SecureServerOptions = {
   // A TLS handshake that has not finished in 10 s is not going to (default 120 s): during a
   // reconnect storm stuck handshakes would otherwise hold sockets for two minutes.
   handshakeTimeout: 10_000,
-  // No session resumption: agents reconnect with a full handshake (they pass no saved session).
-  // SSL_OP_NO_TICKET stops TLS 1.2 tickets. In TLS 1.3 it only makes OpenSSL's tickets stateful
-  // (a 32-byte id for a server-side session cache, which Node does not keep), so they resume
-  // nothing, but OpenSSL still sends two after every handshake: only SSL_CTX_set_num_tickets(0)
-  // stops them, and Node 20 reaches that only through a process-wide OpenSSL configuration
-  // (NumTickets = 0). test/tuning.test.ts holds the server to this.
-  secureOptions: constants.SSL_OP_NO_TICKET,
+  // Sessions resume (TLS 1.3 tickets; see identity/pki/session-tickets.ts for the keys, which
+  // server/app.ts sets): a client certificate is asked for, so OpenSSL resumes only sessions of the
+  // same context, and Node's default context differs per process; a fixed one lets a ticket from
+  // one replica, or from before a restart, resume on another.
+  sessionIdContext: "modelforge",
+  sessionTimeout: ticketEpochMs / 1000,
 };
 
 /**

@@ -1,57 +1,95 @@
-// What server/tuning.ts claims about TLS sessions, held against the real server: no session is
-// ever resumed, so every reconnect is a full handshake, and TLS 1.2 clients get no ticket.
+// TLS session resumption, held against real servers: an agent's reconnect resumes (no signature on
+// either side), on the same server, on another replica sharing the CA and after a restart; a
+// server with another CA does not resume it; and a resumed connection authorizes nothing a full
+// one would not (a revoked credential is refused all the same).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import tls from "node:tls";
+import { generateKeyPairSync } from "node:crypto";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { resumingTls } from "../agent/transport.js";
+import { sessionTicketKeys, ticketEpochMs } from "../server/identity/pki/session-tickets.js";
 import { startTestServer, type TestServer } from "./support/server.js";
+import { enrollTestNode, type TestNode } from "./support/node.js";
 
-let ts: TestServer;
+let a: TestServer;
+let b: TestServer;
+let node: TestNode;
+
 beforeAll(async () => {
-  ts = await startTestServer();
+  a = await startTestServer();
+  // Another control plane with the same certificates directory: a replica, or A after a restart.
+  b = await startTestServer({ MODELFORGE_CERTS_DIR: a.config.certsDir });
+  node = await enrollTestNode(a, "resuming");
 });
 afterAll(async () => {
-  await ts.stop();
+  await b?.stop();
+  await a?.stop();
 });
 
-interface Handshake {
-  /** The first session the client was given (a ticket in TLS 1.3, a session id in 1.2). */
-  session: Buffer;
-  ticket: Buffer | undefined;
-  reused: boolean;
+/**
+ * One unary node call (Heartbeat, which needs the node's certificate) over a new connection to
+ * `server`, offering what the node's last connection was given; says whether TLS resumed.
+ */
+async function heartbeatOnce(server: TestServer, caPem = server.caPem): Promise<{ resumed: boolean; refused?: Code }> {
+  const state = await node.state();
+  const connect = resumingTls({ ca: caPem, cert: state.certPem, key: state.keyPem }, state.certPem);
+  let resumed: boolean | undefined;
+  const client = createClient(
+    AgentService,
+    createGrpcTransport({
+      baseUrl: server.url,
+      nodeOptions: {
+        createConnection: (authority: URL) => {
+          const socket = connect(authority);
+          socket.once("secureConnect", () => (resumed = socket.isSessionReused()));
+          return socket;
+        },
+      },
+    }),
+  );
+  const refused = await client.heartbeat({}).then(
+    () => undefined,
+    (err: unknown) => ConnectError.from(err).code,
+  );
+  // TLS 1.3 sends its tickets after the handshake: give the client a moment to receive them.
+  await new Promise((r) => setTimeout(r, 100));
+  return { resumed: resumed!, ...(refused !== undefined ? { refused } : {}) };
 }
 
-/** Connects, waits for the server to hand over a session, and disconnects. */
-function handshake(version: tls.SecureVersion, session?: Buffer): Promise<Handshake> {
-  return new Promise((resolve, reject) => {
-    const socket = tls.connect({
-      host: "127.0.0.1",
-      port: ts.server.port,
-      ca: ts.caPem,
-      ALPNProtocols: ["h2"],
-      minVersion: version,
-      maxVersion: version,
-      session,
-    });
-    socket.once("error", reject);
-    const done = (given: Buffer | undefined) => {
-      const result = { session: given ?? Buffer.alloc(0), ticket: socket.getTLSTicket(), reused: socket.isSessionReused() };
-      socket.destroy();
-      resolve(result);
-    };
-    socket.once("session", done);
-    // A resumed session may bring no new one: nothing more to wait for.
-    socket.once("secureConnect", () => socket.isSessionReused() && done(undefined));
-  });
-}
-
-describe("TLS sessions", () => {
-  it.each(["TLSv1.2", "TLSv1.3"] as const)("%s: a session the server handed out does not resume", async (version) => {
-    const first = await handshake(version);
-    expect(first.reused).toBe(false);
-    const second = await handshake(version, first.session);
-    expect(second.reused).toBe(false);
+describe("TLS session resumption", () => {
+  it("resumes an agent's reconnect, on the same server and on another sharing the CA", async () => {
+    expect(await heartbeatOnce(a)).toEqual({ resumed: false }); // the first connection: a full handshake
+    expect(await heartbeatOnce(a)).toEqual({ resumed: true });
+    // B shares A's CA but not its database here: TLS resumes, and B then looks the credential up.
+    expect(await heartbeatOnce(b)).toEqual({ resumed: true, refused: Code.Unauthenticated });
   });
 
-  it("TLS 1.2: no session ticket", async () => {
-    expect((await handshake("TLSv1.2")).ticket).toBeUndefined();
+  it("a server with another CA does not resume it", async () => {
+    const other = await startTestServer();
+    try {
+      await heartbeatOnce(a);
+      // The node's certificate is not from this CA: refused, and on a full handshake.
+      expect(await heartbeatOnce(other, `${a.caPem}${other.caPem}`)).toEqual({ resumed: false, refused: Code.Unauthenticated });
+    } finally {
+      await other.stop();
+    }
+  });
+
+  it("a resumed connection is refused once the credential is revoked", async () => {
+    await heartbeatOnce(a);
+    await a.admin.revokeNodeCredential({ nodeId: node.nodeId, reason: "resumption test" });
+    expect(await heartbeatOnce(a)).toEqual({ resumed: true, refused: Code.Unauthenticated });
+  });
+
+  it("derives the same ticket keys for one CA and epoch, others for the next epoch or another CA", () => {
+    const ca = generateKeyPairSync("rsa", { modulusLength: 2048 }).privateKey;
+    const other = generateKeyPairSync("rsa", { modulusLength: 2048 }).privateKey;
+    const t = 1_800_000_000_000;
+    const epochStart = Math.floor(t / ticketEpochMs) * ticketEpochMs;
+    expect(sessionTicketKeys(ca, t)).toHaveLength(48);
+    expect(sessionTicketKeys(ca, epochStart).equals(sessionTicketKeys(ca, epochStart + ticketEpochMs - 1))).toBe(true);
+    expect(sessionTicketKeys(ca, epochStart).equals(sessionTicketKeys(ca, epochStart + ticketEpochMs))).toBe(false);
+    expect(sessionTicketKeys(ca, t).equals(sessionTicketKeys(other, t))).toBe(false);
   });
 });

@@ -26,7 +26,7 @@ import {
 import { AsyncQueue } from "../../common/queue.js";
 import { runAgent } from "../../agent/session.js";
 import { agentVersion, protocolVersion } from "../../agent/version.js";
-import { nodeConnection, type NodeConnection } from "../../agent/transport.js";
+import { nodeConnection, resumingTls, type NodeConnection } from "../../agent/transport.js";
 import { writeState, type AgentState } from "../../agent/state.js";
 import { emit, serve } from "./ipc.js";
 import tls from "node:tls";
@@ -132,8 +132,7 @@ function contextOf(certPem: string): tls.SecureContext {
 /** node:http2 with gRPC framing by hand, [0][uint32 length][protobuf], under the agent's loop. */
 function rawConnection(state: AgentState): NodeConnection {
   const conn = http2.connect(state.serverUrl, {
-    secureContext: contextOf(state.certPem),
-    ...(setup.noDelay ? { noDelay: true } : {}),
+    createConnection: resumingTls({ secureContext: contextOf(state.certPem), ...(setup.noDelay ? { noDelay: true } : {}) }, state.certPem),
   });
   const out = new AsyncQueue<SessionResponse>();
   conn.on("error", (err) => out.fail(new ConnectError(err.message, Code.Unavailable)));
@@ -207,9 +206,12 @@ function rawConnection(state: AgentState): NodeConnection {
  * One bare TLS handshake (with the agent's client certificate, as a session's), or one whole
  * session open (handshake, Hello, Welcome), then closed: what the open-rate figure is made of.
  */
-function openOnce(a: { nodeId: string; certPem: string }, session: boolean, url: string): Promise<void> {
+function openOnce(a: { nodeId: string; certPem: string }, session: boolean, url: string, resume: boolean): Promise<void> {
   return new Promise((resolve, reject) => {
-    const conn = http2.connect(url, { secureContext: contextOf(a.certPem) });
+    // resume: as the agent reconnects, offering the TLS session it was last given (and keeping the next).
+    const conn = resume
+      ? http2.connect(url, { createConnection: resumingTls({ secureContext: contextOf(a.certPem) }, a.certPem) })
+      : http2.connect(url, { secureContext: contextOf(a.certPem) });
     const fail = (err: Error) => {
       conn.destroy();
       reject(err);
@@ -249,8 +251,8 @@ function openOnce(a: { nodeId: string; certPem: string }, session: boolean, url:
 }
 
 serve({
-  /** `count` handshakes or session opens, `concurrency` at a time, over this worker's agents. */
-  async opens({ count, concurrency, session }: { count: number; concurrency: number; session: boolean }) {
+  /** `count` handshakes or session opens, `concurrency` at a time, over this worker's agents, full or resumed. */
+  async opens({ count, concurrency, session, resume }: { count: number; concurrency: number; session: boolean; resume: boolean }) {
     let next = 0;
     let failed = 0;
     const started = performance.now();
@@ -259,7 +261,7 @@ serve({
         while (next < count) {
           const i = next++;
           const a = setup.agents[i % setup.agents.length]!;
-          await openOnce(a, session, setup.urls[i % setup.urls.length]!).catch(() => failed++);
+          await openOnce(a, session, setup.urls[i % setup.urls.length]!, resume).catch(() => failed++);
         }
       }),
     );

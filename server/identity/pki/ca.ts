@@ -10,6 +10,7 @@ import { randomSerialHex } from "./serial.js";
 import { ensureServerCertificate, type ServerCertificate } from "./server-cert.js";
 import type { CaSigner } from "./signer.js";
 import { buildSignedCertificatePem, wholeSeconds } from "./x509-build.js";
+import { sessionTicketKeys } from "./session-tickets.js";
 
 export { CsrError } from "./errors.js";
 export { fingerprintOfPem, nodeIdFromCertificate } from "../../../common/x509.js";
@@ -25,8 +26,10 @@ export interface Ca {
   readonly fingerprint: string;
   readonly x509: X509Certificate;
   ensureServerCertificate(dir: string, names: string[]): Promise<ServerCertificate>;
-  /** Synchronous and CPU-bound (~1-2 ms); throws CsrError for an unacceptable request. */
+  /** Rejects with CsrError for an unacceptable request; the signature runs on the thread pool. */
   issueNodeCertificate(csrPem: string, nodeId: string, opts: IssueNodeCertificateOptions): Promise<IssuedNodeCertificate>;
+  /** The TLS session ticket keys for the epoch holding `nowMs` (./session-tickets.ts). */
+  sessionTicketKeys(nowMs: number): Buffer;
 }
 
 export interface CaOptions {
@@ -106,6 +109,7 @@ function caFromPem(certPem: string, keyPem: string, certPath: string, keyPath: s
     x509,
     ensureServerCertificate: (dir, names) => ensureServerCertificate(signer, dir, names),
     issueNodeCertificate: (csrPem, nodeId, issueOpts) => issueNodeCertificate(signer, csrPem, nodeId, issueOpts),
+    sessionTicketKeys: (nowMs) => sessionTicketKeys(key, nowMs),
   };
 }
 
