@@ -283,10 +283,16 @@ async function runSession(store: StateStore, opts: RunOptions, established: () =
       renewing = undefined;
       log.warn({ code: codeName(ConnectError.from(err).code), method: "RenewCredential" }, "renewal failed");
     }));
+  // Checked with every heartbeat; parsing the certificate each time cost more than the heartbeat.
+  let validity: { certPem: string; from: number; to: number } | undefined;
   const checkRenewal = () => {
-    const cert = new X509Certificate(store.current.certPem);
+    const certPem = store.current.certPem;
+    if (validity?.certPem !== certPem) {
+      const cert = new X509Certificate(certPem);
+      validity = { certPem, from: Date.parse(cert.validFrom), to: Date.parse(cert.validTo) };
+    }
     const fraction = config?.renewRemainingFraction || defaults.renewFraction;
-    if (renewalDue(Date.parse(cert.validFrom), Date.parse(cert.validTo), now(), fraction)) void renew("certificate nearing expiry");
+    if (renewalDue(validity.from, validity.to, now(), fraction)) void renew("certificate nearing expiry");
   };
   const follow = (instructions: Instruction[]) => {
     for (const i of instructions) if (i.kind.case === "renewCredential") void renew(i.kind.value.reason);

@@ -4,7 +4,7 @@
 //
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
 //   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB, REPLICAS,
-//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, KEEP, RESTART(S), RESTART_MODE,
+//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, WORKER_FLAGS, KEEP, RESTART(S), RESTART_MODE,
 //    REPLY_TIMEOUT, METRICS, SCRAPE in the environment)
 //
 // Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
@@ -49,8 +49,9 @@ const DURATION = numParam("DURATION", 30);
 const WORKERS = Math.max(1, numParam("WORKERS", 2));
 const RAMP = Math.max(1, numParam("RAMP", 250));
 const SETTLE = numParam("SETTLE", 5);
-// "1" or "steady": CPU profile of the steady window; "ramp": of the ramp; "alloc": allocations
-// (sampled, garbage included) in the steady window.
+// "1" or "steady": CPU profile of the steady window; "ramp": of the ramp; "opens": of replica 0
+// during the first round of resumed session opens; "alloc": allocations (sampled, garbage
+// included) in the steady window.
 const PROFILE = param("PROFILE", "0");
 const NODELAY = param("NODELAY", "0") === "1";
 const CLIENT = param("CLIENT", "raw");
@@ -245,7 +246,9 @@ try {
   const workers: Rpc[] = [];
   for (let w = 0; w < WORKERS; w++) {
     const rpc = new Rpc(
-      forkTs(new URL("./support/agent-worker.ts", import.meta.url), { nodeFlags: ["--max-old-space-size=4096"] }),
+      forkTs(new URL("./support/agent-worker.ts", import.meta.url), {
+        nodeFlags: ["--max-old-space-size=4096", ...param("WORKER_FLAGS", "").split(" ").filter(Boolean)],
+      }),
       `worker ${w}`,
     );
     children.push(rpc);
@@ -267,6 +270,20 @@ try {
     ),
   );
 
+  const inclusive = [
+    "serveGrpcSession",
+    "receive",
+    "answer",
+    "flush",
+    "reconcileLiveness",
+    "revokedSessionSweeper",
+    "sweep",
+    "sessionOpened",
+    "loadOpeningState",
+    "contextValues",
+    "peerOf",
+    "onStreamRead",
+  ];
   // 3b. Session opens per second, against the TLS handshake floor of the same servers (same key
   // types, same client certificates), OPEN_ROUNDS rounds of each kind: full handshakes (an agent's
   // first connection) and resumed ones (every reconnect after that, as in a restart storm).
@@ -289,9 +306,12 @@ try {
     await opens(false, true); // untimed: every agent of the rounds gets a session to resume
     for (let round = 0; round < OPEN_ROUNDS; round++) {
       for (const kind of kinds) {
+        const profiled = PROFILE === "opens" && kind === "session resumed" && round === 0;
+        if (profiled) await server.call("profileStart", { intervalUs: 250 });
         const cpuBefore = await stats();
         const rs = await opens(kind.startsWith("session"), kind.endsWith("resumed"));
         const cpuAfter = await stats();
+        if (profiled) printProfile("server CPU profile (replica 0), resumed session opens", await server.call<ProfileSummary>("profileStop", { inclusive }));
         const done = rs.reduce((x, r) => x + r.count - r.failed, 0);
         const rate = (done / Math.max(...rs.map((r) => r.ms))) * 1000;
         rates[kind].push(rate);
@@ -318,20 +338,6 @@ try {
 
   // 4. Ramp: half the agents, memory after GC, then the rest (so memory per agent is also
   // measured as the slope between the two, which the baseline's own noise does not touch).
-  const inclusive = [
-    "serveGrpcSession",
-    "receive",
-    "answer",
-    "flush",
-    "reconcileLiveness",
-    "revokedSessionSweeper",
-    "sweep",
-    "sessionOpened",
-    "loadOpeningState",
-    "contextValues",
-    "peerOf",
-    "onStreamRead",
-  ];
   if (PROFILE === "ramp") await server.call("profileStart", { intervalUs: 1000 });
   const rampStart = Date.now();
   t = performance.now();
