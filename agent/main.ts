@@ -43,7 +43,7 @@ Environment:
   MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE  a JSON file with the argv template of an external
                                   OpenAI-compatible server; with it the openai-http engine is offered
   MODELFORGE_AGENT_BACKOFF_BASE   first reconnect delay ceiling (default 500ms)
-  MODELFORGE_AGENT_BACKOFF_MAX    largest reconnect delay (default 30s)
+  MODELFORGE_AGENT_BACKOFF_MAX    largest reconnect delay (default 10s)
   MODELFORGE_AGENT_REPLY_TIMEOUT  reconnect when Welcome or a heartbeat answer takes longer (default 30s)
   MODELFORGE_AGENT_CLOCK_OFFSET   shift the agent's observation clock, e.g. 1h or -1h (testing)
   MODELFORGE_AGENT_ARTIFACT_SOURCES  artifact.acquire.v1 sources in order, comma-separated:

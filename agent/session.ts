@@ -35,6 +35,15 @@ type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>[
 export type ReplyResult = Reply["result"];
 
 /** How job handling plugs into the session (see ./jobs). */
+/**
+ * The longest reconnect delay (full jitter under it). It bounds how long a fleet takes to come
+ * back after an outage of any length: the last agent retries at most this long after the control
+ * plane is back (bench/heartbeats.ts RESTARTS: with 30 s, 5,000 agents took 23-45 s after a
+ * restart, most of it waiting). Attempts against a down control plane cost it nothing, and a
+ * control plane that is up but busy says when to retry (retry-after), which this does not shorten.
+ */
+const defaultBackoffMaxMs = 10_000;
+
 export interface SessionJobs {
   capabilities(): string[];
   /** The runtime engines the agent runs, when it runs any. */
@@ -154,13 +163,16 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       const refusal = refusals.failed(err, (opts.clock ?? systemClock).now());
       if (refusal !== undefined) log.error({ nodeId: state.nodeId, reason: refusal.reason }, refusalAdvice(refusal, state.nodeId));
       // A server starting up answers, and says when to come back: no exponential growth for that.
-      hinted = ce.code === Code.Unavailable ? retryAfterDelay(ce.metadata.get("retry-after"), opts.backoffMaxMs ?? 30_000) : undefined;
+      hinted =
+        ce.code === Code.Unavailable
+          ? retryAfterDelay(ce.metadata.get("retry-after"), opts.backoffMaxMs ?? defaultBackoffMaxMs)
+          : undefined;
       // A session that had opened ended under us (a server restart): the whole fleet lost it at
       // once, so start over from the jittered base rather than from where the last outage left off.
       if (opened.value) attempt = 0;
     }
     if (hinted !== undefined) attempt = 0;
-    const delay = hinted ?? backoffDelay(attempt++, opts.backoffBaseMs ?? 500, opts.backoffMaxMs ?? 30_000);
+    const delay = hinted ?? backoffDelay(attempt++, opts.backoffBaseMs ?? 500, opts.backoffMaxMs ?? defaultBackoffMaxMs);
     await systemClock.sleep(delay, signal);
   }
 }

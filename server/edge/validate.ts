@@ -40,8 +40,15 @@ function violation(path: string, reason: string): never {
   throw new Violation(`${path}: ${reason}`);
 }
 
+// Every Session message is checked, heartbeats included: look each field's rule up once.
+const rulesByField = new WeakMap<DescField, FieldRule>();
 function ruleOf(field: DescField): FieldRule {
-  return fieldRules[`${field.parent.typeName}.${field.name}`] ?? {};
+  let rule = rulesByField.get(field);
+  if (rule === undefined) {
+    rule = fieldRules[`${field.parent.typeName}.${field.name}`] ?? {};
+    rulesByField.set(field, rule);
+  }
+  return rule;
 }
 
 function checkString(value: string, path: string, rule: FieldRule, fallbackMax: number): void {
