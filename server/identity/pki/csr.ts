@@ -16,11 +16,12 @@ const ACCEPTED_SIGNATURES = new Map([
 
 /**
  * Parses a PEM PKCS#10 request and checks proof of possession and key strength.
- * Returns only the public key: the subject the node asked for is deliberately ignored.
+ * Returns only the public key (its SubjectPublicKeyInfo DER): the subject the node asked for is
+ * deliberately ignored.
  * forge walks the ASN.1; the key is read and the signature checked by Node's native crypto
  * (forge's big-integer key conversions and JavaScript RSA cost most of an enrollment otherwise).
  */
-export function acceptedCsrPublicKey(csrPem: string): KeyObject {
+export function acceptedCsrPublicKey(csrPem: string): Buffer {
   if (typeof csrPem !== "string" || csrPem.length > MAX_CSR_PEM_LENGTH) {
     throw new CsrError("certificate signing request is missing or too large");
   }
@@ -31,12 +32,14 @@ export function acceptedCsrPublicKey(csrPem: string): KeyObject {
     throw new CsrError(`certificate signing request key must be RSA (got algorithm ${oidName(keyOid)})`);
   }
   let info: forge.asn1.Asn1;
+  let spkiDer: Buffer;
   let key: KeyObject;
   let signatureOid: string;
   let signature: Buffer;
   try {
     info = childAt(asn1, 0);
-    key = createPublicKey({ key: derOf(childAt(info, 2)), format: "der", type: "spki" });
+    spkiDer = derOf(childAt(info, 2));
+    key = createPublicKey({ key: spkiDer, format: "der", type: "spki" });
     signatureOid = oidOf(childAt(childAt(asn1, 1), 0));
     signature = bitStringBytes(childAt(asn1, 2));
   } catch (err) {
@@ -59,7 +62,7 @@ export function acceptedCsrPublicKey(csrPem: string): KeyObject {
     throw new CsrError(`certificate signing request signature cannot be checked: ${errorMessage(err)}`);
   }
   if (!valid) throw new CsrError("certificate signing request signature does not match its public key");
-  return key;
+  return spkiDer;
 }
 
 const derOf = (node: forge.asn1.Asn1) => Buffer.from(forge.asn1.toDer(node).getBytes(), "binary");
