@@ -283,6 +283,14 @@ try {
     "contextValues",
     "peerOf",
     "onStreamRead",
+    "requestViolation",
+    "fromBinary",
+    "toBinary",
+    "handle",
+    "replyTo",
+    "record",
+    "send",
+    "push",
   ];
   // 3b. Session opens per second, against the TLS handshake floor of the same servers (same key
   // types, same client certificates), OPEN_ROUNDS rounds of each kind: full handshakes (an agent's
