@@ -319,7 +319,11 @@ try {
         const cpuBefore = await stats();
         const rs = await opens(kind.startsWith("session"), kind.endsWith("resumed"));
         const cpuAfter = await stats();
-        if (profiled) printProfile("server CPU profile (replica 0), resumed session opens", await server.call<ProfileSummary>("profileStop", { inclusive }));
+        if (profiled)
+          printProfile(
+            "server CPU profile (replica 0), resumed session opens",
+            await server.call<ProfileSummary>("profileStop", { inclusive }),
+          );
         const done = rs.reduce((x, r) => x + r.count - r.failed, 0);
         const rate = (done / Math.max(...rs.map((r) => r.ms))) * 1000;
         rates[kind].push(rate);

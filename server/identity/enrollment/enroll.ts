@@ -17,11 +17,12 @@ import type { PrismaClient } from "../../../gen/prisma/client.js";
 import type { Clock } from "../../../common/clock.js";
 import type { Logger } from "../../observability/logger.js";
 import type { Ca, IssuedNodeCertificate } from "../pki/ca.js";
+import type { PreparedNodeCertificate } from "../pki/node-cert.js";
 
 /** What enrollment works with. */
 export interface EnrollDeps {
   prisma: PrismaClient;
-  ca: Pick<Ca, "issueNodeCertificate">;
+  ca: Pick<Ca, "issueNodeCertificate" | "prepareNodeCertificate">;
   clock: Clock;
   log: Logger;
   /** Lifetime of an issued node certificate. */
@@ -101,31 +102,35 @@ async function enroll(deps: EnrollDeps, input: EnrollInput): Promise<Enrolled> {
   const prisma = deps.prisma;
   const now = new Date(deps.clock.now());
   const tokenHash = hashEnrollmentSecret(input.token);
-  const issue = async (nodeId: string) => {
-    try {
-      return await deps.ca.issueNodeCertificate(input.csrPem, nodeId, { validityMs: deps.credentialTtlMs, now });
-    } catch (err) {
-      if (err instanceof CsrError) throw new ConnectError(`csr_pem: ${err.message}`, Code.InvalidArgument);
-      throw err;
-    }
-  };
+  const csrRefused = (err: unknown) => (err instanceof CsrError ? new ConnectError(`csr_pem: ${err.message}`, Code.InvalidArgument) : err);
+  const issue = (nodeId: string) =>
+    deps.ca.issueNodeCertificate(input.csrPem, nodeId, { validityMs: deps.credentialTtlMs, now }).catch((err) => {
+      throw csrRefused(err);
+    });
 
-  // The common case, a new node, in one statement: the certificate is issued first (so a bad CSR
-  // does not burn the token), then the token is claimed and the node recorded together. A
-  // certificate issued to a caller that then loses the claim is never recorded, so never accepted.
+  // The common case, a new node, in one statement: the request is checked first (a bad CSR never
+  // burns the token), the token claimed and the node and credential recorded together, and only
+  // then is the certificate signed, so no caller without a live token costs a private-key
+  // operation. Signing a checked request with the loaded CA key does not fail in practice; if it
+  // did, the node would hold no certificate for the credential recorded and need a recovery token.
   const newNodeId = randomUUID();
-  const issued = await issue(newNodeId);
+  let prepared: PreparedNodeCertificate;
+  try {
+    prepared = deps.ca.prepareNodeCertificate(input.csrPem, newNodeId, { validityMs: deps.credentialTtlMs, now });
+  } catch (err) {
+    throw csrRefused(err);
+  }
   const claimed = await enrollNewNode(prisma, {
     tokenHash,
     nodeId: newNodeId,
     requestedName: input.nodeName,
     agentVersion: input.agentVersion || null,
-    serial: issued.serial,
-    notAfter: issued.notAfter,
+    serial: prepared.serial,
+    notAfter: prepared.notAfter,
     now,
     audit: { id: randomUUID(), actor: nodeActor(newNodeId), correlationId: input.correlationId },
   });
-  if (claimed) return enrolled(deps, newNodeId, issued, input);
+  if (claimed) return enrolled(deps, newNodeId, { ...prepared, certPem: await prepared.sign() }, input);
 
   // Nothing claimed: say why, or take the recovery path of a token bound to a node.
   const token = await prisma.enrollmentToken.findUnique({ where: { tokenHash } });

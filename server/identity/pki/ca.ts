@@ -5,7 +5,13 @@ import forge from "node-forge";
 import { CaFileError, errorMessage } from "./errors.js";
 import { ensurePrivateDir, readIfExists, writeFileAtomic } from "../../../common/files.js";
 import { fingerprintOfDer } from "../../../common/x509.js";
-import { issueNodeCertificate, type IssuedNodeCertificate, type IssueNodeCertificateOptions } from "./node-cert.js";
+import {
+  issueNodeCertificate,
+  prepareNodeCertificate,
+  type IssuedNodeCertificate,
+  type IssueNodeCertificateOptions,
+  type PreparedNodeCertificate,
+} from "./node-cert.js";
 import { randomSerialHex } from "./serial.js";
 import { ensureServerCertificate, type ServerCertificate } from "./server-cert.js";
 import type { CaSigner } from "./signer.js";
@@ -28,6 +34,8 @@ export interface Ca {
   ensureServerCertificate(dir: string, names: string[]): Promise<ServerCertificate>;
   /** Rejects with CsrError for an unacceptable request; the signature runs on the thread pool. */
   issueNodeCertificate(csrPem: string, nodeId: string, opts: IssueNodeCertificateOptions): Promise<IssuedNodeCertificate>;
+  /** Checks a request and fixes serial and validity; signs only when asked (./node-cert.ts). */
+  prepareNodeCertificate(csrPem: string, nodeId: string, opts: IssueNodeCertificateOptions): PreparedNodeCertificate;
   /** The TLS session ticket keys for the epoch holding `nowMs` (./session-tickets.ts). */
   sessionTicketKeys(nowMs: number): Buffer;
 }
@@ -109,6 +117,7 @@ function caFromPem(certPem: string, keyPem: string, certPath: string, keyPath: s
     x509,
     ensureServerCertificate: (dir, names) => ensureServerCertificate(signer, dir, names),
     issueNodeCertificate: (csrPem, nodeId, issueOpts) => issueNodeCertificate(signer, csrPem, nodeId, issueOpts),
+    prepareNodeCertificate: (csrPem, nodeId, issueOpts) => prepareNodeCertificate(signer, csrPem, nodeId, issueOpts),
     sessionTicketKeys: (nowMs) => sessionTicketKeys(key, nowMs),
   };
 }
