@@ -34,7 +34,6 @@ import { VersionRefusals, versionRefusalDelay, versionRefusalOf } from "./versio
 type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 export type ReplyResult = Reply["result"];
 
-/** How job handling plugs into the session (see ./jobs). */
 /**
  * The longest reconnect delay (full jitter under it). It bounds how long a fleet takes to come
  * back after an outage of any length: the last agent retries at most this long after the control
@@ -44,6 +43,7 @@ export type ReplyResult = Reply["result"];
  */
 const defaultBackoffMaxMs = 10_000;
 
+/** How job handling plugs into the session (see ./jobs). */
 export interface SessionJobs {
   capabilities(): string[];
   /** The runtime engines the agent runs, when it runs any. */
