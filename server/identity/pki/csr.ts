@@ -1,6 +1,7 @@
 import { createPublicKey, verify, type KeyObject } from "node:crypto";
 import forge from "node-forge";
 import { CsrError, errorMessage } from "./errors.js";
+import { derBytes, fromDerBytes } from "./der.js";
 
 const MAX_CSR_PEM_LENGTH = 64 * 1024;
 const MIN_RSA_BITS = 2048;
@@ -38,7 +39,7 @@ export function acceptedCsrPublicKey(csrPem: string): Buffer {
   let signature: Buffer;
   try {
     info = childAt(asn1, 0);
-    spkiDer = derOf(childAt(info, 2));
+    spkiDer = derBytes(childAt(info, 2));
     key = createPublicKey({ key: spkiDer, format: "der", type: "spki" });
     signatureOid = oidOf(childAt(childAt(asn1, 1), 0));
     signature = bitStringBytes(childAt(asn1, 2));
@@ -57,15 +58,13 @@ export function acceptedCsrPublicKey(csrPem: string): Buffer {
   }
   let valid: boolean;
   try {
-    valid = verify(hash, derOf(info), key, signature);
+    valid = verify(hash, derBytes(info), key, signature);
   } catch (err) {
     throw new CsrError(`certificate signing request signature cannot be checked: ${errorMessage(err)}`);
   }
   if (!valid) throw new CsrError("certificate signing request signature does not match its public key");
   return spkiDer;
 }
-
-const derOf = (node: forge.asn1.Asn1) => Buffer.from(forge.asn1.toDer(node).getBytes(), "binary");
 
 function oidOf(node: forge.asn1.Asn1): string {
   if (node.type !== forge.asn1.Type.OID || typeof node.value !== "string") throw new Error("expected an OID");
@@ -95,12 +94,7 @@ function decodeCsrPem(csrPem: string): forge.asn1.Asn1 {
     throw new CsrError(`certificate signing request is not valid PEM: ${errorMessage(err)}`);
   }
   try {
-    // Strict, every byte consumed; BIT STRINGs left as bytes (the signature is not ASN.1 inside).
-    return (forge.asn1.fromDer as unknown as (bytes: string, options: object) => forge.asn1.Asn1)(der, {
-      strict: true,
-      parseAllBytes: true,
-      decodeBitStrings: false,
-    });
+    return fromDerBytes(der);
   } catch (err) {
     throw new CsrError(`certificate signing request is not valid DER: ${errorMessage(err)}`);
   }

@@ -1,6 +1,7 @@
 import { createHash, sign, type KeyObject } from "node:crypto";
 import { promisify } from "node:util";
 import forge from "node-forge";
+import { derBytes, fromDerBytes } from "./der.js";
 
 // The RSA private-key operation runs on libuv's thread pool, off the event loop: it is most of an
 // enrollment's CPU time, and a storm of enrollments would otherwise hold up every other call.
@@ -54,12 +55,12 @@ export async function buildSignedCertificatePem(spec: CertificateSpec, issuerKey
     forge.pki.distinguishedNameToAsn1(fields.issuer),
     asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, [timeOf(spec.notBefore), timeOf(spec.notAfter)]),
     forge.pki.distinguishedNameToAsn1(fields.subject),
-    fromDerBytes(spki.toString("binary")),
+    fromDerBytes(spki),
     ...(fields.extensions.length > 0 ? [certificateExtensionsToAsn1(fields.extensions)] : []),
   ]);
-  const tbsDer = Buffer.from(asn1.toDer(tbs).getBytes(), "binary");
+  const tbsDer = derBytes(tbs);
   const signature = await signOffLoop("sha256", tbsDer, issuerKey);
-  const algorithmDer = Buffer.from(asn1.toDer(signatureAlgorithm()).getBytes(), "binary");
+  const algorithmDer = derBytes(signatureAlgorithm());
   // Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm, signatureValue BIT STRING }
   const der = derTlv(0x30, Buffer.concat([tbsDer, algorithmDer, derTlv(0x03, Buffer.concat([Buffer.of(0), signature]))]));
   const lines = der.toString("base64").match(/.{1,64}/g) ?? [];
@@ -72,7 +73,7 @@ function isSubjectKeyIdentifier(e: object): boolean {
 
 /** RFC 5280 4.2.1.2 method 1: the SHA-1 of the subjectPublicKey bits, whatever the key type. */
 function subjectKeyIdentifier(spkiDer: Buffer): object {
-  const spki = fromDerBytes(spkiDer.toString("binary"));
+  const spki = fromDerBytes(spkiDer);
   const bits = (spki.value as forge.asn1.Asn1[])[1]!.value as string; // leading unused-bits byte, then the key
   const digest = createHash("sha1").update(Buffer.from(bits, "binary").subarray(1)).digest();
   return {
@@ -81,14 +82,6 @@ function subjectKeyIdentifier(spkiDer: Buffer): object {
     value: asn1.create(asn1.Class.UNIVERSAL, asn1.Type.OCTETSTRING, false, digest.toString("binary")),
   };
 }
-
-// BIT STRINGs as bytes: a key is not ASN.1 inside for every type (forge would try to parse it).
-const fromDerBytes = (bytes: string) =>
-  (asn1.fromDer as unknown as (bytes: string, options: object) => forge.asn1.Asn1)(bytes, {
-    strict: true,
-    parseAllBytes: true,
-    decodeBitStrings: false,
-  });
 
 function signatureAlgorithm(): forge.asn1.Asn1 {
   return asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, [
