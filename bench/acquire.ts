@@ -10,8 +10,10 @@
 // the same cores: when they are saturated, the ratio tends to the ratio of those CPU totals.
 //
 // Each round also times writing the same bytes from memory to the target file system with no
-// hashing (the disk floor): where the file system takes bytes slower than the mirror sends them,
-// no acquisition can beat it, so the ratio against min(raw, disk) is printed too.
+// hashing, then fsync (the disk floor): an acquisition must have every byte on disk before it
+// promotes, so where the disk takes bytes durably slower than the mirror sends them, no
+// acquisition can beat it, and the ratio against min(raw, disk) is printed too. (Without the
+// fsync the floor measured the page cache: 2-3x the disk's own speed here.)
 //
 //   npx tsx bench/acquire.ts            BENCH_ACQUIRE_MIB=1024 BENCH_ACQUIRE_FILES=4 BENCH_ROUNDS=5
 //                                       BENCH_ACQUIRE_ROOT=/dev/shm (where target roots are made)
@@ -20,6 +22,7 @@ import { createHash, randomBytes } from "node:crypto";
 import {
   createReadStream,
   existsSync,
+  fsyncSync,
   mkdirSync,
   readFileSync,
   mkdtempSync,
@@ -142,6 +145,7 @@ async function main(): Promise<void> {
     const t = performance.now();
     const fd = openSync(path, "w");
     for (let written = 0; written < total; written += block.length) writeSync(fd, block, 0, Math.min(block.length, total - written));
+    fsyncSync(fd);
     closeSync(fd);
     const ms = performance.now() - t;
     rmSync(path, { force: true });
@@ -185,7 +189,7 @@ async function main(): Promise<void> {
     acqCpu.push(ac.cpuS / gib);
     cpuRatios.push((rc.cpuS + rc.mirrorS) / (ac.cpuS + ac.mirrorS));
     console.log(
-      `round ${i}: raw ${gibps(r).toFixed(2)} GiB/s, disk ${gibps(d).toFixed(2)} GiB/s, acquire ${gibps(a).toFixed(2)} GiB/s (${(a / 1000).toFixed(1)} s); ` +
+      `round ${i}: raw ${gibps(r).toFixed(2)} GiB/s, disk (write + fsync) ${gibps(d).toFixed(2)} GiB/s, acquire ${gibps(a).toFixed(2)} GiB/s (${(a / 1000).toFixed(1)} s); ` +
         `ratio to raw ${(r / a).toFixed(2)}, to min(raw, disk) ${(Math.max(r, d) / a).toFixed(2)}; ` +
         `CPU s (user+sys client, mirror): raw ${rc.userS.toFixed(2)}+${rc.sysS.toFixed(2)}, ${rc.mirrorS.toFixed(2)}; ` +
         `acquire ${ac.userS.toFixed(2)}+${ac.sysS.toFixed(2)}, ${ac.mirrorS.toFixed(2)}; load ${loadavg()[0]!.toFixed(1)}`,
