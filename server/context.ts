@@ -1,14 +1,24 @@
 // What every handler learns about its caller: the correlation id, a logger bound to it, its IP
 // address, and the TLS client certificate if one was presented. Handlers read it with `callOf(ctx)`.
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
-import type { TLSSocket, PeerCertificate } from "node:tls";
+import type { TLSSocket } from "node:tls";
 import type { Logger } from "./observability/logger.js";
+
+/**
+ * What authentication reads of a verified client certificate, in the shape of Node's
+ * `getPeerCertificate()` fields of the same names.
+ */
+export interface PresentedCertificate {
+  subjectaltname: string | undefined;
+  serialNumber: string;
+  valid_to: string;
+}
 
 export interface Caller {
   correlationId: string;
   log: Logger;
   /** The client certificate, only when it chains to our CA (the TLS layer verified it). */
-  certificate: PeerCertificate | undefined;
+  certificate: PresentedCertificate | undefined;
   /** Why a presented certificate was not accepted by the TLS layer (e.g. CERT_HAS_EXPIRED). */
   certificateError: string | undefined;
   /** The peer's IP address (what limits and log lines about unauthenticated callers key on). */
@@ -23,18 +33,25 @@ export function callOf(ctx: HandlerContext): Caller {
   return caller;
 }
 
-/** Reads the peer's address and verified client certificate off the TLS socket. */
+/**
+ * Reads the peer's address and verified client certificate off the TLS socket. Only the three
+ * fields authentication uses are read: `getPeerCertificate()` would build the whole certificate as
+ * an object (three fingerprints, the key's modulus in hex) on every session open and RPC.
+ */
 export function peerOf(socket: TLSSocket): Pick<Caller, "certificate" | "certificateError" | "peerAddress"> {
   const peerAddress = socket.remoteAddress;
-  if (typeof socket.getPeerCertificate !== "function") return { certificate: undefined, certificateError: undefined, peerAddress };
-  const cert = socket.getPeerCertificate();
-  const presented = cert !== null && Object.keys(cert).length > 0;
-  if (!presented) return { certificate: undefined, certificateError: undefined, peerAddress };
+  if (typeof socket.getPeerX509Certificate !== "function") return { certificate: undefined, certificateError: undefined, peerAddress };
+  const x509 = socket.getPeerX509Certificate();
+  if (x509 === undefined) return { certificate: undefined, certificateError: undefined, peerAddress };
   if (!socket.authorized) {
     const err = socket.authorizationError;
     return { certificate: undefined, certificateError: err instanceof Error ? err.message : String(err), peerAddress };
   }
-  return { certificate: cert, certificateError: undefined, peerAddress };
+  return {
+    certificate: { subjectaltname: x509.subjectAltName, serialNumber: x509.serialNumber, valid_to: x509.validTo },
+    certificateError: undefined,
+    peerAddress,
+  };
 }
 
 /**

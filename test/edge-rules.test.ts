@@ -4,13 +4,13 @@ import { describe, expect, it } from "vitest";
 import { Code, type ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
-import type { PeerCertificate } from "node:tls";
 import { admit, type EdgeRequest } from "../server/edge/admission.js";
 import { defaultRequestBytes, largestRequestBytes, requestLimitOf } from "../server/edge/limits.js";
 import { edgeAdapterOptions } from "../server/edge/guard.js";
 import { MAX_INVOKE_PAYLOAD_BYTES } from "../server/jobs/spec.js";
 import { AgentService, GetServerInfoRequestSchema, type GetServerInfoRequest } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
+import type { PresentedCertificate } from "../server/context.js";
 import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 
@@ -72,7 +72,7 @@ describe("admission from headers and TLS", () => {
     subjectaltname: "URI:urn:modelforge:node:5b0c2a3e-9a37-4d5e-8f7a-0c1e2d3f4a5b",
     serialNumber: "01",
     valid_to: "Jan 1 00:00:00 2100 GMT",
-  } as PeerCertificate;
+  } satisfies PresentedCertificate;
   const noPeer = () => ({ certificate: undefined, certificateError: undefined });
   const request = (over: Partial<EdgeRequest>): EdgeRequest => ({
     path: agent("GetServerInfo"),
