@@ -16,6 +16,7 @@ import { correlationHeader, correlationIdFrom } from "../observability/correlati
 import { presentedIdentity } from "../identity/node-auth.js";
 import { refuseServiceKeyElsewhere } from "../identity/service-keys-auth.js";
 import { AgentSession, type SessionDeps } from "./session.js";
+import { plainHeartbeatId } from "./heartbeat-wire.js";
 import { publicError } from "../observability/call-log.js";
 import { requestLimitOf } from "../edge/limits.js";
 
@@ -141,6 +142,22 @@ export function serveGrpcSession(
     stream.end();
   };
 
+  /** Writes one encoded message. An agent that stops reading stops being read: its own messages wait in flow control. */
+  const write = (message: Uint8Array) => {
+    if (stream.destroyed) return;
+    if (!responded) {
+      responded = true;
+      stream.respond(
+        { ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId },
+        { waitForTrailers: true },
+      );
+    }
+    if (!stream.write(frame(message)) && !stream.isPaused()) {
+      stream.pause();
+      stream.once("drain", () => stream.resume());
+    }
+  };
+
   let session: AgentSession;
   try {
     refuseServiceKeyElsewhere(headers.authorization ?? null);
@@ -149,24 +166,7 @@ export function serveGrpcSession(
       deps,
       identity,
       { correlationId, log: callLog, certificate: undefined, certificateError: undefined },
-      {
-        send(message) {
-          if (stream.destroyed) return;
-          if (!responded) {
-            responded = true;
-            stream.respond(
-              { ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId },
-              { waitForTrailers: true },
-            );
-          }
-          // An agent that stops reading stops being read: its own messages wait in flow control.
-          if (!stream.write(frame(toBinary(SessionResponseSchema, message))) && !stream.isPaused()) {
-            stream.pause();
-            stream.once("drain", () => stream.resume());
-          }
-        },
-        end,
-      },
+      { send: (message) => write(toBinary(SessionResponseSchema, message)), sendEncoded: write, end },
     );
   } catch (err) {
     end(err);
@@ -177,7 +177,11 @@ export function serveGrpcSession(
   stream.on("data", (chunk: Buffer) => {
     if (trailers !== undefined) return; // ended: what the agent still sends is not read
     try {
-      for (const bytes of reader.push(chunk)) session.receive(fromBinary(SessionRequestSchema, bytes, { readUnknownFields: false }));
+      for (const bytes of reader.push(chunk)) {
+        const heartbeat = plainHeartbeatId(bytes);
+        if (heartbeat !== undefined) session.receiveHeartbeat(heartbeat);
+        else session.receive(fromBinary(SessionRequestSchema, bytes, { readUnknownFields: false }));
+      }
     } catch (err) {
       session.close(err instanceof ConnectError ? err : new ConnectError("malformed message", Code.InvalidArgument));
     }

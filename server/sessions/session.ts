@@ -46,6 +46,7 @@ import { partitionCapabilities } from "../../common/capabilities.js";
 import { knownEngines } from "../../common/engines.js";
 import type { SessionMetrics } from "../observability/metrics.js";
 import { agentVersionRefusal } from "./agent-version.js";
+import { heartbeatReplyBytes } from "./heartbeat-wire.js";
 
 type Result = Reply["result"];
 
@@ -53,6 +54,8 @@ type Result = Reply["result"];
 export interface SessionSink {
   /** Writes one message to the agent. */
   send(message: SessionResponse): void;
+  /** Writes one message already encoded (a heartbeat's reply, ./heartbeat-wire.ts), where the transport writes bytes. */
+  sendEncoded?(message: Uint8Array): void;
   /** Ends the stream once: cleanly when `error` is undefined, otherwise with that status. */
   end(error: ConnectError | undefined): void;
 }
@@ -194,6 +197,15 @@ export class AgentSession implements LiveSession {
     backlog.push(message);
   }
 
+  /**
+   * A plain heartbeat, read straight off the wire (./heartbeat-wire.ts: one the edge check passes).
+   * Answered at once when nothing waits before it; otherwise in order, as any message.
+   */
+  receiveHeartbeat(messageId: bigint): void {
+    if (this.phase === "open" && !this.busy) return this.answerHeartbeat(messageId);
+    this.receive(create(SessionRequestSchema, { messageId, message: { case: "heartbeat", value: {} } }));
+  }
+
   /** The agent closed its side: answer what is pending, then end cleanly. */
   endInput(): void {
     this.inputEnded = true;
@@ -265,16 +277,7 @@ export class AgentSession implements LiveSession {
         );
       return;
     }
-    if (message.message.case === "heartbeat") {
-      // No I/O: answered at once. Pending instructions and configuration reach a connected node as
-      // pushes, so the reply is only the server's clock: the hot path of a fleet stays small.
-      this.deps.heartbeats.record(this.nodeId, this.deps.clock.now());
-      this.deps.metrics?.heartbeat();
-      this.sink.send(
-        replyTo(message.messageId, { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) }),
-      );
-      return;
-    }
+    if (message.message.case === "heartbeat") return this.answerHeartbeat(message.messageId);
     this.busy = true;
     answer(this.deps, this.nodeId, message, this.caller.correlationId)
       .catch((err: unknown) => this.refusal(message, err))
@@ -284,6 +287,17 @@ export class AgentSession implements LiveSession {
         this.next();
       })
       .catch((err: unknown) => this.close(err));
+  }
+
+  /**
+   * No I/O: answered at once. Pending instructions and configuration reach a connected node as
+   * pushes, so the reply is only the server's clock: the hot path of a fleet stays small.
+   */
+  private answerHeartbeat(messageId: bigint): void {
+    this.deps.heartbeats.record(this.nodeId, this.deps.clock.now());
+    this.deps.metrics?.heartbeat();
+    if (this.sink.sendEncoded !== undefined) return this.sink.sendEncoded(heartbeatReplyBytes(messageId, Date.now()));
+    this.sink.send(replyTo(messageId, { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) }));
   }
 
   /** An invoke answer or log lines: checked at the edge like every message, handed on, acknowledged. */

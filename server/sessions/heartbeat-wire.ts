@@ -1,0 +1,157 @@
+// A Session heartbeat in wire form. Heartbeats are nearly all a fleet sends, and decoding each one
+// through protobuf-es's reflection, building the reply and encoding it cost ~40 µs of the ~220 µs
+// a heartbeat cost the server (bench/heartbeats.ts PROFILE=1: @bufbuild/protobuf was the largest
+// package by self time). These read and write the very bytes protobuf-es does, for the one shape
+// a heartbeat takes: a message of any other shape (another field, a field twice, a capability
+// list, an agent version that is not short printable ASCII, a timestamp near its bounds) is not
+// read here and takes the general path, decoder and edge check (../edge/validate.ts) included, so
+// the edge refuses exactly what it refused before.
+//
+//   SessionRequest   { message_id = 1 (varint); heartbeat = 3 (HeartbeatRequest) }
+//   HeartbeatRequest { agent_version = 1 (string); sent_at = 2 (Timestamp) }
+//   SessionResponse  { reply = 2 (Reply) }
+//   Reply            { message_id = 1 (varint); heartbeat = 3 (HeartbeatResponse) }
+//   HeartbeatResponse{ server_time = 3 (Timestamp) }
+//   Timestamp        { seconds = 1 (varint); nanos = 2 (varint) }
+
+/** Tags (field number << 3 | wire type) of the fields read and written here. */
+const tag = { varint1: 0x08, varint2: 0x10, bytes1: 0x0a, bytes2: 0x12, bytes3: 0x1a } as const;
+
+/** The edge check's bound on agent_version (field-rules.ts), and the timestamp range it allows. */
+const maxAgentVersionBytes = 64;
+const maxTimestampSeconds = 253_402_300_799;
+const maxNanos = 999_999_999;
+
+/**
+ * A varint of at most 7 bytes (below 2^49, exact in a double) at `at`: [value, next offset], or
+ * undefined for a longer one (never a value a plain heartbeat carries) or one cut short.
+ */
+function varint(bytes: Uint8Array, at: number, end: number): [number, number] | undefined {
+  let value = 0;
+  let scale = 1;
+  for (let i = 0; i < 7 && at < end; i++) {
+    const b = bytes[at++]!;
+    value += (b & 0x7f) * scale;
+    if (b < 0x80) return [value, at];
+    scale *= 128;
+  }
+  return undefined;
+}
+
+/** A Timestamp within the edge's range, each field at most once. */
+function plainTimestamp(bytes: Uint8Array, at: number, end: number): boolean {
+  let seen = 0;
+  while (at < end) {
+    const t = bytes[at++]!;
+    const bit = t === tag.varint1 ? 1 : t === tag.varint2 ? 2 : 0;
+    if (bit === 0 || seen & bit) return false;
+    seen |= bit;
+    const v = varint(bytes, at, end);
+    if (v === undefined || v[0] > (bit === 1 ? maxTimestampSeconds : maxNanos)) return false;
+    at = v[1];
+  }
+  return true;
+}
+
+/** A HeartbeatRequest of a short printable ASCII agent_version and a plain sent_at, nothing else. */
+function plainHeartbeatBody(bytes: Uint8Array, at: number, end: number): boolean {
+  let seen = 0;
+  while (at < end) {
+    const t = bytes[at++]!;
+    const bit = t === tag.bytes1 ? 1 : t === tag.bytes2 ? 2 : 0;
+    if (bit === 0 || seen & bit) return false;
+    seen |= bit;
+    const len = varint(bytes, at, end);
+    if (len === undefined || len[1] + len[0] > end) return false;
+    const [n, from] = len;
+    if (bit === 1) {
+      if (n > maxAgentVersionBytes) return false;
+      for (let i = from; i < from + n; i++) if (bytes[i]! < 0x20 || bytes[i]! > 0x7e) return false;
+    } else if (!plainTimestamp(bytes, from, from + n)) return false;
+    at = from + n;
+  }
+  return true;
+}
+
+/**
+ * The message id of an encoded SessionRequest that is a plain heartbeat (see above), or undefined
+ * when it is anything else and must be decoded and checked the general way.
+ */
+export function plainHeartbeatId(bytes: Uint8Array): bigint | undefined {
+  const end = bytes.length;
+  let at = 0;
+  let id = 0;
+  let seen = 0;
+  while (at < end) {
+    const t = bytes[at++]!;
+    if (t === tag.varint1 && !(seen & 1)) {
+      const v = varint(bytes, at, end);
+      if (v === undefined) return undefined;
+      [id, at] = v;
+      seen |= 1;
+    } else if (t === tag.bytes3 && !(seen & 2)) {
+      const len = varint(bytes, at, end);
+      if (len === undefined || len[1] + len[0] > end || !plainHeartbeatBody(bytes, len[1], len[1] + len[0])) return undefined;
+      at = len[1] + len[0];
+      seen |= 2;
+    } else return undefined;
+  }
+  return seen & 2 ? BigInt(id) : undefined;
+}
+
+function pushVarint(out: number[], value: number | bigint): void {
+  if (typeof value === "bigint") {
+    // Only a message id beyond 2^53 (the agent's choice) needs BigInt arithmetic.
+    if (value > BigInt(Number.MAX_SAFE_INTEGER)) {
+      let v = value;
+      while (v >= 0x80n) {
+        out.push(Number(v & 0x7fn) | 0x80);
+        v >>= 7n;
+      }
+      out.push(Number(v));
+      return;
+    }
+    value = Number(value);
+  }
+  while (value >= 0x80) {
+    out.push((value % 0x80) | 0x80);
+    value = Math.floor(value / 0x80);
+  }
+  out.push(value);
+}
+
+/** A length-delimited field whose body is `body`. */
+function pushMessage(out: number[], fieldTag: number, body: number[]): void {
+  out.push(fieldTag);
+  pushVarint(out, body.length);
+  for (const b of body) out.push(b);
+}
+
+/**
+ * SessionResponse { reply { message_id, heartbeat { server_time } } } for the server's clock at
+ * `nowMs`, encoded as protobuf-es encodes it (fields in number order, zero scalars left out).
+ */
+export function heartbeatReplyBytes(messageId: bigint, nowMs: number): Uint8Array {
+  const seconds = Math.floor(nowMs / 1000);
+  const nanos = (nowMs - seconds * 1000) * 1_000_000;
+  const timestamp: number[] = [];
+  if (seconds !== 0) {
+    timestamp.push(tag.varint1);
+    pushVarint(timestamp, seconds);
+  }
+  if (nanos !== 0) {
+    timestamp.push(tag.varint2);
+    pushVarint(timestamp, nanos);
+  }
+  const response: number[] = [];
+  pushMessage(response, tag.bytes3, timestamp);
+  const reply: number[] = [];
+  if (messageId !== 0n) {
+    reply.push(tag.varint1);
+    pushVarint(reply, messageId);
+  }
+  pushMessage(reply, tag.bytes3, response);
+  const out: number[] = [];
+  pushMessage(out, tag.bytes2, reply);
+  return Uint8Array.from(out);
+}
