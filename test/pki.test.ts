@@ -1,4 +1,4 @@
-import { createPrivateKey, generateKeyPairSync, randomUUID, sign, X509Certificate } from "node:crypto";
+import { createPrivateKey, createPublicKey, generateKeyPairSync, randomUUID, sign, X509Certificate } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -242,6 +242,56 @@ describe("node certificates", () => {
     },
     SLOW,
   );
+
+  it("reads the key from the RSAPublicKey and holds its wrapper to RFC 3279", async () => {
+    const ca = await loadOrCreateCa(freshDir());
+    const keyPem = rsaKeyPem(2048);
+    const { asn1 } = forge;
+    const { UNIVERSAL, CONTEXT_SPECIFIC } = asn1.Class;
+    const { SEQUENCE, INTEGER, OID, NULL, BITSTRING } = asn1.Type;
+    const spkiOf = () =>
+      forge.pki.publicKeyToAsn1(forge.pki.publicKeyFromPem(createPublicKey(keyPem).export({ format: "pem", type: "spki" }) as string));
+    /** A CSR around `spki`, signed by the key itself (Node's crypto, so any wrapper can be signed). */
+    const csrWith = (spki: forge.asn1.Asn1) => {
+      const info = asn1.create(UNIVERSAL, SEQUENCE, true, [
+        asn1.create(UNIVERSAL, INTEGER, false, asn1.integerToDer(0).getBytes()),
+        asn1.create(UNIVERSAL, SEQUENCE, true, []),
+        spki,
+        asn1.create(CONTEXT_SPECIFIC, 0, true, []),
+      ]);
+      const infoDer = Buffer.from(asn1.toDer(info).getBytes(), "binary");
+      const csr = asn1.create(UNIVERSAL, SEQUENCE, true, [
+        info,
+        asn1.create(UNIVERSAL, SEQUENCE, true, [
+          asn1.create(UNIVERSAL, OID, false, asn1.oidToDer(forge.pki.oids.sha256WithRSAEncryption!).getBytes()),
+          asn1.create(UNIVERSAL, NULL, false, ""),
+        ]),
+        asn1.create(UNIVERSAL, BITSTRING, false, `\0${sign("sha256", infoDer, keyPem).toString("binary")}`),
+      ]);
+      return pemOf("CERTIFICATE REQUEST", Buffer.from(asn1.toDer(csr).getBytes(), "binary"));
+    };
+
+    const issued = await issue(ca, csrWith(spkiOf()));
+    expect(new X509Certificate(issued.certPem).publicKey.export({ format: "pem", type: "spki" })).toBe(
+      createPublicKey(keyPem).export({ format: "pem", type: "spki" }),
+    );
+
+    const withParameters = spkiOf();
+    ((withParameters.value as forge.asn1.Asn1[])[0]!.value as forge.asn1.Asn1[])[1] = asn1.create(
+      UNIVERSAL,
+      OID,
+      false,
+      asn1.oidToDer("1.2.3.4").getBytes(),
+    );
+    await expect(issue(ca, csrWith(withParameters))).rejects.toThrow(/parameters must be NULL/);
+
+    const trailing = spkiOf();
+    // forge keeps the RSAPublicKey as a child of the BIT STRING; as bytes, two more follow it.
+    const children = trailing.value as forge.asn1.Asn1[];
+    const rsaPublicKey = asn1.toDer((children[1]!.value as forge.asn1.Asn1[])[0]!).getBytes();
+    children[1] = asn1.create(UNIVERSAL, BITSTRING, false, `\0${rsaPublicKey}\0\0`);
+    await expect(issue(ca, csrWith(trailing))).rejects.toThrow(CsrError);
+  });
 
   it("rejects garbage with CsrError", async () => {
     const ca = await loadOrCreateCa(freshDir());

@@ -39,8 +39,9 @@ export function acceptedCsrPublicKey(csrPem: string): Buffer {
   let signature: Buffer;
   try {
     info = childAt(asn1, 0);
-    spkiDer = derBytes(childAt(info, 2));
-    key = createPublicKey({ key: spkiDer, format: "der", type: "spki" });
+    const spki = childAt(info, 2);
+    spkiDer = derBytes(spki);
+    key = rsaPublicKeyOf(spki);
     signatureOid = oidOf(childAt(childAt(asn1, 1), 0));
     signature = bitStringBytes(childAt(asn1, 2));
   } catch (err) {
@@ -64,6 +65,30 @@ export function acceptedCsrPublicKey(csrPem: string): Buffer {
   }
   if (!valid) throw new CsrError("certificate signing request signature does not match its public key");
   return spkiDer;
+}
+
+/**
+ * The key of an rsaEncryption SubjectPublicKeyInfo, read from the RSAPublicKey in its BIT STRING.
+ * OpenSSL 3 decodes a SubjectPublicKeyInfo through its generic decoder framework at ~0.2 ms (0.6 ms
+ * on a busy server: the largest single cost of an enrollment in its profile); the RSAPublicKey
+ * alone decodes in ~13 us. The wrapper's rules are checked here instead: exactly the algorithm and
+ * the key, and the NULL parameters RFC 3279 requires.
+ */
+function rsaPublicKeyOf(spki: forge.asn1.Asn1): KeyObject {
+  if (!Array.isArray(spki.value) || spki.value.length !== 2) throw new Error("SubjectPublicKeyInfo is not an algorithm and a key");
+  const algorithm = childAt(spki, 0);
+  if (!Array.isArray(algorithm.value) || algorithm.value.length > 2) throw new Error("unexpected algorithm parameters");
+  const parameters = algorithm.value[1];
+  if (parameters !== undefined && (parameters.type !== forge.asn1.Type.NULL || parameters.value !== "")) {
+    throw new Error("rsaEncryption parameters must be NULL");
+  }
+  const rsaPublicKey = bitStringBytes(childAt(spki, 1));
+  // Strict DER, all bytes consumed: RSAPublicKey ::= SEQUENCE { modulus INTEGER, publicExponent INTEGER }.
+  const parsed = fromDerBytes(rsaPublicKey);
+  if (!Array.isArray(parsed.value) || parsed.value.length !== 2 || parsed.value.some((n) => n.type !== forge.asn1.Type.INTEGER)) {
+    throw new Error("RSAPublicKey is not a modulus and an exponent");
+  }
+  return createPublicKey({ key: rsaPublicKey, format: "der", type: "pkcs1" });
 }
 
 function oidOf(node: forge.asn1.Asn1): string {
