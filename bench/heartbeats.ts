@@ -49,7 +49,8 @@ const DURATION = numParam("DURATION", 30);
 const WORKERS = Math.max(1, numParam("WORKERS", 2));
 const RAMP = Math.max(1, numParam("RAMP", 250));
 const SETTLE = numParam("SETTLE", 5);
-// "1" or "steady": CPU profile of the steady window; "ramp": of the ramp; "opens": of replica 0
+// "1" or "steady": CPU profile of the steady window; "agents": of the first load-generator
+// worker (the agents' own loop) in the steady window; "ramp": of the ramp; "opens": of replica 0
 // during the first round of resumed session opens; "alloc": allocations (sampled, garbage
 // included) in the steady window.
 const PROFILE = param("PROFILE", "0");
@@ -397,6 +398,7 @@ try {
   // 6. Steady state.
   const profileSteady = PROFILE === "1" || PROFILE === "steady";
   if (profileSteady) await server.call("profileStart", { intervalUs: 1000 });
+  if (PROFILE === "agents") await workers[0]!.call("profileStart", { intervalUs: 1000 });
   if (PROFILE === "alloc") await server.call("allocStart", { intervalBytes: 32768 });
   const before = await stats({ reset: true });
   const machineBefore = machineCpu();
@@ -413,6 +415,10 @@ try {
   const machineAfter = machineCpu();
   const after = await stats();
   const profile = profileSteady ? await server.call<ProfileSummary>("profileStop", { inclusive }) : undefined;
+  const agentsProfile =
+    PROFILE === "agents"
+      ? await workers[0]!.call<ProfileSummary>("profileStop", { inclusive: ["runSession", "sendHeartbeat", "session"] })
+      : undefined;
   const allocations = PROFILE === "alloc" ? await server.call<AllocationSummary>("allocStop", { inclusive }) : undefined;
   const persisted = await server.call<Liveness>("liveness", { since: measureStart });
 
@@ -482,6 +488,8 @@ try {
   }
   if (allocations) printAllocations("server allocations, steady state", allocations, acked, "heartbeat");
   if (profile) printProfile("server CPU profile, steady state (profiler overhead included)", profile);
+  if (agentsProfile)
+    printProfile("load generator worker 0 CPU profile, steady state (the agents' own loop; profiler overhead included)", agentsProfile);
   const targets = [
     ["connected agents >= 5000", connected >= 5000],
     ["heartbeats/s >= 5000", hbRate >= 5000 * 0.98],

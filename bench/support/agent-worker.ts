@@ -31,6 +31,7 @@ import { writeState, type AgentState } from "../../agent/state.js";
 import { emit, serve } from "./ipc.js";
 import tls from "node:tls";
 import { FrameReader, frame } from "../../server/sessions/session-grpc.js";
+import { startProfile, stopProfile, summarizeProfile } from "./profile.js";
 
 interface Setup {
   /** The replicas' URLs; this worker's agents are dealt among them round-robin. */
@@ -306,6 +307,10 @@ serve({
   },
 
   counts: () => ({ ...counts, failures: Object.fromEntries(failures) }),
+
+  // PROFILE=agents: where the agents' own loop spends the load generator's CPU.
+  profileStart: ({ intervalUs }: { intervalUs?: number }) => startProfile(intervalUs),
+  profileStop: async ({ inclusive }: { inclusive?: string[] }) => summarizeProfile(await stopProfile(), inclusive),
 
   /** Starts the steady-state window: latencies of heartbeats sent from now on. */
   measure() {
