@@ -6,6 +6,7 @@ import { AgentService, type SessionRequest, type SessionResponse } from "../gen/
 import type { AgentState } from "./state.js";
 import { isIP } from "node:net";
 import tls from "node:tls";
+import { dialHost } from "../common/url-host.js";
 
 export type AgentClient = Client<typeof AgentService>;
 
@@ -68,7 +69,7 @@ const maxResumable = 100_000;
  */
 export function resumingTls(credentials: tls.ConnectionOptions, certificate: string): (authority: URL) => tls.TLSSocket {
   return (authority) => {
-    const host = authority.hostname.replace(/^\[|\]$/g, "");
+    const host = dialHost(authority);
     const socket = tls.connect({
       ...credentials,
       host,

@@ -6,6 +6,7 @@
 // "unsupported" and the caller asks again through node:http.
 import net from "node:net";
 import { takeBuffer } from "./buffer-pool.js";
+import { dialHost } from "../../common/url-host.js";
 
 /** An answer's status, the headers a download uses, and its body. */
 export interface MirrorResponse {
@@ -160,7 +161,7 @@ export function plainGet(
     };
 
     const socket = net.connect({
-      host: url.hostname.replace(/^\[|\]$/g, ""),
+      host: dialHost(url),
       port: Number(url.port || 80),
       onread: {
         buffer: () => cur.subarray(fill),
