@@ -13,18 +13,7 @@ import {
 } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { heartbeatReplyBytes, plainHeartbeatId } from "../server/sessions/heartbeat-wire.js";
 import { requestViolation } from "../server/edge/validate.js";
-
-/** A seeded generator, so a failure names inputs that can be replayed. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from "./support/random.js";
 
 const ids = [0n, 1n, 127n, 128n, 300n, 16_383n, 16_384n, 2n ** 32n, 2n ** 49n - 1n];
 
@@ -49,7 +38,7 @@ function generalId(bytes: Uint8Array): bigint | undefined {
 
 describe("reading a heartbeat off the wire", () => {
   it("reads the id of every plain heartbeat an agent sends", () => {
-    const next = rng(1);
+    const next = mulberry32(1);
     for (const id of ids) {
       for (const version of ["", "0.9.0", "1.2.3-rc.1+build.7", "v".repeat(64)]) {
         for (const sentAt of [undefined, 0, 1_000, 1_764_564_000_123, 253_402_300_799_999, Math.floor(next() * 2e12)]) {
@@ -98,7 +87,7 @@ describe("reading a heartbeat off the wire", () => {
   });
 
   it("never reads an id from bytes the general path would not take as that plain heartbeat", () => {
-    const next = rng(7);
+    const next = mulberry32(7);
     let read = 0;
     for (let i = 0; i < 20_000; i++) {
       const id = ids[Math.floor(next() * ids.length)]!;
@@ -125,7 +114,7 @@ describe("reading a heartbeat off the wire", () => {
 
 describe("writing a heartbeat's reply", () => {
   it("writes what protobuf-es writes", () => {
-    const next = rng(3);
+    const next = mulberry32(3);
     const times = [0, 999, 1_000, 1_764_564_000_000, 1_764_564_000_123, ...Array.from({ length: 50 }, () => Math.floor(next() * 4e12))];
     for (const id of [...ids, 2n ** 53n + 1n, 2n ** 63n - 1n]) {
       for (const ms of times) {

@@ -4,6 +4,7 @@
 // Layout per the GGUF v3 spec: header, metadata key/values, tensor infos, padding, aligned data.
 import { createHash } from "node:crypto";
 import { writeFile } from "node:fs/promises";
+import { mulberry32 } from "./random.js";
 
 export interface TinyModelOptions {
   /** Seeds the weights; a different seed is a different file. */
@@ -147,18 +148,6 @@ function vocabulary(): { text: string; score: number; type: TokenType }[] {
 function pad(b: Buffer): Buffer {
   const rest = b.length % alignment;
   return rest === 0 ? b : Buffer.concat([b, Buffer.alloc(alignment - rest)]);
-}
-
-/** A small seeded PRNG (mulberry32): uniform in [0, 1). */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 class Writer {
