@@ -38,6 +38,7 @@ import { join } from "node:path";
 import { buildCsrPem } from "../agent/pki/keys.js";
 import { createTestDatabase } from "../test/support/db.js";
 import { forkTs, Rpc } from "./support/ipc.js";
+import { serverNodeFlags } from "../server/tuning.js";
 import { printAllocations, printProfile, type AllocationSummary, type ProfileSummary } from "./support/profile.js";
 import { heapDiff, type HeapSummary } from "./support/heap.js";
 import { freePort } from "../test/support/ports.js";
@@ -131,7 +132,7 @@ const FLOOR = param("BENCH_FLOOR", "");
 function startServerChild(extraFlags: string[] = [], floor = false, port = 0, replica = 0): Rpc {
   const entry = floor ? "./support/floor-server.ts" : "./support/server-child.ts";
   const child = forkTs(new URL(entry, import.meta.url), {
-    nodeFlags: ["--expose-gc", ...extraFlags, ...param("SERVER_FLAGS", "").split(" ").filter(Boolean)],
+    nodeFlags: ["--expose-gc", ...extraFlags, ...param("SERVER_FLAGS", serverNodeFlags.join(" ")).split(" ").filter(Boolean)],
     stdio: ["ignore", logFd, logFd, "ipc"],
     env: {
       ...process.env,
@@ -248,7 +249,8 @@ try {
   for (let w = 0; w < WORKERS; w++) {
     const rpc = new Rpc(
       forkTs(new URL("./support/agent-worker.ts", import.meta.url), {
-        nodeFlags: ["--max-old-space-size=4096", ...param("WORKER_FLAGS", "").split(" ").filter(Boolean)],
+        // Thousands of agents in one process: the same young generation as the servers'.
+        nodeFlags: ["--max-old-space-size=4096", ...param("WORKER_FLAGS", serverNodeFlags.join(" ")).split(" ").filter(Boolean)],
       }),
       `worker ${w}`,
     );

@@ -97,7 +97,7 @@ describe("install server", () => {
     expect(mode("etc/modelforge/server.env")).toBe(0o640);
     expect(mode("var/lib/modelforge/server")).toBe(0o700);
     const unit = readFileSync(at("etc/systemd/system/modelforge-server.service"), "utf8");
-    expect(unit).toContain(`ExecStart=${process.execPath} /usr/local/lib/modelforge/dist/server/main.mjs`);
+    expect(unit).toContain(`ExecStart=${process.execPath} --max-semi-space-size=32 /usr/local/lib/modelforge/dist/server/main.mjs`);
     for (const line of ["NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=/var/lib/modelforge/server", "Restart=on-failure"]) {
       expect(unit).toContain(line);
     }

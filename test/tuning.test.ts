@@ -4,6 +4,11 @@
 // one would not (a revoked credential is refused all the same).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateKeyPairSync } from "node:crypto";
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { serverNodeFlags } from "../server/tuning.js";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
@@ -91,5 +96,19 @@ describe("TLS session resumption", () => {
     expect(sessionTicketKeys(ca, epochStart).equals(sessionTicketKeys(ca, epochStart + ticketEpochMs - 1))).toBe(true);
     expect(sessionTicketKeys(ca, epochStart).equals(sessionTicketKeys(ca, epochStart + ticketEpochMs))).toBe(false);
     expect(sessionTicketKeys(ca, t).equals(sessionTicketKeys(other, t))).toBe(false);
+  });
+});
+
+describe("the control plane's Node flags", () => {
+  const root = fileURLToPath(new URL("..", import.meta.url));
+  it("are what npm start and the systemd unit run it with, and Node takes them", () => {
+    const start = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts.start!;
+    const unit = readFileSync(join(root, "deploy/modelforge-server.service"), "utf8");
+    const execStart = /^ExecStart=(.*)$/m.exec(unit)?.[1] ?? "";
+    expect(start).toContain(`node ${serverNodeFlags.join(" ")} dist/server/main.mjs`);
+    for (const flag of serverNodeFlags) expect(execStart.split(" ")).toContain(flag);
+    const run = spawnSync(process.execPath, [...serverNodeFlags, "-e", "0"], { encoding: "utf8" });
+    expect(run.stderr).toBe("");
+    expect(run.status).toBe(0);
   });
 });
