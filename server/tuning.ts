@@ -61,7 +61,8 @@ export const sessionOpenTuning = { concurrent: 8, queued: 2_000 };
  * benchmark's servers). A young generation of up to 32 MiB per semi-space (V8's default is 16 on
  * 64-bit): per-message garbage of thousands of sessions then dies young instead of being promoted
  * and swept by full collections that stall the event loop. bench/heartbeats.ts, two replicas,
- * 5,000 agents, 2026-12-01: ack p99 368 -> 143 ms, the longest server stall 103 -> 60 ms, server
- * RSS +22 MiB, per-agent memory unchanged.
+ * 5,000 agents, 2026-12-01, 3 interleaved runs each (16 vs 32 MiB): ack p99 267/432/316 vs
+ * 188/69/399 ms, longest server stall 136/164/94 vs 115/58/99 ms, RSS per agent 75-79 vs
+ * 86-94 KiB. Better medians inside a wide spread, at a memory cost: kept, to be re-measured.
  */
 export const serverNodeFlags = ["--max-semi-space-size=32"];
