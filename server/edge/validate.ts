@@ -25,7 +25,7 @@ import { defaultRules, fieldRules, type FieldRule } from "./field-rules.js";
 const maxInt64 = 2n ** 63n - 1n;
 const maxInt32 = 2 ** 31 - 1;
 /** 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z, the range google.protobuf.Timestamp allows. */
-const timestampSeconds = [-62_135_596_800n, 253_402_300_799n] as const;
+export const timestampSeconds = [-62_135_596_800n, 253_402_300_799n] as const;
 /** About 10,000 years, the range google.protobuf.Duration allows. */
 const durationSeconds = 315_576_000_000n;
 

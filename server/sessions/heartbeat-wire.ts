@@ -14,12 +14,15 @@
 //   HeartbeatResponse{ server_time = 3 (Timestamp) }
 //   Timestamp        { seconds = 1 (varint); nanos = 2 (varint) }
 
+import { defaultRules, fieldRules } from "../edge/field-rules.js";
+import { timestampSeconds } from "../edge/validate.js";
+
 /** Tags (field number << 3 | wire type) of the fields read and written here. */
 const tag = { varint1: 0x08, varint2: 0x10, bytes1: 0x0a, bytes2: 0x12, bytes3: 0x1a } as const;
 
-/** The edge check's bound on agent_version (field-rules.ts), and the timestamp range it allows. */
-const maxAgentVersionBytes = 64;
-const maxTimestampSeconds = 253_402_300_799;
+/** The edge check's own bounds on agent_version and on a timestamp, so the two cannot drift apart. */
+const maxAgentVersionBytes = fieldRules["modelforge.agent.v1.HeartbeatRequest.agent_version"]?.maxBytes ?? defaultRules.string.maxBytes;
+const maxTimestampSeconds = Number(timestampSeconds[1]);
 const maxNanos = 999_999_999;
 
 /**
