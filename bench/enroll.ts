@@ -162,6 +162,9 @@ try {
       rate: (latencies.length / wallMs) * 1000,
       latency: summarize(latencies),
       serverCpuMsPerOp: serverCpuMs / Math.max(1, latencies.length),
+      // The kernel's share: TLS records, loopback TCP to the database (its receive path runs in
+      // the sender's system call) and the log's writes.
+      serverSysMsPerOp: (after.cpu.system - before.cpu.system) / 1000 / Math.max(1, latencies.length),
       serverCores: coresUsed(before.cpu, after.cpu, after.at - before.at),
       elu: after.elu,
       loopDelayP99: after.loopDelayMs.p99,
@@ -184,10 +187,12 @@ try {
     for (const [m, n] of enroll.failures) console.log(`  failure x${n}: ${m}`);
     console.log(
       `run ${r + 1}: ${enroll.ok} enrollments (${[...enroll.failures.values()].reduce((a, b) => a + b, 0)} failed), ${enroll.rate.toFixed(0)}/s, ` +
-        `p50 ${ms(enroll.latency.p50)} ms, p99 ${ms(enroll.latency.p99)} ms; server ${enroll.serverCpuMsPerOp.toFixed(2)} ms CPU each, ` +
+        `p50 ${ms(enroll.latency.p50)} ms, p99 ${ms(enroll.latency.p99)} ms; server ${enroll.serverCpuMsPerOp.toFixed(2)} ms CPU each ` +
+        `(${enroll.serverSysMsPerOp.toFixed(2)} in the kernel), ` +
         `${enroll.serverCores.toFixed(2)} cores, event loop ${(enroll.elu * 100).toFixed(0)}% busy (loop delay p99 ${ms(enroll.loopDelayP99)} ms); ` +
         `client ${enroll.clientCores.toFixed(2)} cores; machine ${enroll.machineCores.toFixed(2)} of ${cpus().length}; ` +
-        `floor: GetServerInfo ${floor.rate.toFixed(0)}/s at ${floor.serverCpuMsPerOp.toFixed(2)} ms server CPU each, ` +
+        `floor: GetServerInfo ${floor.rate.toFixed(0)}/s at ${floor.serverCpuMsPerOp.toFixed(2)} ms server CPU each ` +
+        `(${floor.serverSysMsPerOp.toFixed(2)} kernel), ` +
         `Prisma round trip ${roundTripMs.toFixed(2)} ms; load average ${enroll.load.toFixed(1)}`,
     );
   }

@@ -1,6 +1,7 @@
 // A sampling CPU profile of the current process through node:inspector, started and stopped on
 // demand (so only the interesting window is profiled), and a plain-text summary of where the time
 // went: by package or module, by function (self time), and inclusive time under chosen functions.
+import { writeFileSync } from "node:fs";
 import { Session } from "node:inspector/promises";
 
 interface CallFrame {
@@ -37,6 +38,10 @@ export async function stopProfile(): Promise<CpuProfile> {
   const { profile } = (await session.post("Profiler.stop")) as unknown as { profile: CpuProfile };
   session.disconnect();
   session = undefined;
+  // PROFILE_OUT=<prefix> keeps the raw profile too, for callers' chains and flame graphs (Chrome
+  // DevTools, speedscope), which the summary below cannot show.
+  const out = process.env.PROFILE_OUT;
+  if (out !== undefined && out !== "") writeFileSync(`${out}.${process.pid}.cpuprofile`, JSON.stringify(profile));
   return profile;
 }
 
