@@ -23,11 +23,14 @@ type NodeResponse = http2.Http2ServerResponse | ServerResponse;
 
 /**
  * For every Connect adapter: the adapter's own limit on a message, as a backstop to the edge's
- * per-method ones (it also bounds what a compressed message may inflate to), and unknown fields
- * skipped rather than kept, so a body of them costs no objects.
+ * per-method ones (it also bounds what a compressed message may inflate to), unknown fields
+ * skipped rather than kept, so a body of them costs no objects, and no compression of answers
+ * under 16 KiB: Connect's default (1 KiB) gzipped every enrollment's certificate, a fresh zlib
+ * stream and 0.1-0.4 ms of CPU per call to save about a fifth of 2 KiB.
  */
 export const edgeAdapterOptions = {
   readMaxBytes: largestRequestBytes,
+  compressMinBytes: 16 * 1024,
   binaryOptions: { readUnknownFields: false },
 } satisfies Partial<ConnectRouterOptions>;
 
