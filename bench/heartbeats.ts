@@ -52,8 +52,10 @@ const RAMP = Math.max(1, numParam("RAMP", 250));
 const SETTLE = numParam("SETTLE", 5);
 // "1" or "steady": CPU profile of the steady window; "agents": of the first load-generator
 // worker (the agents' own loop) in the steady window; "ramp": of the ramp; "opens": of replica 0
-// during the first round of resumed session opens; "alloc": allocations (sampled, garbage
-// included) in the steady window.
+// during the first round of resumed session opens; "restart": of replica 0 from ready until all
+// are back after the first restart; "restart-agents": of the first load-generator worker from
+// that stop until all are back; "alloc": allocations (sampled, garbage included) in the steady
+// window. PROFILE_OUT=<prefix> also writes the raw profile (bench/support/profile.ts).
 const PROFILE = param("PROFILE", "0");
 const NODELAY = param("NODELAY", "0") === "1";
 const CLIENT = param("CLIENT", "raw");
@@ -534,6 +536,8 @@ try {
   for (let r = 1; r <= RESTARTS; r++) {
     const mode = RESTART_MODE === "alternate" ? (r % 2 === 1 ? "graceful" : "kill") : RESTART_MODE;
     const before = await sumCounts(workers);
+    const profiledAgents = PROFILE === "restart-agents" && r === 1;
+    if (profiledAgents) await workers[0]!.call("profileStart", { intervalUs: 1000 });
     const stopAt = performance.now();
     await Promise.all(
       replicas.map(async (replica) => {
@@ -545,16 +549,21 @@ try {
     replicas = await startReplicas(urls.map((u) => Number(new URL(u).port)));
     server = replicas[0]!;
     const readyAt = performance.now();
+    const profiledRestart = PROFILE === "restart" && r === 1;
+    if (profiledRestart) await server.call("profileStart", { intervalUs: 1000 });
     let previous = await stats();
     const cpuFrom = previous;
     // Targets: all back within 20 s (graceful) or 30 s (kill) of ready; looked at for 60 s more.
     const deadline = readyAt + 90_000;
     const marks = new Map<number, number>();
+    // Agents back at each whole second after ready: where the time goes (a slow start, a tail).
+    const bySecond: number[] = [];
     let now = await sumCounts(workers);
     while (now.connected < AGENTS && performance.now() < deadline) {
       await sleep(500);
       now = await sumCounts(workers);
       const afterReady = (performance.now() - readyAt) / 1000;
+      bySecond[Math.floor(afterReady)] = now.connected;
       for (const f of [0.5, 0.9, 0.99]) if (!marks.has(f) && now.connected >= f * AGENTS) marks.set(f, afterReady);
       if (Math.round(afterReady * 2) % 10 === 0) {
         const st = await stats();
@@ -566,6 +575,16 @@ try {
       }
     }
     const backS = now.connected >= AGENTS ? (performance.now() - readyAt) / 1000 : null;
+    if (profiledAgents)
+      printProfile(
+        "load generator CPU profile (worker 0), from the stop until all are back",
+        await workers[0]!.call<ProfileSummary>("profileStop", { inclusive }),
+      );
+    if (profiledRestart)
+      printProfile(
+        "server CPU profile (replica 0), from ready until all are back",
+        await server.call<ProfileSummary>("profileStop", { inclusive }),
+      );
     const st = await stats();
     const cores = coresUsed(cpuFrom.cpu, st.cpu, st.at - cpuFrom.at);
     const readyS = (readyAt - stopAt) / 1000;
@@ -581,6 +600,7 @@ try {
         `all at ${backS?.toFixed(1) ?? "NOT within 90"} s after ready); ${AGENTS - now.connected} left behind, ${now.failed} gave up, ` +
         `${now.retries - before.retries} failed attempts; server ${cores.toFixed(2)} cores meanwhile; load average ${loadavg()[0]!.toFixed(1)}${failureText(delta)}`,
     );
+    console.log(`  back by second after ready: ${Array.from(bySecond, (n, i) => `${i}:${n ?? "-"}`).join(" ")}`);
   }
   if (recoveries.length > 0) {
     const limit = (m: string) => (m === "kill" ? 30 : 20);
