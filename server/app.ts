@@ -50,7 +50,7 @@ import { deploymentRoutes } from "./deployments/routes.js";
 import { reconcileLiveness } from "./liveness/reconciler.js";
 import { revokedSessionSweeper } from "./sessions/revocation.js";
 import { every } from "./loop.js";
-import { http2ServerTuning, sessionOpenTuning } from "./tuning.js";
+import { http2ServerTuning, listenBacklog, sessionOpenTuning } from "./tuning.js";
 import { Admission } from "./sessions/admission.js";
 import { loadConsole } from "./ui/static.js";
 import { ServerMetrics } from "./observability/metrics.js";
@@ -185,7 +185,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(config.port, config.listenAddress, () => {
+    server.listen({ port: config.port, host: config.listenAddress, backlog: listenBacklog }, () => {
       server.off("error", reject);
       resolve();
     });
