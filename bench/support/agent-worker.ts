@@ -11,7 +11,6 @@
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { pino } from "pino";
@@ -57,11 +56,12 @@ const failures = new Map<string, number>();
 const loopDelay = monitorEventLoopDelay({ resolution: 5 });
 let cpuAtMeasure = process.cpuUsage();
 let measureStartedAt = 0;
-const stop = new AbortController();
-setMaxListeners(0, stop.signal); // one listener per agent's session
 const quiet = pino({ level: "silent" });
 const dir = mkdtempSync(join(tmpdir(), "mf-bench-agents-"));
-const agents: { statePath: string; connected: boolean; running?: Promise<void> }[] = [];
+// Each agent has its own stop signal, as a real agent process does: the agent's loop adds and
+// removes a listener on it per session and per backoff sleep, and Node's EventTarget scans its
+// listeners on every add, so one signal shared by thousands of agents made each reconnect O(n).
+const agents: { statePath: string; connected: boolean; stop: AbortController; running?: Promise<void> }[] = [];
 let started = 0;
 
 function failureKey(err: ConnectError): string {
@@ -73,7 +73,7 @@ function startAgent(a: (typeof agents)[number]): void {
   a.running = runAgent({
     statePath: a.statePath,
     log: quiet,
-    signal: stop.signal,
+    signal: a.stop.signal,
     reporters: null,
     ...(setup.replyTimeoutMs !== undefined ? { replyTimeoutMs: setup.replyTimeoutMs } : {}),
     connect: setup.client === "raw" ? rawConnection : (s) => nodeConnection(s),
@@ -85,7 +85,7 @@ function startAgent(a: (typeof agents)[number]): void {
       ended(err, opened) {
         if (a.connected) counts.connected--;
         a.connected = false;
-        if (stop.signal.aborted) return;
+        if (a.stop.signal.aborted) return;
         if (err === undefined) {
           if (opened) counts.ended++;
           return;
@@ -284,7 +284,7 @@ serve({
         caFingerprint: "bench",
         sequences: { inventory: "0", telemetry: "0" },
       });
-      agents.push({ statePath, connected: false });
+      agents.push({ statePath, connected: false, stop: new AbortController() });
     }
     return agents.length;
   },
@@ -342,7 +342,7 @@ serve({
 
   /** Stops every agent (its loop ends its stream), then gives up waiting. */
   async close({ waitMs = 10_000 }: { waitMs?: number }) {
-    stop.abort();
+    for (const a of agents) a.stop.abort();
     await Promise.race([Promise.allSettled(agents.map((a) => a.running)), new Promise((r) => setTimeout(r, waitMs))]);
     rmSync(dir, { recursive: true, force: true });
     setTimeout(() => process.exit(0), 100);
