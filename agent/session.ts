@@ -191,6 +191,8 @@ async function runSession(store: StateStore, opts: RunOptions, established: () =
   const abort = new AbortController();
   const onStop = () => abort.abort();
   opts.signal.addEventListener("abort", onStop, { once: true });
+  // A stop that came while the loop read the state file has already fired: no listener sees it.
+  if (opts.signal.aborted) onStop();
   const replyTimeoutMs = opts.replyTimeoutMs ?? 30_000;
   // Ends the session when `what` has not arrived in time; the caller clears it when it does.
   const deadline = (what: string) =>

@@ -132,3 +132,17 @@ describe("agent reply deadline", () => {
     }
   });
 });
+
+describe("agent stop", () => {
+  // The stop can land while the loop reads its state file between sessions (the loop checked the
+  // signal just before): the session then opening must end at once, not run on with heartbeats.
+  it("ends when stopped while it reads its state before a session", async () => {
+    const node = await enrollTestNode(ts, "stopped-between-sessions");
+    const stop = new AbortController();
+    const running = runAgent({ statePath: node.statePath, log: pino({ level: "silent" }), signal: stop.signal });
+    stop.abort(); // runAgent is now awaiting readState
+    const ended = await Promise.race([running.then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 10_000))]);
+    expect(ended).toBe(true);
+    expect(ts.server.sessionsConnected(node.nodeId)).toBe(false);
+  });
+});
