@@ -232,6 +232,7 @@ export class ControlPlaneSource implements ArtifactSource {
     const stop = new AbortController();
     const onAbort = () => stop.abort(req.signal.reason);
     req.signal.addEventListener("abort", onAbort, { once: true });
+    if (req.signal.aborted) onAbort(); // aborted while the client was being made
     const stream = client.downloadArtifactFile(
       { repository: req.repository, commit: req.commit, path: req.path, offset: BigInt(req.offset) },
       { signal: stop.signal },

@@ -51,6 +51,7 @@ export class LogWatches {
     });
     const onAbort = () => batches.end();
     signal.addEventListener("abort", onAbort, { once: true });
+    if (signal.aborted) onAbort(); // the caller left before the watch was registered
     try {
       yield* batches;
     } finally {
