@@ -7,6 +7,7 @@ import { gunzipSync } from "node:zlib";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { RegisterNodeRequestSchema, RegisterNodeResponseSchema } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { frame } from "../server/sessions/session-grpc.js";
 import { connect } from "./support/raw-call.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 
@@ -25,8 +26,6 @@ afterAll(async () => {
 async function register(name: string, count: number): Promise<{ compressed: boolean; bytes: number }> {
   const labels = Object.fromEntries(Array.from({ length: count }, (_, i) => [`k${i}`, "v".repeat(250)]));
   const message = toBinary(RegisterNodeRequestSchema, create(RegisterNodeRequestSchema, { name, labels }));
-  const envelope = Buffer.alloc(5);
-  envelope.writeUInt32BE(message.length, 1);
   const req = session.request({
     ":method": "POST",
     ":path": "/modelforge.admin.v1.AdminService/RegisterNode",
@@ -35,7 +34,7 @@ async function register(name: string, count: number): Promise<{ compressed: bool
     "grpc-accept-encoding": "gzip",
     "x-modelforge-admin-token": testAdminKey,
   });
-  req.end(Buffer.concat([envelope, message]));
+  req.end(frame(message));
   const chunks: Buffer[] = [];
   for await (const chunk of req) chunks.push(chunk as Buffer);
   const body = Buffer.concat(chunks);
