@@ -1,7 +1,6 @@
 // The agent's main loop: keep one Session open, say Hello, then heartbeat, report inventory and
 // telemetry at the cadence the server sets, follow instructions, and reconnect after any failure
 // with exponential backoff and jitter, always on the identity persisted in the state file.
-import { X509Certificate } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { durationMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
@@ -24,6 +23,7 @@ import { readState, StateStore, StateError, type AgentState } from "./state.js";
 import { nodeConnection, type NodeConnection } from "./transport.js";
 import { agentVersion, protocolVersion } from "./version.js";
 import { backoffDelay, renewalDue, retryAfterDelay } from "./rules.js";
+import { validityReader, type Validity } from "./pki/validity.js";
 import { checkIssued } from "./enroll.js";
 import { systemClock, type Clock } from "../common/clock.js";
 import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
@@ -113,6 +113,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
   let attempt = 0;
   const refusals = new CredentialRefusals();
   const versionRefusals = new VersionRefusals();
+  const validity = validityReader();
   while (!signal.aborted) {
     let hinted: number | undefined;
     // Re-read each time: `agent enroll --force` may have replaced the identity meanwhile.
@@ -128,7 +129,7 @@ export async function runAgent(opts: RunOptions): Promise<void> {
       versionRefusals.accepted();
     };
     try {
-      await runSession(store, opts, established);
+      await runSession(store, opts, established, validity);
       opts.observer?.ended?.(undefined, opened.value);
       attempt = 0;
       if (!signal.aborted) opts.metrics?.reconnecting("ended");
@@ -183,7 +184,12 @@ export async function runAgent(opts: RunOptions): Promise<void> {
  * half-open connection, is given up on), every heartbeat's answer, and credential renewal. It
  * throws why it ended, and always closes its connection.
  */
-async function runSession(store: StateStore, opts: RunOptions, established: () => void): Promise<void> {
+async function runSession(
+  store: StateStore,
+  opts: RunOptions,
+  established: () => void,
+  validity: (certPem: string) => Validity,
+): Promise<void> {
   const { log } = opts;
   const clock = opts.clock ?? systemClock;
   const now = () => clock.now();
@@ -297,16 +303,10 @@ async function runSession(store: StateStore, opts: RunOptions, established: () =
       renewing = undefined;
       log.warn({ code: codeName(ConnectError.from(err).code), method: "RenewCredential" }, "renewal failed");
     }));
-  // Checked with every heartbeat; parsing the certificate each time cost more than the heartbeat.
-  let validity: { certPem: string; from: number; to: number } | undefined;
   const checkRenewal = () => {
-    const certPem = store.current.certPem;
-    if (validity?.certPem !== certPem) {
-      const cert = new X509Certificate(certPem);
-      validity = { certPem, from: Date.parse(cert.validFrom), to: Date.parse(cert.validTo) };
-    }
+    const { from, to } = validity(store.current.certPem);
     const fraction = config?.renewRemainingFraction || defaults.renewFraction;
-    if (renewalDue(validity.from, validity.to, now(), fraction)) void renew("certificate nearing expiry");
+    if (renewalDue(from, to, now(), fraction)) void renew("certificate nearing expiry");
   };
   const follow = (instructions: Instruction[]) => {
     for (const i of instructions) if (i.kind.case === "renewCredential") void renew(i.kind.value.reason);

@@ -274,6 +274,35 @@ describe("renewal and rotation keep the node id and one active credential", () =
     expect(await activeCredentials(node.nodeId)).toBe(1);
   });
 
+  it("a running agent renews by itself when its certificate nears expiry, once per certificate", async () => {
+    // 20 s certificates (valid from a minute back, for clock skew: 80 s in all), renewed when 18 %
+    // of that is left: about 5.6 s after each is issued, with 14 s to spare before it expires.
+    const own = await startTestServer({
+      MODELFORGE_CREDENTIAL_TTL: "20s",
+      MODELFORGE_RENEW_REMAINING_FRACTION: "0.18",
+      MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
+    });
+    const node = await enrollTestNode(own, "expiring");
+    const first = (await node.state()).certPem;
+    const stop = new AbortController();
+    const running = runAgent({ statePath: node.statePath, log: pino({ level: "silent" }), signal: stop.signal, backoffBaseMs: 50 });
+    try {
+      await eventually(async () => (await node.state()).certPem !== first, 30_000, "renewed certificate");
+      const renewed = (await node.state()).certPem;
+      await eventually(() => own.server.sessionsConnected(node.nodeId), 10_000, "session on the renewed certificate");
+      // The renewed certificate is not due for seconds: the agent judges it by its own dates, not the first one's.
+      const renewals = await own.server.db.prisma.nodeCredential.count({ where: { nodeId: node.nodeId } });
+      expect(renewals).toBe(2);
+      await eventually(async () => (await node.state()).certPem !== renewed, 30_000, "second renewal");
+      expect((await node.state()).nodeId).toBe(node.nodeId);
+      expect(await own.server.db.prisma.nodeCredential.count({ where: { nodeId: node.nodeId, revokedAt: null } })).toBe(1);
+    } finally {
+      stop.abort();
+      await running;
+      await own.stop();
+    }
+  });
+
   it("a running agent renews on the operator's rotation and carries on, same node id", async () => {
     const node = await enrollTestNode(ts, "rotated");
     const stop = new AbortController();

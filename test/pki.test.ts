@@ -7,6 +7,7 @@ import tls from "node:tls";
 import forge from "node-forge";
 import { afterAll, describe, expect, it } from "vitest";
 import { buildCsrPem, generateNodeKeyAndCsr } from "../agent/pki/keys.js";
+import { validityReader } from "../agent/pki/validity.js";
 import { canonicalSerial, CsrError, fingerprintOfPem, loadOrCreateCa, nodeIdFromCertificate, type Ca } from "../server/identity/pki/ca.js";
 
 const DAY = 24 * 60 * 60 * 1000;
@@ -334,6 +335,26 @@ describe("identity helpers", () => {
       nodeIdFromCertificate({ subjectaltname: `URI:urn:modelforge:node:${id}, URI:urn:modelforge:node:${randomUUID()}` }),
     ).toBeUndefined();
     expect(nodeIdFromCertificate({})).toBeUndefined();
+  });
+});
+
+describe("agent's certificate validity", () => {
+  it("reads each certificate's own validity, also after the certificate changes", async () => {
+    const ca = await loadOrCreateCa(freshDir(), { commonName: "Validity CA" });
+    const { csrPem } = generateNodeKeyAndCsr();
+    const now = new Date();
+    const first = await ca.issueNodeCertificate(csrPem, randomUUID(), { validityMs: DAY, now });
+    const renewed = await ca.issueNodeCertificate(csrPem, randomUUID(), { validityMs: 30 * DAY, now: new Date(now.getTime() + DAY) });
+    const validity = validityReader();
+    const expected = (c: typeof first) => ({ from: c.notBefore.getTime(), to: c.notAfter.getTime() });
+    for (const [cert, issued] of [
+      [first.certPem, first],
+      [first.certPem, first],
+      [renewed.certPem, renewed],
+      [first.certPem, first],
+    ] as const) {
+      expect(validity(cert)).toEqual(expected(issued));
+    }
   });
 });
 
