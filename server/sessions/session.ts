@@ -74,7 +74,7 @@ export interface SessionDeps {
   jobs: JobDispatch;
   /** Told what deployment runtimes a node holds when its session opens. */
   deployments?: { held(nodeId: string, held: HeldDeployment[]): void };
-  /** Aborted when shutdown begins: open sessions end with unavailable. */
+  /** Aborted when shutdown begins; the server then ends every attached session (server/app.ts). */
   shutdown: AbortSignal;
   /** Hears of database connectivity failures (logged once per outage, answered unavailable). */
   outage?: OutageSink;
@@ -167,7 +167,6 @@ export class AgentSession implements LiveSession {
   private backlog: SessionRequest[] | undefined;
   private busy = false;
   private inputEnded = false;
-  private readonly onShutdown = () => this.close(new ConnectError("server shutting down", Code.Unavailable));
 
   constructor(
     private readonly deps: SessionDeps,
@@ -228,7 +227,6 @@ export class AgentSession implements LiveSession {
     if (wasOpen) {
       this.deps.sessions.detach(this);
       if (!this.deps.shutdown.aborted) this.deps.heartbeats.release(this.nodeId);
-      this.deps.shutdown.removeEventListener("abort", this.onShutdown);
       this.deps.relay?.sessionClosed(this);
       this.caller.log.info({ nodeId: this.nodeId }, "session closed");
     }
@@ -333,8 +331,8 @@ export class AgentSession implements LiveSession {
     if (this.closed) return;
     this.deps.heartbeats.record(node.id, this.deps.clock.now());
     this.phase = "open";
-    this.deps.shutdown.addEventListener("abort", this.onShutdown, { once: true });
-    if (this.deps.shutdown.aborted) return this.onShutdown();
+    // Sessions attached before shutdown are ended by it (server/app.ts); this one came too late.
+    if (this.deps.shutdown.aborted) return this.close(new ConnectError("server shutting down", Code.Unavailable));
     this.deps.sessions.attach(this);
     this.deps.metrics?.opened();
     this.caller.log.info(
