@@ -101,6 +101,13 @@ interface Liveness {
   newest: number | null;
 }
 interface Counts {
+  /** Agents not connected, by where their attempt stands (the rest sleep in backoff). */
+  dialing: number;
+  tcp: number;
+  tls: number;
+  /** TLS handshakes so far, resumed and full. */
+  resumed: number;
+  full: number;
   sent: number;
   acked: number;
   refused: number;
@@ -110,6 +117,21 @@ interface Counts {
   retries: number;
   failures: Record<string, number>;
 }
+
+const counted = [
+  "dialing",
+  "tcp",
+  "tls",
+  "resumed",
+  "full",
+  "sent",
+  "acked",
+  "refused",
+  "connected",
+  "failed",
+  "ended",
+  "retries",
+] as const;
 interface WorkerReport extends Counts {
   wallMs: number;
   latencies: Float64Array;
@@ -558,12 +580,15 @@ try {
     const marks = new Map<number, number>();
     // Agents back at each whole second after ready: where the time goes (a slow start, a tail).
     const bySecond: number[] = [];
+    // And where the others stood then: dialing / TCP up / TLS up without an answer.
+    const phasesBySecond: string[] = [];
     let now = await sumCounts(workers);
     while (now.connected < AGENTS && performance.now() < deadline) {
       await sleep(500);
       now = await sumCounts(workers);
       const afterReady = (performance.now() - readyAt) / 1000;
       bySecond[Math.floor(afterReady)] = now.connected;
+      phasesBySecond[Math.floor(afterReady)] = `${now.dialing}/${now.tcp}/${now.tls}`;
       for (const f of [0.5, 0.9, 0.99]) if (!marks.has(f) && now.connected >= f * AGENTS) marks.set(f, afterReady);
       if (Math.round(afterReady * 2) % 10 === 0) {
         const st = await stats();
@@ -598,9 +623,10 @@ try {
       `restart ${r} (${mode}): new server ready ${readyS.toFixed(1)} s after the stop; ${now.connected} of ${AGENTS} agents back ` +
         `(50% at ${marks.get(0.5)?.toFixed(1) ?? "-"} s, 90% at ${marks.get(0.9)?.toFixed(1) ?? "-"} s, 99% at ${marks.get(0.99)?.toFixed(1) ?? "-"} s, ` +
         `all at ${backS?.toFixed(1) ?? "NOT within 90"} s after ready); ${AGENTS - now.connected} left behind, ${now.failed} gave up, ` +
-        `${now.retries - before.retries} failed attempts; server ${cores.toFixed(2)} cores meanwhile; load average ${loadavg()[0]!.toFixed(1)}${failureText(delta)}`,
+        `${now.retries - before.retries} failed attempts, TLS handshakes ${now.resumed - before.resumed} resumed / ${now.full - before.full} full; server ${cores.toFixed(2)} cores meanwhile; load average ${loadavg()[0]!.toFixed(1)}${failureText(delta)}`,
     );
     console.log(`  back by second after ready: ${Array.from(bySecond, (n, i) => `${i}:${n ?? "-"}`).join(" ")}`);
+    console.log(`  dialing/TCP up/TLS up unanswered: ${Array.from(phasesBySecond, (p, i) => `${i}:${p ?? "-"}`).join(" ")}`);
   }
   if (recoveries.length > 0) {
     const limit = (m: string) => (m === "kill" ? 30 : 20);
@@ -662,9 +688,9 @@ function scrapeEvery(url: string, everyMs: number) {
 
 async function sumCounts(workers: Rpc[]): Promise<Counts> {
   const all = await Promise.all(workers.map((w) => w.call<Counts>("counts")));
-  const sum: Counts = { sent: 0, acked: 0, refused: 0, connected: 0, failed: 0, ended: 0, retries: 0, failures: {} };
+  const sum = { ...Object.fromEntries(counted.map((k) => [k, 0])), failures: {} } as Counts;
   for (const c of all) {
-    for (const k of ["sent", "acked", "refused", "connected", "failed", "ended", "retries"] as const) sum[k] += c[k];
+    for (const k of counted) sum[k] += c[k];
     for (const [f, n] of Object.entries(c.failures)) sum.failures[f] = (sum.failures[f] ?? 0) + n;
   }
   return sum;

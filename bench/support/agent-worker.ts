@@ -51,6 +51,12 @@ let setup: Setup;
 let measuring = false;
 let latencies: number[] = [];
 const counts = { sent: 0, acked: 0, refused: 0, connected: 0, failed: 0, ended: 0, retries: 0 };
+// Where the agents that are not connected stand: sleeping in backoff (the rest), dialing (no TCP
+// yet), TCP up without TLS, TLS up without an answer (Welcome or refusal; Hello is queued on the
+// stream before TLS is up and sent with it). A slow start after a restart shows in one of them.
+const phases = { dialing: 0, tcp: 0, tls: 0 };
+/** TLS handshakes that resumed the session the agent last had, and full ones (a signature each side). */
+const handshakes = { resumed: 0, full: 0 };
 let windowCounts = { sent: 0, acked: 0, refused: 0 };
 const failures = new Map<string, number>();
 const loopDelay = monitorEventLoopDelay({ resolution: 5 });
@@ -132,8 +138,25 @@ function contextOf(certPem: string): tls.SecureContext {
 
 /** node:http2 with gRPC framing by hand, [0][uint32 length][protobuf], under the agent's loop. */
 function rawConnection(state: AgentState): NodeConnection {
+  const dial = resumingTls({ secureContext: contextOf(state.certPem), ...(setup.noDelay ? { noDelay: true } : {}) }, state.certPem);
+  let phase: keyof typeof phases | undefined;
+  const enter = (next: keyof typeof phases | undefined) => {
+    if (phase !== undefined) phases[phase]--;
+    if (next !== undefined) phases[next]++;
+    phase = next;
+  };
   const conn = http2.connect(state.serverUrl, {
-    createConnection: resumingTls({ secureContext: contextOf(state.certPem), ...(setup.noDelay ? { noDelay: true } : {}) }, state.certPem),
+    createConnection: (authority: URL) => {
+      const socket = dial(authority);
+      enter("dialing");
+      socket.once("connect", () => enter("tcp"));
+      socket.once("secureConnect", () => {
+        enter("tls");
+        handshakes[socket.isSessionReused() ? "resumed" : "full"]++;
+      });
+      socket.once("close", () => enter(undefined));
+      return socket;
+    },
   });
   const out = new AsyncQueue<SessionResponse>();
   conn.on("error", (err) => out.fail(new ConnectError(err.message, Code.Unavailable)));
@@ -158,6 +181,7 @@ function rawConnection(state: AgentState): NodeConnection {
       };
       let http = 0;
       stream.on("response", (h) => {
+        enter(undefined);
         http = h[":status"] ?? 0;
         // Not gRPC (a server still starting answers 503 with JSON): unavailable, body unread.
         if (http !== 200) {
@@ -306,7 +330,7 @@ serve({
     return n;
   },
 
-  counts: () => ({ ...counts, failures: Object.fromEntries(failures) }),
+  counts: () => ({ ...counts, ...phases, ...handshakes, failures: Object.fromEntries(failures) }),
 
   // PROFILE=agents: where the agents' own loop spends the load generator's CPU.
   profileStart: ({ intervalUs }: { intervalUs?: number }) => startProfile(intervalUs),
