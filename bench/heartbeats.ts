@@ -41,6 +41,7 @@ import { forkTs, Rpc } from "./support/ipc.js";
 import { serverNodeFlags } from "../server/tuning.js";
 import { printAllocations, printProfile, type AllocationSummary, type ProfileSummary } from "./support/profile.js";
 import { heapDiff, type HeapSummary } from "./support/heap.js";
+import type { Second } from "./support/timeline.js";
 import { freePort } from "../test/support/ports.js";
 import { coresUsed, kib, machineCores, machineCpu, mib, ms, numParam, param, sleep, summarize } from "./support/stats.js";
 
@@ -571,6 +572,7 @@ try {
     replicas = await startReplicas(urls.map((u) => Number(new URL(u).port)));
     server = replicas[0]!;
     const readyAt = performance.now();
+    const readyWall = Date.now();
     const profiledRestart = PROFILE === "restart" && r === 1;
     if (profiledRestart) await server.call("profileStart", { intervalUs: 1000 });
     let previous = await stats();
@@ -627,6 +629,14 @@ try {
     );
     console.log(`  back by second after ready: ${Array.from(bySecond, (n, i) => `${i}:${n ?? "-"}`).join(" ")}`);
     console.log(`  dialing/TCP up/TLS up unanswered: ${Array.from(phasesBySecond, (p, i) => `${i}:${p ?? "-"}`).join(" ")}`);
+    // Recorded in each process, so the seconds in which a saturated one answers IPC late are there too.
+    for (const [who, group] of [
+      ["servers", replicas],
+      ["load generator", workers],
+    ] as const) {
+      const per = await Promise.all(group.map((p) => p.call<Second[]>("seconds", { fromMs: readyWall })));
+      console.log(`  ${who}, CPU cores (busiest event loop %) by second after ready: ${bySecondOf(per, readyWall)}`);
+    }
   }
   if (recoveries.length > 0) {
     const limit = (m: string) => (m === "kill" ? 30 : 20);
@@ -694,6 +704,19 @@ async function sumCounts(workers: Rpc[]): Promise<Counts> {
     for (const [f, n] of Object.entries(c.failures)) sum.failures[f] = (sum.failures[f] ?? 0) + n;
   }
   return sum;
+}
+
+/** Processes' seconds (./support/timeline.ts) summed by second after `fromMs`: "i:cores(busy%)". */
+function bySecondOf(processes: Second[][], fromMs: number): string {
+  const cores: number[] = [];
+  const busy: number[] = [];
+  for (const seconds of processes)
+    for (const s of seconds) {
+      const i = Math.floor((s.at - fromMs) / 1000);
+      cores[i] = (cores[i] ?? 0) + s.cores;
+      busy[i] = Math.max(busy[i] ?? 0, s.busy);
+    }
+  return Array.from(cores, (c, i) => (c === undefined ? `${i}:-` : `${i}:${c.toFixed(2)}(${Math.round(busy[i]! * 100)})`)).join(" ");
 }
 
 function failureText(f: Record<string, number>): string {

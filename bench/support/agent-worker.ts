@@ -31,6 +31,7 @@ import { emit, serve } from "./ipc.js";
 import tls from "node:tls";
 import { FrameReader, frame } from "../../server/sessions/session-grpc.js";
 import { startProfile, stopProfile, summarizeProfile } from "./profile.js";
+import { recordSeconds } from "./timeline.js";
 
 interface Setup {
   /** The replicas' URLs; this worker's agents are dealt among them round-robin. */
@@ -60,6 +61,7 @@ const handshakes = { resumed: 0, full: 0 };
 let windowCounts = { sent: 0, acked: 0, refused: 0 };
 const failures = new Map<string, number>();
 const loopDelay = monitorEventLoopDelay({ resolution: 5 });
+const seconds = recordSeconds();
 let cpuAtMeasure = process.cpuUsage();
 let measureStartedAt = 0;
 const quiet = pino({ level: "silent" });
@@ -329,6 +331,9 @@ serve({
     started = end;
     return n;
   },
+
+  /** This process by second since `fromMs` (./timeline.ts). */
+  seconds: ({ fromMs }: { fromMs: number }) => seconds.since(fromMs),
 
   counts: () => ({ ...counts, ...phases, ...handshakes, failures: Object.fromEntries(failures) }),
 

@@ -14,6 +14,7 @@ import { emit, serve } from "./ipc.js";
 import { procStatus } from "./stats.js";
 import { startAllocationProfile, startProfile, stopAllocationProfile, stopProfile, summarizeProfile } from "./profile.js";
 import { heapSummary } from "./heap.js";
+import { recordSeconds } from "./timeline.js";
 import { SessionRegistry } from "../../server/sessions/registry.js";
 import { HeartbeatBook } from "../../server/liveness/heartbeats.js";
 import { LivenessTracker } from "../../server/liveness/tracker.js";
@@ -45,6 +46,7 @@ const server = await startServer(config, log);
 const prisma = server.db.prisma;
 const loopDelay = monitorEventLoopDelay({ resolution: 5 });
 loopDelay.enable();
+const seconds = recordSeconds();
 let elu = performance.eventLoopUtilization();
 const gc = (globalThis as { gc?: () => void }).gc;
 let provisioned: string[] = [];
@@ -207,6 +209,9 @@ serve({
   },
 
   heapSummary: () => heapSummary(),
+
+  /** This process by second since `fromMs` (./timeline.ts). */
+  seconds: ({ fromMs }: { fromMs: number }) => seconds.since(fromMs),
 
   allocStart: ({ intervalBytes }: { intervalBytes?: number }) => startAllocationProfile(intervalBytes),
   allocStop: ({ inclusive }: { inclusive?: string[] }) => stopAllocationProfile(inclusive),
