@@ -26,6 +26,7 @@ import { backoffDelay, renewalDue, retryAfterDelay } from "./rules.js";
 import { validityReader, type Validity } from "./pki/validity.js";
 import { checkIssued } from "./enroll.js";
 import { systemClock, type Clock } from "../common/clock.js";
+import { onAbort } from "../common/abort.js";
 import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
 import type { SessionDeployments } from "./deployments/session-hook.js";
 import type { SessionLoopMetrics } from "./metrics.js";
@@ -195,10 +196,8 @@ async function runSession(
   const now = () => clock.now();
   const reporters = opts.reporters === undefined ? agentReporters : opts.reporters;
   const abort = new AbortController();
-  const onStop = () => abort.abort();
-  opts.signal.addEventListener("abort", onStop, { once: true });
-  // A stop that came while the loop read the state file has already fired: no listener sees it.
-  if (opts.signal.aborted) onStop();
+  // A stop may have come while the loop read the state file: the session then ends at once.
+  const forgetStop = onAbort(opts.signal, () => abort.abort());
   const replyTimeoutMs = opts.replyTimeoutMs ?? 30_000;
   // Ends the session when `what` has not arrived in time; the caller clears it when it does.
   const deadline = (what: string) =>
@@ -397,7 +396,7 @@ async function runSession(
     for (const t of timers) clearInterval(t);
     outbound.end();
     for (const p of pending.values()) p.reject(new ConnectError("session closed", Code.Unavailable));
-    opts.signal.removeEventListener("abort", onStop);
+    forgetStop();
     abort.abort();
     connection?.close();
     // A renewal under way decides which certificate the next session presents (bounded by its deadline).

@@ -7,6 +7,7 @@ import http from "node:http";
 import https from "node:https";
 import { readFile } from "node:fs/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { onAbort } from "../../common/abort.js";
 import type { AgentClient } from "../transport.js";
 import { plainGet, type MirrorResponse } from "./mirror-http.js";
 
@@ -230,9 +231,8 @@ export class ControlPlaneSource implements ArtifactSource {
   async open(req: FileRequest): Promise<SourceBody> {
     const client = await this.client();
     const stop = new AbortController();
-    const onAbort = () => stop.abort(req.signal.reason);
-    req.signal.addEventListener("abort", onAbort, { once: true });
-    if (req.signal.aborted) onAbort(); // aborted while the client was being made
+    // The request may have been aborted while the client was being made.
+    const forgetAbort = onAbort(req.signal, () => stop.abort(req.signal.reason));
     const stream = client.downloadArtifactFile(
       { repository: req.repository, commit: req.commit, path: req.path, offset: BigInt(req.offset) },
       { signal: stop.signal },
@@ -242,7 +242,7 @@ export class ControlPlaneSource implements ArtifactSource {
     try {
       first = await it.next();
     } catch (err) {
-      req.signal.removeEventListener("abort", onAbort);
+      forgetAbort();
       if (req.signal.aborted) throw req.signal.reason;
       const ce = ConnectError.from(err);
       if (ce.code === Code.NotFound) throw new SourceError("not_found", `${this.label}: ${ce.rawMessage}`);
@@ -259,7 +259,7 @@ export class ControlPlaneSource implements ArtifactSource {
           yield next.value.data;
         }
       } finally {
-        req.signal.removeEventListener("abort", onAbort);
+        forgetAbort();
       }
     }
     return { start: req.offset, totalSize: Number(head.sizeBytes), chunks: chunks(), close: () => stop.abort() };

@@ -5,6 +5,7 @@
 // request per connection and a Content-Length body; any other framing (chunked) answers
 // "unsupported" and the caller asks again through node:http.
 import net from "node:net";
+import { onAbort } from "../../common/abort.js";
 import { takeBuffer } from "./buffer-pool.js";
 import { dialHost } from "../../common/url-host.js";
 
@@ -174,13 +175,11 @@ export function plainGet(
     });
     socket.setNoDelay(true);
     socket.setTimeout(idleMs, () => socket.destroy(new Error(`no data for ${idleMs} ms`)));
-    const onAbort = () => socket.destroy(signal.reason as Error);
-    if (signal.aborted) onAbort();
-    else signal.addEventListener("abort", onAbort, { once: true });
+    const forgetAbort = onAbort(signal, () => socket.destroy(signal.reason as Error));
     socket.on("connect", () => socket.write(head));
     socket.on("error", (err) => fail(signal.aborted ? (signal.reason as Error) : err));
     socket.on("close", () => {
-      signal.removeEventListener("abort", onAbort);
+      forgetAbort();
       if (!finished) fail(Object.assign(new Error("the connection closed before the answer was complete"), { code: "ECONNRESET" }));
     });
 

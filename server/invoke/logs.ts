@@ -7,6 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { SessionResponseSchema, type DeploymentLogLines } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { AsyncQueue } from "../../common/queue.js";
+import { onAbort } from "../../common/abort.js";
 import type { LiveSession, SessionRegistry } from "../sessions/registry.js";
 
 export interface LogBatch {
@@ -49,13 +50,12 @@ export class LogWatches {
       session.send(logWatch(watchId, deploymentId, true, tailLines));
       return watchId;
     });
-    const onAbort = () => batches.end();
-    signal.addEventListener("abort", onAbort, { once: true });
-    if (signal.aborted) onAbort(); // the caller left before the watch was registered
+    // The caller may have left before the watch was registered.
+    const forgetAbort = onAbort(signal, () => batches.end());
     try {
       yield* batches;
     } finally {
-      signal.removeEventListener("abort", onAbort);
+      forgetAbort();
       for (const id of ids) {
         const w = this.watches.get(id);
         this.watches.delete(id);

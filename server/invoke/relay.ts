@@ -17,6 +17,7 @@ import {
 import type { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { Clock } from "../../common/clock.js";
 import { AsyncQueue } from "../../common/queue.js";
+import { onAbort } from "../../common/abort.js";
 import { LookupCache } from "../../common/lookup-cache.js";
 import { codeName } from "../../common/codes.js";
 import type { LiveSession, SessionRegistry } from "../sessions/registry.js";
@@ -139,10 +140,9 @@ export class InvokeRelay {
       cancelOnNode();
       answers.fail(new ConnectError("the caller went away", Code.Canceled));
     };
-    call.signal.addEventListener("abort", onCallerGone, { once: true });
+    const forgetCaller = onAbort(call.signal, onCallerGone);
     let outcome = "ok";
     try {
-      if (call.signal.aborted) onCallerGone();
       const sent = session.send(
         create(SessionResponseSchema, {
           message: {
@@ -190,7 +190,7 @@ export class InvokeRelay {
       }
       finished = true;
       stop.abort();
-      call.signal.removeEventListener("abort", onCallerGone);
+      forgetCaller();
       this.pending.delete(invokeId);
       this.inFlight.release(deployment.deploymentId);
       this.deps.counts.record(deployment.deploymentId, outcome);
