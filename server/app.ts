@@ -4,7 +4,7 @@ import http2 from "node:http2";
 import type { TLSSocket } from "node:tls";
 import type { AddressInfo, Socket } from "node:net";
 import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
-import { Code, ConnectError, createContextValues, type ConnectRouter } from "@connectrpc/connect";
+import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import { publicUrlOf, replicaUrlOf, type Config } from "./config.js";
 import { systemClock, type Clock } from "../common/clock.js";
 import type { Logger } from "./observability/logger.js";
@@ -21,7 +21,7 @@ import { undecodableAsInvalidArgument } from "./edge/decode-errors.js";
 import { edgeAdapterOptions, edgeGuard } from "./edge/guard.js";
 import { openDatabase, type Database } from "./db/client.js";
 import { HealthState, healthService } from "./services/health.js";
-import { SessionRegistry } from "./sessions/registry.js";
+import { SessionRegistry, shuttingDown } from "./sessions/registry.js";
 import { HeartbeatBook } from "./liveness/heartbeats.js";
 import { LivenessTracker } from "./liveness/tracker.js";
 import { agentConfigOf, agentService, serverInfo, type AgentServiceDeps } from "./services/agent.js";
@@ -219,9 +219,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const sessions = new SessionRegistry((event) => bus.publish(event));
   // One listener for all sessions: with one per session, every open scanned thousands of them
   // (EventTarget checks each add for a duplicate), 0.3 ms an open in a 5,000-agent restart storm.
-  shutdown.signal.addEventListener("abort", () => sessions.closeAll(new ConnectError("server shutting down", Code.Unavailable)), {
-    once: true,
-  });
+  shutdown.signal.addEventListener("abort", () => sessions.closeAll(shuttingDown()), { once: true });
   const heartbeats = new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3));
   const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);
   const profiles = new RuntimeProfiles({ prisma, clock });

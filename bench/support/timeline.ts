@@ -3,6 +3,7 @@
 // saturated process answers the bench's IPC late, so sampling over IPC misses exactly the seconds
 // that matter (the first seconds after a restart).
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
+import { coresUsed } from "./stats.js";
 
 export interface Second {
   /** Wall-clock end of the second, ms since the epoch. */
@@ -25,11 +26,10 @@ export function recordSeconds(keep = 3600): { since(fromMs: number): Second[] } 
     const nowElu = performance.eventLoopUtilization();
     const nowCpu = process.cpuUsage();
     const now = performance.now();
-    const used = process.cpuUsage(cpu);
     seconds.push({
       at: Date.now(),
       busy: performance.eventLoopUtilization(nowElu, elu).utilization,
-      cores: (used.user + used.system) / 1000 / (now - last),
+      cores: coresUsed(cpu, nowCpu, now - last),
       stallMs: delay.max / 1e6,
     });
     if (seconds.length > keep) seconds.shift();

@@ -13,6 +13,9 @@ export interface LiveSession {
   close(reason: ConnectError): void;
 }
 
+/** Why sessions end when the server stops: unavailable, which the agent retries. */
+export const shuttingDown = () => new ConnectError("server shutting down", Code.Unavailable);
+
 export class SessionRegistry {
   private readonly byNode = new Map<string, LiveSession>();
 

@@ -34,7 +34,7 @@ import { codeName } from "../../common/codes.js";
 import type { Caller } from "../context.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { pendingInstructions } from "./instructions.js";
-import type { LiveSession, SessionRegistry } from "./registry.js";
+import { shuttingDown, type LiveSession, type SessionRegistry } from "./registry.js";
 import type { Admission } from "./admission.js";
 import type { HeartbeatBook } from "../liveness/heartbeats.js";
 import type { JobDispatch } from "../jobs/dispatch.js";
@@ -332,7 +332,7 @@ export class AgentSession implements LiveSession {
     this.deps.heartbeats.record(node.id, this.deps.clock.now());
     this.phase = "open";
     // Sessions attached before shutdown are ended by it (server/app.ts); this one came too late.
-    if (this.deps.shutdown.aborted) return this.close(new ConnectError("server shutting down", Code.Unavailable));
+    if (this.deps.shutdown.aborted) return this.close(shuttingDown());
     this.deps.sessions.attach(this);
     this.deps.metrics?.opened();
     this.caller.log.info(
