@@ -93,7 +93,13 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   // The port opens before the database is ready, so agents can pin the CA and load balancers see
   // NOT_SERVING rather than a refused connection while an embedded database starts.
   const metrics = config.metricsAddress !== undefined ? new ServerMetrics() : undefined;
-  const opening = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log, queryFailed: metrics?.queryFailed });
+  const opening = openDatabase({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.dataDir,
+    preparedStatements: config.preparedStatements,
+    log,
+    queryFailed: metrics?.queryFailed,
+  });
   opening.catch(() => undefined);
   const health = new HealthState([AgentService.typeName, AdminService.typeName, DeploymentService.typeName]);
   // Reflection describes the public contract only; it is served from the first moment, like GetServerInfo.

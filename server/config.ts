@@ -17,6 +17,8 @@ export interface Config {
   dataDir: string;
   certsDir: string;
   databaseUrl: string | undefined;
+  /** PostgreSQL: statement texts kept prepared per pooled connection (0: none, for a pooler that cannot carry them). */
+  preparedStatements: number;
   /** Undefined: the admin API fails closed. */
   operatorApiKey: string | undefined;
   /** The read-only operator key (ACCESS_READ methods only); undefined: no read-only role. */
@@ -62,6 +64,7 @@ export const defaults = {
   MODELFORGE_DATA_DIR: "./data",
   MODELFORGE_CERTS_DIR: "./certs",
   MODELFORGE_LOG_LEVEL: "info",
+  MODELFORGE_DATABASE_PREPARED_STATEMENTS: "100",
   MODELFORGE_ENROLLMENT_TOKEN_TTL: "10m",
   MODELFORGE_CREDENTIAL_TTL: "30d",
   MODELFORGE_RENEW_REMAINING_FRACTION: "0.33",
@@ -127,6 +130,7 @@ export function loadConfig(env: Env): Config {
     dataDir: get("MODELFORGE_DATA_DIR"),
     certsDir: get("MODELFORGE_CERTS_DIR"),
     databaseUrl,
+    preparedStatements: integer("MODELFORGE_DATABASE_PREPARED_STATEMENTS", 0, 10_000),
     operatorApiKey: env.MODELFORGE_OPERATOR_API_KEY?.trim() || undefined,
     operatorReadonlyKey: env.MODELFORGE_OPERATOR_READONLY_KEY?.trim() || undefined,
     uiDir: env.MODELFORGE_UI_DIR?.trim() || "./ui/dist",

@@ -16,6 +16,8 @@ export interface OpenDatabaseOptions {
   migrationsDir?: string | URL;
   /** PostgreSQL connect timeout in milliseconds (default 5000). */
   connectTimeoutMs?: number;
+  /** PostgreSQL: how many statement texts may be kept prepared on each connection (./statement-names.ts; 0: none). */
+  preparedStatements?: number | undefined;
   /** Hears of every statement that fails (the query error metrics). */
   queryFailed?: ((err: unknown) => void) | undefined;
 }

@@ -9,6 +9,7 @@ import { OutageMonitor } from "./outage-monitor.js";
 import { checkConnection, DEFAULT_CONNECT_TIMEOUT_MS, once, type Database, type OpenDatabaseOptions } from "./database.js";
 import { parsePostgresUrl, redact } from "./postgres-url.js";
 import { watchQueries } from "../observability/metrics-queries.js";
+import { statementNames } from "./statement-names.js";
 
 const NETWORK_CODES = new Set([
   "ECONNREFUSED",
@@ -74,7 +75,8 @@ export async function openPostgres(rawUrl: string, opts: OpenDatabaseOptions): P
   }
 
   const pool = new pg.Pool({ ...clientConfig, max: 10, idleTimeoutMillis: 30_000 });
-  const prisma = new PrismaClient({ adapter: watchQueries(new PrismaPg(pool), opts.queryFailed) });
+  const statementNameGenerator = statementNames({ limit: opts.preparedStatements ?? 0 });
+  const prisma = new PrismaClient({ adapter: watchQueries(new PrismaPg(pool, { statementNameGenerator }), opts.queryFailed) });
   const outage = new OutageMonitor(() => prisma.$queryRaw`SELECT 1`, opts.log, describe);
   pool.on("error", (err) => {
     // An idle connection died (server restart, network). The pool replaces it on demand; without

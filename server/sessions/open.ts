@@ -2,7 +2,7 @@
 // the node's stream cursors (for Welcome) and whether it has any unfinished job (if not, and the
 // agent runs none, the jobs reconciliation at open is skipped). A reconnect storm is thousands of
 // these at once, so each is one statement, and nothing is written unless Hello changed.
-import type { Node, PrismaClient } from "../../gen/prisma/client.js";
+import { Prisma, type Node, type PrismaClient } from "../../gen/prisma/client.js";
 import { checkAuthorized, type NodeIdentity } from "../identity/node-auth.js";
 
 export interface OpeningState {
@@ -21,9 +21,17 @@ interface Row extends Node {
   hasJobs: boolean;
 }
 
+// Named, not `n.*`: the statement is kept prepared (server/db/statement-names.ts), and PostgreSQL
+// refuses to run a prepared `n.*` once a newer replica's migration has added a column to Node.
+const nodeColumns = Prisma.raw(
+  Object.values(Prisma.NodeScalarFieldEnum)
+    .map((column) => `n."${column}"`)
+    .join(", "),
+);
+
 export async function loadOpeningState(prisma: PrismaClient, identity: NodeIdentity, now: Date): Promise<OpeningState> {
   const rows = await prisma.$queryRaw<Row[]>`
-    SELECT n.*,
+    SELECT ${nodeColumns},
            c."nodeId" AS "credentialNodeId", c."revokedAt", c."expiresAt",
            (SELECT json_object_agg(s.stream, s.sequence::text) FROM "StreamCursor" AS s WHERE s."nodeId" = n.id) AS cursors,
            EXISTS (SELECT 1 FROM "Job" AS j WHERE j."nodeId" = n.id AND j.state IN ('pending', 'leased')) AS "hasJobs"
