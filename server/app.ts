@@ -84,6 +84,8 @@ export interface RunningServer {
 export interface StartOptions {
   /** The clock every time rule reads (default: the system clock; tests drive a manual one). */
   clock?: Clock;
+  /** Session opens at a time and waiting (default ./tuning.ts `sessionOpenTuning`; tests fill the queue with less). */
+  sessionOpens?: { concurrent: number; queued: number };
 }
 
 export async function startServer(config: Config, log: Logger, options: StartOptions = {}): Promise<RunningServer> {
@@ -240,7 +242,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     shutdown: shutdown.signal,
     metrics: metrics?.jobs,
   });
-  const admission = new Admission(sessionOpenTuning.concurrent, sessionOpenTuning.queued);
+  const opens = options.sessionOpens ?? sessionOpenTuning;
+  const admission = new Admission(opens.concurrent, opens.queued);
   metrics?.observe({ sessions, admission, fleet: () => fleetCounts(prisma) });
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
   const deployments = new DeploymentController({

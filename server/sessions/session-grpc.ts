@@ -79,7 +79,13 @@ export function frame(message: Uint8Array): Buffer {
 
 function trailersOf(err: ConnectError | undefined): http2.OutgoingHttpHeaders {
   if (err === undefined) return { "grpc-status": "0" };
-  return { "grpc-status": String(err.code), "grpc-message": encodeURIComponent(err.rawMessage) };
+  // Of an error's metadata only the retry hint travels: it is ours (./admission.ts), and the agent reads it.
+  const retryAfter = err.metadata.get("retry-after");
+  return {
+    "grpc-status": String(err.code),
+    "grpc-message": encodeURIComponent(err.rawMessage),
+    ...(retryAfter !== null ? { "retry-after": retryAfter } : {}),
+  };
 }
 
 /**
