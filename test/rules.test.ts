@@ -28,6 +28,8 @@ describe("configuration", () => {
     expect(c.credentialTtlMs).toBe(30 * 86_400_000);
     expect(c.leaseDurationMs).toBe(120_000);
     expect(c.defaultMaxAttempts).toBe(5);
+    expect(c.preparedStatements).toBe(100);
+    expect(loadConfig({ MODELFORGE_DATABASE_PREPARED_STATEMENTS: "0" }).preparedStatements).toBe(0);
   });
   it.each([
     [{ MODELFORGE_PORT: "99999" }, /MODELFORGE_PORT/],
@@ -40,6 +42,8 @@ describe("configuration", () => {
     [{ MODELFORGE_REPLICA_URL: "http://cp-1:8443" }, /MODELFORGE_REPLICA_URL: expected https/],
     [{ MODELFORGE_REPLICA_URL: "https://cp-1:8443/path" }, /nothing after it/],
     [{ MODELFORGE_REPLICA_URL: "cp-1:8443:x" }, /MODELFORGE_REPLICA_URL/],
+    [{ MODELFORGE_DATABASE_PREPARED_STATEMENTS: "-1" }, /MODELFORGE_DATABASE_PREPARED_STATEMENTS: expected an integer from 0 to 10000/],
+    [{ MODELFORGE_DATABASE_PREPARED_STATEMENTS: "lots" }, /MODELFORGE_DATABASE_PREPARED_STATEMENTS/],
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);
