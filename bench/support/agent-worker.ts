@@ -32,6 +32,7 @@ import tls from "node:tls";
 import { FrameReader, frame } from "../../server/sessions/session-grpc.js";
 import { startProfile, stopProfile, summarizeProfile } from "./profile.js";
 import { recordSeconds } from "./timeline.js";
+import { coresUsed } from "./stats.js";
 
 interface Setup {
   /** The replicas' URLs; this worker's agents are dealt among them round-robin. */
@@ -283,6 +284,7 @@ serve({
     let next = 0;
     let failed = 0;
     const started = performance.now();
+    const cpuAtStart = process.cpuUsage();
     await Promise.all(
       Array.from({ length: concurrency }, async () => {
         while (next < count) {
@@ -292,7 +294,8 @@ serve({
         }
       }),
     );
-    return { count, failed, ms: performance.now() - started };
+    const ms = performance.now() - started;
+    return { count, failed, ms, cores: coresUsed(cpuAtStart, process.cpuUsage(), ms) };
   },
 
   async setup(s: Setup) {
