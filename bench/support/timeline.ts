@@ -1,8 +1,8 @@
 // A per-second record of this process, kept in the process itself: how much of each second its
-// event loop was busy, the CPU it used (all threads, kernel included) and its longest stall. A
-// saturated process answers the bench's IPC late, so sampling over IPC misses exactly the seconds
-// that matter (the first seconds after a restart).
-import { monitorEventLoopDelay, performance } from "node:perf_hooks";
+// event loop was busy and the CPU it used (all threads, kernel included). A saturated process
+// answers the bench's IPC late, so sampling over IPC misses exactly the seconds that matter (the
+// first seconds after a restart).
+import { performance } from "node:perf_hooks";
 import { coresUsed } from "./stats.js";
 
 export interface Second {
@@ -12,13 +12,10 @@ export interface Second {
   busy: number;
   /** CPU used in the second, in cores. */
   cores: number;
-  stallMs: number;
 }
 
 export function recordSeconds(keep = 3600): { since(fromMs: number): Second[] } {
   const seconds: Second[] = [];
-  const delay = monitorEventLoopDelay({ resolution: 10 });
-  delay.enable();
   let elu = performance.eventLoopUtilization();
   let cpu = process.cpuUsage();
   let last = performance.now();
@@ -30,13 +27,11 @@ export function recordSeconds(keep = 3600): { since(fromMs: number): Second[] } 
       at: Date.now(),
       busy: performance.eventLoopUtilization(nowElu, elu).utilization,
       cores: coresUsed(cpu, nowCpu, now - last),
-      stallMs: delay.max / 1e6,
     });
     if (seconds.length > keep) seconds.shift();
     elu = nowElu;
     cpu = nowCpu;
     last = now;
-    delay.reset();
   }, 1000).unref();
   return { since: (fromMs) => seconds.filter((s) => s.at >= fromMs) };
 }
