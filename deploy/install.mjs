@@ -3,7 +3,7 @@
 // it runs the build when dist/ is stale). Everything goes under --root (default /), so a package
 // build or a test can lay it out in a scratch directory:
 //
-//   node deploy/install.mjs [--root DIR] [--prefix /usr/local] [--node PATH] [--with-llama] agent|server
+//   node deploy/install.mjs [--root DIR] [--prefix /usr/local] [--node PATH] [--with-llama] [--allocator jemalloc|system] agent|server
 //
 // agent:  <prefix>/lib/modelforge-agent/ (the standalone bundle, the llama.cpp worker, their manifest;
 //         with --with-llama node-llama-cpp's CPU prebuilt in node_modules/), <prefix>/bin/modelforge-agent
@@ -23,7 +23,7 @@ import { parseArgs } from "node:util";
 const checkout = fileURLToPath(new URL("..", import.meta.url));
 const here = (...p) => join(checkout, ...p);
 
-const usage = `Usage: node deploy/install.mjs [--root DIR] [--prefix /usr/local] [--node PATH] [--with-llama] agent|server
+const usage = `Usage: node deploy/install.mjs [--root DIR] [--prefix /usr/local] [--node PATH] [--with-llama] [--allocator jemalloc|system] agent|server
 `;
 
 class UsageError extends Error {}
@@ -37,6 +37,8 @@ function options(argv) {
       prefix: { type: "string", default: "/usr/local" },
       node: { type: "string", default: process.execPath },
       "with-llama": { type: "boolean", default: false },
+      // The server's C allocator: jemalloc preloaded when the host has it (server/tuning.ts), or the system's.
+      allocator: { type: "string", default: "jemalloc" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -50,7 +52,9 @@ function options(argv) {
     if (!isAbsolute(values[k])) throw new UsageError(`--${k} must be an absolute path`);
   }
   if (values["with-llama"] && part !== "agent") throw new UsageError("--with-llama is for the agent");
-  return { part, root: values.root, prefix: values.prefix, node: values.node, withLlama: values["with-llama"] };
+  if (values.allocator !== "jemalloc" && values.allocator !== "system") throw new UsageError("--allocator is jemalloc or system");
+  const jemalloc = part === "server" && values.allocator === "jemalloc" ? findJemalloc() : undefined;
+  return { part, root: values.root, prefix: values.prefix, node: values.node, withLlama: values["with-llama"], allocator: values.allocator, jemalloc };
 }
 
 /** Lays files down under the root, with explicit modes (the umask does not decide them). */
@@ -93,11 +97,37 @@ class Layout {
   }
 }
 
-/** The unit with the install's paths filled in. */
+/** The unit with the install's paths and the server's allocator filled in. */
 function unit(part, opts) {
   return readFileSync(here("deploy", `modelforge-${part}.service`), "utf8")
     .replaceAll("@NODE@", opts.node)
-    .replaceAll("@LIBDIR@", join(opts.prefix, "lib"));
+    .replaceAll("@LIBDIR@", join(opts.prefix, "lib"))
+    .replaceAll("@ALLOCATOR@", allocatorLine(opts));
+}
+
+// Where distributions put jemalloc (server/tuning.ts serverAllocator): Debian's multiarch
+// directory, then the RPM and plain layouts.
+const multiarch = process.arch === "arm64" ? "aarch64-linux-gnu" : "x86_64-linux-gnu";
+const jemallocPaths = [`/usr/lib/${multiarch}/libjemalloc.so.2`, "/usr/lib64/libjemalloc.so.2", "/usr/lib/libjemalloc.so.2"];
+
+/** The host's jemalloc, or undefined: a missing preload only makes ld.so warn, so it is checked here. */
+function findJemalloc() {
+  return jemallocPaths.find((p) => existsSync(p));
+}
+
+function allocatorLine(opts) {
+  if (opts.jemalloc !== undefined) return `Environment=LD_PRELOAD=${opts.jemalloc}`;
+  return opts.allocator === "system"
+    ? "# The system's allocator (installed with --allocator system)."
+    : "# jemalloc was not installed when this unit was written (Debian: apt-get install libjemalloc2, then install again).";
+}
+
+/** What the install says about the server's allocator. */
+function allocatorNote(opts) {
+  if (opts.part !== "server") return [];
+  if (opts.jemalloc !== undefined) return [`allocator: jemalloc (${opts.jemalloc})`];
+  if (opts.allocator === "system") return ["allocator: the system's"];
+  return [`allocator: the system's, since jemalloc is not installed (looked in ${jemallocPaths.join(", ")}); apt-get install libjemalloc2 and install again`];
 }
 
 /**
@@ -204,6 +234,7 @@ function main(argv) {
     [
       `installed the ${part} into ${opts.root} (${installed.lib})`,
       ...layout.laid.map((p) => `  ${p}`),
+      ...allocatorNote(opts),
       newEnv ? `configure ${envPath}, then: systemctl enable --now modelforge-${part}` : `kept the existing ${envPath}`,
       "",
     ].join("\n"),

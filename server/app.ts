@@ -10,6 +10,7 @@ import { systemClock, type Clock } from "../common/clock.js";
 import type { Logger } from "./observability/logger.js";
 import { correlationHeader, correlationIdFrom } from "./observability/correlation.js";
 import { callLogInterceptor } from "./observability/call-log.js";
+import { processAllocator } from "./observability/allocator.js";
 import { floodPolicy, FloodLogger } from "./observability/flood-log.js";
 import { judgeHandshakeFailure } from "./observability/tls-handshake.js";
 import { callerKey, peerOf, type Caller } from "./context.js";
@@ -201,7 +202,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const port = (server.address() as AddressInfo).port;
   const host = config.listenAddress.includes(":") ? `[${config.listenAddress}]` : config.listenAddress;
   const url = `https://${host === "0.0.0.0" || host === "[::]" ? "127.0.0.1" : host}:${port}`;
-  log.info({ url, caFingerprint: ca.fingerprint }, "control plane serving");
+  log.info({ url, caFingerprint: ca.fingerprint, allocator: processAllocator() }, "control plane serving");
   let metricsEndpoint: MetricsEndpoint | undefined;
   if (metrics !== undefined && config.metricsAddress !== undefined) {
     metricsEndpoint = await serveMetrics(metrics.registry, config.metricsAddress);

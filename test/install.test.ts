@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { repoRoot, spawnServer } from "./support/process.js";
+import { serverAllocator } from "../server/tuning.js";
 
 const run = promisify(execFile);
 const root = mkdtempSync(join(tmpdir(), "mf-install-root-"));
@@ -98,6 +99,8 @@ describe("install server", () => {
     expect(mode("var/lib/modelforge/server")).toBe(0o700);
     const unit = readFileSync(at("etc/systemd/system/modelforge-server.service"), "utf8");
     expect(unit).toContain(`ExecStart=${process.execPath} --max-semi-space-size=32 /usr/local/lib/modelforge/dist/server/main.mjs`);
+    // CI installs the library (.ci/run), so the unit preloads it.
+    expect(unit).toMatch(new RegExp(`^Environment=LD_PRELOAD=/\\S+/${serverAllocator.library.replaceAll(".", "\\.")}$`, "m"));
     for (const line of ["NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=/var/lib/modelforge/server", "Restart=on-failure"]) {
       expect(unit).toContain(line);
     }
@@ -118,13 +121,18 @@ describe("install server", () => {
     expect(mode("usr/local/lib/modelforge/dist/server/pglite-template/PG_VERSION")).toBe(0o644);
   });
 
-  it("starts from the installed directory alone and opens a database seeded from its template", async () => {
+  it("starts from the installed directory alone, on the unit's allocator, and opens a database seeded from its template", async () => {
     const state = mkdtempSync(join(tmpdir(), "mf-installed-state-"));
-    const server = spawnServer({ MODELFORGE_DATA_DIR: join(state, "data"), MODELFORGE_CERTS_DIR: join(state, "certs") }, [
-      at("usr/local/bin/modelforge-server"),
-    ]);
+    const unit = readFileSync(at("etc/systemd/system/modelforge-server.service"), "utf8");
+    const preload = /^Environment=LD_PRELOAD=(\S+)$/m.exec(unit)?.[1];
+    const server = spawnServer(
+      { MODELFORGE_DATA_DIR: join(state, "data"), MODELFORGE_CERTS_DIR: join(state, "certs"), LD_PRELOAD: preload ?? "" },
+      [at("usr/local/bin/modelforge-server")],
+    );
     try {
       await server.ready;
+      // The library the unit names really loads: the server reads its own memory map.
+      expect(server.stdout()).toMatch(new RegExp(`"allocator":"${serverAllocator.name}"[^\\n]*"msg":"control plane serving"`));
       expect(server.stdout()).toContain(at("usr/local/lib/modelforge/dist/server/pglite-template"));
       // The seeded copy is private again.
       expect(statSync(join(state, "data/pglite")).mode & 0o777).toBe(0o700);
@@ -134,6 +142,24 @@ describe("install server", () => {
       rmSync(state, { recursive: true, force: true });
     }
   }, 90_000);
+});
+
+describe("install server --allocator", () => {
+  it("refuses an allocator it does not know", async () => {
+    const refused = await install("--allocator", "tcmalloc", "server").catch((e: { code: number; stderr: string }) => e);
+    expect(refused).toMatchObject({ code: 2 });
+    expect((refused as { stderr: string }).stderr).toContain("--allocator is jemalloc or system");
+  });
+
+  it("writes no preload with --allocator system, and says so", async () => {
+    const { stdout } = await install("--allocator", "system", "server");
+    expect(stdout).toContain("allocator: the system's");
+    const unit = readFileSync(at("etc/systemd/system/modelforge-server.service"), "utf8");
+    expect(unit).not.toContain("LD_PRELOAD");
+    expect(unit).toContain("# The system's allocator (installed with --allocator system).");
+    // Back to the default for the unit checks below.
+    expect((await install("server")).stdout).toMatch(/^allocator: jemalloc \(\/\S+\)$/m);
+  }, 120_000);
 });
 
 describe.skipIf(noSystemdAnalyze !== undefined)(
