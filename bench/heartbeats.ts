@@ -4,8 +4,8 @@
 //
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
 //   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB, REPLICAS,
-//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, WORKER_FLAGS, KEEP, RESTART(S), RESTART_MODE,
-//    REPLY_TIMEOUT, METRICS, SCRAPE in the environment)
+//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, WORKER_FLAGS, MALLOC, WORKER_MALLOC, KEEP,
+//    RESTART(S), RESTART_MODE, REPLY_TIMEOUT, METRICS, SCRAPE in the environment)
 //
 // Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
 // <= 100 KiB server RSS after GC per connected agent.
@@ -38,10 +38,11 @@ import { join } from "node:path";
 import { buildCsrPem } from "../agent/pki/keys.js";
 import { createTestDatabase } from "../test/support/db.js";
 import { forkTs, Rpc } from "./support/ipc.js";
-import { serverNodeFlags } from "../server/tuning.js";
+import { serverAllocator, serverNodeFlags } from "../server/tuning.js";
 import { printAllocations, printProfile, type AllocationSummary, type ProfileSummary } from "./support/profile.js";
 import { heapDiff, type HeapSummary } from "./support/heap.js";
 import type { Second } from "./support/timeline.js";
+import { allocatorEnv } from "./support/allocator.js";
 import { freePort } from "../test/support/ports.js";
 import { coresUsed, kib, machineCores, machineCpu, mib, ms, numParam, param, sleep, summarize } from "./support/stats.js";
 
@@ -154,6 +155,13 @@ const children: Rpc[] = [];
 // bench/support/floor-server.ts); nodes are still provisioned by the real one.
 const FLOOR = param("BENCH_FLOOR", "");
 
+// MALLOC: the servers' C allocator (bench/support/allocator.ts), by default the installed unit's;
+// a comma list gives each replica its own (MALLOC=glibc,jemalloc compares two in the same seconds).
+const MALLOC = param("MALLOC", serverAllocator.name).split(",");
+const serverMalloc = (replica: number) => MALLOC[Math.min(replica, MALLOC.length - 1)]!;
+// The load generator shares the two cores, so it runs on the cheaper allocator too.
+const WORKER_MALLOC = param("WORKER_MALLOC", serverAllocator.name);
+
 function startServerChild(extraFlags: string[] = [], floor = false, port = 0, replica = 0): Rpc {
   const entry = floor ? "./support/floor-server.ts" : "./support/server-child.ts";
   const child = forkTs(new URL(entry, import.meta.url), {
@@ -161,6 +169,7 @@ function startServerChild(extraFlags: string[] = [], floor = false, port = 0, re
     stdio: ["ignore", logFd, logFd, "ipc"],
     env: {
       ...process.env,
+      ...allocatorEnv(serverMalloc(replica)),
       MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
       MODELFORGE_PORT: String(port),
       MODELFORGE_DATA_DIR: join(dir, replica === 0 ? "data" : `data-${replica}`),
@@ -262,6 +271,9 @@ try {
     log(`BENCH_FLOOR=${FLOOR}: the measured server is a reference without the control plane (no database, no authorization)`);
   log(`server pid ${infos.map((i) => `${i.pid} at ${i.url}`).join(", ")}, database: ${info.database}`);
   log(`http2 tuning in effect: ${JSON.stringify(info.tuning)}`);
+  log(
+    `C allocators: servers ${replicas.map((_, i) => serverMalloc(i)).join(", ")}; load generator ${WORKER_MALLOC} (MALLOC, WORKER_MALLOC)`,
+  );
   await sleep(3000); // a few flush and reconcile rounds over the full node table
   const baseline = await stats({ collect: true });
   log(
@@ -276,6 +288,7 @@ try {
       forkTs(new URL("./support/agent-worker.ts", import.meta.url), {
         // Thousands of agents in one process: the same young generation as the servers'.
         nodeFlags: ["--max-old-space-size=4096", ...param("WORKER_FLAGS", serverNodeFlags.join(" ")).split(" ").filter(Boolean)],
+        env: { ...process.env, ...allocatorEnv(WORKER_MALLOC) },
       }),
       `worker ${w}`,
     );
@@ -344,9 +357,9 @@ try {
       for (const kind of kinds) {
         const profiled = PROFILE === "opens" && kind === "session resumed" && round === 0;
         if (profiled) await server.call("profileStart", { intervalUs: 250 });
-        const cpuBefore = await stats();
+        const before = await Promise.all(replicas.map((r) => r.call<ServerStats>("stats", {})));
         const rs = await opens(kind.startsWith("session"), kind.endsWith("resumed"));
-        const cpuAfter = await stats();
+        const after = await Promise.all(replicas.map((r) => r.call<ServerStats>("stats", {})));
         if (profiled)
           printProfile(
             "server CPU profile (replica 0), resumed session opens",
@@ -355,13 +368,20 @@ try {
         const done = rs.reduce((x, r) => x + r.count - r.failed, 0);
         const rate = (done / Math.max(...rs.map((r) => r.ms))) * 1000;
         rates[kind].push(rate);
-        const cores = coresUsed(cpuBefore.cpu, cpuAfter.cpu, cpuAfter.at - cpuBefore.at);
+        const each = (c: number) => `${((c * 1000) / Math.max(1, rate)).toFixed(2)} ms CPU each`;
+        // Agents are spread evenly over the replicas, so each replica's CPU per open is its own
+        // share of the opens; with MALLOC=a,b the replicas compare allocators in the same seconds.
+        const perReplica = before.map((b, i) => coresUsed(b.cpu, after[i]!.cpu, after[i]!.at - b.at));
+        const cores = perReplica.reduce((x, c) => x + c, 0);
+        const replicaCosts =
+          REPLICAS > 1
+            ? ` (${perReplica.map((c, i) => `${serverMalloc(i)} ${((c * 1000 * REPLICAS) / Math.max(1, rate)).toFixed(2)}`).join(", ")} ms per open of its own)`
+            : "";
         // The load generator shares the two cores: when it is the busier side, it bounds the rate.
         const generator = rs.reduce((x, r) => x + r.cores, 0);
-        const each = (c: number) => `${((c * 1000) / Math.max(1, rate)).toFixed(2)} ms CPU each`;
         log(
           `${kind}: ${rate.toFixed(0)}/s (${done} in ${WORKERS} workers x ${concurrency} at a time over ${REPLICAS} replica(s), ${rs.reduce((x, r) => x + r.failed, 0)} failed); ` +
-            `servers ${cores.toFixed(2)} cores, ${each(cores)}; load generator ${generator.toFixed(2)} cores, ${each(generator)}; load average ${loadavg()[0]!.toFixed(1)}`,
+            `servers ${cores.toFixed(2)} cores, ${each(cores)}${replicaCosts}; load generator ${generator.toFixed(2)} cores, ${each(generator)}; load average ${loadavg()[0]!.toFixed(1)}`,
         );
       }
     }
@@ -522,7 +542,9 @@ try {
     printProfile("load generator worker 0 CPU profile, steady state (the agents' own loop; profiler overhead included)", agentsProfile);
   const targets = [
     ["connected agents >= 5000", connected >= 5000],
-    ["heartbeats/s >= 5000", hbRate >= 5000 * 0.98],
+    // Said as checked: the agents' own setInterval fires late on a loaded machine, so 2 % below
+    // the offered rate counts (the README's table gives the acknowledged figures themselves).
+    ["heartbeats/s >= 4900 (5000 less 2 % timer lateness)", hbRate >= 5000 * 0.98],
     ["ack p99 <= 50 ms", lat.p99 <= 50],
     ["<= 100 KiB RSS per agent", rssPerAgent <= 100 * 1024 && rssSlope <= 100 * 1024],
     ["liveness persisted", FLOOR === "" ? persisted.fresh >= connected && connected > 0 : undefined],
