@@ -89,4 +89,4 @@ export const serverNodeFlags = ["--max-semi-space-size=32"];
  * difference. At 2,500 agents each, steady, the jemalloc replica held 58-79 MiB less RSS.
  * `npm start` keeps the system's allocator: a trial needs no extra package.
  */
-export const serverAllocator = { name: "jemalloc", library: "libjemalloc.so.2", debianPackage: "libjemalloc2" };
+export const serverAllocator = { name: "jemalloc", library: "libjemalloc.so.2" };

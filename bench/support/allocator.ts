@@ -4,9 +4,10 @@
 // allocator is a variable worth measuring. Preloaded from Debian's packages (libjemalloc2,
 // libtcmalloc-minimal4, libmimalloc2.0); "glibc" is the system's own.
 import { existsSync } from "node:fs";
+import { serverAllocator } from "../../server/tuning.js";
 
 const libraries: Record<string, string> = {
-  jemalloc: "libjemalloc.so.2",
+  [serverAllocator.name]: serverAllocator.library,
   tcmalloc: "libtcmalloc_minimal.so.4",
   mimalloc: "libmimalloc.so.2",
 };
