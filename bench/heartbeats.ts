@@ -4,7 +4,7 @@
 //
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
 //   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB, REPLICAS,
-//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, WORKER_FLAGS, MALLOC, WORKER_MALLOC, KEEP,
+//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, WORKER_FLAGS, MALLOC, WORKER_MALLOC, SERVER_CODE, KEEP,
 //    RESTART(S), RESTART_MODE, REPLY_TIMEOUT, METRICS, SCRAPE in the environment)
 //
 // Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
@@ -34,7 +34,8 @@
 import { generateKeyPairSync } from "node:crypto";
 import { mkdtempSync, openSync, rmSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
 import { buildCsrPem } from "../agent/pki/keys.js";
 import { createTestDatabase } from "../test/support/db.js";
 import { forkTs, Rpc } from "./support/ipc.js";
@@ -54,7 +55,7 @@ const RAMP = Math.max(1, numParam("RAMP", 250));
 const SETTLE = numParam("SETTLE", 5);
 // "1" or "steady": CPU profile of the steady window; "agents": of the first load-generator
 // worker (the agents' own loop) in the steady window; "ramp": of the ramp; "opens": of replica 0
-// during the first round of resumed session opens; "restart": of replica 0 from ready until all
+// during the last round of resumed session opens; "restart": of replica 0 from ready until all
 // are back after the first restart; "restart-agents": of the first load-generator worker from
 // that stop until all are back; "alloc": allocations (sampled, garbage included) in the steady
 // window. PROFILE_OUT=<prefix> also writes the raw profile (bench/support/profile.ts).
@@ -161,10 +162,18 @@ const MALLOC = param("MALLOC", serverAllocator.name).split(",");
 const serverMalloc = (replica: number) => MALLOC[Math.min(replica, MALLOC.length - 1)]!;
 // The load generator shares the two cores, so it runs on the cheaper allocator too.
 const WORKER_MALLOC = param("WORKER_MALLOC", serverAllocator.name);
+// SERVER_CODE: a list of checkouts, one per replica ("." or empty: this one), each replica run
+// from its own (its bench/support/server-child.ts): two commits compared in the same seconds, as
+// MALLOC compares allocators. A checkout needs its node_modules (a symlink to this one's will do).
+const SERVER_CODE = param("SERVER_CODE", "").split(",");
+const serverCode = (replica: number) => SERVER_CODE[Math.min(replica, SERVER_CODE.length - 1)]!.trim() || ".";
+/** How a replica is told apart in per-replica figures: its allocator, and its checkout when not this one. */
+const replicaLabel = (replica: number) => serverMalloc(replica) + (serverCode(replica) === "." ? "" : ` @${serverCode(replica)}`);
 
 function startServerChild(extraFlags: string[] = [], floor = false, port = 0, replica = 0): Rpc {
   const entry = floor ? "./support/floor-server.ts" : "./support/server-child.ts";
-  const child = forkTs(new URL(entry, import.meta.url), {
+  const code = serverCode(replica);
+  const child = forkTs(code === "." ? new URL(entry, import.meta.url) : pathToFileURL(join(resolve(code), "bench", entry)), {
     nodeFlags: ["--expose-gc", ...extraFlags, ...param("SERVER_FLAGS", serverNodeFlags.join(" ")).split(" ").filter(Boolean)],
     stdio: ["ignore", logFd, logFd, "ipc"],
     env: {
@@ -272,7 +281,8 @@ try {
   log(`server pid ${infos.map((i) => `${i.pid} at ${i.url}`).join(", ")}, database: ${info.database}`);
   log(`http2 tuning in effect: ${JSON.stringify(info.tuning)}`);
   log(
-    `C allocators: servers ${replicas.map((_, i) => serverMalloc(i)).join(", ")}; load generator ${WORKER_MALLOC} (MALLOC, WORKER_MALLOC)`,
+    `C allocators: servers ${replicas.map((_, i) => serverMalloc(i)).join(", ")}; load generator ${WORKER_MALLOC} (MALLOC, WORKER_MALLOC); ` +
+      `server code: ${replicas.map((_, i) => serverCode(i)).join(", ")} (SERVER_CODE)`,
   );
   await sleep(3000); // a few flush and reconcile rounds over the full node table
   const baseline = await stats({ collect: true });
@@ -355,7 +365,8 @@ try {
     await opens(false, true); // untimed: every agent of the rounds gets a session to resume
     for (let round = 0; round < OPEN_ROUNDS; round++) {
       for (const kind of kinds) {
-        const profiled = PROFILE === "opens" && kind === "session resumed" && round === 0;
+        // The last round: by then the JIT has warmed to what a long-running server runs.
+        const profiled = PROFILE === "opens" && kind === "session resumed" && round === OPEN_ROUNDS - 1;
         if (profiled) await server.call("profileStart", { intervalUs: 250 });
         const before = await Promise.all(replicas.map((r) => r.call<ServerStats>("stats", {})));
         const rs = await opens(kind.startsWith("session"), kind.endsWith("resumed"));
@@ -375,7 +386,7 @@ try {
         const cores = perReplica.reduce((x, c) => x + c, 0);
         const replicaCosts =
           REPLICAS > 1
-            ? ` (${perReplica.map((c, i) => `${serverMalloc(i)} ${((c * 1000 * REPLICAS) / Math.max(1, rate)).toFixed(2)}`).join(", ")} ms per open of its own)`
+            ? ` (${perReplica.map((c, i) => `${replicaLabel(i)} ${((c * 1000 * REPLICAS) / Math.max(1, rate)).toFixed(2)}`).join(", ")} ms per open of its own)`
             : "";
         // The load generator shares the two cores: when it is the busier side, it bounds the rate.
         const generator = rs.reduce((x, r) => x + r.cores, 0);
