@@ -278,6 +278,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches, forwarder });
   const agentDeps: AgentServiceDeps = {
     prisma,
+    direct: db.direct,
     clock,
     log,
     ca,

@@ -52,19 +52,23 @@ describe("prepared statements on PostgreSQL", () => {
 
   /** What the pooled connection the next statement runs on holds prepared (sequential calls reuse one connection). */
   const preparedOn = async (db: Database) =>
-    (await db.prisma.$queryRaw<{ statement: string }[]>`SELECT statement FROM pg_prepared_statements`).map((r) => r.statement);
+    (await db.prisma.$queryRaw<{ name: string; statement: string }[]>`SELECT name, statement FROM pg_prepared_statements`).map(
+      (r) => `${r.name}: ${r.statement}`,
+    );
 
   it("keeps the session-open query prepared, and it survives a column added by a newer replica", async () => {
     const db = await openDatabase({ databaseUrl: tdb.databaseUrl!, dataDir: tdb.dataDir, preparedStatements: 10 });
     open.push(db);
-    for (let i = 0; i < 3; i++) expect((await loadOpeningState(db.prisma, identity, new Date())).node.name).toBe("gpu-1");
-    expect((await preparedOn(db)).filter((s) => s.includes('FROM "NodeCredential"'))).toHaveLength(1);
+    for (let i = 0; i < 3; i++) expect((await loadOpeningState(db.direct, identity, new Date())).node.name).toBe("gpu-1");
+    expect((await preparedOn(db)).filter((s) => s.includes('FROM "NodeCredential"')).map((s) => s.split(":")[0])).toEqual([
+      "mf_session_open",
+    ]);
 
     // A prepared `SELECT n.*` fails here with "cached plan must not change result type".
     await open[0]!.prisma.$executeRawUnsafe(`ALTER TABLE "Node" ADD COLUMN "addedByNewerReplica" integer`);
     try {
       for (let i = 0; i < 3; i++) {
-        const { node, hasJobs, cursors } = await loadOpeningState(db.prisma, identity, new Date());
+        const { node, hasJobs, cursors } = await loadOpeningState(db.direct, identity, new Date());
         expect(node.id).toBe(nodeId);
         expect(node).not.toHaveProperty("addedByNewerReplica");
         expect({ hasJobs, cursors }).toEqual({ hasJobs: false, cursors: {} });
@@ -77,7 +81,7 @@ describe("prepared statements on PostgreSQL", () => {
   it("prepares nothing with a limit of 0", async () => {
     const db = await openDatabase({ databaseUrl: tdb.databaseUrl!, dataDir: tdb.dataDir, preparedStatements: 0 });
     open.push(db);
-    for (let i = 0; i < 3; i++) await loadOpeningState(db.prisma, identity, new Date());
+    for (let i = 0; i < 3; i++) await loadOpeningState(db.direct, identity, new Date());
     expect(await preparedOn(db)).toEqual([]);
   });
 });

@@ -191,7 +191,11 @@ serve({
     let k = 0;
     out.sessionOpenMs = await time(() => {
       const c = sample[k++ % sample.length]!;
-      return loadOpeningState(prisma, { nodeId: c.nodeId, serial: c.serial, certificateExpiresAt: c.expiresAt.getTime() }, new Date());
+      return loadOpeningState(
+        server.db.direct,
+        { nodeId: c.nodeId, serial: c.serial, certificateExpiresAt: c.expiresAt.getTime() },
+        new Date(),
+      );
     }, sample.length);
     out.roundTripMs = await time(() => prisma.$queryRaw`SELECT 1`, sample.length);
     sessions.closeAll(new ConnectError("bench", Code.Canceled));

@@ -1,5 +1,6 @@
 // What an open database is, the options for opening one, and what both openers share.
 import type { PrismaClient } from "../../gen/prisma/client.js";
+import type { DirectQuery } from "./direct.js";
 import type { MigrationLogger } from "./migrate.js";
 import type { OutageMonitor } from "./outage-monitor.js";
 
@@ -27,6 +28,8 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 
 export interface Database {
   prisma: PrismaClient;
+  /** The same database straight through its driver, for the few reads too hot for Prisma's runtime (./direct.ts). */
+  direct: DirectQuery;
   kind: "pglite" | "postgres";
   /** Where the data lives, safe to log (never a password). */
   describe: string;

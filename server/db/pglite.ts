@@ -18,6 +18,7 @@ import { checkConnection, once, type Database, type OpenDatabaseOptions } from "
 import { lockDataDir, preflightPgliteDir } from "./pglite-dir.js";
 import { ServerLog } from "./pglite-log.js";
 import { watchQueries } from "../observability/metrics-queries.js";
+import { pgliteDirect } from "./direct.js";
 
 async function closeQuietly(db: PGlite): Promise<void> {
   // After a WebAssembly abort close() may throw or never settle; do not let it hold shutdown.
@@ -99,7 +100,15 @@ export async function openPglite(opts: OpenDatabaseOptions): Promise<Database> {
       await release();
     });
     opts.log?.info({ backend: "pglite", db: describe, migrationsApplied, ms: Date.now() - started }, "database ready");
-    return { prisma, kind: "pglite", describe, migrationsApplied, outage, close };
+    return {
+      prisma,
+      direct: pgliteDirect(pglite, { failed: opts.queryFailed }),
+      kind: "pglite",
+      describe,
+      migrationsApplied,
+      outage,
+      close,
+    };
   } catch (err) {
     if (db) await closeQuietly(db);
     await release();

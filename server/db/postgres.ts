@@ -10,6 +10,7 @@ import { checkConnection, DEFAULT_CONNECT_TIMEOUT_MS, once, type Database, type 
 import { parsePostgresUrl, redact } from "./postgres-url.js";
 import { watchQueries } from "../observability/metrics-queries.js";
 import { statementNames } from "./statement-names.js";
+import { pgDirect } from "./direct.js";
 
 const NETWORK_CODES = new Set([
   "ECONNREFUSED",
@@ -103,5 +104,6 @@ export async function openPostgres(rawUrl: string, opts: OpenDatabaseOptions): P
   }
 
   opts.log?.info({ backend: "postgres", db: describe, migrationsApplied, ms: Date.now() - started }, "database ready");
-  return { prisma, kind: "postgres", describe, migrationsApplied, outage, close };
+  const direct = pgDirect(pool, { prepare: (opts.preparedStatements ?? 0) > 0, failed: opts.queryFailed });
+  return { prisma, direct, kind: "postgres", describe, migrationsApplied, outage, close };
 }

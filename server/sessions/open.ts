@@ -2,8 +2,9 @@
 // the node's stream cursors (for Welcome) and whether it has any unfinished job (if not, and the
 // agent runs none, the jobs reconciliation at open is skipped). A reconnect storm is thousands of
 // these at once, so each is one statement, and nothing is written unless Hello changed.
-import { Prisma, type Node, type PrismaClient } from "../../gen/prisma/client.js";
+import { Prisma, type Node } from "../../gen/prisma/client.js";
 import { checkAuthorized, type NodeIdentity } from "../identity/node-auth.js";
+import type { DirectQuery, DirectStatement } from "../db/direct.js";
 
 export interface OpeningState {
   node: Node;
@@ -21,24 +22,25 @@ interface Row extends Node {
   hasJobs: boolean;
 }
 
-// Named, not `n.*`: the statement is kept prepared (server/db/statement-names.ts), and PostgreSQL
-// refuses to run a prepared `n.*` once a newer replica's migration has added a column to Node.
-const nodeColumns = Prisma.raw(
-  Object.values(Prisma.NodeScalarFieldEnum)
+// Straight on the driver (../db/direct.ts): Prisma's runtime cost more than the query itself. The
+// Node columns are named, not `n.*`: the statement is kept prepared, and PostgreSQL refuses to
+// run a prepared `n.*` once a newer replica's migration has added a column to Node. Every column
+// selected is of a type both drivers parse alike (no int8, no timestamp without time zone).
+const openingRead: DirectStatement = {
+  name: "mf_session_open",
+  text: `SELECT ${Object.values(Prisma.NodeScalarFieldEnum)
     .map((column) => `n."${column}"`)
-    .join(", "),
-);
+    .join(", ")},
+       c."nodeId" AS "credentialNodeId", c."revokedAt", c."expiresAt",
+       (SELECT json_object_agg(s.stream, s.sequence::text) FROM "StreamCursor" AS s WHERE s."nodeId" = n.id) AS cursors,
+       EXISTS (SELECT 1 FROM "Job" AS j WHERE j."nodeId" = n.id AND j.state IN ('pending', 'leased')) AS "hasJobs"
+  FROM "NodeCredential" AS c
+  JOIN "Node" AS n ON n.id = c."nodeId"
+ WHERE c.serial = $1`,
+};
 
-export async function loadOpeningState(prisma: PrismaClient, identity: NodeIdentity, now: Date): Promise<OpeningState> {
-  const rows = await prisma.$queryRaw<Row[]>`
-    SELECT ${nodeColumns},
-           c."nodeId" AS "credentialNodeId", c."revokedAt", c."expiresAt",
-           (SELECT json_object_agg(s.stream, s.sequence::text) FROM "StreamCursor" AS s WHERE s."nodeId" = n.id) AS cursors,
-           EXISTS (SELECT 1 FROM "Job" AS j WHERE j."nodeId" = n.id AND j.state IN ('pending', 'leased')) AS "hasJobs"
-      FROM "NodeCredential" AS c
-      JOIN "Node" AS n ON n.id = c."nodeId"
-     WHERE c.serial = ${identity.serial}`;
-  const row = rows[0];
+export async function loadOpeningState(query: DirectQuery, identity: NodeIdentity, now: Date): Promise<OpeningState> {
+  const row = (await query<Row>(openingRead, [identity.serial]))[0];
   const node = checkAuthorized(
     row === undefined ? null : { nodeId: row.credentialNodeId, revokedAt: row.revokedAt, expiresAt: row.expiresAt, node: row },
     identity,

@@ -29,6 +29,7 @@ import type { AgentConfig } from "../../gen/proto/modelforge/agent/v1/agent_pb.j
 import type { Clock } from "../../common/clock.js";
 import type { NodeIdentity } from "../identity/node-auth.js";
 import { loadOpeningState } from "./open.js";
+import type { DirectQuery } from "../db/direct.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
 import type { Caller } from "../context.js";
@@ -63,6 +64,8 @@ export interface SessionSink {
 /** What a Session works with. */
 export interface SessionDeps {
   prisma: PrismaClient;
+  /** The opening read's path to the database (../db/direct.ts). */
+  direct: DirectQuery;
   clock: Clock;
   /** What agents are told in Welcome. */
   agentConfig: AgentConfig;
@@ -319,7 +322,7 @@ export class AgentSession implements LiveSession {
     if (this.closed) return; // gone while waiting for admission
     const prisma = this.deps.prisma;
     // One round trip: authorization, cursors, and whether any job needs reconciling.
-    const { node, cursors, hasJobs } = await loadOpeningState(prisma, this.identity, new Date(this.deps.clock.now()));
+    const { node, cursors, hasJobs } = await loadOpeningState(this.deps.direct, this.identity, new Date(this.deps.clock.now()));
     const said = {
       agentVersion: hello.agentVersion || null,
       protocolVersion: hello.protocolVersion,

@@ -1,0 +1,160 @@
+// The session-open read runs straight on the driver (server/db/direct.ts), so nothing of Prisma's
+// typing stands between the row and the session: the node it returns must be the node Prisma
+// reads, value for value and type for type (Date, parsed JSON, arrays, nulls), on the backend
+// under test (the suite runs once on PGlite, once on PostgreSQL), and every refusal the same.
+import { randomUUID } from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openDatabase, type Database } from "../server/db/client.js";
+import { loadOpeningState } from "../server/sessions/open.js";
+import { createTestDatabase, type TestDatabase } from "./support/db.js";
+
+const now = new Date("2026-12-01T12:00:00.123Z");
+const later = new Date(now.getTime() + 86_400_000);
+
+let tdb: TestDatabase;
+let db: Database;
+/** What the query error hook heard. */
+const failed: unknown[] = [];
+
+beforeAll(async () => {
+  tdb = await createTestDatabase();
+  db = await openDatabase({
+    databaseUrl: tdb.databaseUrl,
+    dataDir: tdb.dataDir,
+    preparedStatements: 10,
+    queryFailed: (err) => failed.push(err),
+  });
+}, 60_000);
+afterAll(async () => {
+  await db?.close();
+  await tdb?.cleanup();
+});
+
+/** A node with one credential; `node` and `credential` override the defaults. */
+async function nodeWith(node: Record<string, unknown> = {}, credential: { revokedAt?: Date; expiresAt?: Date } = {}) {
+  const id = randomUUID();
+  const serial = randomUUID().replaceAll("-", "").toUpperCase();
+  await db.prisma.node.create({ data: { id, name: `gpu-${id.slice(0, 8)}`, ...node } });
+  await db.prisma.nodeCredential.create({ data: { serial, nodeId: id, expiresAt: later, ...credential } });
+  return { id, serial, identity: { nodeId: id, serial, certificateExpiresAt: later.getTime() } };
+}
+
+async function refusal(promise: Promise<unknown>): Promise<{ code: string; message: string }> {
+  const err = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ConnectError);
+  return { code: Code[(err as ConnectError).code], message: (err as ConnectError).rawMessage };
+}
+
+describe("session-open read", () => {
+  it("returns the node Prisma reads, with every column's type, its cursors and its unfinished jobs", async () => {
+    const { id, identity } = await nodeWith({
+      labels: { rack: "r7", zone: "b" },
+      lastHeartbeatAt: new Date("2026-12-01T11:59:58.001Z"),
+      liveness: "online",
+      agentVersion: "1.4.2",
+      protocolVersion: 1,
+      capabilities: ["artifact.acquire.v1", "deployment.load.v1"],
+      engines: ["llama.cpp"],
+      host: { hostname: "gpu-a", cpus: 64, gpus: [{ model: "L4", memoryBytes: "24000000000" }] },
+      renewalRequestedAt: new Date("2026-11-30T00:00:00.000Z"),
+      renewalReason: "rotate",
+      sessionReplica: "replica-a",
+    });
+    // Beyond 2^53: the cursor must survive as the exact integer, not a rounded double.
+    for (const [stream, sequence] of [
+      ["inventory", 9_007_199_254_740_993n],
+      ["telemetry", 42n],
+    ] as const)
+      await db.prisma.streamCursor.create({ data: { nodeId: id, stream, sequence, receivedAt: now } });
+    await db.prisma.job.create({ data: { id: randomUUID(), nodeId: id, capability: "artifact.acquire.v1", spec: {}, state: "leased" } });
+
+    const state = await loadOpeningState(db.direct, identity, now);
+    const stored = await db.prisma.node.findUniqueOrThrow({ where: { id } });
+    expect(state.node).toStrictEqual(stored);
+    expect(state.node.createdAt).toBeInstanceOf(Date);
+    expect(state.cursors).toStrictEqual({ inventory: 9_007_199_254_740_993n, telemetry: 42n });
+    expect(state.hasJobs).toBe(true);
+  });
+
+  it("reads a node never heard from: nulls, empty lists, no cursors, no jobs", async () => {
+    const { id, identity } = await nodeWith();
+    const state = await loadOpeningState(db.direct, identity, now);
+    expect(state.node).toStrictEqual(await db.prisma.node.findUniqueOrThrow({ where: { id } }));
+    expect(state.node).toMatchObject({
+      labels: {},
+      capabilities: [],
+      engines: [],
+      host: null,
+      lastHeartbeatAt: null,
+      protocolVersion: null,
+    });
+    expect(state).toMatchObject({ cursors: {}, hasJobs: false });
+  });
+
+  it.each([
+    { state: "pending", hasJobs: true },
+    { state: "leased", hasJobs: true },
+    { state: "succeeded", hasJobs: false },
+    { state: "failed", hasJobs: false },
+    { state: "cancelled", hasJobs: false },
+  ])("a $state job: hasJobs $hasJobs", async ({ state, hasJobs }) => {
+    const { id, identity } = await nodeWith();
+    await db.prisma.job.create({ data: { id: randomUUID(), nodeId: id, capability: "artifact.acquire.v1", spec: {}, state } });
+    expect((await loadOpeningState(db.direct, identity, now)).hasJobs).toBe(hasJobs);
+  });
+
+  it.each([
+    {
+      name: "an unknown serial",
+      make: async () => ({ ...(await nodeWith()).identity, serial: "ABCDEF" }),
+      code: "Unauthenticated",
+      message: "credential unknown",
+    },
+    {
+      name: "another node's credential",
+      make: async () => ({ ...(await nodeWith()).identity, nodeId: randomUUID() }),
+      code: "Unauthenticated",
+      message: "credential unknown",
+    },
+    {
+      name: "a revoked credential",
+      make: async () => (await nodeWith({}, { revokedAt: now })).identity,
+      code: "Unauthenticated",
+      message: "credential revoked",
+    },
+    {
+      name: "an expired credential",
+      make: async () => (await nodeWith({}, { expiresAt: now })).identity,
+      code: "Unauthenticated",
+      message: "credential expired",
+    },
+    {
+      name: "a disabled node",
+      make: async () => (await nodeWith({ disabledAt: now, disabledReason: "maintenance" })).identity,
+      code: "PermissionDenied",
+      message: "node disabled: maintenance",
+    },
+    {
+      name: "a decommissioned node",
+      make: async () => (await nodeWith({ decommissionedAt: now })).identity,
+      code: "PermissionDenied",
+      message: "node decommissioned",
+    },
+  ])("refuses $name", async ({ make, code, message }) => {
+    expect(await refusal(loadOpeningState(db.direct, await make(), now))).toEqual({ code, message });
+  });
+
+  it("reports a failed statement to the query error hook and rethrows it unchanged", async () => {
+    failed.length = 0;
+    const err = await db.direct({ name: "mf_test_broken", text: 'SELECT no_such_column FROM "Node"' }, []).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toMatchObject({ message: expect.stringContaining("no_such_column") });
+    expect(failed).toEqual([err]);
+  });
+});
