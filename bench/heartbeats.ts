@@ -4,7 +4,7 @@
 //
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
 //   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB, REPLICAS,
-//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, SERVER_FLAGS, WORKER_FLAGS, MALLOC, WORKER_MALLOC, SERVER_CODE, KEEP,
+//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, PROFILE_INCLUSIVE, SERVER_FLAGS, WORKER_FLAGS, MALLOC, WORKER_MALLOC, SERVER_CODE, KEEP,
 //    RESTART(S), RESTART_MODE, REPLY_TIMEOUT, METRICS, SCRAPE in the environment)
 //
 // Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
@@ -342,6 +342,8 @@ try {
     "record",
     "send",
     "push",
+    // PROFILE_INCLUSIVE: more function names to total (a comma list).
+    ...param("PROFILE_INCLUSIVE", "").split(",").filter(Boolean),
   ];
   // 3b. Session opens per second, against the TLS handshake floor of the same servers (same key
   // types, same client certificates), OPEN_ROUNDS rounds of each kind: full handshakes (an agent's
