@@ -20,6 +20,7 @@ import { waitFor } from "./support/wait.js";
 import { ManualClock } from "../common/clock.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
 import { postJson } from "./support/http.js";
+import { agentVersion } from "../agent/version.js";
 
 const fixture = fileURLToPath(new URL("./fixtures/nvidia-smi/three-gpus", import.meta.url));
 let ts: TestServer;
@@ -265,6 +266,36 @@ describe("session protocol", () => {
     }
     expect(welcomed).toBe(true);
     expect(replies).toEqual(["2:heartbeat", "3:telemetry", "4:heartbeat", "5:aborted", "6:heartbeat"]);
+  });
+
+  it("logs an open at info when the node said something new, a plain reconnect and every close at debug", async () => {
+    const other = await enrollTestNode(ts, "reconnecting-agent");
+    const client = await other.client();
+    /** One session: Hello, Welcome, then the agent ends its side and the server its own. */
+    const openOnce = async (version: string) => {
+      const outbound = (async function* () {
+        yield { messageId: 1n, message: { case: "hello" as const, value: { protocolVersion: 1, agentVersion: version } } };
+      })();
+      const seen: string[] = [];
+      for await (const res of client.session(outbound)) seen.push(res.message.case ?? "");
+      expect(seen).toEqual(["welcome"]);
+    };
+    await openOnce(agentVersion);
+    await openOnce(agentVersion);
+    await openOnce(`${agentVersion}+rebuilt`);
+    const lines = (msg: string) =>
+      ts
+        .logs()
+        .split("\n")
+        .filter((l) => l.includes(`"nodeId":"${other.nodeId}"`) && l.includes(`"msg":"${msg}"`))
+        .map((l) => (JSON.parse(l) as { level: number }).level);
+    await waitFor(() => lines("session closed").length === 3, {
+      on: ts.logFeed,
+      what: () => `three sessions closed, seen ${lines("session closed").length}`,
+    });
+    // pino's levels: 30 info, 20 debug.
+    expect(lines("session opened")).toEqual([30, 20, 30]);
+    expect(lines("session closed")).toEqual([20, 20, 20]);
   });
 
   it("refuses a session that does not start with hello", async () => {

@@ -231,7 +231,9 @@ export class AgentSession implements LiveSession {
       this.deps.sessions.detach(this);
       if (!this.deps.shutdown.aborted) this.deps.heartbeats.release(this.nodeId);
       this.deps.relay?.sessionClosed(this);
-      this.caller.log.info({ nodeId: this.nodeId }, "session closed");
+      // Debug, as a reconnect's open: why a session failed is logged below, and a node gone for
+      // good shows as its liveness moving to stale and offline.
+      this.caller.log.debug({ nodeId: this.nodeId }, "session closed");
     }
     if (reason === undefined) return this.sink.end(undefined);
     // Not ours to show the agent (a bug): logged here, a plain status there. A database outage is
@@ -330,7 +332,8 @@ export class AgentSession implements LiveSession {
       engines: knownEngines(hello.engines),
     };
     // A reconnecting agent usually says what it said last time: no write then (reconnect storms).
-    if (!sameHello(node, said)) await prisma.node.update({ where: { id: node.id }, data: said });
+    const changed = !sameHello(node, said);
+    if (changed) await prisma.node.update({ where: { id: node.id }, data: said });
     if (this.closed) return;
     this.deps.heartbeats.record(node.id, this.deps.clock.now());
     this.phase = "open";
@@ -338,7 +341,11 @@ export class AgentSession implements LiveSession {
     if (this.deps.shutdown.aborted) return this.close(shuttingDown());
     this.deps.sessions.attach(this);
     this.deps.metrics?.opened();
-    this.caller.log.info(
+    // At info when the node said something new (first contact, another agent version or
+    // capability set); a reconnect that changes nothing is debug: a storm of them cost 0.11 ms
+    // of each open at info (bench/heartbeats.ts, replica beside replica), and liveness moves are
+    // logged and audited on their own.
+    this.caller.log[changed ? "info" : "debug"](
       { nodeId: node.id, agentVersion: hello.agentVersion, capabilities, ignoredCapabilities: ignored },
       "session opened",
     );
