@@ -4,7 +4,7 @@
 //
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
 //   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB, REPLICAS,
-//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, PROFILE_INCLUSIVE, SERVER_FLAGS, WORKER_FLAGS, MALLOC, WORKER_MALLOC, SERVER_CODE, KEEP,
+//    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, PROFILE_INCLUSIVE, SERVER_FLAGS, WORKER_FLAGS, MALLOC, WORKER_MALLOC, SERVER_CODE, WORKER_CODE, KEEP,
 //    RESTART(S), RESTART_MODE, REPLY_TIMEOUT, METRICS, SCRAPE in the environment)
 //
 // Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
@@ -167,13 +167,20 @@ const WORKER_MALLOC = param("WORKER_MALLOC", serverAllocator.name);
 // MALLOC compares allocators. A checkout needs its node_modules (a symlink to this one's will do).
 const SERVER_CODE = param("SERVER_CODE", "").split(",");
 const serverCode = (replica: number) => SERVER_CODE[Math.min(replica, SERVER_CODE.length - 1)]!.trim() || ".";
+// WORKER_CODE: the same for the load-generator workers, one checkout per worker: the agent's own
+// transport and loop of two commits, compared by each worker's CPU per open in the same rounds.
+const WORKER_CODE = param("WORKER_CODE", "").split(",");
+const workerCode = (worker: number) => WORKER_CODE[Math.min(worker, WORKER_CODE.length - 1)]!.trim() || ".";
+/** The module a process runs: this checkout's, or the same file in another checkout. */
+const codeUrl = (code: string, entry: string) =>
+  code === "." ? new URL(entry, import.meta.url) : pathToFileURL(join(resolve(code), "bench", entry));
 /** How a replica is told apart in per-replica figures: its allocator, and its checkout when not this one. */
 const replicaLabel = (replica: number) => serverMalloc(replica) + (serverCode(replica) === "." ? "" : ` @${serverCode(replica)}`);
 
 function startServerChild(extraFlags: string[] = [], floor = false, port = 0, replica = 0): Rpc {
   const entry = floor ? "./support/floor-server.ts" : "./support/server-child.ts";
   const code = serverCode(replica);
-  const child = forkTs(code === "." ? new URL(entry, import.meta.url) : pathToFileURL(join(resolve(code), "bench", entry)), {
+  const child = forkTs(codeUrl(code, entry), {
     nodeFlags: ["--expose-gc", ...extraFlags, ...param("SERVER_FLAGS", serverNodeFlags.join(" ")).split(" ").filter(Boolean)],
     stdio: ["ignore", logFd, logFd, "ipc"],
     env: {
@@ -282,7 +289,7 @@ try {
   log(`http2 tuning in effect: ${JSON.stringify(info.tuning)}`);
   log(
     `C allocators: servers ${replicas.map((_, i) => serverMalloc(i)).join(", ")}; load generator ${WORKER_MALLOC} (MALLOC, WORKER_MALLOC); ` +
-      `server code: ${replicas.map((_, i) => serverCode(i)).join(", ")} (SERVER_CODE)`,
+      `server code: ${replicas.map((_, i) => serverCode(i)).join(", ")} (SERVER_CODE); load-generator code: ${Array.from({ length: WORKERS }, (_, i) => workerCode(i)).join(", ")} (WORKER_CODE)`,
   );
   await sleep(3000); // a few flush and reconcile rounds over the full node table
   const baseline = await stats({ collect: true });
@@ -295,7 +302,7 @@ try {
   const workers: Rpc[] = [];
   for (let w = 0; w < WORKERS; w++) {
     const rpc = new Rpc(
-      forkTs(new URL("./support/agent-worker.ts", import.meta.url), {
+      forkTs(codeUrl(workerCode(w), "./support/agent-worker.ts"), {
         // Thousands of agents in one process: the same young generation as the servers'.
         nodeFlags: ["--max-old-space-size=4096", ...param("WORKER_FLAGS", serverNodeFlags.join(" ")).split(" ").filter(Boolean)],
         env: { ...process.env, ...allocatorEnv(WORKER_MALLOC) },
@@ -392,9 +399,14 @@ try {
             : "";
         // The load generator shares the two cores: when it is the busier side, it bounds the rate.
         const generator = rs.reduce((x, r) => x + r.cores, 0);
+        // Each worker opens its own equal share: with WORKER_CODE=a,b its CPU per open is its checkout's.
+        const workerCosts =
+          WORKERS > 1
+            ? ` (${rs.map((r, i) => `${workerCode(i) === "." ? "" : `@${workerCode(i)} `}${((r.cores * r.ms) / Math.max(1, r.count - r.failed)).toFixed(2)}`).join(", ")} ms per open of its own)`
+            : "";
         log(
           `${kind}: ${rate.toFixed(0)}/s (${done} in ${WORKERS} workers x ${concurrency} at a time over ${REPLICAS} replica(s), ${rs.reduce((x, r) => x + r.failed, 0)} failed); ` +
-            `servers ${cores.toFixed(2)} cores, ${each(cores)}${replicaCosts}; load generator ${generator.toFixed(2)} cores, ${each(generator)}; load average ${loadavg()[0]!.toFixed(1)}`,
+            `servers ${cores.toFixed(2)} cores, ${each(cores)}${replicaCosts}; load generator ${generator.toFixed(2)} cores, ${each(generator)}${workerCosts}; load average ${loadavg()[0]!.toFixed(1)}`,
         );
       }
     }
