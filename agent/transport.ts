@@ -64,12 +64,25 @@ const resumable = new Map<string, Buffer>();
 const maxResumable = 100_000;
 
 /**
+ * Node 20's tls.connect decodes a `session` option twice (in TLSSocket's constructor and again
+ * after it), and each decode (d2i_SSL_SESSION, the server certificate's key through OpenSSL 3.0's
+ * slow decoder set-up) was 17 % of the fleet benchmark's load generator during a restart. The
+ * socket's own setSession, which tls.connect itself calls, decodes it once; it must come before
+ * the handshake, which starts only once TCP is connected, after tls.connect has returned. Not in
+ * Node's documented API, so the option stays the fallback.
+ */
+type Offering = tls.TLSSocket & { setSession?: (session: Buffer) => void };
+const canOfferLater = typeof (tls.TLSSocket.prototype as Offering).setSession === "function";
+const offer = (socket: tls.TLSSocket, session: Buffer) => (socket as Offering).setSession!(session);
+
+/**
  * http2's `createConnection` for the control plane: TLS with these credentials (or a prepared
  * context), offering the session last given to `certificate`, remembering the next one.
  */
 export function resumingTls(credentials: tls.ConnectionOptions, certificate: string): (authority: URL) => tls.TLSSocket {
   return (authority) => {
     const host = dialHost(authority);
+    const saved = resumable.get(certificate);
     const socket = tls.connect({
       ...credentials,
       host,
@@ -77,8 +90,9 @@ export function resumingTls(credentials: tls.ConnectionOptions, certificate: str
       // SNI carries names only (RFC 6066); an IP address is checked against the certificate all the same.
       ...(isIP(host) === 0 ? { servername: host } : {}),
       ALPNProtocols: ["h2"],
-      session: resumable.get(certificate),
+      ...(saved !== undefined && !canOfferLater ? { session: saved } : {}),
     });
+    if (saved !== undefined && canOfferLater) offer(socket, saved);
     socket.on("session", (session: Buffer) => {
       if (resumable.size >= maxResumable && !resumable.has(certificate)) resumable.clear();
       resumable.set(certificate, session);
