@@ -8,6 +8,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, type Database } from "../server/db/client.js";
 import { loadOpeningState } from "../server/sessions/open.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { freePort } from "./support/ports.js";
+import pg from "pg";
+import { PGlite } from "@electric-sql/pglite";
+import { pgDirect, pgliteDirect } from "../server/db/direct.js";
+import { unavailableError } from "../server/db/availability.js";
 
 const now = new Date("2026-12-01T12:00:00.123Z");
 const later = new Date(now.getTime() + 86_400_000);
@@ -146,6 +151,36 @@ describe("session-open read", () => {
     },
   ])("refuses $name", async ({ make, code, message }) => {
     expect(await refusal(loadOpeningState(db.direct, await make(), now))).toEqual({ code, message });
+  });
+
+  // An agent told `unavailable` retries; any other code would make it back off as from a refusal.
+  it("is answered unavailable when PostgreSQL cannot be reached, as through Prisma", async () => {
+    const pool = new pg.Pool({ host: "127.0.0.1", port: await freePort(), user: "postgres", connectionTimeoutMillis: 5_000 });
+    const heard: unknown[] = [];
+    try {
+      const err = await loadOpeningState(
+        pgDirect(pool, { prepare: true, failed: (e) => heard.push(e) }),
+        (await nodeWith()).identity,
+        now,
+      ).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(unavailableError(err)?.code).toBe(Code.Unavailable);
+      expect(heard).toEqual([err]);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it("is answered unavailable when the embedded database is closed", async () => {
+    const closed = new PGlite();
+    await closed.close();
+    const err = await loadOpeningState(pgliteDirect(closed, {}), (await nodeWith()).identity, now).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(unavailableError(err)?.code).toBe(Code.Unavailable);
   });
 
   it("reports a failed statement to the query error hook and rethrows it unchanged", async () => {
