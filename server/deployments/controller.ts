@@ -83,7 +83,13 @@ export class DeploymentController {
   /** Passes over one deployment until nothing more happens at once (a few moves at most). */
   async reconcile(deploymentId: string): Promise<void> {
     const d = await this.deps.prisma.deployment.findUnique({ where: { id: deploymentId }, include: { instances: true } });
-    if (d !== null) await this.reconcileRow(d);
+    if (d === null) return;
+    await this.reconcileRow(d);
+    // The caller (an operator's request, a job's end) may have changed what the state follows
+    // from (a ready instance of a drained deployment is draining) while this pass lost every
+    // write to a concurrent one (the sweep) that has not stored its state yet: the state is
+    // settled here before the caller answers, not by whichever pass comes next.
+    if (await this.refreshState(deploymentId)) this.changed(deploymentId);
   }
 
   private async reconcileRow(first: WithInstances): Promise<void> {
@@ -125,10 +131,15 @@ export class DeploymentController {
     }
     if (changed) {
       await this.refreshState(d.id);
-      for (const listener of this.listeners) listener(d.id);
-      this.deps.announce?.(d.id);
+      this.changed(d.id);
     }
     return changed;
+  }
+
+  /** Routing may have changed: the relay here and the other replicas are told. */
+  private changed(deploymentId: string): void {
+    for (const listener of this.listeners) listener(deploymentId);
+    this.deps.announce?.(deploymentId);
   }
 
   private async apply(d: WithInstances, action: Action): Promise<boolean> {
@@ -245,19 +256,19 @@ export class DeploymentController {
     return true;
   }
 
-  /** Keeps the deployment's overall state (and failure reason) in step with its instances. */
-  private async refreshState(deploymentId: string): Promise<void> {
+  /** Keeps the deployment's overall state (and failure reason) in step with its instances; true when it stored a change. */
+  private async refreshState(deploymentId: string): Promise<boolean> {
     const d = await this.deps.prisma.deployment.findUnique({ where: { id: deploymentId }, include: { instances: true } });
-    if (d === null) return;
+    if (d === null) return false;
     const state = overallPhase(
       { desired: d.desired as Desired, revision: d.revision },
       d.instances.map((i) => ({ revision: i.revision, phase: i.phase as Phase })),
     );
     const current = d.instances.find((i) => i.revision === d.revision);
     const failureReason = state === "failed" ? (current?.reason ?? null) : null;
-    if (state !== d.state || failureReason !== d.failureReason) {
-      await this.deps.prisma.deployment.updateMany({ where: { id: d.id }, data: { state, failureReason } });
-    }
+    if (state === d.state && failureReason === d.failureReason) return false;
+    await this.deps.prisma.deployment.updateMany({ where: { id: d.id }, data: { state, failureReason } });
+    return true;
   }
 }
 

@@ -1,0 +1,86 @@
+// An explicit reconcile (an operator's drain, a job's end) answers with the deployment's state
+// settled, even when its own pass changes nothing: a concurrent pass (the sweep) may have won every
+// write and not yet stored the state its moves imply, and `desired` alone moves the state (a ready
+// instance of a drained deployment is draining). Seen under a loaded CI run: DrainDeployment
+// answered READY, and the relay kept routing to the draining revision until the next sweep.
+import { randomUUID } from "node:crypto";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ManualClock } from "../../common/clock.js";
+import { openDatabase, type Database } from "../../server/db/client.js";
+import { DeploymentController } from "../../server/deployments/controller.js";
+import { createTestDatabase, type TestDatabase } from "../support/db.js";
+
+let tdb: TestDatabase;
+let db: Database;
+let nodeId: string;
+
+beforeAll(async () => {
+  tdb = await createTestDatabase();
+  db = await openDatabase({ databaseUrl: tdb.databaseUrl, dataDir: tdb.dataDir });
+  nodeId = randomUUID();
+  await db.prisma.node.create({ data: { id: nodeId, name: "gpu-settle" } });
+}, 60_000);
+afterAll(async () => {
+  await db?.close();
+  await tdb?.cleanup();
+});
+
+/** A controller whose jobs are never created: these passes must not start any step. */
+function controller() {
+  const changed: string[] = [];
+  const c = new DeploymentController({
+    prisma: db.prisma,
+    clock: new ManualClock(Date.parse("2026-12-02T00:00:00Z")),
+    log: pino({ level: "silent" }),
+    jobs: {
+      createJob: () => {
+        throw new Error("no step may start here");
+      },
+    },
+    announce: (id) => changed.push(`announce ${id}`),
+  });
+  c.onChange((id) => changed.push(`local ${id}`));
+  return { c, changed };
+}
+
+/** A deployment whose revision 1 is draining under a drain job still pending, stored as `state`. */
+async function drainingUnderJob(state: string) {
+  const id = randomUUID();
+  const jobId = randomUUID();
+  await db.prisma.deployment.create({ data: { id, name: `d-${id.slice(0, 8)}`, nodeId, desired: "drained", state } });
+  await db.prisma.job.create({ data: { id: jobId, nodeId, capability: "deployment.drain.v1", spec: {}, state: "pending" } });
+  await db.prisma.deploymentInstance.create({
+    data: {
+      deploymentId: id,
+      revision: 1n,
+      nodeId,
+      runtimeProfile: "p",
+      repository: "r",
+      commit: "c",
+      phase: "draining",
+      step: "drain",
+      jobId,
+    },
+  });
+  return id;
+}
+
+describe("an explicit reconcile settles the deployment's state", () => {
+  it("stores the state its instances and desired state imply, and says routing changed, when its pass moved nothing", async () => {
+    const id = await drainingUnderJob("ready");
+    const { c, changed } = controller();
+    await c.reconcile(id);
+    expect((await db.prisma.deployment.findUniqueOrThrow({ where: { id } })).state).toBe("draining");
+    expect(changed).toEqual([`local ${id}`, `announce ${id}`]);
+  });
+
+  it("writes and says nothing when the stored state is already right", async () => {
+    const id = await drainingUnderJob("draining");
+    const before = await db.prisma.deployment.findUniqueOrThrow({ where: { id } });
+    const { c, changed } = controller();
+    await c.reconcile(id);
+    expect(await db.prisma.deployment.findUniqueOrThrow({ where: { id } })).toEqual(before);
+    expect(changed).toEqual([]);
+  });
+});
