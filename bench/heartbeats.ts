@@ -158,19 +158,20 @@ const FLOOR = param("BENCH_FLOOR", "");
 
 // MALLOC: the servers' C allocator (bench/support/allocator.ts), by default the installed unit's;
 // a comma list gives each replica its own (MALLOC=glibc,jemalloc compares two in the same seconds).
-const MALLOC = param("MALLOC", serverAllocator.name).split(",");
-const serverMalloc = (replica: number) => MALLOC[Math.min(replica, MALLOC.length - 1)]!;
+/** One entry per process from a comma list, the last repeated for the processes beyond it. */
+const perProcess = (list: string[]) => (i: number) => list[Math.min(i, list.length - 1)]!;
+const serverMalloc = perProcess(param("MALLOC", serverAllocator.name).split(","));
 // The load generator shares the two cores, so it runs on the cheaper allocator too.
 const WORKER_MALLOC = param("WORKER_MALLOC", serverAllocator.name);
 // SERVER_CODE: a list of checkouts, one per replica ("." or empty: this one), each replica run
 // from its own (its bench/support/server-child.ts): two commits compared in the same seconds, as
 // MALLOC compares allocators. A checkout needs its node_modules (a symlink to this one's will do).
-const SERVER_CODE = param("SERVER_CODE", "").split(",");
-const serverCode = (replica: number) => SERVER_CODE[Math.min(replica, SERVER_CODE.length - 1)]!.trim() || ".";
+const serverCodes = perProcess(param("SERVER_CODE", "").split(","));
+const serverCode = (replica: number) => serverCodes(replica).trim() || ".";
 // WORKER_CODE: the same for the load-generator workers, one checkout per worker: the agent's own
 // transport and loop of two commits, compared by each worker's CPU per open in the same rounds.
-const WORKER_CODE = param("WORKER_CODE", "").split(",");
-const workerCode = (worker: number) => WORKER_CODE[Math.min(worker, WORKER_CODE.length - 1)]!.trim() || ".";
+const workerCodes = perProcess(param("WORKER_CODE", "").split(","));
+const workerCode = (worker: number) => workerCodes(worker).trim() || ".";
 /** The module a process runs: this checkout's, or the same file in another checkout. */
 const codeUrl = (code: string, entry: string) =>
   code === "." ? new URL(entry, import.meta.url) : pathToFileURL(join(resolve(code), "bench", entry));
