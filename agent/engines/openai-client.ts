@@ -32,6 +32,12 @@ export class OpenAiClientError extends Error {
 
 const maxEventBytes = 1024 * 1024;
 
+/** The connection was reset or closed before any answer: fetch's own failure, not an HTTP one. */
+export function closedBeforeAnswer(err: unknown): boolean {
+  const code = (err instanceof TypeError ? (err.cause as { code?: unknown } | undefined)?.code : undefined) ?? "";
+  return code === "ECONNRESET" || code === "EPIPE" || code === "UND_ERR_SOCKET";
+}
+
 export class OpenAiClient {
   constructor(
     readonly baseUrl: string,
@@ -82,12 +88,22 @@ export class OpenAiClient {
 
   private async request(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response> {
     const timeout = AbortSignal.timeout(this.timeoutMs);
-    const res = await fetch(new URL(path, this.baseUrl), {
+    const init: RequestInit = {
       method,
       headers: body === undefined ? {} : { "content-type": "application/json" },
       body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
       signal: signal === undefined ? timeout : AbortSignal.any([timeout, signal]),
-    });
+    };
+    let res: Response;
+    try {
+      res = await fetch(new URL(path, this.baseUrl), init);
+    } catch (err) {
+      // A kept-alive connection the runtime closed as idle just as this request went out on it (a
+      // runtime that stalled wakes to its timers before its reads). Nothing was answered and a
+      // generation has no side effects, so it is sent once more, on a new connection.
+      if (!closedBeforeAnswer(err) || init.signal?.aborted) throw err;
+      res = await fetch(new URL(path, this.baseUrl), init);
+    }
     if (res.ok) return res;
     const text = await res.text().catch(() => "");
     let error: Partial<ErrorBody["error"]> = {};
