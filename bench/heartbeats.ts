@@ -613,6 +613,7 @@ try {
     const profiledAgents = PROFILE === "restart-agents" && r === 1;
     if (profiledAgents) await workers[0]!.call("profileStart", { intervalUs: 1000 });
     const stopAt = performance.now();
+    const stopWall = Date.now();
     await Promise.all(
       replicas.map(async (replica) => {
         if (mode === "kill") replica.child.kill("SIGKILL");
@@ -679,6 +680,20 @@ try {
         `${now.retries - before.retries} failed attempts, TLS handshakes ${now.resumed - before.resumed} resumed / ${now.full - before.full} full; server ${cores.toFixed(2)} cores meanwhile; load average ${loadavg()[0]!.toFixed(1)}${failureText(delta)}`,
     );
     console.log(`  back by second after ready: ${Array.from(bySecond, (n, i) => `${i}:${n ?? "-"}`).join(" ")}`);
+    if (replicas.length > 1) {
+      // Each replica's own agents: two checkouts (SERVER_CODE) or allocators compared in the same restart.
+      const times = await Promise.all(workers.map((w) => w.call<number[][]>("establishedSince", { fromMs: stopWall })));
+      const perReplica = replicas.map((_, i) => times.flatMap((t) => t[i] ?? []).sort((a, b) => a - b));
+      const at = (sorted: number[], f: number) =>
+        sorted.length === 0
+          ? "-"
+          : ((sorted[Math.min(sorted.length - 1, Math.ceil(f * sorted.length) - 1)]! - readyWall) / 1000).toFixed(1);
+      console.log(
+        `  per replica, back after ready (s): ${perReplica
+          .map((t, i) => `${replicaLabel(i)}: ${t.length} back, 50% ${at(t, 0.5)}, 90% ${at(t, 0.9)}, all ${at(t, 1)}`)
+          .join("; ")}`,
+      );
+    }
     console.log(`  dialing/TCP up/TLS up unanswered: ${Array.from(phasesBySecond, (p, i) => `${i}:${p ?? "-"}`).join(" ")}`);
     // Recorded in each process, so the seconds in which a saturated one answers IPC late are there too.
     for (const [who, group] of [

@@ -53,6 +53,7 @@ import { revokedSessionSweeper } from "./sessions/revocation.js";
 import { every } from "./loop.js";
 import { http2ServerTuning, listenBacklog, sessionOpenTuning } from "./tuning.js";
 import { Admission } from "./sessions/admission.js";
+import { OpeningReads } from "./sessions/open.js";
 import { loadConsole } from "./ui/static.js";
 import { ServerMetrics } from "./observability/metrics.js";
 import { fleetCounts } from "./observability/metrics-db.js";
@@ -278,7 +279,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches, forwarder });
   const agentDeps: AgentServiceDeps = {
     prisma,
-    direct: db.direct,
+    openingReads: new OpeningReads(db.direct),
     clock,
     log,
     ca,

@@ -58,13 +58,16 @@ export const http2ServerTuning: SecureServerOptions = {
 export const listenBacklog = 65_535;
 
 /**
- * Session opens that may use the database at once, and how many more may wait (see
- * ./sessions/admission.ts). Eight leaves two of the pool's ten connections to the heartbeat flush,
- * the reconcilers and unary calls; eight opens at a few milliseconds each are far more than the
- * ~110 TLS handshakes a second two cores manage, so the limit costs no throughput. A waiter is
- * answered within the agent's 30 s Welcome deadline at that rate up to about 2,000 deep.
+ * Session opens that may run at once, and how many more may wait (see ./sessions/admission.ts).
+ * Their reads are shared: the opens waiting together are one statement (./sessions/open.ts), so
+ * the limit bounds what an open does beside it: the write when Hello changed, the jobs
+ * reconciliation when the node has jobs. 64 of those at a few milliseconds each queue on the
+ * pool's ten connections for tens of milliseconds at most before the heartbeat flush and the
+ * reconcilers get theirs. With eight, a storm finished at most eight opens per event-loop
+ * iteration, and a loop busy with handshakes runs few iterations a second. A waiter is answered
+ * within the agent's 30 s Welcome deadline up to about 2,000 deep.
  */
-export const sessionOpenTuning = { concurrent: 8, queued: 2_000 };
+export const sessionOpenTuning = { concurrent: 64, queued: 2_000 };
 
 /**
  * Node flags the control plane runs with (`npm start`, deploy/modelforge-server.service, the fleet

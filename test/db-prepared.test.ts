@@ -6,7 +6,7 @@ import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, type Database } from "../server/db/client.js";
 import { statementNames } from "../server/db/statement-names.js";
-import { loadOpeningState } from "../server/sessions/open.js";
+import { OpeningReads } from "../server/sessions/open.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 
 describe("statement names", () => {
@@ -59,16 +59,16 @@ describe("prepared statements on PostgreSQL", () => {
   it("keeps the session-open query prepared, and it survives a column added by a newer replica", async () => {
     const db = await openDatabase({ databaseUrl: tdb.databaseUrl!, dataDir: tdb.dataDir, preparedStatements: 10 });
     open.push(db);
-    for (let i = 0; i < 3; i++) expect((await loadOpeningState(db.direct, identity, new Date())).node.name).toBe("gpu-1");
+    for (let i = 0; i < 3; i++) expect((await new OpeningReads(db.direct).read(identity, new Date())).node.name).toBe("gpu-1");
     expect((await preparedOn(db)).filter((s) => s.includes('FROM "NodeCredential"')).map((s) => s.split(":")[0])).toEqual([
-      "mf_session_open",
+      "mf_session_open_batch",
     ]);
 
     // A prepared `SELECT n.*` fails here with "cached plan must not change result type".
     await open[0]!.prisma.$executeRawUnsafe(`ALTER TABLE "Node" ADD COLUMN "addedByNewerReplica" integer`);
     try {
       for (let i = 0; i < 3; i++) {
-        const { node, hasJobs, cursors } = await loadOpeningState(db.direct, identity, new Date());
+        const { node, hasJobs, cursors } = await new OpeningReads(db.direct).read(identity, new Date());
         expect(node.id).toBe(nodeId);
         expect(node).not.toHaveProperty("addedByNewerReplica");
         expect({ hasJobs, cursors }).toEqual({ hasJobs: false, cursors: {} });
@@ -81,7 +81,7 @@ describe("prepared statements on PostgreSQL", () => {
   it("prepares nothing with a limit of 0", async () => {
     const db = await openDatabase({ databaseUrl: tdb.databaseUrl!, dataDir: tdb.dataDir, preparedStatements: 0 });
     open.push(db);
-    for (let i = 0; i < 3; i++) await loadOpeningState(db.direct, identity, new Date());
+    for (let i = 0; i < 3; i++) await new OpeningReads(db.direct).read(identity, new Date());
     expect(await preparedOn(db)).toEqual([]);
   });
 });

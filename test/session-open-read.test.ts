@@ -6,12 +6,12 @@ import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, type Database } from "../server/db/client.js";
-import { loadOpeningState } from "../server/sessions/open.js";
+import { OpeningReads } from "../server/sessions/open.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { freePort } from "./support/ports.js";
 import pg from "pg";
 import { PGlite } from "@electric-sql/pglite";
-import { pgDirect, pgliteDirect } from "../server/db/direct.js";
+import { pgDirect, pgliteDirect, type DirectQuery, type DirectStatement } from "../server/db/direct.js";
 import { unavailableError } from "../server/db/availability.js";
 
 const now = new Date("2026-12-01T12:00:00.123Z");
@@ -54,6 +54,45 @@ async function refusal(promise: Promise<unknown>): Promise<{ code: string; messa
   return { code: Code[(err as ConnectError).code], message: (err as ConnectError).rawMessage };
 }
 
+const refusals = [
+  {
+    name: "an unknown serial",
+    make: async () => ({ ...(await nodeWith()).identity, serial: "ABCDEF" }),
+    code: "Unauthenticated",
+    message: "credential unknown",
+  },
+  {
+    name: "another node's credential",
+    make: async () => ({ ...(await nodeWith()).identity, nodeId: randomUUID() }),
+    code: "Unauthenticated",
+    message: "credential unknown",
+  },
+  {
+    name: "a revoked credential",
+    make: async () => (await nodeWith({}, { revokedAt: now })).identity,
+    code: "Unauthenticated",
+    message: "credential revoked",
+  },
+  {
+    name: "an expired credential",
+    make: async () => (await nodeWith({}, { expiresAt: now })).identity,
+    code: "Unauthenticated",
+    message: "credential expired",
+  },
+  {
+    name: "a disabled node",
+    make: async () => (await nodeWith({ disabledAt: now, disabledReason: "maintenance" })).identity,
+    code: "PermissionDenied",
+    message: "node disabled: maintenance",
+  },
+  {
+    name: "a decommissioned node",
+    make: async () => (await nodeWith({ decommissionedAt: now })).identity,
+    code: "PermissionDenied",
+    message: "node decommissioned",
+  },
+];
+
 describe("session-open read", () => {
   it("returns the node Prisma reads, with every column's type, its cursors and its unfinished jobs", async () => {
     const { id, identity } = await nodeWith({
@@ -77,7 +116,7 @@ describe("session-open read", () => {
       await db.prisma.streamCursor.create({ data: { nodeId: id, stream, sequence, receivedAt: now } });
     await db.prisma.job.create({ data: { id: randomUUID(), nodeId: id, capability: "artifact.acquire.v1", spec: {}, state: "leased" } });
 
-    const state = await loadOpeningState(db.direct, identity, now);
+    const state = await new OpeningReads(db.direct).read(identity, now);
     const stored = await db.prisma.node.findUniqueOrThrow({ where: { id } });
     expect(state.node).toStrictEqual(stored);
     expect(state.node.createdAt).toBeInstanceOf(Date);
@@ -87,7 +126,7 @@ describe("session-open read", () => {
 
   it("reads a node never heard from: nulls, empty lists, no cursors, no jobs", async () => {
     const { id, identity } = await nodeWith();
-    const state = await loadOpeningState(db.direct, identity, now);
+    const state = await new OpeningReads(db.direct).read(identity, now);
     expect(state.node).toStrictEqual(await db.prisma.node.findUniqueOrThrow({ where: { id } }));
     expect(state.node).toMatchObject({
       labels: {},
@@ -109,48 +148,11 @@ describe("session-open read", () => {
   ])("a $state job: hasJobs $hasJobs", async ({ state, hasJobs }) => {
     const { id, identity } = await nodeWith();
     await db.prisma.job.create({ data: { id: randomUUID(), nodeId: id, capability: "artifact.acquire.v1", spec: {}, state } });
-    expect((await loadOpeningState(db.direct, identity, now)).hasJobs).toBe(hasJobs);
+    expect((await new OpeningReads(db.direct).read(identity, now)).hasJobs).toBe(hasJobs);
   });
 
-  it.each([
-    {
-      name: "an unknown serial",
-      make: async () => ({ ...(await nodeWith()).identity, serial: "ABCDEF" }),
-      code: "Unauthenticated",
-      message: "credential unknown",
-    },
-    {
-      name: "another node's credential",
-      make: async () => ({ ...(await nodeWith()).identity, nodeId: randomUUID() }),
-      code: "Unauthenticated",
-      message: "credential unknown",
-    },
-    {
-      name: "a revoked credential",
-      make: async () => (await nodeWith({}, { revokedAt: now })).identity,
-      code: "Unauthenticated",
-      message: "credential revoked",
-    },
-    {
-      name: "an expired credential",
-      make: async () => (await nodeWith({}, { expiresAt: now })).identity,
-      code: "Unauthenticated",
-      message: "credential expired",
-    },
-    {
-      name: "a disabled node",
-      make: async () => (await nodeWith({ disabledAt: now, disabledReason: "maintenance" })).identity,
-      code: "PermissionDenied",
-      message: "node disabled: maintenance",
-    },
-    {
-      name: "a decommissioned node",
-      make: async () => (await nodeWith({ decommissionedAt: now })).identity,
-      code: "PermissionDenied",
-      message: "node decommissioned",
-    },
-  ])("refuses $name", async ({ make, code, message }) => {
-    expect(await refusal(loadOpeningState(db.direct, await make(), now))).toEqual({ code, message });
+  it.each(refusals)("refuses $name", async ({ make, code, message }) => {
+    expect(await refusal(new OpeningReads(db.direct).read(await make(), now))).toEqual({ code, message });
   });
 
   // An agent told `unavailable` retries; any other code would make it back off as from a refusal.
@@ -158,14 +160,12 @@ describe("session-open read", () => {
     const pool = new pg.Pool({ host: "127.0.0.1", port: await freePort(), user: "postgres", connectionTimeoutMillis: 5_000 });
     const heard: unknown[] = [];
     try {
-      const err = await loadOpeningState(
-        pgDirect(pool, { prepare: true, failed: (e) => heard.push(e) }),
-        (await nodeWith()).identity,
-        now,
-      ).then(
-        () => undefined,
-        (e: unknown) => e,
-      );
+      const err = await new OpeningReads(pgDirect(pool, { prepare: true, failed: (e) => heard.push(e) }))
+        .read((await nodeWith()).identity, now)
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
       expect(unavailableError(err)?.code).toBe(Code.Unavailable);
       expect(heard).toEqual([err]);
     } finally {
@@ -176,7 +176,7 @@ describe("session-open read", () => {
   it("is answered unavailable when the embedded database is closed", async () => {
     const closed = new PGlite();
     await closed.close();
-    const err = await loadOpeningState(pgliteDirect(closed, {}), (await nodeWith()).identity, now).then(
+    const err = await new OpeningReads(pgliteDirect(closed, {})).read((await nodeWith()).identity, now).then(
       () => undefined,
       (e: unknown) => e,
     );
@@ -191,5 +191,66 @@ describe("session-open read", () => {
     );
     expect(err).toMatchObject({ message: expect.stringContaining("no_such_column") });
     expect(failed).toEqual([err]);
+  });
+});
+
+describe("session-open reads batched", () => {
+  /** db.direct, counting statements and the most in flight at once; `fail` fails the n-th statement. */
+  function counted(fail?: number) {
+    const seen = { statements: 0, inFlight: 0, maxInFlight: 0, sizes: [] as number[] };
+    const query: DirectQuery = async <Row>(statement: DirectStatement, values: readonly unknown[]) => {
+      seen.statements++;
+      seen.sizes.push((values[0] as string[]).length);
+      seen.inFlight++;
+      seen.maxInFlight = Math.max(seen.maxInFlight, seen.inFlight);
+      try {
+        if (seen.statements === fail) throw new Error("connection lost");
+        return await db.direct<Row>(statement, values);
+      } finally {
+        seen.inFlight--;
+      }
+    };
+    return { query, seen };
+  }
+
+  it("reads the opens waiting together in one statement, and answers each its own node or refusal", async () => {
+    const { query, seen } = counted();
+    const reads = new OpeningReads(query, { batch: 100, concurrent: 1 });
+    const good = await Promise.all(Array.from({ length: 4 }, () => nodeWith()));
+    const refused = await Promise.all(refusals.map(async (r) => ({ ...r, identity: await r.make() })));
+    const first = reads.read(good[0]!.identity, now);
+    // The same credential twice (an agent and a stale copy of it): both are answered.
+    const rest = [...good, good[1]!].slice(1).map((g) => reads.read(g.identity, now));
+    const refusedAnswers = refused.map((r) => refusal(reads.read(r.identity, now)));
+    const nodes = await Promise.all([first, ...rest]);
+    expect(nodes.map((n) => n.node.id)).toEqual([good[0]!.id, good[1]!.id, good[2]!.id, good[3]!.id, good[1]!.id]);
+    expect(await Promise.all(refusedAnswers)).toEqual(refused.map(({ code, message }) => ({ code, message })));
+    // The first went alone, at once; everything that came while it ran, together (the repeated serial once).
+    expect(seen.sizes).toEqual([1, 3 + refused.length]);
+  });
+
+  it("splits at the batch limit and keeps at most `concurrent` statements in flight", async () => {
+    const { query, seen } = counted();
+    const reads = new OpeningReads(query, { batch: 3, concurrent: 2 });
+    const made = await Promise.all(Array.from({ length: 10 }, () => nodeWith()));
+    const states = await Promise.all(made.map((m) => reads.read(m.identity, now)));
+    expect(states.map((s) => s.node.id)).toEqual(made.map((m) => m.id));
+    expect(seen.sizes).toEqual([1, 1, 3, 3, 2]);
+    expect(seen.maxInFlight).toBe(2);
+  });
+
+  it("fails every open a failed statement carried, and reads the next batch as usual", async () => {
+    const { query, seen } = counted(2);
+    const reads = new OpeningReads(query, { batch: 100, concurrent: 1 });
+    const made = await Promise.all(Array.from({ length: 4 }, () => nodeWith()));
+    const answers = made.map((m) =>
+      reads.read(m.identity, now).then(
+        (s) => s.node.id,
+        (e: unknown) => (e as Error).message,
+      ),
+    );
+    expect(await Promise.all(answers)).toEqual([made[0]!.id, "connection lost", "connection lost", "connection lost"]);
+    expect((await reads.read(made[3]!.identity, now)).node.id).toBe(made[3]!.id);
+    expect(seen.sizes).toEqual([1, 3, 1]);
   });
 });

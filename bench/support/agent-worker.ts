@@ -70,7 +70,9 @@ const dir = mkdtempSync(join(tmpdir(), "mf-bench-agents-"));
 // Each agent has its own stop signal, as a real agent process does: the agent's loop adds and
 // removes a listener on it per session and per backoff sleep, and Node's EventTarget scans its
 // listeners on every add, so one signal shared by thousands of agents made each reconnect O(n).
-const agents: { statePath: string; connected: boolean; stop: AbortController; running?: Promise<void> }[] = [];
+const agents: { statePath: string; replica: number; connected: boolean; stop: AbortController; running?: Promise<void> }[] = [];
+/** Wall-clock times (ms) of each session established, per replica the agent dials: when each came back. */
+const establishedAt: number[][] = [];
 let started = 0;
 
 function failureKey(err: ConnectError): string {
@@ -90,6 +92,8 @@ function startAgent(a: (typeof agents)[number]): void {
       established() {
         a.connected = true;
         counts.connected++;
+        establishedAt[a.replica] ??= [];
+        establishedAt[a.replica]!.push(Date.now());
       },
       ended(err, opened) {
         if (a.connected) counts.connected--;
@@ -313,7 +317,7 @@ serve({
         caFingerprint: "bench",
         sequences: { inventory: "0", telemetry: "0" },
       });
-      agents.push({ statePath, connected: false, stop: new AbortController() });
+      agents.push({ statePath, replica: i % s.urls.length, connected: false, stop: new AbortController() });
     }
     return agents.length;
   },
@@ -339,6 +343,15 @@ serve({
   seconds: ({ fromMs }: { fromMs: number }) => seconds.since(fromMs),
 
   counts: () => ({ ...counts, ...phases, ...handshakes, failures: Object.fromEntries(failures) }),
+
+  /** Per replica, the times sessions were established since `fromMs` (and the older ones forgotten). */
+  establishedSince({ fromMs }: { fromMs: number }) {
+    for (const times of establishedAt) {
+      const kept = times?.findIndex((t) => t >= fromMs) ?? 0;
+      times?.splice(0, kept === -1 ? times.length : kept);
+    }
+    return Array.from(establishedAt, (times) => times ?? []);
+  },
 
   // PROFILE=agents: where the agents' own loop spends the load generator's CPU.
   profileStart: ({ intervalUs }: { intervalUs?: number }) => startProfile(intervalUs),

@@ -24,7 +24,7 @@ import { RuntimeProfiles } from "../../server/runtimes/store.js";
 import { jobSettingsOf } from "../../server/jobs/work.js";
 import { reconcileLiveness } from "../../server/liveness/reconciler.js";
 import { revokedSessionSweeper } from "../../server/sessions/revocation.js";
-import { loadOpeningState } from "../../server/sessions/open.js";
+import { OpeningReads } from "../../server/sessions/open.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 const override = process.env.BENCH_TUNING?.trim();
@@ -189,13 +189,10 @@ serve({
     out.jobsSweepMs = await time(() => engine.sweep(), rounds);
     const sample = creds.slice(0, Math.min(opens, creds.length));
     let k = 0;
+    const reads = new OpeningReads(server.db.direct);
     out.sessionOpenMs = await time(() => {
       const c = sample[k++ % sample.length]!;
-      return loadOpeningState(
-        server.db.direct,
-        { nodeId: c.nodeId, serial: c.serial, certificateExpiresAt: c.expiresAt.getTime() },
-        new Date(),
-      );
+      return reads.read({ nodeId: c.nodeId, serial: c.serial, certificateExpiresAt: c.expiresAt.getTime() }, new Date());
     }, sample.length);
     out.roundTripMs = await time(() => prisma.$queryRaw`SELECT 1`, sample.length);
     sessions.closeAll(new ConnectError("bench", Code.Canceled));

@@ -28,8 +28,7 @@ import type { Node, PrismaClient } from "../../gen/prisma/client.js";
 import type { AgentConfig } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Clock } from "../../common/clock.js";
 import type { NodeIdentity } from "../identity/node-auth.js";
-import { loadOpeningState } from "./open.js";
-import type { DirectQuery } from "../db/direct.js";
+import type { OpeningReads } from "./open.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
 import type { Caller } from "../context.js";
@@ -64,8 +63,8 @@ export interface SessionSink {
 /** What a Session works with. */
 export interface SessionDeps {
   prisma: PrismaClient;
-  /** The opening read's path to the database (../db/direct.ts). */
-  direct: DirectQuery;
+  /** Each open's read, batched with the others waiting (./open.ts). */
+  openingReads: OpeningReads;
   clock: Clock;
   /** What agents are told in Welcome. */
   agentConfig: AgentConfig;
@@ -323,8 +322,8 @@ export class AgentSession implements LiveSession {
   private async open({ hello, capabilities, ignored }: ReturnType<typeof acceptHello>): Promise<void> {
     if (this.closed) return; // gone while waiting for admission
     const prisma = this.deps.prisma;
-    // One round trip: authorization, cursors, and whether any job needs reconciling.
-    const { node, cursors, hasJobs } = await loadOpeningState(this.deps.direct, this.identity, new Date(this.deps.clock.now()));
+    // One round trip, shared with the opens waiting beside it: authorization, cursors, and whether any job needs reconciling.
+    const { node, cursors, hasJobs } = await this.deps.openingReads.read(this.identity, new Date(this.deps.clock.now()));
     const said = {
       agentVersion: hello.agentVersion || null,
       protocolVersion: hello.protocolVersion,
