@@ -67,9 +67,11 @@ const maxResumable = 100_000;
  * Node 20's tls.connect decodes a `session` option twice (in TLSSocket's constructor and again
  * after it), and each decode (d2i_SSL_SESSION, the server certificate's key through OpenSSL 3.0's
  * slow decoder set-up) was 17 % of the fleet benchmark's load generator during a restart. The
- * socket's own setSession, which tls.connect itself calls, decodes it once; it must come before
- * the handshake, which starts only once TCP is connected, after tls.connect has returned. Not in
- * Node's documented API, so the option stays the fallback.
+ * socket's own setSession, which tls.connect itself calls, decodes it once. It is offered when
+ * TCP has connected, just before the handshake starts (tls.connect starts it from its own
+ * 'connect' listener, so ours goes first): an attempt refused while the server is down, which is
+ * most of them in an outage, never decodes it. Not in Node's documented API, so the option stays
+ * the fallback.
  */
 type Offering = tls.TLSSocket & { setSession?: (session: Buffer) => void };
 const canOfferLater = typeof (tls.TLSSocket.prototype as Offering).setSession === "function";
@@ -92,7 +94,7 @@ export function resumingTls(credentials: tls.ConnectionOptions, certificate: str
       ALPNProtocols: ["h2"],
       ...(saved !== undefined && !canOfferLater ? { session: saved } : {}),
     });
-    if (saved !== undefined && canOfferLater) offer(socket, saved);
+    if (saved !== undefined && canOfferLater) socket.prependOnceListener("connect", () => offer(socket, saved));
     socket.on("session", (session: Buffer) => {
       if (resumable.size >= maxResumable && !resumable.has(certificate)) resumable.clear();
       resumable.set(certificate, session);

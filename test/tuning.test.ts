@@ -2,7 +2,8 @@
 // either side), on the same server, on another replica sharing the CA and after a restart; a
 // server with another CA does not resume it; and a resumed connection authorizes nothing a full
 // one would not (a revoked credential is refused all the same).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import tls from "node:tls";
 import { generateKeyPairSync } from "node:crypto";
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -16,6 +17,7 @@ import { resumingTls } from "../agent/transport.js";
 import { sessionTicketKeys, ticketEpochMs } from "../server/identity/pki/session-tickets.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, type TestNode } from "./support/node.js";
+import { freePort } from "./support/ports.js";
 
 let a: TestServer;
 let b: TestServer;
@@ -68,6 +70,26 @@ describe("TLS session resumption", () => {
     expect(await heartbeatOnce(a)).toEqual({ resumed: true });
     // B shares A's CA but not its database here: TLS resumes, and B then looks the credential up.
     expect(await heartbeatOnce(b)).toEqual({ resumed: true, refused: Code.Unauthenticated });
+  });
+
+  it("an attempt refused before TCP connects never decodes the saved session; the next still resumes", async () => {
+    expect(await heartbeatOnce(a)).toEqual({ resumed: true });
+    const decode = vi.spyOn(tls.TLSSocket.prototype as unknown as { setSession: (s: Buffer) => void }, "setSession");
+    try {
+      const state = await node.state();
+      const socket = resumingTls(
+        { ca: a.caPem, cert: state.certPem, key: state.keyPem },
+        state.certPem,
+      )(new URL(`https://127.0.0.1:${await freePort()}`));
+      const refused = await new Promise<string>((resolve) => socket.once("error", (err: NodeJS.ErrnoException) => resolve(err.code ?? "")));
+      socket.destroy();
+      expect(refused).toBe("ECONNREFUSED");
+      expect(decode).not.toHaveBeenCalled();
+      expect(await heartbeatOnce(a)).toEqual({ resumed: true });
+      expect(decode).toHaveBeenCalledTimes(1);
+    } finally {
+      decode.mockRestore();
+    }
   });
 
   it("a server with another CA does not resume it", async () => {
