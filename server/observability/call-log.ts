@@ -25,7 +25,7 @@ export function loggedByHandler(err: ConnectError): ConnectError {
 /** What a failure is answered with, and how loudly it is logged here. */
 export interface PublicError {
   error: ConnectError;
-  /** error: a bug or unexpected failure; warn: a refusal; debug: a database outage, reported once elsewhere. */
+  /** error: a bug or unexpected failure; warn: a refusal; debug: a database outage or a refusal, reported once elsewhere. */
   level: "error" | "warn" | "debug";
   /** The original error's description, for an unexpected failure only. */
   detail?: { name: string; message: string; stack?: string };
@@ -36,7 +36,8 @@ export function publicError(err: unknown, correlationId: string | undefined, out
   const internal = () => new ConnectError(`internal error (request ${correlationId ?? "unknown"})`, Code.Internal);
   if (err instanceof ConnectError) {
     if (err.code === Code.Unknown) return { error: internal(), level: "error", detail: describe(err) };
-    return { error: err, level: err.code === Code.Internal ? "error" : "warn" };
+    // A refusal its handler already logged (or counted, under a flood) is one debug line here.
+    return { error: err, level: err.code === Code.Internal ? "error" : selfLogged.has(err) ? "debug" : "warn" };
   }
   const unavailable = unavailableError(err);
   if (unavailable !== undefined) {
@@ -59,9 +60,7 @@ export function callLogInterceptor(outage?: OutageSink): Interceptor {
     const failed = (err: unknown): ConnectError => {
       const { error, level, detail } = publicError(err, caller?.correlationId, outage);
       const line = { ...fields(), code: codeName(error.code), message: error.rawMessage, ...(detail ? { err: detail } : {}) };
-      // A refusal its handler already logged (or counted, under a flood) is one debug line here.
-      const quiet = level === "warn" && selfLogged.has(error);
-      caller?.log[quiet ? "debug" : level](line, level === "error" ? "rpc failed" : "rpc refused");
+      caller?.log[level](line, level === "error" ? "rpc failed" : "rpc refused");
       return error;
     };
     try {

@@ -3,6 +3,7 @@
 // credential's session is also told to the other replicas (server/cluster/bus.ts), since the
 // session may be held on any of them.
 import { Code, ConnectError } from "@connectrpc/connect";
+import { loggedByHandler } from "../observability/call-log.js";
 import type { SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { ClusterEvent } from "../cluster/bus.js";
 
@@ -13,8 +14,12 @@ export interface LiveSession {
   close(reason: ConnectError): void;
 }
 
-/** Why sessions end when the server stops: unavailable, which the agent retries. */
-export const shuttingDown = () => new ConnectError("server shutting down", Code.Unavailable);
+/**
+ * Why sessions end when the server stops: unavailable, which the agent retries. The server logs
+ * its shutdown once, so each session it ends is a debug line, not a warning (a graceful restart
+ * would otherwise log one per node).
+ */
+export const shuttingDown = () => loggedByHandler(new ConnectError("server shutting down", Code.Unavailable));
 
 export class SessionRegistry {
   private readonly byNode = new Map<string, LiveSession>();
