@@ -78,7 +78,8 @@ interface Waiter {
 
 /**
  * Reads each opening session's state, the opens waiting together in one statement. A failed
- * statement fails every open it carried (each is answered unavailable and retries).
+ * statement fails every open it carried, with the driver's error (a lost database is answered
+ * unavailable, and the agents retry).
  */
 export class OpeningReads {
   private waiting: Waiter[] = [];
