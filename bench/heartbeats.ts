@@ -29,7 +29,10 @@
 // every connected node is stored online, and at least SETTLE s); steady state (DURATION s:
 // every agent sends one heartbeat per AGENTS/RATE seconds at a random phase; latencies of those
 // sent in the window; server CPU from its own process.cpuUsage()); then the liveness check in
-// the database and RSS after GC. PROFILE=1 adds a CPU profile of the server during the steady
+// the database and RSS after GC. The steady window's tail is placed in time (p99 by second, the
+// 100 ms slices holding the answers over 50 ms) beside every process's event-loop stalls of 20 ms
+// or more and the collections inside them, so a slow answer can be laid at a process's door.
+// PROFILE=1 adds a CPU profile of the server during the steady
 // window (the profiler costs CPU itself: use it to see where time goes, not for the figures).
 import { generateKeyPairSync } from "node:crypto";
 import { mkdtempSync, openSync, rmSync } from "node:fs";
@@ -42,10 +45,10 @@ import { forkTs, Rpc } from "./support/ipc.js";
 import { serverAllocator, serverNodeFlags } from "../server/tuning.js";
 import { printAllocations, printProfile, type AllocationSummary, type ProfileSummary } from "./support/profile.js";
 import { heapDiff, type HeapSummary } from "./support/heap.js";
-import type { Second } from "./support/timeline.js";
+import type { Second, Stall } from "./support/timeline.js";
 import { allocatorEnv } from "./support/allocator.js";
 import { freePort } from "../test/support/ports.js";
-import { coresUsed, kib, machineCores, machineCpu, mib, ms, numParam, param, sleep, summarize } from "./support/stats.js";
+import { bySlice, coresUsed, kib, machineCores, machineCpu, mib, ms, numParam, param, sleep, summarize } from "./support/stats.js";
 
 const AGENTS = numParam("AGENTS", 5000);
 const RATE = numParam("RATE", 5000);
@@ -138,6 +141,7 @@ const counted = [
 interface WorkerReport extends Counts {
   wallMs: number;
   latencies: Float64Array;
+  sentAts: Float64Array;
   cpuCores: number;
   loopDelayP99Ms: number;
   loopDelayMaxMs: number;
@@ -529,6 +533,33 @@ try {
   console.log(
     `ack latency ms:          p50 ${ms(lat.p50)}, p90 ${ms(lat.p90)}, p99 ${ms(lat.p99)}, max ${ms(lat.max)} (${lat.count} samples)`,
   );
+  // A tail that sits in a few slices is something periodic (a flush, a sweep, a collection); one
+  // spread evenly is queueing everywhere.
+  const sentAts = concat(reports.map((r) => r.sentAts));
+  const latencies = concat(reports.map((r) => r.latencies));
+  const seconds = bySlice(sentAts, latencies, measureStart, 1000).map(summarize);
+  console.log(`  p99 / max by second:   ${seconds.map((s) => `${ms(s.p99)}/${ms(s.max)}`).join(" ")}`);
+  // Answers over 50 ms by 100 ms slice of sending: the share the worst tenth of the slices hold.
+  const over = bySlice(sentAts, latencies, measureStart, 100).map((g) => g.filter((v) => v > 50).length);
+  const overTotal = over.reduce((a, b) => a + b, 0);
+  const worst = [...over.entries()].sort((a, b) => b[1] - a[1]).slice(0, Math.ceil(over.length / 10));
+  console.log(
+    `  answers over 50 ms:    ${overTotal} of ${lat.count}; the worst 10 % of 100 ms slices hold ${((worst.reduce((a, [, n]) => a + n, 0) / Math.max(1, overTotal)) * 100).toFixed(0)} % of them ` +
+      `(at s ${worst
+        .filter(([, n]) => n > 0)
+        .map(([i, n]) => `${(i / 10).toFixed(1)}:${n}`)
+        .join(" ")})`,
+  );
+  // Whose event loop was held when: each process's stalls of 20 ms or more in the window.
+  const held = await Promise.all(
+    [...replicas.map((r, i) => [`server ${i}`, r] as const), ...workers.map((w, i) => [`worker ${i}`, w] as const)].map(
+      async ([who, p]) => {
+        const list = await p.call<Stall[]>("stalls", { fromMs: measureStart }).catch(() => [] as Stall[]);
+        return `${who}: ${list.map((x) => `${((x.at - measureStart) / 1000).toFixed(2)}:${x.ms.toFixed(0)}${gcText(x.gc)}`).join(" ") || "none"}`;
+      },
+    ),
+  );
+  console.log(`  event-loop stalls >= 20 ms (s into the window: ms, g: of it in minor/major GC): ${held.join("; ")}`);
   console.log(
     `server CPU:              ${serverCores.toFixed(2)} cores (${((serverCores * 1e6) / Math.max(1, hbRate)).toFixed(0)} µs per heartbeat); event loop ${(after.elu * 100).toFixed(0)}% busy, ` +
       `loop delay p50 ${ms(after.loopDelayMs.p50)} / p99 ${ms(after.loopDelayMs.p99)} / max ${ms(after.loopDelayMs.max)} ms`,
@@ -788,6 +819,11 @@ function bySecondOf(processes: Second[][], fromMs: number): string {
 function failureText(f: Record<string, number>): string {
   const e = Object.entries(f);
   return e.length === 0 ? "" : ` (${e.map(([m, n]) => `${n}x ${m}`).join("; ")})`;
+}
+
+/** A stall's collection pauses, when it had any. */
+function gcText(gc: Stall["gc"]): string {
+  return gc.minor + gc.major < 1 ? "" : `g${gc.minor.toFixed(0)}/${gc.major.toFixed(0)}`;
 }
 
 function concat(parts: Float64Array[]): Float64Array {

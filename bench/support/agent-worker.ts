@@ -31,7 +31,7 @@ import { emit, serve } from "./ipc.js";
 import tls from "node:tls";
 import { FrameReader, frame } from "../../server/sessions/session-grpc.js";
 import { startProfile, stopProfile, summarizeProfile } from "./profile.js";
-import { recordSeconds } from "./timeline.js";
+import { recordSeconds, recordStalls } from "./timeline.js";
 import { coresUsed } from "./stats.js";
 
 interface Setup {
@@ -52,6 +52,9 @@ interface Setup {
 let setup: Setup;
 let measuring = false;
 let latencies: number[] = [];
+// When each measured heartbeat was sent (epoch ms, comparable across processes): where in the
+// window the slow answers fall.
+let sentAts: number[] = [];
 const counts = { sent: 0, acked: 0, refused: 0, connected: 0, failed: 0, ended: 0, retries: 0 };
 // Where the agents that are not connected stand: sleeping in backoff (the rest), dialing (no TCP
 // yet), TCP up without TLS, TLS up without an answer (Welcome or refusal; Hello is queued on the
@@ -63,6 +66,7 @@ let windowCounts = { sent: 0, acked: 0, refused: 0 };
 const failures = new Map<string, number>();
 const loopDelay = monitorEventLoopDelay({ resolution: 5 });
 const seconds = recordSeconds();
+const stalls = recordStalls();
 let cpuAtMeasure = process.cpuUsage();
 let measureStartedAt = 0;
 const quiet = pino({ level: "silent" });
@@ -118,6 +122,7 @@ function startAgent(a: (typeof agents)[number]): void {
         if (measuring && performance.now() - latencyMs >= measureStartedAt) {
           windowCounts.acked++;
           latencies.push(latencyMs);
+          sentAts.push(performance.timeOrigin + performance.now() - latencyMs);
         }
       },
     },
@@ -341,6 +346,7 @@ serve({
 
   /** This process by second since `fromMs` (./timeline.ts). */
   seconds: ({ fromMs }: { fromMs: number }) => seconds.since(fromMs),
+  stalls: ({ fromMs }: { fromMs: number }) => stalls.since(fromMs),
 
   counts: () => ({ ...counts, ...phases, ...handshakes, failures: Object.fromEntries(failures) }),
 
@@ -360,6 +366,7 @@ serve({
   /** Starts the steady-state window: latencies of heartbeats sent from now on. */
   measure() {
     latencies = [];
+    sentAts = [];
     windowCounts = { sent: 0, acked: 0, refused: 0 };
     measureStartedAt = performance.now();
     cpuAtMeasure = process.cpuUsage();
@@ -377,6 +384,7 @@ serve({
       wallMs,
       ...windowCounts,
       latencies: Float64Array.from(latencies),
+      sentAts: Float64Array.from(sentAts),
       cpuCores: (cpu.user + cpu.system) / 1000 / wallMs,
       loopDelayP99Ms: loopDelay.percentile(99) / 1e6,
       loopDelayMaxMs: loopDelay.max / 1e6,

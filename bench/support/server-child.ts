@@ -14,7 +14,7 @@ import { emit, serve } from "./ipc.js";
 import { procStatus } from "./stats.js";
 import { startAllocationProfile, startProfile, stopAllocationProfile, stopProfile, summarizeProfile } from "./profile.js";
 import { heapSummary } from "./heap.js";
-import { recordSeconds } from "./timeline.js";
+import { recordSeconds, recordStalls } from "./timeline.js";
 import { SessionRegistry } from "../../server/sessions/registry.js";
 import { HeartbeatBook } from "../../server/liveness/heartbeats.js";
 import { LivenessTracker } from "../../server/liveness/tracker.js";
@@ -47,6 +47,7 @@ const prisma = server.db.prisma;
 const loopDelay = monitorEventLoopDelay({ resolution: 5 });
 loopDelay.enable();
 const seconds = recordSeconds();
+const stalls = recordStalls();
 let elu = performance.eventLoopUtilization();
 const gc = (globalThis as { gc?: () => void }).gc;
 let provisioned: string[] = [];
@@ -213,6 +214,7 @@ serve({
 
   /** This process by second since `fromMs` (./timeline.ts). */
   seconds: ({ fromMs }: { fromMs: number }) => seconds.since(fromMs),
+  stalls: ({ fromMs }: { fromMs: number }) => stalls.since(fromMs),
 
   allocStart: ({ intervalBytes }: { intervalBytes?: number }) => startAllocationProfile(intervalBytes),
   allocStop: ({ inclusive }: { inclusive?: string[] }) => stopAllocationProfile(inclusive),

@@ -78,3 +78,15 @@ export function numParam(name: string, fallback: number): number {
   if (!Number.isFinite(n) || n < 0) throw new Error(`${name}: expected a non-negative number, got "${raw}"`);
   return n;
 }
+
+/** Values grouped by when they started, in slices of `sliceMs` from `fromMs`: where a tail sits in time. */
+export function bySlice(startedAt: ArrayLike<number>, values: ArrayLike<number>, fromMs: number, sliceMs: number): number[][] {
+  const groups: number[][] = [];
+  for (let i = 0; i < values.length; i++) {
+    const slice = Math.max(0, Math.floor((startedAt[i]! - fromMs) / sliceMs));
+    const group = groups[slice] ?? [];
+    group.push(values[i]!);
+    groups[slice] = group;
+  }
+  return Array.from(groups, (g) => g ?? []);
+}

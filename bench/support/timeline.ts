@@ -2,7 +2,7 @@
 // event loop was busy and the CPU it used (all threads, kernel included). A saturated process
 // answers the bench's IPC late, so sampling over IPC misses exactly the seconds that matter (the
 // first seconds after a restart).
-import { performance } from "node:perf_hooks";
+import { constants, PerformanceObserver, performance } from "node:perf_hooks";
 import { coresUsed } from "./stats.js";
 
 export interface Second {
@@ -34,4 +34,45 @@ export function recordSeconds(keep = 3600): { since(fromMs: number): Second[] } 
     last = now;
   }, 1000).unref();
   return { since: (fromMs) => seconds.filter((s) => s.at >= fromMs) };
+}
+
+export interface Stall {
+  /** Wall-clock start of the stall, ms since the epoch. */
+  at: number;
+  /** How much later than due a 5 ms tick ran. */
+  ms: number;
+  /** Garbage collection pauses (ms) that began within the stall: minor (scavenge), major (mark-compact). */
+  gc: { minor: number; major: number };
+}
+
+/**
+ * The moments this process's event loop was held for `thresholdMs` or more, with their times and
+ * the garbage collection inside them: a tick every 5 ms that notes how late it ran, and V8's own
+ * record of each collection. Set beside another process's slow answers, it tells whose stall they
+ * were, and whether the collector's.
+ */
+export function recordStalls(thresholdMs = 20, keep = 10_000): { since(fromMs: number): Stall[] } {
+  const stalls: Stall[] = [];
+  const pauses: { start: number; ms: number; major: boolean }[] = [];
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      const kind = (e as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind;
+      pauses.push({ start: e.startTime, ms: e.duration, major: kind === constants.NODE_PERFORMANCE_GC_MAJOR });
+      if (pauses.length > 1000) pauses.shift();
+    }
+  }).observe({ entryTypes: ["gc"] });
+  const tickMs = 5;
+  let last = performance.now();
+  setInterval(() => {
+    const now = performance.now();
+    const late = now - last - tickMs;
+    if (late >= thresholdMs) {
+      const gc = { minor: 0, major: 0 };
+      for (const p of pauses) if (p.start >= last && p.start < now) gc[p.major ? "major" : "minor"] += p.ms;
+      stalls.push({ at: performance.timeOrigin + last + tickMs, ms: late, gc });
+      if (stalls.length > keep) stalls.shift();
+    }
+    last = now;
+  }, tickMs).unref();
+  return { since: (fromMs) => stalls.filter((s) => s.at >= fromMs) };
 }
