@@ -48,7 +48,21 @@ import { heapDiff, type HeapSummary } from "./support/heap.js";
 import type { Second, Stall } from "./support/timeline.js";
 import { allocatorEnv } from "./support/allocator.js";
 import { freePort } from "../test/support/ports.js";
-import { bySlice, coresUsed, kib, machineCores, machineCpu, mib, ms, numParam, param, sleep, summarize } from "./support/stats.js";
+import {
+  bySlice,
+  coresUsed,
+  kib,
+  machineCores,
+  machineCpu,
+  machineSteal,
+  mib,
+  ms,
+  numParam,
+  param,
+  sampleMachine,
+  sleep,
+  summarize,
+} from "./support/stats.js";
 
 const AGENTS = numParam("AGENTS", 5000);
 const RATE = numParam("RATE", 5000);
@@ -493,6 +507,7 @@ try {
   if (PROFILE === "alloc") await server.call("allocStart", { intervalBytes: 32768 });
   const before = await stats({ reset: true });
   const machineBefore = machineCpu();
+  const machineSlices = sampleMachine(100);
   const measureStart = Date.now();
   await Promise.all(workers.map((w) => w.call("measure")));
   const scrapes = METRICS && SCRAPE > 0 && FLOOR === "" ? scrapeEvery(`http://127.0.0.1:${metricsPort}/metrics`, SCRAPE * 1000) : undefined;
@@ -504,6 +519,7 @@ try {
   const reports = await Promise.all(workers.map((w) => w.call<WorkerReport>("report")));
   const scraped = await scrapes?.stop();
   const machineAfter = machineCpu();
+  const machineBySlice = machineSlices.stop();
   const after = await stats();
   const profile = profileSteady ? await server.call<ProfileSummary>("profileStop", { inclusive }) : undefined;
   const agentsProfile =
@@ -550,15 +566,22 @@ try {
   const latencies = concat(reports.map((r) => r.latencies));
   const seconds = bySlice(sentAts, latencies, measureStart, 1000).map(summarize);
   console.log(`  p99 / max by second:   ${seconds.map((s) => `${ms(s.p99)}/${ms(s.max)}`).join(" ")}`);
+  // The machine in that slice and the next (the answer comes after): CPU busy and stolen by the host, %.
+  const machineAt = (slice: number) => {
+    const near = machineBySlice.filter((m) => m.at >= measureStart + (slice - 0.5) * 100 && m.at < measureStart + (slice + 1.5) * 100);
+    if (near.length === 0) return "";
+    const pct = (v: number) => (v * 100).toFixed(0);
+    return ` (${pct(Math.max(...near.map((m) => m.busy)))}/${pct(Math.max(...near.map((m) => m.steal)))})`;
+  };
   // Answers over 50 ms by 100 ms slice of sending: the share the worst tenth of the slices hold.
   const over = bySlice(sentAts, latencies, measureStart, 100).map((g) => g.filter((v) => v > 50).length);
   const overTotal = over.reduce((a, b) => a + b, 0);
   const worst = [...over.entries()].sort((a, b) => b[1] - a[1]).slice(0, Math.ceil(over.length / 10));
   console.log(
     `  answers over 50 ms:    ${overTotal} of ${lat.count}; the worst 10 % of 100 ms slices hold ${((worst.reduce((a, [, n]) => a + n, 0) / Math.max(1, overTotal)) * 100).toFixed(0)} % of them ` +
-      `(at s ${worst
+      `(s into the window:answers (machine % busy/stolen in the slice and the next): ${worst
         .filter(([, n]) => n > 0)
-        .map(([i, n]) => `${(i / 10).toFixed(1)}:${n}`)
+        .map(([i, n]) => `${(i / 10).toFixed(1)}:${n}${machineAt(i)}`)
         .join(" ")})`,
   );
   // Whose event loop was held when: each process's stalls of 20 ms or more in the window.
@@ -578,7 +601,7 @@ try {
   console.log(`  RSS during the window: ${mid.map((m) => mib(m.mem.rss)).join(", ")} MiB`);
   console.log(
     `load generator:          ${reports.map((r) => r.cpuCores.toFixed(2)).join(" + ")} cores, loop delay p99 ${reports.map((r) => ms(r.loopDelayP99Ms)).join(" / ")} ms, max ${reports.map((r) => ms(r.loopDelayMaxMs)).join(" / ")} ms; ` +
-      `machine ${machineCores(machineBefore, machineAfter, cpus().length).toFixed(2)} of ${cpus().length} cores busy`,
+      `machine ${machineCores(machineBefore, machineAfter, cpus().length).toFixed(2)} of ${cpus().length} cores busy, ${machineSteal(machineBefore, machineAfter, cpus().length).toFixed(2)} of them stolen by the host`,
   );
   console.log(
     `server memory after GC:  RSS ${mib(loaded.mem.rss)} MiB (baseline ${mib(baseline.mem.rss)} MiB) => ${kib(rssPerAgent)} KiB per connected agent; ` +

@@ -33,17 +33,41 @@ export function mib(bytes: number): string {
 }
 
 /** Whole-machine CPU time (all cores, jiffies) from /proc/stat: busy and total. */
-export function machineCpu(): { busy: number; total: number } {
+export function machineCpu(): { busy: number; total: number; steal: number } {
   const line = readFileSync("/proc/stat", "utf8").split("\n")[0]!;
   const f = line.trim().split(/\s+/).slice(1).map(Number);
   const idle = (f[3] ?? 0) + (f[4] ?? 0);
   const total = f.reduce((a, b) => a + b, 0);
-  return { busy: total - idle, total };
+  // steal: time the hypervisor ran something else while this VM wanted a CPU (counted in busy).
+  return { busy: total - idle, total, steal: f[7] ?? 0 };
+}
+
+/** The machine's CPU in slices: readings of /proc/stat every `intervalMs` until stopped. */
+export function sampleMachine(intervalMs: number): { stop(): { at: number; busy: number; steal: number }[] } {
+  const slices: { at: number; busy: number; steal: number }[] = [];
+  let last = machineCpu();
+  const timer = setInterval(() => {
+    const now = machineCpu();
+    const total = Math.max(1, now.total - last.total);
+    slices.push({ at: Date.now() - intervalMs, busy: (now.busy - last.busy) / total, steal: (now.steal - last.steal) / total });
+    last = now;
+  }, intervalMs);
+  return {
+    stop() {
+      clearInterval(timer);
+      return slices;
+    },
+  };
 }
 
 /** Cores in use on the whole machine between two machineCpu() readings. */
 export function machineCores(a: { busy: number; total: number }, b: { busy: number; total: number }, cores: number): number {
   return ((b.busy - a.busy) / Math.max(1, b.total - a.total)) * cores;
+}
+
+/** Cores' worth of time the hypervisor gave to others between two machineCpu() readings. */
+export function machineSteal(a: { steal: number; total: number }, b: { steal: number; total: number }, cores: number): number {
+  return ((b.steal - a.steal) / Math.max(1, b.total - a.total)) * cores;
 }
 
 /** Cores a process used between two process.cpuUsage() readings taken `wallMs` apart. */
