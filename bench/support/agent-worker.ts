@@ -152,6 +152,9 @@ function contextOf(certPem: string): tls.SecureContext {
 function rawConnection(state: AgentState): NodeConnection {
   const dial = resumingTls({ secureContext: contextOf(state.certPem), ...(setup.noDelay ? { noDelay: true } : {}) }, state.certPem);
   let phase: keyof typeof phases | undefined;
+  // A stream that closes without a status on a connection whose TLS never came up was cut at
+  // the handshake (the server's handshake timeout when it is overloaded), not by the server's session.
+  let tlsUp = false;
   const enter = (next: keyof typeof phases | undefined) => {
     if (phase !== undefined) phases[phase]--;
     if (next !== undefined) phases[next]++;
@@ -163,6 +166,7 @@ function rawConnection(state: AgentState): NodeConnection {
       enter("dialing");
       socket.once("connect", () => enter("tcp"));
       socket.once("secureConnect", () => {
+        tlsUp = true;
         enter("tls");
         handshakes[socket.isSessionReused() ? "resumed" : "full"]++;
       });
@@ -216,7 +220,8 @@ function rawConnection(state: AgentState): NodeConnection {
       stream.on("error", (err) => out.fail(new ConnectError(err.message, Code.Unavailable)));
       stream.on("close", () => {
         if (status === "0") out.end();
-        else if (status === undefined) out.fail(new ConnectError("stream closed without a status", Code.Unavailable));
+        else if (status === undefined)
+          out.fail(new ConnectError(tlsUp ? "stream closed without a status" : "connection closed before TLS was up", Code.Unavailable));
         else out.fail(new ConnectError(message, Number(status) as Code));
       });
       const onAbort = () => {
