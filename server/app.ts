@@ -279,6 +279,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches, forwarder });
   const agentDeps: AgentServiceDeps = {
     prisma,
+    direct: db.direct,
     openingReads: new OpeningReads(db.direct),
     clock,
     log,

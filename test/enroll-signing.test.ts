@@ -42,7 +42,14 @@ beforeAll(async () => {
       return { ...prepared, sign };
     },
   };
-  enroll = enroller({ prisma: db.prisma, ca: counting, clock: systemClock, log: pino({ level: "silent" }), credentialTtlMs: 86_400_000 });
+  enroll = enroller({
+    prisma: db.prisma,
+    direct: db.direct,
+    ca: counting,
+    clock: systemClock,
+    log: pino({ level: "silent" }),
+    credentialTtlMs: 86_400_000,
+  });
 });
 afterAll(async () => {
   await db?.close();

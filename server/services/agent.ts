@@ -26,6 +26,7 @@ import { pendingInstructions } from "../sessions/instructions.js";
 import { connectSession, type SessionDeps } from "../sessions/session.js";
 import { partitionCapabilities } from "../../common/capabilities.js";
 import { ts } from "./convert.js";
+import type { DirectQuery } from "../db/direct.js";
 
 /** Built once per server: it only changes with the configuration. */
 export function agentConfigOf(c: Config): AgentConfig {
@@ -43,6 +44,8 @@ export function agentConfigOf(c: Config): AgentConfig {
 
 /** What the node-facing API works with: a Session's collaborators, plus the CA that enrolls and renews. */
 export interface AgentServiceDeps extends SessionDeps {
+  /** The database straight through its driver (enrollment's one statement). */
+  direct: DirectQuery;
   ca: Ca;
   log: Logger;
   /** Lifetime of an issued node certificate. */

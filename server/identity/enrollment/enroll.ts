@@ -14,6 +14,7 @@ import { loggedByHandler } from "../../observability/call-log.js";
 import { enrollmentFailureLimit, FailureLimiter, peerKey } from "./failure-limit.js";
 import { floodPolicy, FloodLogger } from "../../observability/flood-log.js";
 import type { PrismaClient } from "../../../gen/prisma/client.js";
+import type { DirectQuery } from "../../db/direct.js";
 import type { Clock } from "../../../common/clock.js";
 import type { Logger } from "../../observability/logger.js";
 import type { Ca, IssuedNodeCertificate } from "../pki/ca.js";
@@ -22,6 +23,8 @@ import type { PreparedNodeCertificate } from "../pki/node-cert.js";
 /** What enrollment works with. */
 export interface EnrollDeps {
   prisma: PrismaClient;
+  /** The same database straight through its driver, for the enrollment's one statement (./sql.ts). */
+  direct: DirectQuery;
   ca: Pick<Ca, "issueNodeCertificate" | "prepareNodeCertificate">;
   clock: Clock;
   log: Logger;
@@ -120,7 +123,7 @@ async function enroll(deps: EnrollDeps, input: EnrollInput): Promise<Enrolled> {
   } catch (err) {
     throw csrRefused(err);
   }
-  const claimed = await enrollNewNode(prisma, {
+  const claimed = await enrollNewNode(deps.direct, {
     tokenHash,
     nodeId: newNodeId,
     requestedName: input.nodeName,
