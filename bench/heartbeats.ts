@@ -54,7 +54,6 @@ import {
   kib,
   machineCores,
   machineCpu,
-  machineSteal,
   mib,
   ms,
   numParam,
@@ -601,7 +600,7 @@ try {
   console.log(`  RSS during the window: ${mid.map((m) => mib(m.mem.rss)).join(", ")} MiB`);
   console.log(
     `load generator:          ${reports.map((r) => r.cpuCores.toFixed(2)).join(" + ")} cores, loop delay p99 ${reports.map((r) => ms(r.loopDelayP99Ms)).join(" / ")} ms, max ${reports.map((r) => ms(r.loopDelayMaxMs)).join(" / ")} ms; ` +
-      `machine ${machineCores(machineBefore, machineAfter, cpus().length).toFixed(2)} of ${cpus().length} cores busy, ${machineSteal(machineBefore, machineAfter, cpus().length).toFixed(2)} of them stolen by the host`,
+      `machine ${machineCores(machineBefore, machineAfter, cpus().length).toFixed(2)} of ${cpus().length} cores busy, ${machineCores(machineBefore, machineAfter, cpus().length, "steal").toFixed(2)} of them stolen by the host`,
   );
   console.log(
     `server memory after GC:  RSS ${mib(loaded.mem.rss)} MiB (baseline ${mib(baseline.mem.rss)} MiB) => ${kib(rssPerAgent)} KiB per connected agent; ` +

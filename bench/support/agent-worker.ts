@@ -119,10 +119,11 @@ function startAgent(a: (typeof agents)[number]): void {
           return;
         }
         counts.acked++;
-        if (measuring && performance.now() - latencyMs >= measureStartedAt) {
+        const sentAt = performance.now() - latencyMs;
+        if (measuring && sentAt >= measureStartedAt) {
           windowCounts.acked++;
           latencies.push(latencyMs);
-          sentAts.push(performance.timeOrigin + performance.now() - latencyMs);
+          sentAts.push(performance.timeOrigin + sentAt);
         }
       },
     },

@@ -60,14 +60,17 @@ export function sampleMachine(intervalMs: number): { stop(): { at: number; busy:
   };
 }
 
-/** Cores in use on the whole machine between two machineCpu() readings. */
-export function machineCores(a: { busy: number; total: number }, b: { busy: number; total: number }, cores: number): number {
-  return ((b.busy - a.busy) / Math.max(1, b.total - a.total)) * cores;
-}
-
-/** Cores' worth of time the hypervisor gave to others between two machineCpu() readings. */
-export function machineSteal(a: { steal: number; total: number }, b: { steal: number; total: number }, cores: number): number {
-  return ((b.steal - a.steal) / Math.max(1, b.total - a.total)) * cores;
+/**
+ * Cores' worth of the whole machine between two machineCpu() readings: in use (busy), or given by
+ * the hypervisor to others while this VM wanted them (steal).
+ */
+export function machineCores(
+  a: { busy: number; steal: number; total: number },
+  b: { busy: number; steal: number; total: number },
+  cores: number,
+  of: "busy" | "steal" = "busy",
+): number {
+  return ((b[of] - a[of]) / Math.max(1, b.total - a.total)) * cores;
 }
 
 /** Cores a process used between two process.cpuUsage() readings taken `wallMs` apart. */
