@@ -11,7 +11,8 @@ import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { freePort } from "./support/ports.js";
 import pg from "pg";
 import { PGlite } from "@electric-sql/pglite";
-import { pgDirect, pgliteDirect, type DirectQuery, type DirectStatement } from "../server/db/direct.js";
+import { pgDirect, type DirectQuery, type DirectStatement } from "../server/db/direct.js";
+import { pgliteDirect } from "../server/db/pglite-direct.js";
 import { unavailableError } from "../server/db/availability.js";
 
 const now = new Date("2026-12-01T12:00:00.123Z");

@@ -1,4 +1,4 @@
-// A statement run straight on the driver (node-postgres' pool, or the PGlite instance), past
+// A statement run straight on the driver (node-postgres' pool, or the PGlite instance: ./pglite-direct.ts), past
 // Prisma's query runtime. Only for a statement hot enough for that runtime to show: the
 // session-open read, which a reconnect storm runs thousands of times a second, cost 0.23 ms of CPU
 // per call through Prisma and 0.10 ms straight on the same pool (warm, one process, PostgreSQL);
@@ -9,7 +9,6 @@
 // as arrays, bool and int4 as JavaScript values. A statement here selects only columns of those
 // types (int8 and timestamp without time zone parse differently in the two drivers, and the
 // latter in the process's local time zone), which the callers' tests check on both backends.
-import type { PGlite } from "@electric-sql/pglite";
 import type pg from "pg";
 
 export interface DirectStatement {
@@ -36,18 +35,6 @@ export function pgDirect(pool: pg.Pool, { prepare, failed }: DirectOptions): Dir
       : { text: statement.text, values: [...values] };
     try {
       return (await pool.query(config)).rows as Row[];
-    } catch (err) {
-      failed?.(err);
-      throw err;
-    }
-  };
-}
-
-/** PGlite is one session: the query waits behind any transaction in progress, as Prisma's own do. */
-export function pgliteDirect(db: PGlite, { failed }: Pick<DirectOptions, "failed">): DirectQuery {
-  return async <Row>(statement: DirectStatement, values: readonly unknown[]) => {
-    try {
-      return (await db.query<Row>(statement.text, [...values])).rows;
     } catch (err) {
       failed?.(err);
       throw err;

@@ -18,7 +18,7 @@ import { checkConnection, once, type Database, type OpenDatabaseOptions } from "
 import { lockDataDir, preflightPgliteDir } from "./pglite-dir.js";
 import { ServerLog } from "./pglite-log.js";
 import { watchQueries } from "../observability/metrics-queries.js";
-import { pgliteDirect } from "./direct.js";
+import { pgliteDirect } from "./pglite-direct.js";
 
 async function closeQuietly(db: PGlite): Promise<void> {
   // After a WebAssembly abort close() may throw or never settle; do not let it hold shutdown.
