@@ -22,3 +22,14 @@ export function retryAfterDelay(header: string | null | undefined, maxMs: number
   const ms = Math.min(maxMs, Number(header.trim()) * 1000);
   return Math.floor(ms / 2 + (random() * ms) / 2);
 }
+
+/**
+ * When a periodic task next runs, asked as it runs at `now`: one interval after it was due, not
+ * after it ran, so a late run moves no later one; give or take `jitter` (a fraction) of the
+ * interval, so runs that once fell together drift apart. After a stall of an interval or more the
+ * missed runs are not made up: the next comes one interval from now.
+ */
+export function nextRunAt(dueAt: number, now: number, intervalMs: number, jitter: number, random: () => number = Math.random): number {
+  const step = intervalMs * (1 + jitter * (2 * random() - 1));
+  return dueAt + step > now ? dueAt + step : now + step;
+}

@@ -31,6 +31,7 @@ import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
 import type { SessionDeployments } from "./deployments/session-hook.js";
 import type { SessionLoopMetrics } from "./metrics.js";
 import { VersionRefusals, versionRefusalDelay, versionRefusalOf } from "./version-refusal.js";
+import { repeat } from "./cadence.js";
 
 type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 export type ReplyResult = Reply["result"];
@@ -207,7 +208,7 @@ async function runSession(
     );
   // Armed before anything can wait: connecting, the handshake and Hello all count against it.
   const welcomeTimer = deadline("Welcome");
-  const timers: NodeJS.Timeout[] = [welcomeTimer];
+  const cadences: (() => void)[] = [];
   let connection: NodeConnection | undefined;
   const outbound = new AsyncQueue<SessionRequest>();
   const pending = new Map<bigint, { resolve(r: ReplyResult): void; reject(e: unknown): void }>();
@@ -311,11 +312,9 @@ async function runSession(
     for (const i of instructions) if (i.kind.case === "renewCredential") void renew(i.kind.value.reason);
   };
   const every = (intervalMs: number, task: () => Promise<unknown>) => {
-    const t = setInterval(
-      () => void task().catch((err: unknown) => log.warn({ error: (err as Error).message }, "periodic task failed")),
-      intervalMs,
+    cadences.push(
+      repeat(intervalMs, () => void task().catch((err: unknown) => log.warn({ error: (err as Error).message }, "periodic task failed"))),
     );
-    timers.push(t);
   };
 
   outbound.push(
@@ -393,7 +392,8 @@ async function runSession(
     if (abort.signal.reason instanceof Reconnect || abort.signal.reason instanceof ConnectError) throw abort.signal.reason;
     throw err;
   } finally {
-    for (const t of timers) clearInterval(t);
+    clearTimeout(welcomeTimer);
+    for (const stop of cadences) stop();
     outbound.end();
     for (const p of pending.values()) p.reject(new ConnectError("session closed", Code.Unavailable));
     forgetStop();

@@ -7,7 +7,7 @@ import { codeName } from "../common/codes.js";
 import { Code } from "@connectrpc/connect";
 import { secretsEqual, operatorRoleOf } from "../server/identity/admin-token.js";
 import { tokenState } from "../server/identity/enrollment/token.js";
-import { backoffDelay, renewalDue } from "../agent/rules.js";
+import { backoffDelay, nextRunAt, renewalDue } from "../agent/rules.js";
 
 describe("configuration", () => {
   it("has working defaults", () => {
@@ -135,5 +135,18 @@ describe("renewal timing", () => {
     [0, 90, 100, 1 / 3, true],
   ])("issued %d, expires %d, at %d with share %d: due %s", (nb, na, now, f, due) => {
     expect(renewalDue(nb, na, now, f)).toBe(due);
+  });
+});
+
+describe("periodic cadence", () => {
+  const mid = () => 0.5;
+  it.each([
+    { name: "on time: one interval after it was due", dueAt: 1000, now: 1000, random: mid, want: 2000 },
+    { name: "late: still one interval after it was due, not after it ran", dueAt: 1000, now: 1300, random: mid, want: 2000 },
+    { name: "jitter's low edge", dueAt: 1000, now: 1000, random: () => 0, want: 1950 },
+    { name: "jitter's high edge", dueAt: 1000, now: 1000, random: () => 1, want: 2050 },
+    { name: "after a stall of intervals: one interval from now, no catching up", dueAt: 1000, now: 4500, random: mid, want: 5500 },
+  ])("$name", ({ dueAt, now, random, want }) => {
+    expect(nextRunAt(dueAt, now, 1000, 0.05, random)).toBe(want);
   });
 });

@@ -1,0 +1,84 @@
+// The agent's periodic work (agent/cadence.ts) on a manual clock: runs stay on their own grid when
+// the event loop is late, so agents sharing a loop do not fall into step as under setInterval.
+import { describe, expect, it } from "vitest";
+import { type CadenceTimers, repeat } from "../agent/cadence.js";
+
+/** Timers on a clock the test moves; `advance` fires what falls due, in order, each at its time or when the loop gets to it. */
+function manualTimers() {
+  let now = 0;
+  let next = 0;
+  const pending = new Map<number, { at: number; run: () => void }>();
+  const timers: CadenceTimers = {
+    now: () => now,
+    setTimeout: (run, ms) => {
+      pending.set(++next, { at: now + ms, run });
+      return next;
+    },
+    clearTimeout: (handle) => pending.delete(handle as number),
+  };
+  /** Moves the clock to `to`; a timer due before `busyUntil` fires only then (a stalled loop). */
+  const advance = (to: number, busyUntil = 0) => {
+    for (;;) {
+      const due = [...pending.entries()].filter(([, t]) => t.at <= to).sort((a, b) => a[1].at - b[1].at)[0];
+      if (due === undefined) break;
+      pending.delete(due[0]);
+      now = Math.max(due[1].at, busyUntil, now);
+      due[1].run();
+    }
+    now = to;
+  };
+  return { timers, advance, pending };
+}
+
+describe("agent cadence", () => {
+  it("runs once per interval on average, each run within its jitter", () => {
+    const { timers, advance } = manualTimers();
+    const runs: number[] = [];
+    let r = 0;
+    const random = () => [0, 1, 0.5, 0.25][r++ % 4]!;
+    repeat(1000, () => runs.push(timers.now()), { timers, random });
+    advance(10_100);
+    expect(runs).toEqual([950, 2000, 3000, 3975, 4925, 5975, 6975, 7950, 8900, 9950]);
+  });
+
+  it("keeps two cadences apart after the loop held both past their time", () => {
+    const { timers, advance } = manualTimers();
+    const runs: [string, number][] = [];
+    repeat(1000, () => runs.push(["a", timers.now()]), { timers, jitter: 0 });
+    advance(50);
+    repeat(1000, () => runs.push(["b", timers.now()]), { timers, jitter: 0 });
+    // The loop is busy until 1,300: both run then, together.
+    advance(1400, 1300);
+    advance(3100);
+    // Under setInterval both would now run at 2,300 and 3,300, in step for good.
+    expect(runs).toEqual([
+      ["a", 1300],
+      ["b", 1300],
+      ["a", 2000],
+      ["b", 2050],
+      ["a", 3000],
+      ["b", 3050],
+    ]);
+  });
+
+  it("runs once, not a burst, after a stall longer than several intervals", () => {
+    const { timers, advance } = manualTimers();
+    const runs: number[] = [];
+    repeat(1000, () => runs.push(timers.now()), { timers, jitter: 0 });
+    advance(5000, 4500);
+    expect(runs).toEqual([4500]);
+    advance(6600);
+    expect(runs).toEqual([4500, 5500, 6500]);
+  });
+
+  it("stops: no run after the returned function is called, and no timer left armed", () => {
+    const { timers, advance, pending } = manualTimers();
+    const runs: number[] = [];
+    const stop = repeat(1000, () => runs.push(timers.now()), { timers, jitter: 0 });
+    advance(1500);
+    stop();
+    expect(pending.size).toBe(0);
+    advance(5000);
+    expect(runs).toEqual([1000]);
+  });
+});
