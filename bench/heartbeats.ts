@@ -565,6 +565,15 @@ try {
   const latencies = concat(reports.map((r) => r.latencies));
   const seconds = bySlice(sentAts, latencies, measureStart, 1000).map(summarize);
   console.log(`  p99 / max by second:   ${seconds.map((s) => `${ms(s.p99)}/${ms(s.max)}`).join(" ")}`);
+  // How evenly the agents' timers send: a real fleet's agents each have their own clock, while the
+  // bench's share two event loops, where timers that fire late together can stay together.
+  const sends = bySlice(sentAts, sentAts, measureStart, 10).map((g) => g.length);
+  const busiest = [...sends].sort((a, b) => b - a).slice(0, Math.ceil(sends.length / 10));
+  const sendSpread = summarize(sends);
+  console.log(
+    `  sends per 10 ms:       p50 ${sendSpread.p50.toFixed(0)}, p90 ${sendSpread.p90.toFixed(0)}, p99 ${sendSpread.p99.toFixed(0)}, max ${sendSpread.max.toFixed(0)}; ` +
+      `the busiest 10 % of slices carry ${((busiest.reduce((a, b) => a + b, 0) / Math.max(1, sentAts.length)) * 100).toFixed(0)} % of the sends`,
+  );
   // The machine in that slice and the next (the answer comes after): CPU busy and stolen by the host, %.
   const machineAt = (slice: number) => {
     const near = machineBySlice.filter((m) => m.at >= measureStart + (slice - 0.5) * 100 && m.at < measureStart + (slice + 1.5) * 100);
