@@ -24,19 +24,26 @@ const realTimers: CadenceTimers = {
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
 };
 
-/** Runs `task` about every `intervalMs` (the first about one interval from now) until the returned function is called. */
+/**
+ * Runs `task` about every `intervalMs` (the first about one interval from now) until the returned
+ * function is called. With `overlap: false` a run is skipped while the last one's promise is
+ * unsettled: a report that takes longer than its interval on a loaded machine does not pile up
+ * collections behind it (a heartbeat, cheap and with its own deadline, keeps the default).
+ */
 export function repeat(
   intervalMs: number,
-  task: () => void,
+  task: () => unknown,
   {
     timers = realTimers,
     jitter = cadenceJitter,
     random = Math.random,
-  }: { timers?: CadenceTimers; jitter?: number; random?: () => number } = {},
+    overlap = true,
+  }: { timers?: CadenceTimers; jitter?: number; random?: () => number; overlap?: boolean } = {},
 ): () => void {
   let dueAt = nextRunAt(timers.now(), timers.now(), intervalMs, jitter, random);
   let handle: unknown;
   let stopped = false;
+  let running = false;
   const arm = () => {
     handle = timers.setTimeout(run, Math.max(0, dueAt - timers.now()));
   };
@@ -44,7 +51,15 @@ export function repeat(
     if (stopped) return;
     dueAt = nextRunAt(dueAt, timers.now(), intervalMs, jitter, random);
     arm();
-    task();
+    if (running) return;
+    const result = task();
+    if (!overlap && result instanceof Promise) {
+      running = true;
+      const settled = () => {
+        running = false;
+      };
+      result.then(settled, settled);
+    }
   };
   arm();
   return () => {

@@ -311,9 +311,11 @@ async function runSession(
   const follow = (instructions: Instruction[]) => {
     for (const i of instructions) if (i.kind.case === "renewCredential") void renew(i.kind.value.reason);
   };
-  const every = (intervalMs: number, task: () => Promise<unknown>) => {
+  const every = (intervalMs: number, task: () => Promise<unknown>, overlap = true) => {
     cadences.push(
-      repeat(intervalMs, () => void task().catch((err: unknown) => log.warn({ error: (err as Error).message }, "periodic task failed"))),
+      repeat(intervalMs, () => task().catch((err: unknown) => log.warn({ error: (err as Error).message }, "periodic task failed")), {
+        overlap,
+      }),
     );
   };
 
@@ -354,10 +356,14 @@ async function runSession(
           });
           void sendHeartbeat();
           if (reporters !== null) {
-            every(ms(config?.telemetryInterval, defaults.telemetryMs), async () => {
-              await sendTelemetry(reporters);
-              await sendInventory(reporters, false);
-            });
+            every(
+              ms(config?.telemetryInterval, defaults.telemetryMs),
+              async () => {
+                await sendTelemetry(reporters);
+                await sendInventory(reporters, false);
+              },
+              false, // a collection slower than the interval is not stacked on
+            );
             void sendInventory(reporters, true)
               .then(() => sendTelemetry(reporters))
               .catch((err: unknown) => log.warn({ error: (err as Error).message }, "first report failed"));

@@ -81,4 +81,28 @@ describe("agent cadence", () => {
     advance(5000);
     expect(runs).toEqual([1000]);
   });
+
+  it("skips runs while the last is unfinished when told not to overlap, and overlaps by default", async () => {
+    for (const overlap of [false, true]) {
+      const { timers, advance } = manualTimers();
+      let started = 0;
+      let finish = () => {};
+      repeat(
+        1000,
+        () => {
+          started++;
+          return new Promise<void>((resolve) => {
+            finish = resolve;
+          });
+        },
+        { timers, jitter: 0, overlap },
+      );
+      advance(3500);
+      expect(started).toBe(overlap ? 3 : 1);
+      finish();
+      await Promise.resolve();
+      advance(4500);
+      expect(started).toBe(overlap ? 4 : 2);
+    }
+  });
 });
