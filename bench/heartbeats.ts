@@ -336,31 +336,36 @@ try {
   const heapBefore = HEAP ? await server.call<HeapSummary>("heapSummary") : undefined;
 
   // 3. Load generators.
-  const workers: Rpc[] = [];
-  for (let w = 0; w < WORKERS; w++) {
+  /** A load-generator process from `code`, set up with `agents`, ready to start them. */
+  const startWorker = async (name: string, code: string, agents: typeof identities, connectPerSec: number, nodeFlags: string[] = []) => {
     const rpc = new Rpc(
-      forkTs(codeUrl(workerCode(w), "./support/agent-worker.ts"), {
-        nodeFlags: ["--max-old-space-size=4096", ...param("WORKER_FLAGS", workerNodeFlags.join(" ")).split(" ").filter(Boolean)],
-        env: { ...process.env, ...allocatorEnv(WORKER_MALLOC) },
-      }),
-      `worker ${w}`,
+      forkTs(codeUrl(code, "./support/agent-worker.ts"), { nodeFlags, env: { ...process.env, ...allocatorEnv(WORKER_MALLOC) } }),
+      name,
     );
     children.push(rpc);
-    workers.push(rpc);
-  }
-  await Promise.all(workers.map((w) => w.waitFor("ready", 60_000)));
-  await Promise.all(
-    workers.map((w, i) =>
-      w.call("setup", {
-        urls,
-        caPem: info.caPem,
-        keyPem,
-        agents: identities.filter((_, j) => j % WORKERS === i),
-        replyTimeoutMs: REPLY_TIMEOUT,
-        connectPerSec: RAMP / WORKERS,
-        noDelay: NODELAY,
-        client: CLIENT,
-      }),
+    await rpc.waitFor("ready", 60_000);
+    await rpc.call("setup", {
+      urls,
+      caPem: info.caPem,
+      keyPem,
+      agents,
+      replyTimeoutMs: REPLY_TIMEOUT,
+      connectPerSec,
+      noDelay: NODELAY,
+      client: CLIENT,
+    });
+    return rpc;
+  };
+  const workerFlags = ["--max-old-space-size=4096", ...param("WORKER_FLAGS", workerNodeFlags.join(" ")).split(" ").filter(Boolean)];
+  const workers = await Promise.all(
+    Array.from({ length: WORKERS }, (_, w) =>
+      startWorker(
+        `worker ${w}`,
+        workerCode(w),
+        identities.filter((_, j) => j % WORKERS === w),
+        RAMP / WORKERS,
+        workerFlags,
+      ),
     ),
   );
 
@@ -507,26 +512,8 @@ try {
   log(`settled in ${((performance.now() - t) / 1000).toFixed(1)} s: ${live.online} nodes stored online`);
 
   // The probe's agents, in a process of their own, for the steady window only.
-  const probe =
-    PROBE > 0
-      ? new Rpc(
-          forkTs(codeUrl(workerCode(0), "./support/agent-worker.ts"), { env: { ...process.env, ...allocatorEnv(WORKER_MALLOC) } }),
-          "probe",
-        )
-      : undefined;
+  const probe = PROBE > 0 ? await startWorker("probe", workerCode(0), probeIdentities, 50) : undefined;
   if (probe !== undefined) {
-    children.push(probe);
-    await probe.waitFor("ready", 60_000);
-    await probe.call("setup", {
-      urls,
-      caPem: info.caPem,
-      keyPem,
-      agents: probeIdentities,
-      replyTimeoutMs: REPLY_TIMEOUT,
-      connectPerSec: 50,
-      noDelay: NODELAY,
-      client: CLIENT,
-    });
     await probe.call("start", { upTo: PROBE });
     const probeDeadline = performance.now() + 60_000;
     while ((await sumCounts([probe])).connected < PROBE && performance.now() < probeDeadline) await sleep(200);
