@@ -5,7 +5,7 @@
 //   npx tsx bench/heartbeats.ts [--agents=5000] [--rate=5000] [--duration=30] [--workers=2] [--ramp=250]
 //   (or AGENTS, RATE, DURATION, WORKERS, RAMP, SETTLE, LOG_LEVEL, PROFILE, NODELAY, BENCH_DB, REPLICAS,
 //    BENCH_TUNING, BENCH_FLOOR, LOOP_COSTS, HEAP, CLIENT, PROFILE_INCLUSIVE, SERVER_FLAGS, WORKER_FLAGS, MALLOC, WORKER_MALLOC, SERVER_CODE, WORKER_CODE, KEEP,
-//    RESTART(S), RESTART_MODE, REPLY_TIMEOUT, METRICS, SCRAPE, PROBE in the environment)
+//    RESTART(S), RESTART_MODE, REPLY_TIMEOUT, METRICS, SCRAPE, PROBE, WORKER_NICE in the environment)
 //
 // Targets (2 cores, load generator included): 5,000 agents, 5,000 heartbeats/s, ack p99 <= 50 ms,
 // <= 100 KiB server RSS after GC per connected agent.
@@ -31,7 +31,8 @@
 // sent in the window; server CPU from its own process.cpuUsage()); then the liveness check in
 // the database and RSS after GC. The steady window's tail is placed in time (p99 by second, the
 // 100 ms slices holding the answers over 50 ms) beside every process's event-loop stalls of 20 ms
-// or more and the collections inside them, so a slow answer can be laid at a process's door.
+// or more, the collections inside them and the CPU the process had meanwhile (its own work, or
+// the machine not running it), so a slow answer can be laid at a process's door.
 // PROBE agents (default 50, 1 % more heartbeats) beyond AGENTS run in a process of their own, its event loop nearly
 // idle, through the steady window only: their ack latency is what one agent sees of the servers
 // and the machine, without the load generator's own loop delay, which its 2,500 agents a process
@@ -40,7 +41,7 @@
 // window (the profiler costs CPU itself: use it to see where time goes, not for the figures).
 import { generateKeyPairSync } from "node:crypto";
 import { mkdtempSync, openSync, rmSync } from "node:fs";
-import { cpus, loadavg, tmpdir } from "node:os";
+import { cpus, loadavg, setPriority, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { buildCsrPem } from "../agent/pki/keys.js";
@@ -189,6 +190,12 @@ const FLOOR = param("BENCH_FLOOR", "");
  * 0.23-0.28 cores each.
  */
 const workerNodeFlags = ["--max-semi-space-size=128"];
+// WORKER_NICE: the load generator's scheduling priority (nice 0-19; the probe's stays 0): how much
+// of the probe's tail is the load generator's CPU. 2026-12-02 early afternoon, 3 runs each,
+// interleaved: the probe's p99 163.9, 73.5, 122.6 ms at 0 against 55.0, 72.2, 64.7 at 10, while the
+// load generator's own p99 went from 121-784 ms to 0.6-2.1 s (its loops starved, the machine 96-99 %
+// busy). 0 by default: the figures are of processes with an equal share.
+const WORKER_NICE = Math.min(19, Math.max(0, numParam("WORKER_NICE", 0)));
 
 // MALLOC: the servers' C allocator (bench/support/allocator.ts), by default the installed unit's;
 // a comma list gives each replica its own (MALLOC=glibc,jemalloc compares two in the same seconds).
@@ -337,12 +344,20 @@ try {
 
   // 3. Load generators.
   /** A load-generator process from `code`, set up with `agents`, ready to start them. */
-  const startWorker = async (name: string, code: string, agents: typeof identities, connectPerSec: number, nodeFlags: string[] = []) => {
+  const startWorker = async (
+    name: string,
+    code: string,
+    agents: typeof identities,
+    connectPerSec: number,
+    nodeFlags: string[] = [],
+    nice = 0,
+  ) => {
     const rpc = new Rpc(
       forkTs(codeUrl(code, "./support/agent-worker.ts"), { nodeFlags, env: { ...process.env, ...allocatorEnv(WORKER_MALLOC) } }),
       name,
     );
     children.push(rpc);
+    if (nice !== 0 && rpc.child.pid !== undefined) setPriority(rpc.child.pid, nice);
     await rpc.waitFor("ready", 60_000);
     await rpc.call("setup", {
       urls,
@@ -365,6 +380,7 @@ try {
         identities.filter((_, j) => j % WORKERS === w),
         RAMP / WORKERS,
         workerFlags,
+        WORKER_NICE,
       ),
     ),
   );
@@ -538,6 +554,7 @@ try {
   }
   const reports = await Promise.all(workers.map((w) => w.call<WorkerReport>("report")));
   const probeReport = await probe?.call<WorkerReport>("report");
+  const probeStalls = (await probe?.call<Stall[]>("stalls", { fromMs: measureStart }).catch(() => [] as Stall[])) ?? [];
   if (probe !== undefined) {
     await probe.call("close", { waitMs: 5_000 });
     await probe.exit();
@@ -626,16 +643,28 @@ try {
         .map(([i, n]) => `${(i / 10).toFixed(1)}:${n}${machineAt(i)}`)
         .join(" ")})`,
   );
+  // The probe's own slow answers by when they were sent, to lay beside the stalls below.
+  if (probeReport) {
+    const slow = [...probeReport.latencies.keys()]
+      .filter((i) => probeReport.latencies[i]! > 50)
+      .map((i) => `${((probeReport.sentAts[i]! - measureStart) / 1000).toFixed(2)}:${probeReport.latencies[i]!.toFixed(0)}`);
+    console.log(
+      `  probe answers over 50 ms (s into the window: ms): ${slow.length} of ${probeReport.latencies.length}: ${slow.join(" ") || "none"}`,
+    );
+  }
   // Whose event loop was held when: each process's stalls of 20 ms or more in the window.
-  const held = await Promise.all(
+  const held: [string, Stall[]][] = await Promise.all(
     [...replicas.map((r, i) => [`server ${i}`, r] as const), ...workers.map((w, i) => [`worker ${i}`, w] as const)].map(
-      async ([who, p]) => {
-        const list = await p.call<Stall[]>("stalls", { fromMs: measureStart }).catch(() => [] as Stall[]);
-        return `${who}: ${list.map((x) => `${((x.at - measureStart) / 1000).toFixed(2)}:${x.ms.toFixed(0)}${gcText(x.gc)}`).join(" ") || "none"}`;
-      },
+      async ([who, p]) => [who, await p.call<Stall[]>("stalls", { fromMs: measureStart }).catch(() => [] as Stall[])] as [string, Stall[]],
     ),
   );
-  console.log(`  event-loop stalls >= 20 ms (s into the window: ms, g: of it in minor/major GC): ${held.join("; ")}`);
+  if (probeReport) held.push(["probe", probeStalls]);
+  const stallText = (x: Stall) =>
+    `${((x.at - measureStart) / 1000).toFixed(2)}:${x.ms.toFixed(0)}${gcText(x.gc)}c${((x.cpuMs / (x.ms + 5)) * 100).toFixed(0)}`;
+  console.log(
+    "  event-loop stalls >= 20 ms (s into the window: ms, g: of it in minor/major GC, c: the process's CPU over it, % of one core; " +
+      `low: the machine did not run it): ${held.map(([who, list]) => `${who}: ${list.map(stallText).join(" ") || "none"}`).join("; ")}`,
+  );
   console.log(
     `server CPU:              ${serverCores.toFixed(2)} cores (${((serverCores * 1e6) / Math.max(1, answeredRate)).toFixed(0)} µs per heartbeat); event loop ${(after.elu * 100).toFixed(0)}% busy, ` +
       `loop delay p50 ${ms(after.loopDelayMs.p50)} / p99 ${ms(after.loopDelayMs.p99)} / max ${ms(after.loopDelayMs.max)} ms`,
