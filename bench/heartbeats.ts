@@ -66,6 +66,7 @@ import {
   sampleMachine,
   sleep,
   summarize,
+  tcpConnectDelays,
 } from "./support/stats.js";
 
 const AGENTS = numParam("AGENTS", 5000);
@@ -753,6 +754,7 @@ try {
     if (profiledAgents) await workers[0]!.call("profileStart", { intervalUs: 1000 });
     const stopAt = performance.now();
     const stopWall = Date.now();
+    const tcpBefore = tcpConnectDelays();
     await Promise.all(
       replicas.map(async (replica) => {
         if (mode === "kill") replica.child.kill("SIGKILL");
@@ -807,6 +809,7 @@ try {
     const cores = coresUsed(cpuFrom.cpu, st.cpu, st.at - cpuFrom.at);
     const readyS = (readyAt - stopAt) / 1000;
     recoveries.push({ mode, readyS, backS, leftBehind: AGENTS - now.connected });
+    const tcpAfter = tcpConnectDelays();
     const delta = Object.fromEntries(
       Object.entries(now.failures)
         .map(([k, n]) => [k, n - (before.failures[k] ?? 0)])
@@ -819,6 +822,11 @@ try {
         `${now.retries - before.retries} failed attempts, TLS handshakes ${now.resumed - before.resumed} resumed / ${now.full - before.full} full; server ${cores.toFixed(2)} cores meanwhile; load average ${loadavg()[0]!.toFixed(1)}${failureText(delta)}`,
     );
     console.log(`  back by second after ready: ${Array.from(bySecond, (n, i) => `${i}:${n ?? "-"}`).join(" ")}`);
+    // Each SYN sent again held its agent's connect at least 1 s (the kernel's first retry).
+    console.log(
+      `  machine's TCP from the stop: ${tcpAfter.synRetransmits - tcpBefore.synRetransmits} SYNs sent again, ` +
+        `${tcpAfter.listenOverflows - tcpBefore.listenOverflows} listen-queue overflows`,
+    );
     if (replicas.length > 1) {
       // Each replica's own agents: two checkouts (SERVER_CODE) or allocators compared in the same restart.
       const times = await Promise.all(workers.map((w) => w.call<number[][]>("establishedSince", { fromMs: stopWall })));

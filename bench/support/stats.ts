@@ -42,6 +42,25 @@ export function machineCpu(): { busy: number; total: number; steal: number } {
   return { busy: total - idle, total, steal: f[7] ?? 0 };
 }
 
+/**
+ * The machine's TCP counters that say a connect waited on a timer: SYNs sent again (no answer
+ * within the 1 s initial timeout) and listen-queue overflows (a SYN dropped by a full accept
+ * queue). Machine-wide, from /proc/net/netstat; zeros where it cannot be read.
+ */
+export function tcpConnectDelays(): { synRetransmits: number; listenOverflows: number } {
+  let text = "";
+  try {
+    text = readFileSync("/proc/net/netstat", "utf8");
+  } catch {
+    return { synRetransmits: 0, listenOverflows: 0 };
+  }
+  const lines = text.split("\n").filter((l) => l.startsWith("TcpExt:"));
+  const names = lines[0]?.split(/\s+/) ?? [];
+  const values = lines[1]?.split(/\s+/) ?? [];
+  const of = (name: string) => Number(values[names.indexOf(name)] ?? 0) || 0;
+  return { synRetransmits: of("TCPSynRetrans"), listenOverflows: of("ListenOverflows") };
+}
+
 /** The machine's CPU in slices: readings of /proc/stat every `intervalMs` until stopped. */
 export function sampleMachine(intervalMs: number): { stop(): { at: number; busy: number; steal: number }[] } {
   const slices: { at: number; busy: number; steal: number }[] = [];
