@@ -822,9 +822,9 @@ try {
         `${now.retries - before.retries} failed attempts, TLS handshakes ${now.resumed - before.resumed} resumed / ${now.full - before.full} full; server ${cores.toFixed(2)} cores meanwhile; load average ${loadavg()[0]!.toFixed(1)}${failureText(delta)}`,
     );
     console.log(`  back by second after ready: ${Array.from(bySecond, (n, i) => `${i}:${n ?? "-"}`).join(" ")}`);
-    // Each SYN sent again held its agent's connect at least 1 s (the kernel's first retry).
+    // Each held a connect at least 1 s (the kernel's first retry).
     console.log(
-      `  machine's TCP from the stop: ${tcpAfter.synRetransmits - tcpBefore.synRetransmits} SYNs sent again, ` +
+      `  machine's TCP from the stop: ${tcpAfter.synRetransmits - tcpBefore.synRetransmits} SYNs or SYN-ACKs sent again, ` +
         `${tcpAfter.listenOverflows - tcpBefore.listenOverflows} listen-queue overflows`,
     );
     if (replicas.length > 1) {

@@ -43,8 +43,9 @@ export function machineCpu(): { busy: number; total: number; steal: number } {
 }
 
 /**
- * The machine's TCP counters that say a connect waited on a timer: SYNs sent again (no answer
- * within the 1 s initial timeout) and listen-queue overflows (a SYN dropped by a full accept
+ * The machine's TCP counters that say a connect waited on a timer: SYNs and SYN-ACKs sent again
+ * (Linux counts both in TCPSynRetrans: no answer within the 1 s initial timeout, on the dialing
+ * side or the listening one) and listen-queue overflows (a handshake dropped by a full accept
  * queue). Machine-wide, from /proc/net/netstat; zeros where it cannot be read.
  */
 export function tcpConnectDelays(): { synRetransmits: number; listenOverflows: number } {
