@@ -766,6 +766,7 @@ try {
     server = replicas[0]!;
     const readyAt = performance.now();
     const readyWall = Date.now();
+    const tcpAtReady = tcpConnectDelays();
     const profiledRestart = PROFILE === "restart" && r === 1;
     if (profiledRestart) await server.call("profileStart", { intervalUs: 1000 });
     let previous = await stats();
@@ -824,8 +825,9 @@ try {
     console.log(`  back by second after ready: ${Array.from(bySecond, (n, i) => `${i}:${n ?? "-"}`).join(" ")}`);
     // Each held a connect at least 1 s (the kernel's first retry).
     console.log(
-      `  machine's TCP from the stop: ${tcpAfter.synRetransmits - tcpBefore.synRetransmits} SYNs or SYN-ACKs sent again, ` +
-        `${tcpAfter.listenOverflows - tcpBefore.listenOverflows} listen-queue overflows`,
+      `  machine's TCP, from the stop until ready / from ready until all are back: SYNs or SYN-ACKs sent again ` +
+        `${tcpAtReady.synRetransmits - tcpBefore.synRetransmits} / ${tcpAfter.synRetransmits - tcpAtReady.synRetransmits}, ` +
+        `listen-queue overflows ${tcpAtReady.listenOverflows - tcpBefore.listenOverflows} / ${tcpAfter.listenOverflows - tcpAtReady.listenOverflows}`,
     );
     if (replicas.length > 1) {
       // Each replica's own agents: two checkouts (SERVER_CODE) or allocators compared in the same restart.
