@@ -661,7 +661,7 @@ try {
   );
   if (probeReport) held.push(["probe", probeStalls]);
   const stallText = (x: Stall) =>
-    `${((x.at - measureStart) / 1000).toFixed(2)}:${x.ms.toFixed(0)}${gcText(x.gc)}c${((x.cpuMs / (x.ms + 5)) * 100).toFixed(0)}`;
+    `${((x.at - measureStart) / 1000).toFixed(2)}:${x.ms.toFixed(0)}${gcText(x.gc)}c${(x.cpuShare * 100).toFixed(0)}`;
   console.log(
     "  event-loop stalls >= 20 ms (s into the window: ms, g: of it in minor/major GC, c: the process's CPU over it, % of one core; " +
       `low: the machine did not run it): ${held.map(([who, list]) => `${who}: ${list.map(stallText).join(" ") || "none"}`).join("; ")}`,

@@ -44,10 +44,10 @@ export interface Stall {
   /** Garbage collection pauses (ms) that began within the stall: minor (scavenge), major (mark-compact). */
   gc: { minor: number; major: number };
   /**
-   * CPU the process used over the stall (ms, all its threads): near the stall's length, its own
-   * work held the loop; far below it, the machine did not run it (another process had the core).
+   * CPU the process used over the stall, as a share of one core (all its threads): near 1, its
+   * own work held the loop; far below it, the machine did not run it (another process had the core).
    */
-  cpuMs: number;
+  cpuShare: number;
 }
 
 /**
@@ -80,7 +80,7 @@ export function recordStalls(thresholdMs = 20, keep = 10_000): { since(fromMs: n
       const gc = { minor: 0, major: 0 };
       for (const p of pauses) if (p.start >= last && p.start < now) gc[p.major ? "major" : "minor"] += p.ms;
       const cpuMs = (nowCpu.user - cpu.user + nowCpu.system - cpu.system) / 1000;
-      stalls.push({ at: performance.timeOrigin + last + tickMs, ms: late, gc, cpuMs });
+      stalls.push({ at: performance.timeOrigin + last + tickMs, ms: late, gc, cpuShare: cpuMs / (now - last) });
       if (stalls.length > keep) stalls.shift();
     }
     last = now;
