@@ -1,31 +1,20 @@
 // Heartbeats persisted in batches (server/liveness/heartbeats.ts) on a real database: newer times
 // only, each node at most every `persistEvery`, and rows another transaction holds locked skipped
 // and written by a later flush instead of waited for (PostgreSQL: PGlite has one session).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { randomUUID } from "node:crypto";
 import pg from "pg";
-import { openDatabase, type Database } from "../server/db/client.js";
-import { createLogger } from "../server/observability/logger.js";
 import { HeartbeatBook } from "../server/liveness/heartbeats.js";
-import { createTestDatabase, testBackend, type TestDatabase } from "./support/db.js";
+import { useTestDatabase, testBackend } from "./support/db.js";
 
-let t: TestDatabase;
-let db: Database;
-beforeAll(async () => {
-  t = await createTestDatabase();
-  db = await openDatabase({ databaseUrl: t.databaseUrl, dataDir: t.dataDir, log: createLogger("error") });
-});
-afterAll(async () => {
-  await db?.close();
-  await t?.cleanup();
-});
+const t = useTestDatabase();
 
 async function nodes(n: number): Promise<string[]> {
   const ids = Array.from({ length: n }, () => randomUUID());
-  await db.prisma.node.createMany({ data: ids.map((id, i) => ({ id, name: `hb-${i}` })) });
+  await t.db.prisma.node.createMany({ data: ids.map((id, i) => ({ id, name: `hb-${i}` })) });
   return ids;
 }
-const storedAt = async (id: string) => (await db.prisma.node.findUniqueOrThrow({ where: { id } })).lastHeartbeatAt?.getTime() ?? null;
+const storedAt = async (id: string) => (await t.db.prisma.node.findUniqueOrThrow({ where: { id } })).lastHeartbeatAt?.getTime() ?? null;
 
 describe("heartbeat flush", () => {
   it("writes each node's newest time once, never moves a stored time backwards, and holds back frequent writes", async () => {
@@ -34,19 +23,19 @@ describe("heartbeat flush", () => {
     const t0 = Date.parse("2026-11-30T10:00:00.000Z");
     book.record(a!, t0);
     book.record(b!, t0);
-    expect(await book.flush(db.prisma)).toBe(2);
-    expect(await book.flush(db.prisma)).toBe(0);
+    expect(await book.flush(t.db.prisma)).toBe(2);
+    expect(await book.flush(t.db.prisma)).toBe(0);
     // Within persistEvery of the last write: kept in memory only, but liveness still sees it.
     book.record(a!, t0 + 1_000);
-    expect(await book.flush(db.prisma)).toBe(0);
+    expect(await book.flush(t.db.prisma)).toBe(0);
     expect(book.lastHeartbeatAt(a!, new Date(t0))).toBe(t0 + 1_000);
     book.record(a!, t0 + 6_000);
-    expect(await book.flush(db.prisma)).toBe(1);
+    expect(await book.flush(t.db.prisma)).toBe(1);
     expect(await storedAt(a!)).toBe(t0 + 6_000);
     // Another replica stored a newer time for b meanwhile: an older one does not replace it.
-    await db.prisma.node.update({ where: { id: b! }, data: { lastHeartbeatAt: new Date(t0 + 60_000) } });
+    await t.db.prisma.node.update({ where: { id: b! }, data: { lastHeartbeatAt: new Date(t0 + 60_000) } });
     book.record(b!, t0 + 10_000);
-    expect(await book.flush(db.prisma)).toBe(1);
+    expect(await book.flush(t.db.prisma)).toBe(1);
     expect(await storedAt(b!)).toBe(t0 + 60_000);
   });
 
@@ -62,7 +51,7 @@ describe("heartbeat flush", () => {
       await other.query("BEGIN");
       await other.query(`SELECT id FROM "Node" WHERE id = $1 FOR UPDATE`, [locked]);
       const started = Date.now();
-      expect(await book.flush(db.prisma)).toBe(1);
+      expect(await book.flush(t.db.prisma)).toBe(1);
       expect(Date.now() - started).toBeLessThan(2_000); // did not wait for the lock
       expect(await storedAt(free!)).toBe(at);
       expect(await storedAt(locked!)).toBeNull();
@@ -70,7 +59,7 @@ describe("heartbeat flush", () => {
     } finally {
       await other.end();
     }
-    expect(await book.flush(db.prisma)).toBe(1);
+    expect(await book.flush(t.db.prisma)).toBe(1);
     expect(await storedAt(locked!)).toBe(at);
   });
 });

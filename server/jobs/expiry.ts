@@ -1,7 +1,7 @@
 // The periodic sweeps (run by the jobs loop server/app.ts starts on every replica): leases that lapsed on online
 // nodes, and work on nodes unreachable past the reclaim grace. Also the expiry rule applied when
 // a reconnecting agent no longer holds a lease.
-import type { Job as JobRow, Prisma } from "../../gen/prisma/client.js";
+import type { Job as JobRow, Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import { JobFailureCode } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { recordAudit, systemActor } from "../audit/audit.js";
 import { afterLeaseExpiry } from "./lease.js";
@@ -16,6 +16,29 @@ export const RECLAIMED = "node unreachable: reclaimed";
 const liveDeploymentStates = ["loading", "ready", "draining"];
 /** Most expired or reclaimable rows handled per sweep. */
 const SWEEP_LIMIT = 500;
+
+/**
+ * Nodes not decommissioned, with leased jobs or live deployments, whose stored heartbeat is older
+ * than `heardBefore` (a node never heard from is not listed; the stored time errs old, so the caller checks the
+ * one in memory too). Driven from the work, not the fleet: as a relation filter (EXISTS per node)
+ * PostgreSQL tested every node's jobs and deployments on each sweep, 19 ms a second at 5,050 idle
+ * nodes against 0.8 ms this way.
+ */
+export function unreachableWithWork(
+  prisma: PrismaClient,
+  heardBefore: Date,
+  limit: number,
+): Promise<{ id: string; lastHeartbeatAt: Date | null }[]> {
+  return prisma.$queryRaw`
+    SELECT n.id::text AS id, n."lastHeartbeatAt"
+      FROM "Node" AS n
+     WHERE n.id IN (SELECT "nodeId" FROM "Job" WHERE state = 'leased'
+                    UNION ALL SELECT "nodeId" FROM "Deployment" WHERE state = ANY(${liveDeploymentStates}::text[]))
+       AND n."decommissionedAt" IS NULL
+       AND n."lastHeartbeatAt" < ${heardBefore}
+     ORDER BY n.id
+     LIMIT ${limit}`;
+}
 
 /**
  * Leases that lapsed without renewal on nodes that are online: back to the queue with the next
@@ -97,15 +120,7 @@ export async function reclaimUnreachable(ctx: JobWork, now = ctx.clock.now()): P
   const config = ctx.settings;
   // The persisted heartbeat is never newer than the one in memory, so a node it shows as recent
   // is not due; only the others are looked at further.
-  const nodes = await ctx.prisma.node.findMany({
-    where: {
-      decommissionedAt: null,
-      lastHeartbeatAt: { lt: new Date(now - config.offlineAfterMs - config.reclaimGraceMs) },
-      OR: [{ jobs: { some: { state: "leased" } } }, { deployments: { some: { state: { in: liveDeploymentStates } } } }],
-    },
-    select: { id: true, lastHeartbeatAt: true },
-    take: SWEEP_LIMIT,
-  });
+  const nodes = await unreachableWithWork(ctx.prisma, new Date(now - config.offlineAfterMs - config.reclaimGraceMs), SWEEP_LIMIT);
   const reclaimed = { jobs: [] as string[], deployments: [] as string[] };
   for (const node of nodes) {
     const last = ctx.liveness.lastHeartbeatAt(node);

@@ -13,8 +13,10 @@ import { cp, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
-import { inject } from "vitest";
+import { afterAll, beforeAll, inject } from "vitest";
 import type { TemplateLocation } from "./template.js";
+import { openDatabase, type Database } from "../../server/db/client.js";
+import { createLogger } from "../../server/observability/logger.js";
 
 export type TestBackend = "pglite" | "postgres";
 
@@ -94,4 +96,30 @@ export async function createTestDatabase(backend: TestBackend = testBackend(), o
     }
   };
   return { backend, databaseUrl: url.toString(), dataDir, cleanup: () => (done ??= cleanup()) };
+}
+
+/**
+ * A fresh database (as above) for the calling test file, opened by the server's own code before
+ * its tests and dropped after them: for tests of the server's queries.
+ */
+export function useTestDatabase(): { readonly db: Database; readonly databaseUrl: string | undefined } {
+  let t: TestDatabase | undefined;
+  let db: Database | undefined;
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    db = await openDatabase({ databaseUrl: t.databaseUrl, dataDir: t.dataDir, log: createLogger("error") });
+  });
+  afterAll(async () => {
+    await db?.close();
+    await t?.cleanup();
+  });
+  return {
+    get db() {
+      if (db === undefined) throw new Error("the test database opens in beforeAll");
+      return db;
+    },
+    get databaseUrl() {
+      return t?.databaseUrl;
+    },
+  };
 }
