@@ -22,6 +22,7 @@ import {
   type Step,
 } from "./rules.js";
 import { specOfStep } from "./specs.js";
+import { unsettledDeployments } from "./unsettled.js";
 
 export interface DeploymentControllerDeps {
   prisma: PrismaClient;
@@ -34,8 +35,8 @@ export interface DeploymentControllerDeps {
 
 type WithInstances = Deployment & { instances: DeploymentInstance[] };
 
-/** Live phases: a deployment with one of these (or a desired state still to reach) is looked at each pass. */
-const settledStates = ["unloaded", "failed"];
+/** Deployments read (with their instances) per statement of a pass. */
+const sweepBatch = 500;
 
 function outcomeOf(job: Pick<Job, "state" | "result" | "failure"> | undefined): JobOutcome {
   if (job === undefined) return { state: "missing" };
@@ -71,13 +72,16 @@ export class DeploymentController {
     for (const listener of this.listeners) listener(deploymentId);
   }
 
-  /** One pass over every deployment that is not settled. */
+  /** One pass over every deployment not at rest (./unsettled.ts). */
   async sweep(): Promise<void> {
-    const rows = await this.deps.prisma.deployment.findMany({
-      where: { OR: [{ desired: { in: ["serving", "deleted"] } }, { state: { notIn: settledStates } }] },
-      include: { instances: true },
-    });
-    for (const d of rows) await this.reconcileRow(d);
+    const ids = await unsettledDeployments(this.deps.prisma);
+    for (let i = 0; i < ids.length; i += sweepBatch) {
+      const rows = await this.deps.prisma.deployment.findMany({
+        where: { id: { in: ids.slice(i, i + sweepBatch) } },
+        include: { instances: true },
+      });
+      for (const d of rows) await this.reconcileRow(d);
+    }
   }
 
   /** Passes over one deployment until nothing more happens at once (a few moves at most). */
