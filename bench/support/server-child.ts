@@ -15,13 +15,7 @@ import { procStatus } from "./stats.js";
 import { startAllocationProfile, startProfile, stopAllocationProfile, stopProfile, summarizeProfile } from "./profile.js";
 import { heapSummary } from "./heap.js";
 import { recordSeconds, recordStalls } from "./timeline.js";
-import { SessionRegistry } from "../../server/sessions/registry.js";
-import { HeartbeatBook } from "../../server/liveness/heartbeats.js";
-import { LivenessTracker } from "../../server/liveness/tracker.js";
-import { systemClock } from "../../common/clock.js";
-import { JobEngine } from "../../server/jobs/engine.js";
-import { RuntimeProfiles } from "../../server/runtimes/store.js";
-import { jobSettingsOf } from "../../server/jobs/work.js";
+import { loopDeps } from "./loop-deps.js";
 import { reconcileLiveness } from "../../server/liveness/reconciler.js";
 import { revokedSessionSweeper } from "../../server/sessions/revocation.js";
 import { OpeningReads } from "../../server/sessions/open.js";
@@ -148,23 +142,7 @@ serve({
    */
   async loopCosts({ rounds = 5, opens = 200 }: { rounds?: number; opens?: number }) {
     const creds = await prisma.nodeCredential.findMany({ select: { serial: true, nodeId: true, expiresAt: true } });
-    const sessions = new SessionRegistry();
-    for (const c of creds) sessions.attach({ nodeId: c.nodeId, serial: c.serial, send: () => true, close: () => undefined });
-    const shutdown = new AbortController();
-    const clock = systemClock;
-    const log = createLogger("warn");
-    const heartbeats = new HeartbeatBook(0);
-    const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);
-    const engine = new JobEngine({
-      prisma,
-      clock,
-      log,
-      liveness,
-      sessions,
-      settings: jobSettingsOf(config),
-      shutdown: shutdown.signal,
-      profiles: new RuntimeProfiles({ prisma, clock }),
-    });
+    const { clock, log, sessions, heartbeats, liveness, engine, shutdown } = loopDeps(prisma, config, creds, 0);
     const reconciler = { prisma, clock, liveness, log };
     const time = async (fn: () => Promise<unknown>, n: number) => {
       const t = performance.now();
