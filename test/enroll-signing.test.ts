@@ -7,24 +7,20 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { Code } from "@connectrpc/connect";
-import { openDatabase, type Database } from "../server/db/client.js";
 import { loadOrCreateCa, type Ca } from "../server/identity/pki/ca.js";
 import { createEnrollmentToken } from "../server/identity/enrollment/tokens.js";
 import { enroller } from "../server/identity/enrollment/enroll.js";
 import { generateNodeKeyAndCsr } from "../agent/pki/keys.js";
 import { systemClock } from "../common/clock.js";
-import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { useTestDatabase } from "./support/db.js";
 
-let tdb: TestDatabase;
-let db: Database;
+const tdb = useTestDatabase();
 let certs: string;
 let signed = 0;
 let enroll: ReturnType<typeof enroller>;
 const { csrPem } = generateNodeKeyAndCsr("signing");
 
 beforeAll(async () => {
-  tdb = await createTestDatabase();
-  db = await openDatabase({ ...(tdb.databaseUrl ? { databaseUrl: tdb.databaseUrl } : {}), dataDir: tdb.dataDir });
   certs = mkdtempSync(join(tmpdir(), "mf-enroll-signing-"));
   const ca = await loadOrCreateCa(certs);
   // The real CA, its signatures counted.
@@ -43,8 +39,8 @@ beforeAll(async () => {
     },
   };
   enroll = enroller({
-    prisma: db.prisma,
-    direct: db.direct,
+    prisma: tdb.db.prisma,
+    direct: tdb.db.direct,
     ca: counting,
     clock: systemClock,
     log: pino({ level: "silent" }),
@@ -52,13 +48,11 @@ beforeAll(async () => {
   });
 });
 afterAll(async () => {
-  await db?.close();
-  await tdb?.cleanup();
   if (certs) rmSync(certs, { recursive: true, force: true });
 });
 
 const tokenDeps = () => ({
-  prisma: db.prisma,
+  prisma: tdb.db.prisma,
   clock: systemClock,
   defaultTtlMs: 600_000,
   sessions: { closeSerials: () => undefined },

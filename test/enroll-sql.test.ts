@@ -1,29 +1,18 @@
 // A new node's enrollment is one statement run straight on the driver (server/identity/enrollment/sql.ts):
 // what it writes, field by field, and what it refuses to claim, on the backend the run uses.
 import { randomUUID } from "node:crypto";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, type Database } from "../server/db/client.js";
+import { describe, expect, it } from "vitest";
 import { enrollNewNode, type NewNodeEnrollment } from "../server/identity/enrollment/sql.js";
-import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { useTestDatabase } from "./support/db.js";
 
-let tdb: TestDatabase;
-let db: Database;
+const tdb = useTestDatabase();
 const now = new Date("2026-12-02T06:00:00.123Z");
-
-beforeAll(async () => {
-  tdb = await createTestDatabase();
-  db = await openDatabase({ ...(tdb.databaseUrl ? { databaseUrl: tdb.databaseUrl } : {}), dataDir: tdb.dataDir });
-});
-afterAll(async () => {
-  await db?.close();
-  await tdb?.cleanup();
-});
 
 /** A token row as the admin API stores it; its hash is what enrollment presents. */
 async function token(fields: { nodeName?: string; labels?: Record<string, string>; expiresAt?: Date; nodeId?: string } = {}) {
   const tokenHash = `hash-${randomUUID()}`;
   const id = randomUUID();
-  await db.prisma.enrollmentToken.create({
+  await tdb.db.prisma.enrollmentToken.create({
     data: {
       id,
       tokenHash,
@@ -55,17 +44,17 @@ describe("enrollNewNode", () => {
   it("claims the token and writes the node, its credential and the audit event", async () => {
     const t = await token({ nodeName: "from-token", labels: { rack: "r1" } });
     const e = enrollment(t.tokenHash, { agentVersion: null });
-    expect(await enrollNewNode(db.direct, e)).toBe(true);
+    expect(await enrollNewNode(tdb.db.direct, e)).toBe(true);
 
-    const node = await db.prisma.node.findUniqueOrThrow({ where: { id: e.nodeId } });
+    const node = await tdb.db.prisma.node.findUniqueOrThrow({ where: { id: e.nodeId } });
     expect(node).toMatchObject({ name: "from-token", labels: { rack: "r1" }, agentVersion: null });
     expect(node.createdAt).toEqual(now);
     expect(node.livenessChangedAt).toEqual(now);
-    const credential = await db.prisma.nodeCredential.findUniqueOrThrow({ where: { serial: e.serial } });
+    const credential = await tdb.db.prisma.nodeCredential.findUniqueOrThrow({ where: { serial: e.serial } });
     expect(credential).toMatchObject({ nodeId: e.nodeId, issuedAt: now, expiresAt: e.notAfter, revokedAt: null });
-    const used = await db.prisma.enrollmentToken.findUniqueOrThrow({ where: { id: t.id } });
+    const used = await tdb.db.prisma.enrollmentToken.findUniqueOrThrow({ where: { id: t.id } });
     expect(used).toMatchObject({ usedAt: now, usedByNodeId: e.nodeId });
-    const audit = await db.prisma.auditEvent.findUniqueOrThrow({ where: { id: e.audit.id } });
+    const audit = await tdb.db.prisma.auditEvent.findUniqueOrThrow({ where: { id: e.audit.id } });
     expect(audit).toMatchObject({
       actor: e.audit.actor,
       action: "node.enrolled",
@@ -85,39 +74,39 @@ describe("enrollNewNode", () => {
   ])("names the node: asked $requested, token $onToken", async ({ requested, onToken, named }) => {
     const t = await token(onToken === undefined ? {} : { nodeName: onToken });
     const e = enrollment(t.tokenHash, { requestedName: requested });
-    expect(await enrollNewNode(db.direct, e)).toBe(true);
-    expect((await db.prisma.node.findUniqueOrThrow({ where: { id: e.nodeId } })).name).toBe(named(e.nodeId));
+    expect(await enrollNewNode(tdb.db.direct, e)).toBe(true);
+    expect((await tdb.db.prisma.node.findUniqueOrThrow({ where: { id: e.nodeId } })).name).toBe(named(e.nodeId));
   });
 
   it("claims nothing and writes nothing for a token it may not use", async () => {
     const used = await token();
-    expect(await enrollNewNode(db.direct, enrollment(used.tokenHash))).toBe(true);
+    expect(await enrollNewNode(tdb.db.direct, enrollment(used.tokenHash))).toBe(true);
     const bound = await token();
     const e0 = enrollment(bound.tokenHash);
-    expect(await enrollNewNode(db.direct, e0)).toBe(true);
-    await db.prisma.enrollmentToken.update({ where: { id: bound.id }, data: { usedAt: null, nodeId: e0.nodeId } });
+    expect(await enrollNewNode(tdb.db.direct, e0)).toBe(true);
+    await tdb.db.prisma.enrollmentToken.update({ where: { id: bound.id }, data: { usedAt: null, nodeId: e0.nodeId } });
     const expired = await token({ expiresAt: new Date(now.getTime() - 1) });
     const revoked = await token();
-    await db.prisma.enrollmentToken.update({ where: { id: revoked.id }, data: { revokedAt: now } });
+    await tdb.db.prisma.enrollmentToken.update({ where: { id: revoked.id }, data: { revokedAt: now } });
 
-    const nodesBefore = await db.prisma.node.count();
-    const credentialsBefore = await db.prisma.nodeCredential.count();
-    const auditBefore = await db.prisma.auditEvent.count();
+    const nodesBefore = await tdb.db.prisma.node.count();
+    const credentialsBefore = await tdb.db.prisma.nodeCredential.count();
+    const auditBefore = await tdb.db.prisma.auditEvent.count();
     for (const hash of [used.tokenHash, bound.tokenHash, expired.tokenHash, revoked.tokenHash, "hash-unknown"]) {
-      expect(await enrollNewNode(db.direct, enrollment(hash)), hash).toBe(false);
+      expect(await enrollNewNode(tdb.db.direct, enrollment(hash)), hash).toBe(false);
     }
-    expect(await db.prisma.node.count()).toBe(nodesBefore);
-    expect(await db.prisma.nodeCredential.count()).toBe(credentialsBefore);
-    expect(await db.prisma.auditEvent.count()).toBe(auditBefore);
+    expect(await tdb.db.prisma.node.count()).toBe(nodesBefore);
+    expect(await tdb.db.prisma.nodeCredential.count()).toBe(credentialsBefore);
+    expect(await tdb.db.prisma.auditEvent.count()).toBe(auditBefore);
   });
 
   it("lets exactly one of many concurrent callers claim a token", async () => {
     const t = await token();
     const attempts = Array.from({ length: 8 }, () => enrollment(t.tokenHash));
-    const results = await Promise.all(attempts.map((e) => enrollNewNode(db.direct, e)));
+    const results = await Promise.all(attempts.map((e) => enrollNewNode(tdb.db.direct, e)));
     expect(results.filter(Boolean)).toHaveLength(1);
     const winner = attempts[results.indexOf(true)]!;
-    expect(await db.prisma.node.count({ where: { id: { in: attempts.map((e) => e.nodeId) } } })).toBe(1);
-    expect((await db.prisma.enrollmentToken.findUniqueOrThrow({ where: { id: t.id } })).usedByNodeId).toBe(winner.nodeId);
+    expect(await tdb.db.prisma.node.count({ where: { id: { in: attempts.map((e) => e.nodeId) } } })).toBe(1);
+    expect((await tdb.db.prisma.enrollmentToken.findUniqueOrThrow({ where: { id: t.id } })).usedByNodeId).toBe(winner.nodeId);
   });
 });

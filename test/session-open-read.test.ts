@@ -4,10 +4,9 @@
 // under test (the suite runs once on PGlite, once on PostgreSQL), and every refusal the same.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, type Database } from "../server/db/client.js";
+import { describe, expect, it } from "vitest";
 import { OpeningReads } from "../server/sessions/open.js";
-import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { useTestDatabase } from "./support/db.js";
 import { freePort } from "./support/ports.js";
 import pg from "pg";
 import { PGlite } from "@electric-sql/pglite";
@@ -18,31 +17,16 @@ import { unavailableError } from "../server/db/availability.js";
 const now = new Date("2026-12-01T12:00:00.123Z");
 const later = new Date(now.getTime() + 86_400_000);
 
-let tdb: TestDatabase;
-let db: Database;
 /** What the query error hook heard. */
 const failed: unknown[] = [];
-
-beforeAll(async () => {
-  tdb = await createTestDatabase();
-  db = await openDatabase({
-    databaseUrl: tdb.databaseUrl,
-    dataDir: tdb.dataDir,
-    preparedStatements: 10,
-    queryFailed: (err) => failed.push(err),
-  });
-}, 60_000);
-afterAll(async () => {
-  await db?.close();
-  await tdb?.cleanup();
-});
+const t = useTestDatabase({ preparedStatements: 10, queryFailed: (err) => failed.push(err) });
 
 /** A node with one credential; `node` and `credential` override the defaults. */
 async function nodeWith(node: Record<string, unknown> = {}, credential: { revokedAt?: Date; expiresAt?: Date } = {}) {
   const id = randomUUID();
   const serial = randomUUID().replaceAll("-", "").toUpperCase();
-  await db.prisma.node.create({ data: { id, name: `gpu-${id.slice(0, 8)}`, ...node } });
-  await db.prisma.nodeCredential.create({ data: { serial, nodeId: id, expiresAt: later, ...credential } });
+  await t.db.prisma.node.create({ data: { id, name: `gpu-${id.slice(0, 8)}`, ...node } });
+  await t.db.prisma.nodeCredential.create({ data: { serial, nodeId: id, expiresAt: later, ...credential } });
   return { id, serial, identity: { nodeId: id, serial, certificateExpiresAt: later.getTime() } };
 }
 
@@ -114,11 +98,11 @@ describe("session-open read", () => {
       ["inventory", 9_007_199_254_740_993n],
       ["telemetry", 42n],
     ] as const)
-      await db.prisma.streamCursor.create({ data: { nodeId: id, stream, sequence, receivedAt: now } });
-    await db.prisma.job.create({ data: { id: randomUUID(), nodeId: id, capability: "artifact.acquire.v1", spec: {}, state: "leased" } });
+      await t.db.prisma.streamCursor.create({ data: { nodeId: id, stream, sequence, receivedAt: now } });
+    await t.db.prisma.job.create({ data: { id: randomUUID(), nodeId: id, capability: "artifact.acquire.v1", spec: {}, state: "leased" } });
 
-    const state = await new OpeningReads(db.direct).read(identity, now);
-    const stored = await db.prisma.node.findUniqueOrThrow({ where: { id } });
+    const state = await new OpeningReads(t.db.direct).read(identity, now);
+    const stored = await t.db.prisma.node.findUniqueOrThrow({ where: { id } });
     expect(state.node).toStrictEqual(stored);
     expect(state.node.createdAt).toBeInstanceOf(Date);
     expect(state.cursors).toStrictEqual({ inventory: 9_007_199_254_740_993n, telemetry: 42n });
@@ -127,8 +111,8 @@ describe("session-open read", () => {
 
   it("reads a node never heard from: nulls, empty lists, no cursors, no jobs", async () => {
     const { id, identity } = await nodeWith();
-    const state = await new OpeningReads(db.direct).read(identity, now);
-    expect(state.node).toStrictEqual(await db.prisma.node.findUniqueOrThrow({ where: { id } }));
+    const state = await new OpeningReads(t.db.direct).read(identity, now);
+    expect(state.node).toStrictEqual(await t.db.prisma.node.findUniqueOrThrow({ where: { id } }));
     expect(state.node).toMatchObject({
       labels: {},
       capabilities: [],
@@ -148,12 +132,12 @@ describe("session-open read", () => {
     { state: "cancelled", hasJobs: false },
   ])("a $state job: hasJobs $hasJobs", async ({ state, hasJobs }) => {
     const { id, identity } = await nodeWith();
-    await db.prisma.job.create({ data: { id: randomUUID(), nodeId: id, capability: "artifact.acquire.v1", spec: {}, state } });
-    expect((await new OpeningReads(db.direct).read(identity, now)).hasJobs).toBe(hasJobs);
+    await t.db.prisma.job.create({ data: { id: randomUUID(), nodeId: id, capability: "artifact.acquire.v1", spec: {}, state } });
+    expect((await new OpeningReads(t.db.direct).read(identity, now)).hasJobs).toBe(hasJobs);
   });
 
   it.each(refusals)("refuses $name", async ({ make, code, message }) => {
-    expect(await refusal(new OpeningReads(db.direct).read(await make(), now))).toEqual({ code, message });
+    expect(await refusal(new OpeningReads(t.db.direct).read(await make(), now))).toEqual({ code, message });
   });
 
   // An agent told `unavailable` retries; any other code would make it back off as from a refusal.
@@ -186,7 +170,7 @@ describe("session-open read", () => {
 
   it("reports a failed statement to the query error hook and rethrows it unchanged", async () => {
     failed.length = 0;
-    const err = await db.direct({ name: "mf_test_broken", text: 'SELECT no_such_column FROM "Node"' }, []).then(
+    const err = await t.db.direct({ name: "mf_test_broken", text: 'SELECT no_such_column FROM "Node"' }, []).then(
       () => undefined,
       (e: unknown) => e,
     );
@@ -196,7 +180,7 @@ describe("session-open read", () => {
 });
 
 describe("session-open reads batched", () => {
-  /** db.direct, counting statements and the most in flight at once; `fail` fails the n-th statement. */
+  /** t.db.direct, counting statements and the most in flight at once; `fail` fails the n-th statement. */
   function counted(fail?: number) {
     const seen = { statements: 0, inFlight: 0, maxInFlight: 0, sizes: [] as number[] };
     const query: DirectQuery = async <Row>(statement: DirectStatement, values: readonly unknown[]) => {
@@ -206,7 +190,7 @@ describe("session-open reads batched", () => {
       seen.maxInFlight = Math.max(seen.maxInFlight, seen.inFlight);
       try {
         if (seen.statements === fail) throw new Error("connection lost");
-        return await db.direct<Row>(statement, values);
+        return await t.db.direct<Row>(statement, values);
       } finally {
         seen.inFlight--;
       }

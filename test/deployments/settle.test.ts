@@ -5,32 +5,24 @@
 // answered READY, and the relay kept routing to the draining revision until the next sweep.
 import { randomUUID } from "node:crypto";
 import { pino } from "pino";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { ManualClock } from "../../common/clock.js";
-import { openDatabase, type Database } from "../../server/db/client.js";
 import { DeploymentController } from "../../server/deployments/controller.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { useTestDatabase } from "../support/db.js";
 
-let tdb: TestDatabase;
-let db: Database;
+const t = useTestDatabase();
 let nodeId: string;
 
 beforeAll(async () => {
-  tdb = await createTestDatabase();
-  db = await openDatabase({ databaseUrl: tdb.databaseUrl, dataDir: tdb.dataDir });
   nodeId = randomUUID();
-  await db.prisma.node.create({ data: { id: nodeId, name: "gpu-settle" } });
+  await t.db.prisma.node.create({ data: { id: nodeId, name: "gpu-settle" } });
 }, 60_000);
-afterAll(async () => {
-  await db?.close();
-  await tdb?.cleanup();
-});
 
 /** A controller whose jobs are never created: these passes must not start any step. */
 function controller() {
   const changed: string[] = [];
   const c = new DeploymentController({
-    prisma: db.prisma,
+    prisma: t.db.prisma,
     clock: new ManualClock(Date.parse("2026-12-02T00:00:00Z")),
     log: pino({ level: "silent" }),
     jobs: {
@@ -48,9 +40,9 @@ function controller() {
 async function drainingUnderJob(state: string) {
   const id = randomUUID();
   const jobId = randomUUID();
-  await db.prisma.deployment.create({ data: { id, name: `d-${id.slice(0, 8)}`, nodeId, desired: "drained", state } });
-  await db.prisma.job.create({ data: { id: jobId, nodeId, capability: "deployment.drain.v1", spec: {}, state: "pending" } });
-  await db.prisma.deploymentInstance.create({
+  await t.db.prisma.deployment.create({ data: { id, name: `d-${id.slice(0, 8)}`, nodeId, desired: "drained", state } });
+  await t.db.prisma.job.create({ data: { id: jobId, nodeId, capability: "deployment.drain.v1", spec: {}, state: "pending" } });
+  await t.db.prisma.deploymentInstance.create({
     data: {
       deploymentId: id,
       revision: 1n,
@@ -71,16 +63,16 @@ describe("an explicit reconcile settles the deployment's state", () => {
     const id = await drainingUnderJob("ready");
     const { c, changed } = controller();
     await c.reconcile(id);
-    expect((await db.prisma.deployment.findUniqueOrThrow({ where: { id } })).state).toBe("draining");
+    expect((await t.db.prisma.deployment.findUniqueOrThrow({ where: { id } })).state).toBe("draining");
     expect(changed).toEqual([`local ${id}`, `announce ${id}`]);
   });
 
   it("writes and says nothing when the stored state is already right", async () => {
     const id = await drainingUnderJob("draining");
-    const before = await db.prisma.deployment.findUniqueOrThrow({ where: { id } });
+    const before = await t.db.prisma.deployment.findUniqueOrThrow({ where: { id } });
     const { c, changed } = controller();
     await c.reconcile(id);
-    expect(await db.prisma.deployment.findUniqueOrThrow({ where: { id } })).toEqual(before);
+    expect(await t.db.prisma.deployment.findUniqueOrThrow({ where: { id } })).toEqual(before);
     expect(changed).toEqual([]);
   });
 });

@@ -15,7 +15,7 @@ import { join } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, inject } from "vitest";
 import type { TemplateLocation } from "./template.js";
-import { openDatabase, type Database } from "../../server/db/client.js";
+import { openDatabase, type Database, type OpenDatabaseOptions } from "../../server/db/client.js";
 import { createLogger } from "../../server/observability/logger.js";
 
 export type TestBackend = "pglite" | "postgres";
@@ -99,15 +99,19 @@ export async function createTestDatabase(backend: TestBackend = testBackend(), o
 }
 
 /**
- * A fresh database (as above) for the calling test file, opened by the server's own code before
- * its tests and dropped after them: for tests of the server's queries.
+ * A fresh database (as above) for the calling test file, opened by the server's own code (with
+ * `options` beside the location) before its tests and dropped after them: for tests of the
+ * server's queries.
  */
-export function useTestDatabase(): { readonly db: Database; readonly databaseUrl: string | undefined } {
+export function useTestDatabase(options: Omit<OpenDatabaseOptions, "databaseUrl" | "dataDir"> = {}): {
+  readonly db: Database;
+  readonly databaseUrl: string | undefined;
+} {
   let t: TestDatabase | undefined;
   let db: Database | undefined;
   beforeAll(async () => {
     t = await createTestDatabase();
-    db = await openDatabase({ databaseUrl: t.databaseUrl, dataDir: t.dataDir, log: createLogger("error") });
+    db = await openDatabase({ log: createLogger("error"), ...options, databaseUrl: t.databaseUrl, dataDir: t.dataDir });
   });
   afterAll(async () => {
     await db?.close();
