@@ -13,7 +13,6 @@ import { loadavg } from "node:os";
 import { openDatabase } from "../server/db/client.js";
 import { loadConfig } from "../server/config.js";
 import { createLogger } from "../server/observability/logger.js";
-import { systemClock } from "../common/clock.js";
 import { reconcileLiveness } from "../server/liveness/reconciler.js";
 import { revokedSessionSweeper } from "../server/sessions/revocation.js";
 import { DeploymentController } from "../server/deployments/controller.js";
@@ -32,8 +31,6 @@ const t = await createTestDatabase(backend);
 const db = await openDatabase({ databaseUrl: t.databaseUrl, dataDir: t.dataDir, log: createLogger("error") });
 const { prisma } = db;
 const config = loadConfig({});
-const log = createLogger("error");
-const clock = systemClock;
 try {
   const started = performance.now();
   // The fleet, in a few set-based statements: nodes online with a fresh heartbeat, a credential
@@ -61,7 +58,7 @@ try {
 
   const nodes = await prisma.node.findMany({ select: { id: true } });
   // Each node's time is written every 5 s at most: a flush a second writes about a fifth of them.
-  const { sessions, heartbeats, liveness, engine, shutdown } = loopDeps(
+  const { clock, log, sessions, heartbeats, liveness, engine, shutdown } = loopDeps(
     prisma,
     config,
     nodes.map((n) => ({ nodeId: n.id, serial: "" })),

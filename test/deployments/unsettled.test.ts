@@ -84,7 +84,7 @@ describe("the deployments a controller pass reads", () => {
     const missed = [...acts].filter(([id, act]) => act && !readSet.has(id));
     expect(missed).toEqual([]);
 
-    // At rest: serving the current revision from a ready instance, or with the current one failed.
+    // At rest: serving, with the current revision ready, failed or unloaded and no job in flight.
     const atRest = deployments.filter((d, k) => {
       const shape = shapes[k % shapes.length]!;
       return (
