@@ -134,7 +134,9 @@ describe("request bodies are bounded at the edge", () => {
         );
         expect(answer.code).toBe("resource_exhausted");
         expect(answer.message).toMatch(/limit|readMaxBytes/);
-        expect(answer.ms).toBeLessThan(1_000);
+        // The server has no request timeout, so a server waiting for the body would never answer;
+        // the bound is loose because the proof is the answer itself (1.7 s seen with both cores hogged).
+        expect(answer.ms).toBeLessThan(10_000);
       } finally {
         session.destroy();
       }
