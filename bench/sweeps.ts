@@ -79,7 +79,7 @@ try {
         const now = Date.now();
         for (let i = fifth % 5; i < nodes.length; i += 5) heartbeats.record(nodes[i]!.id, now + fifth * 5_000);
         fifth++;
-        return heartbeats.flush(prisma);
+        return heartbeats.flush(db.direct);
       },
     ],
     ["liveness reconciler (leader)", () => reconcileLiveness({ prisma, clock, liveness, log })],

@@ -364,8 +364,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       log,
       () =>
         metrics
-          ? metrics.flushed(() => heartbeats.flush(prisma, holderOf, bus.replicaId))
-          : heartbeats.flush(prisma, holderOf, bus.replicaId),
+          ? metrics.flushed(() => heartbeats.flush(db.direct, holderOf, bus.replicaId))
+          : heartbeats.flush(db.direct, holderOf, bus.replicaId),
       db.outage,
     ),
     every(
@@ -415,7 +415,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       await leadership.close();
       await bus.close();
       await heartbeats
-        .flush(prisma, holderOf)
+        .flush(db.direct, holderOf)
         .catch((err: unknown) => log.warn({ error: (err as Error).message }, "final heartbeat flush failed"));
       await db.close();
       await metricsEndpoint?.close();

@@ -156,7 +156,7 @@ serve({
     const out: Record<string, number> = { nodes: creds.length };
     out.flushAllMs = await time(async () => {
       recordAll();
-      await heartbeats.flush(prisma);
+      await heartbeats.flush(server.db.direct);
     }, rounds);
     // The first round moves every node from its stored liveness to online (with an audit record
     // each, as when a fleet connects); later rounds find no node whose stored liveness is contradicted.
