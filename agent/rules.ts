@@ -27,9 +27,11 @@ export function retryAfterDelay(header: string | null | undefined, maxMs: number
  * When a periodic task next runs, asked as it runs at `now`: one interval after it was due, not
  * after it ran, so a late run moves no later one; give or take `jitter` (a fraction) of the
  * interval, so runs that once fell together drift apart. After a stall of an interval or more the
- * missed runs are not made up: the next comes one interval from now.
+ * missed runs are not made up, and the next comes anywhere from half an interval to one and a half
+ * from now: every cadence the stall held ran at its end together, and a jitter of a few percent
+ * would keep them together for hundreds of intervals.
  */
 export function nextRunAt(dueAt: number, now: number, intervalMs: number, jitter: number, random: () => number = Math.random): number {
   const step = intervalMs * (1 + jitter * (2 * random() - 1));
-  return dueAt + step > now ? dueAt + step : now + step;
+  return dueAt + step > now ? dueAt + step : now + intervalMs * (0.5 + random());
 }

@@ -64,11 +64,35 @@ describe("agent cadence", () => {
   it("runs once, not a burst, after a stall longer than several intervals", () => {
     const { timers, advance } = manualTimers();
     const runs: number[] = [];
-    repeat(1000, () => runs.push(timers.now()), { timers, jitter: 0 });
+    repeat(1000, () => runs.push(timers.now()), { timers, jitter: 0, random: () => 0.5 });
     advance(5000, 4500);
     expect(runs).toEqual([4500]);
     advance(6600);
     expect(runs).toEqual([4500, 5500, 6500]);
+  });
+
+  it("spreads the cadences one stall held together over the next interval", () => {
+    const { timers, advance } = manualTimers();
+    // A fixed pseudo-random sequence (Park-Miller), so the test is the same on every run.
+    let seed = 42;
+    const random = () => {
+      seed = (seed * 16_807) % 2_147_483_647;
+      return seed / 2_147_483_647;
+    };
+    const runs = Array.from({ length: 200 }, () => [] as number[]);
+    for (const r of runs) repeat(1000, () => r.push(timers.now()), { timers, random });
+    // 200 agents sharing one event loop, held past every one's time: each runs once, at 4,500.
+    advance(5000, 4500);
+    expect(runs.every((r) => r.length === 1 && r[0] === 4500)).toBe(true);
+    advance(6600);
+    // One interval from now, give or take 5 %, would leave all 200 within 100 ms of each other.
+    const next = runs.map((r) => r[1]!);
+    expect(Math.min(...next)).toBeGreaterThanOrEqual(5000);
+    expect(Math.max(...next)).toBeLessThanOrEqual(6000);
+    const perTenth = new Array<number>(10).fill(0);
+    for (const t of next) perTenth[Math.min(9, Math.floor((t - 5000) / 100))]!++;
+    expect(Math.max(...perTenth)).toBeLessThan(40); // 20 each, evenly spread
+    expect(Math.min(...perTenth)).toBeGreaterThan(5);
   });
 
   it("stops: no run after the returned function is called, and no timer left armed", () => {

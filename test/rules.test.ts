@@ -145,7 +145,9 @@ describe("periodic cadence", () => {
     { name: "late: still one interval after it was due, not after it ran", dueAt: 1000, now: 1300, random: mid, want: 2000 },
     { name: "jitter's low edge", dueAt: 1000, now: 1000, random: () => 0, want: 1950 },
     { name: "jitter's high edge", dueAt: 1000, now: 1000, random: () => 1, want: 2050 },
-    { name: "after a stall of intervals: one interval from now, no catching up", dueAt: 1000, now: 4500, random: mid, want: 5500 },
+    { name: "after a stall: no catching up, one interval from now on average", dueAt: 1000, now: 4500, random: mid, want: 5500 },
+    { name: "after a stall, as soon as half an interval from now", dueAt: 1000, now: 4500, random: () => 0, want: 5000 },
+    { name: "after a stall, as late as one and a half intervals from now", dueAt: 1000, now: 4500, random: () => 1, want: 6000 },
   ])("$name", ({ dueAt, now, random, want }) => {
     expect(nextRunAt(dueAt, now, 1000, 0.05, random)).toBe(want);
   });
