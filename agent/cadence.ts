@@ -7,10 +7,9 @@
 // a second, three runs each interleaved with the load generator on setInterval: sent 4,954-4,990/s
 // against 4,878-4,911; the busiest tenth of 10 ms slices carried 29-42 % of the sends against
 // 40-50 % (what is left is the load generator's own stalls: 2,500 agents share each loop).
-// After a stall of a whole interval every held cadence runs at its end, together; the next run then
-// falls anywhere in the following interval (./rules.ts nextRunAt), or they would stay in step for
-// hundreds of intervals: in the bench, load-generator loops held for a second or more during the
-// ramp left 52-55 % of each worker's heartbeats in a quarter of every second.
+// Cadences one stall held are spread out again by ./rules.ts nextRunAt: in the bench, load-generator
+// loops held for a second or more during the ramp had left 52-55 % of each worker's heartbeats in a
+// quarter of every second.
 import { nextRunAt } from "./rules.js";
 
 /** How far each run may fall either side of its interval, as a fraction of it. */
