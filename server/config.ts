@@ -2,7 +2,7 @@
 // touches the process, so tests build configs the same way `main` does.
 import { parseDuration } from "../common/duration.js";
 import { parseListenAddress, type ListenAddress } from "../common/listen-address.js";
-import { parseVersion } from "./sessions/agent-version.js";
+import { parseVersion } from "./agent-version.js";
 import { defaultMinAgentVersion } from "./version.js";
 
 export interface Config {

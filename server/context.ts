@@ -2,7 +2,7 @@
 // address, and the TLS client certificate if one was presented. Handlers read it with `callOf(ctx)`.
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { TLSSocket } from "node:tls";
-import type { Logger } from "./observability/logger.js";
+import type { Logger } from "pino";
 
 /**
  * What authentication reads of a verified client certificate, in the shape of Node's

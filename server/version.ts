@@ -1,6 +1,6 @@
 // The control plane's version (from package.json) and the agent protocol versions it accepts.
 import { readFileSync } from "node:fs";
-import { defaultOldestAgentVersion } from "./sessions/agent-version.js";
+import { defaultOldestAgentVersion } from "./agent-version.js";
 
 export const serverVersion: string = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string })
   .version;

@@ -3,13 +3,7 @@
 // once at error level, and retries at the slowest backoff pace instead of hot-looping; the admin
 // API and the CLI's rendering flag the node as outdated.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  agentVersionRefusal,
-  compareVersions,
-  defaultOldestAgentVersion,
-  isAgentOutdated,
-  parseVersion,
-} from "../server/sessions/agent-version.js";
+import { agentVersionRefusal, compareVersions, defaultOldestAgentVersion, isAgentOutdated, parseVersion } from "../server/agent-version.js";
 import { loadConfig, ConfigError } from "../server/config.js";
 import { serverVersion } from "../server/version.js";
 import { agentVersion } from "../agent/version.js";

@@ -11,8 +11,8 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { StoredArtifact } from "../../gen/prisma/client.js";
 import { callOf } from "../context.js";
-import { ts } from "../services/convert.js";
-import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
+import { ts } from "../rpc/convert.js";
+import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import { checkCommitName, checkFileName } from "./rules.js";
 import type { ArtifactStore } from "./store.js";
 

@@ -1,12 +1,15 @@
 // What a replica does with what the others tell it (./bus.ts): act for the sessions held here.
 import { ConnectError } from "@connectrpc/connect";
 import type { ClusterBus, ClusterEvent } from "./bus.js";
-import type { SessionRegistry } from "../sessions/registry.js";
 
 export function followCluster(
   bus: Pick<ClusterBus, "onEvent">,
   deps: {
-    sessions: Pick<SessionRegistry, "closeNodeHere" | "closeSerialsHere">;
+    /** The sessions held here (server/sessions/registry.ts). */
+    sessions: {
+      closeNodeHere(nodeId: string, reason: ConnectError): void;
+      closeSerialsHere(serials: Iterable<string>, reason: ConnectError): void;
+    };
     jobs: { fromCluster(event: Extract<ClusterEvent, { kind: "work" | "cancel" }>): void };
     deployments: { changedElsewhere(deploymentId: string): void };
   },

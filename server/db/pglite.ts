@@ -17,7 +17,7 @@ import { OutageMonitor } from "./outage-monitor.js";
 import { checkConnection, once, type Database, type OpenDatabaseOptions } from "./database.js";
 import { lockDataDir, preflightPgliteDir } from "./pglite-dir.js";
 import { ServerLog } from "./pglite-log.js";
-import { watchQueries } from "../observability/metrics-queries.js";
+import { watchQueries } from "./query-watch.js";
 import { pgliteDirect } from "./pglite-direct.js";
 
 async function closeQuietly(db: PGlite): Promise<void> {

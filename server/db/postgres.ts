@@ -8,7 +8,7 @@ import { migrate, pgExecutor } from "./migrate.js";
 import { OutageMonitor } from "./outage-monitor.js";
 import { checkConnection, DEFAULT_CONNECT_TIMEOUT_MS, once, type Database, type OpenDatabaseOptions } from "./database.js";
 import { parsePostgresUrl, redact } from "./postgres-url.js";
-import { watchQueries } from "../observability/metrics-queries.js";
+import { watchQueries } from "./query-watch.js";
 import { statementNames } from "./statement-names.js";
 import { pgDirect } from "./direct.js";
 

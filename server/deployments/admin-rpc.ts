@@ -14,8 +14,8 @@ import {
   type AdminService,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { callOf } from "../context.js";
-import { positiveDurationMs } from "../services/time.js";
-import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
+import { positiveDurationMs } from "../rpc/time.js";
+import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import { eventToProto, recordToProto } from "./codec.js";
 import { createDeployment, findRecord, setDesired, updateRevision, type DesiredDeps } from "./desired.js";
 import { checkHealth, DEFAULT_HEALTH_WAIT_MS, type HealthDeps } from "./health.js";

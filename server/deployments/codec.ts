@@ -10,7 +10,7 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentSchema, DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { Deployment, DeploymentEvent, DeploymentInstance } from "../../gen/prisma/client.js";
-import { stringMap, ts } from "../services/convert.js";
+import { stringMap, ts } from "../rpc/convert.js";
 
 const stateOf: Record<string, DeploymentState> = {
   loading: DeploymentState.LOADING,

@@ -7,9 +7,15 @@ import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { Health } from "../../gen/proto/grpc/health/v1/health_pb.js";
 import { MAX_INVOKE_PAYLOAD_BYTES } from "../jobs/spec.js";
-import { reflectionQuestionBytes, reflectionServices } from "../reflection/reflection.js";
+import { ServerReflection } from "../../gen/proto/grpc/reflection/v1/reflection_pb.js";
+import { ServerReflection as ServerReflectionAlpha } from "../../gen/proto/grpc/reflection/v1alpha/reflection_pb.js";
 
 const KiB = 1024;
+
+/** The most bytes of one binary reflection question: a host and one name of at most 256 bytes each. */
+export const reflectionQuestionBytes = 1024;
+/** Both versions of the reflection service (server/reflection/reflection.ts serves them). */
+const reflectionServices = [ServerReflection, ServerReflectionAlpha];
 
 /** A method not listed below: ids, names, filters, page tokens. */
 export const defaultRequestBytes = 16 * KiB;

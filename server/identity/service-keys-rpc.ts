@@ -11,9 +11,9 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { ServiceKey as KeyRow } from "../../gen/prisma/client.js";
 import { callOf } from "../context.js";
-import { ts } from "../services/convert.js";
-import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
-import { positiveDurationMs } from "../services/time.js";
+import { ts } from "../rpc/convert.js";
+import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
+import { positiveDurationMs } from "../rpc/time.js";
 import type { ServiceKeys } from "./service-keys.js";
 
 type ServiceKeyRpcs = Pick<ServiceImpl<typeof AdminService>, "createServiceKey" | "listServiceKeys" | "revokeServiceKey">;

@@ -8,7 +8,7 @@ import { SessionResponseSchema, type DeploymentLogLines } from "../../gen/proto/
 import type { RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { onAbort } from "../../common/abort.js";
-import type { LiveSession, SessionRegistry } from "../sessions/registry.js";
+import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
 
 export interface LogBatch {
   nodeId: string;
@@ -30,7 +30,7 @@ export class LogWatches {
   private nextId = 0n;
   private readonly watches = new Map<bigint, Watch>();
 
-  constructor(private readonly sessions: SessionRegistry) {}
+  constructor(private readonly sessions: Pick<NodeSessions, "get">) {}
 
   /** Follows one deployment's runtime output on `nodeIds` until `signal` aborts. */
   async *follow(deploymentId: string, nodeIds: string[], tailLines: number, signal: AbortSignal): AsyncGenerator<LogBatch> {

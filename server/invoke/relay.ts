@@ -20,7 +20,7 @@ import { AsyncQueue } from "../../common/queue.js";
 import { onAbort } from "../../common/abort.js";
 import { LookupCache } from "../../common/lookup-cache.js";
 import { codeName } from "../../common/codes.js";
-import type { LiveSession, SessionRegistry } from "../sessions/registry.js";
+import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
 import type { Logger } from "../observability/logger.js";
 import type { ServicePrincipal } from "../identity/service-keys.js";
 import type { DeploymentRoutes, DeploymentTarget } from "./routes.js";
@@ -65,7 +65,7 @@ export interface InvokeForwarder {
 }
 
 export interface InvokeRelayDeps {
-  sessions: SessionRegistry;
+  sessions: Pick<NodeSessions, "get" | "isConnected">;
   routes: DeploymentRoutes;
   clock: Clock;
   log: Logger;

@@ -14,7 +14,7 @@ import {
 import { callOf } from "../context.js";
 import { serviceKeyHeader, servicePrincipalOf } from "../identity/service-keys-auth.js";
 import { forwardedFromHeader } from "./forward.js";
-import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
+import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import type { InvokeRelay, InvokeCall } from "./relay.js";
 import type { DeploymentPhase, DeploymentRoutes, DeploymentTarget } from "./routes.js";
 

@@ -14,7 +14,7 @@ import { callOf } from "../context.js";
 import type { JobEngine } from "./engine.js";
 import { jobStateFromProto, jobToProto } from "./codec.js";
 import { jobIdOf } from "./errors.js";
-import { decodeSeq, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
+import { decodeSeq, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 
 type JobRpcs = Pick<ServiceImpl<typeof AdminService>, "createJob" | "getJob" | "listJobs" | "cancelJob">;
 

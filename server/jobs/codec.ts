@@ -17,7 +17,7 @@ import {
 } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { JobSchema, JobState as JobStateEnum, type Job as JobMessage } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { JobRecord, JobState, LeaseCandidate } from "./lease.js";
-import { ts } from "../services/convert.js";
+import { ts } from "../rpc/convert.js";
 
 const readOptions = { ignoreUnknownFields: true };
 

@@ -27,7 +27,7 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
-import type { SessionRegistry } from "../sessions/registry.js";
+import type { NodeSessions } from "../ports/node-sessions.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
 import { afterLeaseExpiry, leaseExpiry, LEASE_LOST } from "./lease.js";
 import { leaseOf, recordOf } from "./codec.js";
@@ -47,7 +47,7 @@ export interface JobEngineDeps {
   clock: Clock;
   log: Logger;
   liveness: LivenessTracker;
-  sessions: Pick<SessionRegistry, "get" | "isConnected" | "size" | "tellHolder">;
+  sessions: Pick<NodeSessions, "get" | "isConnected" | "size" | "tellHolder">;
   settings: JobSettings;
   shutdown: AbortSignal;
   profiles: ProfileLookup;

@@ -8,7 +8,7 @@ import { JobCancelSchema, SessionResponseSchema } from "../../gen/proto/modelfor
 import type { JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
-import type { SessionRegistry } from "../sessions/registry.js";
+import type { NodeSessions } from "../ports/node-sessions.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
 import { claimLease, nextLeasable, type LeaseCandidate } from "./lease.js";
 import { candidateOf, leaseOf } from "./codec.js";
@@ -35,7 +35,7 @@ export interface LeasingDeps {
   clock: Clock;
   log: Logger;
   liveness: LivenessTracker;
-  sessions: Pick<SessionRegistry, "get" | "isConnected" | "size" | "tellHolder">;
+  sessions: Pick<NodeSessions, "get" | "isConnected" | "size" | "tellHolder">;
   leaseDurationMs: number;
   /** Aborted on shutdown: no new passes, and failures of passes cut short are not logged. */
   shutdown: AbortSignal;

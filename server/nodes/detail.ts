@@ -3,10 +3,11 @@
 import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { GpuSchema, GpuState, StreamCursorSchema, TelemetrySnapshotSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { GpuInfoSchema, TelemetrySchema } from "../../gen/proto/modelforge/common/v1/common_pb.js";
-import { findNodeOrThrow } from "./lifecycle.js";
+import { findNodeOrThrow } from "../identity/node-record.js";
 import { nodeMessages, type ViewDeps } from "./view.js";
 import { reportedGpu } from "./gpus.js";
-import { credentialToProto, ts } from "../services/convert.js";
+import { ts } from "../rpc/convert.js";
+import { credentialToProto } from "./codec.js";
 
 export async function nodeDetail(deps: ViewDeps, nodeId: string) {
   const prisma = deps.prisma;

@@ -6,9 +6,10 @@ import { recordAudit, nodeActor, operatorActor } from "../audit/audit.js";
 import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { Ca, IssuedNodeCertificate } from "../identity/pki/ca.js";
-import type { SessionRegistry } from "../sessions/registry.js";
+import type { NodeSessions } from "../ports/node-sessions.js";
 import type { NodeIdentity } from "../identity/node-auth.js";
-import { pushRenewal } from "../sessions/instructions.js";
+import { findNodeOrThrow } from "../identity/node-record.js";
+import { pushRenewal } from "./instructions.js";
 
 type Tx = Prisma.TransactionClient;
 
@@ -17,22 +18,13 @@ export interface LifecycleDeps {
   prisma: PrismaClient;
   clock: Clock;
   /** Streams of revoked, disabled and decommissioned nodes are ended here; renewals pushed. */
-  sessions: Pick<SessionRegistry, "get" | "isConnected" | "closeNode" | "closeSerials">;
+  sessions: Pick<NodeSessions, "get" | "isConnected" | "closeNode" | "closeSerials">;
 }
 
 /** Renewal also issues a certificate. */
 export interface RenewalDeps extends Pick<LifecycleDeps, "prisma" | "clock"> {
   ca: Pick<Ca, "issueNodeCertificate">;
   credentialTtlMs: number;
-}
-
-export async function findNodeOrThrow(tx: Pick<Tx, "node">, nodeId: string) {
-  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(nodeId)) {
-    throw new ConnectError("node_id must be a UUID", Code.InvalidArgument);
-  }
-  const node = await tx.node.findUnique({ where: { id: nodeId.toLowerCase() } });
-  if (node === null) throw new ConnectError(`node ${nodeId} not found`, Code.NotFound);
-  return node;
 }
 
 export function refuseDecommissioned(node: { decommissionedAt: Date | null; id: string }): void {

@@ -3,19 +3,19 @@
 import type { Node, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
-import type { SessionRegistry } from "../sessions/registry.js";
-import { nodeToProto, type NodeView } from "../services/convert.js";
-import { isAgentOutdated } from "../sessions/agent-version.js";
+import type { NodeSessions } from "../ports/node-sessions.js";
+import { nodeToProto, type NodeView } from "./codec.js";
+import { isAgentOutdated } from "../agent-version.js";
 
 /** What presenting nodes works with. */
 export interface ViewDeps {
   prisma: PrismaClient;
   clock: Clock;
   liveness: LivenessTracker;
-  sessions: Pick<SessionRegistry, "isConnected">;
+  sessions: Pick<NodeSessions, "isConnected">;
   /** This replica's id (server/cluster/bus.ts), named as the holder of the sessions here. */
   replicaId?: string;
-  /** Agents older than this are flagged as outdated (../sessions/agent-version.ts). */
+  /** Agents older than this are flagged as outdated (../agent-version.ts). */
   minAgentVersion: string;
 }
 

@@ -11,6 +11,7 @@ import { nestedTypes } from "@bufbuild/protobuf/reflect";
 import * as v1 from "../../gen/proto/grpc/reflection/v1/reflection_pb.js";
 import * as v1alpha from "../../gen/proto/grpc/reflection/v1alpha/reflection_pb.js";
 import { requestViolation } from "../edge/validate.js";
+import { reflectionQuestionBytes } from "../edge/limits.js";
 
 /** The question, as both versions spell it. */
 type Question = v1.ServerReflectionRequest["messageRequest"] | v1alpha.ServerReflectionRequest["messageRequest"];
@@ -21,9 +22,6 @@ type Answer =
   | { case: "listServicesResponse"; value: { service: { name: string }[] } }
   | { case: "allExtensionNumbersResponse"; value: { baseTypeName: string; extensionNumber: number[] } }
   | { case: "errorResponse"; value: { errorCode: number; errorMessage: string } };
-
-/** The most bytes of one binary question: a host and one name of at most 256 bytes each. */
-export const reflectionQuestionBytes = 1024;
 
 /** The standard reflection services themselves: listed and described like every other service. */
 export const reflectionServices: readonly DescService[] = [v1.ServerReflection, v1alpha.ServerReflection];

@@ -10,8 +10,8 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { RuntimeProfile as ProfileRow } from "../../gen/prisma/client.js";
 import { callOf } from "../context.js";
-import { ts } from "../services/convert.js";
-import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../services/paging.js";
+import { ts } from "../rpc/convert.js";
+import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import { specOf, type RuntimeProfiles } from "./store.js";
 
 type RuntimeProfileRpcs = Pick<ServiceImpl<typeof AdminService>, "createRuntimeProfile" | "listRuntimeProfiles">;

@@ -2,7 +2,7 @@
 // these run; handlers translate between messages and the lifecycle modules.
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { create, equals } from "@bufbuild/protobuf";
-import { timestampDate, positiveDurationMs } from "./time.js";
+import { timestampDate, positiveDurationMs } from "../rpc/time.js";
 import {
   type AdminService,
   CreateEnrollmentTokenResponseSchema,
@@ -38,7 +38,6 @@ import {
 } from "../identity/enrollment/tokens.js";
 import {
   decommissionNode,
-  findNodeOrThrow,
   refuseDecommissioned,
   previewDecommission,
   revokeCredential,
@@ -47,9 +46,12 @@ import {
   type LifecycleDeps,
 } from "../nodes/lifecycle.js";
 import { nodeMessages, type ViewDeps } from "../nodes/view.js";
+import { findNodeOrThrow } from "../identity/node-record.js";
 import { nodeDetail } from "../nodes/detail.js";
-import { auditToProto, livenessFromProto, tokenToProto } from "./convert.js";
-import { decodeOffset, decodeSeq, encodePageToken, pageSizeOf, splitPage } from "./paging.js";
+import { livenessFromProto } from "../nodes/codec.js";
+import { tokenToProto } from "../identity/enrollment/codec.js";
+import { auditToProto } from "../audit/codec.js";
+import { decodeOffset, decodeSeq, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import { recordAudit, operatorActor } from "../audit/audit.js";
 import type { Prisma } from "../../gen/prisma/client.js";
 

@@ -22,10 +22,10 @@ import { authenticateNode, presentedIdentity } from "../identity/node-auth.js";
 import { enroller } from "../identity/enrollment/enroll.js";
 import { renewCredential } from "../nodes/lifecycle.js";
 import { putInventory, putTelemetry } from "../nodes/reports.js";
-import { pendingInstructions } from "../sessions/instructions.js";
+import { pendingInstructions } from "../nodes/instructions.js";
 import { connectSession, type SessionDeps } from "../sessions/session.js";
 import { partitionCapabilities } from "../../common/capabilities.js";
-import { ts } from "./convert.js";
+import { ts } from "../rpc/convert.js";
 import type { DirectQuery } from "../db/direct.js";
 
 /** Built once per server: it only changes with the configuration. */

@@ -4,15 +4,8 @@
 // session may be held on any of them.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { loggedByHandler } from "../observability/call-log.js";
-import type { SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { ClusterEvent } from "../cluster/bus.js";
-
-export interface LiveSession {
-  readonly nodeId: string;
-  readonly serial: string;
-  send(message: SessionResponse): boolean;
-  close(reason: ConnectError): void;
-}
+import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
 
 /**
  * Why sessions end when the server stops: unavailable, which the agent retries. The server logs
@@ -21,7 +14,7 @@ export interface LiveSession {
  */
 export const shuttingDown = () => loggedByHandler(new ConnectError("server shutting down", Code.Unavailable));
 
-export class SessionRegistry {
+export class SessionRegistry implements NodeSessions {
   private readonly byNode = new Map<string, LiveSession>();
 
   /** `elsewhere` tells the other replicas (none until the cluster bus is wired). */
@@ -44,12 +37,10 @@ export class SessionRegistry {
   get size(): number {
     return this.byNode.size;
   }
-  /** Ends the node's session, here or on another replica. */
   closeNode(nodeId: string, reason: ConnectError): void {
     this.closeNodeHere(nodeId, reason);
     this.elsewhere({ kind: "close-node", nodeId, code: reason.code, message: reason.rawMessage });
   }
-  /** Ends these credentials' sessions, here or on other replicas. */
   closeSerials(serials: Iterable<string>, reason: ConnectError): void {
     const list = [...serials];
     this.closeSerialsHere(list, reason);
@@ -62,7 +53,6 @@ export class SessionRegistry {
     const set = new Set(serials);
     for (const s of [...this.byNode.values()]) if (set.has(s.serial)) s.close(reason);
   }
-  /** Asks the replica holding the node's session, if not this one, to act for it. */
   tellHolder(event: Extract<ClusterEvent, { kind: "work" | "cancel" }>): void {
     if (!this.byNode.has(event.nodeId)) this.elsewhere(event);
   }

@@ -3,10 +3,10 @@ import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { recordAudit, operatorActor } from "../../audit/audit.js";
 import { newEnrollmentSecret, hashEnrollmentSecret } from "./token.js";
-import { findNodeOrThrow } from "../../nodes/lifecycle.js";
+import { findNodeOrThrow } from "../node-record.js";
 import type { PrismaClient } from "../../../gen/prisma/client.js";
 import type { Clock } from "../../../common/clock.js";
-import type { SessionRegistry } from "../../sessions/registry.js";
+import type { NodeSessions } from "../../ports/node-sessions.js";
 
 /** What the operator side of enrollment tokens works with. */
 export interface TokenDeps {
@@ -15,7 +15,7 @@ export interface TokenDeps {
   /** Lifetime of a token created without a ttl. */
   defaultTtlMs: number;
   /** A recovery token revokes the node's credential: its open stream ends too. */
-  sessions: Pick<SessionRegistry, "closeSerials">;
+  sessions: Pick<NodeSessions, "closeSerials">;
   /** What a join command names: the URL agents dial and the CA they pin. */
   join: { serverUrl: string; caFingerprint: string };
 }

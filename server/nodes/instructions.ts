@@ -2,7 +2,7 @@
 // at the node's next heartbeat or session start (from the node's persisted renewal request).
 import { create } from "@bufbuild/protobuf";
 import { InstructionSchema, SessionResponseSchema, type Instruction } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import type { SessionRegistry } from "./registry.js";
+import type { NodeSessions } from "../ports/node-sessions.js";
 
 export function renewalInstruction(reason: string): Instruction {
   return create(InstructionSchema, { kind: { case: "renewCredential", value: { reason } } });
@@ -13,7 +13,7 @@ export function pendingInstructions(node: { renewalRequestedAt: Date | null; ren
 }
 
 /** True when the node had an open session here and the instruction was queued on it. */
-export function pushRenewal(sessions: Pick<SessionRegistry, "get">, nodeId: string, reason: string): boolean {
+export function pushRenewal(sessions: Pick<NodeSessions, "get">, nodeId: string, reason: string): boolean {
   const session = sessions.get(nodeId);
   if (session === undefined) return false;
   return session.send(create(SessionResponseSchema, { message: { case: "instruction", value: renewalInstruction(reason) } }));

@@ -1,0 +1,25 @@
+// The node sessions a replica holds, as the features that reach nodes see them (jobs, nodes,
+// enrollment, invoke). server/sessions/registry.ts implements it. Those features depend on this
+// interface rather than on sessions/, which uses them in turn.
+import type { ConnectError } from "@connectrpc/connect";
+import type { SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { ClusterEvent } from "../cluster/bus.js";
+
+export interface LiveSession {
+  readonly nodeId: string;
+  readonly serial: string;
+  send(message: SessionResponse): boolean;
+  close(reason: ConnectError): void;
+}
+
+export interface NodeSessions {
+  get(nodeId: string): LiveSession | undefined;
+  isConnected(nodeId: string): boolean;
+  readonly size: number;
+  /** Ends the node's session, here or on another replica. */
+  closeNode(nodeId: string, reason: ConnectError): void;
+  /** Ends these credentials' sessions, here or on other replicas. */
+  closeSerials(serials: Iterable<string>, reason: ConnectError): void;
+  /** Asks the replica holding the node's session, if not this one, to act for it. */
+  tellHolder(event: Extract<ClusterEvent, { kind: "work" | "cancel" }>): void;
+}
