@@ -1,8 +1,6 @@
-// Well-known-type conversions used by handlers.
-import { timestampDate, type Duration } from "@bufbuild/protobuf/wkt";
+// Durations a request carries, as handlers use them.
+import type { Duration } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
-
-export { timestampDate };
 
 /** A request's Duration in milliseconds; zero or negative is refused. */
 export function positiveDurationMs(d: Duration): number {
