@@ -257,7 +257,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   });
   followCluster(bus, { sessions, jobs, deployments });
   const reconcileDeployment = (id: string) => deployments.reconcile(id);
-  const serviceKeys = new ServiceKeys({ prisma, clock });
+  const serviceKeys = new ServiceKeys({ prisma, clock, outage: db.outage, outageTrustMs: config.serviceKeyOutageTrustMs });
   const routes = deploymentRoutes(prisma, deployments);
   const invokeCounts = new InvokeCounts();
   const logWatches = new LogWatches(sessions);
@@ -274,9 +274,10 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
           clock,
           replicaId: bus.replicaId,
           caPem: ca.certPem,
+          outage: db.outage,
         })
       : undefined;
-  const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches, forwarder });
+  const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches, forwarder, outage: db.outage });
   const agentDeps: AgentServiceDeps = {
     prisma,
     direct: db.direct,
