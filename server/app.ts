@@ -88,6 +88,8 @@ export interface StartOptions {
   clock?: Clock;
   /** Session opens at a time and waiting (default ./tuning.ts `sessionOpenTuning`; tests fill the queue with less). */
   sessionOpens?: { concurrent: number; queued: number };
+  /** How often the invocation counts are written (default a minute; outage drills write them sooner). */
+  invokeCountsFlushMs?: number;
 }
 
 export async function startServer(config: Config, log: Logger, options: StartOptions = {}): Promise<RunningServer> {
@@ -257,7 +259,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   });
   followCluster(bus, { sessions, jobs, deployments });
   const reconcileDeployment = (id: string) => deployments.reconcile(id);
-  const serviceKeys = new ServiceKeys({ prisma, clock });
+  const serviceKeys = new ServiceKeys({ prisma, clock, outage: db.outage, outageTrustMs: config.serviceKeyOutageTrustMs });
   const routes = deploymentRoutes(prisma, deployments);
   const invokeCounts = new InvokeCounts();
   const logWatches = new LogWatches(sessions);
@@ -274,9 +276,10 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
           clock,
           replicaId: bus.replicaId,
           caPem: ca.certPem,
+          outage: db.outage,
         })
       : undefined;
-  const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches, forwarder });
+  const relay = new InvokeRelay({ sessions, routes, clock, log, counts: invokeCounts, logs: logWatches, forwarder, outage: db.outage });
   const agentDeps: AgentServiceDeps = {
     prisma,
     direct: db.direct,
@@ -386,7 +389,14 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       async () => leadership.isLeader() && (await deployments.sweep()),
       db.outage,
     ),
-    every(clock, 60_000, "invoke counts", log, () => invokeCounts.flush(prisma, new Date(clock.now())), db.outage),
+    every(
+      clock,
+      options.invokeCountsFlushMs ?? 60_000,
+      "invoke counts",
+      log,
+      () => invokeCounts.flush(prisma, new Date(clock.now())),
+      db.outage,
+    ),
     ...(replica !== undefined ? [every(clock, replicaRefreshMs, "replica record", log, replica.refresh, db.outage)] : []),
     // A new epoch's TLS session ticket keys (the same on every replica; older tickets then fall back to a full handshake).
     every(clock, 60_000, "session ticket keys", log, async () => {
@@ -417,6 +427,9 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
       await heartbeats
         .flush(db.direct, holderOf)
         .catch((err: unknown) => log.warn({ error: (err as Error).message }, "final heartbeat flush failed"));
+      await invokeCounts
+        .flush(prisma, new Date(clock.now()))
+        .catch((err: unknown) => log.warn({ error: (err as Error).message }, "final invoke counts flush failed"));
       await db.close();
       await metricsEndpoint?.close();
       log.info("stopped");

@@ -42,6 +42,8 @@ export interface Config {
   reclaimGraceMs: number;
   approvedRoots: string[];
   shutdownGraceMs: number;
+  /** While the database cannot be reached, how long after its last read a service key is still accepted (0: not beyond its 5 s cache). */
+  serviceKeyOutageTrustMs: number;
   /** Where the artifact store keeps its content (default `<dataDir>/artifacts`). */
   artifactDir: string;
   /** Where the Prometheus endpoint listens (plain HTTP); undefined: no endpoint. */
@@ -81,6 +83,7 @@ export const defaults = {
   MODELFORGE_RECLAIM_GRACE: "60s",
   MODELFORGE_APPROVED_ROOTS: "/var/lib/modelforge/artifacts",
   MODELFORGE_SHUTDOWN_GRACE: "5s",
+  MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "5m",
   MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
 } as const;
 
@@ -95,6 +98,12 @@ export function loadConfig(env: Env): Config {
     } catch (err) {
       throw new ConfigError(`${name}: ${(err as Error).message}`);
     }
+  };
+  // "0" turns off what the duration allows; at most `maxMs`.
+  const durationOrOff = (name: keyof typeof defaults, maxMs: number): number => {
+    const ms = get(name) === "0" ? 0 : duration(name);
+    if (ms > maxMs) throw new ConfigError(`${name}: at most ${maxMs / 3_600_000}h, got "${get(name)}"`);
+    return ms;
   };
   const integer = (name: keyof typeof defaults, min: number, max: number): number => {
     const raw = get(name);
@@ -151,6 +160,7 @@ export function loadConfig(env: Env): Config {
     reclaimGraceMs: duration("MODELFORGE_RECLAIM_GRACE"),
     approvedRoots: list("MODELFORGE_APPROVED_ROOTS"),
     shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
+    serviceKeyOutageTrustMs: durationOrOff("MODELFORGE_SERVICE_KEY_OUTAGE_TRUST", 24 * 3_600_000),
     artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,
     metricsAddress: optionalAddress(env, "MODELFORGE_METRICS_ADDRESS"),
     minAgentVersion: get("MODELFORGE_MIN_AGENT_VERSION"),

@@ -4,12 +4,11 @@
 // go through replica B, which forwards to A with the caller's own key. A holder whose record went
 // stale is not forwarded to, and a drain on A refuses new invokes arriving at B at once.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import pg from "pg";
-import { DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { writeTinyLlamaGguf } from "./support/gguf.js";
 import { plainDeploymentService } from "./support/plain-grpc.js";
@@ -17,6 +16,7 @@ import { startTestServer, type TestServer } from "./support/server.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
+import { serveTiny } from "./support/serving.js";
 
 const commit = "c".repeat(40);
 
@@ -68,31 +68,7 @@ beforeAll(async () => {
   );
   expect(b.server.sessionsConnected(node.nodeId)).toBe(false);
   await b.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 8192, threads: 1 });
-  const bytes = readFileSync(path);
-  await b.admin.uploadArtifactChunk({
-    repository: "acme/tiny",
-    commit,
-    path: "tiny.gguf",
-    sizeBytes: BigInt(bytes.length),
-    sha256: model.sha256,
-    offset: 0n,
-    data: bytes,
-  });
-  await b.admin.createDeployment({
-    name: "tiny",
-    nodeId: node.nodeId,
-    runtimeProfile: "tiny-cpu",
-    repository: "acme/tiny",
-    commit,
-    targetRoot: root,
-    maxInFlight: 8,
-  });
-  await eventually(
-    async () =>
-      (await b.admin.getDeployment({ deployment: "tiny" })).deployment!.deployment!.state === DeploymentState.READY ? true : undefined,
-    90_000,
-    "tiny READY",
-  );
+  await serveTiny(b.admin, { nodeId: node.nodeId, commit, root, file: path, sha256: model.sha256 });
   secret = (await b.admin.createServiceKey({ name: "svc", deployments: ["tiny"] })).secret;
   viaB = plainDeploymentService(b.url, b.caPem);
 }, 180_000);

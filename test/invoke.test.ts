@@ -23,6 +23,7 @@ import { startTestServer, testAdminKey, type TestServer } from "./support/server
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
 import { jobToEnd } from "./support/jobs.js";
+import { storeArtifact } from "./support/serving.js";
 
 let ts: TestServer;
 let root: string;
@@ -78,17 +79,8 @@ beforeAll(async () => {
     "the agent online, advertising deployment.load.v1",
   );
   // The model in the artifact store under two commits (a revision change needs another commit).
-  const bytes = readFileSync(model.path);
   for (const commit of [commitA, commitB]) {
-    await ts.admin.uploadArtifactChunk({
-      repository,
-      commit,
-      path: "tiny.gguf",
-      sizeBytes: BigInt(bytes.length),
-      sha256: model.sha256,
-      offset: 0n,
-      data: bytes,
-    });
+    await storeArtifact(ts.admin, { repository, commit, path: "tiny.gguf" }, model.path, model.sha256);
   }
   const created = await ts.admin.createDeployment({
     name: "tiny",

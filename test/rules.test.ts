@@ -30,6 +30,9 @@ describe("configuration", () => {
     expect(c.defaultMaxAttempts).toBe(5);
     expect(c.preparedStatements).toBe(100);
     expect(loadConfig({ MODELFORGE_DATABASE_PREPARED_STATEMENTS: "0" }).preparedStatements).toBe(0);
+    expect(c.serviceKeyOutageTrustMs).toBe(300_000);
+    expect(loadConfig({ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "0" }).serviceKeyOutageTrustMs).toBe(0);
+    expect(loadConfig({ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "90s" }).serviceKeyOutageTrustMs).toBe(90_000);
   });
   it.each([
     [{ MODELFORGE_PORT: "99999" }, /MODELFORGE_PORT/],
@@ -44,6 +47,9 @@ describe("configuration", () => {
     [{ MODELFORGE_REPLICA_URL: "cp-1:8443:x" }, /MODELFORGE_REPLICA_URL/],
     [{ MODELFORGE_DATABASE_PREPARED_STATEMENTS: "-1" }, /MODELFORGE_DATABASE_PREPARED_STATEMENTS: expected an integer from 0 to 10000/],
     [{ MODELFORGE_DATABASE_PREPARED_STATEMENTS: "lots" }, /MODELFORGE_DATABASE_PREPARED_STATEMENTS/],
+    [{ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "-1s" }, /MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: expected a duration/],
+    [{ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "5" }, /MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: expected a duration/],
+    [{ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "2d" }, /MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: at most 24h/],
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);

@@ -18,18 +18,25 @@ export interface AuditEntry {
 }
 
 export async function recordAudit(db: AuditWriter, entry: AuditEntry, at: Date = new Date()): Promise<void> {
-  await db.auditEvent.create({
-    data: {
-      id: randomUUID(),
-      time: at,
-      actor: entry.actor,
-      action: entry.action,
-      targetType: entry.targetType,
-      targetId: entry.targetId,
-      correlationId: entry.correlationId ?? null,
-      details: entry.details ?? {},
-    },
-  });
+  await db.auditEvent.create({ data: auditRow(entry, at) });
+}
+
+/** Several events in one statement: all of them are written, or none. */
+export async function recordAudits(db: AuditWriter, entries: AuditEntry[], at: Date = new Date()): Promise<void> {
+  await db.auditEvent.createMany({ data: entries.map((entry) => auditRow(entry, at)) });
+}
+
+function auditRow(entry: AuditEntry, at: Date) {
+  return {
+    id: randomUUID(),
+    time: at,
+    actor: entry.actor,
+    action: entry.action,
+    targetType: entry.targetType,
+    targetId: entry.targetId,
+    correlationId: entry.correlationId ?? null,
+    details: entry.details ?? {},
+  };
 }
 
 export const operatorActor = "operator";

@@ -1,7 +1,9 @@
 // Whether an error means "the database cannot be reached right now" (a restart, a failover, a
 // network blip, a full pool) rather than "this request is wrong" or "this is a bug". Such an
 // error is answered `unavailable` ("database unavailable: retry"): the caller may safely retry,
-// and an agent keeps its jobs running. One classification for the whole server.
+// and an agent keeps its jobs running. One classification for the whole server. What the invoke
+// path has read recently (service keys, routes, session holders) is answered from its caches
+// instead, through `staleWhileDatabaseAway`.
 //
 // The shapes differ by layer, and all were seen on these machines (test/db-availability.test.ts
 // produces them): Prisma wraps most driver failures in PrismaClientKnownRequestError (P1001
@@ -11,6 +13,7 @@
 // trying to connect", "Connection terminated unexpectedly"); PGlite after close says "PGlite is
 // closed".
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { StaleAnswers } from "../../common/lookup-cache.js";
 
 export const DATABASE_UNAVAILABLE = "database unavailable: retry";
 
@@ -72,8 +75,26 @@ export interface OutageSink {
   failed(err: unknown): boolean;
 }
 
+/** An OutageSink that also says whether an outage is in progress. */
+export interface OutageWatch extends OutageSink {
+  readonly lost: boolean;
+}
+
 /** The answer for a database connectivity failure, or undefined when `err` is something else. */
 export function unavailableError(err: unknown): ConnectError | undefined {
   if (err instanceof ConnectError || !isDatabaseUnavailable(err)) return undefined;
   return new ConnectError(DATABASE_UNAVAILABLE, Code.Unavailable);
+}
+
+/**
+ * For a cache of database reads (common/lookup-cache.ts): while the database cannot be reached,
+ * answer what was read within the last `forMs`. A failure is reported to `outage`, which then
+ * knows the database is lost, and while it is, the cache does not try the database at all.
+ */
+export function staleWhileDatabaseAway(forMs: number, outage?: OutageWatch): StaleAnswers {
+  return {
+    forMs,
+    unreachable: (err) => (outage !== undefined ? outage.failed(err) : isDatabaseUnavailable(err)),
+    known: () => outage?.lost ?? false,
+  };
 }

@@ -35,7 +35,7 @@ export class OutageMonitor {
     if (!isDatabaseUnavailable(err)) return false;
     if (this.lostAt !== undefined || this.closed) return true;
     this.lostAt = Date.now();
-    this.log?.warn({ db: this.describe, cause: briefly(err) }, "database lost: answering unavailable until it is back");
+    this.log?.warn({ db: this.describe, cause: briefly(err) }, "database lost: answering from caches what they hold, unavailable the rest");
     this.schedule();
     return true;
   }

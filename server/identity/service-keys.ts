@@ -3,12 +3,16 @@
 // Looking a key up by its hash is safe for a secret of this entropy, and the final comparison is
 // constant-time anyway. Authentication is on every invoke's path, so a key's row is cached for a
 // short while: revocation on this replica drops it at once, other replicas within `cacheMs`.
+// While the database cannot be reached, a key read from it within the last `outageTrustMs` is
+// still accepted (its expiry still applies): invokes go on through an outage, and a revocation made
+// on another replica just before it goes unseen here for at most that long after the last read.
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { PrismaClient, ServiceKey } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import { operatorActor, recordAudit } from "../audit/audit.js";
 import { LookupCache } from "../../common/lookup-cache.js";
+import { staleWhileDatabaseAway, type OutageWatch } from "../db/availability.js";
 
 const secretPrefix = "mfsk_";
 /** "mfsk_" and 43 base64url characters. */
@@ -76,13 +80,18 @@ export interface ServiceKeysDeps {
   clock: Clock;
   /** How long a looked-up key is trusted before it is read again (default 5 s). */
   cacheMs?: number;
+  /** While the database cannot be reached, how long after its last read a key is still trusted (default 0: not beyond `cacheMs`). */
+  outageTrustMs?: number;
+  /** Knows whether the database is lost, and hears of the failures that say so. */
+  outage?: OutageWatch;
 }
 
 export class ServiceKeys {
   private readonly cache: LookupCache<ServiceKey | undefined>;
 
   constructor(private readonly deps: ServiceKeysDeps) {
-    this.cache = new LookupCache(deps.clock, deps.cacheMs ?? 5_000);
+    const trustMs = deps.outageTrustMs ?? 0;
+    this.cache = new LookupCache(deps.clock, deps.cacheMs ?? 5_000, trustMs > 0 ? staleWhileDatabaseAway(trustMs, deps.outage) : undefined);
   }
 
   async create(

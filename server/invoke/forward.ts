@@ -2,7 +2,9 @@
 // the caller's own call, made again: the same service key (the holder authenticates and scopes it
 // as if the caller had come straight to it, so forwarding grants nothing), the caller's deadline,
 // its cancellation and its request id. A forwarded call carries the forwarding replica's id and is
-// never forwarded again, so a stale holder record cannot make calls go round in circles.
+// never forwarded again, so a stale holder record cannot make calls go round in circles. While the
+// database is away, the holder last looked up is used (a wrong one refuses the call; it is never
+// forwarded on).
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
@@ -10,6 +12,7 @@ import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/depl
 import type { Clock } from "../../common/clock.js";
 import { LookupCache } from "../../common/lookup-cache.js";
 import { correlationHeader } from "../observability/correlation.js";
+import { staleWhileDatabaseAway, type OutageWatch } from "../db/availability.js";
 import type { ReplicaDirectory, SessionHolder } from "../cluster/replicas.js";
 import type { AnswerPiece, InvokeCall, InvokeForwarder } from "./relay.js";
 
@@ -25,6 +28,8 @@ export interface ReplicaForwarderDeps {
   caPem: string;
   /** How long a holder lookup is reused (default 1 s). */
   holderCacheMs?: number;
+  /** Knows whether the database is lost: holders are then answered from the cache without trying it. */
+  outage?: OutageWatch;
 }
 
 export class ReplicaForwarder implements InvokeForwarder {
@@ -32,7 +37,7 @@ export class ReplicaForwarder implements InvokeForwarder {
   private readonly holders: LookupCache<SessionHolder | undefined>;
 
   constructor(private readonly deps: ReplicaForwarderDeps) {
-    this.holders = new LookupCache(deps.clock, deps.holderCacheMs ?? 1_000);
+    this.holders = new LookupCache(deps.clock, deps.holderCacheMs ?? 1_000, staleWhileDatabaseAway(Infinity, deps.outage));
   }
 
   holderOf(nodeIds: readonly string[]): Promise<SessionHolder | undefined> {

@@ -4,7 +4,9 @@
 // database write (and its fsync) on every invoke, which capped throughput far below the target
 // (see bench/invoke.ts); a request that cannot finish is simply failed back to its caller, who
 // retries. Bounded: requests in flight per deployment, the deadline (the caller's and the
-// deployment's), and the caller's cancellation, which is passed on to the node.
+// deployment's), and the caller's cancellation, which is passed on to the node. Nothing on the way
+// needs the database while it is away: routes read before are answered from the routing cache for
+// as long as the outage lasts (a route is no credential, and a node refuses what it no longer holds).
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -20,6 +22,7 @@ import { AsyncQueue } from "../../common/queue.js";
 import { onAbort } from "../../common/abort.js";
 import { LookupCache } from "../../common/lookup-cache.js";
 import { codeName } from "../../common/codes.js";
+import { staleWhileDatabaseAway, type OutageWatch } from "../db/availability.js";
 import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
 import type { Logger } from "../observability/logger.js";
 import type { ServicePrincipal } from "../identity/service-keys.js";
@@ -75,6 +78,8 @@ export interface InvokeRelayDeps {
   routeCacheMs?: number;
   /** Reaches a node whose Session is on another replica; without it such a node is unreachable. */
   forwarder?: InvokeForwarder;
+  /** Knows whether the database is lost: routes are then answered from the cache without trying it. */
+  outage?: OutageWatch;
 }
 
 interface Pending {
@@ -90,7 +95,7 @@ export class InvokeRelay {
   readonly stopListening: () => void;
 
   constructor(private readonly deps: InvokeRelayDeps) {
-    this.routeCache = new LookupCache(deps.clock, deps.routeCacheMs ?? 1_000);
+    this.routeCache = new LookupCache(deps.clock, deps.routeCacheMs ?? 1_000, staleWhileDatabaseAway(Infinity, deps.outage));
     // Drain, revision change, unload: the next request sees it, not one a cache period later.
     this.stopListening = deps.routes.onChange((deploymentId) =>
       this.routeCache.deleteWhere((key, target) => target === undefined || target.deploymentId === deploymentId || key === deploymentId),

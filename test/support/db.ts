@@ -13,8 +13,11 @@ import { cp, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
+import { PrismaPg } from "@prisma/adapter-pg";
+import { PrismaClient } from "../../gen/prisma/client.js";
 import { afterAll, beforeAll, inject } from "vitest";
 import type { TemplateLocation } from "./template.js";
+import { freePort } from "./ports.js";
 import { openDatabase, type Database, type OpenDatabaseOptions } from "../../server/db/client.js";
 import { createLogger } from "../../server/observability/logger.js";
 
@@ -124,6 +127,25 @@ export function useTestDatabase(options: Omit<OpenDatabaseOptions, "databaseUrl"
     },
     get databaseUrl() {
       return t?.databaseUrl;
+    },
+  };
+}
+
+/**
+ * A Prisma client whose every query fails as an unreachable PostgreSQL does (connection refused on
+ * a loopback port nothing listens on): a database outage for code that takes a client. `close`
+ * ends its pool.
+ */
+export async function unreachableDatabase(): Promise<{ prisma: PrismaClient; close(): Promise<void> }> {
+  const port = await freePort();
+  const pool = new pg.Pool({ connectionString: `postgresql://postgres@127.0.0.1:${port}/none`, max: 1, connectionTimeoutMillis: 1_000 });
+  pool.on("error", () => undefined);
+  const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
+  return {
+    prisma,
+    close: async () => {
+      await prisma.$disconnect();
+      await pool.end();
     },
   };
 }

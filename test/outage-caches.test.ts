@@ -1,0 +1,199 @@
+// What the invoke path answers from its caches while the database is away: the rule (table), the
+// cache over a manual clock, and service keys over the real test database and an unreachable one:
+// a key read within MODELFORGE_SERVICE_KEY_OUTAGE_TRUST is accepted, one read longer ago is not,
+// 0 fails closed, and a revocation while the database is up still takes effect at once.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { cachedAnswer, LookupCache, type StaleAnswers } from "../common/lookup-cache.js";
+import { ManualClock } from "../common/clock.js";
+import { isDatabaseUnavailable, staleWhileDatabaseAway } from "../server/db/availability.js";
+import { ServiceKeys } from "../server/identity/service-keys.js";
+import type { PrismaClient } from "../gen/prisma/client.js";
+import { unreachableDatabase, useTestDatabase } from "./support/db.js";
+
+describe("cachedAnswer", () => {
+  it.each([
+    // age, ttl, stale for, source known away, answer
+    [undefined, 5_000, 60_000, false, "load"],
+    [undefined, 5_000, 60_000, true, "load"],
+    [0, 5_000, 60_000, false, "fresh"],
+    [4_999, 5_000, 60_000, true, "fresh"],
+    [5_000, 5_000, 60_000, false, "load-or-stale"],
+    [5_000, 5_000, 60_000, true, "stale"],
+    [59_999, 5_000, 60_000, true, "stale"],
+    [60_000, 5_000, 60_000, true, "load"],
+    [60_000, 5_000, 60_000, false, "load"],
+    [5_000, 5_000, 0, true, "load"],
+    [3_600_000, 1_000, Infinity, true, "stale"],
+  ] as const)("age %s, ttl %d, stale for %d, away %s: %s", (age, ttl, staleFor, away, answer) => {
+    expect(cachedAnswer(age, ttl, staleFor, away)).toBe(answer);
+  });
+});
+
+const unreachable = Object.assign(new Error("Can't reach database server"), { code: "P1001" });
+
+describe("LookupCache with stale answers", () => {
+  const setup = (forMs: number) => {
+    const clock = new ManualClock(0);
+    const away = { known: false };
+    const stale: StaleAnswers = { forMs, unreachable: isDatabaseUnavailable, known: () => away.known };
+    const cache = new LookupCache<string>(clock, 1_000, stale, 3);
+    let loads = 0;
+    let fail: Error | undefined;
+    const get = (key: string) =>
+      cache.get(key, async () => {
+        loads++;
+        if (fail !== undefined) throw fail;
+        return `${key}@${clock.now()}`;
+      });
+    return { clock, away, cache, get, loads: () => loads, failWith: (e: Error | undefined) => (fail = e) };
+  };
+
+  it("answers what it read when the source cannot be reached, up to forMs after the read", async () => {
+    const s = setup(10_000);
+    expect(await s.get("a")).toBe("a@0");
+    s.failWith(unreachable);
+    s.clock.advance(5_000);
+    expect(await s.get("a")).toBe("a@0");
+    s.clock.advance(5_000);
+    await expect(s.get("a")).rejects.toBe(unreachable);
+    await expect(s.get("never-read")).rejects.toBe(unreachable);
+  });
+
+  it("does not try the source while it is known to be away", async () => {
+    const s = setup(10_000);
+    await s.get("a");
+    s.away.known = true;
+    s.clock.advance(2_000);
+    const loads = s.loads();
+    expect(await s.get("a")).toBe("a@0");
+    expect(s.loads()).toBe(loads);
+  });
+
+  it("passes on any other failure: a bug or a bad request is not an outage", async () => {
+    const s = setup(10_000);
+    await s.get("a");
+    const bug = new Error("column does not exist");
+    s.failWith(bug);
+    s.clock.advance(2_000);
+    await expect(s.get("a")).rejects.toBe(bug);
+  });
+
+  it("makes room by dropping the entry read longest ago", async () => {
+    const s = setup(Infinity);
+    for (const k of ["a", "b", "c"]) await s.get(k);
+    s.clock.advance(2_000);
+    await s.get("a"); // read again: now the newest
+    await s.get("d"); // full: "b" goes
+    s.failWith(unreachable);
+    s.clock.advance(2_000);
+    for (const k of ["a", "c", "d"]) expect(await s.get(k)).toMatch(new RegExp(`^${k}@`));
+    await expect(s.get("b")).rejects.toBe(unreachable);
+  });
+
+  it("reports the failure to the outage monitor, which then knows", async () => {
+    const heard: unknown[] = [];
+    const monitor = {
+      lost: false,
+      failed(err: unknown) {
+        heard.push(err);
+        this.lost = isDatabaseUnavailable(err);
+        return this.lost;
+      },
+    };
+    const stale = staleWhileDatabaseAway(60_000, monitor);
+    expect(stale.known()).toBe(false);
+    expect(stale.unreachable(unreachable)).toBe(true);
+    expect(stale.known()).toBe(true);
+    expect(heard).toEqual([unreachable]);
+    expect(staleWhileDatabaseAway(60_000).unreachable(new Error("other"))).toBe(false);
+  });
+});
+
+describe("service keys while the database is away", () => {
+  const test = useTestDatabase();
+  let away: Awaited<ReturnType<typeof unreachableDatabase>>;
+  beforeAll(async () => {
+    away = await unreachableDatabase();
+  });
+  afterAll(async () => {
+    await away?.close();
+  });
+
+  /** A replica's ServiceKeys whose database can be taken away and given back. */
+  const replica = (clock: ManualClock, outageTrustMs: number) => {
+    const state = { down: false };
+    const prisma = new Proxy(test.db.prisma, {
+      get: (real, name) => Reflect.get(state.down ? away.prisma : real, name),
+    }) as PrismaClient;
+    return { keys: new ServiceKeys({ prisma, clock, outageTrustMs }), state };
+  };
+  const refusal = (p: Promise<unknown>) =>
+    p.then(
+      () => "accepted",
+      (err: unknown) => (err instanceof ConnectError ? Code[err.code] : isDatabaseUnavailable(err) ? "database unavailable" : String(err)),
+    );
+
+  it("accepts a key read within the trust window, refuses it after, and never one not read", async () => {
+    const clock = new ManualClock(Date.now());
+    const { keys, state } = replica(clock, 60_000);
+    const { secret } = await keys.create({ name: "trusted", deployments: ["tiny"], ttlMs: undefined }, "c1");
+    const { secret: unread } = await keys.create({ name: "unread", deployments: ["tiny"], ttlMs: undefined }, "c2");
+    expect((await keys.authenticate(secret)).deployments).toEqual(new Set(["tiny"]));
+    state.down = true;
+    clock.advance(30_000);
+    expect(await refusal(keys.authenticate(secret))).toBe("accepted");
+    expect(await refusal(keys.authenticate(unread))).toBe("database unavailable");
+    clock.advance(30_000);
+    expect(await refusal(keys.authenticate(secret))).toBe("database unavailable");
+    // Back: read afresh, trusted again.
+    state.down = false;
+    expect(await refusal(keys.authenticate(secret))).toBe("accepted");
+  });
+
+  it("an expiry still applies to a trusted key", async () => {
+    const clock = new ManualClock(Date.now());
+    const { keys, state } = replica(clock, 600_000);
+    const { secret } = await keys.create({ name: "short", deployments: ["tiny"], ttlMs: 20_000 }, "c3");
+    await keys.authenticate(secret);
+    state.down = true;
+    clock.advance(20_000);
+    expect(await refusal(keys.authenticate(secret))).toBe("Unauthenticated");
+  });
+
+  it("0 fails closed once the key's cache lifetime is over", async () => {
+    const clock = new ManualClock(Date.now());
+    const { keys, state } = replica(clock, 0);
+    const { secret } = await keys.create({ name: "closed", deployments: ["tiny"], ttlMs: undefined }, "c4");
+    await keys.authenticate(secret);
+    state.down = true;
+    clock.advance(4_000);
+    expect(await refusal(keys.authenticate(secret))).toBe("accepted");
+    clock.advance(1_000);
+    expect(await refusal(keys.authenticate(secret))).toBe("database unavailable");
+  });
+
+  it("a revocation while the database is up: at once here, within the cache lifetime on another replica, unseen there in an outage within the window", async () => {
+    const clock = new ManualClock(Date.now());
+    const here = replica(clock, 60_000);
+    const other = replica(clock, 60_000);
+    const a = await here.keys.create({ name: "revoked-here", deployments: ["tiny"], ttlMs: undefined }, "c5");
+    const b = await here.keys.create({ name: "revoked-there", deployments: ["tiny"], ttlMs: undefined }, "c6");
+    for (const k of [a, b]) {
+      await here.keys.authenticate(k.secret);
+      await other.keys.authenticate(k.secret);
+    }
+    await here.keys.revoke(a.row.id, "", "c7");
+    expect(await refusal(here.keys.authenticate(a.secret))).toBe("Unauthenticated");
+    // The other replica sees it when its cached read runs out.
+    expect(await refusal(other.keys.authenticate(a.secret))).toBe("accepted");
+    clock.advance(5_000);
+    expect(await refusal(other.keys.authenticate(a.secret))).toBe("Unauthenticated");
+    // Revoked just before an outage: the other replica, which cannot read it, trusts its last read.
+    await here.keys.revoke(b.row.id, "", "c8");
+    here.state.down = true;
+    other.state.down = true;
+    expect(await refusal(here.keys.authenticate(b.secret))).toBe("database unavailable");
+    expect(await refusal(other.keys.authenticate(b.secret))).toBe("accepted");
+  });
+});
