@@ -11,7 +11,7 @@ import * as grpc from "@grpc/grpc-js";
 import pg from "pg";
 import { DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import { writeTinyLlamaGguf } from "./support/gguf.js";
+import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { plainDeploymentService } from "./support/plain-grpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
