@@ -3,13 +3,12 @@
 // heartbeats less often than asked), and timers that ran late together stay together for good
 // (agents that share an event loop, or that started together, send in bursts). Jitter as
 // Kubernetes' kubelet has for its node status (wait.JitterUntil), here either side of the interval
-// so the mean stays the server's. bench/heartbeats.ts, two replicas, 5,000 agents at one heartbeat
-// a second, three runs each interleaved with the load generator on setInterval: sent 4,954-4,990/s
-// against 4,878-4,911; the busiest tenth of 10 ms slices carried 29-42 % of the sends against
-// 40-50 % (what is left is the load generator's own stalls: 2,500 agents share each loop).
-// Cadences one stall held are spread out again by ./rules.ts nextRunAt: in the bench, load-generator
-// loops held for a second or more during the ramp had left 52-55 % of each worker's heartbeats in a
-// quarter of every second.
+// so the mean stays the server's. bench/heartbeats.ts prints how evenly the agents send (the share
+// of sends in the busiest tenth of 10 ms slices) and how many were sent: on setInterval, fewer and
+// burstier (what is left on the grid is the load generator's own stalls: thousands of agents share
+// each of its loops). Cadences one stall held are spread out again by ./rules.ts nextRunAt: in the
+// bench, load-generator loops held for a second or more during the ramp had left each worker's
+// heartbeats bunched in a fraction of every second.
 import { nextRunAt } from "./rules.js";
 
 /** How far each run may fall either side of its interval, as a fraction of it. */

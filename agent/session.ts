@@ -39,9 +39,9 @@ export type ReplyResult = Reply["result"];
 /**
  * The longest reconnect delay (full jitter under it). It bounds how long a fleet takes to come
  * back after an outage of any length: the last agent retries at most this long after the control
- * plane is back (bench/heartbeats.ts RESTARTS: with 30 s, 5,000 agents took 23-45 s after a
- * restart, most of it waiting). Attempts against a down control plane cost it nothing, and a
- * control plane that is up but busy says when to retry (retry-after), which this does not shorten.
+ * plane is back (bench/heartbeats.ts RESTARTS). Attempts against a down control plane cost it
+ * nothing, and a control plane that is up but busy says when to retry (retry-after), which this
+ * does not shorten.
  */
 const defaultBackoffMaxMs = 10_000;
 

@@ -66,12 +66,12 @@ const maxResumable = 100_000;
 /**
  * Node 20's tls.connect decodes a `session` option twice (in TLSSocket's constructor and again
  * after it), and each decode (d2i_SSL_SESSION, the server certificate's key through OpenSSL 3.0's
- * slow decoder set-up) was 17 % of the fleet benchmark's load generator during a restart. The
- * socket's own setSession, which tls.connect itself calls, decodes it once. It is offered when
- * TCP has connected, just before the handshake starts (tls.connect starts it from its own
- * 'connect' listener, so ours goes first): an attempt refused while the server is down, which is
- * most of them in an outage, never decodes it. Not in Node's documented API, so the option stays
- * the fallback.
+ * slow decoder set-up) was a large share of bench/heartbeats.ts's load generator during a
+ * restart. The socket's own setSession, which tls.connect itself calls, decodes it once. It is
+ * offered when TCP has connected, just before the handshake starts (tls.connect starts it from
+ * its own 'connect' listener, so ours goes first): an attempt refused while the server is down,
+ * which is most of them in an outage, never decodes it. Not in Node's documented API, so the
+ * option stays the fallback.
  */
 type Offering = tls.TLSSocket & { setSession?: (session: Buffer) => void };
 const canOfferLater = typeof (tls.TLSSocket.prototype as Offering).setSession === "function";

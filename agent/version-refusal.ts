@@ -1,5 +1,5 @@
 // A control plane that refuses this agent's version at Hello (failed_precondition, naming both
-// versions: README, "Version skew policy") will refuse it again until the agent is upgraded or
+// versions: docs/protocol.md, "Version skew policy") will refuse it again until the agent is upgraded or
 // the server's floor lowered. So the agent neither hot-loops nor floods its log: it retries at the
 // slowest backoff pace and repeats its error line at most every ten minutes. Pure: the caller
 // passes the clock and the randomness.

@@ -1,4 +1,4 @@
-// Throughput of the two database backends through Prisma 7, for the README:
+// Throughput of the two database backends through Prisma 7 (bench/README.md):
 //   embedded PGlite (pglite-prisma-adapter) and PostgreSQL (@prisma/adapter-pg, pool of 10).
 //
 //   npx tsx bench/db-adapters.ts [--only pglite|postgres] [--upserts 2000] [--rounds 100]

@@ -35,7 +35,7 @@ import { capabilityRegistry } from "../agent/capabilities/index.js";
 import { Supervisor } from "../agent/engines/supervisor.js";
 import { OpenAiClient } from "../agent/engines/openai-client.js";
 import { probeInputs } from "../agent/capabilities/runtime.js";
-import { writeTinyLlamaGguf } from "../test/support/gguf.js";
+import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 
 const rounds = Math.max(5, Number(process.argv[2] ?? 6));
 const key = "bench-admin-key-0123456789abcdef";

@@ -1,6 +1,6 @@
 // The plain-HTTP listener a Prometheus server scrapes: GET /metrics and nothing else. Plain HTTP on
 // its own address, apart from the TLS port, because it carries no secret and no per-node value
-// (see the README's Metrics section), and scrapers rarely hold client certificates.
+// (see docs/metrics.md), and scrapers rarely hold client certificates.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Registry } from "prom-client";

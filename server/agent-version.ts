@@ -1,4 +1,4 @@
-// The version skew rule (README, "Version skew policy"): a control plane accepts agents from its
+// The version skew rule (docs/protocol.md, "Version skew policy"): a control plane accepts agents from its
 // oldest accepted version on, by default two minor versions behind its own, and refuses an older
 // one at Hello with both versions named. Pure, so the policy is a table test.
 

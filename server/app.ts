@@ -230,7 +230,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const leadership = await openLeadership({ databaseUrl: config.databaseUrl, replicaId: bus.replicaId, log, outage: db.outage });
   const sessions = new SessionRegistry((event) => bus.publish(event));
   // One listener for all sessions: with one per session, every open scanned thousands of them
-  // (EventTarget checks each add for a duplicate), 0.3 ms an open in a 5,000-agent restart storm.
+  // (EventTarget checks each add for a duplicate), which showed in a profile of a restart storm
+  // (bench/heartbeats.ts RESTARTS).
   shutdown.signal.addEventListener("abort", () => sessions.closeAll(shuttingDown()), { once: true });
   const heartbeats = new HeartbeatBook(Math.min(5_000, config.staleAfterMs / 3));
   const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);

@@ -48,7 +48,7 @@ export interface Config {
   artifactDir: string;
   /** Where the Prometheus endpoint listens (plain HTTP); undefined: no endpoint. */
   metricsAddress: ListenAddress | undefined;
-  /** The oldest agent version accepted at Hello (README, "Version skew policy"). */
+  /** The oldest agent version accepted at Hello (docs/protocol.md, "Version skew policy"). */
   minAgentVersion: string;
 }
 
@@ -58,7 +58,7 @@ export class ConfigError extends Error {
 
 type Env = Record<string, string | undefined>;
 
-/** One row per variable: the README's configuration table is written from the same facts. */
+/** One row per variable: docs/configuration.md states the same defaults (test/configuration.test.ts). */
 export const defaults = {
   MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
   MODELFORGE_PORT: "8443",

@@ -2,14 +2,14 @@
 // server/app.ts spreads them into http2.createSecureServer. bench/heartbeats.ts measures their
 // effect (BENCH_TUNING=off runs the untuned baseline).
 //
-// What a connection costs, measured on Node 20 with 5,000 agents (bench/heartbeats.ts): about
-// 88 KiB resident in all, of which ~12 KiB is JavaScript heap (the TLS socket and HTTP/2 session
-// objects, the Session stream and its AgentSession), ~23 KiB nghttp2 (its outbound frame buffer
-// and HPACK tables; the table options below take ~1 KiB off it), and the rest OpenSSL and socket
-// state. Node already sets SSL_MODE_RELEASE_BUFFERS on every TLS connection, so idle connections
-// hold no record buffers. A bare node:http2 stream with these same TLS settings costs ~85 KiB,
-// with or without the options below (no measurable difference): they bound what a connection may
-// hold and how fast dead ones go; they do not shrink the steady cost.
+// What a connection costs (bench/heartbeats.ts prints the RSS per agent): a small share is
+// JavaScript heap (the TLS socket and HTTP/2 session objects, the Session stream and its
+// AgentSession), more is nghttp2 (its outbound frame buffer and HPACK tables; the table options
+// below take a little off it), and the rest OpenSSL and socket state. Node already sets
+// SSL_MODE_RELEASE_BUFFERS on every TLS connection, so idle connections hold no record buffers. A
+// bare node:http2 stream with these same TLS settings (BENCH_FLOOR=raw) costs about as much, with
+// or without the options below: they bound what a connection may hold and how fast dead ones go;
+// they do not shrink the steady cost.
 import { ticketEpochMs } from "./identity/pki/session-tickets.js";
 import type { SecureServerOptions } from "node:http2";
 
@@ -50,10 +50,10 @@ export const http2ServerTuning: SecureServerOptions = {
 /**
  * The listen backlog: connections the kernel completes and holds while the control plane is busy
  * (starting, or in a reconnect storm) before it accepts them. Node's default is 511; past it
- * Linux drops a new SYN, and the agent's TCP stack retries it only after 1, 3, 7, 15 s
- * (bench/heartbeats.ts, two restarts of 5,000 agents: 3,326 overflows and all back in 33 s with
- * 511; none and 25 s with this). The kernel caps the value at net.core.somaxconn (4096 by
- * default since Linux 5.4), as Go's net package does by reading it.
+ * Linux drops a new SYN, and the agent's TCP stack retries it only after 1, 3, 7, 15 s (with
+ * 511, restarts of bench/heartbeats.ts's fleet overflowed the queue and came back later; it
+ * prints the ListenOverflows of each restart). The kernel caps the value at net.core.somaxconn
+ * (4096 by default since Linux 5.4), as Go's net package does by reading it.
  */
 export const listenBacklog = 65_535;
 
@@ -73,10 +73,9 @@ export const sessionOpenTuning = { concurrent: 64, queued: 2_000 };
  * Node flags the control plane runs with (`npm start`, deploy/modelforge-server.service, the fleet
  * benchmark's servers). A young generation of up to 32 MiB per semi-space (V8's default is 16 on
  * 64-bit): per-message garbage of thousands of sessions then dies young instead of being promoted
- * and swept by full collections that stall the event loop. bench/heartbeats.ts, two replicas,
- * 5,000 agents, 2026-12-01, 3 interleaved runs each (16 vs 32 MiB): ack p99 267/432/316 vs
- * 188/69/399 ms, longest server stall 136/164/94 vs 115/58/99 ms, RSS per agent 75-79 vs
- * 86-94 KiB. Better medians inside a wide spread, at a memory cost: kept, to be re-measured.
+ * and swept by full collections that stall the event loop. In bench/heartbeats.ts (SERVER_FLAGS
+ * compares settings) it gave better medians of the ack tail and of the longest server stall,
+ * inside a wide spread, at a cost in RSS per agent: kept, to be re-measured.
  */
 export const serverNodeFlags = ["--max-semi-space-size=32"];
 
@@ -84,12 +83,11 @@ export const serverNodeFlags = ["--max-semi-space-size=32"];
  * The C allocator the installed control plane runs with: deploy/install.mjs preloads jemalloc
  * (Debian's libjemalloc2) in the systemd unit when the library is there, and the fleet benchmark's
  * servers run with it. OpenSSL 3.0 and nghttp2 allocate and free many small blocks per connection:
- * glibc's malloc was 13 % of the servers' on-CPU samples during resumed session opens (perf).
- * bench/heartbeats.ts with one replica on each allocator in the same seconds (MALLOC=glibc,jemalloc
- * and the reverse, 2026-12-01, 10 rounds): a resumed session open cost the jemalloc replica 0.2 ms
- * less CPU (median of the paired differences, about 8 %; lower in 8 of 10), a bare resumed TLS
- * handshake 0.22 ms less (0.03-0.35, 10 of 10); full session opens, bound by RSA, showed no
- * difference. At 2,500 agents each, steady, the jemalloc replica held 58-79 MiB less RSS.
+ * glibc's malloc was a large share of the servers' on-CPU samples during resumed session opens
+ * (perf). bench/heartbeats.ts with one replica on each allocator in the same seconds
+ * (MALLOC=glibc,jemalloc and the reverse) measures it: the jemalloc replica spent less CPU per
+ * resumed session open and per bare resumed TLS handshake in most paired rounds, and held less
+ * RSS; full session opens, bound by RSA, showed no difference.
  * `npm start` keeps the system's allocator: a trial needs no extra package.
  */
 export const serverAllocator = { name: "jemalloc", library: "libjemalloc.so.2" };

@@ -25,7 +25,7 @@ import { promisify } from "node:util";
 import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { OpenAiClient } from "../agent/engines/openai-client.js";
 import { adminClientAt } from "./support/agent.js";
-import { writeTinyLlamaGguf } from "./support/gguf.js";
+import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { startMirror, type Mirror } from "./support/mirror.js";
 import { eventually } from "./support/node.js";
 import { freePort } from "./support/ports.js";

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Supervisor, type Runtime } from "../agent/engines/supervisor.js";
 import { OpenAiClientError } from "../agent/engines/openai-client.js";
-import { writeTinyLlamaGguf } from "./support/gguf.js";
+import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 
 const dir = mkdtempSync(join(tmpdir(), "mf-engines-"));
 const modelPath = join(dir, "tiny.gguf");

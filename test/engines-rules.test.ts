@@ -8,7 +8,7 @@ import { buildArgv, parseTemplateConfig, validateTemplate, type OpenAiHttpTempla
 import { parseStat, parseStatusMemory } from "../agent/engines/proc.js";
 import { ggufHeaderProblem } from "../agent/engines/llama-cpp/gguf-header.js";
 import { EngineError, validateParams } from "../agent/engines/supervisor.js";
-import { tinyLlamaGguf } from "./support/gguf.js";
+import { tinyLlamaGguf } from "../scripts/gguf.js";
 
 const refusal = (f: () => unknown) => {
   try {

@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import { EngineError, Supervisor } from "../agent/engines/supervisor.js";
 import { readStat } from "../agent/engines/proc.js";
 import type { OpenAiHttpTemplate } from "../agent/engines/openai-http.js";
-import { tinyLlamaGguf, writeTinyLlamaGguf } from "./support/gguf.js";
+import { tinyLlamaGguf, writeTinyLlamaGguf } from "../scripts/gguf.js";
 
 const dir = mkdtempSync(join(tmpdir(), "mf-supervisor-"));
 const modelPath = join(dir, "tiny.gguf");

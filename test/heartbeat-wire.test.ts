@@ -13,7 +13,7 @@ import {
 } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { heartbeatReplyBytes, plainHeartbeatId } from "../server/sessions/heartbeat-wire.js";
 import { requestViolation } from "../server/edge/validate.js";
-import { mulberry32 } from "./support/random.js";
+import { mulberry32 } from "../common/random.js";
 
 const ids = [0n, 1n, 127n, 128n, 300n, 16_383n, 16_384n, 2n ** 32n, 2n ** 49n - 1n];
 

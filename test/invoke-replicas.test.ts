@@ -10,7 +10,7 @@ import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import pg from "pg";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import { writeTinyLlamaGguf } from "./support/gguf.js";
+import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { plainDeploymentService } from "./support/plain-grpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";

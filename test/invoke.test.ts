@@ -17,7 +17,7 @@ import { readStat } from "../agent/engines/proc.js";
 import { PassThrough, Writable } from "node:stream";
 import { readFileSync, writeFileSync } from "node:fs";
 import { runCli } from "../cli/cli.js";
-import { writeTinyLlamaGguf } from "./support/gguf.js";
+import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { plainDeploymentService } from "./support/plain-grpc.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";

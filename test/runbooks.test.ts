@@ -12,29 +12,12 @@ import { afterAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { repoRoot } from "./support/process.js";
 import { freePort } from "./support/ports.js";
+import { fencedBlocks } from "./support/markdown.js";
 
 const docs = join(repoRoot, "docs/runbooks");
 const postgresUrl = process.env.MODELFORGE_TEST_POSTGRES_URL ?? "postgresql://postgres@127.0.0.1:5432/postgres";
 
-interface Block {
-  file: string;
-  line: number;
-  code: string;
-}
-
-/** The ```sh runbook blocks of a Markdown text, with the line each starts on. */
-function runbookBlocks(file: string, text: string): Block[] {
-  const blocks: Block[] = [];
-  const lines = text.split("\n");
-  for (let i = 0; i < lines.length; i++) {
-    if (!/^```sh runbook\s*$/.test(lines[i]!)) continue;
-    const start = i + 1;
-    const body: string[] = [];
-    for (i++; i < lines.length && !/^```\s*$/.test(lines[i]!); i++) body.push(lines[i]!);
-    blocks.push({ file, line: start + 1, code: body.join("\n") });
-  }
-  return blocks;
-}
+const runbookBlocks = (file: string, text: string) => fencedBlocks(file, text, "runbook");
 
 const files = readdirSync(docs)
   .filter((f) => /^\d\d-.*\.md$/.test(f))

@@ -16,7 +16,7 @@ import { JobState, type Job } from "../gen/proto/modelforge/admin/v1/admin_pb.js
 import { EngineKind, JobFailureCode, type JobSpecSchema, ProbeInput } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { readStat } from "../agent/engines/proc.js";
 import { STAGING_DIR } from "../agent/capabilities/artifact-acquire.js";
-import { tinyLlamaGguf } from "./support/gguf.js";
+import { tinyLlamaGguf } from "../scripts/gguf.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";

@@ -21,7 +21,7 @@ import { Supervisor } from "../agent/engines/supervisor.js";
 import { readStat } from "../agent/engines/proc.js";
 import { durationOf, failureFor, runtimeHealthHandler, runtimeUnloadHandler } from "../agent/capabilities/runtime.js";
 import type { JobAttempt } from "../agent/jobs/registry.js";
-import { writeTinyLlamaGguf } from "./support/gguf.js";
+import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";

@@ -1,8 +1,8 @@
 // A statement run straight on the driver (node-postgres' pool, or the PGlite instance: ./pglite-direct.ts), past
 // Prisma's query runtime. Only for a statement hot enough for that runtime to show: the
-// session-open read, which a reconnect storm runs thousands of times a second, cost 0.23 ms of CPU
-// per call through Prisma and 0.10 ms straight on the same pool (warm, one process, PostgreSQL);
-// a new node's enrollment (../identity/enrollment/sql.ts), 2.35 against 1.16-1.32 ms on PGlite.
+// session-open read, which a reconnect storm runs thousands of times a second, cost more than
+// twice the CPU through Prisma as straight on the same pool (bench/heartbeats.ts LOOP_COSTS=1);
+// a new node's enrollment (../identity/enrollment/sql.ts) about twice on PGlite (bench/enroll.ts).
 // Everything else goes through Prisma: one data path, typed by the schema.
 //
 // Rows come back as the driver parses them: timestamptz as Date, json and jsonb parsed, arrays

@@ -2,8 +2,8 @@
 // six calls into WebAssembly per statement (Parse, Describe, Bind, Describe, Execute, Sync) and
 // parses and plans the text every time; here each statement is parsed once per instance under its
 // name, and each call is one message (Bind, Describe, Execute, Sync) into WebAssembly. The new
-// node's enrollment statement took 0.94-1.24 ms through `query()` and 0.29-0.46 ms this way
-// (warm, one process, runs of 250-500 in a row, PGlite on disk).
+// node's enrollment statement costs a fraction of what it did through `query()` (bench/enroll.ts
+// on PGlite measures the enrollment it is part of).
 //
 // Messages go in one buffer (one call into WebAssembly); results are read with PGlite's own
 // parsers, so rows come back exactly as `query()` gives them.

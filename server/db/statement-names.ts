@@ -1,7 +1,8 @@
 // Which statements PostgreSQL keeps prepared on each pooled connection. Prisma sends every
 // statement unnamed, so PostgreSQL parses and plans it again on each call: for the session-open
-// query that was 0.26 ms of planning against 0.10 ms of execution, paid thousands of times in a
-// reconnect storm. A named statement is parsed once per connection and its plan can be reused.
+// query the planning cost more than the execution (EXPLAIN ANALYZE; bench/heartbeats.ts
+// LOOP_COSTS=1 times the query), paid thousands of times in a reconnect storm. A named statement
+// is parsed once per connection and its plan can be reused.
 //
 // Not every statement is worth a name: Prisma writes a new text for each batch size or list
 // length, and a named statement stays on every pooled connection (and in node-postgres' map)

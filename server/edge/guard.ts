@@ -26,7 +26,7 @@ type NodeResponse = http2.Http2ServerResponse | ServerResponse;
  * per-method ones (it also bounds what a compressed message may inflate to), unknown fields
  * skipped rather than kept, so a body of them costs no objects, and no compression of answers
  * under 16 KiB: Connect's default (1 KiB) gzipped every enrollment's certificate, a fresh zlib
- * stream and 0.1-0.4 ms of CPU per call to save about a fifth of 2 KiB.
+ * stream per call whose CPU cost more than the few bytes it saved (bench/enroll.ts).
  */
 export const edgeAdapterOptions = {
   readMaxBytes: largestRequestBytes,

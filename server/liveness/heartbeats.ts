@@ -6,9 +6,8 @@
 // see it that much late, which again errs towards less alive.
 import type { DirectQuery, DirectStatement } from "../db/direct.js";
 
-// Straight on the driver (../db/direct.ts), kept prepared: a flush of a fifth of 5,050 nodes cost
-// the server 8.5-10.2 ms of CPU through Prisma's runtime and 4.0-5.0 ms this way (medians of
-// bench/sweeps.ts runs on PostgreSQL, 2026-12-03), every second on every replica.
+// Straight on the driver (../db/direct.ts), kept prepared: through Prisma's runtime a flush cost
+// the server about twice the CPU (bench/sweeps.ts), every second on every replica.
 
 /** Rows another transaction holds locked are skipped: the flush never waits on a lock. */
 const releaseStatement: DirectStatement = {

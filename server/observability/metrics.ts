@@ -1,7 +1,7 @@
 // The control plane's Prometheus metrics: one Registry per server (tests start several in one
 // process), defined here and handed to each feature as the narrow interface of the few counters it
 // moves (SessionMetrics, JobMetrics, ...), never as a global. Gauges of state (sessions, admission,
-// nodes, jobs) are read when scraped. Every metric is listed in the README's Metrics section.
+// nodes, jobs) are read when scraped. Every metric is listed in docs/metrics.md.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { Code, Interceptor } from "@connectrpc/connect";
 import type { FleetCounts } from "./metrics-db.js";

@@ -1,5 +1,5 @@
 // A Session heartbeat in wire form. Heartbeats are nearly all a fleet sends, and decoding each one
-// through protobuf-es's reflection, building the reply and encoding it cost ~40 µs of the ~220 µs
+// through protobuf-es's reflection, building the reply and encoding it was a large share of what
 // a heartbeat cost the server (bench/heartbeats.ts PROFILE=1: @bufbuild/protobuf was the largest
 // package by self time). These read and write the very bytes protobuf-es does, for the one shape
 // a heartbeat takes: a message of any other shape (another field, a field twice, a capability

@@ -7,7 +7,7 @@
 // Why batched: in a storm the server's event loop is busy with TLS handshakes, and each loop
 // iteration then takes tens to hundreds of milliseconds. A read per open made the opens finished
 // per second proportional to (admitted opens) / (iteration length): after a restart of both
-// replicas (bench/heartbeats.ts, 5,000 agents) no session was answered for the first 10 s after
+// replicas (bench/heartbeats.ts RESTARTS) no session was answered for the first seconds after
 // ready while thousands sat with TLS up. One statement per batch makes it the number waiting.
 import { Prisma, type Node } from "../../gen/prisma/client.js";
 import { checkAuthorized, type NodeIdentity } from "../identity/node-auth.js";

@@ -1,8 +1,8 @@
 // The Session stream in the gRPC protocol, served on Node's core HTTP/2 stream API. It runs the
 // same session object as the Connect handler (./session.ts); it only bypasses Connect's generic
-// streaming machinery and Node's HTTP/2 compatibility request/response, which together cost about
-// 150 µs and 75 KiB per connection more than this framing (bench/heartbeats.ts) and so kept a
-// 2-core server from holding 5,000 agents. gRPC-Web and the Connect protocol still reach Session
+// streaming machinery and Node's HTTP/2 compatibility request/response, which together cost more
+// CPU and memory per connection than this framing (bench/heartbeats.ts) and so kept a 2-core
+// server from holding 5,000 agents. gRPC-Web and the Connect protocol still reach Session
 // through Connect.
 import http2 from "node:http2";
 import type { TLSSocket } from "node:tls";

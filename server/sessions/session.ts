@@ -342,9 +342,9 @@ export class AgentSession implements LiveSession {
     this.deps.sessions.attach(this);
     this.deps.metrics?.opened();
     // At info when the node said something new (first contact, another agent version or
-    // capability set); a reconnect that changes nothing is debug: a storm of them cost 0.11 ms
-    // of each open at info (bench/heartbeats.ts, replica beside replica), and liveness moves are
-    // logged and audited on their own.
+    // capability set); a reconnect that changes nothing is debug: at info those lines cost a
+    // measurable share of each open in a storm (bench/heartbeats.ts, replica beside replica), and
+    // liveness moves are logged and audited on their own.
     this.caller.log[changed ? "info" : "debug"](
       { nodeId: node.id, agentVersion: hello.agentVersion, capabilities, ignoredCapabilities: ignored },
       "session opened",

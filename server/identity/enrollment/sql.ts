@@ -6,8 +6,8 @@
 // nothing else is inserted for the others. Timestamps go as ISO strings with an explicit offset, so
 // the session's time zone never matters; columns follow prisma/schema.prisma. It runs straight on
 // the driver (../../db/direct.ts), kept prepared on both backends: through Prisma's runtime on the
-// embedded PGlite it cost 2.35 ms of CPU against 1.16-1.32 ms straight (a `SELECT 1` alone 0.87
-// against 0.26), and an enrollment storm is that statement thousands of times.
+// embedded PGlite it cost about twice the CPU of the statement run straight (bench/enroll.ts), and
+// an enrollment storm is that statement thousands of times.
 import type { DirectQuery, DirectStatement } from "../../db/direct.js";
 
 export interface NewNodeEnrollment {

@@ -69,9 +69,9 @@ export function acceptedCsrPublicKey(csrPem: string): Buffer {
 
 /**
  * The key of an rsaEncryption SubjectPublicKeyInfo, read from the RSAPublicKey in its BIT STRING.
- * OpenSSL 3 decodes a SubjectPublicKeyInfo through its generic decoder framework at ~0.2 ms (0.6 ms
- * on a busy server: the largest single cost of an enrollment in its profile); the RSAPublicKey
- * alone decodes in ~13 us. The wrapper's rules are checked here instead: exactly the algorithm and
+ * OpenSSL 3 decodes a SubjectPublicKeyInfo through its generic decoder framework, slowly (the
+ * largest single cost of an enrollment in bench/enroll.ts PROFILE=1); the RSAPublicKey alone
+ * decodes in a small fraction of that time. The wrapper's rules are checked here instead: exactly the algorithm and
  * the key, and the NULL parameters RFC 3279 requires.
  */
 function rsaPublicKeyOf(spki: forge.asn1.Asn1): KeyObject {

@@ -42,7 +42,7 @@ export async function buildSignedCertificatePem(spec: CertificateSpec, issuerKey
   const fields = forge.pki.createCertificate();
   fields.setSubject(spec.subject);
   fields.setIssuer(spec.issuer);
-  // OpenSSL 3 takes ~0.2 ms to encode a key: a CSR's own SubjectPublicKeyInfo bytes are used as they are.
+  // Encoding a key is slow in OpenSSL 3 (bench/enroll-issuance.ts): a CSR's own SubjectPublicKeyInfo bytes are used as they are.
   const spki = Buffer.isBuffer(spec.publicKey) ? spec.publicKey : spec.publicKey.export({ type: "spki", format: "der" });
   fields.setExtensions(spec.extensions.map((e) => (isSubjectKeyIdentifier(e) ? subjectKeyIdentifier(spki) : e)));
 

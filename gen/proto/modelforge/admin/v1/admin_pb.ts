@@ -3614,7 +3614,7 @@ export const OperatorRoleSchema: GenEnum<OperatorRole> = /*@__PURE__*/
 /**
  * Operations on enrollment tokens, nodes, jobs and the audit log.
  *
- * Errors are Connect codes (the README's error table lists them all). failed_precondition means
+ * Errors are Connect codes (docs/protocol.md's error table lists them all). failed_precondition means
  * the request is well-formed but the target's state forbids it: a decommissioned node (terminal),
  * a disabled node, a capability the node never advertised, a finished job, a used token. Retrying
  * the same request cannot help until that state changes.

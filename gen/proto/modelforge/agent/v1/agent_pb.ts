@@ -1694,7 +1694,7 @@ export const SampleDispositionSchema: GenEnum<SampleDisposition> = /*@__PURE__*/
  * The node agent's service. The Session stream is the main path; the unary RPCs do the same with
  * identical rules, for simple clients, polling agents and debugging with curl.
  *
- * Errors are Connect codes (the README's error table lists them all): unauthenticated for a
+ * Errors are Connect codes (docs/protocol.md's error table lists them all): unauthenticated for a
  * missing, foreign, revoked or unknown certificate; permission_denied for a disabled or
  * decommissioned node, or another node's job; aborted when a job's lease was lost;
  * failed_precondition when the request is well-formed but names a state the server never produced

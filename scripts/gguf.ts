@@ -1,10 +1,11 @@
-// A tiny, real llama-architecture GGUF model for tests and benchmarks: random weights from a seeded
-// generator, so the file's bytes (and its SHA-256) are the same on every run, and llama.cpp loads
-// it and generates tokens (noise text, real tokens, timings and memory) with no network.
+// A tiny, real llama-architecture GGUF model for `npm run example:model`, the tests and the
+// benchmarks: random weights from a seeded generator, so the file's bytes (and its SHA-256) are the
+// same on every run, and llama.cpp loads it and generates tokens (noise text, real tokens, timings
+// and memory) with no network.
 // Layout per the GGUF v3 spec: header, metadata key/values, tensor infos, padding, aligned data.
 import { createHash } from "node:crypto";
 import { writeFile } from "node:fs/promises";
-import { mulberry32 } from "./random.js";
+import { mulberry32 } from "../common/random.js";
 
 export interface TinyModelOptions {
   /** Seeds the weights; a different seed is a different file. */
