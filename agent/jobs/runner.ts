@@ -30,7 +30,8 @@ import {
   type JobProgress,
   type JobResult,
 } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import type { ReplyResult, SessionJobs, SessionLink } from "../session.js";
+import type { ReplyResult, SessionLink } from "../session/link.js";
+import type { SessionJobs } from "../session/options.js";
 import { jobSpecPathProblem } from "../../common/paths.js";
 import { type CapabilityRegistry, isDestructive, JobFailureError, type JobAttempt, type ProgressUpdate } from "./registry.js";
 import type { ReceiptStore } from "./receipts.js";
