@@ -15,27 +15,35 @@
 // answers but cannot decide now (`unavailable` during a database outage, `internal`) is asked
 // again, about once a second, while the work goes on: only an answer that the lease is gone
 // (`refusalVerdict`), or the lease's own expiry passing meanwhile, stops the work.
-import { create, fromJson, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
-import { capabilityOfResult, capabilityOfSpec, CapabilityError } from "../../common/capabilities.js";
 import type { JobCancel } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import {
   JobFailureCode,
-  JobFailureSchema,
   JobProgressSchema,
   JobResultSchema,
-  type JobFailure,
   type JobLease,
   type JobProgress,
-  type JobResult,
+  type JobSpec,
 } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { ReplyResult, SessionLink } from "../session/link.js";
 import type { SessionJobs } from "../session/options.js";
 import { jobSpecPathProblem } from "../../common/paths.js";
-import { type CapabilityRegistry, isDestructive, JobFailureError, type JobAttempt, type ProgressUpdate } from "./registry.js";
+import { type CapabilityRegistry, isDestructive, type JobAttempt, type JobHandler, type ProgressUpdate } from "./registry.js";
 import type { ReceiptStore } from "./receipts.js";
-import { agentVersion } from "../version.js";
+import {
+  capabilityOfLease,
+  checkedResult,
+  failureOutcome,
+  finishedWork,
+  outcomeOfReceipt,
+  receiptOf,
+  thrownOutcome,
+  truncate,
+  unsupportedMessage,
+  type Outcome,
+} from "./outcome.js";
 import { systemClock } from "../../common/clock.js";
 import type { JobRunMetrics } from "../metrics.js";
 
@@ -50,7 +58,13 @@ export class AgentStopping extends Error {
   override name = "AgentStopping";
 }
 
-type Outcome = { kind: "result"; result: JobResult } | { kind: "failure"; failure: JobFailure };
+/** A lease this agent can run: its capability's handler and its spec. */
+interface Admitted {
+  kind: "run";
+  capability: string;
+  handler: JobHandler;
+  spec: JobSpec;
+}
 
 export interface JobRunnerOptions {
   registry: CapabilityRegistry;
@@ -90,8 +104,6 @@ export function refusalVerdict(code: string): "lost" | "refused" | "retry" {
 const FALLBACK_LEASE_MS = 30_000;
 /** Handler progress is sent at most this often; in between only the latest is kept. */
 const PROGRESS_MIN_INTERVAL_MS = 100;
-/** Failure messages are short and never carry payloads. */
-const MAX_MESSAGE = 512;
 
 class Run {
   readonly controller = new AbortController();
@@ -138,10 +150,6 @@ function leaseMsOf(lease: JobLease): number {
   if (lease.expiresAt === undefined) return FALLBACK_LEASE_MS;
   const ms = timestampMs(lease.expiresAt) - Date.now();
   return ms > 0 && ms < 86_400_000 ? ms : FALLBACK_LEASE_MS;
-}
-
-function truncate(text: string): string {
-  return text.length > MAX_MESSAGE ? `${text.slice(0, MAX_MESSAGE - 1)}…` : text;
 }
 
 export class JobRunner implements SessionJobs {
@@ -233,111 +241,72 @@ export class JobRunner implements SessionJobs {
     run.stop("cancelled", new JobCancelled(run.cancelReason));
   }
 
+  /** One attempt: replay a receipt, or refuse the lease, or run it; then keep a receipt and report. */
   private async execute(run: Run, previous: Promise<void> | undefined): Promise<void> {
     if (previous !== undefined) await previous; // a superseded attempt unwinds first
-    const { lease } = run;
     const log = this.log.child({ jobId: run.jobId, attempt: run.attempt });
-    let capability: string | undefined;
-    try {
-      capability = lease.spec === undefined ? undefined : capabilityOfSpec(lease.spec);
-    } catch (err) {
-      if (!(err instanceof CapabilityError)) throw err;
-    }
     const receipt = this.opts.receipts?.get(run.jobId);
     if (receipt !== undefined) {
       log.info(
         { capability: receipt.capability, recordedAttempt: receipt.attempt },
         "replayed lease: re-sending the recorded outcome without running the job again",
       );
-      const outcome: Outcome =
-        receipt.result !== undefined
-          ? { kind: "result", result: fromJson(JobResultSchema, receipt.result, { ignoreUnknownFields: true }) }
-          : { kind: "failure", failure: fromJson(JobFailureSchema, receipt.failure ?? {}, { ignoreUnknownFields: true }) };
-      await this.report(run, outcome, log);
+      return this.report(run, outcomeOfReceipt(receipt), log);
+    }
+    const admitted = this.admit(run.lease, log);
+    if (admitted.kind !== "run") return this.report(run, admitted, log);
+    const { capability } = admitted;
+    log.info({ capability }, "job started");
+    const outcome = await this.work(run, admitted, log);
+    const stopped = run.stopped === "lost" || run.stopped === "stopping" ? run.stopped : undefined;
+    this.opts.metrics?.jobRun(capability, stopped !== undefined ? { kind: "stopped", reason: stopped } : outcome);
+    if (stopped !== undefined) {
+      log.info({ reason: stopped }, stopped === "lost" ? "lease lost: work stopped, nothing reported" : "work stopped: agent stopping");
       return;
     }
+    await this.keepReceipt(run, capability, outcome, log);
+    await this.report(run, outcome, log);
+  }
+
+  /** The handler that runs the lease, or the failure to report for a lease this agent cannot run. */
+  private admit(lease: JobLease, log: Logger): Admitted | Outcome {
+    const capability = capabilityOfLease(lease);
     const handler = capability === undefined ? undefined : this.registry.get(capability);
     if (handler === undefined || capability === undefined || lease.spec === undefined) {
-      const implemented = `it implements: ${this.registry.names().join(", ") || "none"}`;
-      const message =
-        capability !== undefined
-          ? `this agent does not implement capability "${capability}"; ${implemented}`
-          : (lease.spec?.$unknown?.length ?? 0) > 0
-            ? `this agent does not know the job's kind (newer than agent ${agentVersion}); ${implemented}`
-            : `the job spec names no capability; this agent ${implemented.replace(/^it /, "")}`;
       log.warn({ capability }, "unsupported capability: failing the job");
-      await this.report(run, failureOutcome(JobFailureCode.UNSUPPORTED_CAPABILITY, message, false), log);
-      return;
+      const message = unsupportedMessage(capability, lease.spec, this.registry.names());
+      return failureOutcome(JobFailureCode.UNSUPPORTED_CAPABILITY, message, false);
     }
     // The server checked the paths against the contract's grammar; the agent does not take that on
     // trust before anything touches its file system.
     const pathProblem = jobSpecPathProblem(lease.spec);
     if (pathProblem !== undefined) {
       log.warn({ capability }, "lease names a path outside the artifact path grammar: failing the job");
-      await this.report(run, failureOutcome(JobFailureCode.PATH_REJECTED, truncate(pathProblem), false), log);
-      return;
+      return failureOutcome(JobFailureCode.PATH_REJECTED, truncate(pathProblem), false);
     }
+    return { kind: "run", capability, handler, spec: lease.spec };
+  }
 
-    log.info({ capability }, "job started");
+  /** Runs the handler while the lease is renewed; resolves with what it came to. */
+  private async work(run: Run, { capability, handler, spec }: Admitted, log: Logger): Promise<Outcome> {
     const stopRenewing = this.renewWhileRunning(run, log);
-    let outcome: Outcome;
     try {
-      const produced = create(JobResultSchema, await handler(lease.spec, this.contextOf(run, log)));
-      const answered = capabilityOfResult(produced);
-      const unencodable = encodingProblem(produced);
-      outcome =
-        answered !== capability
-          ? failureOutcome(
-              JobFailureCode.INTERNAL,
-              `the handler of ${capability} returned ${answered ? `a ${answered}` : "no"} result`,
-              false,
-            )
-          : unencodable !== undefined
-            ? // Sent as it is, it would fail the whole Session, which would reconnect and send it again, forever.
-              failureOutcome(
-                JobFailureCode.INTERNAL,
-                truncate(`the handler of ${capability} returned a result that cannot be encoded: ${unencodable}`),
-                false,
-              )
-            : { kind: "result", result: produced };
+      return checkedResult(capability, create(JobResultSchema, await handler(spec, this.contextOf(run, log))));
     } catch (err) {
-      if (run.stopped === "cancelled") {
-        outcome = failureOutcome(JobFailureCode.CANCELLED, truncate(`cancelled: ${run.cancelReason}`), false);
-      } else if (err instanceof JobFailureError) {
-        outcome = failureOutcome(err.code, truncate(err.message), err.retryable);
-      } else {
-        outcome = failureOutcome(JobFailureCode.INTERNAL, truncate(`unexpected error: ${(err as Error).message ?? String(err)}`), true);
-      }
+      return thrownOutcome(err, run.stopped === "cancelled" ? run.cancelReason : undefined);
     } finally {
       stopRenewing();
     }
-    const stopped = run.stopped === "lost" || run.stopped === "stopping" ? run.stopped : undefined;
-    this.opts.metrics?.jobRun(capability, stopped !== undefined ? { kind: "stopped", reason: stopped } : outcome);
-    if (stopped !== undefined) {
-      log.info(
-        { reason: run.stopped },
-        run.stopped === "lost" ? "lease lost: work stopped, nothing reported" : "work stopped: agent stopping",
-      );
-      return;
-    }
-    // A receipt records work that finished: a success or a failure that will not be retried. An
-    // interrupted (cancelled) job did not finish, so it leaves none.
-    const finished = outcome.kind === "result" || (!outcome.failure.retryable && outcome.failure.code !== JobFailureCode.CANCELLED);
-    if (isDestructive(capability) && this.opts.receipts && finished) {
-      await this.opts.receipts
-        .record({
-          jobId: run.jobId,
-          capability,
-          attempt: run.attempt,
-          finishedAt: new Date().toISOString(),
-          ...(outcome.kind === "result"
-            ? { result: toJson(JobResultSchema, outcome.result) as JsonValue }
-            : { failure: toJson(JobFailureSchema, outcome.failure) as JsonValue }),
-        })
-        // Still report: once the server has the outcome, no replay will come.
-        .catch((err: unknown) => log.error({ error: (err as Error).message }, "job receipt could not be written"));
-    }
-    await this.report(run, outcome, log);
+  }
+
+  /** Records a destructive job's finished work, so a replayed lease does not run it again. */
+  private async keepReceipt(run: Run, capability: string, outcome: Outcome, log: Logger): Promise<void> {
+    const receipts = this.opts.receipts;
+    if (receipts === undefined || !isDestructive(capability) || !finishedWork(outcome)) return;
+    await receipts
+      .record(receiptOf(run.jobId, capability, run.attempt, outcome, Date.now()))
+      // Still report: once the server has the outcome, no replay will come.
+      .catch((err: unknown) => log.error({ error: (err as Error).message }, "job receipt could not be written"));
   }
 
   private contextOf(run: Run, log: Logger): JobAttempt {
@@ -473,18 +442,4 @@ export class JobRunner implements SessionJobs {
       await systemClock.sleep(reply === undefined ? this.retryDelayMs : this.unavailableRetryMs, this.opts.signal);
     }
   }
-}
-
-/** Why a result cannot go on the wire (e.g. a Duration with fractional nanos), if it cannot. */
-function encodingProblem(result: JobResult): string | undefined {
-  try {
-    toBinary(JobResultSchema, result);
-    return undefined;
-  } catch (err) {
-    return (err as Error).message;
-  }
-}
-
-function failureOutcome(code: JobFailureCode, message: string, retryable: boolean): Outcome {
-  return { kind: "failure", failure: create(JobFailureSchema, { code, message, retryable }) };
 }
