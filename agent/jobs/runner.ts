@@ -16,7 +16,6 @@
 // again, about once a second, while the work goes on: only an answer that the lease is gone
 // (`refusalVerdict`), or the lease's own expiry passing meanwhile, stops the work.
 import { create } from "@bufbuild/protobuf";
-import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
 import type { JobCancel } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import {
@@ -44,7 +43,8 @@ import {
   unsupportedMessage,
   type Outcome,
 } from "./outcome.js";
-import { systemClock } from "../../common/clock.js";
+import { systemClock, type Clock } from "../../common/clock.js";
+import { Run } from "./run.js";
 import type { JobRunMetrics } from "../metrics.js";
 
 /** Why a handler's signal was aborted. */
@@ -57,6 +57,9 @@ export class JobCancelled extends Error {
 export class AgentStopping extends Error {
   override name = "AgentStopping";
 }
+
+/** What a renewal or progress came to (see JobRunner.sendProgress). */
+type ProgressVerdict = "ok" | "lost" | "refused" | "unsent" | "retry";
 
 /** A lease this agent can run: its capability's handler and its spec. */
 interface Admitted {
@@ -78,6 +81,8 @@ export interface JobRunnerOptions {
   /** Delay before asking again after a server answered "not now" (unavailable; default 1 s). */
   unavailableRetryMs?: number;
   metrics?: JobRunMetrics | undefined;
+  /** The time renewals, retries and receipts go by (default: the system clock; tests drive a manual one). */
+  clock?: Clock;
 }
 
 /**
@@ -100,57 +105,10 @@ export function refusalVerdict(code: string): "lost" | "refused" | "retry" {
   }
 }
 
-/** Used when a lease's expiry cannot be trusted (clock skew): renew often enough for any sane lease. */
-const FALLBACK_LEASE_MS = 30_000;
 /** Handler progress is sent at most this often; in between only the latest is kept. */
 const PROGRESS_MIN_INTERVAL_MS = 100;
-
-class Run {
-  readonly controller = new AbortController();
-  /** Where reports go; replaced when the lease is re-sent on a newer session. */
-  link: SessionLink;
-  leaseMs: number;
-  lastContact = Date.now();
-  cancelRequested = false;
-  cancelReason = "";
-  /** Set once the work stops for a reason other than finishing. */
-  stopped: "lost" | "cancelled" | "stopping" | undefined;
-  /** Resolves when the run is over (reported or given up). */
-  readonly finished: Promise<void>;
-  private resolveFinished!: () => void;
-
-  constructor(
-    readonly lease: JobLease,
-    link: SessionLink,
-  ) {
-    this.link = link;
-    this.leaseMs = leaseMsOf(lease);
-    this.finished = new Promise((resolve) => (this.resolveFinished = resolve));
-  }
-  get jobId(): string {
-    return this.lease.jobId;
-  }
-  get attempt(): number {
-    return this.lease.attempt;
-  }
-  stop(kind: "lost" | "cancelled" | "stopping", reason: Error): void {
-    if (this.stopped === undefined || this.stopped === "cancelled") this.stopped = kind;
-    if (!this.controller.signal.aborted) this.controller.abort(reason);
-  }
-  finish(): void {
-    this.resolveFinished();
-  }
-  /** The lease ran out without a renewal the server accepted. */
-  leaseEnded(now = Date.now()): boolean {
-    return now - this.lastContact >= this.leaseMs;
-  }
-}
-
-function leaseMsOf(lease: JobLease): number {
-  if (lease.expiresAt === undefined) return FALLBACK_LEASE_MS;
-  const ms = timestampMs(lease.expiresAt) - Date.now();
-  return ms > 0 && ms < 86_400_000 ? ms : FALLBACK_LEASE_MS;
-}
+/** The shortest wait between renewals, whatever the lease. */
+const MIN_RENEWAL_WAIT_MS = 20;
 
 export class JobRunner implements SessionJobs {
   private readonly runs = new Map<string, Run>();
@@ -158,9 +116,11 @@ export class JobRunner implements SessionJobs {
   private readonly log: Logger;
   private readonly retryDelayMs: number;
   private readonly unavailableRetryMs: number;
+  private readonly clock: Clock;
 
   constructor(private readonly opts: JobRunnerOptions) {
     this.registry = opts.registry;
+    this.clock = opts.clock ?? systemClock;
     this.log = opts.log;
     this.retryDelayMs = opts.retryDelayMs ?? 250;
     this.unavailableRetryMs = opts.unavailableRetryMs ?? 1_000;
@@ -194,9 +154,7 @@ export class JobRunner implements SessionJobs {
     if (current !== undefined) {
       if (lease.attempt === current.attempt) {
         // The same lease again, typically re-sent after a reconnect: continue, report here.
-        current.link = link;
-        current.leaseMs = leaseMsOf(lease);
-        current.lastContact = Date.now();
+        current.resent(lease, link, this.clock.now());
         this.log.debug({ jobId: lease.jobId, attempt: lease.attempt }, "lease re-sent; continuing");
         return;
       }
@@ -210,7 +168,7 @@ export class JobRunner implements SessionJobs {
       );
       current.stop("lost", new LeaseLost(`superseded by attempt ${lease.attempt}`));
     }
-    const run = new Run(lease, link);
+    const run = new Run(lease, link, this.clock.now());
     this.runs.set(lease.jobId, run);
     this.execute(run, current?.finished)
       .catch((err: unknown) => this.log.error({ jobId: run.jobId, attempt: run.attempt, error: (err as Error).message }, "job run failed"))
@@ -304,7 +262,7 @@ export class JobRunner implements SessionJobs {
     const receipts = this.opts.receipts;
     if (receipts === undefined || !isDestructive(capability) || !finishedWork(outcome)) return;
     await receipts
-      .record(receiptOf(run.jobId, capability, run.attempt, outcome, Date.now()))
+      .record(receiptOf(run.jobId, capability, run.attempt, outcome, this.clock.now()))
       // Still report: once the server has the outcome, no replay will come.
       .catch((err: unknown) => log.error({ error: (err as Error).message }, "job receipt could not be written"));
   }
@@ -318,8 +276,9 @@ export class JobRunner implements SessionJobs {
       progress: async (update: ProgressUpdate) => {
         if (run.stopped === "lost") throw new LeaseLost("lease lost: stop work");
         const progress = create(JobProgressSchema, update);
-        if (Date.now() - lastSent < PROGRESS_MIN_INTERVAL_MS) return { cancelRequested: run.cancelRequested };
-        lastSent = Date.now();
+        const now = this.clock.now();
+        if (now - lastSent < PROGRESS_MIN_INTERVAL_MS) return { cancelRequested: run.cancelRequested };
+        lastSent = now;
         const reply = await this.sendProgress(run, progress, log);
         if (reply === "refused") throw new Error("progress refused by the server (see the agent log)");
         if (reply === "lost") throw new LeaseLost("lease lost: stop work");
@@ -328,31 +287,35 @@ export class JobRunner implements SessionJobs {
     };
   }
 
-  /** Renews the lease while the handler runs, at least every third of the lease. */
+  /** Renews the lease while the handler runs, at least every third of the lease; returns what stops it. */
   private renewWhileRunning(run: Run, log: Logger): () => void {
-    let timer: NodeJS.Timeout | undefined;
-    let stopped = false;
-    const tick = async () => {
-      if (stopped) return;
-      const interval = Math.max(20, run.leaseMs / 3);
-      let outcome: Awaited<ReturnType<JobRunner["sendProgress"]>> | undefined;
-      if (Date.now() - run.lastContact >= interval - 5) outcome = await this.sendProgress(run, undefined, log);
-      if (stopped) return;
-      // Session down: try again shortly (the lease may come back on a new session). Server unable
-      // to answer now: ask again at a steady pace while the lease lasts.
-      const wait =
-        outcome === "unsent"
-          ? this.retryDelayMs
-          : outcome === "retry"
-            ? Math.min(this.unavailableRetryMs, interval)
-            : interval - (Date.now() - run.lastContact);
-      timer = setTimeout(() => void tick(), Math.max(20, wait));
-    };
-    timer = setTimeout(() => void tick(), Math.max(20, run.leaseMs / 3));
-    return () => {
-      stopped = true;
-      clearTimeout(timer);
-    };
+    const stop = new AbortController();
+    void this.renewals(run, log, stop.signal);
+    return () => stop.abort();
+  }
+
+  private async renewals(run: Run, log: Logger, stopped: AbortSignal): Promise<void> {
+    let wait = run.leaseMs / 3;
+    for (;;) {
+      await this.clock.sleep(Math.max(MIN_RENEWAL_WAIT_MS, wait), stopped);
+      if (stopped.aborted) return;
+      const interval = Math.max(MIN_RENEWAL_WAIT_MS, run.leaseMs / 3);
+      const due = this.clock.now() - run.lastContact >= interval - 5;
+      const outcome = due ? await this.sendProgress(run, undefined, log) : undefined;
+      if (stopped.aborted) return;
+      wait = this.nextRenewalIn(run, interval, outcome);
+    }
+  }
+
+  /**
+   * Session down: try again shortly (the lease may come back on a new session). Server unable to
+   * answer now: ask again at a steady pace while the lease lasts. Otherwise a third of the lease
+   * after the server last heard of it.
+   */
+  private nextRenewalIn(run: Run, interval: number, outcome: ProgressVerdict | undefined): number {
+    if (outcome === "unsent") return this.retryDelayMs;
+    if (outcome === "retry") return Math.min(this.unavailableRetryMs, interval);
+    return interval - (this.clock.now() - run.lastContact);
   }
 
   /**
@@ -360,11 +323,7 @@ export class JobRunner implements SessionJobs {
    * was stopped; "refused": the server refused this progress; "unsent": the session is down;
    * "retry": the server could not answer now.
    */
-  private async sendProgress(
-    run: Run,
-    progress: JobProgress | undefined,
-    log: Logger,
-  ): Promise<"ok" | "lost" | "refused" | "unsent" | "retry"> {
+  private async sendProgress(run: Run, progress: JobProgress | undefined, log: Logger): Promise<ProgressVerdict> {
     let reply: ReplyResult;
     try {
       reply = await run.link.send({
@@ -375,11 +334,7 @@ export class JobRunner implements SessionJobs {
       return "unsent";
     }
     if (reply.case === "jobProgress") {
-      run.lastContact = Date.now();
-      if (reply.value.expiresAt !== undefined) {
-        const ms = timestampMs(reply.value.expiresAt) - run.lastContact;
-        if (ms > 0 && ms < 86_400_000) run.leaseMs = ms;
-      }
+      run.renewed(this.clock.now(), reply.value.expiresAt);
       if (reply.value.cancelRequested) this.requestCancel(run, run.cancelReason || "cancel requested by operator");
       return "ok";
     }
@@ -391,7 +346,7 @@ export class JobRunner implements SessionJobs {
         return "refused";
       }
       if (verdict === "retry") {
-        if (!run.leaseEnded()) {
+        if (!run.leaseEnded(this.clock.now())) {
           log.debug({ code, reason: message }, "progress not accepted now; will renew again");
           return "retry";
         }
@@ -433,13 +388,13 @@ export class JobRunner implements SessionJobs {
           log.warn({ code, reason: message }, code === "aborted" ? "lease lost: outcome not accepted" : "outcome refused");
           return;
         }
-        if (run.leaseEnded()) {
+        if (run.leaseEnded(this.clock.now())) {
           log.warn({ code, reason: message }, "lease lost: outcome not delivered before the lease expired");
           return;
         }
         log.debug({ code, reason: message }, "outcome not accepted now; will send it again");
       }
-      await systemClock.sleep(reply === undefined ? this.retryDelayMs : this.unavailableRetryMs, this.opts.signal);
+      await this.clock.sleep(reply === undefined ? this.retryDelayMs : this.unavailableRetryMs, this.opts.signal);
     }
   }
 }
