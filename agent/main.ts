@@ -147,6 +147,8 @@ async function main(argv: string[]): Promise<number> {
           // Staging ages are file mtimes: compared with the real clock, not a shifted one.
           registry: capabilityRegistry({ statePath, log, env, supervisor, deployments, clock: systemClock, signal: stop.signal }),
           metrics,
+          // Lease expiries are the server's times: compared with the real clock, not a shifted one.
+          clock: systemClock,
         }),
         deployments: deployments ? sessionDeployments(deployments, log) : undefined,
       });

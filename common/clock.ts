@@ -19,6 +19,11 @@ export const systemClock: Clock = {
   sleep: (ms, ...signals) => waitUntil((done) => setTimeout(done, ms), clearTimeout, signals),
 };
 
+/** An instant of a clock as ISO 8601 text (UTC, milliseconds), as records on disk keep it. */
+export function isoTime(ms: number): string {
+  return new Date(ms).toISOString();
+}
+
 /** Another clock's time shifted by `offsetMs` (an agent whose clock is wrong, for skew drills). */
 export function offsetClock(base: Clock, offsetMs: number): Clock {
   return { now: () => base.now() + offsetMs, sleep: (ms, ...signals) => base.sleep(ms, ...signals) };

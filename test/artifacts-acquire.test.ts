@@ -26,7 +26,8 @@ import { MirrorSource } from "../agent/capabilities/artifact-sources.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
-import { startMirror, type Mirror } from "./support/mirror.js";
+import { startMirror, type Mirror, type MirrorFlow } from "./support/mirror.js";
+import { waitFor } from "./support/wait.js";
 
 type FileInit = MessageInitShape<typeof ArtifactFileSchema>;
 type ReserveInit = MessageInitShape<typeof DiskReservePolicySchema>;
@@ -374,7 +375,8 @@ describe("the agent's own path rules, whatever the lease says", () => {
   it("a slow reader pauses the mirror client and loses no byte when it resumes", async () => {
     const big = randomBytes(9 * 1024 * 1024 + 777);
     const commit = commitOf("slow-reader");
-    mirror.put(repository, commit, "slow.bin", { content: big });
+    const flow: MirrorFlow = { stalls: 0, written: false };
+    mirror.put(repository, commit, "slow.bin", { content: big, flow });
     const body = await new MirrorSource({ baseUrl: mirror.url }).open({
       repository,
       commit,
@@ -384,11 +386,17 @@ describe("the agent's own path rules, whatever the lease says", () => {
     });
     const hash = createHash("sha256");
     let chunks = 0;
+    let stalls = 0;
     for await (const chunk of body.chunks) {
       hash.update(chunk);
-      // Long enough for the client to fill its queue and stop reading the socket.
-      if (++chunks % 3 === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+      // Not reading on until the mirror has had to wait for the client (which stopped reading the
+      // socket once its queue was full), or has written everything.
+      if (++chunks % 3 === 0) {
+        await waitFor(() => flow.written || flow.stalls > stalls, { what: "the mirror held back by the client" });
+        stalls = flow.stalls;
+      }
     }
+    expect(flow.stalls).toBeGreaterThan(0);
     expect(hash.digest("hex")).toBe(sha256(big));
   });
 

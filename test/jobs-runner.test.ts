@@ -12,6 +12,7 @@ import { JobFailureCode, JobLeaseSchema, JobSpecSchema, type JobLease } from "..
 import type { SessionLink } from "../agent/session.js";
 import { CapabilityRegistry, JobCancelled, JobRunner, LeaseLost, ReceiptStore, type JobHandler } from "../agent/jobs/index.js";
 import { eventually } from "./support/node.js";
+import { ManualClock, systemClock, type Clock } from "../common/clock.js";
 import type { LinkMessage } from "./support/agent.js";
 
 const dir = mkdtempSync(join(tmpdir(), "mf-runner-"));
@@ -21,11 +22,11 @@ const log = pino({ level: "silent" });
 type Answer = (m: LinkMessage) => Reply["result"] | Promise<Reply["result"]>;
 
 /** A session link that records what the runner sends and answers as scripted. */
-function fakeLink(answer: Answer = okAnswer) {
+function fakeLink(answer: Answer = okAnswer, clock: Clock = systemClock) {
   const sent: { m: LinkMessage; at: number }[] = [];
   const link: SessionLink = {
     send: async (m) => {
-      sent.push({ m, at: Date.now() });
+      sent.push({ m, at: clock.now() });
       return answer(m);
     },
   };
@@ -55,8 +56,9 @@ function lease(
   attempt = 1,
   leaseMs = 600,
   jobId = `00000000-0000-4000-8000-${String(++n).padStart(12, "0")}`,
+  now = Date.now(),
 ): JobLease {
-  return create(JobLeaseSchema, { jobId, attempt, expiresAt: timestampFromMs(Date.now() + leaseMs), ...(spec ? { spec } : {}) });
+  return create(JobLeaseSchema, { jobId, attempt, expiresAt: timestampFromMs(now + leaseMs), ...(spec ? { spec } : {}) });
 }
 const healthSpec = {
   $typeName: "modelforge.jobs.v1.JobSpec",
@@ -71,10 +73,16 @@ function until(signal: AbortSignal): Promise<never> {
   return new Promise((_resolve, reject) => signal.addEventListener("abort", () => reject(signal.reason as Error)));
 }
 
-function runnerWith(handlers: Record<string, JobHandler>, receipts?: ReceiptStore) {
+function runnerWith(handlers: Record<string, JobHandler>, { clock }: { clock?: Clock } = {}) {
   const registry = new CapabilityRegistry();
   for (const [k, h] of Object.entries(handlers)) registry.register(k, h);
-  return new JobRunner({ registry, log, retryDelayMs: 20, unavailableRetryMs: 20, ...(receipts ? { receipts } : {}) });
+  return new JobRunner({
+    registry,
+    log,
+    retryDelayMs: 20,
+    unavailableRetryMs: 20,
+    ...(clock ? { clock } : {}),
+  });
 }
 
 describe("JobRunner", () => {
@@ -87,20 +95,29 @@ describe("JobRunner", () => {
   it("renews at least every third of the lease while the handler runs, and runs a re-sent lease once", async () => {
     let calls = 0;
     const release = new AbortController();
-    const r = runnerWith({
-      "runtime.health.v1": async () => {
-        calls++;
-        await until(release.signal).catch(() => undefined);
-        return { result: { case: "runtimeHealth", value: { healthy: true } } };
+    const clock = new ManualClock();
+    const r = runnerWith(
+      {
+        "runtime.health.v1": async () => {
+          calls++;
+          await until(release.signal).catch(() => undefined);
+          return { result: { case: "runtimeHealth", value: { healthy: true } } };
+        },
       },
-    });
-    const first = fakeLink();
-    const l = lease(healthSpec, 1, 600);
+      { clock },
+    );
+    const first = fakeLink(okAnswer, clock);
+    const l = lease(healthSpec, 1, 600, undefined, clock.now());
     r.onLease(l, first.link);
-    await new Promise((res) => setTimeout(res, 700));
+    // Each tick is one round of the renewal loop: nothing before a third of the lease, then one
+    // renewal every third.
+    await clock.tick(199);
+    expect(first.of("jobProgress")).toHaveLength(0);
+    await clock.tick(1);
+    for (let i = 0; i < 3; i++) await clock.tick(200);
     const renewals = first.of("jobProgress");
-    expect(renewals.length).toBeGreaterThanOrEqual(2);
-    for (let i = 1; i < renewals.length; i++) expect(renewals[i]!.at - renewals[i - 1]!.at).toBeLessThanOrEqual(260);
+    expect(renewals).toHaveLength(4);
+    for (let i = 1; i < renewals.length; i++) expect(renewals[i]!.at - renewals[i - 1]!.at).toBe(200);
 
     // The same lease again (after a reconnect): not run again, reports move to the new link.
     const second = fakeLink();
@@ -191,18 +208,27 @@ describe("JobRunner", () => {
 
   it("stops the work once the lease's own expiry passes while the server cannot renew it", async () => {
     const reasons: unknown[] = [];
-    const r = runnerWith({
-      "runtime.health.v1": async (_s, ctx) => {
-        await until(ctx.signal).catch((e: unknown) => reasons.push(e));
-        throw ctx.signal.reason as Error;
+    const clock = new ManualClock();
+    const r = runnerWith(
+      {
+        "runtime.health.v1": async (_s, ctx) => {
+          await until(ctx.signal).catch((e: unknown) => reasons.push(e));
+          throw ctx.signal.reason as Error;
+        },
       },
-    });
-    const link = fakeLink(() => refuse("unavailable", "database unavailable: retry"));
-    const started = Date.now();
-    r.onLease(lease(healthSpec, 1, 300), link.link);
+      { clock },
+    );
+    const link = fakeLink(() => refuse("unavailable", "database unavailable: retry"), clock);
+    r.onLease(lease(healthSpec, 1, 300, undefined, clock.now()), link.link);
+    // Asked again every 20 ms from a third of the lease on, refused each time: the work goes on
+    // while the lease lasts ...
+    for (let t = 0; t < 280; t += 20) await clock.tick(20);
+    expect(link.of("jobProgress").length).toBeGreaterThanOrEqual(5);
+    expect(reasons).toHaveLength(0);
+    // ... and stops when it has run out.
+    await clock.tick(20);
     await r.idle();
     expect(reasons[0]).toBeInstanceOf(LeaseLost);
-    expect(Date.now() - started).toBeGreaterThanOrEqual(290);
     expect(link.of("jobComplete")).toHaveLength(0);
     expect(link.of("jobFail")).toHaveLength(0);
   });

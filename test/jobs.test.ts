@@ -15,8 +15,10 @@ import { CapabilityRegistry, JobFailureError, LeaseLost, receiptsPathFor, type J
 import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { postJson } from "./support/http.js";
+import { generousMs } from "./support/wait.js";
 import { startAgent, type InProcessAgent } from "./support/agent.js";
 import { ManualClock } from "../common/clock.js";
+import { onAbort } from "../common/abort.js";
 
 type SpecInit = MessageInitShape<typeof JobSpecSchema>;
 
@@ -81,7 +83,11 @@ async function nodeWith(name: string, handlers: Record<string, JobHandler>, node
 
 /** Waits until the server has let go of the node's session (after the agent stopped). */
 async function untilDisconnected(node: TestNode): Promise<void> {
-  await eventually(async () => !(await ts.admin.getNode({ nodeId: node.nodeId })).node!.connected, 5_000, "session closed on the server");
+  await eventually(
+    async () => !(await ts.admin.getNode({ nodeId: node.nodeId })).node!.connected,
+    generousMs,
+    "session closed on the server",
+  );
 }
 
 async function errorOf(p: Promise<unknown>): Promise<ConnectError> {
@@ -373,13 +379,14 @@ describe("leasing and running", () => {
     const started: string[] = [];
     const running = new Map<string, number>();
     let overlap = 0;
-    const handler: JobHandler = async (spec) => {
+    const handler: JobHandler = async (spec, ctx) => {
       const id = spec.kind.case === "runtimeHealth" ? spec.kind.value.runtimeId : "";
       const key = id.split("#")[0]!;
       started.push(id);
       running.set(key, (running.get(key) ?? 0) + 1);
       if (running.get(key)! > 1) overlap++;
-      await new Promise((r) => setTimeout(r, 15));
+      // Held across a round trip to the server: a lease it pushed meanwhile for the same key would overlap.
+      await ctx.progress({ percent: 50 });
       running.set(key, running.get(key)! - 1);
       return { result: { case: "runtimeHealth", value: { healthy: true } } };
     };
@@ -414,6 +421,13 @@ describe("leasing and running", () => {
 
   it("honours cancellation, pushed or learnt from a progress reply, and cancels a pending job at once", async () => {
     const stoppedBy: unknown[] = [];
+    // The handler reports progress again each time the test nudges it, until its work is stopped.
+    let nudged = deferred();
+    const nudge = () => {
+      const now = nudged;
+      nudged = deferred();
+      now.open();
+    };
     const slow: JobHandler = async (_spec, ctx) => {
       for (let i = 0; ; i++) {
         if (ctx.signal.aborted) {
@@ -421,7 +435,7 @@ describe("leasing and running", () => {
           throw ctx.signal.reason as Error;
         }
         await ctx.progress({ percent: Math.min(99, i) });
-        await new Promise((r) => setTimeout(r, 30));
+        await Promise.race([nudged.promise, new Promise<void>((resolve) => onAbort(ctx.signal, resolve))]);
       }
     };
     const { node, agent } = await nodeWith("canceller", { "runtime.health.v1": slow });
@@ -432,7 +446,16 @@ describe("leasing and running", () => {
       await eventually(async () => (await getJob(job.id)).progress !== undefined, 5_000, "progress");
       const requested = (await ts.admin.cancelJob({ jobId: job.id, reason: "no longer needed" })).job!;
       expect(requested.cancelRequested).toBe(true);
-      const cancelled = await untilState(job.id, JobState.CANCELLED);
+      // With the push lost, the agent learns of the cancel from the reply to its next progress.
+      const cancelled = await eventually(
+        async () => {
+          nudge();
+          const got = await getJob(job.id);
+          return got.state === JobState.CANCELLED ? got : undefined;
+        },
+        10_000,
+        `job ${job.id} CANCELLED`,
+      );
       expect(cancelled.failure?.code).toBe(JobFailureCode.CANCELLED);
       expect(cancelled.failure?.retryable).toBe(false);
       expect((await auditOf(job.id)).map((e) => e.action)).toEqual(expect.arrayContaining(["job.cancel_requested", "job.cancelled"]));

@@ -22,6 +22,13 @@ import { spawnAgent, type AgentProcess } from "./support/process.js";
 import { postJson } from "./support/http.js";
 import { agentVersion } from "../agent/version.js";
 
+/** Holds a hand-written agent's side of a Session open until the test lets go: the server ends it first. */
+function holdOpen() {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  return { held, release };
+}
+
 const fixture = fileURLToPath(new URL("./fixtures/nvidia-smi/three-gpus", import.meta.url));
 let ts: TestServer;
 let node: TestNode;
@@ -215,9 +222,10 @@ describe("session protocol", () => {
   it("refuses an incompatible protocol version with aborted, naming the accepted versions", async () => {
     const other = await enrollTestNode(ts, "old-agent");
     const client = await other.client();
+    const hold = holdOpen();
     const outbound = (async function* () {
       yield { messageId: 1n, message: { case: "hello" as const, value: { protocolVersion: 99, agentVersion: "ancient" } } };
-      await new Promise((r) => setTimeout(r, 5_000));
+      await hold.held;
     })();
     const err = await (async () => {
       for await (const _ of client.session(outbound)) return undefined;
@@ -225,6 +233,7 @@ describe("session protocol", () => {
       () => undefined,
       (e: unknown) => e,
     );
+    hold.release();
     expect(err).toBeInstanceOf(ConnectError);
     expect((err as ConnectError).code).toBe(Code.Aborted);
     expect((err as ConnectError).rawMessage).toBe("protocol version 99 is not supported; this server accepts 1");
@@ -238,9 +247,8 @@ describe("session protocol", () => {
       message: { case: "telemetry" as const, value: { report: { sequence: 1n, observedAt: timestampFromMs(Date.now()) } } },
     });
     const heartbeat = (messageId: bigint) => ({ messageId, message: { case: "heartbeat" as const, value: {} } });
+    const hold = holdOpen();
     const outbound = (async function* () {
-      // Hello after the server has authorized the stream and is waiting for it.
-      await new Promise((r) => setTimeout(r, 300));
       yield { messageId: 1n, message: { case: "hello" as const, value: { protocolVersion: 1, agentVersion: "test" } } };
       // Sent together: telemetry needs the database, heartbeats do not, a replay is refused.
       yield heartbeat(2n);
@@ -248,7 +256,7 @@ describe("session protocol", () => {
       yield heartbeat(4n);
       yield telemetry(5n);
       yield heartbeat(6n);
-      await new Promise((r) => setTimeout(r, 5_000));
+      await hold.held;
     })();
     const replies: string[] = [];
     let welcomed = false;
@@ -264,6 +272,7 @@ describe("session protocol", () => {
       replies.push(`${messageId}:${result.case === "error" ? result.value.code : result.case}`);
       if (replies.length === 5) break;
     }
+    hold.release();
     expect(welcomed).toBe(true);
     expect(replies).toEqual(["2:heartbeat", "3:telemetry", "4:heartbeat", "5:aborted", "6:heartbeat"]);
   });
@@ -386,9 +395,10 @@ describe("graceful shutdown", () => {
     const own = await startTestServer();
     const other = await enrollTestNode(own, "draining");
     const client = await other.client();
+    const hold = holdOpen();
     const outbound = (async function* () {
       yield { messageId: 1n, message: { case: "hello" as const, value: { protocolVersion: 1, agentVersion: "test" } } };
-      await new Promise((r) => setTimeout(r, 10_000));
+      await hold.held;
     })();
     const stream = client.session(outbound)[Symbol.asyncIterator]();
     expect((await stream.next()).value?.message.case).toBe("welcome");
@@ -399,7 +409,8 @@ describe("graceful shutdown", () => {
       (e: unknown) => e,
     );
     await stopping;
-    // Well before the ten seconds the agent would hold its side open: the server ended it.
+    hold.release();
+    // The agent would have held its side open for good: the server ended it, promptly.
     expect(Date.now() - started).toBeLessThan(8_000);
     expect(end).toBeInstanceOf(ConnectError);
     expect((end as ConnectError).code).toBe(Code.Unavailable);

@@ -18,6 +18,7 @@ import { sessionTicketKeys, ticketEpochMs } from "../server/identity/pki/session
 import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, type TestNode } from "./support/node.js";
 import { freePort } from "./support/ports.js";
+import { waitFor } from "./support/wait.js";
 
 let a: TestServer;
 let b: TestServer;
@@ -42,6 +43,7 @@ async function heartbeatOnce(server: TestServer, caPem = server.caPem): Promise<
   const state = await node.state();
   const connect = resumingTls({ ca: caPem, cert: state.certPem, key: state.keyPem }, state.certPem);
   let resumed: boolean | undefined;
+  let ticketed = false;
   const client = createClient(
     AgentService,
     createGrpcTransport({
@@ -50,6 +52,7 @@ async function heartbeatOnce(server: TestServer, caPem = server.caPem): Promise<
         createConnection: (authority: URL) => {
           const socket = connect(authority);
           socket.once("secureConnect", () => (resumed = socket.isSessionReused()));
+          socket.once("session", () => (ticketed = true));
           return socket;
         },
       },
@@ -59,8 +62,9 @@ async function heartbeatOnce(server: TestServer, caPem = server.caPem): Promise<
     () => undefined,
     (err: unknown) => ConnectError.from(err).code,
   );
-  // TLS 1.3 sends its tickets after the handshake: give the client a moment to receive them.
-  await new Promise((r) => setTimeout(r, 100));
+  // TLS 1.3 sends its tickets after the handshake, and only after a full one: the next connection
+  // can offer a ticket once it came (a resumed connection keeps offering the one it resumed).
+  await waitFor(() => ticketed || resumed, { what: "a TLS session ticket" });
   return { resumed: resumed!, ...(refused !== undefined ? { refused } : {}) };
 }
 

@@ -5,6 +5,7 @@ import { CapabilityRegistry } from "./registry.js";
 import { ReceiptStore, receiptsPathFor } from "./receipts.js";
 import { JobRunner } from "./runner.js";
 import type { JobRunMetrics } from "../metrics.js";
+import type { Clock } from "../../common/clock.js";
 
 export { CapabilityRegistry, JobFailureError } from "./registry.js";
 export type { JobHandler } from "./registry.js";
@@ -21,6 +22,8 @@ export interface OpenJobRunnerOptions {
   receiptsPath?: string;
   retryDelayMs?: number;
   metrics?: JobRunMetrics | undefined;
+  /** The runner's time (default: the system clock). */
+  clock?: Clock;
 }
 
 export async function openJobRunner(opts: OpenJobRunnerOptions): Promise<JobRunner> {
@@ -32,5 +35,6 @@ export async function openJobRunner(opts: OpenJobRunnerOptions): Promise<JobRunn
     ...(opts.signal !== undefined ? { signal: opts.signal } : {}),
     ...(opts.retryDelayMs !== undefined ? { retryDelayMs: opts.retryDelayMs } : {}),
     metrics: opts.metrics,
+    ...(opts.clock !== undefined ? { clock: opts.clock } : {}),
   });
 }

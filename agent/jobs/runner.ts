@@ -15,27 +15,36 @@
 // answers but cannot decide now (`unavailable` during a database outage, `internal`) is asked
 // again, about once a second, while the work goes on: only an answer that the lease is gone
 // (`refusalVerdict`), or the lease's own expiry passing meanwhile, stops the work.
-import { create, fromJson, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { create } from "@bufbuild/protobuf";
 import type { Logger } from "pino";
-import { capabilityOfResult, capabilityOfSpec, CapabilityError } from "../../common/capabilities.js";
 import type { JobCancel } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import {
   JobFailureCode,
-  JobFailureSchema,
   JobProgressSchema,
   JobResultSchema,
-  type JobFailure,
   type JobLease,
   type JobProgress,
-  type JobResult,
+  type JobSpec,
 } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import type { ReplyResult, SessionJobs, SessionLink } from "../session.js";
+import type { ReplyResult, SessionLink } from "../session/link.js";
+import type { SessionJobs } from "../session/options.js";
 import { jobSpecPathProblem } from "../../common/paths.js";
-import { type CapabilityRegistry, isDestructive, JobFailureError, type JobAttempt, type ProgressUpdate } from "./registry.js";
+import { type CapabilityRegistry, isDestructive, type JobAttempt, type JobHandler, type ProgressUpdate } from "./registry.js";
 import type { ReceiptStore } from "./receipts.js";
-import { agentVersion } from "../version.js";
-import { systemClock } from "../../common/clock.js";
+import {
+  capabilityOfLease,
+  checkedResult,
+  failureOutcome,
+  finishedWork,
+  outcomeOfReceipt,
+  receiptOf,
+  thrownOutcome,
+  truncate,
+  unsupportedMessage,
+  type Outcome,
+} from "./outcome.js";
+import { systemClock, type Clock } from "../../common/clock.js";
+import { Run } from "./run.js";
 import type { JobRunMetrics } from "../metrics.js";
 
 /** Why a handler's signal was aborted. */
@@ -49,7 +58,16 @@ export class AgentStopping extends Error {
   override name = "AgentStopping";
 }
 
-type Outcome = { kind: "result"; result: JobResult } | { kind: "failure"; failure: JobFailure };
+/** What a renewal or progress came to (see JobRunner.sendProgress). */
+type ProgressVerdict = "ok" | "lost" | "refused" | "unsent" | "retry";
+
+/** A lease this agent can run: its capability's handler and its spec. */
+interface Admitted {
+  kind: "run";
+  capability: string;
+  handler: JobHandler;
+  spec: JobSpec;
+}
 
 export interface JobRunnerOptions {
   registry: CapabilityRegistry;
@@ -63,6 +81,8 @@ export interface JobRunnerOptions {
   /** Delay before asking again after a server answered "not now" (unavailable; default 1 s). */
   unavailableRetryMs?: number;
   metrics?: JobRunMetrics | undefined;
+  /** The time renewals, retries and receipts go by (default: the system clock; tests drive a manual one). */
+  clock?: Clock;
 }
 
 /**
@@ -85,63 +105,10 @@ export function refusalVerdict(code: string): "lost" | "refused" | "retry" {
   }
 }
 
-/** Used when a lease's expiry cannot be trusted (clock skew): renew often enough for any sane lease. */
-const FALLBACK_LEASE_MS = 30_000;
 /** Handler progress is sent at most this often; in between only the latest is kept. */
 const PROGRESS_MIN_INTERVAL_MS = 100;
-/** Failure messages are short and never carry payloads. */
-const MAX_MESSAGE = 512;
-
-class Run {
-  readonly controller = new AbortController();
-  /** Where reports go; replaced when the lease is re-sent on a newer session. */
-  link: SessionLink;
-  leaseMs: number;
-  lastContact = Date.now();
-  cancelRequested = false;
-  cancelReason = "";
-  /** Set once the work stops for a reason other than finishing. */
-  stopped: "lost" | "cancelled" | "stopping" | undefined;
-  /** Resolves when the run is over (reported or given up). */
-  readonly finished: Promise<void>;
-  private resolveFinished!: () => void;
-
-  constructor(
-    readonly lease: JobLease,
-    link: SessionLink,
-  ) {
-    this.link = link;
-    this.leaseMs = leaseMsOf(lease);
-    this.finished = new Promise((resolve) => (this.resolveFinished = resolve));
-  }
-  get jobId(): string {
-    return this.lease.jobId;
-  }
-  get attempt(): number {
-    return this.lease.attempt;
-  }
-  stop(kind: "lost" | "cancelled" | "stopping", reason: Error): void {
-    if (this.stopped === undefined || this.stopped === "cancelled") this.stopped = kind;
-    if (!this.controller.signal.aborted) this.controller.abort(reason);
-  }
-  finish(): void {
-    this.resolveFinished();
-  }
-  /** The lease ran out without a renewal the server accepted. */
-  leaseEnded(now = Date.now()): boolean {
-    return now - this.lastContact >= this.leaseMs;
-  }
-}
-
-function leaseMsOf(lease: JobLease): number {
-  if (lease.expiresAt === undefined) return FALLBACK_LEASE_MS;
-  const ms = timestampMs(lease.expiresAt) - Date.now();
-  return ms > 0 && ms < 86_400_000 ? ms : FALLBACK_LEASE_MS;
-}
-
-function truncate(text: string): string {
-  return text.length > MAX_MESSAGE ? `${text.slice(0, MAX_MESSAGE - 1)}…` : text;
-}
+/** The shortest wait between renewals, whatever the lease. */
+const MIN_RENEWAL_WAIT_MS = 20;
 
 export class JobRunner implements SessionJobs {
   private readonly runs = new Map<string, Run>();
@@ -149,9 +116,11 @@ export class JobRunner implements SessionJobs {
   private readonly log: Logger;
   private readonly retryDelayMs: number;
   private readonly unavailableRetryMs: number;
+  private readonly clock: Clock;
 
   constructor(private readonly opts: JobRunnerOptions) {
     this.registry = opts.registry;
+    this.clock = opts.clock ?? systemClock;
     this.log = opts.log;
     this.retryDelayMs = opts.retryDelayMs ?? 250;
     this.unavailableRetryMs = opts.unavailableRetryMs ?? 1_000;
@@ -185,9 +154,7 @@ export class JobRunner implements SessionJobs {
     if (current !== undefined) {
       if (lease.attempt === current.attempt) {
         // The same lease again, typically re-sent after a reconnect: continue, report here.
-        current.link = link;
-        current.leaseMs = leaseMsOf(lease);
-        current.lastContact = Date.now();
+        current.resent(lease, link, this.clock.now());
         this.log.debug({ jobId: lease.jobId, attempt: lease.attempt }, "lease re-sent; continuing");
         return;
       }
@@ -201,7 +168,7 @@ export class JobRunner implements SessionJobs {
       );
       current.stop("lost", new LeaseLost(`superseded by attempt ${lease.attempt}`));
     }
-    const run = new Run(lease, link);
+    const run = new Run(lease, link, this.clock.now());
     this.runs.set(lease.jobId, run);
     this.execute(run, current?.finished)
       .catch((err: unknown) => this.log.error({ jobId: run.jobId, attempt: run.attempt, error: (err as Error).message }, "job run failed"))
@@ -232,111 +199,72 @@ export class JobRunner implements SessionJobs {
     run.stop("cancelled", new JobCancelled(run.cancelReason));
   }
 
+  /** One attempt: replay a receipt, or refuse the lease, or run it; then keep a receipt and report. */
   private async execute(run: Run, previous: Promise<void> | undefined): Promise<void> {
     if (previous !== undefined) await previous; // a superseded attempt unwinds first
-    const { lease } = run;
     const log = this.log.child({ jobId: run.jobId, attempt: run.attempt });
-    let capability: string | undefined;
-    try {
-      capability = lease.spec === undefined ? undefined : capabilityOfSpec(lease.spec);
-    } catch (err) {
-      if (!(err instanceof CapabilityError)) throw err;
-    }
     const receipt = this.opts.receipts?.get(run.jobId);
     if (receipt !== undefined) {
       log.info(
         { capability: receipt.capability, recordedAttempt: receipt.attempt },
         "replayed lease: re-sending the recorded outcome without running the job again",
       );
-      const outcome: Outcome =
-        receipt.result !== undefined
-          ? { kind: "result", result: fromJson(JobResultSchema, receipt.result, { ignoreUnknownFields: true }) }
-          : { kind: "failure", failure: fromJson(JobFailureSchema, receipt.failure ?? {}, { ignoreUnknownFields: true }) };
-      await this.report(run, outcome, log);
+      return this.report(run, outcomeOfReceipt(receipt), log);
+    }
+    const admitted = this.admit(run.lease, log);
+    if (admitted.kind !== "run") return this.report(run, admitted, log);
+    const { capability } = admitted;
+    log.info({ capability }, "job started");
+    const outcome = await this.work(run, admitted, log);
+    const stopped = run.stopped === "lost" || run.stopped === "stopping" ? run.stopped : undefined;
+    this.opts.metrics?.jobRun(capability, stopped !== undefined ? { kind: "stopped", reason: stopped } : outcome);
+    if (stopped !== undefined) {
+      log.info({ reason: stopped }, stopped === "lost" ? "lease lost: work stopped, nothing reported" : "work stopped: agent stopping");
       return;
     }
+    await this.keepReceipt(run, capability, outcome, log);
+    await this.report(run, outcome, log);
+  }
+
+  /** The handler that runs the lease, or the failure to report for a lease this agent cannot run. */
+  private admit(lease: JobLease, log: Logger): Admitted | Outcome {
+    const capability = capabilityOfLease(lease);
     const handler = capability === undefined ? undefined : this.registry.get(capability);
     if (handler === undefined || capability === undefined || lease.spec === undefined) {
-      const implemented = `it implements: ${this.registry.names().join(", ") || "none"}`;
-      const message =
-        capability !== undefined
-          ? `this agent does not implement capability "${capability}"; ${implemented}`
-          : (lease.spec?.$unknown?.length ?? 0) > 0
-            ? `this agent does not know the job's kind (newer than agent ${agentVersion}); ${implemented}`
-            : `the job spec names no capability; this agent ${implemented.replace(/^it /, "")}`;
       log.warn({ capability }, "unsupported capability: failing the job");
-      await this.report(run, failureOutcome(JobFailureCode.UNSUPPORTED_CAPABILITY, message, false), log);
-      return;
+      const message = unsupportedMessage(capability, lease.spec, this.registry.names());
+      return failureOutcome(JobFailureCode.UNSUPPORTED_CAPABILITY, message, false);
     }
     // The server checked the paths against the contract's grammar; the agent does not take that on
     // trust before anything touches its file system.
     const pathProblem = jobSpecPathProblem(lease.spec);
     if (pathProblem !== undefined) {
       log.warn({ capability }, "lease names a path outside the artifact path grammar: failing the job");
-      await this.report(run, failureOutcome(JobFailureCode.PATH_REJECTED, truncate(pathProblem), false), log);
-      return;
+      return failureOutcome(JobFailureCode.PATH_REJECTED, truncate(pathProblem), false);
     }
+    return { kind: "run", capability, handler, spec: lease.spec };
+  }
 
-    log.info({ capability }, "job started");
+  /** Runs the handler while the lease is renewed; resolves with what it came to. */
+  private async work(run: Run, { capability, handler, spec }: Admitted, log: Logger): Promise<Outcome> {
     const stopRenewing = this.renewWhileRunning(run, log);
-    let outcome: Outcome;
     try {
-      const produced = create(JobResultSchema, await handler(lease.spec, this.contextOf(run, log)));
-      const answered = capabilityOfResult(produced);
-      const unencodable = encodingProblem(produced);
-      outcome =
-        answered !== capability
-          ? failureOutcome(
-              JobFailureCode.INTERNAL,
-              `the handler of ${capability} returned ${answered ? `a ${answered}` : "no"} result`,
-              false,
-            )
-          : unencodable !== undefined
-            ? // Sent as it is, it would fail the whole Session, which would reconnect and send it again, forever.
-              failureOutcome(
-                JobFailureCode.INTERNAL,
-                truncate(`the handler of ${capability} returned a result that cannot be encoded: ${unencodable}`),
-                false,
-              )
-            : { kind: "result", result: produced };
+      return checkedResult(capability, create(JobResultSchema, await handler(spec, this.contextOf(run, log))));
     } catch (err) {
-      if (run.stopped === "cancelled") {
-        outcome = failureOutcome(JobFailureCode.CANCELLED, truncate(`cancelled: ${run.cancelReason}`), false);
-      } else if (err instanceof JobFailureError) {
-        outcome = failureOutcome(err.code, truncate(err.message), err.retryable);
-      } else {
-        outcome = failureOutcome(JobFailureCode.INTERNAL, truncate(`unexpected error: ${(err as Error).message ?? String(err)}`), true);
-      }
+      return thrownOutcome(err, run.stopped === "cancelled" ? run.cancelReason : undefined);
     } finally {
       stopRenewing();
     }
-    const stopped = run.stopped === "lost" || run.stopped === "stopping" ? run.stopped : undefined;
-    this.opts.metrics?.jobRun(capability, stopped !== undefined ? { kind: "stopped", reason: stopped } : outcome);
-    if (stopped !== undefined) {
-      log.info(
-        { reason: run.stopped },
-        run.stopped === "lost" ? "lease lost: work stopped, nothing reported" : "work stopped: agent stopping",
-      );
-      return;
-    }
-    // A receipt records work that finished: a success or a failure that will not be retried. An
-    // interrupted (cancelled) job did not finish, so it leaves none.
-    const finished = outcome.kind === "result" || (!outcome.failure.retryable && outcome.failure.code !== JobFailureCode.CANCELLED);
-    if (isDestructive(capability) && this.opts.receipts && finished) {
-      await this.opts.receipts
-        .record({
-          jobId: run.jobId,
-          capability,
-          attempt: run.attempt,
-          finishedAt: new Date().toISOString(),
-          ...(outcome.kind === "result"
-            ? { result: toJson(JobResultSchema, outcome.result) as JsonValue }
-            : { failure: toJson(JobFailureSchema, outcome.failure) as JsonValue }),
-        })
-        // Still report: once the server has the outcome, no replay will come.
-        .catch((err: unknown) => log.error({ error: (err as Error).message }, "job receipt could not be written"));
-    }
-    await this.report(run, outcome, log);
+  }
+
+  /** Records a destructive job's finished work, so a replayed lease does not run it again. */
+  private async keepReceipt(run: Run, capability: string, outcome: Outcome, log: Logger): Promise<void> {
+    const receipts = this.opts.receipts;
+    if (receipts === undefined || !isDestructive(capability) || !finishedWork(outcome)) return;
+    await receipts
+      .record(receiptOf(run.jobId, capability, run.attempt, outcome, this.clock.now()))
+      // Still report: once the server has the outcome, no replay will come.
+      .catch((err: unknown) => log.error({ error: (err as Error).message }, "job receipt could not be written"));
   }
 
   private contextOf(run: Run, log: Logger): JobAttempt {
@@ -348,8 +276,9 @@ export class JobRunner implements SessionJobs {
       progress: async (update: ProgressUpdate) => {
         if (run.stopped === "lost") throw new LeaseLost("lease lost: stop work");
         const progress = create(JobProgressSchema, update);
-        if (Date.now() - lastSent < PROGRESS_MIN_INTERVAL_MS) return { cancelRequested: run.cancelRequested };
-        lastSent = Date.now();
+        const now = this.clock.now();
+        if (now - lastSent < PROGRESS_MIN_INTERVAL_MS) return { cancelRequested: run.cancelRequested };
+        lastSent = now;
         const reply = await this.sendProgress(run, progress, log);
         if (reply === "refused") throw new Error("progress refused by the server (see the agent log)");
         if (reply === "lost") throw new LeaseLost("lease lost: stop work");
@@ -358,31 +287,35 @@ export class JobRunner implements SessionJobs {
     };
   }
 
-  /** Renews the lease while the handler runs, at least every third of the lease. */
+  /** Renews the lease while the handler runs, at least every third of the lease; returns what stops it. */
   private renewWhileRunning(run: Run, log: Logger): () => void {
-    let timer: NodeJS.Timeout | undefined;
-    let stopped = false;
-    const tick = async () => {
-      if (stopped) return;
-      const interval = Math.max(20, run.leaseMs / 3);
-      let outcome: Awaited<ReturnType<JobRunner["sendProgress"]>> | undefined;
-      if (Date.now() - run.lastContact >= interval - 5) outcome = await this.sendProgress(run, undefined, log);
-      if (stopped) return;
-      // Session down: try again shortly (the lease may come back on a new session). Server unable
-      // to answer now: ask again at a steady pace while the lease lasts.
-      const wait =
-        outcome === "unsent"
-          ? this.retryDelayMs
-          : outcome === "retry"
-            ? Math.min(this.unavailableRetryMs, interval)
-            : interval - (Date.now() - run.lastContact);
-      timer = setTimeout(() => void tick(), Math.max(20, wait));
-    };
-    timer = setTimeout(() => void tick(), Math.max(20, run.leaseMs / 3));
-    return () => {
-      stopped = true;
-      clearTimeout(timer);
-    };
+    const stop = new AbortController();
+    void this.renewals(run, log, stop.signal);
+    return () => stop.abort();
+  }
+
+  private async renewals(run: Run, log: Logger, stopped: AbortSignal): Promise<void> {
+    let wait = run.leaseMs / 3;
+    for (;;) {
+      await this.clock.sleep(Math.max(MIN_RENEWAL_WAIT_MS, wait), stopped);
+      if (stopped.aborted) return;
+      const interval = Math.max(MIN_RENEWAL_WAIT_MS, run.leaseMs / 3);
+      const due = this.clock.now() - run.lastContact >= interval - 5;
+      const outcome = due ? await this.sendProgress(run, undefined, log) : undefined;
+      if (stopped.aborted) return;
+      wait = this.nextRenewalIn(run, interval, outcome);
+    }
+  }
+
+  /**
+   * Session down: try again shortly (the lease may come back on a new session). Server unable to
+   * answer now: ask again at a steady pace while the lease lasts. Otherwise a third of the lease
+   * after the server last heard of it.
+   */
+  private nextRenewalIn(run: Run, interval: number, outcome: ProgressVerdict | undefined): number {
+    if (outcome === "unsent") return this.retryDelayMs;
+    if (outcome === "retry") return Math.min(this.unavailableRetryMs, interval);
+    return interval - (this.clock.now() - run.lastContact);
   }
 
   /**
@@ -390,11 +323,7 @@ export class JobRunner implements SessionJobs {
    * was stopped; "refused": the server refused this progress; "unsent": the session is down;
    * "retry": the server could not answer now.
    */
-  private async sendProgress(
-    run: Run,
-    progress: JobProgress | undefined,
-    log: Logger,
-  ): Promise<"ok" | "lost" | "refused" | "unsent" | "retry"> {
+  private async sendProgress(run: Run, progress: JobProgress | undefined, log: Logger): Promise<ProgressVerdict> {
     let reply: ReplyResult;
     try {
       reply = await run.link.send({
@@ -405,11 +334,7 @@ export class JobRunner implements SessionJobs {
       return "unsent";
     }
     if (reply.case === "jobProgress") {
-      run.lastContact = Date.now();
-      if (reply.value.expiresAt !== undefined) {
-        const ms = timestampMs(reply.value.expiresAt) - run.lastContact;
-        if (ms > 0 && ms < 86_400_000) run.leaseMs = ms;
-      }
+      run.renewed(this.clock.now(), reply.value.expiresAt);
       if (reply.value.cancelRequested) this.requestCancel(run, run.cancelReason || "cancel requested by operator");
       return "ok";
     }
@@ -421,7 +346,7 @@ export class JobRunner implements SessionJobs {
         return "refused";
       }
       if (verdict === "retry") {
-        if (!run.leaseEnded()) {
+        if (!run.leaseEnded(this.clock.now())) {
           log.debug({ code, reason: message }, "progress not accepted now; will renew again");
           return "retry";
         }
@@ -463,27 +388,13 @@ export class JobRunner implements SessionJobs {
           log.warn({ code, reason: message }, code === "aborted" ? "lease lost: outcome not accepted" : "outcome refused");
           return;
         }
-        if (run.leaseEnded()) {
+        if (run.leaseEnded(this.clock.now())) {
           log.warn({ code, reason: message }, "lease lost: outcome not delivered before the lease expired");
           return;
         }
         log.debug({ code, reason: message }, "outcome not accepted now; will send it again");
       }
-      await systemClock.sleep(reply === undefined ? this.retryDelayMs : this.unavailableRetryMs, this.opts.signal);
+      await this.clock.sleep(reply === undefined ? this.retryDelayMs : this.unavailableRetryMs, this.opts.signal);
     }
   }
-}
-
-/** Why a result cannot go on the wire (e.g. a Duration with fractional nanos), if it cannot. */
-function encodingProblem(result: JobResult): string | undefined {
-  try {
-    toBinary(JobResultSchema, result);
-    return undefined;
-  } catch (err) {
-    return (err as Error).message;
-  }
-}
-
-function failureOutcome(code: JobFailureCode, message: string, retryable: boolean): Outcome {
-  return { kind: "failure", failure: create(JobFailureSchema, { code, message, retryable }) };
 }

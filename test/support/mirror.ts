@@ -17,6 +17,14 @@ export interface MirrorFile {
   dropAfter?: number;
   /** Pause this long between 64 KiB pieces. */
   delayMs?: number;
+  /** Served in pieces, counting here each time the mirror must wait for the client to read on. */
+  flow?: MirrorFlow;
+}
+
+/** How a response went out: how often the client's reading held the mirror back, and whether all was written. */
+export interface MirrorFlow {
+  stalls: number;
+  written: boolean;
 }
 
 export interface MirrorRequest {
@@ -60,7 +68,7 @@ export async function startMirror(): Promise<Mirror> {
     } else res.writeHead(200, { "content-length": size });
     const drop = file.dropAfter !== undefined && !file.dropped ? file.dropAfter : undefined;
     if (drop !== undefined) file.dropped = true;
-    if (Buffer.isBuffer(file.content) && file.delayMs === undefined && drop === undefined && file.corruptAt === undefined) {
+    if (Buffer.isBuffer(file.content) && file.delayMs === undefined && drop === undefined && file.corruptAt === undefined && !file.flow) {
       res.end(file.content.subarray(start, size));
       return;
     }
@@ -82,11 +90,13 @@ export async function startMirror(): Promise<Mirror> {
       at = end;
       if (at >= size) {
         res.end();
+        if (file.flow) file.flow.written = true;
         return;
       }
       const go = () => (file.delayMs ? setTimeout(next, file.delayMs) : setImmediate(next));
-      if (ok) go();
-      else res.once("drain", go);
+      if (ok) return go();
+      if (file.flow) file.flow.stalls++;
+      res.once("drain", go);
     };
     next();
   });
