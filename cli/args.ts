@@ -58,6 +58,8 @@ export interface Command {
 export interface Group {
   name: string;
   summary: string;
+  /** What the group covers, as it reads in the CLI's one-line description: "runtime profiles". */
+  topic: string;
   commands: Command[];
 }
 

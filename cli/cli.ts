@@ -78,12 +78,15 @@ function optionLines(options: Record<string, OptionDef>): string {
 
 const synopsis = (c: Command) => `${c.name}${c.args ? ` ${c.args}` : ""}`;
 
+/** "a, b and c". */
+const listing = (items: string[]) => (items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} and ${items.at(-1)}`);
+
 export function mainUsage(): string {
   const rows = groups.flatMap((g) => g.commands.map((c) => [`${g.name} ${synopsis(c)}`, c.summary] as const));
   const width = Math.max(...rows.map(([s]) => s.length));
   return (
     "Usage: forge [global options] <group> <command> [arguments] [options]\n\n" +
-    "The ModelForge operator CLI: enrollment tokens, nodes, jobs and the audit log.\n\n" +
+    `The ModelForge operator CLI: ${listing(groups.map((g) => g.topic))}.\n\n` +
     "Commands:\n" +
     rows.map(([s, d]) => `  ${s.padEnd(width)}  ${d}\n`).join("") +
     "\nGlobal options:\n" +

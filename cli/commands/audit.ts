@@ -49,5 +49,6 @@ const listCommand = command("list", "List audit events, newest first", {
 export const auditGroup: Group = {
   name: "audit",
   summary: "The audit log of operator, node and system actions",
+  topic: "the audit log",
   commands: [listCommand],
 };

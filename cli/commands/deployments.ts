@@ -234,6 +234,7 @@ const healthCommand = command("health NAME", "Ask the node for the layered healt
 export const deploymentsGroup: Group = {
   name: "deployments",
   summary: "Deployments: models served by nodes",
+  topic: "deployments and their logs",
   commands: [
     createCommand,
     listCommand,

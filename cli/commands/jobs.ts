@@ -329,5 +329,6 @@ const watchCommand = command("watch ID", "Follow a job until it ends (exit 0 if 
 export const jobsGroup: Group = {
   name: "jobs",
   summary: "Typed jobs that nodes run",
+  topic: "jobs",
   commands: [createCommand, listCommand, getCommand, cancelCommand, watchCommand],
 };

@@ -242,6 +242,7 @@ const registerCommand = command("register", "Pre-register a node (name, labels) 
 export const nodesGroup: Group = {
   name: "nodes",
   summary: "The fleet: inspect, pre-register, disable, rotate, revoke and decommission nodes",
+  topic: "nodes",
   commands: [
     listCommand,
     getCommand,

@@ -72,5 +72,6 @@ const listCommand = pagedListCommand("List runtime profiles by name", {
 export const runtimesGroup: Group = {
   name: "runtimes",
   summary: "Runtime profiles: which engine runs a model, with which parameters",
+  topic: "runtime profiles",
   commands: [createCommand, listCommand],
 };

@@ -93,5 +93,6 @@ const revokeCommand = command("revoke ID", "Revoke a service key at once", {
 export const serviceKeysGroup: Group = {
   name: "service-keys",
   summary: "Credentials service clients call DeploymentService with",
+  topic: "service keys",
   commands: [createCommand, listCommand, revokeCommand],
 };

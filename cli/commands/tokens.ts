@@ -82,5 +82,6 @@ const revokeCommand = command("revoke ID", "Revoke an unused enrollment token", 
 export const tokensGroup: Group = {
   name: "tokens",
   summary: "Enrollment tokens that let a node join",
+  topic: "enrollment tokens",
   commands: [createCommand, listCommand, revokeCommand],
 };
