@@ -1,5 +1,6 @@
 // Command definitions and argument parsing shared by every command. Parsing is node:util parseArgs
 // in strict mode; anything the user got wrong is a UsageError (exit 2).
+import { durationFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { parseDuration } from "../common/duration.js";
 import { Liveness } from "../gen/proto/modelforge/common/v1/common_pb.js";
 import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -57,7 +58,30 @@ export interface Command {
 export interface Group {
   name: string;
   summary: string;
+  /** What the group covers, as it reads in the CLI's one-line description: "runtime profiles". */
+  topic: string;
   commands: Command[];
+}
+
+// ---- definitions ----
+
+/** An option that takes a value, shown in help as `--name VALUE`. */
+export const valueOption = (value: string, description: string): OptionDef => ({ type: "string", value, description });
+/** An option that takes a value and may be given more than once. */
+export const repeatableOption = (value: string, description: string): OptionDef => ({ type: "string", multiple: true, value, description });
+/** An option without a value: on or off. */
+export const switchOption = (description: string): OptionDef => ({ type: "boolean", description });
+
+type CommandBody = Omit<Command, "name" | "summary" | "args" | "positionals">;
+
+/**
+ * A command from its synopsis (its name, then one word for each argument, every one required:
+ * "revoke ID"), its one-line summary and the rest of its definition.
+ */
+export function command(synopsis: string, summary: string, body: CommandBody): Command {
+  const [name, ...args] = synopsis.split(" ");
+  const positionals = { min: args.length, max: args.length };
+  return { name: name!, summary, ...(args.length > 0 ? { args: args.join(" ") } : {}), positionals, ...body };
 }
 
 // ---- value parsers (pure) ----
@@ -105,12 +129,18 @@ export const parseLiveness = (text: string | undefined): Liveness[] => parseEnum
 export const parseJobStates = (text: string | undefined): JobState[] => parseEnumList<JobState>(text, JobState, "--state");
 
 /** A duration flag ("10m", "90s") in milliseconds. */
-export function parseDurationFlag(text: string, flag: string): number {
+function parseDurationFlag(text: string, flag: string): number {
   try {
     return parseDuration(text);
   } catch (err) {
     throw new UsageError(`${flag}: ${(err as Error).message}`);
   }
+}
+
+/** An optional duration option ("10m", "90s"); undefined when it was not given. */
+export function durationOption(values: OptionValues, name: string): Duration | undefined {
+  const text = values[name];
+  return typeof text === "string" ? durationFromMs(parseDurationFlag(text, `--${name}`)) : undefined;
 }
 
 /** "--since": a duration back from now ("1h", "30m") or an ISO 8601 time ("2024-05-01T12:00:00Z"). */
@@ -138,13 +168,26 @@ export function parseIntFlag(text: string, flag: string, min: number, max: numbe
   return n;
 }
 
-/** The node or job id argument: non-empty, no whitespace. The server checks the format. */
+/** An optional whole-number option in [min, max]; `fallback` when it was not given. */
+export function intOption(values: OptionValues, name: string, min: number, max: number, fallback: number): number {
+  const text = values[name];
+  return typeof text === "string" ? parseIntFlag(text, `--${name}`, min, max) : fallback;
+}
+
 /** A string option's value, "" when it was not given (the request fields it fills treat "" as unset). */
 export function textOption(values: OptionValues, name: string): string {
   const value = values[name];
   return typeof value === "string" ? value : "";
 }
 
+/** A string option that must be given and not be empty. */
+export function requiredOption(values: OptionValues, name: string): string {
+  const value = textOption(values, name);
+  if (value === "") throw new UsageError(`--${name} is required`);
+  return value;
+}
+
+/** The node or job id argument: non-empty, no whitespace. The server checks the format. */
 export function idArg(positionals: string[], what: string): string {
   const id = positionals[0]?.trim() ?? "";
   if (id === "") throw new UsageError(`missing ${what}`);

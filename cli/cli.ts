@@ -3,7 +3,7 @@
 import { parseArgs } from "node:util";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { codeName } from "../common/codes.js";
-import { UsageError, type Command, type Context, type Group, type OptionDef } from "./args.js";
+import { UsageError, type Command, type Context, type Group, type OptionDef, type OptionValues } from "./args.js";
 import { createAdminClient, defaultCaFile, defaultServer, resolveConfig, type AdminClient } from "./client.js";
 import { clean } from "./format.js";
 import { tokensGroup } from "./commands/tokens.js";
@@ -78,12 +78,15 @@ function optionLines(options: Record<string, OptionDef>): string {
 
 const synopsis = (c: Command) => `${c.name}${c.args ? ` ${c.args}` : ""}`;
 
+/** "a, b and c". */
+const listing = (items: string[]) => (items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} and ${items.at(-1)}`);
+
 export function mainUsage(): string {
   const rows = groups.flatMap((g) => g.commands.map((c) => [`${g.name} ${synopsis(c)}`, c.summary] as const));
   const width = Math.max(...rows.map(([s]) => s.length));
   return (
     "Usage: forge [global options] <group> <command> [arguments] [options]\n\n" +
-    "The ModelForge operator CLI: enrollment tokens, nodes, jobs and the audit log.\n\n" +
+    `The ModelForge operator CLI: ${listing(groups.map((g) => g.topic))}.\n\n` +
     "Commands:\n" +
     rows.map(([s, d]) => `  ${s.padEnd(width)}  ${d}\n`).join("") +
     "\nGlobal options:\n" +
@@ -156,6 +159,90 @@ function hintFor(err: ConnectError): string | undefined {
   return undefined;
 }
 
+/** What the command line asks for: help (or the usage, when no command is named), or a command to run. */
+type Target = { help: string; code: 0 | 2 } | { group: Group; command: Command; args: string[] };
+
+/** @throws UsageError for a group or command that does not exist. */
+function resolveTarget(argv: string[]): Target {
+  const forceHelp = argv[0] === "help";
+  const args = forceHelp ? argv.slice(1) : argv;
+  const wantsHelp = forceHelp || args.includes("--help") || args.includes("-h");
+  // Without a command named, the usage goes to stderr with status 2, unless help was asked for.
+  const usage = (text: string): Target => ({ help: text, code: wantsHelp ? 0 : 2 });
+  const [groupName, commandName] = commandWords(args);
+  if (groupName === undefined) return usage(mainUsage());
+  const group = groups.find((g) => g.name === groupName);
+  if (group === undefined) throw new UsageError(`unknown command "${groupName}"`);
+  if (commandName === undefined) return usage(groupUsage(group));
+  const command = group.commands.find((c) => c.name === commandName);
+  if (command === undefined) throw new UsageError(`unknown command "${group.name} ${commandName}"`, `forge ${group.name} --help`);
+  if (wantsHelp) return { help: commandUsage(group, command), code: 0 };
+  return { group, command, args };
+}
+
+/** The command's options and arguments (after its two command words). */
+function parseCommandLine(command: Command, args: string[]): { values: OptionValues; positionals: string[] } {
+  let parsed: ReturnType<typeof parseArgs>;
+  try {
+    parsed = parseArgs({ args, options: { ...globalOptions, ...(command.options ?? {}) }, allowPositionals: true, strict: true });
+  } catch (err) {
+    throw parseError(err);
+  }
+  // Drop the two command words (the first positionals, as commandWords found them).
+  return { values: parsed.values, positionals: parsed.positionals.slice(2) };
+}
+
+function checkArity(command: Command, positionals: string[]): void {
+  const range = command.positionals ?? { min: 0, max: Infinity };
+  if (positionals.length < range.min) throw new UsageError(`missing ${command.args ?? "argument"}`);
+  if (positionals.length > range.max) throw new UsageError(`unexpected argument "${positionals[range.max]}"`);
+}
+
+/** What a command runs with; the admin client (and its configuration) is made on first use. */
+function contextOf(io: Io, values: OptionValues, out: (s: string) => void, err: (s: string) => void): Context {
+  let client: AdminClient | undefined;
+  const flags = {
+    server: values.server as string | undefined,
+    ca: values.ca as string | undefined,
+    adminKey: values["admin-key"] as string | undefined,
+  };
+  return {
+    json: values.json === true,
+    out,
+    err,
+    client() {
+      client ??= createAdminClient(resolveConfig(flags, io.env));
+      return client;
+    },
+    stdinIsTTY: io.stdin.isTTY === true,
+    stdoutIsTTY: io.stdout.isTTY === true,
+    columns: io.stdout.columns,
+    stdin: io.stdin,
+    stderr: io.stderr,
+    signal: io.signal,
+    now: io.now ?? (() => new Date()),
+  };
+}
+
+/** Prints what went wrong; the exit status: 2 for a usage error, 1 for everything else. */
+function reportError(err: unknown, errOut: (s: string) => void, helpHint: string): number {
+  if (err instanceof UsageError) {
+    errOut(`error: ${err.message}\n`);
+    if (err.name === "UsageError") errOut(`Run "${err.helpHint ?? helpHint}" for usage.\n`);
+    return 2;
+  }
+  if (err instanceof ConnectError) {
+    // Unavailable is the one answer that says "safe to retry": say so first, the detail after.
+    if (err.code === Code.Unavailable) errOut(`error: control plane unavailable, retry (${err.rawMessage})\n`);
+    else errOut(`error: ${codeName(err.code)}: ${err.rawMessage}\n`);
+    const hint = hintFor(err);
+    if (hint) errOut(`hint: ${hint}\n`);
+    return 1;
+  }
+  errOut(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+  return 1;
+}
+
 export async function runCli(argv: string[], io: Io): Promise<number> {
   const out = (s: string) => void io.stdout.write(s);
   const redactor: Redactor = { secrets: [] };
@@ -164,105 +251,24 @@ export async function runCli(argv: string[], io: Io): Promise<number> {
 
   let helpHint = "forge --help";
   try {
-    let args = argv;
-    let forceHelp = false;
-    if (args[0] === "help") {
-      args = args.slice(1);
-      forceHelp = true;
+    const target = resolveTarget(argv);
+    if ("help" in target) {
+      (target.code === 0 ? io.stdout : io.stderr).write(target.help);
+      return target.code;
     }
-    const words = commandWords(args);
-    const wantsHelp = forceHelp || args.includes("--help") || args.includes("-h");
-    const [groupName, commandName] = words;
-
-    if (groupName === undefined) {
-      if (wantsHelp) {
-        out(mainUsage());
-        return 0;
-      }
-      io.stderr.write(mainUsage());
-      return 2;
-    }
-    const group = groups.find((g) => g.name === groupName);
-    if (group === undefined) throw new UsageError(`unknown command "${groupName}"`);
-    helpHint = `forge ${group.name} --help`;
-    if (commandName === undefined) {
-      if (wantsHelp) {
-        out(groupUsage(group));
-        return 0;
-      }
-      io.stderr.write(groupUsage(group));
-      return 2;
-    }
-    const command = group.commands.find((c) => c.name === commandName);
-    if (command === undefined) throw new UsageError(`unknown command "${group.name} ${commandName}"`);
+    const { group, command } = target;
     helpHint = `forge ${group.name} ${command.name} --help`;
-    if (wantsHelp) {
-      out(commandUsage(group, command));
-      return 0;
-    }
-
-    let parsed: ReturnType<typeof parseArgs>;
-    try {
-      parsed = parseArgs({
-        args,
-        options: { ...globalOptions, ...(command.options ?? {}) },
-        allowPositionals: true,
-        strict: true,
-      });
-    } catch (err) {
-      throw parseError(err);
-    }
-    const values = parsed.values;
+    const { values, positionals } = parseCommandLine(command, target.args);
     const adminKeyFlag = values["admin-key"] as string | undefined;
     if (adminKeyFlag !== undefined) {
       redactor.secrets.push(adminKeyFlag);
       errOut("warning: --admin-key is visible to other users in the process list; prefer MODELFORGE_OPERATOR_API_KEY\n");
     }
-    // Drop the two command words (the first positionals, as commandWords found them).
-    const positionals = parsed.positionals.slice(2);
-    const range = command.positionals ?? { min: 0, max: Infinity };
-    if (positionals.length < range.min) throw new UsageError(`missing ${command.args ?? "argument"}`);
-    if (positionals.length > range.max) throw new UsageError(`unexpected argument "${positionals[range.max]}"`);
-
-    let client: AdminClient | undefined;
-    const ctx: Context = {
-      json: values.json === true,
-      out,
-      err: errOut,
-      client() {
-        client ??= createAdminClient(
-          resolveConfig(
-            { server: values.server as string | undefined, ca: values.ca as string | undefined, adminKey: adminKeyFlag },
-            io.env,
-          ),
-        );
-        return client;
-      },
-      stdinIsTTY: io.stdin.isTTY === true,
-      stdoutIsTTY: io.stdout.isTTY === true,
-      columns: io.stdout.columns,
-      stdin: io.stdin,
-      stderr: io.stderr,
-      signal: io.signal,
-      now: io.now ?? (() => new Date()),
-    };
+    checkArity(command, positionals);
+    const ctx = contextOf(io, values, out, errOut);
     io.setInterruptible?.(command.interruptible === true);
     return await command.run(ctx, values, positionals);
   } catch (err) {
-    if (err instanceof UsageError) {
-      errOut(`error: ${err.message}\n`);
-      if (err.name === "UsageError") errOut(`Run "${err.helpHint ?? helpHint}" for usage.\n`);
-      return 2;
-    }
-    if (err instanceof ConnectError) {
-      // Unavailable is the one answer that says "safe to retry": say so first, the detail after.
-      if (err.code === Code.Unavailable) errOut(`error: control plane unavailable, retry (${err.rawMessage})\n`);
-      else errOut(`error: ${codeName(err.code)}: ${err.rawMessage}\n`);
-      const hint = hintFor(err);
-      if (hint) errOut(`hint: ${hint}\n`);
-      return 1;
-    }
-    errOut(`error: ${err instanceof Error ? err.message : String(err)}\n`);
-    return 1;
+    return reportError(err, errOut, helpHint);
   }
 }

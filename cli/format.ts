@@ -29,6 +29,11 @@ export function table(headers: string[], rows: string[][]): string {
     .join("\n")}\n`;
 }
 
+/** A secret the server answers only once, set apart on its own line so it is easy to copy. */
+export function shownOnce(what: string, secret: string): string {
+  return `${what} (shown once; it cannot be retrieved again):\n\n  ${clean(secret)}\n\n`;
+}
+
 /** "Key:  value" lines with the values aligned; entries with an undefined value are left out. */
 export function fields(entries: [string, string | undefined][], indent = "  "): string {
   const shown = entries.filter((e): e is [string, string] => e[1] !== undefined);

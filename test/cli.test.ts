@@ -31,7 +31,7 @@ import {
 import { parseEnumList, parseIntFlag, parseLabels, parseSince, UsageError } from "../cli/args.js";
 import { loadJobSpec } from "../cli/commands/jobs.js";
 import { confirmByTyping } from "../cli/confirm.js";
-import { runCli } from "../cli/cli.js";
+import { groups, runCli } from "../cli/cli.js";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -317,6 +317,15 @@ describe("forge help and usage", () => {
     expect(r.stdout).toContain("--admin-key KEY");
     expect(r.stdout).toContain("MODELFORGE_OPERATOR_API_KEY");
     expect((await forge(["help"])).stdout).toBe(r.stdout);
+  });
+
+  it("says what the CLI covers: every group's topic, in one line", async () => {
+    const description = (await forge(["--help"])).stdout.split("\n")[2]!;
+    expect(description).toBe(
+      "The ModelForge operator CLI: enrollment tokens, nodes, jobs, the artifact store, runtime profiles, deployments and their logs, " +
+        "service keys and the audit log.",
+    );
+    for (const g of groups) expect(description).toContain(g.topic);
   });
 
   it("prints group and command help at every level", async () => {

@@ -194,5 +194,6 @@ const deleteCommand: Command = {
 export const artifactsGroup: Group = {
   name: "artifacts",
   summary: "The control plane's artifact store",
+  topic: "the artifact store",
   commands: [pushCommand, listCommand, deleteCommand],
 };

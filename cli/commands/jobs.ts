@@ -20,18 +20,20 @@ import {
 } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { capabilityOfSpec, capabilityOfSpecCase, type JobSpecCase } from "../../common/capabilities.js";
 import {
+  command,
   idArg,
-  parseIntFlag,
+  intOption,
   parseJobStates,
+  textOption,
   UsageError,
   validEnumNames,
-  textOption,
-  type Command,
+  valueOption,
   type Context,
   type Group,
 } from "../args.js";
 import { clean, dateOf, enumName, fields, formatAge, formatPercent, formatTimeAndAge, progressLine, table } from "../format.js";
-import { printJson, printJsonLine } from "../output.js";
+import { printJsonLine, printReply } from "../output.js";
+import { pagedListCommand } from "../list.js";
 import { systemClock } from "../../common/clock.js";
 
 /** A problem with the spec file's content or access: exit 2, without the usage hint. */
@@ -184,19 +186,15 @@ export function outcomeLine(j: Job): string {
   }
 }
 
-const createCommand: Command = {
-  name: "create",
-  summary: "Create a typed job for one node from a JSON job spec",
-  positionals: { min: 0, max: 0 },
+const createCommand = command("create", "Create a typed job for one node from a JSON job spec", {
   options: {
-    node: { type: "string", value: "NODE_ID", description: "the node to run it on (required)" },
-    spec: {
-      type: "string",
-      value: "FILE",
-      description: 'a modelforge.jobs.v1.JobSpec in protobuf JSON form, e.g. {"artifactAcquire": {...}}; "-" reads stdin (required)',
-    },
-    "ordering-key": { type: "string", value: "KEY", description: "jobs with the same key run one at a time, in creation order" },
-    "max-attempts": { type: "string", value: "N", description: "the most attempts (server default 5)" },
+    node: valueOption("NODE_ID", "the node to run it on (required)"),
+    spec: valueOption(
+      "FILE",
+      'a modelforge.jobs.v1.JobSpec in protobuf JSON form, e.g. {"artifactAcquire": {...}}; "-" reads stdin (required)',
+    ),
+    "ordering-key": valueOption("KEY", "jobs with the same key run one at a time, in creation order"),
+    "max-attempts": valueOption("N", "the most attempts (server default 5)"),
   },
   notes: "The spec file must be JSON; YAML is not supported.",
   async run(ctx, values) {
@@ -204,8 +202,7 @@ const createCommand: Command = {
     const file = values.spec as string | undefined;
     if (!node) throw new UsageError("missing --node");
     if (!file) throw new UsageError("missing --spec");
-    const maxAttempts =
-      values["max-attempts"] === undefined ? 0 : parseIntFlag(values["max-attempts"] as string, "--max-attempts", 1, 1000);
+    const maxAttempts = intOption(values, "max-attempts", 1, 1000, 0);
     const spec = loadJobSpec(file);
     const res = await ctx.client().createJob({
       nodeId: node,
@@ -213,78 +210,51 @@ const createCommand: Command = {
       orderingKey: textOption(values, "ordering-key"),
       maxAttempts,
     });
-    if (ctx.json) {
-      printJson(ctx, CreateJobResponseSchema, res);
-      return 0;
-    }
-    const j = res.job;
-    ctx.out(
-      `Created job ${j?.id ?? "?"} (${j?.capability || capabilityOfSpec(spec)}) on node ${node}: ${j ? stateName(j.state) : "unknown"}.\n` +
+    return printReply(
+      ctx,
+      CreateJobResponseSchema,
+      res,
+      ({ job: j }) =>
+        `Created job ${j?.id ?? "?"} (${j?.capability || capabilityOfSpec(spec)}) on node ${node}: ${j ? stateName(j.state) : "unknown"}.\n` +
         (j ? `Follow it with: forge jobs watch ${j.id}\n` : ""),
     );
-    return 0;
   },
-};
+});
 
-const listCommand: Command = {
-  name: "list",
-  summary: "List jobs, newest first",
-  positionals: { min: 0, max: 0 },
+const listCommand = pagedListCommand("List jobs, newest first", {
   options: {
-    node: { type: "string", value: "NODE_ID", description: "only this node's jobs" },
-    state: { type: "string", value: "STATES", description: `only these states, comma-separated: ${validEnumNames(JobState).join(",")}` },
-    "ordering-key": { type: "string", value: "KEY", description: "only jobs with this ordering key" },
+    node: valueOption("NODE_ID", "only this node's jobs"),
+    state: valueOption("STATES", `only these states, comma-separated: ${validEnumNames(JobState).join(",")}`),
+    "ordering-key": valueOption("KEY", "only jobs with this ordering key"),
   },
-  async run(ctx, values) {
-    const states = parseJobStates(values.state as string | undefined);
-    const jobs: Job[] = [];
-    let pageToken = "";
-    do {
-      const page = await ctx.client().listJobs({
-        nodeId: textOption(values, "node"),
-        states,
-        orderingKey: textOption(values, "ordering-key"),
-        pageSize: 1000,
-        pageToken,
-      });
-      jobs.push(...page.jobs);
-      pageToken = page.nextPageToken;
-    } while (pageToken !== "");
-    if (ctx.json) printJson(ctx, ListJobsResponseSchema, create(ListJobsResponseSchema, { jobs }));
-    else if (jobs.length === 0) ctx.out("No jobs.\n");
-    else ctx.out(renderJobTable(jobs, ctx.now()));
-    return 0;
-  },
-};
+  filter: (values) => ({
+    nodeId: textOption(values, "node"),
+    states: parseJobStates(values.state as string | undefined),
+    orderingKey: textOption(values, "ordering-key"),
+  }),
+  schema: ListJobsResponseSchema,
+  fetch: (client, page, filter) => client.listJobs({ ...filter, ...page }),
+  empty: "No jobs.\n",
+  table: renderJobTable,
+});
 
-const getCommand: Command = {
-  name: "get",
-  summary: "Show one job: state, progress, failure or result, spec",
-  args: "ID",
-  positionals: { min: 1, max: 1 },
+const getCommand = command("get ID", "Show one job: state, progress, failure or result, spec", {
   async run(ctx, _values, positionals) {
     const res = await ctx.client().getJob({ jobId: idArg(positionals, "job ID") });
-    if (ctx.json) printJson(ctx, GetJobResponseSchema, res);
-    else if (res.job) ctx.out(renderJobDetail(res.job, ctx.now()));
-    return 0;
+    return printReply(ctx, GetJobResponseSchema, res, ({ job }) => (job ? renderJobDetail(job, ctx.now()) : ""));
   },
-};
+});
 
-const cancelCommand: Command = {
-  name: "cancel",
-  summary: "Request cancellation of a job",
-  args: "ID",
-  positionals: { min: 1, max: 1 },
-  options: { reason: { type: "string", value: "TEXT", description: "why" } },
+const cancelCommand = command("cancel ID", "Request cancellation of a job", {
+  options: { reason: valueOption("TEXT", "why") },
   async run(ctx, values, positionals) {
     const id = idArg(positionals, "job ID");
     const res = await ctx.client().cancelJob({ jobId: id, reason: textOption(values, "reason") });
-    if (ctx.json) printJson(ctx, CancelJobResponseSchema, res);
-    else if (res.job && terminal(res.job.state)) ctx.out(`Job ${id} had already ended: ${stateName(res.job.state)}.\n`);
-    else ctx.out(`Cancellation of job ${id} requested.\n`);
-    return 0;
+    return printReply(ctx, CancelJobResponseSchema, res, ({ job }) =>
+      job && terminal(job.state) ? `Job ${id} had already ended: ${stateName(job.state)}.\n` : `Cancellation of job ${id} requested.\n`,
+    );
   },
-};
+});
 
 /** Errors worth riding out while polling: the server restarting or a slow answer. */
 const transient = (err: unknown) => err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded);
@@ -346,11 +316,7 @@ async function watchJob(ctx: Context, id: string): Promise<number> {
   return 1;
 }
 
-const watchCommand: Command = {
-  name: "watch",
-  summary: "Follow a job until it ends (exit 0 if it succeeded, 1 otherwise)",
-  args: "ID",
-  positionals: { min: 1, max: 1 },
+const watchCommand = command("watch ID", "Follow a job until it ends (exit 0 if it succeeded, 1 otherwise)", {
   notes:
     "Polls every 500 ms. On a terminal it draws one progress line; otherwise it prints a line per\n" +
     "change. With --json each change is one JSON document on its own line (NDJSON).",
@@ -358,10 +324,11 @@ const watchCommand: Command = {
   async run(ctx, _values, positionals) {
     return watchJob(ctx, idArg(positionals, "job ID"));
   },
-};
+});
 
 export const jobsGroup: Group = {
   name: "jobs",
   summary: "Typed jobs that nodes run",
+  topic: "jobs",
   commands: [createCommand, listCommand, getCommand, cancelCommand, watchCommand],
 };

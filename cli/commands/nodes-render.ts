@@ -7,7 +7,7 @@ import {
   type Node,
   type PreviewDecommissionResponse,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { Liveness } from "../../gen/proto/modelforge/common/v1/common_pb.js";
+import { Liveness, type HostInfo } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import {
   clean,
   dateOf,
@@ -50,177 +50,172 @@ function indent(text: string, by = "  "): string {
     .join("\n");
 }
 
+/** A titled table, indented under its title; `none` when there are no rows. */
+function tableSection(title: string, none: string, headers: string[], rows: string[][]): string {
+  return `${title}\n${rows.length === 0 ? `  ${none}\n` : indent(table(headers, rows))}`;
+}
+
+/** A table nested inside a section, e.g. a host's disks. */
+const subTable = (title: string, headers: string[], rows: string[][]) => `  ${title}:\n${indent(table(headers, rows), "    ")}`;
+
+function nodeSection(n: Node, now: Date): string {
+  return (
+    "Node\n" +
+    fields([
+      ["ID", n.id],
+      ["Name", n.name || "-"],
+      ["Liveness", enumName(Liveness, n.liveness)],
+      ["Disabled because", n.disabledReason || undefined],
+      ["Decommissioned", n.decommissionedAt ? formatTimeAndAge(dateOf(n.decommissionedAt), now) : undefined],
+      ["Labels", formatLabels(n.labels)],
+      ["Enrolled", formatTimeAndAge(dateOf(n.createdAt), now)],
+      ["Last heartbeat", n.lastHeartbeatAt ? formatTimeAndAge(dateOf(n.lastHeartbeatAt), now) : "never"],
+      ["Connected", yesNo(n.connected) + (n.sessionReplica ? ` (session on replica ${n.sessionReplica})` : "")],
+      ["Agent", (n.agentVersion || "-") + (n.protocolVersion > 0 ? ` (protocol ${n.protocolVersion})` : "")],
+      [
+        "Agent outdated",
+        n.agentOutdated
+          ? "yes: older than the oldest version this control plane accepts; it is refused at Hello until upgraded"
+          : undefined,
+      ],
+      ["Capabilities", n.capabilities.length > 0 ? n.capabilities.join(", ") : "-"],
+    ])
+  );
+}
+
+function hostSection(h: HostInfo | undefined): string {
+  if (h === undefined) return "Host\n  (no inventory applied yet)\n";
+  const host =
+    "Host\n" +
+    fields([
+      ["Hostname", h.hostname || "-"],
+      ["OS", [h.osName, h.osVersion].filter(Boolean).join(" ") || "-"],
+      ["Kernel", h.kernel || "-"],
+      ["Architecture", h.architecture || "-"],
+      ["CPU", h.cpuModel ? `${h.cpuModel} (${h.cpuCores} cores)` : h.cpuCores ? `${h.cpuCores} cores` : "-"],
+      ["Memory", h.memoryTotalBytes > 0n ? formatBytes(h.memoryTotalBytes) : "-"],
+    ]);
+  if (h.disks.length === 0) return host;
+  return (
+    host +
+    subTable(
+      "Disks",
+      ["MOUNT", "FILESYSTEM", "SIZE"],
+      h.disks.map((d) => [d.mount, d.filesystem || "-", formatBytes(d.sizeBytes)]),
+    )
+  );
+}
+
+function gpusSection(res: GetNodeResponse, now: Date): string {
+  return tableSection(
+    `GPUs (${res.gpus.length})`,
+    "(none reported)",
+    ["UUID", "INDEX", "PCI", "MODEL", "MEMORY", "STATE"],
+    res.gpus.map((g) => [
+      g.info?.uuid ?? "-",
+      String(g.info?.index ?? "-"),
+      g.info?.pciBusId || "-",
+      g.info?.model || "-",
+      g.info ? formatBytes(g.info.memoryTotalBytes) : "-",
+      g.state === GpuState.MISSING ? `missing since ${formatAge(dateOf(g.missingSince), now)}` : enumName(GpuState, g.state),
+    ]),
+  );
+}
+
+const usedOf = (used: bigint, total: bigint) => `${formatBytes(used)} / ${formatBytes(total)}`;
+const shareOf = (used: bigint, total: bigint) => formatPercent((Number(used) / Number(total)) * 100);
+
+function telemetrySection(res: GetNodeResponse, now: Date): string {
+  const t = res.telemetry;
+  if (t === undefined || t.telemetry === undefined) return "Telemetry\n  (none received yet)\n";
+  const m = t.telemetry;
+  let text =
+    `Telemetry (sequence ${t.sequence})\n` +
+    fields([
+      ["Observed", formatTimeAndAge(dateOf(t.observedAt), now)],
+      ["Received", formatTimeAndAge(dateOf(t.receivedAt), now)],
+      ["CPU", m.cpuUtilizationPercent !== undefined ? formatPercent(m.cpuUtilizationPercent) : "-"],
+      ["Load", `${[m.loadAverage1m, m.loadAverage5m, m.loadAverage15m].map((l) => l.toFixed(2)).join(" ")} (1m 5m 15m)`],
+      [
+        "Memory",
+        m.memoryTotalBytes > 0n
+          ? `${usedOf(m.memoryUsedBytes, m.memoryTotalBytes)} (${shareOf(m.memoryUsedBytes, m.memoryTotalBytes)})`
+          : formatBytes(m.memoryUsedBytes),
+      ],
+    ]);
+  if (m.mounts.length > 0) {
+    text += subTable(
+      "Mounts",
+      ["MOUNT", "USED", "SIZE", "USE"],
+      m.mounts.map((u) => [
+        u.mount,
+        formatBytes(u.usedBytes),
+        formatBytes(u.sizeBytes),
+        u.sizeBytes > 0n ? shareOf(u.usedBytes, u.sizeBytes) : "-",
+      ]),
+    );
+  }
+  if (m.gpus.length > 0) {
+    const totals = new Map(res.gpus.map((g) => [g.info?.uuid ?? "", g.info?.memoryTotalBytes ?? 0n]));
+    text += subTable(
+      "GPUs",
+      ["GPU", "UTIL", "MEMORY", "TEMP", "POWER"],
+      m.gpus.map((g) => {
+        const total = totals.get(g.uuid) ?? 0n;
+        return [
+          g.uuid,
+          formatPercent(g.utilizationPercent),
+          total > 0n ? usedOf(g.memoryUsedBytes, total) : formatBytes(g.memoryUsedBytes),
+          `${Math.round(g.temperatureCelsius)}°C`,
+          `${g.powerWatts.toFixed(1)} W`,
+        ];
+      }),
+    );
+  }
+  return text;
+}
+
+function cursorsSection(res: GetNodeResponse, now: Date): string {
+  return tableSection(
+    "Stream cursors",
+    "(none yet)",
+    ["STREAM", "SEQUENCE", "APPLIED", "OBSERVED", "RECEIVED", "REJECTION"],
+    res.cursors.map((c) => [
+      c.stream,
+      String(c.sequence),
+      String(c.appliedSequence),
+      c.appliedObservedAt ? formatTime(dateOf(c.appliedObservedAt)) : "-",
+      formatAge(dateOf(c.receivedAt), now),
+      c.rejectionReason || "-",
+    ]),
+  );
+}
+
+function credentialsSection(res: GetNodeResponse): string {
+  return tableSection(
+    "Credentials",
+    "(none)",
+    ["SERIAL", "ISSUED", "EXPIRES", "REVOKED", "REASON"],
+    res.credentials.map((c) => [
+      c.serial,
+      formatTime(dateOf(c.issuedAt)),
+      formatTime(dateOf(c.expiresAt)),
+      c.revokedAt ? formatTime(dateOf(c.revokedAt)) : "-",
+      c.revokedAt ? c.revokedReason || "-" : "-",
+    ]),
+  );
+}
+
 /** `nodes get`: the node in readable sections. Pure. */
 export function renderNodeDetail(res: GetNodeResponse, now: Date): string {
   const n = res.node;
-  const out: string[] = [];
-  if (n !== undefined) {
-    out.push(
-      "Node\n" +
-        fields([
-          ["ID", n.id],
-          ["Name", n.name || "-"],
-          ["Liveness", enumName(Liveness, n.liveness)],
-          ["Disabled because", n.disabledReason || undefined],
-          ["Decommissioned", n.decommissionedAt ? formatTimeAndAge(dateOf(n.decommissionedAt), now) : undefined],
-          ["Labels", formatLabels(n.labels)],
-          ["Enrolled", formatTimeAndAge(dateOf(n.createdAt), now)],
-          ["Last heartbeat", n.lastHeartbeatAt ? formatTimeAndAge(dateOf(n.lastHeartbeatAt), now) : "never"],
-          ["Connected", yesNo(n.connected) + (n.sessionReplica ? ` (session on replica ${n.sessionReplica})` : "")],
-          ["Agent", (n.agentVersion || "-") + (n.protocolVersion > 0 ? ` (protocol ${n.protocolVersion})` : "")],
-          [
-            "Agent outdated",
-            n.agentOutdated
-              ? "yes: older than the oldest version this control plane accepts; it is refused at Hello until upgraded"
-              : undefined,
-          ],
-          ["Capabilities", n.capabilities.length > 0 ? n.capabilities.join(", ") : "-"],
-        ]),
-    );
-    const h = n.host;
-    if (h === undefined) {
-      out.push("Host\n  (no inventory applied yet)\n");
-    } else {
-      let host =
-        "Host\n" +
-        fields([
-          ["Hostname", h.hostname || "-"],
-          ["OS", [h.osName, h.osVersion].filter(Boolean).join(" ") || "-"],
-          ["Kernel", h.kernel || "-"],
-          ["Architecture", h.architecture || "-"],
-          ["CPU", h.cpuModel ? `${h.cpuModel} (${h.cpuCores} cores)` : h.cpuCores ? `${h.cpuCores} cores` : "-"],
-          ["Memory", h.memoryTotalBytes > 0n ? formatBytes(h.memoryTotalBytes) : "-"],
-        ]);
-      if (h.disks.length > 0) {
-        host +=
-          "  Disks:\n" +
-          indent(
-            table(
-              ["MOUNT", "FILESYSTEM", "SIZE"],
-              h.disks.map((d) => [d.mount, d.filesystem || "-", formatBytes(d.sizeBytes)]),
-            ),
-            "    ",
-          );
-      }
-      out.push(host);
-    }
-  }
-
-  out.push(
-    `GPUs (${res.gpus.length})\n` +
-      (res.gpus.length === 0
-        ? "  (none reported)\n"
-        : indent(
-            table(
-              ["UUID", "INDEX", "PCI", "MODEL", "MEMORY", "STATE"],
-              res.gpus.map((g) => [
-                g.info?.uuid ?? "-",
-                String(g.info?.index ?? "-"),
-                g.info?.pciBusId || "-",
-                g.info?.model || "-",
-                g.info ? formatBytes(g.info.memoryTotalBytes) : "-",
-                g.state === GpuState.MISSING ? `missing since ${formatAge(dateOf(g.missingSince), now)}` : enumName(GpuState, g.state),
-              ]),
-            ),
-          )),
-  );
-
-  const t = res.telemetry;
-  if (t === undefined || t.telemetry === undefined) {
-    out.push("Telemetry\n  (none received yet)\n");
-  } else {
-    const m = t.telemetry;
-    let text =
-      `Telemetry (sequence ${t.sequence})\n` +
-      fields([
-        ["Observed", formatTimeAndAge(dateOf(t.observedAt), now)],
-        ["Received", formatTimeAndAge(dateOf(t.receivedAt), now)],
-        ["CPU", m.cpuUtilizationPercent !== undefined ? formatPercent(m.cpuUtilizationPercent) : "-"],
-        ["Load", `${[m.loadAverage1m, m.loadAverage5m, m.loadAverage15m].map((l) => l.toFixed(2)).join(" ")} (1m 5m 15m)`],
-        [
-          "Memory",
-          m.memoryTotalBytes > 0n
-            ? `${formatBytes(m.memoryUsedBytes)} / ${formatBytes(m.memoryTotalBytes)} (${formatPercent((Number(m.memoryUsedBytes) / Number(m.memoryTotalBytes)) * 100)})`
-            : formatBytes(m.memoryUsedBytes),
-        ],
-      ]);
-    if (m.mounts.length > 0) {
-      text +=
-        "  Mounts:\n" +
-        indent(
-          table(
-            ["MOUNT", "USED", "SIZE", "USE"],
-            m.mounts.map((u) => [
-              u.mount,
-              formatBytes(u.usedBytes),
-              formatBytes(u.sizeBytes),
-              u.sizeBytes > 0n ? formatPercent((Number(u.usedBytes) / Number(u.sizeBytes)) * 100) : "-",
-            ]),
-          ),
-          "    ",
-        );
-    }
-    if (m.gpus.length > 0) {
-      const totals = new Map(res.gpus.map((g) => [g.info?.uuid ?? "", g.info?.memoryTotalBytes ?? 0n]));
-      text +=
-        "  GPUs:\n" +
-        indent(
-          table(
-            ["GPU", "UTIL", "MEMORY", "TEMP", "POWER"],
-            m.gpus.map((g) => {
-              const total = totals.get(g.uuid) ?? 0n;
-              return [
-                g.uuid,
-                formatPercent(g.utilizationPercent),
-                total > 0n ? `${formatBytes(g.memoryUsedBytes)} / ${formatBytes(total)}` : formatBytes(g.memoryUsedBytes),
-                `${Math.round(g.temperatureCelsius)}°C`,
-                `${g.powerWatts.toFixed(1)} W`,
-              ];
-            }),
-          ),
-          "    ",
-        );
-    }
-    out.push(text);
-  }
-
-  out.push(
-    "Stream cursors\n" +
-      (res.cursors.length === 0
-        ? "  (none yet)\n"
-        : indent(
-            table(
-              ["STREAM", "SEQUENCE", "APPLIED", "OBSERVED", "RECEIVED", "REJECTION"],
-              res.cursors.map((c) => [
-                c.stream,
-                String(c.sequence),
-                String(c.appliedSequence),
-                c.appliedObservedAt ? formatTime(dateOf(c.appliedObservedAt)) : "-",
-                formatAge(dateOf(c.receivedAt), now),
-                c.rejectionReason || "-",
-              ]),
-            ),
-          )),
-  );
-
-  out.push(
-    "Credentials\n" +
-      (res.credentials.length === 0
-        ? "  (none)\n"
-        : indent(
-            table(
-              ["SERIAL", "ISSUED", "EXPIRES", "REVOKED", "REASON"],
-              res.credentials.map((c) => [
-                c.serial,
-                formatTime(dateOf(c.issuedAt)),
-                formatTime(dateOf(c.expiresAt)),
-                c.revokedAt ? formatTime(dateOf(c.revokedAt)) : "-",
-                c.revokedAt ? c.revokedReason || "-" : "-",
-              ]),
-            ),
-          )),
-  );
-  return out.join("\n");
+  return [
+    ...(n !== undefined ? [nodeSection(n, now), hostSection(n.host)] : []),
+    gpusSection(res, now),
+    telemetrySection(res, now),
+    cursorsSection(res, now),
+    credentialsSection(res),
+  ].join("\n");
 }
 
 const list = (items: string[]) => (items.length === 0 ? " none\n" : `\n${items.map((i) => `    ${clean(i)}\n`).join("")}`);

@@ -1,6 +1,4 @@
 // forge tokens create | list | revoke
-import { create } from "@bufbuild/protobuf";
-import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import {
   CreateEnrollmentTokenResponseSchema,
   EnrollmentTokenState,
@@ -8,38 +6,30 @@ import {
   RevokeEnrollmentTokenResponseSchema,
   type EnrollmentToken,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { idArg, parseDurationFlag, parseLabels, textOption, type Command, type Group } from "../args.js";
-import { clean, dateOf, enumName, fields, formatAge, formatLabels, formatTimeAndAge, table } from "../format.js";
-import { printJson } from "../output.js";
+import { command, durationOption, idArg, parseLabels, repeatableOption, textOption, valueOption, type Group } from "../args.js";
+import { clean, dateOf, enumName, fields, formatAge, formatLabels, formatTimeAndAge, shownOnce, table } from "../format.js";
+import { printReply } from "../output.js";
+import { pagedListCommand } from "../list.js";
 
-const createCommand: Command = {
-  name: "create",
-  summary: "Create a one-time enrollment token and print its join command",
-  positionals: { min: 0, max: 0 },
+const createCommand = command("create", "Create a one-time enrollment token and print its join command", {
   options: {
-    name: { type: "string", value: "NAME", description: "name the enrolling node gets" },
-    node: { type: "string", value: "NODE_ID", description: "re-enroll this existing node (revokes its active credential now)" },
-    ttl: { type: "string", value: "DURATION", description: "how long the token is valid, e.g. 10m, 2h (server default 10m, at most 7d)" },
-    label: { type: "string", multiple: true, value: "KEY=VALUE", description: "a label the node gets; repeatable" },
+    name: valueOption("NAME", "name the enrolling node gets"),
+    node: valueOption("NODE_ID", "re-enroll this existing node (revokes its active credential now)"),
+    ttl: valueOption("DURATION", "how long the token is valid, e.g. 10m, 2h (server default 10m, at most 7d)"),
+    label: repeatableOption("KEY=VALUE", "a label the node gets; repeatable"),
   },
   notes: "The token is printed once and is stored by the server only as a hash: it cannot be shown again.",
   async run(ctx, values) {
-    const ttl = values.ttl === undefined ? undefined : durationFromMs(parseDurationFlag(values.ttl as string, "--ttl"));
     const res = await ctx.client().createEnrollmentToken({
       nodeName: textOption(values, "name"),
       nodeId: textOption(values, "node"),
-      ttl,
+      ttl: durationOption(values, "ttl"),
       labels: parseLabels(values.label as string[] | undefined),
     });
-    if (ctx.json) {
-      printJson(ctx, CreateEnrollmentTokenResponseSchema, res);
-      return 0;
-    }
-    const t = res.enrollmentToken;
-    const now = ctx.now();
-    ctx.out(
-      "Enrollment token (shown once; it cannot be retrieved again):\n\n" +
-        `  ${clean(res.token)}\n\n` +
+    return printReply(ctx, CreateEnrollmentTokenResponseSchema, res, ({ enrollmentToken: t, token, joinCommand }) => {
+      const now = ctx.now();
+      return (
+        shownOnce("Enrollment token", token) +
         fields(
           [
             ["Token ID", t?.id],
@@ -50,72 +40,48 @@ const createCommand: Command = {
           ],
           "",
         ) +
-        "\nJoin a node by running this on it:\n\n" +
-        `  ${clean(res.joinCommand)}\n`,
-    );
-    return 0;
+        `\nJoin a node by running this on it:\n\n  ${clean(joinCommand)}\n`
+      );
+    });
   },
-};
+});
 
-const listCommand: Command = {
-  name: "list",
-  summary: "List enrollment tokens (never their secrets), newest first",
-  positionals: { min: 0, max: 0 },
-  async run(ctx) {
-    const tokens: EnrollmentToken[] = [];
-    let pageToken = "";
-    do {
-      const page = await ctx.client().listEnrollmentTokens({ pageSize: 1000, pageToken });
-      tokens.push(...page.enrollmentTokens);
-      pageToken = page.nextPageToken;
-    } while (pageToken !== "");
-    if (ctx.json) {
-      printJson(ctx, ListEnrollmentTokensResponseSchema, create(ListEnrollmentTokensResponseSchema, { enrollmentTokens: tokens }));
-      return 0;
-    }
-    if (tokens.length === 0) {
-      ctx.out("No enrollment tokens.\n");
-      return 0;
-    }
-    const now = ctx.now();
-    ctx.out(
-      table(
-        ["ID", "STATE", "NAME", "NODE", "CREATED", "EXPIRES", "LABELS"],
-        tokens.map((t) => [
-          t.id,
-          enumName(EnrollmentTokenState, t.state),
-          t.nodeName || "-",
-          t.nodeId || "-",
-          formatAge(dateOf(t.createdAt), now),
-          t.state === EnrollmentTokenState.ACTIVE ? formatAge(dateOf(t.expiresAt), now) : "-",
-          formatLabels(t.labels),
-        ]),
-      ),
-    );
-    return 0;
-  },
-};
+/** The token table. Pure. */
+function tokenTable(tokens: EnrollmentToken[], now: Date): string {
+  return table(
+    ["ID", "STATE", "NAME", "NODE", "CREATED", "EXPIRES", "LABELS"],
+    tokens.map((t) => [
+      t.id,
+      enumName(EnrollmentTokenState, t.state),
+      t.nodeName || "-",
+      t.nodeId || "-",
+      formatAge(dateOf(t.createdAt), now),
+      t.state === EnrollmentTokenState.ACTIVE ? formatAge(dateOf(t.expiresAt), now) : "-",
+      formatLabels(t.labels),
+    ]),
+  );
+}
 
-const revokeCommand: Command = {
-  name: "revoke",
-  summary: "Revoke an unused enrollment token",
-  args: "ID",
-  positionals: { min: 1, max: 1 },
+const listCommand = pagedListCommand("List enrollment tokens (never their secrets), newest first", {
+  schema: ListEnrollmentTokensResponseSchema,
+  fetch: (client, page) => client.listEnrollmentTokens(page),
+  empty: "No enrollment tokens.\n",
+  table: tokenTable,
+});
+
+const revokeCommand = command("revoke ID", "Revoke an unused enrollment token", {
   async run(ctx, _values, positionals) {
     const id = idArg(positionals, "token ID");
     const res = await ctx.client().revokeEnrollmentToken({ id });
-    if (ctx.json) {
-      printJson(ctx, RevokeEnrollmentTokenResponseSchema, res);
-      return 0;
-    }
-    const state = res.enrollmentToken ? enumName(EnrollmentTokenState, res.enrollmentToken.state) : "revoked";
-    ctx.out(`Enrollment token ${id} is ${state}.\n`);
-    return 0;
+    return printReply(ctx, RevokeEnrollmentTokenResponseSchema, res, ({ enrollmentToken: t }) => {
+      return `Enrollment token ${id} is ${t ? enumName(EnrollmentTokenState, t.state) : "revoked"}.\n`;
+    });
   },
-};
+});
 
 export const tokensGroup: Group = {
   name: "tokens",
   summary: "Enrollment tokens that let a node join",
+  topic: "enrollment tokens",
   commands: [createCommand, listCommand, revokeCommand],
 };
