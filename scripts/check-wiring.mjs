@@ -1,6 +1,6 @@
 // Two rules of the server's one-way layering that madge (which finds file circles) does not see:
-// - app.ts assembles the control plane: no module of it may import the assembly back (only the
-//   entry point main.ts starts it);
+// - app.ts and start/ assemble the control plane: no module of it may import the assembly back
+//   (only the entry point main.ts starts it, and only app.ts and start/ itself use start/);
 // - no feature folder imports a folder that imports it back, even where no file circle closes.
 // Usage: node scripts/check-wiring.mjs [ROOT], ROOT being server/ unless named (tests name a tree).
 import { readdirSync, readFileSync } from "node:fs";
@@ -35,7 +35,12 @@ const imports = files.map((file) => ({
 
 const assembly = resolve(root, "app.ts");
 const entry = resolve(root, "main.ts");
-const importsApp = imports.filter(({ file, targets }) => resolve(file) !== entry && targets.includes(assembly)).map(({ file }) => file);
+const startDir = resolve(root, "start");
+const inStart = (path) => resolve(path).startsWith(startDir + sep);
+const importsApp = imports
+  .filter(({ file, targets }) => resolve(file) !== entry && targets.includes(assembly))
+  .map(({ file }) => file)
+  .concat(imports.filter(({ file, targets }) => resolve(file) !== assembly && !inStart(file) && targets.some(inStart)).map(({ file }) => `${file} (start/)`));
 
 /** "a>b" to the imports of folder a's files from folder b, each "file -> file". */
 const between = new Map();
@@ -55,7 +60,7 @@ const pairs = [...between.keys()]
   .map(([a, b]) => [join(root, a), join(root, b), [...between.get(`${a}>${b}`), ...between.get(`${b}>${a}`)]]);
 
 if (importsApp.length > 0) {
-  console.error(`these modules import ${join(root, "app.ts")}, which only main.ts may: ${importsApp.join(", ")}`);
+  console.error(`these modules import ${join(root, "app.ts")}, which only main.ts may (and start/, which only app.ts may): ${importsApp.join(", ")}`);
 }
 for (const [a, b, lines] of pairs) {
   console.error(`${a}/ and ${b}/ import each other (move what both need below them, or pass it in):`);

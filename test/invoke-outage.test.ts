@@ -17,7 +17,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { systemClock } from "../common/clock.js";
-import { writeTinyLlamaGguf } from "./support/gguf.js";
+import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";

@@ -1,0 +1,64 @@
+// What nodes serve: the artifact store models are pushed to, and the controller that reconciles
+// each deployment's desired state into jobs (its sweep only on the leader), with the routes the
+// invoke relay reads.
+import type { Config } from "../config.js";
+import type { HeldDeployment } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { ArtifactStore } from "../artifacts/store.js";
+import { adminArtifacts } from "../artifacts/admin-rpc.js";
+import { agentArtifacts } from "../artifacts/agent-rpc.js";
+import { DeploymentController } from "../deployments/controller.js";
+import { adminDeployments } from "../deployments/admin-rpc.js";
+import { reconcileHeld } from "../deployments/held.js";
+import { deploymentRoutes } from "../deployments/routes.js";
+import type { Cluster } from "./cluster.js";
+import type { Jobs } from "./jobs.js";
+import type { Loop } from "./loops.js";
+import type { Core } from "./core.js";
+
+export interface DeploymentsDeps extends Core {
+  config: Pick<Config, "artifactDir" | "approvedRoots" | "reconcileIntervalMs">;
+  cluster: Cluster;
+  jobs: Jobs;
+}
+
+export function openDeployments(deps: DeploymentsDeps) {
+  const { config, clock, log, db, cluster } = deps;
+  const { prisma } = db;
+  const jobs = deps.jobs.engine;
+  const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
+  const controller = new DeploymentController({
+    prisma,
+    clock,
+    log,
+    jobs,
+    announce: (deploymentId) => cluster.bus.publish({ kind: "deployment", deploymentId }),
+  });
+  const reconcile = (id: string) => controller.reconcile(id);
+  const kick = (id: string) => void reconcile(id).catch((err) => log.error({ err, deploymentId: id }, "deployment reconcile failed"));
+  const loops: Loop[] = [
+    {
+      name: "deployments",
+      everyMs: config.reconcileIntervalMs,
+      run: async () => cluster.leadership.isLeader() && (await controller.sweep()),
+      outage: db.outage,
+    },
+  ];
+  return {
+    controller,
+    routes: deploymentRoutes(prisma, controller),
+    loops,
+    /** A node's session opened, saying which deployment runtimes it holds. */
+    held(nodeId: string, held: HeldDeployment[]) {
+      reconcileHeld({ prisma, clock, log, jobs, kick }, nodeId, held).catch((err) =>
+        log.error({ err, nodeId }, "reconciling the deployments a node holds failed"),
+      );
+    },
+    adminRpcs: {
+      ...adminArtifacts(artifacts),
+      ...adminDeployments({ prisma, clock, jobs, approvedRoots: config.approvedRoots, profiles: deps.jobs.profiles, reconcile }),
+    },
+    agentRpcs: agentArtifacts({ prisma, clock, store: artifacts }),
+  };
+}
+
+export type Deployments = ReturnType<typeof openDeployments>;

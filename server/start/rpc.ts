@@ -1,0 +1,113 @@
+// The Connect adapters behind the listener: the routes that need no database (served from the
+// moment the port opens), then every service with the interceptors in their order.
+import type { TLSSocket } from "node:tls";
+import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
+import { createContextValues, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
+import type { Logger } from "../observability/logger.js";
+import { correlationIdFrom } from "../observability/correlation.js";
+import { callLogInterceptor } from "../observability/call-log.js";
+import type { ServerMetrics } from "../observability/metrics.js";
+import type { OutageSink } from "../db/availability.js";
+import { callerKey, peerOf, type Caller } from "../context.js";
+import { adminAuthInterceptor } from "../identity/admin-token.js";
+import type { OperatorKeys } from "../identity/roles.js";
+import type { Ca } from "../identity/pki/ca.js";
+import { validationInterceptor } from "../edge/validate.js";
+import { undecodableAsInvalidArgument } from "../edge/decode-errors.js";
+import { edgeAdapterOptions } from "../edge/guard.js";
+import { HealthState, healthService } from "../services/health.js";
+import { serverInfo } from "../services/agent.js";
+import { ReflectionIndex, reflectionServices, routeReflection } from "../reflection/reflection.js";
+import { Health } from "../../gen/proto/grpc/health/v1/health_pb.js";
+import { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import type { RequestHandler } from "./listener.js";
+
+/** What both stages serve alike: health, and reflection of the public contract only. */
+export function publicFace() {
+  return {
+    health: new HealthState([AgentService.typeName, AdminService.typeName, DeploymentService.typeName]),
+    reflection: new ReflectionIndex([AgentService, AdminService, DeploymentService, Health, ...reflectionServices]),
+  };
+}
+type PublicFace = ReturnType<typeof publicFace>;
+
+/** Health, GetServerInfo and reflection; everything else answers 503 until the database is open. */
+export function startingRoutes(face: PublicFace, deps: { ca: Ca; minAgentVersion: string; log: Logger }): RequestHandler {
+  return handlerOf(
+    connectNodeAdapter({
+      routes: (router) => {
+        router.service(Health, healthService(face.health));
+        router.rpc(AgentService.method.getServerInfo, () => serverInfo(deps.ca, deps.minAgentVersion));
+        routeReflection(router, face.reflection);
+        undecodableAsInvalidArgument(router);
+      },
+      interceptors: [callLogInterceptor()],
+      contextValues: contextValuesOf(deps.log),
+      ...edgeAdapterOptions,
+      fallback: (_req, res) => {
+        // Retry-After: agents come back this soon instead of backing off as from a dead server.
+        res.writeHead(503, { "content-type": "application/json", "retry-after": "1" });
+        res.end(JSON.stringify({ code: "unavailable", message: "control plane starting: database not ready" }));
+      },
+    }),
+  );
+}
+
+export interface ServicesDeps {
+  log: Logger;
+  outage: OutageSink;
+  operatorKeys: OperatorKeys;
+  serviceKeyInterceptor: Interceptor;
+  metrics: ServerMetrics | undefined;
+  agent: ServiceImpl<typeof AgentService>;
+  admin: ServiceImpl<typeof AdminService>;
+  deployment: ServiceImpl<typeof DeploymentService>;
+}
+
+/** Every service, once the database is open. */
+export function servingRoutes(face: PublicFace, deps: ServicesDeps): RequestHandler {
+  return handlerOf(
+    connectNodeAdapter({
+      routes: (router) => {
+        router.service(Health, healthService(face.health));
+        router.service(AgentService, deps.agent);
+        router.service(AdminService, deps.admin);
+        router.service(DeploymentService, deps.deployment);
+        routeReflection(router, face.reflection);
+        undecodableAsInvalidArgument(router);
+      },
+      interceptors: [
+        callLogInterceptor(deps.outage),
+        deps.serviceKeyInterceptor,
+        ...(deps.metrics ? [deps.metrics.interceptor()] : []),
+        adminAuthInterceptor(deps.operatorKeys),
+        validationInterceptor(),
+      ],
+      contextValues: contextValuesOf(deps.log),
+      ...edgeAdapterOptions,
+    }),
+  );
+}
+
+const correlationSymbol = Symbol("correlationId");
+
+/** The adapter, told the request's correlation id (chosen by the listener) through the request itself. */
+function handlerOf(adapter: ReturnType<typeof connectNodeAdapter>): RequestHandler {
+  return (req, res, correlationId) => {
+    (req as unknown as Record<symbol, string>)[correlationSymbol] = correlationId;
+    adapter(req, res);
+  };
+}
+
+function contextValuesOf(log: Logger): ConnectNodeAdapterOptions["contextValues"] {
+  return (req) => {
+    const correlationId = (req as unknown as Record<symbol, string>)[correlationSymbol] ?? correlationIdFrom(undefined);
+    return createContextValues().set(callerKey, callerOf(req, correlationId, log));
+  };
+}
+
+function callerOf(req: { socket: unknown }, correlationId: string, log: Logger): Caller {
+  return { correlationId, log: log.child({ correlationId }), ...peerOf(req.socket as TLSSocket) };
+}

@@ -1,0 +1,76 @@
+// Serving: service clients' invokes relayed over the serving node's Session, forwarded to the
+// replica that holds it when that is another (replicas find each other through the database; on
+// the embedded database there is only this one), counted per minute, and runtime log watches.
+import { replicaUrlOf, type Config } from "../config.js";
+import type { Ca } from "../identity/pki/ca.js";
+import { registerReplica, replicaDirectory, replicaRefreshMs } from "../cluster/replicas.js";
+import { InvokeRelay } from "../invoke/relay.js";
+import { InvokeCounts } from "../invoke/counts.js";
+import { LogWatches } from "../invoke/logs.js";
+import { ReplicaForwarder } from "../invoke/forward.js";
+import { deploymentService } from "../invoke/service.js";
+import { adminDeploymentLogs } from "../invoke/admin-rpc.js";
+import type { Cluster } from "./cluster.js";
+import type { Sessions } from "./sessions.js";
+import type { Deployments } from "./deployments.js";
+import type { Loop } from "./loops.js";
+import type { Core } from "./core.js";
+
+export interface ServingDeps extends Core {
+  config: Pick<Config, "databaseUrl" | "replicaUrl" | "serverNames">;
+  ca: Ca;
+  cluster: Cluster;
+  sessions: Sessions;
+  deployments: Deployments;
+  /** The port this replica listens on, for its record. */
+  port: number;
+  shutdown: AbortSignal;
+  /** How often the invocation counts are written (default a minute). */
+  countsFlushMs?: number;
+}
+
+export async function openServing(deps: ServingDeps) {
+  const { clock, db } = deps;
+  const { prisma } = db;
+  const replicaId = deps.cluster.bus.replicaId;
+  const routes = deps.deployments.routes;
+  const counts = new InvokeCounts();
+  const logs = new LogWatches(deps.sessions.registry);
+  const replica =
+    deps.config.databaseUrl !== undefined
+      ? await registerReplica({ prisma, clock, replicaId, url: replicaUrlOf(deps.config, deps.port) })
+      : undefined;
+  const forwarder =
+    replica !== undefined
+      ? new ReplicaForwarder({
+          directory: replicaDirectory({ prisma, clock, replicaId }),
+          clock,
+          replicaId,
+          caPem: deps.ca.certPem,
+          outage: db.outage,
+        })
+      : undefined;
+  const relay = new InvokeRelay({ sessions: deps.sessions.registry, routes, clock, log: deps.log, counts, logs, forwarder, outage: db.outage });
+  const loops: Loop[] = [
+    { name: "invoke counts", everyMs: deps.countsFlushMs ?? 60_000, run: () => counts.flush(prisma, new Date(clock.now())), outage: db.outage },
+    ...(replica !== undefined ? [{ name: "replica record", everyMs: replicaRefreshMs, run: replica.refresh, outage: db.outage }] : []),
+  ];
+  return {
+    relay,
+    loops,
+    service: deploymentService(relay, routes),
+    adminRpcs: adminDeploymentLogs({ routes, logs, shutdown: deps.shutdown }),
+    /** Forwarding ends and the other replicas stop looking for sessions here. */
+    async close() {
+      forwarder?.close();
+      await counts
+        .flush(prisma, new Date(clock.now()))
+        .catch((err: unknown) => deps.log.warn({ error: (err as Error).message }, "final invoke counts flush failed"));
+      await replica
+        ?.remove()
+        .catch((err: unknown) => deps.log.warn({ error: (err as Error).message }, "removing the replica record failed"));
+    },
+  };
+}
+
+export type Serving = Awaited<ReturnType<typeof openServing>>;
