@@ -146,7 +146,19 @@ async function assemble(deps: AssembleDeps) {
   const deployments = openDeployments({ config, clock, log, db, cluster, jobs });
   followCluster(cluster.bus, { sessions: sessions.registry, jobs: jobs.engine, deployments: deployments.controller });
   const serviceKeys = openServiceKeys({ prisma: db.prisma, clock, log, outage: db.outage, outageTrustMs: config.serviceKeyOutageTrustMs });
-  const serving = await openServing({ config, clock, log, db, ca, cluster, sessions, deployments, port, shutdown, countsFlushMs: deps.options.invokeCountsFlushMs });
+  const serving = await openServing({
+    config,
+    clock,
+    log,
+    db,
+    ca,
+    cluster,
+    sessions,
+    deployments,
+    port,
+    shutdown,
+    countsFlushMs: deps.options.invokeCountsFlushMs,
+  });
   const agents = agentApi({ config, clock, log, db, ca, sessions, jobs, deployments, serving, shutdown, metrics });
   const admin = adminApi(
     { config, clock, db, ca, sessions, port, replicaId: cluster.bus.replicaId, shutdown },

@@ -50,9 +50,23 @@ export async function openServing(deps: ServingDeps) {
           outage: db.outage,
         })
       : undefined;
-  const relay = new InvokeRelay({ sessions: deps.sessions.registry, routes, clock, log: deps.log, counts, logs, forwarder, outage: db.outage });
+  const relay = new InvokeRelay({
+    sessions: deps.sessions.registry,
+    routes,
+    clock,
+    log: deps.log,
+    counts,
+    logs,
+    forwarder,
+    outage: db.outage,
+  });
   const loops: Loop[] = [
-    { name: "invoke counts", everyMs: deps.countsFlushMs ?? 60_000, run: () => counts.flush(prisma, new Date(clock.now())), outage: db.outage },
+    {
+      name: "invoke counts",
+      everyMs: deps.countsFlushMs ?? 60_000,
+      run: () => counts.flush(prisma, new Date(clock.now())),
+      outage: db.outage,
+    },
     ...(replica !== undefined ? [{ name: "replica record", everyMs: replicaRefreshMs, run: replica.refresh, outage: db.outage }] : []),
   ];
   return {
