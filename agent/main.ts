@@ -48,8 +48,8 @@ Environment:
   MODELFORGE_AGENT_CLOCK_OFFSET   shift the agent's observation clock, e.g. 1h or -1h (testing)
   MODELFORGE_AGENT_ARTIFACT_SOURCES  artifact.acquire.v1 sources in order, comma-separated:
                                   control-plane, https://mirror/base[;token-file=/path] (unset: not offered)
-  MODELFORGE_AGENT_ARTIFACT_ROOTS target roots this agent writes artifacts under
-                                  (default /var/lib/modelforge/artifacts)
+  MODELFORGE_AGENT_ARTIFACT_ROOTS target roots this agent writes artifacts under, created
+                                  (mode 0750) at start when missing (default /var/lib/modelforge/artifacts)
   MODELFORGE_AGENT_STAGING_MAX_AGE  staging of an acquisition unchanged this long is removed (default 24h)
   MODELFORGE_AGENT_STAGING_SWEEP_INTERVAL  how often staging is swept after the start (default 1h)
   MODELFORGE_AGENT_METRICS_ADDRESS  Prometheus endpoint, PORT (on 127.0.0.1) or HOST:PORT (unset: none)
@@ -142,7 +142,7 @@ async function run(statePath: string, env: NodeJS.ProcessEnv): Promise<number> {
       log,
       signal: stop.signal,
       // Staging ages are file mtimes: compared with the real clock, not a shifted one.
-      registry: capabilityRegistry({ statePath, log, env, supervisor, deployments, clock: systemClock, signal: stop.signal }),
+      registry: await capabilityRegistry({ statePath, log, env, supervisor, deployments, clock: systemClock, signal: stop.signal }),
       metrics,
       // Lease expiries are the server's times: compared with the real clock, not a shifted one.
       clock: systemClock,
