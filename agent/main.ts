@@ -48,8 +48,8 @@ Environment:
   MODELFORGE_AGENT_CLOCK_OFFSET   shift the agent's observation clock, e.g. 1h or -1h (testing)
   MODELFORGE_AGENT_ARTIFACT_SOURCES  artifact.acquire.v1 sources in order, comma-separated:
                                   control-plane, https://mirror/base[;token-file=/path] (unset: not offered)
-  MODELFORGE_AGENT_ARTIFACT_ROOTS target roots this agent writes artifacts under
-                                  (default /var/lib/modelforge/artifacts)
+  MODELFORGE_AGENT_ARTIFACT_ROOTS target roots this agent writes artifacts under, created
+                                  (mode 0750) at start when missing (default /var/lib/modelforge/artifacts)
   MODELFORGE_AGENT_STAGING_MAX_AGE  staging of an acquisition unchanged this long is removed (default 24h)
   MODELFORGE_AGENT_STAGING_SWEEP_INTERVAL  how often staging is swept after the start (default 1h)
   MODELFORGE_AGENT_METRICS_ADDRESS  Prometheus endpoint, PORT (on 127.0.0.1) or HOST:PORT (unset: none)
@@ -78,108 +78,120 @@ async function main(argv: string[]): Promise<number> {
   loadConfigFile(values.config ?? process.env.MODELFORGE_AGENT_CONFIG);
   const statePath = values.state ?? process.env.MODELFORGE_AGENT_STATE ?? "./data/agent/state.json";
   switch (command) {
-    case "enroll": {
-      const missing = (["server", "token", "ca-fingerprint"] as const).filter((k) => !values[k]);
-      if (missing.length > 0) {
-        process.stderr.write(`agent enroll: missing --${missing.join(", --")}\n`);
-        return 2;
-      }
-      const state = await enrollNode({
-        serverUrl: values.server!,
-        token: values.token!,
-        caFingerprint: values["ca-fingerprint"]!,
-        name: values.name,
-        statePath,
-        force: values.force,
-      });
-      process.stdout.write(`enrolled as node ${state.nodeId}; identity saved to ${statePath}\n`);
-      return 0;
-    }
-    case "run": {
-      const log = pino({ level: process.env.MODELFORGE_AGENT_LOG_LEVEL ?? "info", base: { service: "modelforge-agent" } });
-      const stop = new AbortController();
-      process.once("SIGTERM", () => stop.abort());
-      process.once("SIGINT", () => stop.abort());
-      const env = process.env;
-      const clock = env.MODELFORGE_AGENT_CLOCK_OFFSET
-        ? offsetClock(systemClock, signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET))
-        : systemClock;
-      // Runtimes are opt-in: the registry beside the state file lets a restarted agent stop what
-      // an earlier one left running.
-      const templatePath = env.MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE?.trim() || undefined;
-      if (templatePath !== undefined && env.MODELFORGE_AGENT_RUNTIMES !== "on") {
-        throw new TemplateError("MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE is set but MODELFORGE_AGENT_RUNTIMES is not on");
-      }
-      const openAiHttp =
-        templatePath === undefined
-          ? undefined
-          : await readTemplateFile(templatePath).catch((err: unknown) => {
-              throw err instanceof TemplateError ? new TemplateError(`MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE: ${err.message}`) : err;
-            });
-      const supervisor =
-        env.MODELFORGE_AGENT_RUNTIMES === "on"
-          ? new Supervisor({ registryPath: join(dirname(statePath), "runtimes.json"), openAiHttp })
-          : undefined;
-      // Metrics are opt-in, on loopback unless another address is written out.
-      const metrics = env.MODELFORGE_AGENT_METRICS_ADDRESS?.trim() ? new AgentMetrics() : undefined;
-      const endpoint = metrics && (await serveMetrics(metrics.registry, metricsAddress(env.MODELFORGE_AGENT_METRICS_ADDRESS!)));
-      if (endpoint) log.info({ url: endpoint.url }, "metrics serving");
-      for (const orphan of (await supervisor?.reapOrphans()) ?? []) {
-        log.warn(
-          { runtimeId: orphan.record.id, pid: orphan.record.pid, outcome: orphan.outcome },
-          "orphaned runtime from an earlier agent",
-        );
-      }
-      const deployments = supervisor ? deploymentHost(supervisor, log) : undefined;
-      await runAgent({
-        statePath,
-        log,
-        signal: stop.signal,
-        clock,
-        backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
-        backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
-        replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,
-        metrics,
-        jobs: await openJobRunner({
-          statePath,
-          log,
-          signal: stop.signal,
-          // Staging ages are file mtimes: compared with the real clock, not a shifted one.
-          registry: capabilityRegistry({ statePath, log, env, supervisor, deployments, clock: systemClock, signal: stop.signal }),
-          metrics,
-          // Lease expiries are the server's times: compared with the real clock, not a shifted one.
-          clock: systemClock,
-        }),
-        deployments: deployments ? sessionDeployments(deployments, log) : undefined,
-      });
-      await supervisor?.stopAll();
-      await endpoint?.close();
-      return 0;
-    }
-    case "status": {
-      const state = await readState(statePath);
-      if (state === undefined) {
-        process.stdout.write(`not enrolled (no state at ${statePath})\n`);
-        return 1;
-      }
-      const cert = new X509Certificate(state.certPem);
-      process.stdout.write(
-        [
-          `node id:        ${state.nodeId}`,
-          `server:         ${state.serverUrl}`,
-          `CA:             ${state.caFingerprint}`,
-          `certificate:    serial ${cert.serialNumber}, valid until ${new Date(cert.validTo).toISOString()}`,
-          `sequences:      inventory ${state.sequences.inventory}, telemetry ${state.sequences.telemetry}`,
-          `agent version:  ${agentVersion}`,
-          "",
-        ].join("\n"),
-      );
-      return 0;
-    }
+    case "enroll":
+      return enroll(values, statePath);
+    case "run":
+      return run(statePath, process.env);
+    case "status":
+      return status(statePath);
     default:
       process.stderr.write(`agent: unknown command "${command}"\n\n${usage}`);
       return 2;
   }
+}
+
+async function enroll(
+  values: { server?: string; token?: string; "ca-fingerprint"?: string; name?: string; force?: boolean },
+  statePath: string,
+): Promise<number> {
+  const missing = (["server", "token", "ca-fingerprint"] as const).filter((k) => !values[k]);
+  if (missing.length > 0) {
+    process.stderr.write(`agent enroll: missing --${missing.join(", --")}\n`);
+    return 2;
+  }
+  const state = await enrollNode({
+    serverUrl: values.server!,
+    token: values.token!,
+    caFingerprint: values["ca-fingerprint"]!,
+    name: values.name,
+    statePath,
+    force: values.force,
+  });
+  process.stdout.write(`enrolled as node ${state.nodeId}; identity saved to ${statePath}\n`);
+  return 0;
+}
+
+async function run(statePath: string, env: NodeJS.ProcessEnv): Promise<number> {
+  const log = pino({ level: env.MODELFORGE_AGENT_LOG_LEVEL ?? "info", base: { service: "modelforge-agent" } });
+  const stop = new AbortController();
+  process.once("SIGTERM", () => stop.abort());
+  process.once("SIGINT", () => stop.abort());
+  const clock = env.MODELFORGE_AGENT_CLOCK_OFFSET
+    ? offsetClock(systemClock, signedDuration(env.MODELFORGE_AGENT_CLOCK_OFFSET))
+    : systemClock;
+  const supervisor = await runtimeSupervisor(env, statePath);
+  // Metrics are opt-in, on loopback unless another address is written out.
+  const metrics = env.MODELFORGE_AGENT_METRICS_ADDRESS?.trim() ? new AgentMetrics() : undefined;
+  const endpoint = metrics && (await serveMetrics(metrics.registry, metricsAddress(env.MODELFORGE_AGENT_METRICS_ADDRESS!)));
+  if (endpoint) log.info({ url: endpoint.url }, "metrics serving");
+  for (const orphan of (await supervisor?.reapOrphans()) ?? []) {
+    log.warn({ runtimeId: orphan.record.id, pid: orphan.record.pid, outcome: orphan.outcome }, "orphaned runtime from an earlier agent");
+  }
+  const deployments = supervisor ? deploymentHost(supervisor, log) : undefined;
+  await runAgent({
+    statePath,
+    log,
+    signal: stop.signal,
+    clock,
+    backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
+    backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
+    replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,
+    metrics,
+    jobs: await openJobRunner({
+      statePath,
+      log,
+      signal: stop.signal,
+      // Staging ages are file mtimes: compared with the real clock, not a shifted one.
+      registry: await capabilityRegistry({ statePath, log, env, supervisor, deployments, clock: systemClock, signal: stop.signal }),
+      metrics,
+      // Lease expiries are the server's times: compared with the real clock, not a shifted one.
+      clock: systemClock,
+    }),
+    deployments: deployments ? sessionDeployments(deployments, log) : undefined,
+  });
+  await supervisor?.stopAll();
+  await endpoint?.close();
+  return 0;
+}
+
+/**
+ * The runtime supervisor when runtimes are on (they are opt-in): its registry beside the state file
+ * lets a restarted agent stop what an earlier one left running.
+ */
+async function runtimeSupervisor(env: NodeJS.ProcessEnv, statePath: string): Promise<Supervisor | undefined> {
+  const templatePath = env.MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE?.trim() || undefined;
+  if (templatePath !== undefined && env.MODELFORGE_AGENT_RUNTIMES !== "on") {
+    throw new TemplateError("MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE is set but MODELFORGE_AGENT_RUNTIMES is not on");
+  }
+  if (env.MODELFORGE_AGENT_RUNTIMES !== "on") return undefined;
+  const openAiHttp =
+    templatePath === undefined
+      ? undefined
+      : await readTemplateFile(templatePath).catch((err: unknown) => {
+          throw err instanceof TemplateError ? new TemplateError(`MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE: ${err.message}`) : err;
+        });
+  return new Supervisor({ registryPath: join(dirname(statePath), "runtimes.json"), openAiHttp });
+}
+
+async function status(statePath: string): Promise<number> {
+  const state = await readState(statePath);
+  if (state === undefined) {
+    process.stdout.write(`not enrolled (no state at ${statePath})\n`);
+    return 1;
+  }
+  const cert = new X509Certificate(state.certPem);
+  process.stdout.write(
+    [
+      `node id:        ${state.nodeId}`,
+      `server:         ${state.serverUrl}`,
+      `CA:             ${state.caFingerprint}`,
+      `certificate:    serial ${cert.serialNumber}, valid until ${new Date(cert.validTo).toISOString()}`,
+      `sequences:      inventory ${state.sequences.inventory}, telemetry ${state.sequences.telemetry}`,
+      `agent version:  ${agentVersion}`,
+      "",
+    ].join("\n"),
+  );
+  return 0;
 }
 
 function metricsAddress(text: string) {

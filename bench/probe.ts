@@ -118,7 +118,7 @@ try {
   const statePath = join(dir, "agent", "state.json");
   const state = await enrollNode({ serverUrl: server.url, token: token.token, caFingerprint: server.ca.fingerprint, statePath });
   const supervisor = new Supervisor({ registryPath: join(dir, "agent", "runtimes.json") });
-  const registry = capabilityRegistry({ statePath, log, env: {}, supervisor });
+  const registry = await capabilityRegistry({ statePath, log, env: {}, supervisor });
   const runner = await openJobRunner({ statePath, log, signal: stop.signal, registry });
   void runAgent({ statePath, log, signal: stop.signal, jobs: observe(runner) });
   for (;;) {

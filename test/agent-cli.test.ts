@@ -2,12 +2,14 @@
 // CreateEnrollmentToken, run as given, enrolls the node; status shows the identity.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFile } from "node:child_process";
-import { mkdtempSync, statSync } from "node:fs";
+import { mkdirSync, mkdtempSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { startTestServer, type TestServer } from "./support/server.js";
-import { repoRoot } from "./support/process.js";
+import { repoRoot, spawnAgent } from "./support/process.js";
+import { enrollTestNode } from "./support/node.js";
+import { waitFor } from "./support/wait.js";
 
 const run = promisify(execFile);
 let ts: TestServer;
@@ -70,5 +72,44 @@ describe("agent CLI", () => {
     expect(r.code).toBe(1);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
     expect(r.stderr).toMatch(/does not match/);
+  });
+});
+
+describe("agent run's artifact roots", () => {
+  const serving = { MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane" };
+
+  it("creates a missing root, and its parents, mode 0750, at start", async () => {
+    const node = await enrollTestNode(ts, "roots-missing");
+    const root = join(mkdtempSync(join(tmpdir(), "mf-roots-")), "srv", "models");
+    const agentProcess = spawnAgent(node.statePath, { ...serving, MODELFORGE_AGENT_ARTIFACT_ROOTS: root });
+    try {
+      await waitFor(async () => (await ts.admin.getNode({ nodeId: node.nodeId })).node?.capabilities.includes("artifact.acquire.v1"), {
+        what: () => `the agent advertising artifact.acquire.v1; its output:\n${agentProcess.output()}`,
+      });
+      const st = statSync(root);
+      expect(st.isDirectory()).toBe(true);
+      expect(st.mode & 0o777).toBe(0o750);
+      expect(agentProcess.output()).toContain(`"root":"${root}","msg":"artifact root created"`);
+    } finally {
+      await agentProcess.stop();
+    }
+  });
+
+  it("refuses to start, naming the root it cannot create", async () => {
+    const node = await enrollTestNode(ts, "roots-blocked");
+    const dir = mkdtempSync(join(tmpdir(), "mf-roots-"));
+    const good = join(dir, "good");
+    mkdirSync(good);
+    writeFileSync(join(dir, "file"), "not a directory\n");
+    const blocked = join(dir, "file", "models");
+    const agentProcess = spawnAgent(node.statePath, { ...serving, MODELFORGE_AGENT_ARTIFACT_ROOTS: `${good},${blocked}` });
+    // "close": after the output is all read, unlike "exit".
+    const code = await new Promise<number | null>((resolve) => agentProcess.child.once("close", (c) => resolve(c)));
+    expect(code).toBe(1);
+    expect(agentProcess.output().trim().split("\n").at(-1)).toBe(
+      `agent: MODELFORGE_AGENT_ARTIFACT_ROOTS: cannot create the artifact root ${blocked}: a file is in the way`,
+    );
+    expect(ts.server.sessionsConnected(node.nodeId)).toBe(false);
+    expect((await ts.admin.getNode({ nodeId: node.nodeId })).node?.connected).toBe(false);
   });
 });

@@ -188,99 +188,130 @@ class ProgressMeter {
 }
 
 export function artifactAcquireHandler(opts: ArtifactAcquireOptions): JobHandler {
-  const progressIntervalMs = opts.progressIntervalMs ?? 1_000;
-  const reserveCheckBytes = opts.reserveCheckBytes ?? 64 * 1024 * 1024;
-
+  const settings: Settings = {
+    sources: opts.sources,
+    roots: opts.roots,
+    log: opts.log,
+    progressIntervalMs: opts.progressIntervalMs ?? 1_000,
+    reserveCheckBytes: opts.reserveCheckBytes ?? 64 * 1024 * 1024,
+  };
   const active = opts.active ?? new Set<string>();
   return async (spec, ctx): Promise<JobHandlerResult> => {
     active.add(ctx.jobId);
     try {
-      return await acquire(spec, ctx);
+      return await acquire(settings, spec, ctx);
     } finally {
       active.delete(ctx.jobId);
     }
   };
+}
 
-  async function acquire(spec: JobSpec, ctx: JobAttempt): Promise<JobHandlerResult> {
-    const plan = planAcquisition(spec, ctx.jobId, opts.roots);
-    const log = opts.log.child({ jobId: ctx.jobId, attempt: ctx.attempt, repository: plan.spec.repository, commit: plan.spec.commit });
-    await checkRoot(plan.root);
-    const meter = new ProgressMeter(
-      ctx,
-      plan.files.reduce((n, f) => n + f.size, 0),
-      progressIntervalMs,
-    );
+type Settings = Required<Omit<ArtifactAcquireOptions, "active">>;
 
-    // What the commit's directory already holds, verified, is kept; the rest is fetched.
-    const missing: Plan["files"] = [];
-    let bytesReused = 0;
-    for (const f of plan.files) {
-      if (await hasVerifiedCopy(plan.finalDir, f.segments, f.file, f.size)) {
-        bytesReused += f.size;
-        meter.add(f.size, `present: ${f.file.path}`);
-      } else missing.push(f);
-    }
-    let staged = 0;
-    for (const f of missing) {
-      const st = await lstatInside(plan.stagingDir, f.segments);
-      if (st?.isFile()) staged += Math.min(st.size, f.size);
-    }
-    await checkReserve(plan.root, missing.reduce((n, f) => n + f.size, 0) - staged, plan.spec.reserve);
-
-    let bytesWritten = 0;
-    const sourcesUsed = new Set<string>();
-    /** Each verified file's flush to disk, running while the next file downloads. */
-    const durable: Promise<void>[] = [];
-    const writer = new HashWriter();
-    try {
-      await mkdirInside(plan.root, [STAGING_DIR, ...checkRelativePath(ctx.jobId, "job id")]);
-      let sinceReserveCheck = 0;
-      const onBytes = async (n: number, path: string) => {
-        bytesWritten += n;
-        meter.add(n, `fetching ${path}`);
-        sinceReserveCheck += n;
-        if (sinceReserveCheck >= reserveCheckBytes) {
-          sinceReserveCheck = 0;
-          const left = missing.reduce((sum, f) => sum + f.size, 0) - staged - bytesWritten;
-          await checkReserve(plan.root, Math.max(0, left), plan.spec.reserve);
-        }
-      };
-      for (const f of missing) {
-        const dir = await mkdirInside(plan.stagingDir, f.segments.slice(0, -1));
-        const fetched = await fetchFile(join(dir, f.segments.at(-1)!), plan, f, opts.sources, writer, ctx, meter, onBytes, log);
-        durable.push(fetched.durable);
-        if (fetched.used !== undefined) sourcesUsed.add(fetched.used);
-      }
-      // Every file on disk for good before any is promoted.
-      await Promise.all(durable);
-      await promote(plan, missing);
-    } catch (err) {
-      // No flush may still hold a file open when its staging is removed.
-      await Promise.allSettled(durable);
-      const reason: unknown = ctx.signal.reason;
-      const cancelled = ctx.signal.aborted && reason instanceof JobCancelled;
-      const full = err instanceof JobFailureError && err.code === JobFailureCode.INSUFFICIENT_DISK;
-      // Keep staged bytes for a resume unless the job is over or they are what fills the disk.
-      if (cancelled || full) await rm(plan.stagingDir, { recursive: true, force: true });
-      if (ctx.signal.aborted) throw reason;
-      throw err;
-    } finally {
-      await writer.close();
-    }
-    log.info({ bytesWritten, bytesReused, files: plan.files.length }, "artifact acquired");
-    return {
-      result: {
-        case: "artifactAcquire",
-        value: {
-          path: plan.finalDir,
-          bytesWritten: BigInt(bytesWritten),
-          bytesReused: BigInt(bytesReused),
-          source: [...sourcesUsed].join(","),
-          files: plan.files.map((f) => ({ path: f.file.path, sizeBytes: BigInt(f.size), sha256: f.file.sha256 })),
-        },
-      },
-    };
+async function acquire(settings: Settings, spec: JobSpec, ctx: JobAttempt): Promise<JobHandlerResult> {
+  const plan = planAcquisition(spec, ctx.jobId, settings.roots);
+  const log = settings.log.child({ jobId: ctx.jobId, attempt: ctx.attempt, repository: plan.spec.repository, commit: plan.spec.commit });
+  await checkRoot(plan.root);
+  const meter = new ProgressMeter(
+    ctx,
+    plan.files.reduce((n, f) => n + f.size, 0),
+    settings.progressIntervalMs,
+  );
+  // What the commit's directory already holds, verified, is kept; the rest is fetched.
+  const missing: Plan["files"] = [];
+  let bytesReused = 0;
+  for (const f of plan.files) {
+    if (await hasVerifiedCopy(plan.finalDir, f.segments, f.file, f.size)) {
+      bytesReused += f.size;
+      meter.add(f.size, `present: ${f.file.path}`);
+    } else missing.push(f);
   }
+  let staged = 0;
+  for (const f of missing) {
+    const st = await lstatInside(plan.stagingDir, f.segments);
+    if (st?.isFile()) staged += Math.min(st.size, f.size);
+  }
+  await checkReserve(plan.root, missing.reduce((n, f) => n + f.size, 0) - staged, plan.spec.reserve);
+  const { bytesWritten, sourcesUsed } = await download(settings, plan, missing, staged, { ctx, meter, log });
+  log.info({ bytesWritten, bytesReused, files: plan.files.length }, "artifact acquired");
+  return {
+    result: {
+      case: "artifactAcquire",
+      value: {
+        path: plan.finalDir,
+        bytesWritten: BigInt(bytesWritten),
+        bytesReused: BigInt(bytesReused),
+        source: [...sourcesUsed].join(","),
+        files: plan.files.map((f) => ({ path: f.file.path, sizeBytes: BigInt(f.size), sha256: f.file.sha256 })),
+      },
+    },
+  };
+}
+
+/**
+ * Fetches the missing files into the job's staging directory, checking the disk reserve as bytes
+ * arrive, then promotes them into the commit's directory. On failure the staging is kept for a
+ * resume, unless the job was cancelled or the disk is full.
+ */
+async function download(
+  settings: Settings,
+  plan: Plan,
+  missing: Plan["files"],
+  staged: number,
+  { ctx, meter, log }: { ctx: JobAttempt; meter: ProgressMeter; log: Logger },
+): Promise<{ bytesWritten: number; sourcesUsed: Set<string> }> {
+  let bytesWritten = 0;
+  const sourcesUsed = new Set<string>();
+  /** Each verified file's flush to disk, running while the next file downloads. */
+  const durable: Promise<void>[] = [];
+  const writer = new HashWriter();
+  try {
+    await mkdirInside(plan.root, [STAGING_DIR, ...checkRelativePath(ctx.jobId, "job id")]);
+    let sinceReserveCheck = 0;
+    const onBytes = async (n: number, path: string) => {
+      bytesWritten += n;
+      meter.add(n, `fetching ${path}`);
+      sinceReserveCheck += n;
+      if (sinceReserveCheck >= settings.reserveCheckBytes) {
+        sinceReserveCheck = 0;
+        const left = missing.reduce((sum, f) => sum + f.size, 0) - staged - bytesWritten;
+        await checkReserve(plan.root, Math.max(0, left), plan.spec.reserve);
+      }
+    };
+    for (const f of missing) {
+      const dir = await mkdirInside(plan.stagingDir, f.segments.slice(0, -1));
+      const deps = { sources: settings.sources, writer, ctx, meter, onBytes, log };
+      const fetched = await fetchFile(join(dir, f.segments.at(-1)!), plan, f, deps);
+      durable.push(fetched.durable);
+      if (fetched.used !== undefined) sourcesUsed.add(fetched.used);
+    }
+    // Every file on disk for good before any is promoted.
+    await Promise.all(durable);
+    await promote(plan, missing);
+  } catch (err) {
+    // No flush may still hold a file open when its staging is removed.
+    await Promise.allSettled(durable);
+    const reason: unknown = ctx.signal.reason;
+    const cancelled = ctx.signal.aborted && reason instanceof JobCancelled;
+    const full = err instanceof JobFailureError && err.code === JobFailureCode.INSUFFICIENT_DISK;
+    // Keep staged bytes for a resume unless the job is over or they are what fills the disk.
+    if (cancelled || full) await rm(plan.stagingDir, { recursive: true, force: true });
+    if (ctx.signal.aborted) throw reason;
+    throw err;
+  } finally {
+    await writer.close();
+  }
+  return { bytesWritten, sourcesUsed };
+}
+
+/** What fetching a file works with, the same for every file of one job. */
+interface FetchDeps {
+  sources: ArtifactSource[];
+  writer: HashWriter;
+  ctx: JobAttempt;
+  meter: ProgressMeter;
+  onBytes: (n: number, path: string) => Promise<void>;
+  log: Logger;
 }
 
 /**
@@ -292,12 +323,7 @@ async function fetchFile(
   target: string,
   plan: Plan,
   f: Plan["files"][number],
-  sources: ArtifactSource[],
-  writer: HashWriter,
-  ctx: JobAttempt,
-  meter: ProgressMeter,
-  onBytes: (n: number, path: string) => Promise<void>,
-  log: Logger,
+  deps: FetchDeps,
 ): Promise<{ used: string | undefined; durable: Promise<void> }> {
   const fh = await open(target, O_WRITE, 0o644).catch((err: NodeJS.ErrnoException) => {
     if (err.code === "ELOOP") throw failure(JobFailureCode.PATH_REJECTED, "a symlink is in the way of an artifact file");
@@ -306,97 +332,15 @@ async function fetchFile(
   let keep = true;
   let handedOver = false;
   try {
-    const st = await fh.stat();
-    if (!st.isFile()) throw failure(JobFailureCode.PATH_REJECTED, "an artifact path is not a regular file");
-    let have = st.size;
-    if (have > f.size) {
-      await fh.truncate(0);
-      have = 0;
+    const fetch = new FileFetch(fh, plan, f, deps);
+    await fetch.resume();
+    for (const source of deps.sources) {
+      if (fetch.complete) break;
+      deps.ctx.signal.throwIfAborted();
+      await fetch.from(source);
     }
-    meter.add(have, `resuming ${f.file.path}`);
-    let digest: string | undefined;
-    let used: string | undefined;
-    let unavailable: string | undefined;
-    for (const source of sources) {
-      if (have === f.size) break;
-      ctx.signal.throwIfAborted();
-      let body: SourceBody;
-      try {
-        body = await source.open({
-          repository: plan.spec.repository,
-          commit: plan.spec.commit,
-          path: f.file.path,
-          offset: have,
-          signal: ctx.signal,
-        });
-      } catch (err) {
-        if (ctx.signal.aborted) throw ctx.signal.reason;
-        if (!(err instanceof SourceError)) throw err;
-        if (err.kind === "unavailable") unavailable = err.message;
-        log.warn(
-          { source: source.label, path: f.file.path, reason: err.message },
-          "artifact source could not serve the file; trying the next",
-        );
-        continue;
-      }
-      try {
-        if (body.totalSize !== undefined && body.totalSize !== f.size) {
-          throw failure(
-            JobFailureCode.SIZE_MISMATCH,
-            `${f.file.path}: ${source.label} has ${body.totalSize} bytes, the job expects ${f.size}`,
-          );
-        }
-        if (body.start !== have) {
-          if (body.start !== 0) throw new SourceError("unavailable", `${source.label}: answered from byte ${body.start}, not ${have}`);
-          await fh.truncate(0);
-          meter.add(-have, `restarting ${f.file.path}`);
-          have = 0;
-        }
-        if (have > 0) log.info({ source: source.label, path: f.file.path, offset: have }, "resuming a partial file");
-        used = source.label;
-        await writer.open(fh.fd, have);
-        let received = false;
-        try {
-          for await (const chunk of body.chunks) {
-            if (have + chunk.byteLength > f.size) {
-              throw failure(
-                JobFailureCode.SIZE_MISMATCH,
-                `${f.file.path}: ${source.label} sent more than the ${f.size} bytes the job expects`,
-              );
-            }
-            const n = chunk.byteLength;
-            // The writer takes the chunk over (its memory may move to the worker): not used after.
-            await writer.push(chunk);
-            have += n;
-            await onBytes(n, f.file.path);
-          }
-          received = true;
-        } finally {
-          // Everything counted in `have` is on disk before anyone resumes from it.
-          const written = await writer.finish().catch(diskFailure);
-          if (received) digest = written;
-        }
-        if (have < f.size) throw new SourceError("unavailable", `${source.label}: the connection ended at byte ${have} of ${f.size}`);
-      } catch (err) {
-        body.close();
-        if (ctx.signal.aborted) throw ctx.signal.reason;
-        if (err instanceof JobFailureError || err instanceof ArtifactWriteError) throw err;
-        // A dropped connection: keep what arrived; the next source (or attempt) resumes from here.
-        unavailable =
-          err instanceof SourceError ? err.message : `${source.label}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`;
-        log.warn({ source: source.label, path: f.file.path, reason: unavailable, bytes: have }, "artifact download interrupted");
-      }
-    }
-    if (have < f.size) {
-      if (unavailable !== undefined) throw failure(JobFailureCode.SOURCE_UNAVAILABLE, `${f.file.path}: ${unavailable}`, true);
-      throw failure(JobFailureCode.NOT_FOUND, `${f.file.path}: no configured source has ${plan.spec.repository}@${plan.spec.commit}`);
-    }
-    if (digest === undefined) {
-      // Complete already (staged by an earlier attempt): hash what is there.
-      await writer.open(fh.fd, have);
-      digest = await writer.finish().catch(diskFailure);
-    }
-    if (digest !== f.file.sha256) {
+    fetch.checkComplete();
+    if ((await fetch.digest()) !== f.file.sha256) {
       keep = false;
       throw failure(
         JobFailureCode.CHECKSUM_MISMATCH,
@@ -407,11 +351,130 @@ async function fetchFile(
     const durable = fh.sync().finally(() => fh.close());
     // Awaited by the caller; marked handled here so a failure waiting its turn is not "unhandled".
     durable.catch(() => undefined);
-    return { used, durable };
+    return { used: fetch.used, durable };
   } finally {
     if (!handedOver) await fh.close();
     // Corrupt bytes must not be resumed from.
     if (!keep) await rm(target, { force: true });
+  }
+}
+
+/** One file's bytes on their way in: how many are on disk, from which source, and their digest. */
+class FileFetch {
+  /** Bytes on disk, verified or not. */
+  private have = 0;
+  /** The digest of the whole file, once a source delivered all of it. */
+  private received: string | undefined;
+  /** Why the last source that failed could not deliver, when a later attempt may do better. */
+  private unavailable: string | undefined;
+  used: string | undefined;
+
+  constructor(
+    private readonly fh: FileHandle,
+    private readonly plan: Plan,
+    private readonly f: Plan["files"][number],
+    private readonly deps: FetchDeps,
+  ) {}
+
+  get complete(): boolean {
+    return this.have === this.f.size;
+  }
+
+  /** Takes over what an earlier attempt staged; more than the file can hold is started over. */
+  async resume(): Promise<void> {
+    const st = await this.fh.stat();
+    if (!st.isFile()) throw failure(JobFailureCode.PATH_REJECTED, "an artifact path is not a regular file");
+    this.have = st.size;
+    if (this.have > this.f.size) {
+      await this.fh.truncate(0);
+      this.have = 0;
+    }
+    this.deps.meter.add(this.have, `resuming ${this.f.file.path}`);
+  }
+
+  /** Fetches the rest from one source; a source that cannot serve it leaves it to the next. */
+  async from(source: ArtifactSource): Promise<void> {
+    const { ctx, log } = this.deps;
+    const path = this.f.file.path;
+    let body: SourceBody;
+    try {
+      body = await source.open({
+        repository: this.plan.spec.repository,
+        commit: this.plan.spec.commit,
+        path,
+        offset: this.have,
+        signal: ctx.signal,
+      });
+    } catch (err) {
+      if (ctx.signal.aborted) throw ctx.signal.reason;
+      if (!(err instanceof SourceError)) throw err;
+      if (err.kind === "unavailable") this.unavailable = err.message;
+      log.warn({ source: source.label, path, reason: err.message }, "artifact source could not serve the file; trying the next");
+      return;
+    }
+    try {
+      await this.receive(source, body);
+    } catch (err) {
+      body.close();
+      if (ctx.signal.aborted) throw ctx.signal.reason;
+      if (err instanceof JobFailureError || err instanceof ArtifactWriteError) throw err;
+      // A dropped connection: keep what arrived; the next source (or attempt) resumes from here.
+      this.unavailable =
+        err instanceof SourceError ? err.message : `${source.label}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`;
+      log.warn({ source: source.label, path, reason: this.unavailable, bytes: this.have }, "artifact download interrupted");
+    }
+  }
+
+  /** Writes a source's answer from where the file stands (or from its start, when the source insists). */
+  private async receive(source: ArtifactSource, body: SourceBody): Promise<void> {
+    const { f } = this;
+    const { writer, meter, log } = this.deps;
+    if (body.totalSize !== undefined && body.totalSize !== f.size) {
+      throw failure(JobFailureCode.SIZE_MISMATCH, `${f.file.path}: ${source.label} has ${body.totalSize} bytes, the job expects ${f.size}`);
+    }
+    if (body.start !== this.have) {
+      if (body.start !== 0) throw new SourceError("unavailable", `${source.label}: answered from byte ${body.start}, not ${this.have}`);
+      await this.fh.truncate(0);
+      meter.add(-this.have, `restarting ${f.file.path}`);
+      this.have = 0;
+    }
+    if (this.have > 0) log.info({ source: source.label, path: f.file.path, offset: this.have }, "resuming a partial file");
+    this.used = source.label;
+    await writer.open(this.fh.fd, this.have);
+    let whole = false;
+    try {
+      for await (const chunk of body.chunks) {
+        if (this.have + chunk.byteLength > f.size) {
+          throw failure(JobFailureCode.SIZE_MISMATCH, `${f.file.path}: ${source.label} sent more than the ${f.size} bytes the job expects`);
+        }
+        const n = chunk.byteLength;
+        // The writer takes the chunk over (its memory may move to the worker): not used after.
+        await writer.push(chunk);
+        this.have += n;
+        await this.deps.onBytes(n, f.file.path);
+      }
+      whole = true;
+    } finally {
+      // Everything counted in `have` is on disk before anyone resumes from it.
+      const written = await writer.finish().catch(diskFailure);
+      if (whole) this.received = written;
+    }
+    if (this.have < f.size) throw new SourceError("unavailable", `${source.label}: the connection ended at byte ${this.have} of ${f.size}`);
+  }
+
+  /** Fails the file when no source could complete it: retryable if one was only unavailable. */
+  checkComplete(): void {
+    if (this.complete) return;
+    const { f, plan } = this;
+    if (this.unavailable !== undefined) throw failure(JobFailureCode.SOURCE_UNAVAILABLE, `${f.file.path}: ${this.unavailable}`, true);
+    throw failure(JobFailureCode.NOT_FOUND, `${f.file.path}: no configured source has ${plan.spec.repository}@${plan.spec.commit}`);
+  }
+
+  /** The digest of the complete file: as it streamed in, or (staged by an earlier attempt) read back. */
+  async digest(): Promise<string> {
+    if (this.received !== undefined) return this.received;
+    await this.deps.writer.open(this.fh.fd, this.have);
+    return this.deps.writer.finish().catch(diskFailure);
   }
 }
 

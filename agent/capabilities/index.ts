@@ -11,6 +11,7 @@ import { registerDeploymentCapabilities, type DeploymentHost } from "../deployme
 import { parseDuration } from "../../common/duration.js";
 import type { Clock } from "../../common/clock.js";
 import { runStagingSweeper } from "./staging-sweeper.js";
+import { prepareArtifactRoots } from "./artifact-roots.js";
 import { ControlPlaneSource, MirrorSource, parseSourceList, SourceConfigError, type ArtifactSource } from "./artifact-sources.js";
 
 export const DEFAULT_ARTIFACT_ROOTS = "/var/lib/modelforge/artifacts";
@@ -67,7 +68,11 @@ export function artifactRootsFrom(text: string): string[] {
   return roots;
 }
 
-export function capabilityRegistry(config: CapabilityConfig): CapabilityRegistry {
+/**
+ * The registry of what this agent is configured to serve. With artifact sources, the artifact
+ * roots are created first (./artifact-roots.ts): a root that cannot be made refuses the start.
+ */
+export async function capabilityRegistry(config: CapabilityConfig): Promise<CapabilityRegistry> {
   const registry = new CapabilityRegistry();
   const sourcesText = config.env.MODELFORGE_AGENT_ARTIFACT_SOURCES?.trim() ?? "";
   if (sourcesText !== "") {
@@ -82,6 +87,7 @@ export function capabilityRegistry(config: CapabilityConfig): CapabilityRegistry
     }
     const maxAgeMs = durationSetting(config.env, "MODELFORGE_AGENT_STAGING_MAX_AGE", DEFAULT_STAGING_MAX_AGE);
     const intervalMs = durationSetting(config.env, "MODELFORGE_AGENT_STAGING_SWEEP_INTERVAL", DEFAULT_STAGING_SWEEP_INTERVAL);
+    for (const root of await prepareArtifactRoots(roots)) config.log.info({ root }, "artifact root created");
     const active = new Set<string>();
     registry.register("artifact.acquire.v1", artifactAcquireHandler({ sources, roots, log: config.log, active }));
     if (config.clock && config.signal) {

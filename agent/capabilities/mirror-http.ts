@@ -65,144 +65,163 @@ export function plainGet(
 ): Promise<MirrorResponse | "unsupported"> {
   return new Promise((resolve, reject) => {
     const head = requestHead(url, headers);
-    let cur = takeBuffer();
-    let fill = 0;
-    let answered = false;
-    /** Body bytes still expected; -1 until the head is read. */
-    let left = -1;
-    let finished = false;
-    let failed: Error | undefined;
-    let paused = false;
-    const queue: Uint8Array[] = [];
-    let wake: (() => void) | undefined;
-    // Where reads go once the body is complete: nothing after it is used.
-    const spill = Buffer.allocUnsafe(4096);
+    new PlainGet(url, head, signal, idleMs, resolve, reject);
+  });
+}
 
-    const fail = (err: Error) => {
-      // What arrived of the body is handed on, so a resume starts after it, not at the slot's start.
-      if (left >= 0 && fill > 0 && cur !== spill) {
-        queue.push(cur.subarray(0, fill));
-        cur = spill;
-        fill = 0;
-      }
-      failed ??= err;
-      if (!answered) {
-        answered = true;
-        reject(err);
-      }
-      wake?.();
-    };
-    /** `got` new body bytes end at `fill`; whole buffers (and the last) are queued for the reader. */
-    const bodyBytes = (got: number): boolean => {
-      if (got > left) {
-        fill -= got;
-        fail(new Error("the mirror sent more than its Content-Length"));
-        socket.destroy();
-        return false;
-      }
-      left -= got;
-      if (fill > 0 && (left === 0 || fill === cur.length)) {
-        queue.push(cur.subarray(0, fill));
-        cur = left === 0 ? spill : takeBuffer();
-        fill = 0;
-        wake?.();
-      }
-      if (left === 0) {
-        finished = true;
-        wake?.();
-        process.nextTick(() => socket.destroy());
-        return false;
-      }
-      if (queue.length >= MAX_QUEUED) paused = true;
-      return !paused;
-    };
-    const onHead = (): boolean => {
-      const end = cur.subarray(0, fill).indexOf(HEAD_END);
-      if (end < 0) {
-        if (fill < MAX_HEAD_BYTES) return true;
-        fail(new Error("the mirror's answer head is too long"));
-        socket.destroy();
-        return false;
-      }
-      const parsed = parseHead(cur.toString("latin1", 0, end));
-      if (parsed === undefined) {
-        fail(new Error("the mirror's answer is not valid HTTP/1.1"));
-        socket.destroy();
-        return false;
-      }
-      const { status, headers: h } = parsed;
-      const length = h.get("content-length");
-      const streamed = status === 200 || status === 206;
-      if (streamed && (h.has("transfer-encoding") || length === undefined || !/^\d+$/.test(length))) {
-        answered = true;
-        socket.destroy();
-        resolve("unsupported");
-        return false;
-      }
-      // The body's first bytes go to the start of the buffer, which then fills on.
-      cur.copyWithin(0, end + 4, fill);
-      fill -= end + 4;
-      left = streamed ? Number(length) : 0;
-      answered = true;
-      resolve({
-        status,
-        location: h.get("location"),
-        contentLength: length === undefined ? undefined : Number(length),
-        contentRange: h.get("content-range"),
-        body: body(),
-        discard: () => socket.destroy(),
-        close: () => socket.destroy(),
-      });
-      if (!streamed) {
-        finished = true;
-        process.nextTick(() => socket.destroy());
-        return false;
-      }
-      return bodyBytes(fill);
-    };
+/**
+ * One GET on a connection of its own. The socket reads into the current buffer; the head is
+ * parsed from its start, then whole buffers of the body (and the last, short one) are queued for
+ * the reader, and the socket stops reading while the queue is full.
+ */
+class PlainGet {
+  private cur = takeBuffer();
+  private fill = 0;
+  private answered = false;
+  /** Body bytes still expected; -1 until the head is read. */
+  private left = -1;
+  private finished = false;
+  private failed: Error | undefined;
+  private paused = false;
+  private readonly queue: Uint8Array[] = [];
+  private wake: (() => void) | undefined;
+  /** Where reads go once the body is complete: nothing after it is used. */
+  private readonly spill = Buffer.allocUnsafe(4096);
+  private readonly socket: net.Socket;
 
+  constructor(
+    url: URL,
+    head: string,
+    signal: AbortSignal,
+    idleMs: number,
+    private readonly resolve: (r: MirrorResponse | "unsupported") => void,
+    private readonly reject: (err: Error) => void,
+  ) {
     const socket = net.connect({
       host: dialHost(url),
       port: Number(url.port || 80),
       onread: {
-        buffer: () => cur.subarray(fill),
+        buffer: () => this.cur.subarray(this.fill),
         callback: (n: number) => {
-          if (finished || failed !== undefined) return false;
-          fill += n;
-          return left < 0 ? onHead() : bodyBytes(n);
+          if (this.finished || this.failed !== undefined) return false;
+          this.fill += n;
+          return this.left < 0 ? this.onHead() : this.bodyBytes(n);
         },
       },
     });
+    this.socket = socket;
     socket.setNoDelay(true);
     socket.setTimeout(idleMs, () => socket.destroy(new Error(`no data for ${idleMs} ms`)));
     const forgetAbort = onAbort(signal, () => socket.destroy(signal.reason as Error));
     socket.on("connect", () => socket.write(head));
-    socket.on("error", (err) => fail(signal.aborted ? (signal.reason as Error) : err));
+    socket.on("error", (err) => this.fail(signal.aborted ? (signal.reason as Error) : err));
     socket.on("close", () => {
       forgetAbort();
-      if (!finished) fail(Object.assign(new Error("the connection closed before the answer was complete"), { code: "ECONNRESET" }));
+      if (!this.finished)
+        this.fail(Object.assign(new Error("the connection closed before the answer was complete"), { code: "ECONNRESET" }));
     });
+  }
 
-    async function* body(): AsyncGenerator<Uint8Array> {
-      try {
-        for (;;) {
-          const chunk = queue.shift();
-          if (chunk !== undefined) {
-            if (paused && queue.length < MAX_QUEUED / 2) {
-              paused = false;
-              socket.resume();
-            }
-            yield chunk;
-            continue;
-          }
-          if (failed !== undefined) throw failed;
-          if (finished) return;
-          await new Promise<void>((woken) => (wake = woken));
-          wake = undefined;
-        }
-      } finally {
-        socket.destroy();
-      }
+  private fail(err: Error): void {
+    // What arrived of the body is handed on, so a resume starts after it, not at the slot's start.
+    if (this.left >= 0 && this.fill > 0 && this.cur !== this.spill) {
+      this.queue.push(this.cur.subarray(0, this.fill));
+      this.cur = this.spill;
+      this.fill = 0;
     }
-  });
+    this.failed ??= err;
+    if (!this.answered) {
+      this.answered = true;
+      this.reject(err);
+    }
+    this.wake?.();
+  }
+
+  /** Fails the answer and drops its connection; returns false, which stops the reading. */
+  private refuse(message: string): false {
+    this.fail(new Error(message));
+    this.socket.destroy();
+    return false;
+  }
+
+  /** `got` new body bytes end at `fill`; whole buffers (and the last) are queued for the reader. */
+  private bodyBytes(got: number): boolean {
+    if (got > this.left) {
+      this.fill -= got;
+      return this.refuse("the mirror sent more than its Content-Length");
+    }
+    this.left -= got;
+    if (this.fill > 0 && (this.left === 0 || this.fill === this.cur.length)) {
+      this.queue.push(this.cur.subarray(0, this.fill));
+      this.cur = this.left === 0 ? this.spill : takeBuffer();
+      this.fill = 0;
+      this.wake?.();
+    }
+    if (this.left === 0) {
+      this.finished = true;
+      this.wake?.();
+      process.nextTick(() => this.socket.destroy());
+      return false;
+    }
+    if (this.queue.length >= MAX_QUEUED) this.paused = true;
+    return !this.paused;
+  }
+
+  private onHead(): boolean {
+    const end = this.cur.subarray(0, this.fill).indexOf(HEAD_END);
+    if (end < 0) return this.fill < MAX_HEAD_BYTES || this.refuse("the mirror's answer head is too long");
+    const parsed = parseHead(this.cur.toString("latin1", 0, end));
+    if (parsed === undefined) return this.refuse("the mirror's answer is not valid HTTP/1.1");
+    const { status, headers: h } = parsed;
+    const length = h.get("content-length");
+    const streamed = status === 200 || status === 206;
+    if (streamed && (h.has("transfer-encoding") || length === undefined || !/^\d+$/.test(length))) {
+      this.answered = true;
+      this.socket.destroy();
+      this.resolve("unsupported");
+      return false;
+    }
+    // The body's first bytes go to the start of the buffer, which then fills on.
+    this.cur.copyWithin(0, end + 4, this.fill);
+    this.fill -= end + 4;
+    this.left = streamed ? Number(length) : 0;
+    this.answered = true;
+    this.resolve({
+      status,
+      location: h.get("location"),
+      contentLength: length === undefined ? undefined : Number(length),
+      contentRange: h.get("content-range"),
+      body: this.body(),
+      discard: () => this.socket.destroy(),
+      close: () => this.socket.destroy(),
+    });
+    if (!streamed) {
+      this.finished = true;
+      process.nextTick(() => this.socket.destroy());
+      return false;
+    }
+    return this.bodyBytes(this.fill);
+  }
+
+  private async *body(): AsyncGenerator<Uint8Array> {
+    try {
+      for (;;) {
+        const chunk = this.queue.shift();
+        if (chunk !== undefined) {
+          if (this.paused && this.queue.length < MAX_QUEUED / 2) {
+            this.paused = false;
+            this.socket.resume();
+          }
+          yield chunk;
+          continue;
+        }
+        if (this.failed !== undefined) throw this.failed;
+        if (this.finished) return;
+        await new Promise<void>((woken) => (this.wake = woken));
+        this.wake = undefined;
+      }
+    } finally {
+      this.socket.destroy();
+    }
+  }
 }

@@ -168,46 +168,13 @@ export class Supervisor {
     const id = randomUUID();
     const plan = await this.plan(engine, id, options.modelPath, params);
     const began = performance.now();
-    const child = spawn(plan.command, plan.args, {
-      cwd: worker.cwd,
-      env: plan.env,
-      // Its own process group: stop() reaches every process the engine starts.
-      detached: true,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let tail = "";
-    const keepTail = (c: Buffer) => (tail = (tail + c.toString()).slice(-tailBytes));
-    child.stderr!.on("data", keepTail);
-    const onOutput = options.onOutput;
-    if (onOutput !== undefined) child.stderr!.on("data", (c: Buffer) => onOutput("stderr", c));
-    let stopping = false;
-    let exit: ExitStatus | undefined;
-    const exited = new Promise<ExitStatus>((resolve) => {
-      const done = (code: number | null, signal: NodeJS.Signals | null) => {
-        if (exit) return;
-        exit = { code, signal, stopped: stopping };
-        // The group may outlive its leader (an external server's workers): end it too. Never the
-        // bare pid: it is free for reuse now.
-        if (child.pid !== undefined) killGroup(child.pid, "SIGKILL", false);
-        // Resolve once the registry forgets it, so whoever awaited the exit sees a clean registry.
-        void this.registry
-          .remove(id)
-          .catch(() => undefined)
-          .then(() => resolve(exit!));
-      };
-      child.once("exit", done);
-      // Only a failed spawn counts as an end; a process that has a pid ends with "exit".
-      child.once("error", () => {
-        if (child.pid === undefined) done(null, null);
-      });
-    });
-    const gone = new AbortController();
-    void exited.then(() => gone.abort());
-    if (child.pid === undefined) {
-      await exited;
+    // Resolves once the registry forgets it, so whoever awaited the exit sees a clean registry.
+    const proc = new RuntimeProcess(plan, options.onOutput, () => this.registry.remove(id).catch(() => undefined));
+    if (proc.pid === undefined) {
+      await proc.exited;
       throw new EngineError("process_failed_to_start", `the ${engine} runtime could not be started`);
     }
-    const pid = child.pid;
+    const pid = proc.pid;
     const startedAt = new Date(this.clock.now());
     const stat = await readStat(pid);
     await this.registry.add({
@@ -219,16 +186,9 @@ export class Supervisor {
       startedAt: startedAt.toISOString(),
     });
     // It may have ended while being recorded, its removal queued before the record.
-    if (exit) await this.registry.remove(id);
-
-    const deadline = this.clock.now() + (options.healthDeadlineMs ?? 120_000);
+    if (proc.exit) await this.registry.remove(id);
     try {
-      const ready = await this.waitForPort(plan, child, deadline, gone.signal, keepTail);
-      // Only now: a listener set earlier would start the flow before the port announcement is read.
-      if (onOutput !== undefined) child.stdout!.on("data", (c: Buffer) => onOutput("stdout", c));
-      const client = new OpenAiClient(`http://${loopback}:${ready.port}`);
-      await this.waitForHealth(client, plan.healthPath, deadline, gone.signal);
-      if (exit) throw new Error("exited");
+      const { client, modelLoadMs } = await this.untilReady(plan, proc, this.clock.now() + (options.healthDeadlineMs ?? 120_000));
       const runtime: Held = {
         id,
         engine,
@@ -237,26 +197,41 @@ export class Supervisor {
         modelPath: options.modelPath,
         startedAt,
         loadMs: performance.now() - began,
-        modelLoadMs: ready.modelLoadMs,
+        modelLoadMs,
         client,
-        exited,
-        exitStatus: () => exit,
-        memory: () => (exit ? Promise.resolve(undefined) : readMemory(pid)),
-        child,
-        markStopping: () => (stopping = true),
+        exited: proc.exited,
+        exitStatus: () => proc.exit,
+        memory: () => (proc.exit ? Promise.resolve(undefined) : readMemory(pid)),
+        child: proc.child,
+        markStopping: () => (proc.stopping = true),
       };
       this.held.set(id, runtime);
       return runtime;
     } catch (err) {
-      stopping = true;
-      await this.terminate(child, exited);
+      proc.stopping = true;
+      await this.terminate(proc.child, proc.exited);
       if (err instanceof EngineError && err.code === "health_deadline_exceeded") throw err;
-      const status = exit as ExitStatus | undefined;
+      const status = proc.exit as ExitStatus | undefined;
       throw new EngineError(
         "exited_before_ready",
-        `the ${engine} runtime exited before it was ready (code ${status?.code ?? "none"}, signal ${status?.signal ?? "none"}): ${lastLine(tail)}`,
+        `the ${engine} runtime exited before it was ready (code ${status?.code ?? "none"}, signal ${status?.signal ?? "none"}): ${lastLine(proc.tail)}`,
       );
     }
+  }
+
+  /** Waits for the runtime's port, then its health: its client once it answers healthy by the deadline. */
+  private async untilReady(
+    plan: LaunchPlan,
+    proc: RuntimeProcess,
+    deadline: number,
+  ): Promise<{ client: OpenAiClient; modelLoadMs: number | undefined }> {
+    const ready = await this.waitForPort(plan, proc.child, deadline, proc.gone.signal);
+    // Only now: a listener set earlier would start the flow before the port announcement is read.
+    proc.forwardStdout();
+    const client = new OpenAiClient(`http://${loopback}:${ready.port}`);
+    await this.waitForHealth(client, plan.healthPath, deadline, proc.gone.signal);
+    if (proc.exit) throw new Error("exited");
+    return { client, modelLoadMs: ready.modelLoadMs };
   }
 
   /** Asks a held runtime's health endpoint; a crashed runtime reports how it ended. */
@@ -361,12 +336,8 @@ export class Supervisor {
     child: ChildProcess,
     deadline: number,
     gone: AbortSignal,
-    keepTail: (c: Buffer) => void,
   ): Promise<{ port: number; modelLoadMs?: number }> {
-    if (plan.port !== "announced") {
-      child.stdout!.on("data", keepTail);
-      return { port: plan.port };
-    }
+    if (plan.port !== "announced") return { port: plan.port };
     const lines = createInterface({ input: child.stdout! });
     const announced = new Promise<ListeningLine>((resolve) => {
       lines.on("line", (line) => {
@@ -408,6 +379,69 @@ export class Supervisor {
       await this.clock.sleep(pollMs);
     }
     return done();
+  }
+}
+
+/**
+ * One spawned runtime process, in its own process group: the tail of its output (for the reason it
+ * failed), its output handed on by stream, and how it ended. A process whose spawn failed ends at
+ * once, with no pid.
+ */
+class RuntimeProcess {
+  readonly child: ChildProcess;
+  readonly exited: Promise<ExitStatus>;
+  /** Aborted once the process has ended. */
+  readonly gone = new AbortController();
+  /** Set before stopping it: its end is then not a crash. */
+  stopping = false;
+  exit: ExitStatus | undefined;
+  tail = "";
+  private readonly keepTail = (c: Buffer) => (this.tail = (this.tail + c.toString()).slice(-tailBytes));
+
+  constructor(
+    private readonly plan: LaunchPlan,
+    private readonly onOutput: StartOptions["onOutput"],
+    forget: () => Promise<unknown>,
+  ) {
+    this.child = spawn(plan.command, plan.args, {
+      cwd: worker.cwd,
+      env: plan.env,
+      // Its own process group: stop() reaches every process the engine starts.
+      detached: true,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.child.stderr!.on("data", this.keepTail);
+    if (onOutput !== undefined) this.child.stderr!.on("data", (c: Buffer) => onOutput("stderr", c));
+    this.exited = new Promise<ExitStatus>((resolve) => {
+      const done = (code: number | null, signal: NodeJS.Signals | null) => {
+        if (this.exit) return;
+        this.exit = { code, signal, stopped: this.stopping };
+        // The group may outlive its leader (an external server's workers): end it too. Never the
+        // bare pid: it is free for reuse now.
+        if (this.child.pid !== undefined) killGroup(this.child.pid, "SIGKILL", false);
+        void forget().then(() => resolve(this.exit!));
+      };
+      this.child.once("exit", done);
+      // Only a failed spawn counts as an end; a process that has a pid ends with "exit".
+      this.child.once("error", () => {
+        if (this.child.pid === undefined) done(null, null);
+      });
+    });
+    void this.exited.then(() => this.gone.abort());
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /**
+   * Hands on standard output once the port is known: a process that announces its port on it is
+   * read line by line until then, and that announcement is not the runtime's log.
+   */
+  forwardStdout(): void {
+    if (this.plan.port !== "announced") this.child.stdout!.on("data", this.keepTail);
+    const onOutput = this.onOutput;
+    if (onOutput !== undefined) this.child.stdout!.on("data", (c: Buffer) => onOutput("stdout", c));
   }
 }
 

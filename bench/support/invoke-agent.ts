@@ -28,7 +28,7 @@ await runAgent({
     statePath,
     log,
     signal: stop.signal,
-    registry: capabilityRegistry({
+    registry: await capabilityRegistry({
       statePath,
       log,
       env: { MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane", MODELFORGE_AGENT_ARTIFACT_ROOTS: process.env.BENCH_AGENT_ROOT },

@@ -24,49 +24,65 @@ export interface RuntimeServerOptions {
 }
 
 export function createRuntimeServer({ generator, modelId }: RuntimeServerOptions): Server {
-  const created = Math.floor(Date.now() / 1000);
-  let busy = false;
+  const api = new RuntimeApi(generator, modelId);
+  return createServer((req, res) => {
+    if (req.method === "POST") logAccess(req, res);
+    api.handle(req, res).catch((err: unknown) => answerFailure(res, err));
+  });
+}
 
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+/** The API's routes over one generator, which generates for one request at a time. */
+class RuntimeApi {
+  private readonly created = Math.floor(Date.now() / 1000);
+  private busy = false;
+
+  constructor(
+    private readonly generator: TextGenerator,
+    private readonly modelId: string,
+  ) {}
+
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? "/").split("?")[0];
     const route = routes[path ?? ""];
     if (route === undefined) throw new OpenAiError(404, "not_found_error", "not_found", "no such route");
     if (req.method !== route) throw new OpenAiError(405, "invalid_request_error", "method_not_allowed", `use ${route}`);
     if (path === "/health") return json(res, 200, { status: "ok" });
     if (path === "/v1/models") {
-      const list: ModelList = { object: "list", data: [{ id: modelId, object: "model", created, owned_by: "modelforge" }] };
+      const list: ModelList = {
+        object: "list",
+        data: [{ id: this.modelId, object: "model", created: this.created, owned_by: "modelforge" }],
+      };
       return json(res, 200, list);
     }
     const body = await readJson(req);
     const request = path === "/v1/completions" ? parseCompletionRequest(body) : parseChatRequest(body);
-    if (request.model !== undefined && request.model !== modelId) {
+    if (request.model !== undefined && request.model !== this.modelId) {
       throw new OpenAiError(404, "not_found_error", "model_not_found", "this runtime does not serve that model", "model");
     }
-    if (busy) throw new OpenAiError(429, "rate_limit_error", "runtime_busy", "the runtime is generating for another request");
-    busy = true;
+    if (this.busy) throw new OpenAiError(429, "rate_limit_error", "runtime_busy", "the runtime is generating for another request");
+    this.busy = true;
     const abort = new AbortController();
     // The client went away: stop generating for nobody.
     res.on("close", () => abort.abort());
     try {
-      await (request.stream ? stream(res, request, abort.signal) : respond(res, request, abort.signal));
+      await (request.stream ? this.stream(res, request, abort.signal) : this.respond(res, request, abort.signal));
     } finally {
-      busy = false;
+      this.busy = false;
     }
   }
 
-  async function respond(res: ServerResponse, request: GenerationRequest, signal: AbortSignal): Promise<void> {
-    const gen = generator.generate(request, signal);
+  private async respond(res: ServerResponse, request: GenerationRequest, signal: AbortSignal): Promise<void> {
+    const gen = this.generator.generate(request, signal);
     let step = await gen.next();
     while (!step.done) step = await gen.next();
     const result = step.value;
-    const id = `${request.kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID()}`;
-    const now = Math.floor(Date.now() / 1000);
+    const base = { id: generationId(request), created: Math.floor(Date.now() / 1000), model: this.modelId };
     if (request.kind === "chat") {
       const body: ChatCompletionResponse = {
-        id,
+        id: base.id,
         object: "chat.completion",
-        created: now,
-        model: modelId,
+        created: base.created,
+        model: base.model,
         choices: [{ index: 0, message: { role: "assistant", content: result.text }, finish_reason: result.finishReason }],
         usage: usage(result),
         timings: result.timings,
@@ -74,10 +90,10 @@ export function createRuntimeServer({ generator, modelId }: RuntimeServerOptions
       return json(res, 200, body);
     }
     const body: CompletionResponse = {
-      id,
+      id: base.id,
       object: "text_completion",
-      created: now,
-      model: modelId,
+      created: base.created,
+      model: base.model,
       choices: [{ index: 0, text: result.text, finish_reason: result.finishReason, logprobs: null }],
       usage: usage(result),
       timings: result.timings,
@@ -85,32 +101,9 @@ export function createRuntimeServer({ generator, modelId }: RuntimeServerOptions
     json(res, 200, body);
   }
 
-  async function stream(res: ServerResponse, request: GenerationRequest, signal: AbortSignal): Promise<void> {
-    const id = `${request.kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID()}`;
-    const now = Math.floor(Date.now() / 1000);
-    const chunk = (text: string | undefined, finish: GenerationResult["finishReason"] | null, first = false) =>
-      request.kind === "chat"
-        ? ({
-            id,
-            object: "chat.completion.chunk",
-            created: now,
-            model: modelId,
-            choices: [
-              {
-                index: 0,
-                delta: { ...(first ? { role: "assistant" as const } : {}), ...(text !== undefined ? { content: text } : {}) },
-                finish_reason: finish,
-              },
-            ],
-          } satisfies ChatCompletionChunk)
-        : ({
-            id,
-            object: "text_completion",
-            created: now,
-            model: modelId,
-            choices: [{ index: 0, text: text ?? "", finish_reason: finish, logprobs: null }],
-          } satisfies CompletionResponse);
-    const gen = generator.generate(request, signal);
+  private async stream(res: ServerResponse, request: GenerationRequest, signal: AbortSignal): Promise<void> {
+    const chunk = chunkMaker(request, { id: generationId(request), created: Math.floor(Date.now() / 1000), model: this.modelId });
+    const gen = this.generator.generate(request, signal);
     // The first step may refuse the request (context too long): answer with a status, not a stream.
     let step = await gen.next();
     res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
@@ -125,28 +118,57 @@ export function createRuntimeServer({ generator, modelId }: RuntimeServerOptions
     if (request.includeUsage) send({ ...chunk(undefined, null), choices: [], usage: usage(result) });
     res.end("data: [DONE]\n\n");
   }
+}
 
-  return createServer((req, res) => {
-    // An access line per generation request (never its body): what `forge deployments logs` shows.
-    if (req.method === "POST") {
-      const began = performance.now();
-      res.once("finish", () =>
-        process.stderr.write(
-          `runtime: ${req.method} ${(req.url ?? "").split("?")[0]} ${res.statusCode} ${Math.round(performance.now() - began)} ms\n`,
-        ),
-      );
-    }
-    handle(req, res).catch((err: unknown) => {
-      const e = err instanceof OpenAiError ? err : new OpenAiError(500, "server_error", "internal", "the runtime failed to answer");
-      if (!(err instanceof OpenAiError)) process.stderr.write(`runtime: request failed: ${(err as Error).message}\n`);
-      if (res.headersSent) {
-        // Mid-stream: the status is gone; end the stream with an error event.
-        res.end(`data: ${JSON.stringify(e.body())}\n\n`);
-        return;
-      }
-      json(res, e.status, e.body(), e.status === 413);
-    });
-  });
+function generationId(request: GenerationRequest): string {
+  return `${request.kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID()}`;
+}
+
+/** Builds the stream's chunks of one generation, in the shape of its kind. */
+function chunkMaker(request: GenerationRequest, base: { id: string; created: number; model: string }) {
+  return (text: string | undefined, finish: GenerationResult["finishReason"] | null, first = false) =>
+    request.kind === "chat"
+      ? ({
+          id: base.id,
+          object: "chat.completion.chunk",
+          created: base.created,
+          model: base.model,
+          choices: [
+            {
+              index: 0,
+              delta: { ...(first ? { role: "assistant" as const } : {}), ...(text !== undefined ? { content: text } : {}) },
+              finish_reason: finish,
+            },
+          ],
+        } satisfies ChatCompletionChunk)
+      : ({
+          id: base.id,
+          object: "text_completion",
+          created: base.created,
+          model: base.model,
+          choices: [{ index: 0, text: text ?? "", finish_reason: finish, logprobs: null }],
+        } satisfies CompletionResponse);
+}
+
+/** An access line per generation request (never its body): what `forge deployments logs` shows. */
+function logAccess(req: IncomingMessage, res: ServerResponse): void {
+  const began = performance.now();
+  res.once("finish", () =>
+    process.stderr.write(
+      `runtime: ${req.method} ${(req.url ?? "").split("?")[0]} ${res.statusCode} ${Math.round(performance.now() - began)} ms\n`,
+    ),
+  );
+}
+
+function answerFailure(res: ServerResponse, err: unknown): void {
+  const e = err instanceof OpenAiError ? err : new OpenAiError(500, "server_error", "internal", "the runtime failed to answer");
+  if (!(err instanceof OpenAiError)) process.stderr.write(`runtime: request failed: ${(err as Error).message}\n`);
+  if (res.headersSent) {
+    // Mid-stream: the status is gone; end the stream with an error event.
+    res.end(`data: ${JSON.stringify(e.body())}\n\n`);
+    return;
+  }
+  json(res, e.status, e.body(), e.status === 413);
 }
 
 const routes: Record<string, "GET" | "POST"> = {
