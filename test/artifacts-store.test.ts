@@ -1,6 +1,6 @@
 // The control plane's artifact store through its real RPCs and the real `forge artifacts` CLI:
-// chunked pushes that resume and deduplicate by digest, refusals of bad pushes, listing, and
-// deletes that free content only when no commit refers to it any more.
+// chunked pushes that resume and deduplicate by digest, the bound on a commit's files, refusals of bad pushes, listing, and deletes that free content only when no
+// commit refers to it any more.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { repoRoot } from "./support/process.js";
+import { MAX_COMMIT_FILES } from "../common/artifacts.js";
 
 let ts: TestServer;
 let work: string;
@@ -153,6 +154,36 @@ describe("UploadArtifactChunk, ListArtifactFiles, DeleteArtifactFiles", () => {
     await ts.admin.uploadArtifactChunk({ ...base(content, commit), offset: 0n, data: content });
     const other = randomBytes(1000);
     expect(await codeOf(ts.admin.uploadArtifactChunk({ ...base(other, commit), offset: 0n, data: other }))).toBe(Code.AlreadyExists);
+  });
+
+  it(`refuses a file that would make a commit hold more than ${MAX_COMMIT_FILES}, at its first chunk`, async () => {
+    const commit = commitOf("full");
+    const content = randomBytes(100);
+    const digest = sha256(content);
+    // The commit already holds all but one file (written straight to the index: the store's own
+    // push path is what is under test, not the setup).
+    await ts.server.db.prisma.storedArtifact.createMany({
+      data: Array.from({ length: MAX_COMMIT_FILES - 1 }, (_, i) => ({
+        repository,
+        commit,
+        path: `held/${i}`,
+        sizeBytes: BigInt(content.length),
+        sha256: digest,
+      })),
+    });
+    const last = await ts.admin.uploadArtifactChunk({ ...base(content, commit, "last.bin"), offset: 0n, data: content });
+    expect(last).toMatchObject({ complete: true });
+    for (const probe of [{}, { data: content }]) {
+      const err = await ts.admin
+        .uploadArtifactChunk({ ...base(content, commit, "one-more.bin"), offset: 0n, ...probe })
+        .catch((e: unknown) => ConnectError.from(e));
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+      expect((err as ConnectError).rawMessage).toContain(`a commit holds at most ${MAX_COMMIT_FILES}`);
+    }
+    // A file the commit already holds is still answered: pushing a commit again stays possible.
+    expect(await ts.admin.uploadArtifactChunk({ ...base(content, commit, "last.bin"), offset: 0n })).toMatchObject({ complete: true });
+    expect(await ts.server.db.prisma.storedArtifact.count({ where: { repository, commit } })).toBe(MAX_COMMIT_FILES);
   });
 
   it("stores shared content once and frees it only when the last name is deleted", async () => {
