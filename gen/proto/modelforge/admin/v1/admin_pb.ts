@@ -1503,7 +1503,8 @@ export type ListJobsRequest = Message<"modelforge.admin.v1.ListJobsRequest"> & {
   orderingKey: string;
 
   /**
-   * Page size; default 100, at most 1000.
+   * Page size; default 100, at most 1000. A page holds at most 4 MiB of jobs (always at least
+   * one), so a page of large jobs holds fewer: follow next_page_token until it is empty.
    *
    * @generated from field: uint32 page_size = 4;
    */
