@@ -1,15 +1,17 @@
 // The control plane's artifact store through its real RPCs and the real `forge artifacts` CLI:
-// chunked pushes that resume and deduplicate by digest, refusals of bad pushes, listing, and
-// deletes that free content only when no commit refers to it any more.
+// chunked pushes that resume and deduplicate by digest, many files pushed at once, the bound on a
+// commit's files, refusals of bad pushes, listing, and deletes that free content only when no
+// commit refers to it any more.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { repoRoot } from "./support/process.js";
+import { MAX_COMMIT_FILES } from "../common/artifacts.js";
 
 let ts: TestServer;
 let work: string;
@@ -99,6 +101,55 @@ describe("forge artifacts", () => {
     expect(missing.stderr).toContain("not_found");
   });
 
+  it("pushes many files at once and stores every one complete and correct, reported in order", async () => {
+    const dir = join(work, "many");
+    mkdirSync(join(dir, "shards"), { recursive: true });
+    const expected = new Map<string, Buffer>();
+    for (let i = 0; i < 600; i++) {
+      // Every 50th file repeats an earlier one's content: one digest pushed under two names.
+      const content = i % 50 === 49 ? expected.get(`shards/s${String(i - 1).padStart(3, "0")}.bin`)! : randomBytes(64 + (i % 400));
+      const path = `shards/s${String(i).padStart(3, "0")}.bin`;
+      writeFileSync(join(dir, path), content);
+      expected.set(path, content);
+    }
+    const big = randomBytes(2_200_000); // several chunks, pushed beside the small files
+    writeFileSync(join(dir, "model.gguf"), big);
+    expected.set("model.gguf", big);
+    const commit = commitOf("many");
+
+    const pushed = await forge(["artifacts", "push", dir, "--repository", repository, "--commit", commit]);
+    expect(pushed.stderr).toBe("");
+    expect(pushed.code).toBe(0);
+    const lines = pushed.stdout.trimEnd().split("\n");
+    expect(lines.map((l) => l.split(/\s+/)[1])).toEqual([...[...expected.keys()].sort((a, b) => a.localeCompare(b)), "files"]);
+    expect(lines.at(-1)).toMatch(/^601 files stored for /);
+
+    const stored = new Map<string, { sizeBytes: bigint; sha256: string }>();
+    let pageToken = "";
+    do {
+      const page = await ts.admin.listArtifactFiles({ repository, commit, pageSize: 100, pageToken });
+      for (const f of page.files) stored.set(f.path, f);
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+    expect([...stored.keys()].sort()).toEqual([...expected.keys()].sort());
+    for (const [path, content] of expected) {
+      const digest = sha256(content);
+      expect(stored.get(path)).toMatchObject({ sizeBytes: BigInt(content.length), sha256: digest });
+      expect(readFileSync(join(ts.config.artifactDir, "blobs", digest.slice(0, 2), digest)).equals(content)).toBe(true);
+    }
+  });
+
+  it(`refuses a directory of more files than a commit holds (${MAX_COMMIT_FILES}) before sending any`, async () => {
+    const dir = join(work, "too-many");
+    mkdirSync(dir, { recursive: true });
+    for (let i = 0; i <= MAX_COMMIT_FILES; i++) writeFileSync(join(dir, `f${i}`), String(i));
+    const commit = commitOf("too-many");
+    const r = await forge(["artifacts", "push", dir, "--repository", repository, "--commit", commit]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`holds ${MAX_COMMIT_FILES + 1} files; a commit holds at most ${MAX_COMMIT_FILES}`);
+    expect((await ts.admin.listArtifactFiles({ repository, commit })).files).toEqual([]);
+  });
+
   it("refuses to push through a symlink", async () => {
     const dir = join(work, "linked");
     mkdirSync(dir, { recursive: true });
@@ -153,6 +204,36 @@ describe("UploadArtifactChunk, ListArtifactFiles, DeleteArtifactFiles", () => {
     await ts.admin.uploadArtifactChunk({ ...base(content, commit), offset: 0n, data: content });
     const other = randomBytes(1000);
     expect(await codeOf(ts.admin.uploadArtifactChunk({ ...base(other, commit), offset: 0n, data: other }))).toBe(Code.AlreadyExists);
+  });
+
+  it(`refuses a file that would make a commit hold more than ${MAX_COMMIT_FILES}, at its first chunk`, async () => {
+    const commit = commitOf("full");
+    const content = randomBytes(100);
+    const digest = sha256(content);
+    // The commit already holds all but one file (written straight to the index: the store's own
+    // push path is what is under test, not the setup).
+    await ts.server.db.prisma.storedArtifact.createMany({
+      data: Array.from({ length: MAX_COMMIT_FILES - 1 }, (_, i) => ({
+        repository,
+        commit,
+        path: `held/${i}`,
+        sizeBytes: BigInt(content.length),
+        sha256: digest,
+      })),
+    });
+    const last = await ts.admin.uploadArtifactChunk({ ...base(content, commit, "last.bin"), offset: 0n, data: content });
+    expect(last).toMatchObject({ complete: true });
+    for (const probe of [{}, { data: content }]) {
+      const err = await ts.admin
+        .uploadArtifactChunk({ ...base(content, commit, "one-more.bin"), offset: 0n, ...probe })
+        .catch((e: unknown) => ConnectError.from(e));
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+      expect((err as ConnectError).rawMessage).toContain(`a commit holds at most ${MAX_COMMIT_FILES}`);
+    }
+    // A file the commit already holds is still answered: pushing a commit again stays possible.
+    expect(await ts.admin.uploadArtifactChunk({ ...base(content, commit, "last.bin"), offset: 0n })).toMatchObject({ complete: true });
+    expect(await ts.server.db.prisma.storedArtifact.count({ where: { repository, commit } })).toBe(MAX_COMMIT_FILES);
   });
 
   it("stores shared content once and frees it only when the last name is deleted", async () => {

@@ -2,6 +2,7 @@
 // repository, commit, path and digest rules as job specs (one grammar for both).
 import { Code, ConnectError } from "@connectrpc/connect";
 import { checkCommit, checkRelativePath, checkRepository, checkSha256, JobSpecError } from "../jobs/spec.js";
+import { MAX_COMMIT_FILES } from "../../common/artifacts.js";
 
 /** Largest chunk of one UploadArtifactChunk call; well under every per-method message limit. */
 export const MAX_UPLOAD_CHUNK_BYTES = 1024 * 1024;
@@ -65,4 +66,17 @@ export function checkChunk(chunk: Chunk): void {
   if (chunk.data.byteLength > MAX_UPLOAD_CHUNK_BYTES)
     bad("data", `is ${chunk.data.byteLength} bytes; at most ${MAX_UPLOAD_CHUNK_BYTES} per call`);
   if (chunk.offset + BigInt(chunk.data.byteLength) > chunk.sizeBytes) bad("data", "runs past size_bytes");
+}
+
+/**
+ * A new file may join a commit that holds `held` files only while the commit has room.
+ * @throws ConnectError invalid_argument naming the bound.
+ */
+export function checkCommitRoom(name: { repository: string; commit: string }, held: number): void {
+  if (held >= MAX_COMMIT_FILES) {
+    throw new ConnectError(
+      `${name.repository}@${name.commit} already holds ${held} files; a commit holds at most ${MAX_COMMIT_FILES}`,
+      Code.InvalidArgument,
+    );
+  }
 }

@@ -7,7 +7,7 @@ import type { PrismaClient, StoredArtifact } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import { operatorActor, recordAudit } from "../audit/audit.js";
 import { BlobStore } from "./blobs.js";
-import { checkChunk, type Chunk, type FileName } from "./rules.js";
+import { checkChunk, checkCommitRoom, type Chunk, type FileName } from "./rules.js";
 
 export interface ArtifactStoreDeps {
   prisma: PrismaClient;
@@ -46,6 +46,9 @@ export class ArtifactStore {
         Code.AlreadyExists,
       );
     }
+    // A new file's first call is refused before any byte is taken when its commit is full; the
+    // insert checks again (record), where concurrent pushes to one commit are serialized.
+    if (existing === null && chunk.offset === 0n) checkCommitRoom(chunk, await this.filesOf(chunk));
     return this.serialized(chunk.sha256, async () => {
       const size = Number(chunk.sizeBytes);
       const blob = await this.blobs.blobSize(chunk.sha256);
@@ -74,8 +77,10 @@ export class ArtifactStore {
   private async record(chunk: Chunk, correlationId: string): Promise<StoredArtifact> {
     const name = { repository: chunk.repository, commit: chunk.commit, path: chunk.path };
     return this.deps.prisma.$transaction(async (tx) => {
+      await tx.$queryRaw`SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(${`modelforge.artifact-commit:${chunk.repository}@${chunk.commit}`}, 0))) AS l`;
       const found = await tx.storedArtifact.findUnique({ where: { repository_commit_path: name } });
       if (found !== null) return found;
+      checkCommitRoom(chunk, await tx.storedArtifact.count({ where: { repository: chunk.repository, commit: chunk.commit } }));
       const row = await tx.storedArtifact.create({
         data: { ...name, sizeBytes: chunk.sizeBytes, sha256: chunk.sha256, createdAt: new Date(this.deps.clock.now()) },
       });
@@ -93,6 +98,10 @@ export class ArtifactStore {
       );
       return row;
     });
+  }
+
+  private filesOf(name: { repository: string; commit: string }): Promise<number> {
+    return this.deps.prisma.storedArtifact.count({ where: { repository: name.repository, commit: name.commit } });
   }
 
   async list(filter: { repository?: string; commit?: string }, skip: number, take: number): Promise<StoredArtifact[]> {

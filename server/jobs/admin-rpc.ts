@@ -1,12 +1,13 @@
 // The job RPCs of modelforge.admin.v1.AdminService: create, show, list, cancel. Merged into the
 // admin service by ./admin.ts; the admin token is checked by the interceptor before these run.
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import {
   type AdminService,
   CancelJobResponseSchema,
   CreateJobResponseSchema,
   GetJobResponseSchema,
+  JobSchema,
   ListJobsResponseSchema,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
@@ -14,7 +15,10 @@ import { callOf } from "../context.js";
 import type { JobEngine } from "./engine.js";
 import { jobStateFromProto, jobToProto } from "./codec.js";
 import { jobIdOf } from "./errors.js";
-import { decodeSeq, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
+import { countWithin, decodeSeq, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
+
+/** The most bytes of jobs one ListJobs page holds (at least one job, whatever its size). */
+export const MAX_LIST_PAGE_BYTES = 4 * 1024 * 1024;
 
 type JobRpcs = Pick<ServiceImpl<typeof AdminService>, "createJob" | "getJob" | "listJobs" | "cancelJob">;
 
@@ -54,10 +58,17 @@ export function adminJobs(deps: { prisma: PrismaClient; engine: JobEngine }): Jo
         ...(req.orderingKey ? { orderingKey: req.orderingKey } : {}),
       };
       const rows = await prisma.job.findMany({ where, orderBy: { seq: "desc" }, take: size + 1 });
-      const { page, more } = splitPage(rows, size);
+      const { page } = splitPage(rows, size);
+      const jobs = page.map(jobToProto);
+      // A job carries its spec and result (up to a whole commit's files each): the page ends
+      // early rather than grow with them; the next page starts after its last job.
+      const held = countWithin(
+        jobs.map((j) => toBinary(JobSchema, j).byteLength),
+        MAX_LIST_PAGE_BYTES,
+      );
       return create(ListJobsResponseSchema, {
-        jobs: page.map(jobToProto),
-        nextPageToken: more ? encodePageToken(String(page[page.length - 1]!.seq)) : "",
+        jobs: jobs.slice(0, held),
+        nextPageToken: rows.length > held ? encodePageToken(String(page[held - 1]!.seq)) : "",
       });
     },
     async cancelJob(req, ctx) {

@@ -16,6 +16,7 @@ import {
   type JobSpecCase,
 } from "../../common/capabilities.js";
 import { absoluteArtifactPathProblem, relativeArtifactPathProblem } from "../../common/paths.js";
+import { MAX_COMMIT_FILES } from "../../common/artifacts.js";
 import { EngineKind, ProbeInput } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type {
   ArtifactAcquire,
@@ -140,6 +141,7 @@ function checkResolvedPath(value: string, field: string, roots: string[]): void 
 
 function checkResolvedArtifacts(artifacts: ResolvedArtifact[], at: string, ctx: JobSpecContext): void {
   if (artifacts.length === 0) fail(at, "at least one artifact is required");
+  if (artifacts.length > MAX_COMMIT_FILES) fail(at, `at most ${MAX_COMMIT_FILES} artifacts, the most files a commit holds`);
   const roots = normalisedRoots(ctx);
   artifacts.forEach((artifact, i) => {
     checkResolvedPath(artifact.path, `${at}[${i}].path`, roots);
@@ -161,6 +163,8 @@ function checkArtifactAcquire(v: ArtifactAcquire, at: string, ctx: JobSpecContex
   checkRepository(v.repository, `${at}.repository`);
   checkCommit(v.commit, `${at}.commit`);
   if (v.files.length === 0) fail(`${at}.files`, "at least one file is required");
+  // The edge bounds a request's list; this also holds for the jobs the deployment controller builds.
+  if (v.files.length > MAX_COMMIT_FILES) fail(`${at}.files`, `at most ${MAX_COMMIT_FILES} files, the most a commit holds`);
   const firstIndexOf = new Map<string, number>();
   v.files.forEach((file, i) => {
     const f = `${at}.files[${i}]`;

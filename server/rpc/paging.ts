@@ -28,3 +28,16 @@ export function decodeSeq(token: string): bigint | undefined {
 export function splitPage<T>(rows: T[], size: number): { page: T[]; more: boolean } {
   return { page: rows.slice(0, size), more: rows.length > size };
 }
+
+/**
+ * How many of the leading items, of these encoded sizes, one page holds within `maxBytes`: at
+ * least one (a single item larger than the budget still travels alone), never more than given.
+ */
+export function countWithin(sizes: number[], maxBytes: number): number {
+  let bytes = 0;
+  for (let i = 0; i < sizes.length; i++) {
+    bytes += sizes[i]!;
+    if (i > 0 && bytes > maxBytes) return i;
+  }
+  return sizes.length;
+}

@@ -1,5 +1,6 @@
 // Table tests of the pure artifact rules: the agent's path grammar, its source list, the disk
-// reserve floor, and the server's check of an acquisition report against its spec.
+// reserve floor, the server's check of an acquisition report against its spec, and the store's
+// bound on a commit's files.
 import { describe, expect, it } from "vitest";
 import { create } from "@bufbuild/protobuf";
 import { JobResultSchema, JobSpecSchema } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -8,6 +9,9 @@ import { mirrorUrl, parseContentRange, parseSourceList, SourceConfigError } from
 import { reserveFloor } from "../../agent/capabilities/artifact-acquire.js";
 import { artifactRootsFrom } from "../../agent/capabilities/index.js";
 import { JobSpecError, validateJobResult } from "../../server/jobs/spec.js";
+import { checkCommitRoom } from "../../server/artifacts/rules.js";
+import { MAX_COMMIT_FILES } from "../../common/artifacts.js";
+import { Code, ConnectError } from "@connectrpc/connect";
 
 describe("checkRelativePath", () => {
   // The grammar itself is the contract's (common/paths.ts, tested in test/common/paths.test.ts);
@@ -126,5 +130,26 @@ describe("validateJobResult for artifact.acquire.v1", () => {
   ])("refuses %s", (_what, value, field) => {
     expect(check(value)).toThrow(JobSpecError);
     expect(check(value)).toThrow(field);
+  });
+});
+
+describe("checkCommitRoom", () => {
+  const name = { repository: "acme/model", commit: "a".repeat(40) };
+  it.each([0, 1, MAX_COMMIT_FILES - 1])("lets a new file join a commit of %d files", (held) => {
+    expect(() => checkCommitRoom(name, held)).not.toThrow();
+  });
+  it.each([MAX_COMMIT_FILES, MAX_COMMIT_FILES + 5])("refuses a new file in a commit of %d files, naming the bound", (held) => {
+    const err = (() => {
+      try {
+        checkCommitRoom(name, held);
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+    expect((err as ConnectError).rawMessage).toBe(
+      `acme/model@${"a".repeat(40)} already holds ${held} files; a commit holds at most ${MAX_COMMIT_FILES}`,
+    );
   });
 });

@@ -1,6 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { DurationSchema } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
+import { MAX_COMMIT_FILES } from "../../common/artifacts.js";
 import { JobSpecError, MAX_INVOKE_PAYLOAD_BYTES, validateJobResult, validateJobSpec, validateProgress } from "../../server/jobs/spec.js";
 import {
   ArtifactAcquireSchema,
@@ -172,6 +173,12 @@ describe("validateJobSpec", () => {
     ["target root inside a root", (v) => (v.targetRoot = "/srv/models/x"), `${A}.target_root`, /exactly one/],
     ["target root spelled differently", (v) => (v.targetRoot = "/srv/models/"), `${A}.target_root`, /exactly/],
     ["reserve over 100%", (v) => (v.reserve!.minFreePercent = 101), `${A}.reserve.min_free_percent`, /0 and 100/],
+    [
+      "more files than a commit holds",
+      (v) => (v.files = Array.from({ length: MAX_COMMIT_FILES + 1 }, (_, i) => ({ ...v.files[0]!, path: `f${i}` }))),
+      `${A}.files`,
+      new RegExp(`at most ${MAX_COMMIT_FILES} files`),
+    ],
   ];
 
   it.each(acquireRows)("artifact.acquire.v1: %s", (_label, mutate, field, message) => {
@@ -184,6 +191,9 @@ describe("validateJobSpec", () => {
   });
 
   it("artifact.acquire.v1: accepts boundary values", () => {
+    const full = acquire();
+    full.files = Array.from({ length: MAX_COMMIT_FILES }, (_, i) => ({ ...full.files[0]!, path: `f${i}` }));
+    expect(() => validateJobSpec(spec({ case: "artifactAcquire", value: full }), ctx)).not.toThrow();
     const v = acquire();
     v.files[0]!.path = Array(4).fill("a".repeat(255)).join("/").slice(0, 1024);
     v.files[1]!.path = "x..y/_under-score/x..";
@@ -194,6 +204,12 @@ describe("validateJobSpec", () => {
 
   const artifactRows = (at: string): Row<{ artifacts: RuntimeProbe["artifacts"] }>[] => [
     ["no artifacts", (v) => (v.artifacts = []), at, /at least one artifact/],
+    [
+      "more artifacts than a commit holds",
+      (v) => (v.artifacts = Array.from({ length: MAX_COMMIT_FILES + 1 }, () => ({ ...v.artifacts[0]! }))),
+      at,
+      new RegExp(`at most ${MAX_COMMIT_FILES} artifacts`),
+    ],
     ["relative path", (v) => (v.artifacts[0]!.path = "srv/models/a"), `${at}[0].path`, /absolute/],
     ["empty path", (v) => (v.artifacts[1]!.path = ""), `${at}[1].path`, /required/],
     ["outside roots", (v) => (v.artifacts[0]!.path = "/etc/passwd"), `${at}[0].path`, /inside one of the approved/],

@@ -1503,7 +1503,8 @@ export type ListJobsRequest = Message<"modelforge.admin.v1.ListJobsRequest"> & {
   orderingKey: string;
 
   /**
-   * Page size; default 100, at most 1000.
+   * Page size; default 100, at most 1000. A page holds at most 4 MiB of jobs (always at least
+   * one), so a page of large jobs holds fewer: follow next_page_token until it is empty.
    *
    * @generated from field: uint32 page_size = 4;
    */
@@ -3811,7 +3812,9 @@ export const AdminService: GenService<{
   },
   /**
    * Uploads one chunk (at most 1 MiB) of a file into the control plane's artifact store. Chunks
-   * are sent in order; an empty chunk at offset 0 asks how much of the file is already held.
+   * are sent in order; an empty chunk at offset 0 asks how much of the file is already held. A
+   * commit holds at most 1000 files (what one artifact.acquire.v1 job carries): a file that would
+   * be one more is invalid_argument at its first chunk.
    *
    * @generated from rpc modelforge.admin.v1.AdminService.UploadArtifactChunk
    */

@@ -220,7 +220,8 @@ export type ArtifactAcquire = Message<"modelforge.jobs.v1.ArtifactAcquire"> & {
   commit: string;
 
   /**
-   * The files to fetch, with sizes and digests.
+   * The files to fetch, with sizes and digests. The artifact store holds at most this many files
+   * in a commit, so a deployment's acquisition of a stored commit always fits.
    * Bounds: at most 1000 entries.
    *
    * @generated from field: repeated modelforge.jobs.v1.ArtifactFile files = 3;
