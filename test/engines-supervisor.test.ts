@@ -12,6 +12,9 @@ import { EngineError, Supervisor } from "../agent/engines/supervisor.js";
 import { readStat } from "../agent/engines/proc.js";
 import type { OpenAiHttpTemplate } from "../agent/engines/openai-http.js";
 import { tinyLlamaGguf, writeTinyLlamaGguf } from "../scripts/gguf.js";
+import { defaultLogLimits, LogTail } from "../agent/deployments/logs.js";
+import { LogStream, type RuntimeLogLine } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { waitFor } from "./support/wait.js";
 
 const dir = mkdtempSync(join(tmpdir(), "mf-supervisor-"));
 const modelPath = join(dir, "tiny.gguf");
@@ -83,6 +86,33 @@ describe("supervisor", { timeout: 180_000 }, () => {
     expect(out.usage!.completion_tokens).toBeGreaterThan(0);
     await s.stop(r.id);
     expect(await alive(r.pid)).toBe(false);
+  });
+
+  it("labels a runtime's log lines by the stream it wrote them to", async () => {
+    // An external server that says one thing on each stream, and answers health checks.
+    const server = [
+      'process.stdout.write("listening, on stdout\\n");',
+      'process.stderr.write("a warning, on stderr\\n");',
+      'require("node:http").createServer((q, s) => s.end("ok")).listen(Number(process.argv[2]), "127.0.0.1");',
+    ].join("");
+    const template: OpenAiHttpTemplate = { command: [process.execPath, "-e", server, "{model}", "{port}"] };
+    const lines: RuntimeLogLine[] = [];
+    const tail = new LogTail(1n, defaultLogLimits, Date.now, (line) => lines.push(line));
+    const s = supervisor({ openAiHttp: template });
+    const onOutput = (stream: "stdout" | "stderr", chunk: Buffer) => tail.write(stream, chunk);
+    await s.start("openai-http", { modelPath, onOutput, ...load });
+    await waitFor(() => lines.length >= 2, { what: () => `two log lines, got ${JSON.stringify(lines.map((l) => l.text))}` });
+    expect(lines.map((l) => [LogStream[l.stream], l.text]).sort()).toEqual([
+      ["STDERR", "a warning, on stderr"],
+      ["STDOUT", "listening, on stdout"],
+    ]);
+
+    // The llama.cpp runtime's access lines are its ordinary output.
+    lines.length = 0;
+    const r = await s.start("llama.cpp", { modelPath, onOutput, ...load });
+    await r.client.completion("access line", { max_tokens: 1, temperature: 0 });
+    await waitFor(() => lines.find((l) => l.text.startsWith("runtime: POST /v1/completions 200")), { what: "the access line" });
+    expect(lines.filter((l) => l.text.startsWith("runtime: POST")).map((l) => LogStream[l.stream])).toEqual(["STDOUT"]);
   });
 
   it("offers openai-http only when the operator configured a template", async () => {

@@ -233,7 +233,8 @@ describe("DeploymentService through a real agent", () => {
     await expect(unary("ListDeployments", {}, keyMetadata(key))).rejects.toMatchObject({ code: grpc.status.UNAUTHENTICATED });
     const logs = await forge(["deployments", "logs", "tiny", "--tail", "20"]);
     expect(logs.code, logs.stderr).toBe(0);
-    expect(logs.stdout).toMatch(/err r1 runtime: POST \/v1\/completions 200/);
+    // The runtime writes its access lines to standard output: they are labelled so.
+    expect(logs.stdout).toMatch(/ out r1 runtime: POST \/v1\/completions 200/);
   }, 60_000);
 
   it("changes the revision under continuous invokes with zero failed requests", async () => {

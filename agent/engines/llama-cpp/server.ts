@@ -150,11 +150,14 @@ function chunkMaker(request: GenerationRequest, base: { id: string; created: num
         } satisfies CompletionResponse);
 }
 
-/** An access line per generation request (never its body): what `forge deployments logs` shows. */
+/**
+ * An access line per generation request (never its body), on standard output: it is the runtime's
+ * ordinary output, shown as "out" by `forge deployments logs`; only failures go to standard error.
+ */
 function logAccess(req: IncomingMessage, res: ServerResponse): void {
   const began = performance.now();
   res.once("finish", () =>
-    process.stderr.write(
+    process.stdout.write(
       `runtime: ${req.method} ${(req.url ?? "").split("?")[0]} ${res.statusCode} ${Math.round(performance.now() - began)} ms\n`,
     ),
   );

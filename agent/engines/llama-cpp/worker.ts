@@ -1,5 +1,6 @@
 // The llama.cpp runtime process: loads one GGUF file, serves the OpenAI-compatible API on
-// 127.0.0.1, and announces its port as one JSON line on stdout once the model is loaded.
+// 127.0.0.1, and announces its port as one JSON line on stdout once the model is loaded; its
+// access lines follow on stdout, its failures go to stderr.
 // The agent's supervisor spawns it; it never listens beyond loopback.
 import { basename } from "node:path";
 import { parseArgs } from "node:util";
