@@ -205,6 +205,8 @@ describe("the standalone agent", () => {
     });
     const port = await new Promise<number>((resolve, reject) => {
       createInterface({ input: worker.stdout }).on("line", (line) => {
+        // The announcement is the JSON line; access lines ("runtime: ...") follow it on stdout.
+        if (!line.startsWith("{")) return;
         const m = JSON.parse(line) as { event?: string; port?: number };
         if (m.event === "listening") resolve(m.port!);
       });

@@ -82,6 +82,6 @@ describe("check-wiring", () => {
     });
     const { status, stderr } = check(root);
     expect(status).toBe(1);
-    expect(stderr).toContain(`which only main.ts may: ${join(root, "jobs/engine.ts")}`);
+    expect(stderr).toContain(`which only main.ts may (and start/, which only app.ts may): ${join(root, "jobs/engine.ts")}`);
   });
 });
