@@ -30,6 +30,49 @@ export interface CreateJobInput {
   correlationId: string;
 }
 
+/** The ordering key and attempt bound a request asks for, checked. */
+function keyAndAttempts(input: CreateJobInput, defaultMaxAttempts: number): { orderingKey: string | null; maxAttempts: number } {
+  const orderingKey = input.orderingKey === "" ? null : input.orderingKey;
+  if (orderingKey !== null && (orderingKey.length > MAX_ORDERING_KEY || /[\u0000-\u001f\u007f]/.test(orderingKey))) {
+    throw new ConnectError(`ordering_key: at most ${MAX_ORDERING_KEY} characters, no control characters`, Code.InvalidArgument);
+  }
+  const maxAttempts = input.maxAttempts === 0 ? defaultMaxAttempts : input.maxAttempts;
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 100) {
+    throw new ConnectError(`max_attempts: must be from 1 to 100 (0 for the default, ${defaultMaxAttempts})`, Code.InvalidArgument);
+  }
+  return { orderingKey, maxAttempts };
+}
+
+interface NodeFacts {
+  id: string;
+  disabledAt: Date | null;
+  disabledReason: string | null;
+  decommissionedAt: Date | null;
+  capabilities: string[];
+  engines: string[];
+}
+
+/** Refuses a node that may not take this job: decommissioned, disabled, or lacking its capability or engine. */
+function checkNodeTakes(node: NodeFacts, capability: string, engine: string | undefined): void {
+  if (node.decommissionedAt !== null) {
+    throw new ConnectError(`node ${node.id} is decommissioned: it takes no jobs`, Code.FailedPrecondition);
+  }
+  if (node.disabledAt !== null) {
+    throw new ConnectError(
+      `node ${node.id} is disabled${node.disabledReason ? ` (${node.disabledReason})` : ""}: enable it before giving it jobs`,
+      Code.FailedPrecondition,
+    );
+  }
+  if (!node.capabilities.includes(capability)) {
+    const has = node.capabilities.length > 0 ? node.capabilities.join(", ") : "none";
+    throw new ConnectError(`node ${node.id} never advertised capability "${capability}"; it advertises: ${has}`, Code.FailedPrecondition);
+  }
+  if (engine !== undefined && !node.engines.includes(engine)) {
+    const runs = node.engines.length > 0 ? node.engines.join(", ") : "none";
+    throw new ConnectError(`node ${node.id} does not run engine "${engine}"; it runs: ${runs}`, Code.FailedPrecondition);
+  }
+}
+
 export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<JobRow> {
   const config = ctx.settings;
   if (input.spec === undefined) throw new ConnectError("spec: is required: exactly one capability must be set", Code.InvalidArgument);
@@ -37,14 +80,7 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
   validating(() => validateJobSpec(requested, { approvedRoots: config.approvedRoots }));
   const spec = await withResolvedProfile(requested, ctx.profiles);
   const capability = capabilityOfSpec(spec);
-  const orderingKey = input.orderingKey === "" ? null : input.orderingKey;
-  if (orderingKey !== null && (orderingKey.length > MAX_ORDERING_KEY || /[\u0000-\u001f\u007f]/.test(orderingKey))) {
-    throw new ConnectError(`ordering_key: at most ${MAX_ORDERING_KEY} characters, no control characters`, Code.InvalidArgument);
-  }
-  const maxAttempts = input.maxAttempts === 0 ? config.defaultMaxAttempts : input.maxAttempts;
-  if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 100) {
-    throw new ConnectError(`max_attempts: must be from 1 to 100 (0 for the default, ${config.defaultMaxAttempts})`, Code.InvalidArgument);
-  }
+  const { orderingKey, maxAttempts } = keyAndAttempts(input, config.defaultMaxAttempts);
   const nodeId = jobIdOf(input.nodeId, "node_id");
   const create = async (tx: Pick<Tx, "node" | "job" | "$queryRaw">): Promise<JobRow> => {
     const node = await tx.node.findUnique({
@@ -60,24 +96,7 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
       },
     });
     if (node === null) throw new ConnectError(`node ${nodeId} not found`, Code.NotFound);
-    if (node.decommissionedAt !== null) {
-      throw new ConnectError(`node ${node.id} is decommissioned: it takes no jobs`, Code.FailedPrecondition);
-    }
-    if (node.disabledAt !== null) {
-      throw new ConnectError(
-        `node ${node.id} is disabled${node.disabledReason ? ` (${node.disabledReason})` : ""}: enable it before giving it jobs`,
-        Code.FailedPrecondition,
-      );
-    }
-    if (!node.capabilities.includes(capability)) {
-      const has = node.capabilities.length > 0 ? node.capabilities.join(", ") : "none";
-      throw new ConnectError(`node ${node.id} never advertised capability "${capability}"; it advertises: ${has}`, Code.FailedPrecondition);
-    }
-    const engine = engineOfSpec(spec);
-    if (engine !== undefined && !node.engines.includes(engine)) {
-      const runs = node.engines.length > 0 ? node.engines.join(", ") : "none";
-      throw new ConnectError(`node ${node.id} does not run engine "${engine}"; it runs: ${runs}`, Code.FailedPrecondition);
-    }
+    checkNodeTakes(node, capability, engineOfSpec(spec));
     // The fast path: a job for a node that is online with a session here, and first in its
     // ordering key (if any), is leased in the same step that creates it.
     let leaseNow = ctx.leasing.connected(node.id) && ctx.liveness.of(node, ctx.clock.now()) === "online";

@@ -51,31 +51,7 @@ export class ServerMetrics {
   constructor() {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
-    const self = this;
-    new Gauge({
-      name: "modelforge_sessions_connected",
-      help: "Session streams open on this replica.",
-      registers,
-      collect() {
-        this.set(self.sources?.sessions.size ?? 0);
-      },
-    });
-    new Gauge({
-      name: "modelforge_admission_queue_depth",
-      help: "Session opens waiting for the admission gate on this replica.",
-      registers,
-      collect() {
-        this.set(self.sources?.admission.queued ?? 0);
-      },
-    });
-    new Gauge({
-      name: "modelforge_admission_in_progress",
-      help: "Session opens running (holding an admission slot) on this replica.",
-      registers,
-      collect() {
-        this.set(self.sources?.admission.running ?? 0);
-      },
-    });
+    this.replicaGauges(registers);
     const opens = new Counter({ name: "modelforge_session_opens_total", help: "Sessions opened (Welcome sent).", registers });
     const refusals = new Counter({
       name: "modelforge_session_refusals_total",
@@ -106,29 +82,55 @@ export class ServerMetrics {
       registers,
     });
     this.enrollments.inc({ outcome: "ok" }, 0);
-    const granted = new Counter({ name: "modelforge_leases_granted_total", help: "Job leases granted.", registers });
-    const expired = new Counter({
-      name: "modelforge_leases_expired_total",
-      help: "Leases that lapsed on an online node (re-queued, failed or cancelled).",
-      registers,
-    });
-    const reclaimed = new Counter({
-      name: "modelforge_leases_reclaimed_total",
-      help: "Leased jobs failed because their node stayed unreachable past the reclaim grace.",
-      registers,
-    });
-    const dispatch = new Histogram({
-      name: "modelforge_job_dispatch_seconds",
-      help: "From a job's creation to its first lease being pushed down a Session or returned by ClaimJob.",
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
-      registers,
-    });
     this.queryErrors = new Counter({
       name: "modelforge_db_query_errors_total",
       help: "Database statements that failed, by kind (unavailable, conflict, constraint, timeout, other).",
       labelNames: ["kind"] as const,
       registers,
     });
+    this.fleetGauges(registers);
+
+    const heartbeats = this.heartbeatsReceived;
+    this.sessions = {
+      opened: () => opens.inc(),
+      refused: (code) => refusals.inc({ reason: sessionRefusalReason(code) }),
+      heartbeat: () => heartbeats.inc(),
+    };
+    this.jobs = jobMetrics(registers);
+  }
+
+  /** Gauges of this replica's sessions and admission gate, read when scraped. */
+  private replicaGauges(registers: Registry[]): void {
+    const self = this;
+    new Gauge({
+      name: "modelforge_sessions_connected",
+      help: "Session streams open on this replica.",
+      registers,
+      collect() {
+        this.set(self.sources?.sessions.size ?? 0);
+      },
+    });
+    new Gauge({
+      name: "modelforge_admission_queue_depth",
+      help: "Session opens waiting for the admission gate on this replica.",
+      registers,
+      collect() {
+        this.set(self.sources?.admission.queued ?? 0);
+      },
+    });
+    new Gauge({
+      name: "modelforge_admission_in_progress",
+      help: "Session opens running (holding an admission slot) on this replica.",
+      registers,
+      collect() {
+        this.set(self.sources?.admission.running ?? 0);
+      },
+    });
+  }
+
+  /** Fleet-wide gauges from the database, read when scraped (at most every `fleetRefreshMs`). */
+  private fleetGauges(registers: Registry[]): void {
+    const self = this;
     new Gauge({
       name: "modelforge_nodes",
       help: "Nodes by state, fleet-wide (from the database; as of the last liveness reconcile).",
@@ -153,19 +155,6 @@ export class ServerMetrics {
         for (const j of counts?.jobs ?? []) this.inc({ state: j.state, capability: j.capability }, j.count);
       },
     });
-
-    const heartbeats = this.heartbeatsReceived;
-    this.sessions = {
-      opened: () => opens.inc(),
-      refused: (code) => refusals.inc({ reason: sessionRefusalReason(code) }),
-      heartbeat: () => heartbeats.inc(),
-    };
-    this.jobs = {
-      leaseGranted: () => granted.inc(),
-      leaseExpired: () => expired.inc(),
-      leaseReclaimed: () => reclaimed.inc(),
-      dispatched: (ms) => dispatch.observe(Math.max(0, ms) / 1000),
-    };
   }
 
   /** Connects the scrape-time gauges to the running server (once its database is open). */
@@ -213,4 +202,31 @@ export class ServerMetrics {
     }
     return this.fleet.counts;
   }
+}
+
+/** The job engine's counters and dispatch histogram. */
+function jobMetrics(registers: Registry[]): JobMetrics {
+  const granted = new Counter({ name: "modelforge_leases_granted_total", help: "Job leases granted.", registers });
+  const expired = new Counter({
+    name: "modelforge_leases_expired_total",
+    help: "Leases that lapsed on an online node (re-queued, failed or cancelled).",
+    registers,
+  });
+  const reclaimed = new Counter({
+    name: "modelforge_leases_reclaimed_total",
+    help: "Leased jobs failed because their node stayed unreachable past the reclaim grace.",
+    registers,
+  });
+  const dispatch = new Histogram({
+    name: "modelforge_job_dispatch_seconds",
+    help: "From a job's creation to its first lease being pushed down a Session or returned by ClaimJob.",
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+    registers,
+  });
+  return {
+    leaseGranted: () => granted.inc(),
+    leaseExpired: () => expired.inc(),
+    leaseReclaimed: () => reclaimed.inc(),
+    dispatched: (ms) => dispatch.observe(Math.max(0, ms) / 1000),
+  };
 }
