@@ -97,7 +97,7 @@ describe("a rolling restart of two replicas under streaming load", () => {
       await load.stop();
     }
     const { stats } = load;
-    expect(stats.errors).toEqual([]);
+    expect(stats.errors, JSON.stringify(stats)).toEqual([]);
     expect(stats.cut).toBe(0);
     expect(stats.failedUnary).toBe(0);
     expect(stats.failedStreams).toBe(0);

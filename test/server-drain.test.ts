@@ -2,12 +2,13 @@
 // a real control plane, a real agent process holding the tiny GGUF in llama.cpp, a gRPC
 // client (Connect). The runtime is paused (SIGSTOP) so a stream is certainly in flight when stop() begins;
 // health turns NOT_SERVING, a new invoke is refused `unavailable`, the session stays open; once the
-// runtime goes on the stream completes with every chunk, and only then does the server stop.
+// runtime goes on the stream completes with every chunk, and only then does the server stop. With a
+// short grace and the runtime held, the grace runs out: the invoke is cut, and one warning says so.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { Code, createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
@@ -34,31 +35,36 @@ const completion = (max: number) => ({
   ),
 });
 
-beforeAll(async () => {
-  root = mkdtempSync(join(tmpdir(), "mf-drain-"));
-  const path = join(root, "tiny.gguf");
-  const model = await writeTinyLlamaGguf(path, { contextLength: 8192 });
-  // A grace far longer than the test needs: the stream must finish because it was waited for.
-  ts = await startTestServer({
-    MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
-    MODELFORGE_APPROVED_ROOTS: root,
-    MODELFORGE_SHUTDOWN_GRACE: "120s",
-  });
-  node = await enrollTestNode(ts, "draining");
-  await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 8192, threads: 1 });
-  agent = await spawnServingAgent(ts.admin, node, root);
-  deploymentId = await serveTiny(ts.admin, { nodeId: node.nodeId, commit: "d".repeat(40), root, file: path, sha256: model.sha256 });
-  headers = { authorization: `Bearer ${(await ts.admin.createServiceKey({ name: "svc", deployments: ["tiny"] })).secret}` };
-  deployments = createClient(DeploymentService, createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem } }));
-}, 180_000);
+/** A server with this shutdown grace, an agent process serving "tiny", and a service key, for the describe it is called in. */
+function servingWithGrace(grace: string): void {
+  beforeAll(async () => {
+    root = mkdtempSync(join(tmpdir(), "mf-drain-"));
+    const path = join(root, "tiny.gguf");
+    const model = await writeTinyLlamaGguf(path, { contextLength: 8192 });
+    ts = await startTestServer({
+      MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
+      MODELFORGE_APPROVED_ROOTS: root,
+      MODELFORGE_SHUTDOWN_GRACE: grace,
+    });
+    node = await enrollTestNode(ts, "draining");
+    await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 8192, threads: 1 });
+    agent = await spawnServingAgent(ts.admin, node, root);
+    deploymentId = await serveTiny(ts.admin, { nodeId: node.nodeId, commit: "d".repeat(40), root, file: path, sha256: model.sha256 });
+    headers = { authorization: `Bearer ${(await ts.admin.createServiceKey({ name: "svc", deployments: ["tiny"] })).secret}` };
+    deployments = createClient(DeploymentService, createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem } }));
+  }, 180_000);
 
-afterAll(async () => {
-  await agent?.stop();
-  await ts?.stop();
-  if (root) rmSync(root, { recursive: true, force: true });
-});
+  afterAll(async () => {
+    await agent?.stop();
+    await ts?.stop();
+    if (root) rmSync(root, { recursive: true, force: true });
+  });
+}
 
 describe("stop() with a streaming invoke in flight", () => {
+  // A grace far longer than the test needs: the stream must finish because it was waited for.
+  servingWithGrace("120s");
+
   it("reports NOT_SERVING, refuses new invokes, lets the stream finish, and only then ends the session", async () => {
     // Warm: the connection is open before the stop (a stopping server takes no new ones).
     await deployments.invoke(completion(2), { headers });
@@ -102,11 +108,7 @@ describe("stop() with a streaming invoke in flight", () => {
       expect(all.at(-1)?.usage?.completion_tokens).toBeGreaterThan(0);
       await stopping;
       expect(ts.server.sessionsConnected(node.nodeId)).toBe(false);
-      const messages = ts
-        .logs()
-        .split("\n")
-        .filter((l) => l.startsWith("{"))
-        .map((l) => (JSON.parse(l) as { msg: string }).msg);
+      const messages = logLines().map((l) => l.msg);
       expect(messages.filter((m) => m === "shutting down")).toHaveLength(1);
       expect(messages).not.toContain("shutdown grace ran out: cutting the invokes still in flight");
       expect(messages.indexOf("stopped")).toBeGreaterThan(messages.indexOf("shutting down"));
@@ -117,6 +119,43 @@ describe("stop() with a streaming invoke in flight", () => {
     }
   }, 120_000);
 });
+
+describe("stop() when the grace runs out", () => {
+  servingWithGrace("2s");
+
+  it("cuts the invoke still in flight as unavailable, warns once, and stops", async () => {
+    const pid = runtimePid();
+    process.kill(pid, "SIGSTOP");
+    try {
+      const outcome = (async () => {
+        let chunks = 0;
+        try {
+          for await (const _ of deployments.invokeStream(completion(24), { headers })) chunks++;
+          return { chunks, code: undefined, message: "" };
+        } catch (err) {
+          const e = ConnectError.from(err);
+          return { chunks, code: e.code, message: e.rawMessage };
+        }
+      })();
+      await inFlightOnNode();
+      await ts.server.stop();
+      expect(await outcome).toEqual({ chunks: 0, code: Code.Unavailable, message: "the node's session ended during the request" });
+      const cut = logLines().filter((l) => l.msg === "shutdown grace ran out: cutting the invokes still in flight");
+      // pino's level 40 is warn.
+      expect(cut).toEqual([expect.objectContaining({ level: 40, inFlight: 1, graceMs: 2_000 })]);
+    } finally {
+      process.kill(pid, "SIGCONT");
+    }
+  }, 120_000);
+});
+
+function logLines(): { level: number; msg: string; inFlight?: number }[] {
+  return ts
+    .logs()
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l));
+}
 
 /** The pid of the llama.cpp worker the agent started (its runtime registry beside the state). */
 function runtimePid(): number {
