@@ -47,7 +47,7 @@ export class Drain {
 }
 
 /** What a caller of a draining replica is told: retryable, and elsewhere. */
-export function drainingError(): ConnectError {
+function drainingError(): ConnectError {
   return new ConnectError("this control plane is shutting down: retry on another replica", Code.Unavailable);
 }
 
