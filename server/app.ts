@@ -109,7 +109,7 @@ const endingFloorMs = 1_000;
 interface Closing {
   log: Logger;
   clock: Clock;
-  health: { setNotServing(): void };
+  health: { setNotServing(): void; endWatches(): void };
   listener: Listener;
   drain: Drain;
   shutdown: AbortController;
@@ -131,6 +131,7 @@ async function stopServer(p: Closing, closers: readonly { close(): Promise<unkno
   const cut = await drainWithin(p.drain, p.clock, p.graceMs);
   if (cut > 0) p.log.warn({ inFlight: cut, graceMs: p.graceMs }, "shutdown grace ran out: cutting the invokes still in flight");
   p.shutdown.abort();
+  p.health.endWatches();
   await p.listener.endConnections(closed, Math.max(endingFloorMs, deadline - p.clock.now()));
   await p.stopLoops();
   for (const c of closers) await c.close();
