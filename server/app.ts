@@ -25,6 +25,7 @@ import { openServing } from "./start/serving.js";
 import { agentApi } from "./start/agents.js";
 import { adminApi } from "./start/admin.js";
 import { runLoops } from "./start/loops.js";
+import { Drain, drainWithin } from "./invoke/drain.js";
 
 export interface RunningServer {
   /** e.g. https://127.0.0.1:8443 */
@@ -36,7 +37,7 @@ export interface RunningServer {
   sessionsConnected(nodeId: string): boolean;
   /** The Prometheus endpoint, when MODELFORGE_METRICS_ADDRESS is set. */
   metricsUrl: string | undefined;
-  /** Stops accepting, ends open streams, closes the database. Idempotent. */
+  /** Not serving, then new invokes refused and those in flight drained, then sessions and streams end, the database closes. Idempotent. */
   stop(): Promise<void>;
 }
 
@@ -81,13 +82,14 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     throw err;
   });
   const shutdown = new AbortController();
-  const parts = await assemble({ config, log, clock, options, identity, db, listener, metrics, shutdown: shutdown.signal });
+  const drain = new Drain();
+  const parts = await assemble({ config, log, clock, options, identity, db, listener, metrics, shutdown: shutdown.signal, drain });
   listener.serve(servingRoutes(face, parts.services), parts.serveSession);
   face.health.setServing();
   log.info({ url: listener.url, database: db.describe, replica: parts.cluster.bus.replicaId }, "control plane ready");
   const stopLoops = runLoops(clock, log, parts.loops);
 
-  const closing = { log, health: face.health, listener, shutdown, graceMs: config.shutdownGraceMs, stopLoops };
+  const closing = { log, clock, health: face.health, listener, drain, shutdown, graceMs: config.shutdownGraceMs, stopLoops };
   const closers = [parts.serving, parts.cluster, parts.sessions, db, { close: async () => metricsEndpoint?.close() }];
   let stopping: Promise<void> | undefined;
   return {
@@ -101,22 +103,36 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   };
 }
 
+/** However long the drain took, connections get this long to carry the sessions' typed endings. */
+const endingFloorMs = 1_000;
+
 interface Closing {
   log: Logger;
-  health: { setNotServing(): void };
+  clock: Clock;
+  health: { setNotServing(): void; endWatches(): void };
   listener: Listener;
+  drain: Drain;
   shutdown: AbortController;
   graceMs: number;
   stopLoops: () => Promise<void>;
 }
 
-/** Not serving, no new connections, open streams end (within the grace), then each subsystem closes in turn. */
+/**
+ * In order: not serving and no new connections; new invokes refused (`unavailable`, so callers go
+ * to another replica) while those in flight finish, within the grace; only then do the sessions
+ * they run over end, and the connections get what is left of the grace (at least `endingFloorMs`);
+ * then each subsystem closes.
+ */
 async function stopServer(p: Closing, closers: readonly { close(): Promise<unknown> }[]): Promise<void> {
   p.log.info("shutting down");
+  const deadline = p.clock.now() + p.graceMs;
   p.health.setNotServing();
   const closed = p.listener.stopAccepting();
+  const cut = await drainWithin(p.drain, p.clock, p.graceMs);
+  if (cut > 0) p.log.warn({ inFlight: cut, graceMs: p.graceMs }, "shutdown grace ran out: cutting the invokes still in flight");
   p.shutdown.abort();
-  await p.listener.endConnections(closed, p.graceMs);
+  p.health.endWatches();
+  await p.listener.endConnections(closed, Math.max(endingFloorMs, deadline - p.clock.now()));
   await p.stopLoops();
   for (const c of closers) await c.close();
   p.log.info("stopped");
@@ -132,6 +148,7 @@ interface AssembleDeps {
   listener: Listener;
   metrics: ServerMetrics | undefined;
   shutdown: AbortSignal;
+  drain: Drain;
 }
 
 /** Every subsystem that needs the database, each from what it uses, in the order they depend on each other. */
@@ -157,6 +174,7 @@ async function assemble(deps: AssembleDeps) {
     deployments,
     port,
     shutdown,
+    drain: deps.drain,
     countsFlushMs: deps.options.invokeCountsFlushMs,
   });
   const agents = agentApi({ config, clock, log, db, ca, sessions, jobs, deployments, serving, shutdown, metrics });

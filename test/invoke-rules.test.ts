@@ -22,6 +22,7 @@ import { cleanLine, WatchOutbox, defaultLogLimits } from "../agent/deployments/l
 import { Gate } from "../agent/deployments/host.js";
 import { refusalCode } from "../agent/deployments/relay.js";
 import { OpenAiClientError } from "../agent/engines/openai-client.js";
+import { Drain } from "../server/invoke/drain.js";
 
 const target = (over: Partial<DeploymentTarget> = {}): DeploymentTarget => ({
   deploymentId: "d1",
@@ -215,6 +216,7 @@ function setup(t: DeploymentTarget | undefined, forwarder?: InvokeForwarder) {
     counts,
     logs: new LogWatches(sessions),
     forwarder,
+    drain: new Drain(),
   });
   const principal = { keyId: "k", deployments: new Set(["tiny"]) };
   const call = (over: Partial<InvokeCall> = {}): InvokeCall => ({

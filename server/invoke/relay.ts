@@ -31,6 +31,7 @@ import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, routeInvok
 import type { InvokeCounts } from "./counts.js";
 import type { LogWatches } from "./logs.js";
 import type { SessionHolder } from "../cluster/replicas.js";
+import type { Drain } from "./drain.js";
 
 export interface InvokeCall {
   /** By id or name. */
@@ -80,6 +81,8 @@ export interface InvokeRelayDeps {
   forwarder?: InvokeForwarder;
   /** Knows whether the database is lost: routes are then answered from the cache without trying it. */
   outage?: OutageWatch;
+  /** Counts each request until it ends; refuses new ones once the replica is stopping (./drain.ts). */
+  drain: Drain;
 }
 
 interface Pending {
@@ -107,8 +110,20 @@ export class InvokeRelay {
     return this.inFlight.of(deploymentId);
   }
 
-  /** The answer pieces of one relayed request, in order; throws the contract's typed errors. */
+  /**
+   * The answer pieces of one relayed request, in order; throws the contract's typed errors. A
+   * replica that is stopping refuses it first, forwarded or not, before any byte reaches a node.
+   */
   async *invoke(principal: ServicePrincipal, call: InvokeCall): AsyncGenerator<AnswerPiece> {
+    const release = this.deps.drain.enter();
+    try {
+      yield* this.relay(principal, call);
+    } finally {
+      release();
+    }
+  }
+
+  private async *relay(principal: ServicePrincipal, call: InvokeCall): AsyncGenerator<AnswerPiece> {
     const body = parsePayload(call.contentType, call.payload);
     const target = await this.target(call.deployment);
     const route = routeInvoke(target, principal.deployments, call.deployment, (n) => this.deps.sessions.isConnected(n));

@@ -10,6 +10,7 @@ import {
 
 export class HealthState {
   private serving = false;
+  private ended = false;
   private readonly changes = new EventEmitter();
   constructor(private readonly services: readonly string[]) {
     this.changes.setMaxListeners(0);
@@ -22,9 +23,17 @@ export class HealthState {
     this.serving = false;
     this.changes.emit("change");
   }
+  /** Ends every Watch (at the end of a graceful stop): an open one would hold its connection for the whole grace. */
+  endWatches(): void {
+    this.ended = true;
+    this.changes.emit("change");
+  }
   statusOf(service: string): Status {
     if (service !== "" && !this.services.includes(service)) return Status.SERVICE_UNKNOWN;
     return this.serving ? Status.SERVING : Status.NOT_SERVING;
+  }
+  get watchesEnded(): boolean {
+    return this.ended;
   }
   onChange(signal: AbortSignal): AsyncIterable<unknown> {
     return on(this.changes, "change", { signal });
@@ -41,8 +50,10 @@ export function healthService(state: HealthState): ServiceImpl<typeof Health> {
     async *watch(req, ctx) {
       let last = state.statusOf(req.service);
       yield create(HealthCheckResponseSchema, { status: last });
+      if (state.watchesEnded) return;
       try {
         for await (const _ of state.onChange(ctx.signal)) {
+          if (state.watchesEnded) return;
           const now = state.statusOf(req.service);
           if (now !== last) {
             last = now;

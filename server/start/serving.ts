@@ -5,6 +5,7 @@ import { replicaUrlOf, type Config } from "../config.js";
 import type { Ca } from "../identity/pki/ca.js";
 import { registerReplica, replicaDirectory, replicaRefreshMs } from "../cluster/replicas.js";
 import { InvokeRelay } from "../invoke/relay.js";
+import type { Drain } from "../invoke/drain.js";
 import { InvokeCounts } from "../invoke/counts.js";
 import { LogWatches } from "../invoke/logs.js";
 import { ReplicaForwarder } from "../invoke/forward.js";
@@ -25,6 +26,8 @@ export interface ServingDeps extends Core {
   /** The port this replica listens on, for its record. */
   port: number;
   shutdown: AbortSignal;
+  /** The invokes in flight, drained before the sessions close on a graceful stop. */
+  drain: Drain;
   /** How often the invocation counts are written (default a minute). */
   countsFlushMs?: number;
 }
@@ -59,6 +62,7 @@ export async function openServing(deps: ServingDeps) {
     logs,
     forwarder,
     outage: db.outage,
+    drain: deps.drain,
   });
   const loops: Loop[] = [
     {

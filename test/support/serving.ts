@@ -5,7 +5,8 @@ import type { Client } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { AdminService, CreateDeploymentRequestSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
-import { eventually } from "./node.js";
+import { eventually, type TestNode } from "./node.js";
+import { spawnAgent, type AgentProcess } from "./process.js";
 
 type Admin = Client<typeof AdminService>;
 
@@ -41,4 +42,22 @@ export async function serveTiny(admin: Admin, at: { nodeId: string; commit: stri
     targetRoot: at.root,
     maxInFlight: 8,
   });
+}
+
+/** A real agent process that runs runtimes from models under `root` fetched from the control plane, waited until it can load deployments. */
+export async function spawnServingAgent(admin: Admin, node: Pick<TestNode, "nodeId" | "statePath">, root: string): Promise<AgentProcess> {
+  const agent = spawnAgent(node.statePath, {
+    MODELFORGE_AGENT_RUNTIMES: "on",
+    MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
+    MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
+  });
+  await eventually(
+    async () => (await admin.getNode({ nodeId: node.nodeId })).node!.capabilities.includes("deployment.load.v1"),
+    30_000,
+    "the agent online, advertising deployment.load.v1",
+  ).catch(async (err: unknown) => {
+    await agent.kill();
+    throw err;
+  });
+  return agent;
 }
