@@ -32,7 +32,7 @@ import {
   type SessionRequest,
   type SessionResponse,
 } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { DeploymentService, InvokeRequestSchema } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { supportedProtocolVersions } from "../server/version.js";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
@@ -492,6 +492,7 @@ describe("invoke payload fuzzing through a real agent and runtime", () => {
   let agent: AgentProcess;
   let root: string;
   let client: ReturnType<typeof createClient<typeof DeploymentService>>;
+  let secret: string;
 
   beforeAll(async () => {
     root = mkdtempSync(join(tmpdir(), "mf-fuzz-invoke-"));
@@ -502,7 +503,7 @@ describe("invoke payload fuzzing through a real agent and runtime", () => {
     agent = serving.agent;
     const node = serving.node;
     await serveTiny(ts.admin, { nodeId: node.nodeId, commit: "c".repeat(40), root, file, sha256: model.sha256 });
-    const { secret } = await ts.admin.createServiceKey({ name: "fuzz", deployments: ["tiny"] });
+    secret = (await ts.admin.createServiceKey({ name: "fuzz", deployments: ["tiny"] })).secret;
     const bearer: Interceptor = (next) => (req) => {
       req.header.set("authorization", `Bearer ${secret}`);
       return next(req);
@@ -554,6 +555,27 @@ describe("invoke payload fuzzing through a real agent and runtime", () => {
     expect(errorLines(ts.logs())).toEqual([]);
     expect(failureLines(ts)).toEqual([]);
     expect(agent.output()).not.toMatch(/"level":(50|60)/);
+    // Deadlines in the gRPC header down to the nanosecond: typed answers too (a fraction of a
+    // millisecond once failed to encode as the Duration sent to the node).
+    const request = toBinary(
+      InvokeRequestSchema,
+      create(InvokeRequestSchema, { deploymentId: "tiny", payload: Buffer.from('{"prompt":"a","max_tokens":2}') }),
+    );
+    const raw = http2.connect(ts.url, { ca: ts.caPem });
+    raw.on("error", () => undefined);
+    try {
+      for (const timeout of ["1n", "999999n", "1234567n", "1500u", "2m", "99999999n"]) {
+        const status = await grpcCall(raw, "/modelforge.deployment.v1.DeploymentService/Invoke", request, {
+          authorization: `Bearer ${secret}`,
+          "grpc-timeout": timeout,
+        });
+        // Answered (a message came), canceled (the deadline ended its wait) or deadline_exceeded.
+        expect(["ok-streaming", "0", "1", "4"], `grpc-timeout ${timeout} -> ${status}`).toContain(status);
+      }
+    } finally {
+      raw.close();
+    }
+    expect(errorLines(ts.logs())).toEqual([]);
     // Still serving.
     await expect(client.invoke({ deploymentId: "tiny", payload: Buffer.from('{"prompt":"ok","max_tokens":2}') })).resolves.toBeDefined();
   });

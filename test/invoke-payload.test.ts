@@ -6,7 +6,7 @@ import { Code, type ConnectError } from "@connectrpc/connect";
 import { InvokeApi } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { maxJsonDepth, parseJsonObject, RequestError } from "../server/invoke/json-body.js";
 import { checkedRequest, type RequestKind } from "../server/invoke/openai-request.js";
-import { checkPayload, requestedTimeoutMs } from "../server/invoke/rules.js";
+import { callerWaitMs, checkPayload, requestedTimeoutMs } from "../server/invoke/rules.js";
 
 const bytes = (s: string) => Buffer.from(s);
 const nested = (depth: number) => `{"a":${"[".repeat(depth - 1)}${"]".repeat(depth - 1)}}`;
@@ -176,5 +176,14 @@ describe("an invoke payload", () => {
       got = "refused";
     }
     expect(got).toBe(want);
+  });
+  it.each([
+    [undefined, undefined, undefined],
+    [5_000, undefined, 5_000],
+    [5_000, 2_000, 2_000],
+    [undefined, 1_234_567 * 0.000001, 2], // "1234567n", as Connect reads a gRPC timeout
+    [undefined, 0, undefined],
+  ])("the caller's wait: request %s, call deadline %s -> %s", (requested, call, want) => {
+    expect(callerWaitMs(requested, call)).toBe(want);
   });
 });

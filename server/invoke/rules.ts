@@ -47,6 +47,16 @@ export function unreachable(name: string, why: string): ConnectError {
   return new ConnectError(`the node serving deployment ${name} is not reachable: ${why}`, Code.Unavailable);
 }
 
+/**
+ * The caller's wait: the request's timeout and the call's own deadline (a gRPC timeout header may
+ * name nanoseconds), whichever is shorter, in whole milliseconds up: a fraction cannot be encoded
+ * as the Duration the node is sent.
+ */
+export function callerWaitMs(requestedMs: number | undefined, callMs: number | undefined): number | undefined {
+  const given = [requestedMs, callMs].filter((v): v is number => v !== undefined && v > 0);
+  return given.length === 0 ? undefined : Math.ceil(Math.min(...given));
+}
+
 /** The shorter of the caller's timeout (default 30 s) and the deployment's own. */
 export function invokeTimeoutMs(requestedMs: number | undefined, deploymentMs: number): number {
   const requested = requestedMs !== undefined && requestedMs > 0 ? requestedMs : defaultInvokeTimeoutMs;

@@ -15,7 +15,7 @@ import { serviceKeyHeader, servicePrincipalOf } from "../identity/service-keys-a
 import { forwardedFromHeader } from "./forward.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import type { InvokeRelay, InvokeCall } from "./relay.js";
-import { requestedTimeoutMs } from "./rules.js";
+import { callerWaitMs, requestedTimeoutMs } from "./rules.js";
 import type { DeploymentPhase, DeploymentRoutes, DeploymentTarget } from "./routes.js";
 
 const stateOf: Record<DeploymentPhase, DeploymentState> = {
@@ -35,14 +35,6 @@ const toProto = (t: DeploymentTarget) =>
     revision: t.ready[0]?.revision ?? 0n,
   });
 
-/** The caller's wait: the request's timeout and the call's own deadline, whichever is shorter. */
-function callerTimeoutMs(requested: Parameters<typeof requestedTimeoutMs>[0], ctx: HandlerContext): number | undefined {
-  const fromRequest = requestedTimeoutMs(requested);
-  const fromCall = ctx.timeoutMs();
-  const given = [fromRequest, fromCall].filter((v): v is number => v !== undefined && v > 0);
-  return given.length === 0 ? undefined : Math.min(...given);
-}
-
 export function deploymentService(relay: InvokeRelay, routes: DeploymentRoutes): ServiceImpl<typeof DeploymentService> {
   const callOfRequest = (
     req: {
@@ -58,7 +50,7 @@ export function deploymentService(relay: InvokeRelay, routes: DeploymentRoutes):
     deployment: req.deploymentId,
     contentType: req.contentType,
     payload: req.payload,
-    timeoutMs: callerTimeoutMs(req.timeout, ctx),
+    timeoutMs: callerWaitMs(requestedTimeoutMs(req.timeout), ctx.timeoutMs()),
     api: req.api,
     stream,
     requestId: callOf(ctx).correlationId,
