@@ -1,5 +1,5 @@
 // The web console's files over the real TLS port: exact paths from the build directory only (no
-// traversal, no symlink out), sound headers (CSP, nosniff, caching), and a clear 503 when the
+// traversal, no symlink out), sound headers (CSP, nosniff, HSTS, caching), and a clear 503 when the
 // console was never built.
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -64,6 +64,7 @@ describe("the console's files", () => {
     expect(r.headers["x-content-type-options"]).toBe("nosniff");
     expect(r.headers["x-frame-options"]).toBe("DENY");
     expect(r.headers["referrer-policy"]).toBe("no-referrer");
+    expect(r.headers["strict-transport-security"]).toBe("max-age=31536000");
     expect(r.headers["cache-control"]).toBe("no-cache");
     expect((await get(session, "/ui/index.html")).body).toBe(r.body);
     const again = await get(session, "/ui/", { "if-none-match": String(r.headers.etag) });
@@ -77,6 +78,7 @@ describe("the console's files", () => {
     expect(r.headers["content-type"]).toBe("text/javascript; charset=utf-8");
     expect(r.headers["cache-control"]).toBe("public, max-age=31536000, immutable");
     expect(r.headers["x-content-type-options"]).toBe("nosniff");
+    expect(r.headers["strict-transport-security"]).toBe("max-age=31536000");
   });
 
   it("redirects /ui to /ui/ and refuses methods other than GET and HEAD", async () => {
@@ -106,6 +108,7 @@ describe("the console's files", () => {
     expect(r.status).toBe(404);
     expect(r.body).not.toContain(secret);
     expect(r.headers["x-content-type-options"]).toBe("nosniff");
+    expect(r.headers["strict-transport-security"]).toBe("max-age=31536000");
   });
 
   it("leaves every other path to the API", async () => {

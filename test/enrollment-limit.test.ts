@@ -1,7 +1,8 @@
 // Failed enrollments are limited per peer address and logged without flooding: the pure rules as
-// tables with an injected clock, and a token-guessing run against the real server.
+// tables with an injected clock, and token-guessing runs against the real server, one at a time and
+// in a concurrent burst with a real CSR, held to the documented five.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Code, type ConnectError, createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { generateNodeKeyAndCsr } from "../agent/pki/keys.js";
@@ -12,42 +13,56 @@ import { eventually } from "./support/node.js";
 import { ManualClock } from "../common/clock.js";
 
 describe("FailureLimiter", () => {
-  const policy = { burst: 3, refillMs: 1_000, maxPeers: 2, maxPenaltyMs: 5_000 };
-  // Each step: [what, at (ms), action on peer "a" unless named, expected retryAfterMs of that peer after it]
-  const steps: [string, number, "fail" | "check", number, string?][] = [
-    ["a stranger may try", 0, "check", 0],
-    ["first failure", 0, "fail", 0],
-    ["second failure", 10, "fail", 0],
-    ["third failure empties the bucket", 20, "fail", 980],
-    ["still waiting", 500, "check", 500],
-    ["one token back", 1_020, "check", 0],
-    ["a failure then costs that token again (the 20 ms of partial refill stay)", 1_020, "fail", 980],
-    ["the wait only shrinks", 1_520, "check", 480],
-    ["fully recovered after burst x refill", 4_100, "check", 0],
-    ["another peer is unaffected", 4_100, "check", 0, "b"],
+  const policy = { burst: 3, refillMs: 1_000, maxPeers: 2 };
+  // Each step: [what, at (ms), action on peer "a" unless named, expected admit() answer (admit steps only)]
+  const steps: [string, number, "admit" | "fail" | "ok", number | undefined, string?][] = [
+    ["a stranger may try", 0, "admit", 0],
+    ["first failure", 0, "fail", undefined],
+    ["second try", 10, "admit", 0],
+    ["second failure", 10, "fail", undefined],
+    ["third try", 20, "admit", 0],
+    ["third failure empties the bucket", 20, "fail", undefined],
+    ["refused while empty", 20, "admit", 980],
+    ["still waiting", 500, "admit", 500],
+    ["one token back", 1_020, "admit", 0],
+    ["a failure then costs that token again (the 20 ms of partial refill stay)", 1_020, "fail", undefined],
+    ["the wait only shrinks", 1_520, "admit", 480],
+    ["fully recovered after burst x refill", 4_100, "admit", 0],
+    ["a success gives its token back", 4_100, "ok", undefined],
+    ["another peer is unaffected", 4_100, "admit", 0, "b"],
   ];
   it("follows the table", () => {
     const limiter = new FailureLimiter(policy);
     for (const [what, at, action, want, peer = "a"] of steps) {
-      if (action === "fail") limiter.failed(peer, at);
-      expect(limiter.retryAfterMs(peer, at), what).toBe(want);
+      if (action === "admit") expect(limiter.admit(peer, at), what).toBe(want);
+      else limiter.settle(peer, at, action === "fail");
     }
   });
-  it("charges every failure of a concurrent burst, up to the longest penalty", () => {
-    const limiter = new FailureLimiter(policy);
-    for (let i = 0; i < 5; i++) limiter.failed("a", 0); // all admitted at once, all failed
-    expect(limiter.retryAfterMs("a", 0)).toBe(3_000);
-    for (let i = 0; i < 100; i++) limiter.failed("a", 0);
-    expect(limiter.retryAfterMs("a", 0)).toBe(5_000);
-    expect(limiter.retryAfterMs("a", 5_000)).toBe(0);
+  it("holds attempts in flight to the bound: a sixth concurrent one waits a second, a guessing burst the full refill", () => {
+    const limiter = new FailureLimiter({ burst: 5, refillMs: 5_000, maxPeers: 10 });
+    const admitted = () => Array.from({ length: 7 }, () => limiter.admit("a", 0));
+    expect(admitted()).toEqual([0, 0, 0, 0, 0, 1_000, 1_000]);
+    for (let i = 0; i < 5; i++) limiter.settle("a", 0, false); // five real enrollments
+    expect(limiter.size).toBe(0);
+    expect(admitted()).toEqual([0, 0, 0, 0, 0, 1_000, 1_000]);
+    for (let i = 0; i < 5; i++) limiter.settle("a", 0, true); // five guesses
+    expect(limiter.admit("a", 0)).toBe(5_000);
+    expect(limiter.admit("a", 5_000)).toBe(0);
   });
-  it("forgets the least recently failing peer when full, and a recovered one at once", () => {
+  it("forgets the least recently active peer when full, and a recovered one at once", () => {
     const limiter = new FailureLimiter(policy);
-    for (const peer of ["a", "b", "c"]) for (let i = 0; i < 3; i++) limiter.failed(peer, 0);
+    for (const peer of ["a", "b", "c"]) {
+      for (let i = 0; i < 3; i++) {
+        limiter.admit(peer, 0);
+        limiter.settle(peer, 0, true);
+      }
+    }
     expect(limiter.size).toBe(2);
-    expect(limiter.retryAfterMs("a", 0)).toBe(0); // evicted
-    expect(limiter.retryAfterMs("c", 0)).toBe(1_000);
-    expect(limiter.retryAfterMs("c", 10_000)).toBe(0);
+    expect(limiter.admit("a", 0)).toBe(0); // evicted, so a stranger again
+    expect(limiter.admit("c", 0)).toBe(1_000);
+    limiter.settle("b", 10_000, false); // settling a forgotten or idle peer is harmless
+    expect(limiter.admit("c", 10_000)).toBe(0);
+    limiter.settle("c", 10_000, false);
     expect(limiter.size).toBe(1);
   });
   it.each([
@@ -164,4 +179,33 @@ describe("enrollment guessing against the real server", () => {
     );
     for (const s of summaries()) expect(s.top[0]!.peer).toBe("127.0.0.1");
   }, 300_000);
+
+  it("holds a concurrent burst of guesses with a real CSR to five, and real enrollments to five in flight", async () => {
+    // Eight connections from one address, so the attempts really overlap on the server.
+    const guessers = Array.from({ length: 8 }, () => clientFrom("127.0.0.3"));
+    const { csrPem } = generateNodeKeyAndCsr("burst");
+    const codeOf = (p: Promise<unknown>) =>
+      p.then(
+        () => ({ code: 0 as Code | 0, retryAfter: null as string | null }),
+        (e: unknown) => ({ code: ConnectError.from(e).code as Code | 0, retryAfter: ConnectError.from(e).metadata.get("retry-after") }),
+      );
+    const guesses = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => codeOf(guessers[i % 8]!.enroll({ token: `mfet_burst-${i}`, csrPem }))),
+    );
+    const count = (rs: { code: Code | 0 }[], code: Code | 0) => rs.filter((r) => r.code === code).length;
+    // The clock stands still: exactly the documented five are looked at, however many arrive together.
+    expect(count(guesses, Code.Unauthenticated)).toBe(5);
+    expect(count(guesses, Code.ResourceExhausted)).toBe(35);
+
+    // Twelve nodes with real tokens behind one address, all at once: at most five in flight; the
+    // others are told to retry within a second, and then enroll (a success costs nothing).
+    const fleet = clientFrom("127.0.0.4");
+    const tokens = await Promise.all(Array.from({ length: 12 }, (_, i) => ts.admin.createEnrollmentToken({ nodeName: `fleet-${i}` })));
+    const requests = tokens.map((t, i) => ({ token: t.token, csrPem: generateNodeKeyAndCsr(`fleet-${i}`).csrPem }));
+    const first = await Promise.all(requests.map((r) => codeOf(fleet.enroll(r))));
+    const held = first.flatMap((r, i) => (r.code === 0 ? [] : [{ ...r, i }]));
+    expect(count(first, 0)).toBeGreaterThanOrEqual(5);
+    for (const h of held) expect(h).toMatchObject({ code: Code.ResourceExhausted, retryAfter: "1" });
+    for (const h of held) expect((await fleet.enroll(requests[h.i]!)).nodeId).not.toBe("");
+  }, 120_000);
 });

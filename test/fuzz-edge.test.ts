@@ -4,7 +4,10 @@
 // malformed UUID, extreme numbers, unknown enum values, huge repeated fields and maps), with the
 // admin token for admin methods and a real node certificate for node methods so the calls get
 // past authentication. Bad input must be refused with a typed code: never internal or unknown,
-// never a stack in the log, and the server keeps serving.
+// never a stack in the log, and the server keeps serving. Invoke payloads (issue 34) are fuzzed
+// through a real agent serving the tiny GGUF in llama.cpp: JSON shapes, depth, sizes, unicode and
+// every OpenAI request field with hostile values; each is answered or refused as invalid_argument,
+// with no error-level line in the server's or the agent's log.
 import http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -29,9 +32,17 @@ import {
   type SessionRequest,
   type SessionResponse,
 } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { DeploymentService, InvokeRequestSchema } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { Health } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { supportedProtocolVersions } from "../server/version.js";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { writeTinyLlamaGguf } from "../scripts/gguf.js";
+import type { AgentProcess } from "./support/process.js";
+import { errorLines, serveTiny, servingNode } from "./support/serving.js";
+import { hostilePayloads } from "./support/hostile-json.js";
 
 const services: DescService[] = [AgentService, AdminService, DeploymentService, Health];
 const hugeCount = 5_000;
@@ -473,5 +484,99 @@ describe("edge fuzzing from the descriptors", () => {
     expect(bad.map((o) => `${o.call} -> ${o.code}`)).toEqual([]);
     await expect(ts.anonymousAgent.getServerInfo({})).resolves.toBeDefined();
     expect(failureLines(ts)).toEqual([]);
+  });
+});
+
+describe("invoke payload fuzzing through a real agent and runtime", () => {
+  let ts: TestServer;
+  let agent: AgentProcess;
+  let root: string;
+  let client: ReturnType<typeof createClient<typeof DeploymentService>>;
+  let secret: string;
+
+  beforeAll(async () => {
+    root = mkdtempSync(join(tmpdir(), "mf-fuzz-invoke-"));
+    const file = join(root, "tiny.gguf");
+    const model = await writeTinyLlamaGguf(file, { contextLength: 2048 });
+    ts = await startTestServer({ MODELFORGE_HEARTBEAT_INTERVAL: "1s", MODELFORGE_APPROVED_ROOTS: root });
+    const serving = await servingNode(ts, root, "fuzz-serving", 2048);
+    agent = serving.agent;
+    const node = serving.node;
+    await serveTiny(ts.admin, { nodeId: node.nodeId, commit: "c".repeat(40), root, file, sha256: model.sha256 });
+    secret = (await ts.admin.createServiceKey({ name: "fuzz", deployments: ["tiny"] })).secret;
+    const bearer: Interceptor = (next) => (req) => {
+      req.header.set("authorization", `Bearer ${secret}`);
+      return next(req);
+    };
+    client = createClient(
+      DeploymentService,
+      createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem }, interceptors: [bearer] }),
+    );
+  }, 180_000);
+  afterAll(async () => {
+    await agent?.stop();
+    await ts?.stop();
+    if (root) rmSync(root, { recursive: true, force: true });
+  }, 60_000);
+
+  /** The call's Connect code name: "ok" when answered. */
+  const outcome = (f: () => Promise<unknown>) =>
+    f().then(
+      () => "ok",
+      (err: unknown) => Code[ConnectError.from(err).code],
+    );
+
+  it("answers every hostile payload or refuses it as invalid_argument: 0 internal, 0 error-level lines", { timeout: 600_000 }, async () => {
+    const payloads = hostilePayloads();
+    const tasks = payloads.map(
+      (p) => async (): Promise<Outcome> => ({
+        call: `Invoke ${p.label}`,
+        code: await outcome(() => client.invoke({ deploymentId: "tiny", payload: p.payload })),
+      }),
+    );
+    // The stream's own path for the shapes and the two fields every request carries.
+    for (const p of payloads.filter((x) => !/^(chat|completion) /.test(x.label) || /(messages|prompt):/.test(x.label))) {
+      tasks.push(async () => ({
+        call: `InvokeStream ${p.label}`,
+        code: await outcome(async () => {
+          for await (const _ of client.invokeStream({ deploymentId: "tiny", payload: p.payload })) {
+            /* drained */
+          }
+        }),
+      }));
+    }
+    const outcomes = await inParallel(tasks, 4);
+    const byCode = new Map<string, number>();
+    for (const o of outcomes) byCode.set(o.code, (byCode.get(o.code) ?? 0) + 1);
+    console.log(`fuzzed invoke with ${outcomes.length} payloads; answers by code:`, Object.fromEntries(byCode));
+    expect(outcomes.filter((o) => o.code !== "ok" && o.code !== "InvalidArgument").map((o) => `${o.call} -> ${o.code}`)).toEqual([]);
+    // Some reached the runtime and were answered; the runtime's refusals came back typed too.
+    expect(byCode.get("ok") ?? 0).toBeGreaterThan(100);
+    expect(errorLines(ts.logs())).toEqual([]);
+    expect(failureLines(ts)).toEqual([]);
+    expect(agent.output()).not.toMatch(/"level":(50|60)/);
+    // Deadlines in the gRPC header down to the nanosecond: typed answers too (a fraction of a
+    // millisecond once failed to encode as the Duration sent to the node).
+    const request = toBinary(
+      InvokeRequestSchema,
+      create(InvokeRequestSchema, { deploymentId: "tiny", payload: Buffer.from('{"prompt":"a","max_tokens":2}') }),
+    );
+    const raw = http2.connect(ts.url, { ca: ts.caPem });
+    raw.on("error", () => undefined);
+    try {
+      for (const timeout of ["1n", "999999n", "1234567n", "1500u", "2m", "99999999n"]) {
+        const status = await grpcCall(raw, "/modelforge.deployment.v1.DeploymentService/Invoke", request, {
+          authorization: `Bearer ${secret}`,
+          "grpc-timeout": timeout,
+        });
+        // Answered (a message came), canceled (the deadline ended its wait) or deadline_exceeded.
+        expect(["ok-streaming", "0", "1", "4"], `grpc-timeout ${timeout} -> ${status}`).toContain(status);
+      }
+    } finally {
+      raw.close();
+    }
+    expect(errorLines(ts.logs())).toEqual([]);
+    // Still serving.
+    await expect(client.invoke({ deploymentId: "tiny", payload: Buffer.from('{"prompt":"ok","max_tokens":2}') })).resolves.toBeDefined();
   });
 });

@@ -15,15 +15,14 @@ import pg from "pg";
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
-import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { systemClock } from "../common/clock.js";
 import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { startTestServer, type TestServer } from "./support/server.js";
-import { enrollTestNode, eventually } from "./support/node.js";
-import { spawnAgent, type AgentProcess } from "./support/process.js";
+import { eventually } from "./support/node.js";
+import type { AgentProcess } from "./support/process.js";
 import { privatePostgresProblem, startPrivatePostgres, type PrivatePostgres } from "./support/private-postgres.js";
 import { waitFor } from "./support/wait.js";
-import { serveTiny } from "./support/serving.js";
+import { serveTiny, servingNode } from "./support/serving.js";
 
 const outageMs = 15_000;
 const commit = "d".repeat(40);
@@ -64,18 +63,9 @@ beforeAll(async () => {
     { DATABASE_URL: databaseUrl, MODELFORGE_HEARTBEAT_INTERVAL: "1s", MODELFORGE_APPROVED_ROOTS: root, MODELFORGE_LOG_LEVEL: "info" },
     { invokeCountsFlushMs: 1_000 },
   );
-  const node = await enrollTestNode(ts, "serving");
-  await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 2048, threads: 1 });
-  agent = spawnAgent(node.statePath, {
-    MODELFORGE_AGENT_RUNTIMES: "on",
-    MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
-    MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
-  });
-  await eventually(
-    async () => (await ts.admin.getNode({ nodeId: node.nodeId })).node!.capabilities.includes("deployment.load.v1"),
-    30_000,
-    "the agent online, advertising deployment.load.v1",
-  );
+  const serving = await servingNode(ts, root, "serving", 2048);
+  agent = serving.agent;
+  const node = serving.node;
   deploymentId = await serveTiny(ts.admin, { nodeId: node.nodeId, commit, root, file: path, sha256: model.sha256 });
   secret = (await ts.admin.createServiceKey({ name: "svc", deployments: ["tiny"] })).secret;
   unreadSecret = (await ts.admin.createServiceKey({ name: "never-used", deployments: ["tiny"] })).secret;

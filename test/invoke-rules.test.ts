@@ -7,7 +7,7 @@ import { Code, type ConnectError } from "@connectrpc/connect";
 import { pino } from "pino";
 import { InvokeApi } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { SessionRequestSchema, type SessionResponse } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, routeInvoke } from "../server/invoke/rules.js";
+import { InFlight, invokeTimeoutMs, nodeRefusal, routeInvoke } from "../server/invoke/rules.js";
 import { InvokeRelay, type InvokeCall, type InvokeForwarder } from "../server/invoke/relay.js";
 import { InvokeCounts } from "../server/invoke/counts.js";
 import { LogWatches } from "../server/invoke/logs.js";
@@ -20,7 +20,7 @@ import { bearerServiceKey, checkServiceKeyInput, looksLikeServiceKey, serviceKey
 import { refuseForeignCredentials, refuseServiceKeyElsewhere } from "../server/identity/service-keys-auth.js";
 import { cleanLine, WatchOutbox, defaultLogLimits } from "../agent/deployments/logs.js";
 import { Gate } from "../agent/deployments/host.js";
-import { refusalCode } from "../agent/deployments/relay.js";
+import { fitMessage, refusalCode } from "../agent/deployments/refusal.js";
 import { OpenAiClientError } from "../agent/engines/openai-client.js";
 import { Drain } from "../server/invoke/drain.js";
 
@@ -72,19 +72,6 @@ describe("routing an invoke", () => {
     [90_000, 60_000, 60_000],
     [90_000, 0, 90_000],
   ])("timeout: caller %s, deployment %d -> %d", (req, dep, want) => expect(invokeTimeoutMs(req, dep)).toBe(want));
-  it("infers the API from the body, and refuses what is not a JSON object", () => {
-    expect(apiOf(InvokeApi.UNSPECIFIED, { messages: [] })).toBe(InvokeApi.CHAT_COMPLETIONS);
-    expect(apiOf(InvokeApi.UNSPECIFIED, { prompt: "x" })).toBe(InvokeApi.COMPLETIONS);
-    expect(apiOf(InvokeApi.COMPLETIONS, { messages: [] })).toBe(InvokeApi.COMPLETIONS);
-    for (const [type, body] of [
-      ["text/plain", "{}"],
-      ["", "not json"],
-      ["application/json", "[1]"],
-    ] as const) {
-      expect(codeOf(() => parsePayload(type, Buffer.from(body)))).toBe(Code.InvalidArgument);
-    }
-    expect(parsePayload("application/json; charset=utf-8", Buffer.from('{"prompt":"x"}'))).toEqual({ prompt: "x" });
-  });
   it("maps a node's refusal by code name; an unknown name is internal", () => {
     expect(nodeRefusal("resource_exhausted", "busy").code).toBe(Code.ResourceExhausted);
     expect(nodeRefusal("deadline_exceeded", "slow").code).toBe(Code.DeadlineExceeded);
@@ -156,8 +143,25 @@ describe("agent rules", () => {
     [new OpenAiClientError(400, "invalid_request_error", undefined, "x"), "invalid_argument"],
     [new OpenAiClientError(503, undefined, undefined, "x"), "resource_exhausted"],
     [new OpenAiClientError(500, undefined, undefined, "x"), "internal"],
+    [new OpenAiClientError(404, "not_found_error", "model_not_found", "x"), "invalid_argument"],
+    [new OpenAiClientError(422, undefined, undefined, "x"), "invalid_argument"],
+    [new OpenAiClientError(413, undefined, undefined, "x"), "invalid_argument"],
+    [new OpenAiClientError(429, undefined, undefined, "x"), "resource_exhausted"],
+    [new OpenAiClientError(401, undefined, undefined, "x"), "internal"],
+    [new RangeError("Maximum call stack size exceeded"), "internal"],
     [Object.assign(new Error("t"), { name: "TimeoutError" }), "deadline_exceeded"],
   ])("runtime refusal %s -> %s", (err, code) => expect(refusalCode(err)).toBe(code));
+  it.each([
+    ["short", "the model said no", "the model said no"],
+    ["control characters", "a\u0000b\nc\u0085d", "a b c d"],
+    ["an unpaired surrogate", "a\ud800b", "a\ufffdb"],
+    ["long", "x".repeat(1000), `${"x".repeat(253)}...`],
+    ["cut inside a character", "é".repeat(200), `${"é".repeat(126)}...`],
+  ])("a runtime's message, %s, fits the contract", (_what, raw, want) => {
+    const fitted = fitMessage(raw);
+    expect(fitted).toBe(want);
+    expect(Buffer.byteLength(fitted)).toBeLessThanOrEqual(256);
+  });
 });
 
 /** A node session that records what the relay pushed. */

@@ -1,6 +1,7 @@
 // Serving deployments end to end: a real control plane, a real agent process holding the tiny GGUF
 // in llama.cpp, a service key, and a plain gRPC client (generated at run time from proto/). Unary
-// and streamed invokes with real generated tokens; the credentials DeploymentService refuses and
+// and streamed invokes with real generated tokens; bad input refused as the caller's (invalid_argument);
+// the credentials DeploymentService refuses and
 // the services that refuse a service key; drain with a request in flight; unload frees the
 // process; logs followed live; an agent restarted reports nothing held.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -23,7 +24,7 @@ import { startTestServer, testAdminKey, type TestServer } from "./support/server
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
 import { jobToEnd } from "./support/jobs.js";
-import { storeArtifact } from "./support/serving.js";
+import { errorLines, storeArtifact } from "./support/serving.js";
 
 let ts: TestServer;
 let root: string;
@@ -51,6 +52,15 @@ const finished = (spec: MessageInitShape<typeof JobSpecSchema>) => jobToEnd(ts.a
 /** A unary call on the plain gRPC client; resolves with the response or the grpc error. */
 function unary(method: string, req: object, metadata: grpc.Metadata): Promise<any> {
   return new Promise((resolve, reject) => plain[method](req, metadata, (e: unknown, r: unknown) => (e ? reject(e) : resolve(r))));
+}
+
+/** An Invoke expected to fail: its status and message (grpc-js leaves the message percent-encoded). */
+async function refusal(req: object): Promise<[number, string]> {
+  const err = (await unary("Invoke", req, keyMetadata()).then(
+    () => ({ code: grpc.status.OK, details: "answered" }),
+    (e: unknown) => e,
+  )) as grpc.ServiceError;
+  return [err.code, decodeURIComponent(err.details)];
 }
 
 function keyMetadata(key = secret): grpc.Metadata {
@@ -120,6 +130,33 @@ describe("DeploymentService through a real agent", () => {
       keyMetadata(),
     );
     expect(JSON.parse(Buffer.from(chat.payload).toString("utf8")).object).toBe("chat.completion");
+  }, 60_000);
+
+  it("answers bad input as the caller's mistake: model overwritten, deep nesting, a runtime's 4xx, a tiny timeout", async () => {
+    const errorsBefore = errorLines(ts.logs()).length;
+    // The deployment decides the model: a payload naming another is served by the runtime's own.
+    const served = await unary("Invoke", { deploymentId: "tiny", payload: completion(2, { model: "other" }) }, keyMetadata());
+    const body = JSON.parse(Buffer.from(served.payload).toString("utf8"));
+    expect(body.usage.completion_tokens).toBeGreaterThan(0);
+    expect(body.model).not.toBe("other");
+    // 50,000 levels deep: refused at the edge, before the node (whose JSON.stringify would overflow).
+    const deep = `{"prompt":"x","extra":${"[".repeat(50_000)}${"]".repeat(50_000)}}`;
+    expect(await refusal({ deploymentId: "tiny", payload: Buffer.from(deep) })).toEqual([
+      grpc.status.INVALID_ARGUMENT,
+      "payload: the body nests deeper than 64 levels",
+    ]);
+    // A value the edge lets through but llama.cpp refuses (its ceiling is 4,096 tokens): the
+    // runtime's 400 comes back as invalid_argument with its own bounded words.
+    const [code, message] = await refusal({ deploymentId: "tiny", payload: completion(5_000) });
+    expect(code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(message).toMatch(/^the runtime refused the request: max_tokens must be an integer from 1 to 4096/);
+    expect(Buffer.byteLength(message)).toBeLessThanOrEqual(256);
+    // A nanosecond is no timeout: refused, not taken as the 30 s default.
+    expect(await refusal({ deploymentId: "tiny", payload: completion(), timeout: { seconds: "0", nanos: 1 } })).toEqual([
+      grpc.status.INVALID_ARGUMENT,
+      "timeout: must be at least 1 ms (leave it unset for the default)",
+    ]);
+    expect(errorLines(ts.logs()).slice(errorsBefore)).toEqual([]);
   }, 60_000);
 
   it("streams the runtime's chunks as they are produced", async () => {

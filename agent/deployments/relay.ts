@@ -6,7 +6,7 @@ import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
 import type { InvokeStart, LogWatch, SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { InvokeApi, type RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
-import { OpenAiClientError } from "../engines/openai-client.js";
+import { refusalCode, refusalMessage } from "./refusal.js";
 import type { RelayLink as SessionLink, SessionMessage } from "./session-hook.js";
 import { notHeld, type DeploymentHost } from "./host.js";
 import { WatchOutbox } from "./logs.js";
@@ -22,17 +22,6 @@ interface Watch {
   link: SessionLink;
   deploymentId: string;
   outbox: WatchOutbox;
-}
-
-/** A runtime's HTTP refusal as a Connect code name. */
-export function refusalCode(err: unknown): string {
-  if (err instanceof OpenAiClientError) {
-    if (err.status === 400 || err.status === 413 || err.status === 422) return "invalid_argument";
-    if (err.status === 429 || err.status === 503) return "resource_exhausted";
-    return "internal";
-  }
-  if (err instanceof Error && (err.name === "TimeoutError" || err.name === "AbortError")) return "deadline_exceeded";
-  return "internal";
 }
 
 export class DeploymentRelay {
@@ -114,12 +103,8 @@ export class DeploymentRelay {
       // Cancelled by the server: it has stopped listening.
       if (controller.signal.reason === cancelledByServer) return;
       const code = controller.signal.aborted ? "unavailable" : refusalCode(err);
-      const message =
-        err instanceof OpenAiClientError
-          ? `the runtime refused the request: ${err.message}`
-          : `the runtime failed: ${(err as Error).message}`;
       this.log.debug({ deploymentId: spec.deploymentId, requestId: spec.requestId, code }, "invoke failed");
-      fail(code, message.slice(0, 1024));
+      fail(code, refusalMessage(err));
     } finally {
       release?.();
       running.delete(id);

@@ -27,7 +27,7 @@ import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
 import type { Logger } from "../observability/logger.js";
 import type { ServicePrincipal } from "../identity/service-keys.js";
 import type { DeploymentRoutes, DeploymentTarget } from "./routes.js";
-import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, routeInvoke, unreachable } from "./rules.js";
+import { checkPayload, InFlight, invokeTimeoutMs, nodeRefusal, routeInvoke, unreachable } from "./rules.js";
 import type { InvokeCounts } from "./counts.js";
 import type { LogWatches } from "./logs.js";
 import type { SessionHolder } from "../cluster/replicas.js";
@@ -124,7 +124,8 @@ export class InvokeRelay {
   }
 
   private async *relay(principal: ServicePrincipal, call: InvokeCall): AsyncGenerator<AnswerPiece> {
-    const body = parsePayload(call.contentType, call.payload);
+    // Before routing: bad input is the caller's mistake, refused here and never relayed.
+    const checked = checkPayload(call.contentType, call.payload, call.api);
     const target = await this.target(call.deployment);
     const route = routeInvoke(target, principal.deployments, call.deployment, (n) => this.deps.sessions.isConnected(n));
     const deployment = target!;
@@ -173,11 +174,11 @@ export class InvokeRelay {
                 deploymentId: deployment.deploymentId,
                 requestId: call.requestId,
                 contentType: "application/json",
-                payload: call.payload,
+                payload: checked.payload,
                 timeout: durationFromMs(timeoutMs),
                 revision: instance.revision,
               },
-              api: apiOf(call.api, body),
+              api: checked.api,
               stream: call.stream,
             },
           },

@@ -1,8 +1,11 @@
 // The relay's rules, pure: who may call which deployment, which instance answers, how long it may
-// take, which runtime API a payload is for, and how a node's refusal maps onto the contract.
+// take, whether a payload is a well-formed request of its API, and how a node's refusal maps onto
+// the contract.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { DeploymentInstance, DeploymentTarget } from "./routes.js";
+import { RequestError } from "./json-body.js";
+import { checkedRequest } from "./openai-request.js";
 
 /** What a caller waits when it names no timeout. */
 export const defaultInvokeTimeoutMs = 30_000;
@@ -44,33 +47,53 @@ export function unreachable(name: string, why: string): ConnectError {
   return new ConnectError(`the node serving deployment ${name} is not reachable: ${why}`, Code.Unavailable);
 }
 
+/**
+ * The caller's wait: the request's timeout and the call's own deadline (a gRPC timeout header may
+ * name nanoseconds), whichever is shorter, in whole milliseconds up: a fraction cannot be encoded
+ * as the Duration the node is sent.
+ */
+export function callerWaitMs(requestedMs: number | undefined, callMs: number | undefined): number | undefined {
+  const given = [requestedMs, callMs].filter((v): v is number => v !== undefined && v > 0);
+  return given.length === 0 ? undefined : Math.ceil(Math.min(...given));
+}
+
 /** The shorter of the caller's timeout (default 30 s) and the deployment's own. */
 export function invokeTimeoutMs(requestedMs: number | undefined, deploymentMs: number): number {
   const requested = requestedMs !== undefined && requestedMs > 0 ? requestedMs : defaultInvokeTimeoutMs;
   return deploymentMs > 0 ? Math.min(requested, deploymentMs) : requested;
 }
 
-/** The runtime API a payload is for; chat when unspecified and the JSON has "messages". */
-export function apiOf(api: InvokeApi, body: Record<string, unknown>): InvokeApi.COMPLETIONS | InvokeApi.CHAT_COMPLETIONS {
-  if (api === InvokeApi.COMPLETIONS || api === InvokeApi.CHAT_COMPLETIONS) return api;
-  return Array.isArray(body.messages) ? InvokeApi.CHAT_COMPLETIONS : InvokeApi.COMPLETIONS;
+/** A payload checked as an OpenAI-compatible request of its API, re-serialised as it was checked. */
+export interface CheckedPayload {
+  api: InvokeApi.COMPLETIONS | InvokeApi.CHAT_COMPLETIONS;
+  payload: Uint8Array;
 }
 
-/** The payload as an OpenAI-style JSON object, or invalid_argument. */
-export function parsePayload(contentType: string, payload: Uint8Array): Record<string, unknown> {
+const kinds = { [InvokeApi.COMPLETIONS]: "completion", [InvokeApi.CHAT_COMPLETIONS]: "chat" } as const;
+
+/**
+ * The payload checked for its API (chat when unspecified and the JSON has "messages"), or
+ * invalid_argument naming the field: run before routing, so bad input never reaches a node.
+ */
+export function checkPayload(contentType: string, payload: Uint8Array, api: InvokeApi): CheckedPayload {
   if (contentType !== "" && !/^application\/json(\s*;.*)?$/i.test(contentType)) {
     throw new ConnectError(`content_type: ${contentType} is not supported; send application/json`, Code.InvalidArgument);
   }
-  let body: unknown;
   try {
-    body = JSON.parse(Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength).toString("utf8"));
-  } catch {
-    throw new ConnectError("payload: not valid JSON", Code.InvalidArgument);
+    const { kind, json } = checkedRequest(payload, api === InvokeApi.UNSPECIFIED ? undefined : kinds[api]);
+    return { api: kind === "chat" ? InvokeApi.CHAT_COMPLETIONS : InvokeApi.COMPLETIONS, payload: Buffer.from(json) };
+  } catch (err) {
+    if (err instanceof RequestError) throw new ConnectError(`payload: ${err.message}`, Code.InvalidArgument);
+    throw err;
   }
-  if (typeof body !== "object" || body === null || Array.isArray(body)) {
-    throw new ConnectError("payload: must be a JSON object (an OpenAI-compatible request)", Code.InvalidArgument);
-  }
-  return body as Record<string, unknown>;
+}
+
+/** A timeout the caller set, in milliseconds; under 1 ms (zero, negative, a nanosecond) is refused, not taken as the default. */
+export function requestedTimeoutMs(timeout: { seconds: bigint; nanos: number } | undefined): number | undefined {
+  if (timeout === undefined) return undefined;
+  const ms = Number(timeout.seconds) * 1000 + timeout.nanos / 1e6;
+  if (!(ms >= 1)) throw new ConnectError("timeout: must be at least 1 ms (leave it unset for the default)", Code.InvalidArgument);
+  return Math.round(ms);
 }
 
 const codesByName: Record<string, Code> = Object.fromEntries(

@@ -1,7 +1,6 @@
 // modelforge.deployment.v1.DeploymentService: Invoke, InvokeStream and ListDeployments for a
 // service key (authenticated by server/identity/service-keys-auth.ts before these run).
 import { create } from "@bufbuild/protobuf";
-import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
   DeploymentSchema,
@@ -16,6 +15,7 @@ import { serviceKeyHeader, servicePrincipalOf } from "../identity/service-keys-a
 import { forwardedFromHeader } from "./forward.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import type { InvokeRelay, InvokeCall } from "./relay.js";
+import { callerWaitMs, requestedTimeoutMs } from "./rules.js";
 import type { DeploymentPhase, DeploymentRoutes, DeploymentTarget } from "./routes.js";
 
 const stateOf: Record<DeploymentPhase, DeploymentState> = {
@@ -35,24 +35,22 @@ const toProto = (t: DeploymentTarget) =>
     revision: t.ready[0]?.revision ?? 0n,
   });
 
-/** The caller's wait: the request's timeout and the call's own deadline, whichever is shorter. */
-function callerTimeoutMs(requested: Parameters<typeof durationMs>[0] | undefined, ctx: HandlerContext): number | undefined {
-  const fromRequest = requested === undefined ? undefined : durationMs(requested);
-  const fromCall = ctx.timeoutMs();
-  const given = [fromRequest, fromCall].filter((v): v is number => v !== undefined && v > 0);
-  return given.length === 0 ? undefined : Math.min(...given);
-}
-
 export function deploymentService(relay: InvokeRelay, routes: DeploymentRoutes): ServiceImpl<typeof DeploymentService> {
   const callOfRequest = (
-    req: { deploymentId: string; contentType: string; payload: Uint8Array; timeout?: Parameters<typeof durationMs>[0]; api: number },
+    req: {
+      deploymentId: string;
+      contentType: string;
+      payload: Uint8Array;
+      timeout?: Parameters<typeof requestedTimeoutMs>[0];
+      api: number;
+    },
     ctx: HandlerContext,
     stream: boolean,
   ): InvokeCall => ({
     deployment: req.deploymentId,
     contentType: req.contentType,
     payload: req.payload,
-    timeoutMs: callerTimeoutMs(req.timeout, ctx),
+    timeoutMs: callerWaitMs(requestedTimeoutMs(req.timeout), ctx.timeoutMs()),
     api: req.api,
     stream,
     requestId: callOf(ctx).correlationId,

@@ -34,7 +34,9 @@ const contentTypes: Record<string, string> = {
 
 /**
  * Scripts, styles and API calls from this origin only; no inline script or style, no framing, no
- * plugins, no form posts elsewhere. The console builds every element with the DOM API.
+ * plugins, no form posts elsewhere. The console builds every element with the DOM API. HSTS: the
+ * port speaks only TLS, and a browser that has seen the console never tries plain HTTP for the
+ * host again nor lets a certificate warning be clicked through (subdomains are not ours to bind).
  */
 const securityHeaders: Record<string, string> = {
   "content-security-policy":
@@ -45,6 +47,7 @@ const securityHeaders: Record<string, string> = {
   "referrer-policy": "no-referrer",
   "cross-origin-opener-policy": "same-origin",
   "cross-origin-resource-policy": "same-origin",
+  "strict-transport-security": "max-age=31536000",
 };
 
 /** Every regular file under `dir`, keyed by its URL path under /ui/. */

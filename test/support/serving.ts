@@ -1,12 +1,14 @@
-// Serving a model in tests: a file put into the control plane's artifact store in one chunk, and a
-// deployment created and waited READY.
+// Serving a model in tests: a node whose real agent runs runtimes, a file put into the control
+// plane's artifact store in one chunk, and a deployment created and waited READY.
 import { readFileSync } from "node:fs";
 import type { Client } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { AdminService, CreateDeploymentRequestSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
-import { eventually, type TestNode } from "./node.js";
+import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { enrollTestNode, eventually, type TestNode } from "./node.js";
 import { spawnAgent, type AgentProcess } from "./process.js";
+import type { TestServer } from "./server.js";
 
 type Admin = Client<typeof AdminService>;
 
@@ -42,6 +44,26 @@ export async function serveTiny(admin: Admin, at: { nodeId: string; commit: stri
     targetRoot: at.root,
     maxInFlight: 8,
   });
+}
+
+/** The error-level lines (pino level 50 and up) of a JSON log: our own faults, never a caller's bad input. */
+export function errorLines(log: string): string[] {
+  return log.split("\n").filter((l) => l.startsWith("{") && (JSON.parse(l) as { level: number }).level >= 50);
+}
+
+/**
+ * A node enrolled as `name` whose real agent runs runtimes from artifacts under `root`, online and
+ * advertising deployment.load.v1, with runtime profile "tiny-cpu" (llama.cpp, one thread).
+ */
+export async function servingNode(
+  ts: TestServer,
+  root: string,
+  name: string,
+  contextSize: number,
+): Promise<{ node: TestNode; agent: AgentProcess }> {
+  const node = await enrollTestNode(ts, name);
+  await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize, threads: 1 });
+  return { node, agent: await spawnServingAgent(ts.admin, node, root) };
 }
 
 /** A real agent process that runs runtimes from models under `root` fetched from the control plane, waited until it can load deployments. */

@@ -62,7 +62,7 @@ export function enroller(deps: EnrollDeps, clock: () => number = () => deps.cloc
   return async (input) => {
     const peer = peerKey(input.peerAddress);
     const peerAddress = input.peerAddress ?? "unknown";
-    const waitMs = limiter.retryAfterMs(peer, clock());
+    const waitMs = limiter.admit(peer, clock());
     if (waitMs > 0) {
       const seconds = Math.ceil(waitMs / 1000);
       refusals.warn(peerAddress, { reason: "too many failed enrollments", retryAfterSeconds: seconds, correlationId: input.correlationId });
@@ -72,15 +72,18 @@ export function enroller(deps: EnrollDeps, clock: () => number = () => deps.cloc
         }),
       );
     }
+    let guessed = false;
     try {
       return await enroll(deps, input);
     } catch (err) {
       if (!(err instanceof ConnectError) || err.code !== Code.Unauthenticated) throw err;
       // Only an unknown token is guessing: the losers of a race for a real token, or an agent
       // retrying with its used one, hold a real secret.
-      if (unknownTokens.has(err)) limiter.failed(peer, clock());
+      guessed = unknownTokens.has(err);
       refusals.warn(peerAddress, { reason: err.rawMessage, correlationId: input.correlationId });
       throw loggedByHandler(err);
+    } finally {
+      limiter.settle(peer, clock(), guessed);
     }
   };
 }

@@ -1,33 +1,38 @@
 // How many failed enrollments a peer address may make: a token bucket per address. Each failure
 // takes a token; tokens come back one per `refillMs` up to `burst`; with none left the peer is
-// refused before its token is even looked at, until one has come back. Successful enrollments
-// cost nothing. Attempts are checked, not reserved, so a peer's concurrent attempts all get
-// through once; each failure among them still costs a token, the bucket going into debt (up to
-// `maxPenaltyMs`), so a concurrent burst buys a proportionally longer wait. In memory, per replica: the point is to make guessing slow and cheap to refuse,
-// not to count exactly across replicas. The caller passes the clock (monotonic milliseconds).
+// refused before its token is even looked at, until one has come back. Every attempt reserves a
+// token while it runs and gives it back unless it failed as a guess, so concurrent attempts hold
+// to the same bound as sequential ones (checking without reserving let a burst of slow attempts,
+// each with a real CSR, all through before the first failure was counted). Successful
+// enrollments cost nothing. A peer refused only because of its attempts in flight is told to
+// retry within a second. In memory, per replica: the point is to make guessing slow and cheap to
+// refuse, not to count exactly across replicas. The caller passes the clock (monotonic milliseconds).
 import { isIPv6 } from "node:net";
 
 export interface FailureLimitPolicy {
-  /** Failures a peer may make in a row before it is slowed down. */
+  /** Failures a peer may make in a row before it is slowed down; also its most attempts in flight. */
   burst: number;
   /** One more failure is allowed per this many milliseconds. */
   refillMs: number;
-  /** Most peers tracked at once; beyond it the least recently failing is forgotten. */
+  /** Most peers tracked at once; beyond it the least recently active is forgotten. */
   maxPeers: number;
-  /** The longest wait failures can run up. */
-  maxPenaltyMs: number;
 }
 
-export const enrollmentFailureLimit: FailureLimitPolicy = { burst: 5, refillMs: 5_000, maxPeers: 10_000, maxPenaltyMs: 15 * 60_000 };
+export const enrollmentFailureLimit: FailureLimitPolicy = { burst: 5, refillMs: 5_000, maxPeers: 10_000 };
+
+/** How soon a peer held back only by its own attempts in flight may try again. */
+const busyRetryMs = 1_000;
 
 /** Tokens are kept as milliseconds of refill (one token = `refillMs`), so the arithmetic is exact. */
 interface Bucket {
   credit: number;
   at: number;
+  /** Attempts admitted and not yet settled, each holding a token. */
+  reserved: number;
 }
 
 export class FailureLimiter {
-  // Map order is least recently failing first, which is what is evicted when full.
+  // Map order is least recently active first, which is what is evicted when full.
   private readonly buckets = new Map<string, Bucket>();
 
   constructor(private readonly policy: FailureLimitPolicy) {}
@@ -36,21 +41,34 @@ export class FailureLimiter {
     return this.buckets.size;
   }
 
-  /** 0 when `peer` may try now, else how many milliseconds until it may. */
-  retryAfterMs(peer: string, now: number): number {
-    const bucket = this.buckets.get(peer);
-    if (bucket === undefined) return 0;
-    const credit = this.creditAt(bucket, now);
-    if (credit >= this.full) this.buckets.delete(peer); // fully recovered: nothing to remember
-    return Math.ceil(Math.max(0, this.policy.refillMs - credit));
-  }
-
-  /** Records a failed enrollment of `peer`. */
-  failed(peer: string, now: number): void {
+  /** 0 when `peer` may try now (a token is then reserved until `settle`), else how many milliseconds until it may. */
+  admit(peer: string, now: number): number {
     const bucket = this.buckets.get(peer);
     const credit = bucket === undefined ? this.full : this.creditAt(bucket, now);
+    const reserved = bucket?.reserved ?? 0;
+    const available = credit - reserved * this.policy.refillMs;
+    if (available < this.policy.refillMs) {
+      const waitMs = Math.ceil(this.policy.refillMs - available);
+      return reserved > 0 ? Math.min(waitMs, busyRetryMs) : waitMs;
+    }
+    this.store(peer, { credit, at: now, reserved: reserved + 1 });
+    return 0;
+  }
+
+  /** Ends an admitted attempt: its token is given back unless it `failed` (was a guess). */
+  settle(peer: string, now: number, failed: boolean): void {
+    const bucket = this.buckets.get(peer);
+    if (bucket === undefined) return; // forgotten while it ran
+    const credit = Math.max(0, this.creditAt(bucket, now) - (failed ? this.policy.refillMs : 0));
+    const reserved = Math.max(0, bucket.reserved - 1);
+    if (credit >= this.full && reserved === 0)
+      this.buckets.delete(peer); // nothing to remember
+    else this.store(peer, { credit, at: now, reserved });
+  }
+
+  private store(peer: string, bucket: Bucket): void {
     this.buckets.delete(peer);
-    this.buckets.set(peer, { credit: Math.max(this.policy.refillMs - this.policy.maxPenaltyMs, credit - this.policy.refillMs), at: now });
+    this.buckets.set(peer, bucket);
     if (this.buckets.size > this.policy.maxPeers) this.buckets.delete(this.buckets.keys().next().value!);
   }
 

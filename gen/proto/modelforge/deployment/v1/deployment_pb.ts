@@ -19,8 +19,10 @@
 // retry; a call arriving at a replica without the session is forwarded to the one that has it),
 // resource_exhausted (the deployment already has its maximum of requests in flight: retry after
 // a pause), deadline_exceeded (the caller's timeout or the deployment's, whichever is shorter),
-// invalid_argument (payload too large or not JSON), internal or the runtime's own status mapped
-// (the runtime answered with an error: its OpenAI-style error message is passed on).
+// invalid_argument (payload too large, not a JSON object of UTF-8, nested deeper than 64 levels,
+// an OpenAI request field of the wrong type or out of its range, a timeout under 1 ms, or the
+// runtime refused the request: its 4xx, with its message cut to 256 bytes), internal (the runtime
+// or the control plane failed). A payload's "model" is ignored: the deployment decides the model.
 //
 // Input bounds. The server checks every request message at the edge, before anything else reads
 // it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
@@ -146,6 +148,7 @@ export type InvokeRequest = Message<"modelforge.deployment.v1.InvokeRequest"> & 
 
   /**
    * How long to wait for the answer; default 30 s.
+   * Bounds: at least 1 ms when set.
    *
    * @generated from field: google.protobuf.Duration timeout = 4;
    */
@@ -300,6 +303,7 @@ export type InvokeStreamRequest = Message<"modelforge.deployment.v1.InvokeStream
   /**
    * How long the whole stream may take; default 30 s, and never more than the deployment's own
    * invoke timeout.
+   * Bounds: at least 1 ms when set.
    *
    * @generated from field: google.protobuf.Duration timeout = 4;
    */
