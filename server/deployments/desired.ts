@@ -85,7 +85,7 @@ async function requireModelFile(
   current = "",
 ): Promise<string> {
   const rows = await deps.prisma.storedArtifact.findMany({
-    where: at,
+    where: { repository: at.repository, commit: at.commit },
     select: { path: true },
     orderBy: { path: "asc" },
     take: MAX_COMMIT_FILES,

@@ -6,6 +6,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { AdminService, CreateDeploymentRequestSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { eventually } from "./node.js";
+import { spawnAgent, type AgentProcess } from "./process.js";
 
 type Admin = Client<typeof AdminService>;
 
@@ -13,6 +14,15 @@ type Admin = Client<typeof AdminService>;
 export async function storeArtifact(admin: Admin, at: { repository: string; commit: string; path: string }, file: string, sha256: string) {
   const data = readFileSync(file);
   await admin.uploadArtifactChunk({ ...at, sizeBytes: BigInt(data.length), sha256, offset: 0n, data });
+}
+
+/** A real agent process that runs runtimes on files it acquires from the control plane into `root`. */
+export function spawnServingAgent(statePath: string, root: string): AgentProcess {
+  return spawnAgent(statePath, {
+    MODELFORGE_AGENT_RUNTIMES: "on",
+    MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
+    MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
+  });
 }
 
 /** Creates the deployment and waits until it is READY; its id. */
