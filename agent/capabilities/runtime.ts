@@ -1,8 +1,6 @@
 // runtime.probe.v1, runtime.health.v1 and runtime.unload.v1 on the agent's supervised engines. A
 // probe loads only the server-resolved artifacts (each digest re-verified first), runs the fixed,
 // versioned probe input and unloads; health and unload act on a runtime the agent holds.
-import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
 import { create } from "@bufbuild/protobuf";
 import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
@@ -13,6 +11,7 @@ import type { RunNvidiaSmiOptions } from "../collectors/nvidia-smi.js";
 import { systemClock, type Clock } from "../../common/clock.js";
 import { JobFailureError, type JobHandler, type JobHandlerResult } from "../jobs/registry.js";
 import { engineNameOfKind } from "../../common/engines.js";
+import { verifiedModelPath } from "./leased-model.js";
 
 /** The fixed probe inputs the contract defines; never free text. */
 export const probeInputs: Record<ProbeInput.COMPLETION_V1, { prompt: string; maxTokens: number; temperature: number }> = {
@@ -49,16 +48,6 @@ function typed(err: unknown): never {
 export function durationOf(ms: number): Duration {
   const nanosTotal = Math.max(0, Math.round(ms * 1e6));
   return create(DurationSchema, { seconds: BigInt(Math.floor(nanosTotal / 1e9)), nanos: nanosTotal % 1e9 });
-}
-
-export async function sha256Of(path: string): Promise<string | undefined> {
-  const hash = createHash("sha256");
-  try {
-    for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
-  } catch {
-    return undefined;
-  }
-  return hash.digest("hex");
 }
 
 export interface RuntimeOptions {
@@ -123,21 +112,11 @@ export function runtimeProbeHandler(opts: RuntimeOptions): JobHandler {
     const inputId = probe.probeInput === ProbeInput.UNSPECIFIED ? ProbeInput.COMPLETION_V1 : probe.probeInput;
     const input = probeInputs[inputId as ProbeInput.COMPLETION_V1];
     if (input === undefined) throw new JobFailureError(JobFailureCode.INVALID_SPEC, `unknown probe input ${inputId}`, false);
-    if (probe.artifacts.length !== 1) {
-      throw new JobFailureError(JobFailureCode.INVALID_SPEC, "a probe loads exactly one model file", false);
-    }
-    // The file may have changed since it was acquired: load only what still has the leased digest.
-    for (const artifact of probe.artifacts) {
-      const digest = await sha256Of(artifact.path);
-      if (digest === undefined) throw new JobFailureError(JobFailureCode.NOT_FOUND, `artifact ${artifact.path} cannot be read`, false);
-      if (digest !== artifact.sha256) {
-        throw new JobFailureError(JobFailureCode.CHECKSUM_MISMATCH, `artifact ${artifact.path} no longer has its leased digest`, false);
-      }
-    }
+    const modelPath = await verifiedModelPath(probe);
     await ctx.progress({ message: "loading" });
     const runtime = await opts.supervisor
       .start(engine, {
-        modelPath: probe.artifacts[0]!.path,
+        modelPath,
         params: {
           ...(profile.contextSize > 0 ? { contextSize: profile.contextSize } : {}),
           ...(profile.threads > 0 ? { threads: profile.threads } : {}),

@@ -10,7 +10,8 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HeldDeploymentSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineError, type Runtime, type Supervisor } from "../engines/supervisor.js";
-import { failureFor, sha256Of } from "../capabilities/runtime.js";
+import { failureFor } from "../capabilities/runtime.js";
+import { verifiedModelPath } from "../capabilities/leased-model.js";
 import { JobFailureError } from "../jobs/registry.js";
 import { defaultLogLimits, LogTail, type LogLimits } from "./logs.js";
 import { engineNameOfKind } from "../../common/engines.js";
@@ -216,16 +217,7 @@ export class DeploymentHost {
         false,
       );
     }
-    if (spec.artifacts.length === 0)
-      throw new JobFailureError(JobFailureCode.INVALID_SPEC, "a deployment names at least one artifact", false);
-    // The files may have changed since they were acquired: load only what still has the leased digests.
-    for (const artifact of spec.artifacts) {
-      const digest = await sha256Of(artifact.path);
-      if (digest === undefined) throw new JobFailureError(JobFailureCode.NOT_FOUND, `artifact ${artifact.path} cannot be read`, false);
-      if (digest !== artifact.sha256) {
-        throw new JobFailureError(JobFailureCode.CHECKSUM_MISMATCH, `artifact ${artifact.path} no longer has its leased digest`, false);
-      }
-    }
+    const modelPath = await verifiedModelPath(spec);
     const lines = new LogTail(
       spec.revision,
       this.logLimits,
@@ -234,10 +226,9 @@ export class DeploymentHost {
         for (const l of this.lineListeners) l(spec.deploymentId, line);
       },
     );
-    // The first artifact is the model the runtime loads; the others (tokenizer, config) sit beside it.
     const runtime = await this.opts.supervisor
       .start(engine, {
-        modelPath: spec.artifacts[0]!.path,
+        modelPath,
         params: {
           ...(profile.contextSize > 0 ? { contextSize: profile.contextSize } : {}),
           ...(profile.threads > 0 ? { threads: profile.threads } : {}),

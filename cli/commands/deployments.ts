@@ -47,6 +47,7 @@ function describe(ctx: Context, r: DeploymentRecord): string {
       ["Selector", Object.keys(r.selector).length > 0 ? formatLabels(r.selector) : undefined],
       ["Profile", r.runtimeProfile],
       ["Artifact", `${r.repository}@${r.commit}`],
+      ["Model file", r.modelFile || "(the commit's single .gguf)"],
       ["Target root", r.targetRoot],
       ["In flight", `at most ${r.maxInFlight}`],
       ["Failure", d.failureReason || undefined],
@@ -54,13 +55,14 @@ function describe(ctx: Context, r: DeploymentRecord): string {
     ]) +
     (r.instances.length > 0
       ? `\nRevisions\n${table(
-          ["REVISION", "STATE", "STEP", "PROFILE", "COMMIT", "RUNTIME", "REASON"],
+          ["REVISION", "STATE", "STEP", "PROFILE", "COMMIT", "MODEL FILE", "RUNTIME", "REASON"],
           r.instances.map((i) => [
             String(i.revision),
             state(i.state),
             i.step || "-",
             i.runtimeProfile,
             i.commit.slice(0, 12),
+            i.modelFile || "-",
             i.runtimeId || "-",
             i.reason || "-",
           ]),
@@ -78,12 +80,14 @@ const createCommand = command("create NAME", "Create a deployment: serve a pushe
     profile: valueOption("NAME", "runtime profile (see forge runtimes list; required)"),
     repository: valueOption("ORG/NAME", "artifact repository in the store (required)"),
     commit: valueOption("HEX", "artifact commit in the store (required)"),
+    "model-file": valueOption("PATH", "the commit's file the runtime loads (default: its single .gguf)"),
     "target-root": valueOption("DIR", "approved root on the node (default: the server's first)"),
     "max-in-flight": valueOption("N", "invokes in flight at once (default 8)"),
     "invoke-timeout": valueOption("DURATION", "longest invoke (default 60s)"),
     "drain-timeout": valueOption("DURATION", "longest drain (default 30s)"),
   },
-  notes: "Push the files first: forge artifacts push DIR --repository ORG/NAME --commit HEX.",
+  notes:
+    "Push the files first: forge artifacts push DIR --repository ORG/NAME --commit HEX. A commit with several .gguf files needs --model-file; its other files are acquired beside it.",
   async run(ctx, values, positionals) {
     for (const required of ["profile", "repository", "commit"]) {
       if (values[required] === undefined) throw new UsageError(`--${required} is required`);
@@ -95,6 +99,7 @@ const createCommand = command("create NAME", "Create a deployment: serve a pushe
       runtimeProfile: textOption(values, "profile"),
       repository: textOption(values, "repository"),
       commit: textOption(values, "commit"),
+      modelFile: textOption(values, "model-file"),
       targetRoot: textOption(values, "target-root"),
       maxInFlight: intOption(values, "max-in-flight", 1, 1024, 0),
       invokeTimeout: durationOption(values, "invoke-timeout"),
@@ -160,18 +165,22 @@ const getCommand = command("get NAME", "Show a deployment, its revisions and its
 
 const revisionCommand = command(
   "revision NAME",
-  "Move a deployment to another commit and/or profile; the new revision loads before the old drains",
+  "Move a deployment to another commit, profile and/or model file; the new revision loads before the old drains",
   {
     options: {
       commit: valueOption("HEX", "the new commit (default: unchanged)"),
       profile: valueOption("NAME", "the new runtime profile (default: unchanged)"),
+      "model-file": valueOption("PATH", "the commit's file to load (default: the current one if the commit holds it)"),
     },
     async run(ctx, values, positionals) {
-      if (values.commit === undefined && values.profile === undefined) throw new UsageError("give --commit and/or --profile");
+      if (values.commit === undefined && values.profile === undefined && values["model-file"] === undefined) {
+        throw new UsageError("give --commit, --profile and/or --model-file");
+      }
       const res = await ctx.client().updateDeploymentRevision({
         deployment: nameArg(positionals),
         commit: textOption(values, "commit"),
         runtimeProfile: textOption(values, "profile"),
+        modelFile: textOption(values, "model-file"),
       });
       return printReply(ctx, UpdateDeploymentRevisionResponseSchema, res, ({ deployment: r }) => {
         return `Deployment ${r!.deployment!.name} moves to revision ${r!.deployment!.revision}.\n`;

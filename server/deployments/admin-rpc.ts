@@ -50,6 +50,7 @@ export function adminDeployments(deps: DesiredDeps & HealthDeps): DeploymentRpcs
           maxInFlight: req.maxInFlight,
           invokeTimeoutMs: req.invokeTimeout !== undefined ? positiveDurationMs(req.invokeTimeout) : undefined,
           drainTimeoutMs: req.drainTimeout !== undefined ? positiveDurationMs(req.drainTimeout) : undefined,
+          modelFile: req.modelFile,
         },
         callOf(ctx).correlationId,
       );
@@ -79,7 +80,7 @@ export function adminDeployments(deps: DesiredDeps & HealthDeps): DeploymentRpcs
       const d = await updateRevision(
         deps,
         req.deployment,
-        { commit: req.commit, runtimeProfile: req.runtimeProfile },
+        { commit: req.commit, runtimeProfile: req.runtimeProfile, modelFile: req.modelFile },
         callOf(ctx).correlationId,
       );
       return create(UpdateDeploymentRevisionResponseSchema, { deployment: recordToProto(d) });

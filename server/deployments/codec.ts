@@ -49,6 +49,7 @@ export function recordToProto(d: Deployment & { instances: DeploymentInstance[] 
     invokeTimeout: durationFromMs(d.invokeTimeoutMs),
     drainTimeout: durationFromMs(d.drainTimeoutMs),
     selector: stringMap(d.selector),
+    modelFile: d.modelFile,
     instances: [...d.instances]
       .sort((a, b) => (a.revision > b.revision ? -1 : 1))
       .map((i) =>
@@ -62,6 +63,7 @@ export function recordToProto(d: Deployment & { instances: DeploymentInstance[] 
           reason: i.reason ?? "",
           runtimeProfile: i.runtimeProfile,
           commit: i.commit,
+          modelFile: i.modelFile,
           updatedAt: ts(i.updatedAt),
         }),
       ),

@@ -9,6 +9,8 @@ import type { RuntimeProfileSpec } from "../../gen/proto/modelforge/jobs/v1/jobs
 import { engineName } from "../runtimes/profile.js";
 import { operatorActor, recordAudit } from "../audit/audit.js";
 import { checkCommitName } from "../artifacts/rules.js";
+import { MAX_COMMIT_FILES } from "../../common/artifacts.js";
+import { chooseModelFile } from "../../common/model-file.js";
 import {
   checkDeploymentName,
   DEFAULT_DRAIN_TIMEOUT_MS,
@@ -43,6 +45,7 @@ export interface CreateDeploymentInput {
   maxInFlight: number;
   invokeTimeoutMs: number | undefined;
   drainTimeoutMs: number | undefined;
+  modelFile: string;
 }
 
 const invalid = (field: string, why: string) => new ConnectError(`${field}: ${why}`, Code.InvalidArgument);
@@ -68,6 +71,30 @@ async function requireProfileAndFiles(deps: DesiredDeps, profile: string, reposi
     );
   }
   return engineName(spec.engine);
+}
+
+/**
+ * The commit's file the runtime loads: the one named, else (on a revision change) the current one
+ * when the commit still holds it, else the commit's single .gguf. Checked here, at the request, so
+ * a commit the rule cannot decide is refused with its files listed rather than failing on the node.
+ */
+async function requireModelFile(
+  deps: DesiredDeps,
+  at: { repository: string; commit: string },
+  named: string,
+  current = "",
+): Promise<string> {
+  const rows = await deps.prisma.storedArtifact.findMany({
+    where: { repository: at.repository, commit: at.commit },
+    select: { path: true },
+    orderBy: { path: "asc" },
+    take: MAX_COMMIT_FILES,
+  });
+  const paths = rows.map((r) => r.path);
+  if (named === "" && current !== "" && paths.includes(current)) return current;
+  const choice = chooseModelFile(paths, named);
+  if (!choice.ok) throw invalid("model_file", `${choice.problem} (${at.repository}@${at.commit})`);
+  return choice.path;
 }
 
 /** The node a deployment goes on: the one named, or the eligible match of a selector with the fewest deployments. */
@@ -142,6 +169,7 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
   const invokeTimeoutMs = timeoutOf(input.invokeTimeoutMs, "invoke_timeout", DEFAULT_INVOKE_TIMEOUT_MS);
   const drainTimeoutMs = timeoutOf(input.drainTimeoutMs, "drain_timeout", DEFAULT_DRAIN_TIMEOUT_MS);
   const engine = await requireProfileAndFiles(deps, input.runtimeProfile, input.repository, input.commit);
+  const modelFile = await requireModelFile(deps, input, input.modelFile);
   const nodeId = await chooseNode(deps, input.nodeId, input.selector, engine);
   const id = randomUUID();
   const now = new Date(deps.clock.now());
@@ -156,6 +184,7 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
           runtimeProfile: input.runtimeProfile,
           repository: input.repository,
           commit: input.commit,
+          modelFile,
           targetRoot,
           revision: 1n,
           desired: "serving",
@@ -176,6 +205,7 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
       runtimeProfile: input.runtimeProfile,
       repository: input.repository,
       commit: input.commit,
+      modelFile,
     });
   });
   await deps.reconcile(id);
@@ -185,7 +215,7 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
 export async function updateRevision(
   deps: DesiredDeps,
   idOrName: string,
-  change: { commit: string; runtimeProfile: string },
+  change: { commit: string; runtimeProfile: string; modelFile: string },
   correlationId: string,
 ): Promise<DeploymentRow> {
   const d = await findRecord(deps.prisma, idOrName);
@@ -193,20 +223,26 @@ export async function updateRevision(
     throw new ConnectError(`deployment ${d.name} is ${d.desired}: only a serving deployment changes revision`, Code.FailedPrecondition);
   const commit = change.commit || d.commit;
   const runtimeProfile = change.runtimeProfile || d.runtimeProfile;
-  if (commit === d.commit && runtimeProfile === d.runtimeProfile) {
-    throw new ConnectError("nothing changes: give another commit or runtime profile", Code.InvalidArgument);
+  if (commit === d.commit && runtimeProfile === d.runtimeProfile && (change.modelFile || d.modelFile) === d.modelFile) {
+    throw new ConnectError("nothing changes: give another commit, runtime profile or model file", Code.InvalidArgument);
   }
   checkCommitName({ repository: d.repository, commit });
   await requireProfileAndFiles(deps, runtimeProfile, d.repository, commit);
+  const modelFile = await requireModelFile(deps, { repository: d.repository, commit }, change.modelFile, d.modelFile);
   const now = new Date(deps.clock.now());
   const revision = d.revision + 1n;
   await deps.prisma.$transaction(async (tx) => {
     const moved = await tx.deployment.updateMany({
       where: { id: d.id, revision: d.revision, desired: "serving" },
-      data: { revision, commit, runtimeProfile, updatedAt: now },
+      data: { revision, commit, runtimeProfile, modelFile, updatedAt: now },
     });
     if (moved.count !== 1) throw new ConnectError(`deployment ${d.name} changed meanwhile; retry`, Code.Aborted);
-    await audit(tx, "deployment.revision_changed", d.id, correlationId, now, { revision: String(revision), commit, runtimeProfile });
+    await audit(tx, "deployment.revision_changed", d.id, correlationId, now, {
+      revision: String(revision),
+      commit,
+      runtimeProfile,
+      modelFile,
+    });
   });
   await deps.reconcile(d.id);
   return findRecord(deps.prisma, d.id);

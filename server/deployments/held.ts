@@ -59,6 +59,7 @@ export async function reconcileHeld(deps: HeldDeps, nodeId: string, held: HeldDe
         runtimeProfile: "",
         repository: "",
         commit: "",
+        modelFile: "",
         targetRoot: "",
         drainTimeoutMs: 0,
         files: [],

@@ -12,6 +12,8 @@ export interface StepInput {
   runtimeProfile: string;
   repository: string;
   commit: string;
+  /** The file of the commit the runtime loads; "" for an instance from before it was stored. */
+  modelFile: string;
   targetRoot: string;
   drainTimeoutMs: number;
   files: { path: string; sizeBytes: bigint; sha256: string }[];
@@ -27,6 +29,8 @@ export const capabilityOfStep: Record<Step, string> = {
 
 export function specOfStep(step: Step, i: StepInput): JobSpec {
   const { deploymentId, revision } = i;
+  // Where artifact.acquire.v1 promotes a commit: <root>/<repository>/<commit>/<path>.
+  const onNode = (path: string) => join(i.targetRoot, i.repository, i.commit, path);
   switch (step) {
     case "acquire":
       return create(JobSpecSchema, {
@@ -43,8 +47,9 @@ export function specOfStep(step: Step, i: StepInput): JobSpec {
             deploymentId,
             revision,
             runtimeProfile: i.runtimeProfile,
-            // Where artifact.acquire.v1 promotes a commit: <root>/<repository>/<commit>/<path>.
-            artifacts: i.files.map((f) => ({ path: join(i.targetRoot, i.repository, i.commit, f.path), sha256: f.sha256 })),
+            artifacts: i.files.map((f) => ({ path: onNode(f.path), sha256: f.sha256 })),
+            // Empty for an instance from before the model file was stored: the agent applies the rule.
+            modelFile: i.modelFile === "" ? "" : onNode(i.modelFile),
           },
         },
       });

@@ -149,6 +149,13 @@ function checkResolvedArtifacts(artifacts: ResolvedArtifact[], at: string, ctx: 
   });
 }
 
+/** A model file, when named, is exactly one of the job's artifacts: the agent loads nothing else. */
+function checkModelFile(v: { modelFile: string; artifacts: ResolvedArtifact[] }, at: string): void {
+  if (v.modelFile !== "" && !v.artifacts.some((a) => a.path === v.modelFile)) {
+    fail(`${at}.model_file`, "must be exactly the path of one of the artifacts");
+  }
+}
+
 /** When set, a duration must be well-formed and strictly positive. */
 function checkOptionalPositiveDuration(value: Duration | undefined, field: string): void {
   if (value === undefined) return;
@@ -189,6 +196,7 @@ function checkRuntimeProbe(v: RuntimeProbe, at: string, ctx: JobSpecContext): vo
   requireText(v.runtimeProfile, `${at}.runtime_profile`);
   requireText(v.runtimeEnvironment, `${at}.runtime_environment`);
   checkResolvedArtifacts(v.artifacts, `${at}.artifacts`, ctx);
+  checkModelFile(v, at);
   requireText(v.probeInputId, `${at}.probe_input_id`);
   // The resolved profile is optional for older clients, but when present it must name an engine
   // and carry its content hash: the agent acts on it without any free text.
@@ -206,6 +214,7 @@ function checkDeploymentLoad(v: DeploymentLoad, at: string, ctx: JobSpecContext)
   if (v.revision < 1n) fail(`${at}.revision`, "must be at least 1");
   requireText(v.runtimeProfile, `${at}.runtime_profile`);
   checkResolvedArtifacts(v.artifacts, `${at}.artifacts`, ctx);
+  checkModelFile(v, at);
 }
 
 function checkDeploymentInvoke(v: DeploymentInvoke, at: string): void {

@@ -273,6 +273,52 @@ describe("deployments through a real server", () => {
     );
   });
 
+  it("a revision keeps its model file while the new commit holds it, else loads the new commit's single GGUF", async () => {
+    const [d1, d2, d3] = ["d", "e", "f"].map((c) => c.repeat(40)) as [string, string, string];
+    const readme = Buffer.from("# model\n");
+    for (const [commit, paths] of [
+      [d1, ["README.md", "v1.gguf"]],
+      [d2, ["README.md", "v1.gguf", "v2.gguf"]],
+      [d3, ["README.md", "v2.gguf"]],
+    ] as const) {
+      for (const path of paths) await push(commit, path, path === "README.md" ? readme : randomBytes(1024));
+    }
+    await ts.admin.createDeployment({ name: "files", nodeId: node.nodeId, runtimeProfile: "tiny-cpu", repository, commit: d1 });
+    await until("files", DeploymentState.READY);
+    const id = (await get("files")).deployment!.deployment!.id;
+    const ready = (revision: bigint) =>
+      eventually(
+        async () => (await get("files")).deployment!.instances.find((i) => i.revision === revision)?.state === DeploymentState.READY,
+        30_000,
+        `files revision ${revision} READY`,
+      );
+    await ts.admin.updateDeploymentRevision({ deployment: "files", commit: d2 });
+    await ready(2n);
+    await expect(ts.admin.updateDeploymentRevision({ deployment: "files", modelFile: "v3.gguf" })).rejects.toMatchObject({
+      code: Code.InvalidArgument,
+      rawMessage: expect.stringContaining('model_file: "v3.gguf" is not a file of the commit'),
+    });
+    await ts.admin.updateDeploymentRevision({ deployment: "files", commit: d3 });
+    await ready(3n);
+    const r = (await get("files")).deployment!;
+    expect(r.modelFile).toBe("v2.gguf");
+    expect(r.instances.map((i) => [i.revision, i.commit[0], i.modelFile])).toEqual([
+      [3n, "f", "v2.gguf"],
+      [2n, "e", "v1.gguf"],
+      [1n, "d", "v1.gguf"],
+    ]);
+    // Each load's lease names the resolved path on the node, among the commit's artifacts.
+    const loads = (await ts.admin.listJobs({ orderingKey: id })).jobs.flatMap((j) =>
+      j.spec?.kind.case === "deploymentLoad" ? [j.spec.kind.value] : [],
+    );
+    expect(loads.map((l) => [l.revision, l.modelFile, l.artifacts.length]).sort((a, b) => Number(a[0]) - Number(b[0]))).toEqual([
+      [1n, join(root, repository, d1, "v1.gguf"), 2],
+      [2n, join(root, repository, d2, "v1.gguf"), 3],
+      [3n, join(root, repository, d3, "v2.gguf"), 2],
+    ]);
+    await ts.admin.deleteDeployment({ deployment: "files" });
+  });
+
   it("an agent restarted without its runtimes gets the ready deployment loaded again", async () => {
     const id = (await get("chat")).deployment!.deployment!.id;
     const loadsBefore = calls.filter((c) => c === `load ${id}#2`).length;

@@ -232,6 +232,7 @@ describe("validateJobSpec", () => {
     ["empty runtime_profile", (v) => (v.runtimeProfile = ""), `${P}.runtime_profile`, /required/],
     ["blank runtime_environment", (v) => (v.runtimeEnvironment = "  "), `${P}.runtime_environment`, /blank/],
     ["empty probe_input_id", (v) => (v.probeInputId = ""), `${P}.probe_input_id`, /required/],
+    ["a model_file that is no artifact", (v) => (v.modelFile = "/srv/models/other.gguf"), `${P}.model_file`, /one of the artifacts/],
     ...artifactRows(`${P}.artifacts`),
   ];
 
@@ -252,11 +253,21 @@ describe("validateJobSpec", () => {
     expect(() => validateJobSpec(spec({ case: "runtimeProbe", value: v }), { approvedRoots: [] })).toThrow(JobSpecError);
   });
 
+  it("runtime.probe.v1 and deployment.load.v1: a model_file that is one of the artifacts is accepted", () => {
+    const p = probe();
+    p.modelFile = p.artifacts[0]!.path;
+    expect(() => validateJobSpec(spec({ case: "runtimeProbe", value: p }), ctx)).not.toThrow();
+    const l = load();
+    l.modelFile = l.artifacts[0]!.path;
+    expect(() => validateJobSpec(spec({ case: "deploymentLoad", value: l }), ctx)).not.toThrow();
+  });
+
   const L = "spec.deployment_load";
   const loadRows: Row<DeploymentLoad>[] = [
     ["empty deployment_id", (v) => (v.deploymentId = ""), `${L}.deployment_id`, /required/],
     ["revision 0", (v) => (v.revision = 0n), `${L}.revision`, /at least 1/],
     ["empty runtime_profile", (v) => (v.runtimeProfile = ""), `${L}.runtime_profile`, /required/],
+    ["a model_file that is no artifact", (v) => (v.modelFile = "/data/cache/x.gguf"), `${L}.model_file`, /one of the artifacts/],
     ...artifactRows(`${L}.artifacts`),
   ];
 

@@ -51,6 +51,7 @@ export type DeploymentMinAggregateOutputType = {
   repository: string | null
   commit: string | null
   targetRoot: string | null
+  modelFile: string | null
   desired: string | null
   maxInFlight: number | null
   invokeTimeoutMs: number | null
@@ -70,6 +71,7 @@ export type DeploymentMaxAggregateOutputType = {
   repository: string | null
   commit: string | null
   targetRoot: string | null
+  modelFile: string | null
   desired: string | null
   maxInFlight: number | null
   invokeTimeoutMs: number | null
@@ -90,6 +92,7 @@ export type DeploymentCountAggregateOutputType = {
   repository: number
   commit: number
   targetRoot: number
+  modelFile: number
   desired: number
   maxInFlight: number
   invokeTimeoutMs: number
@@ -125,6 +128,7 @@ export type DeploymentMinAggregateInputType = {
   repository?: true
   commit?: true
   targetRoot?: true
+  modelFile?: true
   desired?: true
   maxInFlight?: true
   invokeTimeoutMs?: true
@@ -144,6 +148,7 @@ export type DeploymentMaxAggregateInputType = {
   repository?: true
   commit?: true
   targetRoot?: true
+  modelFile?: true
   desired?: true
   maxInFlight?: true
   invokeTimeoutMs?: true
@@ -164,6 +169,7 @@ export type DeploymentCountAggregateInputType = {
   repository?: true
   commit?: true
   targetRoot?: true
+  modelFile?: true
   desired?: true
   maxInFlight?: true
   invokeTimeoutMs?: true
@@ -271,6 +277,7 @@ export type DeploymentGroupByOutputType = {
   repository: string
   commit: string
   targetRoot: string
+  modelFile: string
   desired: string
   maxInFlight: number
   invokeTimeoutMs: number
@@ -314,6 +321,7 @@ export type DeploymentWhereInput = {
   repository?: Prisma.StringFilter<"Deployment"> | string
   commit?: Prisma.StringFilter<"Deployment"> | string
   targetRoot?: Prisma.StringFilter<"Deployment"> | string
+  modelFile?: Prisma.StringFilter<"Deployment"> | string
   desired?: Prisma.StringFilter<"Deployment"> | string
   maxInFlight?: Prisma.IntFilter<"Deployment"> | number
   invokeTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
@@ -337,6 +345,7 @@ export type DeploymentOrderByWithRelationInput = {
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
   targetRoot?: Prisma.SortOrder
+  modelFile?: Prisma.SortOrder
   desired?: Prisma.SortOrder
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
@@ -363,6 +372,7 @@ export type DeploymentWhereUniqueInput = Prisma.AtLeast<{
   repository?: Prisma.StringFilter<"Deployment"> | string
   commit?: Prisma.StringFilter<"Deployment"> | string
   targetRoot?: Prisma.StringFilter<"Deployment"> | string
+  modelFile?: Prisma.StringFilter<"Deployment"> | string
   desired?: Prisma.StringFilter<"Deployment"> | string
   maxInFlight?: Prisma.IntFilter<"Deployment"> | number
   invokeTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
@@ -386,6 +396,7 @@ export type DeploymentOrderByWithAggregationInput = {
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
   targetRoot?: Prisma.SortOrder
+  modelFile?: Prisma.SortOrder
   desired?: Prisma.SortOrder
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
@@ -414,6 +425,7 @@ export type DeploymentScalarWhereWithAggregatesInput = {
   repository?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
   commit?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
   targetRoot?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
+  modelFile?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
   desired?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
   maxInFlight?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
   invokeTimeoutMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
@@ -433,6 +445,7 @@ export type DeploymentCreateInput = {
   repository?: string
   commit?: string
   targetRoot?: string
+  modelFile?: string
   desired?: string
   maxInFlight?: number
   invokeTimeoutMs?: number
@@ -456,6 +469,7 @@ export type DeploymentUncheckedCreateInput = {
   repository?: string
   commit?: string
   targetRoot?: string
+  modelFile?: string
   desired?: string
   maxInFlight?: number
   invokeTimeoutMs?: number
@@ -477,6 +491,7 @@ export type DeploymentUpdateInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -500,6 +515,7 @@ export type DeploymentUncheckedUpdateInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -522,6 +538,7 @@ export type DeploymentCreateManyInput = {
   repository?: string
   commit?: string
   targetRoot?: string
+  modelFile?: string
   desired?: string
   maxInFlight?: number
   invokeTimeoutMs?: number
@@ -541,6 +558,7 @@ export type DeploymentUpdateManyMutationInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -561,6 +579,7 @@ export type DeploymentUncheckedUpdateManyInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -591,6 +610,7 @@ export type DeploymentCountOrderByAggregateInput = {
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
   targetRoot?: Prisma.SortOrder
+  modelFile?: Prisma.SortOrder
   desired?: Prisma.SortOrder
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
@@ -617,6 +637,7 @@ export type DeploymentMaxOrderByAggregateInput = {
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
   targetRoot?: Prisma.SortOrder
+  modelFile?: Prisma.SortOrder
   desired?: Prisma.SortOrder
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
@@ -636,6 +657,7 @@ export type DeploymentMinOrderByAggregateInput = {
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
   targetRoot?: Prisma.SortOrder
+  modelFile?: Prisma.SortOrder
   desired?: Prisma.SortOrder
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
@@ -737,6 +759,7 @@ export type DeploymentCreateWithoutNodeInput = {
   repository?: string
   commit?: string
   targetRoot?: string
+  modelFile?: string
   desired?: string
   maxInFlight?: number
   invokeTimeoutMs?: number
@@ -758,6 +781,7 @@ export type DeploymentUncheckedCreateWithoutNodeInput = {
   repository?: string
   commit?: string
   targetRoot?: string
+  modelFile?: string
   desired?: string
   maxInFlight?: number
   invokeTimeoutMs?: number
@@ -809,6 +833,7 @@ export type DeploymentScalarWhereInput = {
   repository?: Prisma.StringFilter<"Deployment"> | string
   commit?: Prisma.StringFilter<"Deployment"> | string
   targetRoot?: Prisma.StringFilter<"Deployment"> | string
+  modelFile?: Prisma.StringFilter<"Deployment"> | string
   desired?: Prisma.StringFilter<"Deployment"> | string
   maxInFlight?: Prisma.IntFilter<"Deployment"> | number
   invokeTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
@@ -828,6 +853,7 @@ export type DeploymentCreateWithoutInstancesInput = {
   repository?: string
   commit?: string
   targetRoot?: string
+  modelFile?: string
   desired?: string
   maxInFlight?: number
   invokeTimeoutMs?: number
@@ -850,6 +876,7 @@ export type DeploymentUncheckedCreateWithoutInstancesInput = {
   repository?: string
   commit?: string
   targetRoot?: string
+  modelFile?: string
   desired?: string
   maxInFlight?: number
   invokeTimeoutMs?: number
@@ -886,6 +913,7 @@ export type DeploymentUpdateWithoutInstancesInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -908,6 +936,7 @@ export type DeploymentUncheckedUpdateWithoutInstancesInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -928,6 +957,7 @@ export type DeploymentCreateWithoutEventsInput = {
   repository?: string
   commit?: string
   targetRoot?: string
+  modelFile?: string
   desired?: string
   maxInFlight?: number
   invokeTimeoutMs?: number
@@ -950,6 +980,7 @@ export type DeploymentUncheckedCreateWithoutEventsInput = {
   repository?: string
   commit?: string
   targetRoot?: string
+  modelFile?: string
   desired?: string
   maxInFlight?: number
   invokeTimeoutMs?: number
@@ -986,6 +1017,7 @@ export type DeploymentUpdateWithoutEventsInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1008,6 +1040,7 @@ export type DeploymentUncheckedUpdateWithoutEventsInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1028,6 +1061,7 @@ export type DeploymentCreateManyNodeInput = {
   repository?: string
   commit?: string
   targetRoot?: string
+  modelFile?: string
   desired?: string
   maxInFlight?: number
   invokeTimeoutMs?: number
@@ -1047,6 +1081,7 @@ export type DeploymentUpdateWithoutNodeInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1068,6 +1103,7 @@ export type DeploymentUncheckedUpdateWithoutNodeInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1089,6 +1125,7 @@ export type DeploymentUncheckedUpdateManyWithoutNodeInput = {
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   desired?: Prisma.StringFieldUpdateOperationsInput | string
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1149,6 +1186,7 @@ export type DeploymentSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   repository?: boolean
   commit?: boolean
   targetRoot?: boolean
+  modelFile?: boolean
   desired?: boolean
   maxInFlight?: boolean
   invokeTimeoutMs?: boolean
@@ -1173,6 +1211,7 @@ export type DeploymentSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   repository?: boolean
   commit?: boolean
   targetRoot?: boolean
+  modelFile?: boolean
   desired?: boolean
   maxInFlight?: boolean
   invokeTimeoutMs?: boolean
@@ -1194,6 +1233,7 @@ export type DeploymentSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   repository?: boolean
   commit?: boolean
   targetRoot?: boolean
+  modelFile?: boolean
   desired?: boolean
   maxInFlight?: boolean
   invokeTimeoutMs?: boolean
@@ -1215,6 +1255,7 @@ export type DeploymentSelectScalar = {
   repository?: boolean
   commit?: boolean
   targetRoot?: boolean
+  modelFile?: boolean
   desired?: boolean
   maxInFlight?: boolean
   invokeTimeoutMs?: boolean
@@ -1223,7 +1264,7 @@ export type DeploymentSelectScalar = {
   updatedAt?: boolean
 }
 
-export type DeploymentOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "nodeId" | "state" | "revision" | "failureReason" | "selector" | "runtimeProfile" | "repository" | "commit" | "targetRoot" | "desired" | "maxInFlight" | "invokeTimeoutMs" | "drainTimeoutMs" | "createdAt" | "updatedAt", ExtArgs["result"]["deployment"]>
+export type DeploymentOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "nodeId" | "state" | "revision" | "failureReason" | "selector" | "runtimeProfile" | "repository" | "commit" | "targetRoot" | "modelFile" | "desired" | "maxInFlight" | "invokeTimeoutMs" | "drainTimeoutMs" | "createdAt" | "updatedAt", ExtArgs["result"]["deployment"]>
 export type DeploymentInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
   instances?: boolean | Prisma.Deployment$instancesArgs<ExtArgs>
@@ -1265,6 +1306,11 @@ export type $DeploymentPayload<ExtArgs extends runtime.Types.Extensions.Internal
     repository: string
     commit: string
     targetRoot: string
+    /**
+     * The commit's file the runtime loads (its path in the commit); "" for rows from before it was
+     * stored, which load the commit's single .gguf.
+     */
+    modelFile: string
     /**
      * What the operator asked for: serving, drained, unloaded, deleted
      */
@@ -1711,6 +1757,7 @@ export interface DeploymentFieldRefs {
   readonly repository: Prisma.FieldRef<"Deployment", 'String'>
   readonly commit: Prisma.FieldRef<"Deployment", 'String'>
   readonly targetRoot: Prisma.FieldRef<"Deployment", 'String'>
+  readonly modelFile: Prisma.FieldRef<"Deployment", 'String'>
   readonly desired: Prisma.FieldRef<"Deployment", 'String'>
   readonly maxInFlight: Prisma.FieldRef<"Deployment", 'Int'>
   readonly invokeTimeoutMs: Prisma.FieldRef<"Deployment", 'Int'>

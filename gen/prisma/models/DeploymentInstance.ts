@@ -41,6 +41,7 @@ export type DeploymentInstanceMinAggregateOutputType = {
   runtimeProfile: string | null
   repository: string | null
   commit: string | null
+  modelFile: string | null
   phase: string | null
   step: string | null
   jobId: string | null
@@ -57,6 +58,7 @@ export type DeploymentInstanceMaxAggregateOutputType = {
   runtimeProfile: string | null
   repository: string | null
   commit: string | null
+  modelFile: string | null
   phase: string | null
   step: string | null
   jobId: string | null
@@ -73,6 +75,7 @@ export type DeploymentInstanceCountAggregateOutputType = {
   runtimeProfile: number
   repository: number
   commit: number
+  modelFile: number
   phase: number
   step: number
   jobId: number
@@ -99,6 +102,7 @@ export type DeploymentInstanceMinAggregateInputType = {
   runtimeProfile?: true
   repository?: true
   commit?: true
+  modelFile?: true
   phase?: true
   step?: true
   jobId?: true
@@ -115,6 +119,7 @@ export type DeploymentInstanceMaxAggregateInputType = {
   runtimeProfile?: true
   repository?: true
   commit?: true
+  modelFile?: true
   phase?: true
   step?: true
   jobId?: true
@@ -131,6 +136,7 @@ export type DeploymentInstanceCountAggregateInputType = {
   runtimeProfile?: true
   repository?: true
   commit?: true
+  modelFile?: true
   phase?: true
   step?: true
   jobId?: true
@@ -234,6 +240,7 @@ export type DeploymentInstanceGroupByOutputType = {
   runtimeProfile: string
   repository: string
   commit: string
+  modelFile: string
   phase: string
   step: string | null
   jobId: string | null
@@ -273,6 +280,7 @@ export type DeploymentInstanceWhereInput = {
   runtimeProfile?: Prisma.StringFilter<"DeploymentInstance"> | string
   repository?: Prisma.StringFilter<"DeploymentInstance"> | string
   commit?: Prisma.StringFilter<"DeploymentInstance"> | string
+  modelFile?: Prisma.StringFilter<"DeploymentInstance"> | string
   phase?: Prisma.StringFilter<"DeploymentInstance"> | string
   step?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
   jobId?: Prisma.UuidNullableFilter<"DeploymentInstance"> | string | null
@@ -290,6 +298,7 @@ export type DeploymentInstanceOrderByWithRelationInput = {
   runtimeProfile?: Prisma.SortOrder
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
+  modelFile?: Prisma.SortOrder
   phase?: Prisma.SortOrder
   step?: Prisma.SortOrderInput | Prisma.SortOrder
   jobId?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -311,6 +320,7 @@ export type DeploymentInstanceWhereUniqueInput = Prisma.AtLeast<{
   runtimeProfile?: Prisma.StringFilter<"DeploymentInstance"> | string
   repository?: Prisma.StringFilter<"DeploymentInstance"> | string
   commit?: Prisma.StringFilter<"DeploymentInstance"> | string
+  modelFile?: Prisma.StringFilter<"DeploymentInstance"> | string
   phase?: Prisma.StringFilter<"DeploymentInstance"> | string
   step?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
   jobId?: Prisma.UuidNullableFilter<"DeploymentInstance"> | string | null
@@ -328,6 +338,7 @@ export type DeploymentInstanceOrderByWithAggregationInput = {
   runtimeProfile?: Prisma.SortOrder
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
+  modelFile?: Prisma.SortOrder
   phase?: Prisma.SortOrder
   step?: Prisma.SortOrderInput | Prisma.SortOrder
   jobId?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -352,6 +363,7 @@ export type DeploymentInstanceScalarWhereWithAggregatesInput = {
   runtimeProfile?: Prisma.StringWithAggregatesFilter<"DeploymentInstance"> | string
   repository?: Prisma.StringWithAggregatesFilter<"DeploymentInstance"> | string
   commit?: Prisma.StringWithAggregatesFilter<"DeploymentInstance"> | string
+  modelFile?: Prisma.StringWithAggregatesFilter<"DeploymentInstance"> | string
   phase?: Prisma.StringWithAggregatesFilter<"DeploymentInstance"> | string
   step?: Prisma.StringNullableWithAggregatesFilter<"DeploymentInstance"> | string | null
   jobId?: Prisma.UuidNullableWithAggregatesFilter<"DeploymentInstance"> | string | null
@@ -367,6 +379,7 @@ export type DeploymentInstanceCreateInput = {
   runtimeProfile: string
   repository: string
   commit: string
+  modelFile?: string
   phase: string
   step?: string | null
   jobId?: string | null
@@ -384,6 +397,7 @@ export type DeploymentInstanceUncheckedCreateInput = {
   runtimeProfile: string
   repository: string
   commit: string
+  modelFile?: string
   phase: string
   step?: string | null
   jobId?: string | null
@@ -399,6 +413,7 @@ export type DeploymentInstanceUpdateInput = {
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -416,6 +431,7 @@ export type DeploymentInstanceUncheckedUpdateInput = {
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -432,6 +448,7 @@ export type DeploymentInstanceCreateManyInput = {
   runtimeProfile: string
   repository: string
   commit: string
+  modelFile?: string
   phase: string
   step?: string | null
   jobId?: string | null
@@ -447,6 +464,7 @@ export type DeploymentInstanceUpdateManyMutationInput = {
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -463,6 +481,7 @@ export type DeploymentInstanceUncheckedUpdateManyInput = {
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -494,6 +513,7 @@ export type DeploymentInstanceCountOrderByAggregateInput = {
   runtimeProfile?: Prisma.SortOrder
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
+  modelFile?: Prisma.SortOrder
   phase?: Prisma.SortOrder
   step?: Prisma.SortOrder
   jobId?: Prisma.SortOrder
@@ -514,6 +534,7 @@ export type DeploymentInstanceMaxOrderByAggregateInput = {
   runtimeProfile?: Prisma.SortOrder
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
+  modelFile?: Prisma.SortOrder
   phase?: Prisma.SortOrder
   step?: Prisma.SortOrder
   jobId?: Prisma.SortOrder
@@ -530,6 +551,7 @@ export type DeploymentInstanceMinOrderByAggregateInput = {
   runtimeProfile?: Prisma.SortOrder
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
+  modelFile?: Prisma.SortOrder
   phase?: Prisma.SortOrder
   step?: Prisma.SortOrder
   jobId?: Prisma.SortOrder
@@ -591,6 +613,7 @@ export type DeploymentInstanceCreateWithoutDeploymentInput = {
   runtimeProfile: string
   repository: string
   commit: string
+  modelFile?: string
   phase: string
   step?: string | null
   jobId?: string | null
@@ -606,6 +629,7 @@ export type DeploymentInstanceUncheckedCreateWithoutDeploymentInput = {
   runtimeProfile: string
   repository: string
   commit: string
+  modelFile?: string
   phase: string
   step?: string | null
   jobId?: string | null
@@ -651,6 +675,7 @@ export type DeploymentInstanceScalarWhereInput = {
   runtimeProfile?: Prisma.StringFilter<"DeploymentInstance"> | string
   repository?: Prisma.StringFilter<"DeploymentInstance"> | string
   commit?: Prisma.StringFilter<"DeploymentInstance"> | string
+  modelFile?: Prisma.StringFilter<"DeploymentInstance"> | string
   phase?: Prisma.StringFilter<"DeploymentInstance"> | string
   step?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
   jobId?: Prisma.UuidNullableFilter<"DeploymentInstance"> | string | null
@@ -666,6 +691,7 @@ export type DeploymentInstanceCreateManyDeploymentInput = {
   runtimeProfile: string
   repository: string
   commit: string
+  modelFile?: string
   phase: string
   step?: string | null
   jobId?: string | null
@@ -681,6 +707,7 @@ export type DeploymentInstanceUpdateWithoutDeploymentInput = {
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -696,6 +723,7 @@ export type DeploymentInstanceUncheckedUpdateWithoutDeploymentInput = {
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -711,6 +739,7 @@ export type DeploymentInstanceUncheckedUpdateManyWithoutDeploymentInput = {
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -729,6 +758,7 @@ export type DeploymentInstanceSelect<ExtArgs extends runtime.Types.Extensions.In
   runtimeProfile?: boolean
   repository?: boolean
   commit?: boolean
+  modelFile?: boolean
   phase?: boolean
   step?: boolean
   jobId?: boolean
@@ -746,6 +776,7 @@ export type DeploymentInstanceSelectCreateManyAndReturn<ExtArgs extends runtime.
   runtimeProfile?: boolean
   repository?: boolean
   commit?: boolean
+  modelFile?: boolean
   phase?: boolean
   step?: boolean
   jobId?: boolean
@@ -763,6 +794,7 @@ export type DeploymentInstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.
   runtimeProfile?: boolean
   repository?: boolean
   commit?: boolean
+  modelFile?: boolean
   phase?: boolean
   step?: boolean
   jobId?: boolean
@@ -780,6 +812,7 @@ export type DeploymentInstanceSelectScalar = {
   runtimeProfile?: boolean
   repository?: boolean
   commit?: boolean
+  modelFile?: boolean
   phase?: boolean
   step?: boolean
   jobId?: boolean
@@ -789,7 +822,7 @@ export type DeploymentInstanceSelectScalar = {
   updatedAt?: boolean
 }
 
-export type DeploymentInstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"deploymentId" | "revision" | "nodeId" | "runtimeProfile" | "repository" | "commit" | "phase" | "step" | "jobId" | "claimedAt" | "runtimeId" | "reason" | "updatedAt", ExtArgs["result"]["deploymentInstance"]>
+export type DeploymentInstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"deploymentId" | "revision" | "nodeId" | "runtimeProfile" | "repository" | "commit" | "modelFile" | "phase" | "step" | "jobId" | "claimedAt" | "runtimeId" | "reason" | "updatedAt", ExtArgs["result"]["deploymentInstance"]>
 export type DeploymentInstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   deployment?: boolean | Prisma.DeploymentDefaultArgs<ExtArgs>
 }
@@ -812,6 +845,10 @@ export type $DeploymentInstancePayload<ExtArgs extends runtime.Types.Extensions.
     runtimeProfile: string
     repository: string
     commit: string
+    /**
+     * The commit's file this revision loads; "" as for Deployment.modelFile.
+     */
+    modelFile: string
     /**
      * loading, ready, draining, unloaded, failed
      */
@@ -1255,6 +1292,7 @@ export interface DeploymentInstanceFieldRefs {
   readonly runtimeProfile: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly repository: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly commit: Prisma.FieldRef<"DeploymentInstance", 'String'>
+  readonly modelFile: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly phase: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly step: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly jobId: Prisma.FieldRef<"DeploymentInstance", 'String'>
