@@ -25,6 +25,7 @@ import { openServing } from "./start/serving.js";
 import { agentApi } from "./start/agents.js";
 import { adminApi } from "./start/admin.js";
 import { runLoops } from "./start/loops.js";
+import { openAiFrontDoor } from "./openai/front-door.js";
 
 export interface RunningServer {
   /** e.g. https://127.0.0.1:8443 */
@@ -82,7 +83,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   });
   const shutdown = new AbortController();
   const parts = await assemble({ config, log, clock, options, identity, db, listener, metrics, shutdown: shutdown.signal });
-  listener.serve(servingRoutes(face, parts.services), parts.serveSession);
+  listener.serve(servingRoutes(face, parts.services), parts.serveSession, parts.openAi);
   face.health.setServing();
   log.info({ url: listener.url, database: db.describe, replica: parts.cluster.bus.replicaId }, "control plane ready");
   const stopLoops = runLoops(clock, log, parts.loops);
@@ -169,6 +170,7 @@ async function assemble(deps: AssembleDeps) {
     sessions,
     serving,
     serveSession: agents.serveSession,
+    openAi: openAiFrontDoor({ keys: serviceKeys.keys, relay: serving.relay, routes: deployments.routes, log }),
     services: {
       log,
       outage: db.outage,

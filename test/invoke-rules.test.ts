@@ -27,6 +27,7 @@ const target = (over: Partial<DeploymentTarget> = {}): DeploymentTarget => ({
   deploymentId: "d1",
   name: "tiny",
   phase: "READY",
+  createdAt: 0,
   maxInFlight: 2,
   invokeTimeoutMs: 60_000,
   ready: [{ revision: 2n, nodeId: "n1", phase: "READY" }],
