@@ -4,13 +4,14 @@
 // error classes, clients that go away freeing their places, and an oversized body that ends only
 // its own HTTP/2 stream.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import http2 from "node:http2";
 import OpenAI from "openai";
 import { Agent, fetch as undiciFetch } from "undici";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { UsageGrouping } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
@@ -39,7 +40,7 @@ beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "mf-openai-root-"));
   const path = join(root, "tiny.gguf");
   const model = { path, ...(await writeTinyLlamaGguf(path, { contextLength: 8192 })) };
-  ts = await startTestServer({ MODELFORGE_HEARTBEAT_INTERVAL: "200ms", MODELFORGE_APPROVED_ROOTS: root });
+  ts = await startTestServer({ MODELFORGE_HEARTBEAT_INTERVAL: "200ms", MODELFORGE_APPROVED_ROOTS: root, MODELFORGE_USAGE_FLUSH: "200ms" });
   dispatcher = new Agent({ connect: { ca: ts.caPem } });
   node = await enrollTestNode(ts, "openai");
   await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 8192, threads: 1 });
@@ -135,42 +136,119 @@ describe("the OpenAI API through the official SDK", () => {
   }, 30_000);
 
   it("answers 429 with Retry-After while the requests in flight are used up, and frees them when clients go away", async () => {
-    // serveTiny allows 8 in flight. The agent runs llama.cpp one generation at a time, so of eight
-    // long streams one generates and seven wait on the node; a ninth is refused at the control plane.
-    const aborts = Array.from({ length: 8 }, () => new AbortController());
-    const held = aborts.map((a) =>
-      client(secret)
-        .completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 4000, stream: true }, { signal: a.signal })
-        .then(async (s) => {
-          for await (const _ of s) if (a.signal.aborted) break;
-        })
-        .catch(() => undefined),
-    );
-    const ninth = () => client(secret).completions.create({ model: "tiny", prompt: "x", max_tokens: 1 }).withResponse();
-    let refused: unknown;
+    // serveTiny allows 8 in flight. The runtime is paused (SIGSTOP), so eight streams stay in
+    // flight (the agent runs llama.cpp one generation at a time: one at the runtime, seven waiting
+    // on the node), and a ninth is refused at the control plane.
+    const pid = runtimePid();
+    process.kill(pid, "SIGSTOP");
+    let resumed = false;
+    try {
+      const aborts = Array.from({ length: 8 }, () => new AbortController());
+      const held = aborts.map((a) =>
+        client(secret)
+          .completions.create({ model: "tiny", prompt: "Once upon a time", max_tokens: 64, stream: true }, { signal: a.signal })
+          .then(async (s) => {
+            for await (const _ of s) if (a.signal.aborted) break;
+          })
+          .catch(() => undefined),
+      );
+      // A ninth admitted before all eight were (they race) waits on the node: it gives up soon and is tried again.
+      const ninth = (timeout?: number) =>
+        client(secret)
+          .completions.create({ model: "tiny", prompt: "x", max_tokens: 1 }, timeout ? { timeout } : {})
+          .withResponse();
+      let refused: unknown;
+      await eventually(
+        async () => {
+          refused = await ninth(2_000).then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+          return refused instanceof OpenAI.RateLimitError;
+        },
+        30_000,
+        "a ninth request refused while eight are in flight",
+      );
+      expect((refused as InstanceType<typeof OpenAI.RateLimitError>).headers?.get("retry-after")).toBe("1");
+      expect((refused as InstanceType<typeof OpenAI.RateLimitError>).code).toBe("rate_limit_exceeded");
+      // The clients go away: their places free up (the relay passes each cancellation on to the
+      // node, as test/invoke-rules.test.ts shows), and the runtime goes on.
+      for (const a of aborts) a.abort();
+      await Promise.all(held);
+      process.kill(pid, "SIGCONT");
+      resumed = true;
+      await eventually(
+        async () => (await ninth().catch(() => undefined))?.data.model === "tiny",
+        20_000,
+        "the ninth request answered once the control plane saw the clients go",
+      );
+    } finally {
+      if (!resumed) process.kill(pid, "SIGCONT");
+    }
+  }, 120_000);
+
+  it("records the tokens delivered per key: whole answers, streams, and a stream the client left", async () => {
+    const { secret: acct, key } = await ts.admin.createServiceKey({ name: "acct", deployments: ["tiny"] });
+    const sdk = client(acct);
+    const chat = await sdk.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 8 });
+    // The same greedy stream twice: once asking for its usage, once not (its usage is counted all the same).
+    const stream = (includeUsage: boolean) =>
+      sdk.completions.create({
+        model: "tiny",
+        prompt: "a",
+        max_tokens: 16,
+        temperature: 0,
+        stream: true,
+        ...(includeUsage ? { stream_options: { include_usage: true } } : {}),
+      });
+    let streamed = 0;
+    for await (const c of await stream(true)) if (c.usage) streamed = c.usage.completion_tokens;
+    for await (const c of await stream(false)) expect(c.usage).toBeUndefined();
+    const expected = chat.usage!.completion_tokens + 2 * streamed;
+    const flushed = async () => (await ts.admin.getUsage({ keyId: key!.id, by: UsageGrouping.KEY })).rows[0];
+    let recorded: unknown;
     await eventually(
       async () => {
-        refused = await ninth().then(
-          () => undefined,
-          (e: unknown) => e,
-        );
-        return refused instanceof OpenAI.RateLimitError;
+        recorded = (await flushed())?.completionTokens;
+        return Number(recorded ?? -1) === expected;
       },
-      30_000,
-      "a ninth request refused while eight are in flight",
-    );
-    expect((refused as InstanceType<typeof OpenAI.RateLimitError>).headers?.get("retry-after")).toBe("1");
-    expect((refused as InstanceType<typeof OpenAI.RateLimitError>).code).toBe("rate_limit_exceeded");
-    // The clients go away: their places free up at once (the relay passes each cancellation on to
-    // the node, as test/invoke-rules.test.ts shows).
-    for (const a of aborts) a.abort();
-    await Promise.all(held);
-    await eventually(
-      async () => (await ninth().catch(() => undefined))?.data.model === "tiny",
       20_000,
-      "the ninth request answered once the control plane saw the clients go",
+      `${expected} tokens recorded`,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; recorded ${String(recorded)}`);
+    });
+    // A client that goes away after three chunks, watching the running usage: what was delivered
+    // before it left is counted, not the 4000 tokens asked for.
+    const abort = new AbortController();
+    let seen = 0;
+    let chunks = 0;
+    const left = await sdk.completions.create(
+      {
+        model: "tiny",
+        // Greedy from "a": the tiny model's seeded weights never end it early.
+        prompt: "a",
+        max_tokens: 4000,
+        temperature: 0,
+        stream: true,
+        stream_options: { include_usage: true, continuous_usage_stats: true } as { include_usage: boolean },
+      },
+      { signal: abort.signal },
     );
-  }, 120_000);
+    await (async () => {
+      for await (const c of left) {
+        if (c.usage) seen = c.usage.completion_tokens;
+        if (++chunks === 3) abort.abort();
+      }
+    })().catch(() => undefined);
+    expect(seen).toBeGreaterThan(0);
+    await eventually(async () => Number((await flushed())?.requests ?? 0) === 4, 20_000, "the fourth request recorded");
+    const row = (await flushed())!;
+    const cancelled = Number(row.completionTokens) - expected;
+    expect(cancelled).toBeGreaterThanOrEqual(seen);
+    expect(cancelled).toBeLessThan(4000);
+    expect(Number(row.failedRequests)).toBe(1);
+    expect(Number(row.promptTokens)).toBeGreaterThan(0);
+  }, 60_000);
 
   it("answers an oversized body 413 and ends only that HTTP/2 stream", async () => {
     const session = http2.connect(ts.url, { ca: ts.caPem });
@@ -206,4 +284,11 @@ function h2call(session: http2.ClientHttp2Session, path: string, body?: Buffer):
     if (body !== undefined) req.write(body, () => req.end());
     else req.end();
   });
+}
+
+/** The pid of the llama.cpp worker the agent started (its runtime registry beside the state). */
+function runtimePid(): number {
+  const registry = JSON.parse(readFileSync(join(dirname(node.statePath), "runtimes.json"), "utf8")) as { runtimes: { pid: number }[] };
+  expect(registry.runtimes).toHaveLength(1);
+  return registry.runtimes[0]!.pid;
 }

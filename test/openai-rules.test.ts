@@ -4,8 +4,10 @@ import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { InvokeApi } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { openAiFailureOf } from "../server/openai/errors.js";
-import { depthWithin, endpointOf, generateRequestOf, maxDepth } from "../server/openai/request.js";
-import { streamChunk, unaryAnswer } from "../server/openai/answer.js";
+import { endpointOf, generateRequestOf } from "../server/openai/request.js";
+import { renamed } from "../server/openai/answer.js";
+import { callerWantsUsage, depthWithin, maxJsonDepth as maxDepth, payloadForNode } from "../server/invoke/rules.js";
+import { emptyTally, tallyPiece, tokensOf } from "../server/usage/tally.js";
 
 const bytes = (v: unknown) => Buffer.from(typeof v === "string" ? v : JSON.stringify(v));
 const nested = (depth: number): unknown => {
@@ -35,16 +37,21 @@ describe("endpointOf", () => {
 });
 
 describe("generateRequestOf", () => {
-  it("drops the runtime's model, and always asks a stream's runtime for usage", () => {
+  it("drops the runtime's model; a stream always asks its runtime for usage, and the caller's wish is kept", () => {
     const r = generateRequestOf(bytes({ model: "tiny", prompt: "hi", stream: true }));
-    expect(r).toMatchObject({ model: "tiny", stream: true, includeUsage: false });
-    expect(JSON.parse(Buffer.from((r as { payload: Uint8Array }).payload).toString())).toEqual({
-      prompt: "hi",
-      stream_options: { include_usage: true },
+    expect(r).toMatchObject({ model: "tiny", stream: true });
+    const body = JSON.parse(Buffer.from((r as { payload: Uint8Array }).payload).toString());
+    expect(body).toEqual({ prompt: "hi" });
+    const forNode = JSON.parse(Buffer.from(payloadForNode(body, Buffer.from("{}"), true)).toString());
+    expect(forNode.stream_options).toEqual({ include_usage: true, continuous_usage_stats: true });
+    expect(callerWantsUsage(body)).toEqual({ last: false, every: false });
+    expect(callerWantsUsage({ stream_options: { include_usage: true } })).toEqual({ last: true, every: false });
+    expect(callerWantsUsage({ stream_options: { include_usage: true, continuous_usage_stats: true } })).toEqual({
+      last: true,
+      every: true,
     });
-    expect(generateRequestOf(bytes({ model: "tiny", stream: true, stream_options: { include_usage: true } }))).toMatchObject({
-      includeUsage: true,
-    });
+    const unary = Buffer.from('{"prompt":"hi"}');
+    expect(payloadForNode(body, unary, false)).toBe(unary);
   });
 
   it.each([
@@ -67,25 +74,66 @@ describe("generateRequestOf", () => {
   });
 });
 
-describe("answers", () => {
-  it("names a whole answer by the deployment and reads its usage", () => {
-    const a = unaryAnswer(bytes({ model: "runtime-uuid", usage: { prompt_tokens: 3, completion_tokens: 5 } }), "tiny");
-    expect(JSON.parse(a!.body).model).toBe("tiny");
-    expect(a!.usage).toEqual({ promptTokens: 3, completionTokens: 5 });
-    expect(unaryAnswer(bytes("[]"), "tiny")).toBeUndefined();
+describe("answers and their usage", () => {
+  it("names an answer by the deployment", () => {
+    expect(JSON.parse(renamed(bytes({ model: "runtime-uuid", id: "x" }), "tiny")!)).toEqual({ model: "tiny", id: "x" });
+    expect(renamed(bytes("[]"), "tiny")).toBeUndefined();
   });
 
+  it("reads a whole answer's usage", () => {
+    const t = emptyTally();
+    const passed = tallyPiece(t, bytes({ usage: { prompt_tokens: 3, completion_tokens: 5 } }), false, none);
+    expect(passed?.token).toBe(false);
+    expect(tokensOf(t)).toEqual({ promptTokens: 3, completionTokens: 5 });
+  });
+
+  const none = { last: false, every: false };
+  const last = { last: true, every: false };
+  const every = { last: true, every: true };
+  const tokenWithUsage = { choices: [{ text: "a", finish_reason: null }], usage: { prompt_tokens: 1, completion_tokens: 1 } };
+  const usageOnly = { choices: [], usage: { prompt_tokens: 1, completion_tokens: 2 } };
   it.each([
-    [false, { choices: [{ text: "a" }], usage: null }, { choices: [{ text: "a" }], model: "tiny" }],
-    [false, { choices: [], usage: { prompt_tokens: 1, completion_tokens: 2 } }, undefined],
-    [
-      true,
-      { choices: [], usage: { prompt_tokens: 1, completion_tokens: 2 } },
-      { choices: [], usage: { prompt_tokens: 1, completion_tokens: 2 }, model: "tiny" },
-    ],
-  ])("a stream chunk when usage is asked: %s", (includeUsage, chunk, seen) => {
-    const c = streamChunk(bytes({ ...chunk, model: "runtime-uuid" }), "tiny", includeUsage);
-    expect(c!.data === undefined ? undefined : JSON.parse(c!.data)).toEqual(seen);
+    ["a completion token", { choices: [{ text: "a", finish_reason: null }] }, none, "as is", 1],
+    ["a chat token", { choices: [{ delta: { content: "a" }, finish_reason: null }] }, none, "as is", 1],
+    ["the chat's opening role chunk", { choices: [{ delta: { role: "assistant", content: "" }, finish_reason: null }] }, none, "as is", 0],
+    ["the finish chunk", { choices: [{ text: "", finish_reason: "length" }] }, none, "as is", 0],
+    ["a token's running usage, not asked for", tokenWithUsage, none, "stripped", 1],
+    ["a token's running usage, the last asked for", tokenWithUsage, last, "stripped", 1],
+    ["a token's running usage, every one asked for", tokenWithUsage, every, "as is", 1],
+    ["the last usage, not asked for", usageOnly, none, "dropped", 0],
+    ["the last usage, asked for", usageOnly, last, "as is", 0],
+  ])("a stream chunk: %s", (_what, chunk, wants, seen, tokens) => {
+    const t = emptyTally();
+    const passed = tallyPiece(t, bytes(chunk), true, wants);
+    const shown =
+      passed === undefined
+        ? "dropped"
+        : JSON.parse(Buffer.from(passed.payload).toString()).usage === undefined && "usage" in chunk
+          ? "stripped"
+          : "as is";
+    expect(shown).toBe(seen);
+    expect(t.delivered).toBe(tokens);
+  });
+
+  it("counts a stream by the runtime's running usage: a stream cut short to its last delivered chunk", () => {
+    const t = emptyTally();
+    for (let i = 1; i <= 4; i++) {
+      tallyPiece(
+        t,
+        bytes({ choices: [{ text: "ab", finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 2 * i } }),
+        true,
+        none,
+      );
+    }
+    expect(tokensOf(t)).toEqual({ promptTokens: 7, completionTokens: 8 });
+  });
+
+  it("counts a stream without running usage by its token chunks, until its usage comes", () => {
+    const t = emptyTally();
+    for (let i = 0; i < 4; i++) tallyPiece(t, bytes({ choices: [{ text: "a", finish_reason: null }] }), true, none);
+    expect(tokensOf(t)).toEqual({ promptTokens: 0, completionTokens: 4 });
+    tallyPiece(t, bytes(usageOnly), true, none);
+    expect(tokensOf(t)).toEqual({ promptTokens: 1, completionTokens: 2 });
   });
 });
 

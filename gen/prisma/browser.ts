@@ -102,3 +102,9 @@ export type DeploymentEvent = Prisma.DeploymentEventModel
  * deployment names (a name, not a row: a deployment recreated under the name stays in scope).
  */
 export type ServiceKey = Prisma.ServiceKeyModel
+/**
+ * Model UsageMinute
+ * Service clients' usage, aggregated per key, deployment, minute and outcome: the control plane
+ * adds to a row every few seconds (server/usage/ledger.ts), never a row per request.
+ */
+export type UsageMinute = Prisma.UsageMinuteModel

@@ -27,7 +27,19 @@ import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
 import type { Logger } from "../observability/logger.js";
 import type { ServicePrincipal } from "../identity/service-keys.js";
 import type { DeploymentRoutes, DeploymentTarget } from "./routes.js";
-import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, routeInvoke, unreachable } from "./rules.js";
+import {
+  apiOf,
+  callerWantsUsage,
+  InFlight,
+  invokeTimeoutMs,
+  nodeRefusal,
+  parsePayload,
+  payloadForNode,
+  routeInvoke,
+  unreachable,
+} from "./rules.js";
+import { emptyTally, tallyPiece, tokensOf } from "../usage/tally.js";
+import type { UsageLedger } from "../usage/ledger.js";
 import type { InvokeCounts } from "./counts.js";
 import type { LogWatches } from "./logs.js";
 import type { SessionHolder } from "../cluster/replicas.js";
@@ -80,6 +92,8 @@ export interface InvokeRelayDeps {
   forwarder?: InvokeForwarder;
   /** Knows whether the database is lost: routes are then answered from the cache without trying it. */
   outage?: OutageWatch;
+  /** Counts each request's tokens for its service key. */
+  usage?: Pick<UsageLedger, "record">;
 }
 
 interface Pending {
@@ -128,6 +142,10 @@ export class InvokeRelay {
     }
     const timeoutMs = invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs);
     const invokeId = ++this.nextId;
+    const tally = emptyTally();
+    const wantsUsage = callerWantsUsage(body);
+    const began = this.deps.clock.now();
+    let firstTokenMs: number | undefined;
     const answers = new AsyncQueue<InvokeAnswer>();
     this.pending.set(invokeId, { session, answers });
     const stop = new AbortController();
@@ -158,7 +176,7 @@ export class InvokeRelay {
                 deploymentId: deployment.deploymentId,
                 requestId: call.requestId,
                 contentType: "application/json",
-                payload: call.payload,
+                payload: payloadForNode(body, call.payload, call.stream),
                 timeout: durationFromMs(timeoutMs),
                 revision: instance.revision,
               },
@@ -171,9 +189,11 @@ export class InvokeRelay {
       if (!sent) throw new ConnectError(`the node serving deployment ${deployment.name} is not reachable`, Code.Unavailable);
       for await (const answer of answers) {
         if (answer.error !== undefined) throw nodeRefusal(answer.error.code, answer.error.message);
-        if (answer.payload.length > 0) {
+        const passed = answer.payload.length > 0 ? tallyPiece(tally, answer.payload, call.stream, wantsUsage) : undefined;
+        if (passed !== undefined) {
+          if (passed.token && firstTokenMs === undefined) firstTokenMs = this.deps.clock.now() - began;
           yield {
-            payload: answer.payload,
+            payload: passed.payload,
             contentType: answer.contentType || "application/json",
             revision: answer.revision || instance.revision,
           };
@@ -199,6 +219,7 @@ export class InvokeRelay {
       this.pending.delete(invokeId);
       this.inFlight.release(deployment.deploymentId);
       this.deps.counts.record(deployment.deploymentId, outcome);
+      this.deps.usage?.record({ keyId: principal.keyId, deploymentId: deployment.deploymentId, outcome, ...tokensOf(tally), firstTokenMs });
     }
   }
 

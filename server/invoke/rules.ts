@@ -70,7 +70,41 @@ export function parsePayload(contentType: string, payload: Uint8Array): Record<s
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw new ConnectError("payload: must be a JSON object (an OpenAI-compatible request)", Code.InvalidArgument);
   }
+  if (!depthWithin(body, maxJsonDepth)) throw new ConnectError(`payload: nests deeper than ${maxJsonDepth} levels`, Code.InvalidArgument);
   return body as Record<string, unknown>;
+}
+
+/** How deep an invoke's JSON may nest: OpenAI's requests nest a few levels (tools' JSON schemas a few more). */
+export const maxJsonDepth = 64;
+
+/** Whether a parsed JSON value nests at most `limit` levels; iterative, so no depth can exhaust the stack. */
+export function depthWithin(value: unknown, limit: number): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (typeof v !== "object" || v === null) continue;
+    if (depth > limit) return false;
+    for (const child of Object.values(v)) if (typeof child === "object" && child !== null) stack.push([child, depth + 1]);
+  }
+  return true;
+}
+
+/**
+ * The body the node's runtime gets: a stream always asks for usage in every chunk (vLLM's
+ * continuous_usage_stats; llama.cpp's runtime here does the same), so what it delivers is counted
+ * exactly even when it is cut short.
+ */
+export function payloadForNode(body: Record<string, unknown>, payload: Uint8Array, stream: boolean): Uint8Array {
+  if (!stream) return payload;
+  const options = typeof body.stream_options === "object" && body.stream_options !== null ? body.stream_options : {};
+  return Buffer.from(JSON.stringify({ ...body, stream_options: { ...options, include_usage: true, continuous_usage_stats: true } }));
+}
+
+/** The usage the caller asked to see in its stream: a last chunk's, and every chunk's. */
+export function callerWantsUsage(body: Record<string, unknown>): { last: boolean; every: boolean } {
+  const options = body.stream_options;
+  const asked = typeof options === "object" && options !== null ? (options as Record<string, unknown>) : {};
+  return { last: asked.include_usage === true, every: asked.include_usage === true && asked.continuous_usage_stats === true };
 }
 
 const codesByName: Record<string, Code> = Object.fromEntries(

@@ -17,7 +17,7 @@ import type { InvokeRelay } from "../invoke/relay.js";
 import type { DeploymentRoutes } from "../invoke/routes.js";
 import { openAiFailure, openAiFailureOf, type OpenAiFailure } from "./errors.js";
 import { endpointOf, generateRequestOf, type GenerateRequest } from "./request.js";
-import { streamChunk, unaryAnswer } from "./answer.js";
+import { renamed } from "./answer.js";
 
 type HttpRequest = http2.Http2ServerRequest | IncomingMessage;
 type HttpResponse = http2.Http2ServerResponse | ServerResponse;
@@ -134,10 +134,10 @@ async function noEmbeddings(routes: OpenAiDeps["routes"], principal: ServicePrin
 async function unary(pieces: AsyncGenerator<{ payload: Uint8Array }>, request: GenerateRequest, res: HttpResponse): Promise<undefined> {
   const parts: Uint8Array[] = [];
   for await (const piece of pieces) parts.push(piece.payload);
-  const answer = unaryAnswer(Buffer.concat(parts), request.model);
+  const answer = renamed(Buffer.concat(parts), request.model);
   if (answer === undefined)
     throw new ConnectError(`deployment ${request.model}'s runtime answered something other than JSON`, Code.Internal);
-  sendJson(res, 200, answer.body);
+  sendJson(res, 200, answer);
   return undefined;
 }
 
@@ -150,14 +150,13 @@ async function stream(pieces: AsyncGenerator<{ payload: Uint8Array }>, request: 
   let started = false;
   try {
     for await (const piece of pieces) {
-      const chunk = streamChunk(piece.payload, request.model, request.includeUsage);
+      const chunk = renamed(piece.payload, request.model);
       if (chunk === undefined) throw new ConnectError(`deployment ${request.model}'s runtime sent a chunk that is not JSON`, Code.Internal);
-      if (chunk.data === undefined) continue;
       if (!started) {
         res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
         started = true;
       }
-      (res as ServerResponse).write(`data: ${chunk.data}\n\n`);
+      (res as ServerResponse).write(`data: ${chunk}\n\n`);
     }
   } catch (err) {
     if (!started) throw err;

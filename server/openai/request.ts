@@ -1,9 +1,8 @@
 // What an OpenAI API request asks for, pure: which endpoint, which deployment (`model` is its
 // name), whether it streams, and the body the runtime gets. The deployment decides the model, so
-// the runtime's own `model` field is dropped; a stream always asks the runtime for usage (what is
-// delivered is counted whether or not the client asked), and the client's wish is kept to decide
-// whether it sees it.
+// the runtime's own `model` field is dropped.
 import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { depthWithin, maxJsonDepth } from "../invoke/rules.js";
 import { openAiFailure, type OpenAiFailure } from "./errors.js";
 
 export type Endpoint =
@@ -33,8 +32,6 @@ export interface GenerateRequest {
   /** The deployment's name. */
   model: string;
   stream: boolean;
-  /** The client asked for usage in its stream (stream_options.include_usage). */
-  includeUsage: boolean;
   /** The JSON the runtime gets. */
   payload: Uint8Array;
 }
@@ -45,21 +42,6 @@ const modelPattern = /^[a-z][a-z0-9-]{0,62}$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9
 const invalid = (message: string, param: string | null = null) =>
   openAiFailure(400, message, "invalid_request_error", "invalid_request", param);
 
-/** How deep a request's JSON may nest: OpenAI's own requests nest a few levels (tools' JSON schemas a few more). */
-export const maxDepth = 64;
-
-/** Whether a parsed JSON value nests at most `limit` levels; iterative, so no depth can exhaust the stack. */
-export function depthWithin(value: unknown, limit: number): boolean {
-  const stack: [unknown, number][] = [[value, 1]];
-  while (stack.length > 0) {
-    const [v, depth] = stack.pop()!;
-    if (typeof v !== "object" || v === null) continue;
-    if (depth > limit) return false;
-    for (const child of Object.values(v)) if (typeof child === "object" && child !== null) stack.push([child, depth + 1]);
-  }
-  return true;
-}
-
 /** The body of a chat or completion request, checked for what the front door itself reads. */
 export function generateRequestOf(body: Uint8Array): GenerateRequest | OpenAiFailure {
   let parsed: unknown;
@@ -69,22 +51,18 @@ export function generateRequestOf(body: Uint8Array): GenerateRequest | OpenAiFai
     return invalid("the request body is not valid JSON");
   }
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) return invalid("the request body must be a JSON object");
-  if (!depthWithin(parsed, maxDepth)) return invalid(`the request body nests deeper than ${maxDepth} levels`);
-  const { model, stream, stream_options: streamOptions, ...rest } = parsed as Record<string, unknown>;
+  if (!depthWithin(parsed, maxJsonDepth)) return invalid(`the request body nests deeper than ${maxJsonDepth} levels`);
+  const { model, stream, ...rest } = parsed as Record<string, unknown>;
   if (typeof model !== "string" || model === "") return invalid("model: required, the deployment's name", "model");
   if (!modelPattern.test(model)) return invalid("model: not a deployment name", "model");
   if (stream !== undefined && stream !== null && typeof stream !== "boolean") return invalid("stream: must be a boolean", "stream");
-  const streaming = stream === true;
-  let includeUsage = false;
-  if (streamOptions !== undefined && streamOptions !== null) {
-    if (typeof streamOptions !== "object" || Array.isArray(streamOptions))
-      return invalid("stream_options: must be an object", "stream_options");
-    const asked = (streamOptions as Record<string, unknown>).include_usage;
+  const options = rest.stream_options;
+  if (options !== undefined && options !== null) {
+    if (typeof options !== "object" || Array.isArray(options)) return invalid("stream_options: must be an object", "stream_options");
+    const asked = (options as Record<string, unknown>).include_usage;
     if (asked !== undefined && asked !== null && typeof asked !== "boolean") {
       return invalid("stream_options.include_usage: must be a boolean", "stream_options");
     }
-    includeUsage = asked === true;
   }
-  const forRuntime = streaming ? { ...rest, stream_options: { include_usage: true } } : rest;
-  return { model, stream: streaming, includeUsage, payload: Buffer.from(JSON.stringify(forRuntime)) };
+  return { model, stream: stream === true, payload: Buffer.from(JSON.stringify(rest)) };
 }

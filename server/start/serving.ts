@@ -10,6 +10,8 @@ import { LogWatches } from "../invoke/logs.js";
 import { ReplicaForwarder } from "../invoke/forward.js";
 import { deploymentService } from "../invoke/service.js";
 import { adminDeploymentLogs } from "../invoke/admin-rpc.js";
+import { UsageLedger } from "../usage/ledger.js";
+import { adminUsage } from "../usage/report.js";
 import type { Cluster } from "./cluster.js";
 import type { Sessions } from "./sessions.js";
 import type { Deployments } from "./deployments.js";
@@ -17,7 +19,7 @@ import type { Loop } from "./loops.js";
 import type { Core } from "./core.js";
 
 export interface ServingDeps extends Core {
-  config: Pick<Config, "databaseUrl" | "replicaUrl" | "serverNames">;
+  config: Pick<Config, "databaseUrl" | "replicaUrl" | "serverNames" | "usageFlushMs">;
   ca: Ca;
   cluster: Cluster;
   sessions: Sessions;
@@ -35,6 +37,7 @@ export async function openServing(deps: ServingDeps) {
   const replicaId = deps.cluster.bus.replicaId;
   const routes = deps.deployments.routes;
   const counts = new InvokeCounts();
+  const usage = new UsageLedger(() => clock.now());
   const logs = new LogWatches(deps.sessions.registry);
   const replica =
     deps.config.databaseUrl !== undefined
@@ -59,6 +62,7 @@ export async function openServing(deps: ServingDeps) {
     logs,
     forwarder,
     outage: db.outage,
+    usage,
   });
   const loops: Loop[] = [
     {
@@ -67,19 +71,25 @@ export async function openServing(deps: ServingDeps) {
       run: () => counts.flush(prisma, new Date(clock.now())),
       outage: db.outage,
     },
+    { name: "usage", everyMs: deps.config.usageFlushMs, run: () => usage.flush(prisma), outage: db.outage },
     ...(replica !== undefined ? [{ name: "replica record", everyMs: replicaRefreshMs, run: replica.refresh, outage: db.outage }] : []),
   ];
   return {
     relay,
     loops,
     service: deploymentService(relay, routes),
-    adminRpcs: adminDeploymentLogs({ routes, logs, shutdown: deps.shutdown }),
+    adminRpcs: { ...adminDeploymentLogs({ routes, logs, shutdown: deps.shutdown }), ...adminUsage(prisma, clock) },
     /** Forwarding ends and the other replicas stop looking for sessions here. */
     async close() {
       forwarder?.close();
       await counts
         .flush(prisma, new Date(clock.now()))
         .catch((err: unknown) => deps.log.warn({ error: (err as Error).message }, "final invoke counts flush failed"));
+      await usage
+        .flush(prisma)
+        .catch((err: unknown) =>
+          deps.log.warn({ error: (err as Error).message }, "final usage flush failed: the counts since the last flush are lost"),
+        );
       await replica
         ?.remove()
         .catch((err: unknown) => deps.log.warn({ error: (err as Error).message }, "removing the replica record failed"));

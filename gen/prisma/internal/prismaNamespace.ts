@@ -412,7 +412,8 @@ export const ModelName = {
   RuntimeProfile: 'RuntimeProfile',
   DeploymentInstance: 'DeploymentInstance',
   DeploymentEvent: 'DeploymentEvent',
-  ServiceKey: 'ServiceKey'
+  ServiceKey: 'ServiceKey',
+  UsageMinute: 'UsageMinute'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -428,7 +429,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey"
+    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey" | "usageMinute"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1616,6 +1617,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    UsageMinute: {
+      payload: Prisma.$UsageMinutePayload<ExtArgs>
+      fields: Prisma.UsageMinuteFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.UsageMinuteFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.UsageMinuteFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        findFirst: {
+          args: Prisma.UsageMinuteFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.UsageMinuteFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        findMany: {
+          args: Prisma.UsageMinuteFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>[]
+        }
+        create: {
+          args: Prisma.UsageMinuteCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        createMany: {
+          args: Prisma.UsageMinuteCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.UsageMinuteCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>[]
+        }
+        delete: {
+          args: Prisma.UsageMinuteDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        update: {
+          args: Prisma.UsageMinuteUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        deleteMany: {
+          args: Prisma.UsageMinuteDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.UsageMinuteUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.UsageMinuteUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>[]
+        }
+        upsert: {
+          args: Prisma.UsageMinuteUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        aggregate: {
+          args: Prisma.UsageMinuteAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateUsageMinute>
+        }
+        groupBy: {
+          args: Prisma.UsageMinuteGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageMinuteGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.UsageMinuteCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageMinuteCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1905,6 +1980,21 @@ export const ServiceKeyScalarFieldEnum = {
 } as const
 
 export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
+
+
+export const UsageMinuteScalarFieldEnum = {
+  keyId: 'keyId',
+  deploymentId: 'deploymentId',
+  minute: 'minute',
+  outcome: 'outcome',
+  requests: 'requests',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  firstTokenMsSum: 'firstTokenMsSum',
+  firstTokenCount: 'firstTokenCount'
+} as const
+
+export type UsageMinuteScalarFieldEnum = (typeof UsageMinuteScalarFieldEnum)[keyof typeof UsageMinuteScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -2218,6 +2308,7 @@ export type GlobalOmitConfig = {
   deploymentInstance?: Prisma.DeploymentInstanceOmit
   deploymentEvent?: Prisma.DeploymentEventOmit
   serviceKey?: Prisma.ServiceKeyOmit
+  usageMinute?: Prisma.UsageMinuteOmit
 }
 
 /* Types for Logging */

@@ -66,7 +66,8 @@ export const ModelName = {
   RuntimeProfile: 'RuntimeProfile',
   DeploymentInstance: 'DeploymentInstance',
   DeploymentEvent: 'DeploymentEvent',
-  ServiceKey: 'ServiceKey'
+  ServiceKey: 'ServiceKey',
+  UsageMinute: 'UsageMinute'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -335,6 +336,21 @@ export const ServiceKeyScalarFieldEnum = {
 } as const
 
 export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
+
+
+export const UsageMinuteScalarFieldEnum = {
+  keyId: 'keyId',
+  deploymentId: 'deploymentId',
+  minute: 'minute',
+  outcome: 'outcome',
+  requests: 'requests',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  firstTokenMsSum: 'firstTokenMsSum',
+  firstTokenCount: 'firstTokenCount'
+} as const
+
+export type UsageMinuteScalarFieldEnum = (typeof UsageMinuteScalarFieldEnum)[keyof typeof UsageMinuteScalarFieldEnum]
 
 
 export const SortOrder = {
