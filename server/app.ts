@@ -158,6 +158,7 @@ async function assemble(deps: AssembleDeps) {
     deployments,
     port,
     shutdown,
+    metrics,
     countsFlushMs: deps.options.invokeCountsFlushMs,
   });
   const agents = agentApi({ config, clock, log, db, ca, sessions, jobs, deployments, serving, shutdown, metrics });

@@ -17,6 +17,7 @@ import { startTestServer, testAdminKey, type TestServer } from "./support/server
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
 import { serveTiny } from "./support/serving.js";
+import { scrape } from "./support/prometheus.js";
 
 let ts: TestServer;
 let root: string;
@@ -40,7 +41,12 @@ beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "mf-openai-root-"));
   const path = join(root, "tiny.gguf");
   const model = { path, ...(await writeTinyLlamaGguf(path, { contextLength: 8192 })) };
-  ts = await startTestServer({ MODELFORGE_HEARTBEAT_INTERVAL: "200ms", MODELFORGE_APPROVED_ROOTS: root, MODELFORGE_USAGE_FLUSH: "200ms" });
+  ts = await startTestServer({
+    MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
+    MODELFORGE_APPROVED_ROOTS: root,
+    MODELFORGE_USAGE_FLUSH: "200ms",
+    MODELFORGE_METRICS_ADDRESS: "127.0.0.1:0",
+  });
   dispatcher = new Agent({ connect: { ca: ts.caPem } });
   node = await enrollTestNode(ts, "openai");
   await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 8192, threads: 1 });
@@ -248,6 +254,29 @@ describe("the OpenAI API through the official SDK", () => {
     expect(cancelled).toBeLessThan(4000);
     expect(Number(row.failedRequests)).toBe(1);
     expect(Number(row.promptTokens)).toBeGreaterThan(0);
+  }, 60_000);
+
+  it("counts tokens, requests and latencies per deployment in Prometheus, as the usage records them", async () => {
+    await eventually(
+      async () => {
+        const m = await scrape(ts.server.metricsUrl!);
+        const usage = (await ts.admin.getUsage({ deployment: "tiny", by: UsageGrouping.DEPLOYMENT })).rows[0];
+        return m.value("modelforge_tokens_total", { deployment: "tiny", kind: "completion" }) === Number(usage?.completionTokens ?? -1);
+      },
+      20_000,
+      "the completion tokens counted alike in Prometheus and in the usage",
+    );
+    const m = await scrape(ts.server.metricsUrl!);
+    expect(m.value("modelforge_requests_total", { deployment: "tiny", outcome: "resource_exhausted" })).toBeGreaterThanOrEqual(1);
+    expect(m.value("modelforge_requests_total", { deployment: "tiny", outcome: "canceled" })).toBeGreaterThanOrEqual(1);
+    expect(m.value("modelforge_time_to_first_token_seconds_count", { deployment: "tiny" })).toBeGreaterThan(0);
+    expect(m.value("modelforge_inter_token_latency_seconds_count", { deployment: "tiny" })).toBeGreaterThan(0);
+    expect(m.value("modelforge_request_duration_seconds_count", { deployment: "tiny" })).toBeGreaterThan(0);
+    expect(m.value("modelforge_requests_in_flight", { deployment: "tiny" })).toBe(0);
+    // Labels carry deployment names, never a key's id or secret.
+    const keys = (await ts.admin.listServiceKeys({})).keys;
+    for (const k of keys) expect(m.text).not.toContain(k.id);
+    expect(m.text).not.toContain("mfsk_");
   }, 60_000);
 
   it("answers an oversized body 413 and ends only that HTTP/2 stream", async () => {

@@ -27,19 +27,10 @@ import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
 import type { Logger } from "../observability/logger.js";
 import type { ServicePrincipal } from "../identity/service-keys.js";
 import type { DeploymentRoutes, DeploymentTarget } from "./routes.js";
-import {
-  apiOf,
-  callerWantsUsage,
-  InFlight,
-  invokeTimeoutMs,
-  nodeRefusal,
-  parsePayload,
-  payloadForNode,
-  routeInvoke,
-  unreachable,
-} from "./rules.js";
-import { emptyTally, tallyPiece, tokensOf } from "../usage/tally.js";
+import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, payloadForNode, routeInvoke, unreachable } from "./rules.js";
+import { InvokeMeter } from "./meter.js";
 import type { UsageLedger } from "../usage/ledger.js";
+import type { ServingMetrics } from "../observability/metrics.js";
 import type { InvokeCounts } from "./counts.js";
 import type { LogWatches } from "./logs.js";
 import type { SessionHolder } from "../cluster/replicas.js";
@@ -94,6 +85,8 @@ export interface InvokeRelayDeps {
   outage?: OutageWatch;
   /** Counts each request's tokens for its service key. */
   usage?: Pick<UsageLedger, "record">;
+  /** Prometheus counters per deployment. */
+  metrics?: ServingMetrics;
 }
 
 interface Pending {
@@ -135,6 +128,7 @@ export class InvokeRelay {
     const session = this.deps.sessions.get(instance.nodeId)!;
     if (!this.inFlight.acquire(deployment.deploymentId, deployment.maxInFlight)) {
       this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
+      this.deps.metrics?.refused(deployment.name, "resource_exhausted");
       throw new ConnectError(
         `deployment ${deployment.name} already has ${deployment.maxInFlight} requests in flight: retry later`,
         Code.ResourceExhausted,
@@ -142,10 +136,11 @@ export class InvokeRelay {
     }
     const timeoutMs = invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs);
     const invokeId = ++this.nextId;
-    const tally = emptyTally();
-    const wantsUsage = callerWantsUsage(body);
-    const began = this.deps.clock.now();
-    let firstTokenMs: number | undefined;
+    const meter = new InvokeMeter(
+      this.deps,
+      { keyId: principal.keyId, deploymentId: deployment.deploymentId, deployment: deployment.name, stream: call.stream },
+      body,
+    );
     const answers = new AsyncQueue<InvokeAnswer>();
     this.pending.set(invokeId, { session, answers });
     const stop = new AbortController();
@@ -189,11 +184,10 @@ export class InvokeRelay {
       if (!sent) throw new ConnectError(`the node serving deployment ${deployment.name} is not reachable`, Code.Unavailable);
       for await (const answer of answers) {
         if (answer.error !== undefined) throw nodeRefusal(answer.error.code, answer.error.message);
-        const passed = answer.payload.length > 0 ? tallyPiece(tally, answer.payload, call.stream, wantsUsage) : undefined;
+        const passed = meter.pass(answer.payload);
         if (passed !== undefined) {
-          if (passed.token && firstTokenMs === undefined) firstTokenMs = this.deps.clock.now() - began;
           yield {
-            payload: passed.payload,
+            payload: passed,
             contentType: answer.contentType || "application/json",
             revision: answer.revision || instance.revision,
           };
@@ -219,7 +213,7 @@ export class InvokeRelay {
       this.pending.delete(invokeId);
       this.inFlight.release(deployment.deploymentId);
       this.deps.counts.record(deployment.deploymentId, outcome);
-      this.deps.usage?.record({ keyId: principal.keyId, deploymentId: deployment.deploymentId, outcome, ...tokensOf(tally), firstTokenMs });
+      meter.end(outcome);
     }
   }
 

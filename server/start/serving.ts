@@ -17,6 +17,7 @@ import type { Sessions } from "./sessions.js";
 import type { Deployments } from "./deployments.js";
 import type { Loop } from "./loops.js";
 import type { Core } from "./core.js";
+import type { ServerMetrics } from "../observability/metrics.js";
 
 export interface ServingDeps extends Core {
   config: Pick<Config, "databaseUrl" | "replicaUrl" | "serverNames" | "usageFlushMs">;
@@ -27,6 +28,7 @@ export interface ServingDeps extends Core {
   /** The port this replica listens on, for its record. */
   port: number;
   shutdown: AbortSignal;
+  metrics: ServerMetrics | undefined;
   /** How often the invocation counts are written (default a minute). */
   countsFlushMs?: number;
 }
@@ -63,6 +65,7 @@ export async function openServing(deps: ServingDeps) {
     forwarder,
     outage: db.outage,
     usage,
+    metrics: deps.metrics?.serving,
   });
   const loops: Loop[] = [
     {
