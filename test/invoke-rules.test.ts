@@ -16,7 +16,7 @@ import type { SessionHolder } from "../server/cluster/replicas.js";
 import { SessionRegistry } from "../server/sessions/registry.js";
 import type { LiveSession } from "../server/ports/node-sessions.js";
 import { ManualClock } from "../common/clock.js";
-import { bearerServiceKey, checkServiceKeyInput, looksLikeServiceKey, serviceKeyState } from "../server/identity/service-keys.js";
+import { bearerServiceKey, checkServiceKeyInput, looksLikeServiceKey, noLimits, serviceKeyState } from "../server/identity/service-keys.js";
 import { refuseForeignCredentials, refuseServiceKeyElsewhere } from "../server/identity/service-keys-auth.js";
 import { cleanLine, WatchOutbox, defaultLogLimits } from "../agent/deployments/logs.js";
 import { Gate } from "../agent/deployments/host.js";
@@ -217,7 +217,7 @@ function setup(t: DeploymentTarget | undefined, forwarder?: InvokeForwarder) {
     logs: new LogWatches(sessions),
     forwarder,
   });
-  const principal = { keyId: "k", deployments: new Set(["tiny"]) };
+  const principal = { keyId: "k", deployments: new Set(["tiny"]), limits: noLimits };
   const call = (over: Partial<InvokeCall> = {}): InvokeCall => ({
     deployment: "tiny",
     contentType: "application/json",

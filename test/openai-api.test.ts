@@ -18,6 +18,7 @@ import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
 import { serveTiny } from "./support/serving.js";
 import { scrape } from "./support/prometheus.js";
+import { forgeAt } from "./support/forge.js";
 
 let ts: TestServer;
 let root: string;
@@ -254,6 +255,35 @@ describe("the OpenAI API through the official SDK", () => {
     expect(cancelled).toBeLessThan(4000);
     expect(Number(row.failedRequests)).toBe(1);
     expect(Number(row.promptTokens)).toBeGreaterThan(0);
+  }, 60_000);
+
+  it("holds a key to its limits, set with forge: 429 with Retry-After, rate or quota", async () => {
+    const forge = forgeAt(ts.url, ts.caPem, root, testAdminKey);
+    const made = await forge(["service-keys", "create", "--name", "limited", "--deployment", "tiny", "--rpm", "2", "--json"]);
+    expect(made.code, made.stderr).toBe(0);
+    const { secret: limited, key } = JSON.parse(made.stdout) as { secret: string; key: { id: string } };
+    const ask = () => client(limited).completions.create({ model: "tiny", prompt: "x", max_tokens: 2 });
+    await ask();
+    await ask();
+    const third = await ask().catch((e: unknown) => e);
+    expect(third).toBeInstanceOf(OpenAI.RateLimitError);
+    expect((third as InstanceType<typeof OpenAI.RateLimitError>).code).toBe("rate_limit_exceeded");
+    const wait = Number((third as InstanceType<typeof OpenAI.RateLimitError>).headers?.get("retry-after"));
+    expect(wait).toBeGreaterThanOrEqual(1);
+    expect(wait).toBeLessThanOrEqual(60);
+    // A day's quota smaller than one request's reservation: refused as insufficient_quota.
+    const updated = await forge(["service-keys", "update", key.id, "--daily-tokens", "10"]);
+    expect(updated.code, updated.stderr).toBe(0);
+    expect(updated.stdout).toContain("10/day");
+    const quota = await client(limited)
+      .completions.create({ model: "tiny", prompt: "x", max_tokens: 50 })
+      .catch((e: unknown) => e);
+    expect(quota).toBeInstanceOf(OpenAI.RateLimitError);
+    expect((quota as InstanceType<typeof OpenAI.RateLimitError>).code).toBe("insufficient_quota");
+    const listed = await forge(["service-keys", "list"]);
+    expect(listed.stdout).toMatch(/limited .* 10\/day/);
+    const audit = (await ts.admin.listAuditEvents({ targetId: key.id })).events.map((e) => e.action);
+    expect(audit).toContain("service_key.limits_changed");
   }, 60_000);
 
   it("counts tokens, requests and latencies per deployment in Prometheus, as the usage records them", async () => {

@@ -43,12 +43,13 @@ export class InvokeMeter {
     return passed?.payload;
   }
 
-  /** The request ended: "ok" or its Connect code name. */
-  end(outcome: string): void {
+  /** The request ended: "ok" or its Connect code name. Its tokens, prompt and completion. */
+  end(outcome: string): number {
     const { keyId, deploymentId, deployment } = this.request;
     const tokens = tokensOf(this.tally);
     const firstTokenMs = this.firstTokenMs;
     this.deps.usage?.record({ keyId, deploymentId, outcome, ...tokens, firstTokenMs });
     this.deps.metrics?.finished({ deployment, outcome, durationMs: this.deps.clock.now() - this.began, ...tokens, firstTokenMs });
+    return tokens.promptTokens + tokens.completionTokens;
   }
 }

@@ -31,6 +31,7 @@ import { apiOf, InFlight, invokeTimeoutMs, nodeRefusal, parsePayload, payloadFor
 import { InvokeMeter } from "./meter.js";
 import type { UsageLedger } from "../usage/ledger.js";
 import type { ServingMetrics } from "../observability/metrics.js";
+import type { Charge, KeyLimiter } from "../usage/limits.js";
 import type { InvokeCounts } from "./counts.js";
 import type { LogWatches } from "./logs.js";
 import type { SessionHolder } from "../cluster/replicas.js";
@@ -87,6 +88,8 @@ export interface InvokeRelayDeps {
   usage?: Pick<UsageLedger, "record">;
   /** Prometheus counters per deployment. */
   metrics?: ServingMetrics;
+  /** Service keys' limits, checked before a request goes to the node. */
+  limits?: Pick<KeyLimiter, "admit">;
 }
 
 interface Pending {
@@ -126,14 +129,7 @@ export class InvokeRelay {
     }
     const instance = route.here;
     const session = this.deps.sessions.get(instance.nodeId)!;
-    if (!this.inFlight.acquire(deployment.deploymentId, deployment.maxInFlight)) {
-      this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
-      this.deps.metrics?.refused(deployment.name, "resource_exhausted");
-      throw new ConnectError(
-        `deployment ${deployment.name} already has ${deployment.maxInFlight} requests in flight: retry later`,
-        Code.ResourceExhausted,
-      );
-    }
+    const charge = await this.admitHere(principal, deployment, body);
     const timeoutMs = invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs);
     const invokeId = ++this.nextId;
     const meter = new InvokeMeter(
@@ -213,8 +209,42 @@ export class InvokeRelay {
       this.pending.delete(invokeId);
       this.inFlight.release(deployment.deploymentId);
       this.deps.counts.record(deployment.deploymentId, outcome);
-      meter.end(outcome);
+      const used = meter.end(outcome);
+      charge?.settle(used);
     }
+  }
+
+  /**
+   * Admits a request on this replica: within its key's limits (shared by every replica), then
+   * within the deployment's requests in flight here; else resource_exhausted, counted as refused.
+   */
+  private async admitHere(
+    principal: ServicePrincipal,
+    deployment: DeploymentTarget,
+    body: Record<string, unknown>,
+  ): Promise<Charge | undefined> {
+    const refused = (err: ConnectError) => {
+      this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
+      this.deps.metrics?.refused(deployment.name, "resource_exhausted");
+      return err;
+    };
+    let charge: Charge | undefined;
+    try {
+      charge = await this.deps.limits?.admit(principal, body);
+    } catch (err) {
+      throw err instanceof ConnectError && err.code === Code.ResourceExhausted ? refused(err) : err;
+    }
+    if (!this.inFlight.acquire(deployment.deploymentId, deployment.maxInFlight)) {
+      charge?.settle(0);
+      throw refused(
+        new ConnectError(
+          `deployment ${deployment.name} already has ${deployment.maxInFlight} requests in flight: retry later`,
+          Code.ResourceExhausted,
+          new Headers({ "retry-after": "1" }),
+        ),
+      );
+    }
+    return charge;
   }
 
   /** A node whose Session is not here: forwarded to the replica holding it, once. */

@@ -54,7 +54,7 @@ export function openAiFailureOf(err: unknown): OpenAiFailure {
     case Code.NotFound:
       return openAiFailure(404, message, "invalid_request_error", "model_not_found", "model");
     case Code.ResourceExhausted:
-      return openAiFailure(429, message, "rate_limit_error", "rate_limit_exceeded", null, 1);
+      return tooMany(err);
     case Code.Unavailable:
     case Code.FailedPrecondition:
     case Code.Aborted:
@@ -66,4 +66,19 @@ export function openAiFailureOf(err: unknown): OpenAiFailure {
     default:
       return openAiFailure(500, "internal error", "server_error", "internal_error");
   }
+}
+
+/** 429: a quota used up is `insufficient_quota`, anything else a rate; Retry-After as the refusal says. */
+function tooMany(err: ConnectError): OpenAiFailure {
+  const retryAfter = Number(err.metadata.get("retry-after") ?? "1");
+  const limit = err.metadata.get("x-modelforge-limit");
+  const quota = limit === "dailyTokens" || limit === "monthlyTokens";
+  return openAiFailure(
+    429,
+    err.rawMessage,
+    quota ? "insufficient_quota" : "rate_limit_error",
+    quota ? "insufficient_quota" : "rate_limit_exceeded",
+    null,
+    Number.isSafeInteger(retryAfter) && retryAfter > 0 ? retryAfter : 1,
+  );
 }

@@ -3,7 +3,7 @@
 // the embedded database there is only this one), counted per minute, and runtime log watches.
 import { replicaUrlOf, type Config } from "../config.js";
 import type { Ca } from "../identity/pki/ca.js";
-import { registerReplica, replicaDirectory, replicaRefreshMs } from "../cluster/replicas.js";
+import { registerReplica, replicaAliveMs, replicaDirectory, replicaRefreshMs } from "../cluster/replicas.js";
 import { InvokeRelay } from "../invoke/relay.js";
 import { InvokeCounts } from "../invoke/counts.js";
 import { LogWatches } from "../invoke/logs.js";
@@ -12,6 +12,7 @@ import { deploymentService } from "../invoke/service.js";
 import { adminDeploymentLogs } from "../invoke/admin-rpc.js";
 import { UsageLedger } from "../usage/ledger.js";
 import { adminUsage } from "../usage/report.js";
+import { KeyLimiter } from "../usage/limits.js";
 import type { Cluster } from "./cluster.js";
 import type { Sessions } from "./sessions.js";
 import type { Deployments } from "./deployments.js";
@@ -40,6 +41,9 @@ export async function openServing(deps: ServingDeps) {
   const routes = deps.deployments.routes;
   const counts = new InvokeCounts();
   const usage = new UsageLedger(() => clock.now());
+  // The replicas sharing the keys' limits, as last counted: each one's share while the database is away.
+  let liveReplicas = 1;
+  const limits = new KeyLimiter({ prisma, clock, replicas: () => liveReplicas });
   const logs = new LogWatches(deps.sessions.registry);
   const replica =
     deps.config.databaseUrl !== undefined
@@ -66,6 +70,7 @@ export async function openServing(deps: ServingDeps) {
     outage: db.outage,
     usage,
     metrics: deps.metrics?.serving,
+    limits,
   });
   const loops: Loop[] = [
     {
@@ -74,8 +79,29 @@ export async function openServing(deps: ServingDeps) {
       run: () => counts.flush(prisma, new Date(clock.now())),
       outage: db.outage,
     },
-    { name: "usage", everyMs: deps.config.usageFlushMs, run: () => usage.flush(prisma), outage: db.outage },
-    ...(replica !== undefined ? [{ name: "replica record", everyMs: replicaRefreshMs, run: replica.refresh, outage: db.outage }] : []),
+    {
+      name: "usage",
+      everyMs: deps.config.usageFlushMs,
+      run: async () => {
+        await usage.flush(prisma);
+        await limits.flush();
+      },
+      outage: db.outage,
+    },
+    ...(replica !== undefined
+      ? [
+          {
+            name: "replica record",
+            everyMs: replicaRefreshMs,
+            run: async () => {
+              await replica.refresh();
+              const aliveSince = new Date(clock.now() - replicaAliveMs);
+              liveReplicas = Math.max(1, await prisma.controlPlaneReplica.count({ where: { seenAt: { gte: aliveSince } } }));
+            },
+            outage: db.outage,
+          },
+        ]
+      : []),
   ];
   return {
     relay,

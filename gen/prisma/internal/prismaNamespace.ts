@@ -413,6 +413,7 @@ export const ModelName = {
   DeploymentInstance: 'DeploymentInstance',
   DeploymentEvent: 'DeploymentEvent',
   ServiceKey: 'ServiceKey',
+  ServiceKeySpend: 'ServiceKeySpend',
   UsageMinute: 'UsageMinute'
 } as const
 
@@ -429,7 +430,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey" | "usageMinute"
+    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey" | "serviceKeySpend" | "usageMinute"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1617,6 +1618,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    ServiceKeySpend: {
+      payload: Prisma.$ServiceKeySpendPayload<ExtArgs>
+      fields: Prisma.ServiceKeySpendFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ServiceKeySpendFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ServiceKeySpendFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        findFirst: {
+          args: Prisma.ServiceKeySpendFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ServiceKeySpendFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        findMany: {
+          args: Prisma.ServiceKeySpendFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>[]
+        }
+        create: {
+          args: Prisma.ServiceKeySpendCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        createMany: {
+          args: Prisma.ServiceKeySpendCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ServiceKeySpendCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>[]
+        }
+        delete: {
+          args: Prisma.ServiceKeySpendDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        update: {
+          args: Prisma.ServiceKeySpendUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        deleteMany: {
+          args: Prisma.ServiceKeySpendDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ServiceKeySpendUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ServiceKeySpendUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>[]
+        }
+        upsert: {
+          args: Prisma.ServiceKeySpendUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        aggregate: {
+          args: Prisma.ServiceKeySpendAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateServiceKeySpend>
+        }
+        groupBy: {
+          args: Prisma.ServiceKeySpendGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServiceKeySpendGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ServiceKeySpendCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServiceKeySpendCountAggregateOutputType> | number
+        }
+      }
+    }
     UsageMinute: {
       payload: Prisma.$UsageMinutePayload<ExtArgs>
       fields: Prisma.UsageMinuteFieldRefs
@@ -1976,10 +2051,28 @@ export const ServiceKeyScalarFieldEnum = {
   deployments: 'deployments',
   createdAt: 'createdAt',
   expiresAt: 'expiresAt',
-  revokedAt: 'revokedAt'
+  revokedAt: 'revokedAt',
+  rpm: 'rpm',
+  tpm: 'tpm',
+  dailyTokens: 'dailyTokens',
+  monthlyTokens: 'monthlyTokens'
 } as const
 
 export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
+
+
+export const ServiceKeySpendScalarFieldEnum = {
+  keyId: 'keyId',
+  minuteStart: 'minuteStart',
+  minuteRequests: 'minuteRequests',
+  minuteTokens: 'minuteTokens',
+  dayStart: 'dayStart',
+  dayTokens: 'dayTokens',
+  monthStart: 'monthStart',
+  monthTokens: 'monthTokens'
+} as const
+
+export type ServiceKeySpendScalarFieldEnum = (typeof ServiceKeySpendScalarFieldEnum)[keyof typeof ServiceKeySpendScalarFieldEnum]
 
 
 export const UsageMinuteScalarFieldEnum = {
@@ -2308,6 +2401,7 @@ export type GlobalOmitConfig = {
   deploymentInstance?: Prisma.DeploymentInstanceOmit
   deploymentEvent?: Prisma.DeploymentEventOmit
   serviceKey?: Prisma.ServiceKeyOmit
+  serviceKeySpend?: Prisma.ServiceKeySpendOmit
   usageMinute?: Prisma.UsageMinuteOmit
 }
 

@@ -67,6 +67,7 @@ export const ModelName = {
   DeploymentInstance: 'DeploymentInstance',
   DeploymentEvent: 'DeploymentEvent',
   ServiceKey: 'ServiceKey',
+  ServiceKeySpend: 'ServiceKeySpend',
   UsageMinute: 'UsageMinute'
 } as const
 
@@ -332,10 +333,28 @@ export const ServiceKeyScalarFieldEnum = {
   deployments: 'deployments',
   createdAt: 'createdAt',
   expiresAt: 'expiresAt',
-  revokedAt: 'revokedAt'
+  revokedAt: 'revokedAt',
+  rpm: 'rpm',
+  tpm: 'tpm',
+  dailyTokens: 'dailyTokens',
+  monthlyTokens: 'monthlyTokens'
 } as const
 
 export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
+
+
+export const ServiceKeySpendScalarFieldEnum = {
+  keyId: 'keyId',
+  minuteStart: 'minuteStart',
+  minuteRequests: 'minuteRequests',
+  minuteTokens: 'minuteTokens',
+  dayStart: 'dayStart',
+  dayTokens: 'dayTokens',
+  monthStart: 'monthStart',
+  monthTokens: 'monthTokens'
+} as const
+
+export type ServiceKeySpendScalarFieldEnum = (typeof ServiceKeySpendScalarFieldEnum)[keyof typeof ServiceKeySpendScalarFieldEnum]
 
 
 export const UsageMinuteScalarFieldEnum = {
