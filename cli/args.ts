@@ -61,6 +61,8 @@ export interface Group {
   /** What the group covers, as it reads in the CLI's one-line description: "runtime profiles". */
   topic: string;
   commands: Command[];
+  /** The command `forge <group>` runs when no command is named (else it prints the group's usage). */
+  defaultCommand?: string;
 }
 
 // ---- definitions ----

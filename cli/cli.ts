@@ -15,6 +15,7 @@ import { runtimesGroup } from "./commands/runtimes.js";
 import { deploymentsGroup } from "./commands/deployments.js";
 
 import { serviceKeysGroup } from "./commands/service-keys.js";
+import { usageGroup } from "./commands/usage.js";
 import { deploymentLogsCommand } from "./commands/deployment-logs.js";
 
 /** The deployments commands with `logs`, which lives in its own file. */
@@ -28,6 +29,7 @@ export const groups: Group[] = [
   runtimesGroup,
   deployments,
   serviceKeysGroup,
+  usageGroup,
   auditGroup,
 ];
 
@@ -160,7 +162,7 @@ function hintFor(err: ConnectError): string | undefined {
 }
 
 /** What the command line asks for: help (or the usage, when no command is named), or a command to run. */
-type Target = { help: string; code: 0 | 2 } | { group: Group; command: Command; args: string[] };
+type Target = { help: string; code: 0 | 2 } | { group: Group; command: Command; args: string[]; words: number };
 
 /** @throws UsageError for a group or command that does not exist. */
 function resolveTarget(argv: string[]): Target {
@@ -173,23 +175,24 @@ function resolveTarget(argv: string[]): Target {
   if (groupName === undefined) return usage(mainUsage());
   const group = groups.find((g) => g.name === groupName);
   if (group === undefined) throw new UsageError(`unknown command "${groupName}"`);
-  if (commandName === undefined) return usage(groupUsage(group));
-  const command = group.commands.find((c) => c.name === commandName);
+  const implicit = group.defaultCommand !== undefined && (commandName === undefined || !group.commands.some((c) => c.name === commandName));
+  if (commandName === undefined && !implicit) return usage(groupUsage(group));
+  const command = group.commands.find((c) => c.name === (implicit ? group.defaultCommand : commandName));
   if (command === undefined) throw new UsageError(`unknown command "${group.name} ${commandName}"`, `forge ${group.name} --help`);
   if (wantsHelp) return { help: commandUsage(group, command), code: 0 };
-  return { group, command, args };
+  return { group, command, args, words: implicit ? 1 : 2 };
 }
 
-/** The command's options and arguments (after its two command words). */
-function parseCommandLine(command: Command, args: string[]): { values: OptionValues; positionals: string[] } {
+/** The command's options and arguments (after its command words: the group's, and the command's unless implied). */
+function parseCommandLine(command: Command, args: string[], words: number): { values: OptionValues; positionals: string[] } {
   let parsed: ReturnType<typeof parseArgs>;
   try {
     parsed = parseArgs({ args, options: { ...globalOptions, ...(command.options ?? {}) }, allowPositionals: true, strict: true });
   } catch (err) {
     throw parseError(err);
   }
-  // Drop the two command words (the first positionals, as commandWords found them).
-  return { values: parsed.values, positionals: parsed.positionals.slice(2) };
+  // Drop the command words (the first positionals, as commandWords found them).
+  return { values: parsed.values, positionals: parsed.positionals.slice(words) };
 }
 
 function checkArity(command: Command, positionals: string[]): void {
@@ -258,7 +261,7 @@ export async function runCli(argv: string[], io: Io): Promise<number> {
     }
     const { group, command } = target;
     helpHint = `forge ${group.name} ${command.name} --help`;
-    const { values, positionals } = parseCommandLine(command, target.args);
+    const { values, positionals } = parseCommandLine(command, target.args, target.words);
     const adminKeyFlag = values["admin-key"] as string | undefined;
     if (adminKeyFlag !== undefined) {
       redactor.secrets.push(adminKeyFlag);

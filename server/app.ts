@@ -26,6 +26,7 @@ import { agentApi } from "./start/agents.js";
 import { adminApi } from "./start/admin.js";
 import { runLoops } from "./start/loops.js";
 import { Drain, drainWithin } from "./invoke/drain.js";
+import { openAiFrontDoor } from "./openai/front-door.js";
 
 export interface RunningServer {
   /** e.g. https://127.0.0.1:8443 */
@@ -84,7 +85,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const shutdown = new AbortController();
   const drain = new Drain();
   const parts = await assemble({ config, log, clock, options, identity, db, listener, metrics, shutdown: shutdown.signal, drain });
-  listener.serve(servingRoutes(face, parts.services), parts.serveSession);
+  listener.serve(servingRoutes(face, parts.services), parts.serveSession, parts.openAi);
   face.health.setServing();
   log.info({ url: listener.url, database: db.describe, replica: parts.cluster.bus.replicaId }, "control plane ready");
   const stopLoops = runLoops(clock, log, parts.loops);
@@ -175,6 +176,7 @@ async function assemble(deps: AssembleDeps) {
     port,
     shutdown,
     drain: deps.drain,
+    metrics,
     countsFlushMs: deps.options.invokeCountsFlushMs,
   });
   const agents = agentApi({ config, clock, log, db, ca, sessions, jobs, deployments, serving, shutdown, metrics });
@@ -187,6 +189,7 @@ async function assemble(deps: AssembleDeps) {
     sessions,
     serving,
     serveSession: agents.serveSession,
+    openAi: openAiFrontDoor({ keys: serviceKeys.keys, relay: serving.relay, routes: deployments.routes, log }),
     services: {
       log,
       outage: db.outage,

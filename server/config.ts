@@ -44,6 +44,8 @@ export interface Config {
   shutdownGraceMs: number;
   /** While the database cannot be reached, how long after its last read a service key is still accepted (0: not beyond its 5 s cache). */
   serviceKeyOutageTrustMs: number;
+  /** How often service clients' usage is added to the database; a kill -9 loses at most this much. */
+  usageFlushMs: number;
   /** Where the artifact store keeps its content (default `<dataDir>/artifacts`). */
   artifactDir: string;
   /** Where the Prometheus endpoint listens (plain HTTP); undefined: no endpoint. */
@@ -84,6 +86,7 @@ export const defaults = {
   MODELFORGE_APPROVED_ROOTS: "/var/lib/modelforge/artifacts",
   MODELFORGE_SHUTDOWN_GRACE: "5s",
   MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "5m",
+  MODELFORGE_USAGE_FLUSH: "5s",
   MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
 } as const;
 
@@ -161,6 +164,7 @@ export function loadConfig(env: Env): Config {
     approvedRoots: list("MODELFORGE_APPROVED_ROOTS"),
     shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
     serviceKeyOutageTrustMs: durationOrOff("MODELFORGE_SERVICE_KEY_OUTAGE_TRUST", 24 * 3_600_000),
+    usageFlushMs: duration("MODELFORGE_USAGE_FLUSH"),
     artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,
     metricsAddress: optionalAddress(env, "MODELFORGE_METRICS_ADDRESS"),
     minAgentVersion: get("MODELFORGE_MIN_AGENT_VERSION"),

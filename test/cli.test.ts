@@ -323,7 +323,7 @@ describe("forge help and usage", () => {
     const description = (await forge(["--help"])).stdout.split("\n")[2]!;
     expect(description).toBe(
       "The ModelForge operator CLI: enrollment tokens, nodes, jobs, the artifact store, runtime profiles, deployments and their logs, " +
-        "service keys and the audit log.",
+        "service keys, service clients' usage and the audit log.",
     );
     for (const g of groups) expect(description).toContain(g.topic);
   });

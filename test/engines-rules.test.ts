@@ -52,8 +52,12 @@ describe("OpenAI request validation", () => {
       stop: [],
       stream: false,
       includeUsage: false,
+      continuousUsage: false,
     });
     expect(parseCompletionRequest({ prompt: "p", stream: true, stream_options: { include_usage: true } }).includeUsage).toBe(true);
+    const running = { prompt: "p", stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } };
+    expect(parseCompletionRequest(running).continuousUsage).toBe(true);
+    expect(parseCompletionRequest({ ...running, stream_options: { continuous_usage_stats: true } }).continuousUsage).toBe(false);
   });
 
   it.each([

@@ -16,7 +16,7 @@ import type { SessionHolder } from "../server/cluster/replicas.js";
 import { SessionRegistry } from "../server/sessions/registry.js";
 import type { LiveSession } from "../server/ports/node-sessions.js";
 import { ManualClock } from "../common/clock.js";
-import { bearerServiceKey, checkServiceKeyInput, looksLikeServiceKey, serviceKeyState } from "../server/identity/service-keys.js";
+import { bearerServiceKey, checkServiceKeyInput, looksLikeServiceKey, noLimits, serviceKeyState } from "../server/identity/service-keys.js";
 import { refuseForeignCredentials, refuseServiceKeyElsewhere } from "../server/identity/service-keys-auth.js";
 import { cleanLine, WatchOutbox, defaultLogLimits } from "../agent/deployments/logs.js";
 import { Gate } from "../agent/deployments/host.js";
@@ -28,6 +28,7 @@ const target = (over: Partial<DeploymentTarget> = {}): DeploymentTarget => ({
   deploymentId: "d1",
   name: "tiny",
   phase: "READY",
+  createdAt: 0,
   maxInFlight: 2,
   invokeTimeoutMs: 60_000,
   ready: [{ revision: 2n, nodeId: "n1", phase: "READY" }],
@@ -222,7 +223,7 @@ function setup(t: DeploymentTarget | undefined, forwarder?: InvokeForwarder) {
     forwarder,
     drain: new Drain(),
   });
-  const principal = { keyId: "k", deployments: new Set(["tiny"]) };
+  const principal = { keyId: "k", deployments: new Set(["tiny"]), limits: noLimits };
   const call = (over: Partial<InvokeCall> = {}): InvokeCall => ({
     deployment: "tiny",
     contentType: "application/json",

@@ -135,8 +135,9 @@ describe.skipIf(process.env.MODELFORGE_TEST_DB === "postgres")("the README's wal
       `failed in ${last}:\n${out.slice(-6000)}\n--- server.log:\n${tail(join(logs, "server.log"))}\n--- agent.log:\n${tail(join(checkout, "data/agent/agent.log"))}`,
     ).toBe(0);
     expect(out).toContain("### walk-through done");
-    // The answer of step 6: a real chat completion from llama.cpp, relayed through the control plane.
+    // The answer of step 6: a real chat completion from llama.cpp, through the control plane's OpenAI API.
     expect(out).toMatch(/"object": "chat\.completion"/);
+    expect(out).toMatch(/"model": "first-model"/);
     expect(out).toMatch(/"completion_tokens": [1-9]/);
     console.log(
       `walk-through: ${out.match(/### \S+ ?[^\n(]*\(at \d+ s\)/g)?.join(", ")}; load average ${loadavg()

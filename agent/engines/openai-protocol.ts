@@ -30,6 +30,8 @@ interface SamplingRequest {
   stream: boolean;
   /** OpenAI's stream_options.include_usage: a last chunk carries the usage. */
   includeUsage: boolean;
+  /** vLLM's stream_options.continuous_usage_stats: every chunk carries the usage so far. */
+  continuousUsage: boolean;
 }
 
 export type GenerationRequest =
@@ -165,7 +167,8 @@ function sampling(o: Record<string, unknown>): SamplingRequest {
   }
   if (o.stream !== undefined && typeof o.stream !== "boolean") throw invalid("stream", "stream must be a boolean");
   const options = o.stream_options;
-  const includeUsage = options !== null && typeof options === "object" && (options as Record<string, unknown>).include_usage === true;
+  const asked = options !== null && typeof options === "object" ? (options as Record<string, unknown>) : {};
+  const includeUsage = asked.include_usage === true;
   return {
     model: o.model as string | undefined,
     maxTokens: maxTokens as number,
@@ -174,5 +177,6 @@ function sampling(o: Record<string, unknown>): SamplingRequest {
     stop: stop as string[],
     stream: o.stream === true,
     includeUsage,
+    continuousUsage: includeUsage && asked.continuous_usage_stats === true,
   };
 }

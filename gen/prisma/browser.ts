@@ -102,3 +102,16 @@ export type DeploymentEvent = Prisma.DeploymentEventModel
  * deployment names (a name, not a row: a deployment recreated under the name stays in scope).
  */
 export type ServiceKey = Prisma.ServiceKeyModel
+/**
+ * Model ServiceKeySpend
+ * What a limited service key has spent in its current minute, day and month (UTC), shared by
+ * every control-plane replica: a request reserves its max_tokens here before it is routed and
+ * settles the tokens it really used when it ends (server/usage/limits.ts).
+ */
+export type ServiceKeySpend = Prisma.ServiceKeySpendModel
+/**
+ * Model UsageMinute
+ * Service clients' usage, aggregated per key, deployment, minute and outcome: the control plane
+ * adds to a row every few seconds (server/usage/ledger.ts), never a row per request.
+ */
+export type UsageMinute = Prisma.UsageMinuteModel

@@ -15,6 +15,8 @@ export interface DeploymentTarget {
   name: string;
   /** The deployment's overall state, for typed errors (LOADING: not ready; DRAINING: draining; ...). */
   phase: DeploymentPhase;
+  /** When it was created, in epoch milliseconds (the OpenAI API's `created`). */
+  createdAt: number;
   /** Per-deployment bounds the operator set. */
   maxInFlight: number;
   invokeTimeoutMs: number;
@@ -50,6 +52,7 @@ export function targetOf(d: Deployment & { instances: DeploymentInstance[] }): D
     deploymentId: d.id,
     name: d.name,
     phase: upper(overallPhase({ desired, revision: d.revision }, phases)),
+    createdAt: d.createdAt.getTime(),
     maxInFlight: d.maxInFlight,
     invokeTimeoutMs: d.invokeTimeoutMs,
     ready,

@@ -7,6 +7,7 @@
 // still accepted (its expiry still applies): invokes go on through an outage, and a revocation made
 // on another replica just before it goes unseen here for at most that long after the last read.
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
+import type { KeyLimits } from "../usage/limit-rules.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { PrismaClient, ServiceKey } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
@@ -69,11 +70,51 @@ export class ServiceKeyRefusal extends ConnectError {
   }
 }
 
-/** Who is calling DeploymentService: a key and the deployment names it may use. */
+/** Who is calling DeploymentService: a key, the deployment names it may use, and its limits. */
 export interface ServicePrincipal {
   keyId: string;
   deployments: ReadonlySet<string>;
+  limits: KeyLimits;
 }
+
+export const noLimits: KeyLimits = { rpm: null, tpm: null, dailyTokens: null, monthlyTokens: null };
+
+/** Pure: a key's limits as stored. */
+export function limitsOf(row: Pick<ServiceKey, "rpm" | "tpm" | "dailyTokens" | "monthlyTokens">): KeyLimits {
+  return {
+    rpm: row.rpm,
+    tpm: row.tpm,
+    dailyTokens: row.dailyTokens === null ? null : Number(row.dailyTokens),
+    monthlyTokens: row.monthlyTokens === null ? null : Number(row.monthlyTokens),
+  };
+}
+
+/** Pure: limits within their bounds, or invalid_argument naming the one that is not. */
+export function checkLimits(l: KeyLimits): void {
+  const bounds: [keyof KeyLimits, string, number][] = [
+    ["rpm", "requests_per_minute", 1_000_000],
+    ["tpm", "tokens_per_minute", 1_000_000_000],
+    ["dailyTokens", "daily_tokens", 2 ** 53],
+    ["monthlyTokens", "monthly_tokens", 2 ** 53],
+  ];
+  for (const [key, field, most] of bounds) {
+    const v = l[key];
+    if (v !== null && (!Number.isSafeInteger(v) || v < 1 || v > most)) {
+      throw new ConnectError(`limits.${field}: from 1 to ${most}, or 0 for none`, Code.InvalidArgument);
+    }
+  }
+}
+
+const limitColumns = (l: KeyLimits) => ({
+  rpm: l.rpm,
+  tpm: l.tpm,
+  dailyTokens: l.dailyTokens === null ? null : BigInt(l.dailyTokens),
+  monthlyTokens: l.monthlyTokens === null ? null : BigInt(l.monthlyTokens),
+});
+
+/** The audit's words for a set of limits. */
+const limitsDetail = (l: KeyLimits) =>
+  Object.fromEntries(Object.entries(l).map(([k, v]) => [k, v === null ? "none" : String(v)])) as Record<string, string>;
 
 export interface ServiceKeysDeps {
   prisma: PrismaClient;
@@ -95,10 +136,12 @@ export class ServiceKeys {
   }
 
   async create(
-    input: { name: string; deployments: string[]; ttlMs: number | undefined },
+    input: { name: string; deployments: string[]; ttlMs: number | undefined; limits?: KeyLimits },
     correlationId: string,
   ): Promise<{ row: ServiceKey; secret: string }> {
     checkServiceKeyInput(input.name, input.deployments);
+    const limits = input.limits ?? noLimits;
+    checkLimits(limits);
     const secret = newServiceKeySecret();
     const now = this.deps.clock.now();
     const deployments = [...new Set(input.deployments)].sort();
@@ -112,6 +155,7 @@ export class ServiceKeys {
           deployments,
           createdAt: new Date(now),
           expiresAt: input.ttlMs === undefined ? null : new Date(now + input.ttlMs),
+          ...limitColumns(limits),
         },
       });
       await recordAudit(
@@ -122,7 +166,12 @@ export class ServiceKeys {
           targetType: "service_key",
           targetId: created.id,
           correlationId,
-          details: { name: created.name, deployments: deployments.join(","), expiresAt: created.expiresAt?.toISOString() ?? "never" },
+          details: {
+            name: created.name,
+            deployments: deployments.join(","),
+            expiresAt: created.expiresAt?.toISOString() ?? "never",
+            ...limitsDetail(limits),
+          },
         },
         new Date(now),
       );
@@ -167,6 +216,33 @@ export class ServiceKeys {
     return row;
   }
 
+  /** Sets a key's limits (all of them), audited; this replica sees them at once, others within the key cache's life. */
+  async updateLimits(id: string, limits: KeyLimits, correlationId: string): Promise<ServiceKey> {
+    if (id === "") throw new ConnectError("id: is required: the service key's id", Code.InvalidArgument);
+    checkLimits(limits);
+    const now = new Date(this.deps.clock.now());
+    const row = await this.deps.prisma.$transaction(async (tx) => {
+      const found = await tx.serviceKey.findUnique({ where: { id } });
+      if (found === null) throw new ConnectError(`no service key ${id}`, Code.NotFound);
+      const updated = await tx.serviceKey.update({ where: { id }, data: limitColumns(limits) });
+      await recordAudit(
+        tx,
+        {
+          actor: operatorActor,
+          action: "service_key.limits_changed",
+          targetType: "service_key",
+          targetId: id,
+          correlationId,
+          details: limitsDetail(limits),
+        },
+        now,
+      );
+      return updated;
+    });
+    this.cache.delete(row.secretHash);
+    return row;
+  }
+
   /**
    * The principal of a presented secret; unauthenticated (with a reason fit for the caller) when
    * it is malformed, unknown, revoked or expired.
@@ -181,7 +257,7 @@ export class ServiceKeys {
     }
     const state = serviceKeyState(row, this.deps.clock.now());
     if (state !== "active") throw new ServiceKeyRefusal(`service key ${state}`, Code.Unauthenticated, row.id);
-    return { keyId: row.id, deployments: new Set(row.deployments) };
+    return { keyId: row.id, deployments: new Set(row.deployments), limits: limitsOf(row) };
   }
 
   /** Records a refusal of a known key in the audit log (the caller flood-limits this). */

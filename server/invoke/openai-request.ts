@@ -117,10 +117,13 @@ export function inferKind(body: Record<string, unknown>): RequestKind {
  * the runtime reads exactly what was checked (no duplicate keys, byte order mark or number
  * another parser reads differently), without `model`. Throws RequestError.
  */
-export function checkedRequest(bytes: Uint8Array, kind: RequestKind | undefined): { kind: RequestKind; json: string } {
+export function checkedRequest(
+  bytes: Uint8Array,
+  kind: RequestKind | undefined,
+): { kind: RequestKind; json: string; body: Record<string, unknown> } {
   const body = parseJsonObject(bytes);
   const resolved = kind ?? inferKind(body);
   checkFields(body, resolved === "chat" ? chat : completion, [resolved === "chat" ? "messages" : "prompt"]);
   const { model: _, ...rest } = body;
-  return { kind: resolved, json: JSON.stringify(rest) };
+  return { kind: resolved, json: JSON.stringify(rest), body: rest };
 }

@@ -27,7 +27,11 @@ import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
 import type { Logger } from "../observability/logger.js";
 import type { ServicePrincipal } from "../identity/service-keys.js";
 import type { DeploymentRoutes, DeploymentTarget } from "./routes.js";
-import { checkPayload, InFlight, invokeTimeoutMs, nodeRefusal, routeInvoke, unreachable } from "./rules.js";
+import { checkPayload, InFlight, invokeTimeoutMs, nodeRefusal, payloadForNode, routeInvoke, unreachable } from "./rules.js";
+import { InvokeMeter } from "./meter.js";
+import type { UsageLedger } from "../usage/ledger.js";
+import type { ServingMetrics } from "../observability/metrics.js";
+import type { Charge, KeyLimiter } from "../usage/limits.js";
 import type { InvokeCounts } from "./counts.js";
 import type { LogWatches } from "./logs.js";
 import type { SessionHolder } from "../cluster/replicas.js";
@@ -83,6 +87,12 @@ export interface InvokeRelayDeps {
   outage?: OutageWatch;
   /** Counts each request until it ends; refuses new ones once the replica is stopping (./drain.ts). */
   drain: Drain;
+  /** Counts each request's tokens for its service key. */
+  usage?: Pick<UsageLedger, "record">;
+  /** Prometheus counters per deployment. */
+  metrics?: ServingMetrics;
+  /** Service keys' limits, checked before a request goes to the node. */
+  limits?: Pick<KeyLimiter, "admit">;
 }
 
 interface Pending {
@@ -135,15 +145,14 @@ export class InvokeRelay {
     }
     const instance = route.here;
     const session = this.deps.sessions.get(instance.nodeId)!;
-    if (!this.inFlight.acquire(deployment.deploymentId, deployment.maxInFlight)) {
-      this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
-      throw new ConnectError(
-        `deployment ${deployment.name} already has ${deployment.maxInFlight} requests in flight: retry later`,
-        Code.ResourceExhausted,
-      );
-    }
+    const charge = await this.admitHere(principal, deployment, checked.body);
     const timeoutMs = invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs);
     const invokeId = ++this.nextId;
+    const meter = new InvokeMeter(
+      this.deps,
+      { keyId: principal.keyId, deploymentId: deployment.deploymentId, deployment: deployment.name, stream: call.stream },
+      checked.body,
+    );
     const answers = new AsyncQueue<InvokeAnswer>();
     this.pending.set(invokeId, { session, answers });
     const stop = new AbortController();
@@ -174,7 +183,7 @@ export class InvokeRelay {
                 deploymentId: deployment.deploymentId,
                 requestId: call.requestId,
                 contentType: "application/json",
-                payload: checked.payload,
+                payload: payloadForNode(checked.body, checked.payload, call.stream),
                 timeout: durationFromMs(timeoutMs),
                 revision: instance.revision,
               },
@@ -187,9 +196,10 @@ export class InvokeRelay {
       if (!sent) throw new ConnectError(`the node serving deployment ${deployment.name} is not reachable`, Code.Unavailable);
       for await (const answer of answers) {
         if (answer.error !== undefined) throw nodeRefusal(answer.error.code, answer.error.message);
-        if (answer.payload.length > 0) {
+        const passed = meter.pass(answer.payload);
+        if (passed !== undefined) {
           yield {
-            payload: answer.payload,
+            payload: passed,
             contentType: answer.contentType || "application/json",
             revision: answer.revision || instance.revision,
           };
@@ -215,7 +225,42 @@ export class InvokeRelay {
       this.pending.delete(invokeId);
       this.inFlight.release(deployment.deploymentId);
       this.deps.counts.record(deployment.deploymentId, outcome);
+      const used = meter.end(outcome);
+      charge?.settle(used);
     }
+  }
+
+  /**
+   * Admits a request on this replica: within its key's limits (shared by every replica), then
+   * within the deployment's requests in flight here; else resource_exhausted, counted as refused.
+   */
+  private async admitHere(
+    principal: ServicePrincipal,
+    deployment: DeploymentTarget,
+    body: Record<string, unknown>,
+  ): Promise<Charge | undefined> {
+    const refused = (err: ConnectError) => {
+      this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
+      this.deps.metrics?.refused(deployment.name, "resource_exhausted");
+      return err;
+    };
+    let charge: Charge | undefined;
+    try {
+      charge = await this.deps.limits?.admit(principal, body);
+    } catch (err) {
+      throw err instanceof ConnectError && err.code === Code.ResourceExhausted ? refused(err) : err;
+    }
+    if (!this.inFlight.acquire(deployment.deploymentId, deployment.maxInFlight)) {
+      charge?.settle(0);
+      throw refused(
+        new ConnectError(
+          `deployment ${deployment.name} already has ${deployment.maxInFlight} requests in flight: retry later`,
+          Code.ResourceExhausted,
+          new Headers({ "retry-after": "1" }),
+        ),
+      );
+    }
+    return charge;
   }
 
   /** A node whose Session is not here: forwarded to the replica holding it, once. */

@@ -67,6 +67,8 @@ export function invokeTimeoutMs(requestedMs: number | undefined, deploymentMs: n
 export interface CheckedPayload {
   api: InvokeApi.COMPLETIONS | InvokeApi.CHAT_COMPLETIONS;
   payload: Uint8Array;
+  /** The checked body, without `model`. */
+  body: Record<string, unknown>;
 }
 
 const kinds = { [InvokeApi.COMPLETIONS]: "completion", [InvokeApi.CHAT_COMPLETIONS]: "chat" } as const;
@@ -80,8 +82,8 @@ export function checkPayload(contentType: string, payload: Uint8Array, api: Invo
     throw new ConnectError(`content_type: ${contentType} is not supported; send application/json`, Code.InvalidArgument);
   }
   try {
-    const { kind, json } = checkedRequest(payload, api === InvokeApi.UNSPECIFIED ? undefined : kinds[api]);
-    return { api: kind === "chat" ? InvokeApi.CHAT_COMPLETIONS : InvokeApi.COMPLETIONS, payload: Buffer.from(json) };
+    const { kind, json, body } = checkedRequest(payload, api === InvokeApi.UNSPECIFIED ? undefined : kinds[api]);
+    return { api: kind === "chat" ? InvokeApi.CHAT_COMPLETIONS : InvokeApi.COMPLETIONS, payload: Buffer.from(json), body };
   } catch (err) {
     if (err instanceof RequestError) throw new ConnectError(`payload: ${err.message}`, Code.InvalidArgument);
     throw err;
@@ -94,6 +96,24 @@ export function requestedTimeoutMs(timeout: { seconds: bigint; nanos: number } |
   const ms = Number(timeout.seconds) * 1000 + timeout.nanos / 1e6;
   if (!(ms >= 1)) throw new ConnectError("timeout: must be at least 1 ms (leave it unset for the default)", Code.InvalidArgument);
   return Math.round(ms);
+}
+
+/**
+ * The body the node's runtime gets: a stream always asks for usage in every chunk (vLLM's
+ * continuous_usage_stats; llama.cpp's runtime here does the same), so what it delivers is counted
+ * exactly even when it is cut short.
+ */
+export function payloadForNode(body: Record<string, unknown>, payload: Uint8Array, stream: boolean): Uint8Array {
+  if (!stream) return payload;
+  const options = typeof body.stream_options === "object" && body.stream_options !== null ? body.stream_options : {};
+  return Buffer.from(JSON.stringify({ ...body, stream_options: { ...options, include_usage: true, continuous_usage_stats: true } }));
+}
+
+/** The usage the caller asked to see in its stream: a last chunk's, and every chunk's. */
+export function callerWantsUsage(body: Record<string, unknown>): { last: boolean; every: boolean } {
+  const options = body.stream_options;
+  const asked = typeof options === "object" && options !== null ? (options as Record<string, unknown>) : {};
+  return { last: asked.include_usage === true, every: asked.include_usage === true && asked.continuous_usage_stats === true };
 }
 
 const codesByName: Record<string, Code> = Object.fromEntries(

@@ -24,6 +24,27 @@ export interface JobMetrics {
   dispatched(ms: number): void;
 }
 
+/** What the invoke relay counts per deployment (../invoke/relay.ts), labelled by the deployment's name. */
+export interface ServingMetrics {
+  /** A request was admitted and is now in flight. */
+  started(deployment: string): void;
+  /** A request ended: "ok" or its Connect code name. */
+  finished(r: ServedRequest): void;
+  /** The time between two token chunks of one stream. */
+  interToken(deployment: string, ms: number): void;
+  /** A request refused before it was admitted (the deployment's requests in flight were used up). */
+  refused(deployment: string, outcome: string): void;
+}
+
+export interface ServedRequest {
+  deployment: string;
+  outcome: string;
+  durationMs: number;
+  promptTokens: number;
+  completionTokens: number;
+  firstTokenMs: number | undefined;
+}
+
 /** What the scrape reads from the running server. */
 export interface MetricSources {
   sessions: { readonly size: number };
@@ -39,6 +60,7 @@ export class ServerMetrics {
   readonly registry = new Registry();
   readonly sessions: SessionMetrics;
   readonly jobs: JobMetrics;
+  readonly serving: ServingMetrics;
   private sources: MetricSources | undefined;
   private fleet: { at: number; counts: Promise<FleetCounts | undefined> } | undefined;
 
@@ -97,6 +119,7 @@ export class ServerMetrics {
       heartbeat: () => heartbeats.inc(),
     };
     this.jobs = jobMetrics(registers);
+    this.serving = servingMetrics(registers);
   }
 
   /** Gauges of this replica's sessions and admission gate, read when scraped. */
@@ -228,5 +251,66 @@ function jobMetrics(registers: Registry[]): JobMetrics {
     leaseExpired: () => expired.inc(),
     leaseReclaimed: () => reclaimed.inc(),
     dispatched: (ms) => dispatch.observe(Math.max(0, ms) / 1000),
+  };
+}
+
+/** Seconds buckets for a generation's latencies: a token every few milliseconds up to a minute-long answer. */
+const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+
+/** The serving counters, named after vLLM's where they mean the same (vllm:time_to_first_token_seconds, ...). */
+function servingMetrics(registers: Registry[]): ServingMetrics {
+  const deployment = ["deployment"] as const;
+  const tokens = new Counter({
+    name: "modelforge_tokens_total",
+    help: "Tokens of service clients' requests, by deployment and kind (prompt, completion).",
+    labelNames: ["deployment", "kind"] as const,
+    registers,
+  });
+  const requests = new Counter({
+    name: "modelforge_requests_total",
+    help: 'Service clients\' requests that ended, by deployment and outcome ("ok" or the status code).',
+    labelNames: ["deployment", "outcome"] as const,
+    registers,
+  });
+  const inFlight = new Gauge({
+    name: "modelforge_requests_in_flight",
+    help: "Requests in flight on this replica.",
+    labelNames: deployment,
+    registers,
+  });
+  const firstToken = new Histogram({
+    name: "modelforge_time_to_first_token_seconds",
+    help: "From a streamed request's arrival to its first token.",
+    labelNames: deployment,
+    buckets: latencyBuckets,
+    registers,
+  });
+  const interToken = new Histogram({
+    name: "modelforge_inter_token_latency_seconds",
+    help: "Between two token chunks of one stream.",
+    labelNames: deployment,
+    buckets: latencyBuckets,
+    registers,
+  });
+  const duration = new Histogram({
+    name: "modelforge_request_duration_seconds",
+    help: "From a request's arrival to its end (vLLM's e2e request latency).",
+    labelNames: deployment,
+    buckets: latencyBuckets,
+    registers,
+  });
+  return {
+    started: (name) => inFlight.inc({ deployment: name }),
+    finished(r) {
+      const labels = { deployment: r.deployment };
+      inFlight.dec(labels);
+      requests.inc({ ...labels, outcome: r.outcome });
+      if (r.promptTokens > 0) tokens.inc({ ...labels, kind: "prompt" }, r.promptTokens);
+      if (r.completionTokens > 0) tokens.inc({ ...labels, kind: "completion" }, r.completionTokens);
+      if (r.firstTokenMs !== undefined) firstToken.observe(labels, r.firstTokenMs / 1000);
+      duration.observe(labels, r.durationMs / 1000);
+    },
+    interToken: (name, ms) => interToken.observe({ deployment: name }, ms / 1000),
+    refused: (name, outcome) => requests.inc({ deployment: name, outcome }),
   };
 }

@@ -17,6 +17,7 @@ import type { ConsoleFiles } from "../ui/static.js";
 import type { Ca, ServerCertificate } from "../identity/pki/ca.js";
 import { http2ServerTuning, listenBacklog } from "../tuning.js";
 import type { Loop } from "./loops.js";
+import { startingFrontDoor, type FrontDoor } from "../openai/front-door.js";
 
 /** Answers one request (after the console and the edge guard had their turn). */
 export type RequestHandler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, correlationId: string) => void;
@@ -39,8 +40,8 @@ export interface Listener {
   /** e.g. https://127.0.0.1:8443 */
   url: string;
   port: number;
-  /** Replaces the starting routes with the full ones, and starts serving Session streams. */
-  serve(handler: RequestHandler, session: SessionStreamHandler): void;
+  /** Replaces the starting routes with the full ones (and the OpenAI API's), and starts serving Session streams. */
+  serve(handler: RequestHandler, session: SessionStreamHandler, openAi: FrontDoor): void;
   /** Stops taking connections; resolves once every open one has closed. */
   stopAccepting(): Promise<void>;
   /** Asks every connection to finish its streams (GOAWAY), destroying what is left after `graceMs`; resolves when `closed` does. */
@@ -54,6 +55,8 @@ export interface Listener {
 export async function openListener(deps: ListenerDeps): Promise<Listener> {
   const { ca, clock } = deps;
   let handle = deps.starting;
+  // The OpenAI API reads its own bodies and answers in its own shape: it goes before the edge guard.
+  let openAi = startingFrontDoor();
   let serveSession: SessionStreamHandler | undefined;
   const server = http2.createSecureServer(
     {
@@ -72,6 +75,7 @@ export async function openListener(deps: ListenerDeps): Promise<Listener> {
       const id = correlationIdFrom(req.headers[correlationHeader]);
       res.setHeader(correlationHeader, id);
       if (deps.consoleFiles.serve(req, res)) return;
+      if (openAi(req, res, id)) return;
       deps.guard(req, res, id);
       handle(req, res, id);
     },
@@ -94,9 +98,10 @@ export async function openListener(deps: ListenerDeps): Promise<Listener> {
   return {
     url,
     port,
-    serve(handler, session) {
+    serve(handler, session, frontDoor) {
       handle = handler;
       serveSession = session;
+      openAi = frontDoor;
     },
     stopAccepting,
     async endConnections(closed, graceMs) {

@@ -3,7 +3,7 @@
 // the embedded database there is only this one), counted per minute, and runtime log watches.
 import { replicaUrlOf, type Config } from "../config.js";
 import type { Ca } from "../identity/pki/ca.js";
-import { registerReplica, replicaDirectory, replicaRefreshMs } from "../cluster/replicas.js";
+import { registerReplica, replicaAliveMs, replicaDirectory, replicaRefreshMs } from "../cluster/replicas.js";
 import { InvokeRelay } from "../invoke/relay.js";
 import type { Drain } from "../invoke/drain.js";
 import { InvokeCounts } from "../invoke/counts.js";
@@ -11,14 +11,18 @@ import { LogWatches } from "../invoke/logs.js";
 import { ReplicaForwarder } from "../invoke/forward.js";
 import { deploymentService } from "../invoke/service.js";
 import { adminDeploymentLogs } from "../invoke/admin-rpc.js";
+import { UsageLedger } from "../usage/ledger.js";
+import { adminUsage } from "../usage/report.js";
+import { KeyLimiter } from "../usage/limits.js";
 import type { Cluster } from "./cluster.js";
 import type { Sessions } from "./sessions.js";
 import type { Deployments } from "./deployments.js";
 import type { Loop } from "./loops.js";
 import type { Core } from "./core.js";
+import type { ServerMetrics } from "../observability/metrics.js";
 
 export interface ServingDeps extends Core {
-  config: Pick<Config, "databaseUrl" | "replicaUrl" | "serverNames">;
+  config: Pick<Config, "databaseUrl" | "replicaUrl" | "serverNames" | "usageFlushMs">;
   ca: Ca;
   cluster: Cluster;
   sessions: Sessions;
@@ -28,6 +32,7 @@ export interface ServingDeps extends Core {
   shutdown: AbortSignal;
   /** The invokes in flight, drained before the sessions close on a graceful stop. */
   drain: Drain;
+  metrics: ServerMetrics | undefined;
   /** How often the invocation counts are written (default a minute). */
   countsFlushMs?: number;
 }
@@ -38,6 +43,10 @@ export async function openServing(deps: ServingDeps) {
   const replicaId = deps.cluster.bus.replicaId;
   const routes = deps.deployments.routes;
   const counts = new InvokeCounts();
+  const usage = new UsageLedger(() => clock.now());
+  // The replicas sharing the keys' limits, as last counted: each one's share while the database is away.
+  let liveReplicas = 1;
+  const limits = new KeyLimiter({ prisma, clock, replicas: () => liveReplicas });
   const logs = new LogWatches(deps.sessions.registry);
   const replica =
     deps.config.databaseUrl !== undefined
@@ -63,6 +72,9 @@ export async function openServing(deps: ServingDeps) {
     forwarder,
     outage: db.outage,
     drain: deps.drain,
+    usage,
+    metrics: deps.metrics?.serving,
+    limits,
   });
   const loops: Loop[] = [
     {
@@ -71,19 +83,46 @@ export async function openServing(deps: ServingDeps) {
       run: () => counts.flush(prisma, new Date(clock.now())),
       outage: db.outage,
     },
-    ...(replica !== undefined ? [{ name: "replica record", everyMs: replicaRefreshMs, run: replica.refresh, outage: db.outage }] : []),
+    {
+      name: "usage",
+      everyMs: deps.config.usageFlushMs,
+      run: async () => {
+        await usage.flush(prisma);
+        await limits.flush();
+      },
+      outage: db.outage,
+    },
+    ...(replica !== undefined
+      ? [
+          {
+            name: "replica record",
+            everyMs: replicaRefreshMs,
+            run: async () => {
+              await replica.refresh();
+              const aliveSince = new Date(clock.now() - replicaAliveMs);
+              liveReplicas = Math.max(1, await prisma.controlPlaneReplica.count({ where: { seenAt: { gte: aliveSince } } }));
+            },
+            outage: db.outage,
+          },
+        ]
+      : []),
   ];
   return {
     relay,
     loops,
     service: deploymentService(relay, routes),
-    adminRpcs: adminDeploymentLogs({ routes, logs, shutdown: deps.shutdown }),
+    adminRpcs: { ...adminDeploymentLogs({ routes, logs, shutdown: deps.shutdown }), ...adminUsage(prisma, clock) },
     /** Forwarding ends and the other replicas stop looking for sessions here. */
     async close() {
       forwarder?.close();
       await counts
         .flush(prisma, new Date(clock.now()))
         .catch((err: unknown) => deps.log.warn({ error: (err as Error).message }, "final invoke counts flush failed"));
+      await usage
+        .flush(prisma)
+        .catch((err: unknown) =>
+          deps.log.warn({ error: (err as Error).message }, "final usage flush failed: the counts since the last flush are lost"),
+        );
       await replica
         ?.remove()
         .catch((err: unknown) => deps.log.warn({ error: (err as Error).message }, "removing the replica record failed"));

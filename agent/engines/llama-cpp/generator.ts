@@ -19,10 +19,17 @@ export interface GenerationResult {
   timings: Timings;
 }
 
+/** One step of a generation: the text it released and the tokens so far. */
+export interface GenerationStep {
+  delta: string;
+  promptTokens: number;
+  completionTokens: number;
+}
+
 /** What the HTTP server needs from an engine; the generator below is the llama.cpp one. */
 export interface TextGenerator {
-  /** Yields text deltas as tokens are produced; returns the totals. Stops early when `signal` aborts. */
-  generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<string, GenerationResult>;
+  /** Yields text as tokens are produced, with the counts so far; returns the totals. Stops early when `signal` aborts. */
+  generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<GenerationStep, GenerationResult>;
 }
 
 export class LlamaCppGenerator implements TextGenerator {
@@ -48,7 +55,7 @@ export class LlamaCppGenerator implements TextGenerator {
     return new LlamaCppGenerator(model, context.getSequence(), contextSize);
   }
 
-  async *generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<string, GenerationResult> {
+  async *generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<GenerationStep, GenerationResult> {
     const { tokens: prompt, stops } = this.prompt(request);
     if (prompt.length + request.maxTokens > this.contextSize) {
       throw new OpenAiError(
@@ -77,7 +84,7 @@ export class LlamaCppGenerator implements TextGenerator {
       generated.push(token);
       full = this.model.detokenize(generated);
       const { delta, stopped } = stream.next(full);
-      if (delta) yield delta;
+      if (delta) yield { delta, promptTokens: prompt.length, completionTokens: generated.length };
       if (stopped) {
         finishReason = "stop";
         break;
@@ -86,7 +93,7 @@ export class LlamaCppGenerator implements TextGenerator {
     }
     const ended = performance.now();
     const rest = stream.finish(full);
-    if (rest) yield rest;
+    if (rest) yield { delta: rest, promptTokens: prompt.length, completionTokens: generated.length };
     const predictedMs = generated.length > 1 ? ended - firstAt : 0;
     return {
       text: stream.text(full),

@@ -110,7 +110,10 @@ class RuntimeApi {
     const send = (data: unknown) => res.write(`data: ${JSON.stringify(data)}\n\n`);
     if (request.kind === "chat") send(chunk("", null, true));
     while (!step.done) {
-      send(chunk(step.value, null));
+      const { delta, promptTokens, completionTokens } = step.value;
+      // Every chunk says the tokens so far when asked (vLLM's continuous_usage_stats), so a stream cut
+      // short is still counted exactly.
+      send(request.continuousUsage ? { ...chunk(delta, null), usage: usage({ promptTokens, completionTokens }) } : chunk(delta, null));
       step = await gen.next();
     }
     const result = step.value;
@@ -181,7 +184,7 @@ const routes: Record<string, "GET" | "POST"> = {
   "/v1/chat/completions": "POST",
 };
 
-function usage(r: GenerationResult): Usage {
+function usage(r: Pick<GenerationResult, "promptTokens" | "completionTokens">): Usage {
   return { prompt_tokens: r.promptTokens, completion_tokens: r.completionTokens, total_tokens: r.promptTokens + r.completionTokens };
 }
 

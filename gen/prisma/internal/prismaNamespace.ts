@@ -412,7 +412,9 @@ export const ModelName = {
   RuntimeProfile: 'RuntimeProfile',
   DeploymentInstance: 'DeploymentInstance',
   DeploymentEvent: 'DeploymentEvent',
-  ServiceKey: 'ServiceKey'
+  ServiceKey: 'ServiceKey',
+  ServiceKeySpend: 'ServiceKeySpend',
+  UsageMinute: 'UsageMinute'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -428,7 +430,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey"
+    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey" | "serviceKeySpend" | "usageMinute"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1616,6 +1618,154 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    ServiceKeySpend: {
+      payload: Prisma.$ServiceKeySpendPayload<ExtArgs>
+      fields: Prisma.ServiceKeySpendFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ServiceKeySpendFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ServiceKeySpendFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        findFirst: {
+          args: Prisma.ServiceKeySpendFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ServiceKeySpendFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        findMany: {
+          args: Prisma.ServiceKeySpendFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>[]
+        }
+        create: {
+          args: Prisma.ServiceKeySpendCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        createMany: {
+          args: Prisma.ServiceKeySpendCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ServiceKeySpendCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>[]
+        }
+        delete: {
+          args: Prisma.ServiceKeySpendDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        update: {
+          args: Prisma.ServiceKeySpendUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        deleteMany: {
+          args: Prisma.ServiceKeySpendDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ServiceKeySpendUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ServiceKeySpendUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>[]
+        }
+        upsert: {
+          args: Prisma.ServiceKeySpendUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceKeySpendPayload>
+        }
+        aggregate: {
+          args: Prisma.ServiceKeySpendAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateServiceKeySpend>
+        }
+        groupBy: {
+          args: Prisma.ServiceKeySpendGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServiceKeySpendGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ServiceKeySpendCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServiceKeySpendCountAggregateOutputType> | number
+        }
+      }
+    }
+    UsageMinute: {
+      payload: Prisma.$UsageMinutePayload<ExtArgs>
+      fields: Prisma.UsageMinuteFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.UsageMinuteFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.UsageMinuteFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        findFirst: {
+          args: Prisma.UsageMinuteFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.UsageMinuteFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        findMany: {
+          args: Prisma.UsageMinuteFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>[]
+        }
+        create: {
+          args: Prisma.UsageMinuteCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        createMany: {
+          args: Prisma.UsageMinuteCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.UsageMinuteCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>[]
+        }
+        delete: {
+          args: Prisma.UsageMinuteDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        update: {
+          args: Prisma.UsageMinuteUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        deleteMany: {
+          args: Prisma.UsageMinuteDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.UsageMinuteUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.UsageMinuteUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>[]
+        }
+        upsert: {
+          args: Prisma.UsageMinuteUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        aggregate: {
+          args: Prisma.UsageMinuteAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateUsageMinute>
+        }
+        groupBy: {
+          args: Prisma.UsageMinuteGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageMinuteGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.UsageMinuteCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageMinuteCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1903,10 +2053,43 @@ export const ServiceKeyScalarFieldEnum = {
   deployments: 'deployments',
   createdAt: 'createdAt',
   expiresAt: 'expiresAt',
-  revokedAt: 'revokedAt'
+  revokedAt: 'revokedAt',
+  rpm: 'rpm',
+  tpm: 'tpm',
+  dailyTokens: 'dailyTokens',
+  monthlyTokens: 'monthlyTokens'
 } as const
 
 export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
+
+
+export const ServiceKeySpendScalarFieldEnum = {
+  keyId: 'keyId',
+  minuteStart: 'minuteStart',
+  minuteRequests: 'minuteRequests',
+  minuteTokens: 'minuteTokens',
+  dayStart: 'dayStart',
+  dayTokens: 'dayTokens',
+  monthStart: 'monthStart',
+  monthTokens: 'monthTokens'
+} as const
+
+export type ServiceKeySpendScalarFieldEnum = (typeof ServiceKeySpendScalarFieldEnum)[keyof typeof ServiceKeySpendScalarFieldEnum]
+
+
+export const UsageMinuteScalarFieldEnum = {
+  keyId: 'keyId',
+  deploymentId: 'deploymentId',
+  minute: 'minute',
+  outcome: 'outcome',
+  requests: 'requests',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  firstTokenMsSum: 'firstTokenMsSum',
+  firstTokenCount: 'firstTokenCount'
+} as const
+
+export type UsageMinuteScalarFieldEnum = (typeof UsageMinuteScalarFieldEnum)[keyof typeof UsageMinuteScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -2220,6 +2403,8 @@ export type GlobalOmitConfig = {
   deploymentInstance?: Prisma.DeploymentInstanceOmit
   deploymentEvent?: Prisma.DeploymentEventOmit
   serviceKey?: Prisma.ServiceKeyOmit
+  serviceKeySpend?: Prisma.ServiceKeySpendOmit
+  usageMinute?: Prisma.UsageMinuteOmit
 }
 
 /* Types for Logging */

@@ -66,7 +66,9 @@ export const ModelName = {
   RuntimeProfile: 'RuntimeProfile',
   DeploymentInstance: 'DeploymentInstance',
   DeploymentEvent: 'DeploymentEvent',
-  ServiceKey: 'ServiceKey'
+  ServiceKey: 'ServiceKey',
+  ServiceKeySpend: 'ServiceKeySpend',
+  UsageMinute: 'UsageMinute'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -333,10 +335,43 @@ export const ServiceKeyScalarFieldEnum = {
   deployments: 'deployments',
   createdAt: 'createdAt',
   expiresAt: 'expiresAt',
-  revokedAt: 'revokedAt'
+  revokedAt: 'revokedAt',
+  rpm: 'rpm',
+  tpm: 'tpm',
+  dailyTokens: 'dailyTokens',
+  monthlyTokens: 'monthlyTokens'
 } as const
 
 export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
+
+
+export const ServiceKeySpendScalarFieldEnum = {
+  keyId: 'keyId',
+  minuteStart: 'minuteStart',
+  minuteRequests: 'minuteRequests',
+  minuteTokens: 'minuteTokens',
+  dayStart: 'dayStart',
+  dayTokens: 'dayTokens',
+  monthStart: 'monthStart',
+  monthTokens: 'monthTokens'
+} as const
+
+export type ServiceKeySpendScalarFieldEnum = (typeof ServiceKeySpendScalarFieldEnum)[keyof typeof ServiceKeySpendScalarFieldEnum]
+
+
+export const UsageMinuteScalarFieldEnum = {
+  keyId: 'keyId',
+  deploymentId: 'deploymentId',
+  minute: 'minute',
+  outcome: 'outcome',
+  requests: 'requests',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  firstTokenMsSum: 'firstTokenMsSum',
+  firstTokenCount: 'firstTokenCount'
+} as const
+
+export type UsageMinuteScalarFieldEnum = (typeof UsageMinuteScalarFieldEnum)[keyof typeof UsageMinuteScalarFieldEnum]
 
 
 export const SortOrder = {

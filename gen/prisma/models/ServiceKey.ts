@@ -21,8 +21,24 @@ export type ServiceKeyModel = runtime.Types.Result.DefaultSelection<Prisma.$Serv
 
 export type AggregateServiceKey = {
   _count: ServiceKeyCountAggregateOutputType | null
+  _avg: ServiceKeyAvgAggregateOutputType | null
+  _sum: ServiceKeySumAggregateOutputType | null
   _min: ServiceKeyMinAggregateOutputType | null
   _max: ServiceKeyMaxAggregateOutputType | null
+}
+
+export type ServiceKeyAvgAggregateOutputType = {
+  rpm: number | null
+  tpm: number | null
+  dailyTokens: number | null
+  monthlyTokens: number | null
+}
+
+export type ServiceKeySumAggregateOutputType = {
+  rpm: number | null
+  tpm: number | null
+  dailyTokens: bigint | null
+  monthlyTokens: bigint | null
 }
 
 export type ServiceKeyMinAggregateOutputType = {
@@ -33,6 +49,10 @@ export type ServiceKeyMinAggregateOutputType = {
   createdAt: Date | null
   expiresAt: Date | null
   revokedAt: Date | null
+  rpm: number | null
+  tpm: number | null
+  dailyTokens: bigint | null
+  monthlyTokens: bigint | null
 }
 
 export type ServiceKeyMaxAggregateOutputType = {
@@ -43,6 +63,10 @@ export type ServiceKeyMaxAggregateOutputType = {
   createdAt: Date | null
   expiresAt: Date | null
   revokedAt: Date | null
+  rpm: number | null
+  tpm: number | null
+  dailyTokens: bigint | null
+  monthlyTokens: bigint | null
 }
 
 export type ServiceKeyCountAggregateOutputType = {
@@ -54,9 +78,27 @@ export type ServiceKeyCountAggregateOutputType = {
   createdAt: number
   expiresAt: number
   revokedAt: number
+  rpm: number
+  tpm: number
+  dailyTokens: number
+  monthlyTokens: number
   _all: number
 }
 
+
+export type ServiceKeyAvgAggregateInputType = {
+  rpm?: true
+  tpm?: true
+  dailyTokens?: true
+  monthlyTokens?: true
+}
+
+export type ServiceKeySumAggregateInputType = {
+  rpm?: true
+  tpm?: true
+  dailyTokens?: true
+  monthlyTokens?: true
+}
 
 export type ServiceKeyMinAggregateInputType = {
   id?: true
@@ -66,6 +108,10 @@ export type ServiceKeyMinAggregateInputType = {
   createdAt?: true
   expiresAt?: true
   revokedAt?: true
+  rpm?: true
+  tpm?: true
+  dailyTokens?: true
+  monthlyTokens?: true
 }
 
 export type ServiceKeyMaxAggregateInputType = {
@@ -76,6 +122,10 @@ export type ServiceKeyMaxAggregateInputType = {
   createdAt?: true
   expiresAt?: true
   revokedAt?: true
+  rpm?: true
+  tpm?: true
+  dailyTokens?: true
+  monthlyTokens?: true
 }
 
 export type ServiceKeyCountAggregateInputType = {
@@ -87,6 +137,10 @@ export type ServiceKeyCountAggregateInputType = {
   createdAt?: true
   expiresAt?: true
   revokedAt?: true
+  rpm?: true
+  tpm?: true
+  dailyTokens?: true
+  monthlyTokens?: true
   _all?: true
 }
 
@@ -128,6 +182,18 @@ export type ServiceKeyAggregateArgs<ExtArgs extends runtime.Types.Extensions.Int
   /**
    * {@link https://www.prisma.io/docs/concepts/components/prisma-client/aggregations Aggregation Docs}
    * 
+   * Select which fields to average
+  **/
+  _avg?: ServiceKeyAvgAggregateInputType
+  /**
+   * {@link https://www.prisma.io/docs/concepts/components/prisma-client/aggregations Aggregation Docs}
+   * 
+   * Select which fields to sum
+  **/
+  _sum?: ServiceKeySumAggregateInputType
+  /**
+   * {@link https://www.prisma.io/docs/concepts/components/prisma-client/aggregations Aggregation Docs}
+   * 
    * Select which fields to find the minimum value
   **/
   _min?: ServiceKeyMinAggregateInputType
@@ -158,6 +224,8 @@ export type ServiceKeyGroupByArgs<ExtArgs extends runtime.Types.Extensions.Inter
   take?: number
   skip?: number
   _count?: ServiceKeyCountAggregateInputType | true
+  _avg?: ServiceKeyAvgAggregateInputType
+  _sum?: ServiceKeySumAggregateInputType
   _min?: ServiceKeyMinAggregateInputType
   _max?: ServiceKeyMaxAggregateInputType
 }
@@ -171,7 +239,13 @@ export type ServiceKeyGroupByOutputType = {
   createdAt: Date
   expiresAt: Date | null
   revokedAt: Date | null
+  rpm: number | null
+  tpm: number | null
+  dailyTokens: bigint | null
+  monthlyTokens: bigint | null
   _count: ServiceKeyCountAggregateOutputType | null
+  _avg: ServiceKeyAvgAggregateOutputType | null
+  _sum: ServiceKeySumAggregateOutputType | null
   _min: ServiceKeyMinAggregateOutputType | null
   _max: ServiceKeyMaxAggregateOutputType | null
 }
@@ -203,6 +277,10 @@ export type ServiceKeyWhereInput = {
   createdAt?: Prisma.DateTimeFilter<"ServiceKey"> | Date | string
   expiresAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
+  rpm?: Prisma.IntNullableFilter<"ServiceKey"> | number | null
+  tpm?: Prisma.IntNullableFilter<"ServiceKey"> | number | null
+  dailyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
+  monthlyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
 }
 
 export type ServiceKeyOrderByWithRelationInput = {
@@ -214,6 +292,10 @@ export type ServiceKeyOrderByWithRelationInput = {
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrderInput | Prisma.SortOrder
   revokedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  rpm?: Prisma.SortOrderInput | Prisma.SortOrder
+  tpm?: Prisma.SortOrderInput | Prisma.SortOrder
+  dailyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
+  monthlyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
 }
 
 export type ServiceKeyWhereUniqueInput = Prisma.AtLeast<{
@@ -228,6 +310,10 @@ export type ServiceKeyWhereUniqueInput = Prisma.AtLeast<{
   createdAt?: Prisma.DateTimeFilter<"ServiceKey"> | Date | string
   expiresAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
+  rpm?: Prisma.IntNullableFilter<"ServiceKey"> | number | null
+  tpm?: Prisma.IntNullableFilter<"ServiceKey"> | number | null
+  dailyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
+  monthlyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
 }, "id" | "secretHash">
 
 export type ServiceKeyOrderByWithAggregationInput = {
@@ -239,9 +325,15 @@ export type ServiceKeyOrderByWithAggregationInput = {
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrderInput | Prisma.SortOrder
   revokedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  rpm?: Prisma.SortOrderInput | Prisma.SortOrder
+  tpm?: Prisma.SortOrderInput | Prisma.SortOrder
+  dailyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
+  monthlyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.ServiceKeyCountOrderByAggregateInput
+  _avg?: Prisma.ServiceKeyAvgOrderByAggregateInput
   _max?: Prisma.ServiceKeyMaxOrderByAggregateInput
   _min?: Prisma.ServiceKeyMinOrderByAggregateInput
+  _sum?: Prisma.ServiceKeySumOrderByAggregateInput
 }
 
 export type ServiceKeyScalarWhereWithAggregatesInput = {
@@ -256,6 +348,10 @@ export type ServiceKeyScalarWhereWithAggregatesInput = {
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"ServiceKey"> | Date | string
   expiresAt?: Prisma.DateTimeNullableWithAggregatesFilter<"ServiceKey"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"ServiceKey"> | Date | string | null
+  rpm?: Prisma.IntNullableWithAggregatesFilter<"ServiceKey"> | number | null
+  tpm?: Prisma.IntNullableWithAggregatesFilter<"ServiceKey"> | number | null
+  dailyTokens?: Prisma.BigIntNullableWithAggregatesFilter<"ServiceKey"> | bigint | number | null
+  monthlyTokens?: Prisma.BigIntNullableWithAggregatesFilter<"ServiceKey"> | bigint | number | null
 }
 
 export type ServiceKeyCreateInput = {
@@ -267,6 +363,10 @@ export type ServiceKeyCreateInput = {
   createdAt?: Date | string
   expiresAt?: Date | string | null
   revokedAt?: Date | string | null
+  rpm?: number | null
+  tpm?: number | null
+  dailyTokens?: bigint | number | null
+  monthlyTokens?: bigint | number | null
 }
 
 export type ServiceKeyUncheckedCreateInput = {
@@ -278,6 +378,10 @@ export type ServiceKeyUncheckedCreateInput = {
   createdAt?: Date | string
   expiresAt?: Date | string | null
   revokedAt?: Date | string | null
+  rpm?: number | null
+  tpm?: number | null
+  dailyTokens?: bigint | number | null
+  monthlyTokens?: bigint | number | null
 }
 
 export type ServiceKeyUpdateInput = {
@@ -289,6 +393,10 @@ export type ServiceKeyUpdateInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  rpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
 }
 
 export type ServiceKeyUncheckedUpdateInput = {
@@ -300,6 +408,10 @@ export type ServiceKeyUncheckedUpdateInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  rpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
 }
 
 export type ServiceKeyCreateManyInput = {
@@ -311,6 +423,10 @@ export type ServiceKeyCreateManyInput = {
   createdAt?: Date | string
   expiresAt?: Date | string | null
   revokedAt?: Date | string | null
+  rpm?: number | null
+  tpm?: number | null
+  dailyTokens?: bigint | number | null
+  monthlyTokens?: bigint | number | null
 }
 
 export type ServiceKeyUpdateManyMutationInput = {
@@ -322,6 +438,10 @@ export type ServiceKeyUpdateManyMutationInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  rpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
 }
 
 export type ServiceKeyUncheckedUpdateManyInput = {
@@ -333,6 +453,10 @@ export type ServiceKeyUncheckedUpdateManyInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  rpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
 }
 
 export type ServiceKeyCountOrderByAggregateInput = {
@@ -344,6 +468,17 @@ export type ServiceKeyCountOrderByAggregateInput = {
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   revokedAt?: Prisma.SortOrder
+  rpm?: Prisma.SortOrder
+  tpm?: Prisma.SortOrder
+  dailyTokens?: Prisma.SortOrder
+  monthlyTokens?: Prisma.SortOrder
+}
+
+export type ServiceKeyAvgOrderByAggregateInput = {
+  rpm?: Prisma.SortOrder
+  tpm?: Prisma.SortOrder
+  dailyTokens?: Prisma.SortOrder
+  monthlyTokens?: Prisma.SortOrder
 }
 
 export type ServiceKeyMaxOrderByAggregateInput = {
@@ -354,6 +489,10 @@ export type ServiceKeyMaxOrderByAggregateInput = {
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   revokedAt?: Prisma.SortOrder
+  rpm?: Prisma.SortOrder
+  tpm?: Prisma.SortOrder
+  dailyTokens?: Prisma.SortOrder
+  monthlyTokens?: Prisma.SortOrder
 }
 
 export type ServiceKeyMinOrderByAggregateInput = {
@@ -364,6 +503,17 @@ export type ServiceKeyMinOrderByAggregateInput = {
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   revokedAt?: Prisma.SortOrder
+  rpm?: Prisma.SortOrder
+  tpm?: Prisma.SortOrder
+  dailyTokens?: Prisma.SortOrder
+  monthlyTokens?: Prisma.SortOrder
+}
+
+export type ServiceKeySumOrderByAggregateInput = {
+  rpm?: Prisma.SortOrder
+  tpm?: Prisma.SortOrder
+  dailyTokens?: Prisma.SortOrder
+  monthlyTokens?: Prisma.SortOrder
 }
 
 export type ServiceKeyCreatedeploymentsInput = {
@@ -373,6 +523,14 @@ export type ServiceKeyCreatedeploymentsInput = {
 export type ServiceKeyUpdatedeploymentsInput = {
   set?: string[]
   push?: string | string[]
+}
+
+export type NullableBigIntFieldUpdateOperationsInput = {
+  set?: bigint | number | null
+  increment?: bigint | number
+  decrement?: bigint | number
+  multiply?: bigint | number
+  divide?: bigint | number
 }
 
 
@@ -386,6 +544,10 @@ export type ServiceKeySelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   createdAt?: boolean
   expiresAt?: boolean
   revokedAt?: boolean
+  rpm?: boolean
+  tpm?: boolean
+  dailyTokens?: boolean
+  monthlyTokens?: boolean
 }, ExtArgs["result"]["serviceKey"]>
 
 export type ServiceKeySelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -397,6 +559,10 @@ export type ServiceKeySelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   createdAt?: boolean
   expiresAt?: boolean
   revokedAt?: boolean
+  rpm?: boolean
+  tpm?: boolean
+  dailyTokens?: boolean
+  monthlyTokens?: boolean
 }, ExtArgs["result"]["serviceKey"]>
 
 export type ServiceKeySelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -408,6 +574,10 @@ export type ServiceKeySelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   createdAt?: boolean
   expiresAt?: boolean
   revokedAt?: boolean
+  rpm?: boolean
+  tpm?: boolean
+  dailyTokens?: boolean
+  monthlyTokens?: boolean
 }, ExtArgs["result"]["serviceKey"]>
 
 export type ServiceKeySelectScalar = {
@@ -419,9 +589,13 @@ export type ServiceKeySelectScalar = {
   createdAt?: boolean
   expiresAt?: boolean
   revokedAt?: boolean
+  rpm?: boolean
+  tpm?: boolean
+  dailyTokens?: boolean
+  monthlyTokens?: boolean
 }
 
-export type ServiceKeyOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "prefix" | "secretHash" | "deployments" | "createdAt" | "expiresAt" | "revokedAt", ExtArgs["result"]["serviceKey"]>
+export type ServiceKeyOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "prefix" | "secretHash" | "deployments" | "createdAt" | "expiresAt" | "revokedAt" | "rpm" | "tpm" | "dailyTokens" | "monthlyTokens", ExtArgs["result"]["serviceKey"]>
 
 export type $ServiceKeyPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "ServiceKey"
@@ -441,6 +615,13 @@ export type $ServiceKeyPayload<ExtArgs extends runtime.Types.Extensions.Internal
     createdAt: Date
     expiresAt: Date | null
     revokedAt: Date | null
+    /**
+     * Limits, each unset for none: requests and tokens per minute, tokens per UTC day and month.
+     */
+    rpm: number | null
+    tpm: number | null
+    dailyTokens: bigint | null
+    monthlyTokens: bigint | null
   }, ExtArgs["result"]["serviceKey"]>
   composites: {}
 }
@@ -872,6 +1053,10 @@ export interface ServiceKeyFieldRefs {
   readonly createdAt: Prisma.FieldRef<"ServiceKey", 'DateTime'>
   readonly expiresAt: Prisma.FieldRef<"ServiceKey", 'DateTime'>
   readonly revokedAt: Prisma.FieldRef<"ServiceKey", 'DateTime'>
+  readonly rpm: Prisma.FieldRef<"ServiceKey", 'Int'>
+  readonly tpm: Prisma.FieldRef<"ServiceKey", 'Int'>
+  readonly dailyTokens: Prisma.FieldRef<"ServiceKey", 'BigInt'>
+  readonly monthlyTokens: Prisma.FieldRef<"ServiceKey", 'BigInt'>
 }
     
 

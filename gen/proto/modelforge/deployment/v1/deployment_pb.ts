@@ -2,9 +2,11 @@
 // @generated from file modelforge/deployment/v1/deployment.proto (package modelforge.deployment.v1, syntax proto3)
 /* eslint-disable */
 
-// The API service clients use to call deployed models. Their traffic is relayed to nodes as typed
-// deployment.invoke.v1 jobs and never reaches a node directly; a node credential is never accepted
-// here.
+// The API service clients use to call deployed models. Each call is relayed to the node serving
+// the deployment over that node's Session (forwarded to the control-plane replica holding it), as
+// typed InvokeStart messages; no job is created per call, and a call never reaches a node
+// directly. A node credential is never accepted here. The same deployments are served over the
+// OpenAI HTTP API (/v1/chat/completions, /v1/completions, /v1/models) on the same port.
 //
 // Authentication. Every call carries a service key (created with the admin RPC CreateServiceKey)
 // in the header "Authorization: Bearer mfsk_..." and nothing else: a call with a node client

@@ -1,0 +1,225 @@
+// The OpenAI HTTP API on the control plane's one TLS port (HTTP/1.1, as the SDKs speak it, and
+// HTTP/2): /v1/models, /v1/chat/completions, /v1/completions and /v1/embeddings, for service keys
+// only. A front door, not a second relay: a generation goes through the same InvokeRelay as
+// DeploymentService.Invoke (routing, forwarding to the replica holding the node's session, limits
+// in flight, cancellation), and only the framing differs. It never logs a body.
+import http2 from "node:http2";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { TLSSocket } from "node:tls";
+import { ConnectError, Code } from "@connectrpc/connect";
+import { peerOf } from "../context.js";
+import { adminTokenHeader } from "../identity/admin-token.js";
+import { refuseForeignCredentials } from "../identity/service-keys-auth.js";
+import { bearerServiceKey, type ServiceKeys, type ServicePrincipal } from "../identity/service-keys.js";
+import type { Logger } from "../observability/logger.js";
+import { MAX_INVOKE_PAYLOAD_BYTES } from "../jobs/spec.js";
+import type { InvokeRelay } from "../invoke/relay.js";
+import type { DeploymentRoutes } from "../invoke/routes.js";
+import { openAiFailure, openAiFailureOf, type OpenAiFailure } from "./errors.js";
+import { endpointOf, generateRequestOf, type GenerateRequest } from "./request.js";
+import { renamed } from "./answer.js";
+
+type HttpRequest = http2.Http2ServerRequest | IncomingMessage;
+type HttpResponse = http2.Http2ServerResponse | ServerResponse;
+
+/** Takes a request whose path is its own (true), or leaves it to the next handler (false). */
+export type FrontDoor = (req: HttpRequest, res: HttpResponse, correlationId: string) => boolean;
+
+/** The OpenAI API's paths. */
+export const isOpenAiPath = (url: string | undefined): boolean => (url ?? "").startsWith("/v1/");
+
+/** A request's body, as the contract bounds an invoke's payload. */
+const maxBodyBytes = MAX_INVOKE_PAYLOAD_BYTES;
+/** The most deployments /v1/models lists (a key's scope is bounded well below this). */
+const maxModels = 1000;
+
+export interface OpenAiDeps {
+  keys: Pick<ServiceKeys, "authenticate">;
+  relay: Pick<InvokeRelay, "invoke">;
+  routes: Pick<DeploymentRoutes, "list">;
+  log: Logger;
+}
+
+/** Before the database is open: every OpenAI path answers 503, in OpenAI's shape. */
+export function startingFrontDoor(): FrontDoor {
+  return (req, res) => {
+    if (!isOpenAiPath(req.url)) return false;
+    endUnread(req, res);
+    send(res, openAiFailure(503, "control plane starting: database not ready", "service_unavailable", "service_unavailable", null, 1));
+    return true;
+  };
+}
+
+export function openAiFrontDoor(deps: OpenAiDeps): FrontDoor {
+  return (req, res, correlationId) => {
+    if (!isOpenAiPath(req.url)) return false;
+    res.setHeader("x-request-id", correlationId);
+    const caller = new AbortController();
+    res.once("close", () => caller.abort());
+    serve(deps, req, res, correlationId, caller.signal).then(
+      (failure) => {
+        if (failure !== undefined) fail(deps.log, req, res, correlationId, failure);
+      },
+      (err: unknown) => fail(deps.log, req, res, correlationId, openAiFailureOf(err), err),
+    );
+    return true;
+  };
+}
+
+/** Answers the request, or says what to answer instead. */
+async function serve(
+  deps: OpenAiDeps,
+  req: HttpRequest,
+  res: HttpResponse,
+  correlationId: string,
+  signal: AbortSignal,
+): Promise<OpenAiFailure | undefined> {
+  const path = (req.url ?? "").split("?", 1)[0]!;
+  const endpoint = endpointOf(req.method ?? "", path);
+  if ("status" in endpoint) return endpoint;
+  const principal = await authenticate(deps.keys, req);
+  if (endpoint.kind === "models") return listModels(deps.routes, principal, res);
+  const body = await readBody(req);
+  if ("status" in body) return body;
+  const request = generateRequestOf(body);
+  if ("status" in request) return request;
+  if (endpoint.kind === "embeddings") return noEmbeddings(deps.routes, principal, request.model);
+  const call = {
+    deployment: request.model,
+    contentType: "application/json",
+    payload: request.payload,
+    timeoutMs: undefined,
+    api: endpoint.api,
+    stream: request.stream,
+    requestId: correlationId,
+    signal,
+    credential: single(req.headers.authorization),
+  };
+  const pieces = deps.relay.invoke(principal, call);
+  return request.stream ? stream(pieces, request, res) : unary(pieces, request, res);
+}
+
+/** The service key, and no other credential: a node's certificate or an operator key is refused (403). */
+async function authenticate(keys: OpenAiDeps["keys"], req: HttpRequest): Promise<ServicePrincipal> {
+  const peer = peerOf(req.socket as TLSSocket);
+  refuseForeignCredentials({
+    certificatePresented: peer.certificate !== undefined || peer.certificateError !== undefined,
+    adminToken: single(req.headers[adminTokenHeader]) ?? null,
+  });
+  const secret = bearerServiceKey(single(req.headers.authorization));
+  if (secret === undefined) throw new ConnectError('a service key is required: "Authorization: Bearer mfsk_..."', Code.Unauthenticated);
+  return keys.authenticate(secret);
+}
+
+async function listModels(routes: OpenAiDeps["routes"], principal: ServicePrincipal, res: HttpResponse): Promise<undefined> {
+  const targets = await routes.list([...principal.deployments].sort(), 0, maxModels);
+  const data = targets.map((t) => ({ id: t.name, object: "model", created: Math.floor(t.createdAt / 1000), owned_by: "modelforge" }));
+  sendJson(res, 200, JSON.stringify({ object: "list", data }));
+  return undefined;
+}
+
+/** No engine serves embeddings yet: a deployment in scope answers 400, as OpenAI does for a model without the endpoint. */
+async function noEmbeddings(routes: OpenAiDeps["routes"], principal: ServicePrincipal, model: string): Promise<OpenAiFailure> {
+  const [target] = principal.deployments.has(model) ? await routes.list([model], 0, 1) : [];
+  if (target === undefined) return openAiFailureOf(new ConnectError(`no deployment ${model}`, Code.NotFound));
+  return openAiFailure(
+    400,
+    `deployment ${model}'s engine serves no embeddings`,
+    "invalid_request_error",
+    "embeddings_unsupported",
+    "model",
+  );
+}
+
+async function unary(pieces: AsyncGenerator<{ payload: Uint8Array }>, request: GenerateRequest, res: HttpResponse): Promise<undefined> {
+  const parts: Uint8Array[] = [];
+  for await (const piece of pieces) parts.push(piece.payload);
+  const answer = renamed(Buffer.concat(parts), request.model);
+  if (answer === undefined)
+    throw new ConnectError(`deployment ${request.model}'s runtime answered something other than JSON`, Code.Internal);
+  sendJson(res, 200, answer);
+  return undefined;
+}
+
+/**
+ * Server-sent events as OpenAI frames them. Nothing is written before the runtime's first chunk, so
+ * a refusal before it (no replica, limits, a runtime's 4xx) is an ordinary error status; after it a
+ * failure can only be told in the stream, as OpenAI does, and the stream then ends without [DONE].
+ */
+async function stream(pieces: AsyncGenerator<{ payload: Uint8Array }>, request: GenerateRequest, res: HttpResponse): Promise<undefined> {
+  let started = false;
+  try {
+    for await (const piece of pieces) {
+      const chunk = renamed(piece.payload, request.model);
+      if (chunk === undefined) throw new ConnectError(`deployment ${request.model}'s runtime sent a chunk that is not JSON`, Code.Internal);
+      if (!started) {
+        res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+        started = true;
+      }
+      (res as ServerResponse).write(`data: ${chunk}\n\n`);
+    }
+  } catch (err) {
+    if (!started) throw err;
+    if (!res.writableEnded && !res.destroyed) res.end(`data: ${JSON.stringify(openAiFailureOf(err).body)}\n\n`);
+    return undefined;
+  }
+  if (!started) res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+  res.end("data: [DONE]\n\n");
+  return undefined;
+}
+
+/** The body, bounded; 413 without reading on when it declares or reaches more. */
+async function readBody(req: HttpRequest): Promise<Uint8Array | OpenAiFailure> {
+  const tooLarge = () =>
+    openAiFailure(413, `the request body is over the limit of ${maxBodyBytes} bytes`, "invalid_request_error", "request_too_large");
+  const declared = Number(req.headers["content-length"] ?? Number.NaN);
+  if (declared > maxBodyBytes) return tooLarge();
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  for await (const chunk of req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
+    bytes += chunk.byteLength;
+    if (bytes > maxBodyBytes) return tooLarge();
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
+function fail(log: Logger, req: HttpRequest, res: HttpResponse, correlationId: string, failure: OpenAiFailure, err?: unknown): void {
+  const path = (req.url ?? "").split("?", 1)[0]!.slice(0, 128);
+  // Our own faults at error level; what a caller caused (or a node refused) at debug.
+  if (failure.status === 500)
+    log.error({ correlationId, method: req.method, path, status: failure.status, error: (err as Error)?.message }, "openai request failed");
+  else
+    log.debug({ correlationId, method: req.method, path, status: failure.status, code: failure.body.error.code }, "openai request refused");
+  if (failure.status === 499) return;
+  endUnread(req, res);
+  send(res, failure);
+}
+
+function send(res: HttpResponse, failure: OpenAiFailure): void {
+  if (res.headersSent || res.writableEnded || res.destroyed) return;
+  if (failure.retryAfter !== undefined) res.setHeader("retry-after", String(failure.retryAfter));
+  sendJson(res, failure.status, JSON.stringify(failure.body));
+}
+
+function sendJson(res: HttpResponse, status: number, body: string): void {
+  res.writeHead(status, { "content-type": "application/json" });
+  res.end(body);
+}
+
+/**
+ * Called before answering a request whose body may be unread: on HTTP/2 its stream alone is closed
+ * (NO_ERROR, after the answer), so the connection and its other streams go on; HTTP/1.1 has no way
+ * to stop one body but to close the connection.
+ */
+function endUnread(req: HttpRequest, res: HttpResponse): void {
+  if (req.complete) return;
+  if ("stream" in req) {
+    const stream = req.stream;
+    res.once("finish", () => setImmediate(() => stream.closed || stream.close(http2.constants.NGHTTP2_NO_ERROR)));
+  } else if (!res.headersSent) res.setHeader("connection", "close");
+}
+
+function single(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
