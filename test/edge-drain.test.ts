@@ -1,6 +1,7 @@
 // The drain's rules (server/edge/drain.ts): how much of a body is read before answering.
 import { describe, expect, it } from "vitest";
-import { discardRest, drainBudget } from "../server/edge/drain.js";
+import { PassThrough } from "node:stream";
+import { discardRest, drainBudget, restOfMessage } from "../server/edge/drain.js";
 
 const limits = { bytes: 100, quietMs: 50 };
 
@@ -37,5 +38,45 @@ describe("discardRest", () => {
   });
   it("is false when the client goes quiet", async () => {
     expect(await discardRest(chunks([10], true), 100, 20)).toBe(false);
+  });
+});
+
+function prefixed(length: number): Buffer {
+  const head = Buffer.alloc(5);
+  head.writeUInt32BE(length, 1);
+  return head;
+}
+
+describe("restOfMessage", () => {
+  // Each case writes its chunks and ends nothing: only the message's own bytes can settle it.
+  it.each([
+    { name: "the rest, when known", need: 10, chunks: [Buffer.alloc(4), Buffer.alloc(6)] },
+    { name: "a whole message from its prefix", need: undefined, chunks: [prefixed(8), Buffer.alloc(8)] },
+    {
+      name: "a prefix split across chunks",
+      need: undefined,
+      chunks: [prefixed(3).subarray(0, 2), Buffer.concat([prefixed(3).subarray(2), Buffer.alloc(3)])],
+    },
+    { name: "nothing for a message over the bound", need: undefined, chunks: [prefixed(101)] },
+  ])("waits for $name", async ({ need, chunks }) => {
+    const stream = new PassThrough();
+    const done = restOfMessage(stream, need, { bytes: 100, quietMs: 60_000 });
+    for (const c of chunks) stream.write(c);
+    await done;
+  });
+
+  it("does not wait at all when nothing is left, or more than the bound is", async () => {
+    const stream = new PassThrough();
+    await restOfMessage(stream, 0, { bytes: 100, quietMs: 60_000 });
+    await restOfMessage(stream, 101, { bytes: 100, quietMs: 60_000 });
+    expect(stream.listenerCount("data")).toBe(0);
+  });
+
+  it("stops at the stream's end, or when the client goes quiet", async () => {
+    const ended = new PassThrough();
+    const waiting = restOfMessage(ended, 50, { bytes: 100, quietMs: 60_000 });
+    ended.end(Buffer.alloc(10));
+    await waiting;
+    await restOfMessage(new PassThrough(), 50, { bytes: 100, quietMs: 20 });
   });
 });

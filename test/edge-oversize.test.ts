@@ -8,6 +8,7 @@ import type http2 from "node:http2";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { connect } from "./support/raw-call.js";
 import { oversizedThenNormal, type Request } from "./support/oversize.js";
+import { enrollTestNode } from "./support/node.js";
 
 const MiB = 1024 * 1024;
 const agent = "/modelforge.agent.v1.AgentService";
@@ -34,8 +35,11 @@ afterAll(async () => {
   await ts?.stop();
 });
 
-async function onOneConnection<T>(run: (session: http2.ClientHttp2Session) => Promise<T>): Promise<T> {
-  const session = await connect(ts.url, ts.caPem);
+async function onOneConnection<T>(
+  run: (session: http2.ClientHttp2Session) => Promise<T>,
+  identity?: { cert: string; key: string },
+): Promise<T> {
+  const session = await connect(ts.url, ts.caPem, identity);
   try {
     return await run(session);
   } finally {
@@ -100,6 +104,26 @@ describe("off the RPC services", () => {
       }),
     );
     expect(answers.oversized.map((a) => a.code)).toEqual(["http 405"]);
+    expect(answers.normal.code).toBe("ok");
+  });
+
+  // The agents' Session, on the gRPC stream API: refused at its open, or at its first message.
+  const session = { path: `${agent}/Session`, contentType: "application/grpc" };
+  const serverInfo = { path: `${agent}/GetServerInfo`, contentType: "application/grpc" };
+
+  it("a 12 MiB first Session message without a certificate gets unauthenticated, then a normal call succeeds", async () => {
+    const answers = await onOneConnection((s) => oversizedThenNormal(s, session, 12 * MiB, serverInfo));
+    expect(answers.oversized.map((a) => a.code)).toEqual(["unauthenticated"]);
+    expect(answers.normal.code).toBe("ok");
+  });
+
+  it("a node's 12 MiB Session message gets resource_exhausted, then a normal call succeeds", async () => {
+    const state = await (await enrollTestNode(ts, "oversize")).state();
+    const answers = await onOneConnection((s) => oversizedThenNormal(s, session, 12 * MiB, serverInfo), {
+      cert: state.certPem,
+      key: state.keyPem,
+    });
+    expect(answers.oversized.map((a) => a.code)).toEqual(["resource_exhausted"]);
     expect(answers.normal.code).toBe("ok");
   });
 });

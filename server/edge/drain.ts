@@ -10,6 +10,7 @@
 // closes cleanly. Reading is bounded, so a client streaming without end still gets its reset.
 import http2 from "node:http2";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Readable } from "node:stream";
 
 export type NodeRequest = http2.Http2ServerRequest | IncomingMessage;
 export type NodeResponse = http2.Http2ServerResponse | ServerResponse;
@@ -94,4 +95,45 @@ export function endUnreadRequestOnceAnswered(req: NodeRequest, res: NodeResponse
   stream.once("wantTrailers", end);
   // A trailers-only answer (gRPC's refusal before any message) has no trailers callback.
   res.once("finish", end);
+}
+
+/**
+ * For a stream of gRPC messages answered with an error while its client is partway through one
+ * (the Session): resolves once the rest of that message has arrived and been discarded, `need`
+ * bytes more or, when unknown, one whole message read from its 5-byte prefix on. It does not wait
+ * for a message over the drain's bound, nor past a quiet spell, nor past the stream's end.
+ */
+export function restOfMessage(stream: Readable, need: number | undefined, limits: DrainLimits = drainLimits): Promise<void> {
+  return new Promise((resolve) => {
+    let left = need;
+    let prefix = Buffer.alloc(0);
+    let timer: NodeJS.Timeout | undefined;
+    const done = () => {
+      clearTimeout(timer);
+      stream.off("data", onData).off("end", done).off("close", done);
+      resolve();
+    };
+    const quiet = () => {
+      clearTimeout(timer);
+      timer = setTimeout(done, limits.quietMs);
+    };
+    const onData = (chunk: Buffer) => {
+      let rest = chunk;
+      if (left === undefined) {
+        const take = Math.min(5 - prefix.length, rest.length);
+        prefix = Buffer.concat([prefix, rest.subarray(0, take)]);
+        rest = rest.subarray(take);
+        if (prefix.length < 5) return quiet();
+        left = prefix.readUInt32BE(1);
+        if (left > limits.bytes) return done();
+      }
+      left -= rest.length;
+      if (left <= 0) return done();
+      quiet();
+    };
+    if (stream.readableEnded || stream.destroyed) return resolve();
+    if (left !== undefined && (left <= 0 || left > limits.bytes)) return resolve();
+    stream.on("data", onData).once("end", done).once("close", done);
+    quiet();
+  });
 }

@@ -5,9 +5,10 @@ import http2 from "node:http2";
 import type { Code } from "@connectrpc/connect";
 import { codeName } from "../../common/codes.js";
 
-export function connect(url: string, ca: string): Promise<http2.ClientHttp2Session> {
+/** `identity`: a client certificate and its key, for the calls that take one. */
+export function connect(url: string, ca: string, identity?: { cert: string; key: string }): Promise<http2.ClientHttp2Session> {
   return new Promise((resolve, reject) => {
-    const s = http2.connect(url, { ca });
+    const s = http2.connect(url, { ca, ...identity });
     s.once("connect", () => resolve(s));
     s.once("error", reject);
   });
