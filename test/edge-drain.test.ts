@@ -1,7 +1,7 @@
 // The drain's rules (server/edge/drain.ts): how much of a body is read before answering.
 import { describe, expect, it } from "vitest";
 import { PassThrough } from "node:stream";
-import { discardRest, drainBudget, restOfMessage } from "../server/edge/drain.js";
+import { discardRest, drainBudget, EnvelopeTracker, restOfMessage } from "../server/edge/drain.js";
 
 const limits = { bytes: 100, quietMs: 50 };
 
@@ -78,5 +78,22 @@ describe("restOfMessage", () => {
     ended.end(Buffer.alloc(10));
     await waiting;
     await restOfMessage(new PassThrough(), 50, { bytes: 100, quietMs: 20 });
+  });
+});
+
+describe("EnvelopeTracker", () => {
+  const envelope = (length: number, body = length) => Buffer.concat([prefixed(length), Buffer.alloc(body)]);
+  it.each([
+    { name: "nothing yet", chunks: [] as Buffer[], want: 0 },
+    { name: "a whole message", chunks: [envelope(10)], want: 0 },
+    { name: "part of a message", chunks: [envelope(10, 4)], want: 6 },
+    { name: "part of a prefix", chunks: [prefixed(10).subarray(0, 3)], want: 0 },
+    { name: "a prefix split across chunks", chunks: [prefixed(10).subarray(0, 3), prefixed(10).subarray(3)], want: 10 },
+    { name: "two messages, the second begun", chunks: [Buffer.concat([envelope(3), envelope(8, 2)])], want: 6 },
+    { name: "an empty message", chunks: [envelope(0)], want: 0 },
+  ])("$name: $want left", ({ chunks, want }) => {
+    const tracker = new EnvelopeTracker();
+    for (const c of chunks) tracker.push(c);
+    expect(tracker.unfinished).toBe(want);
   });
 });

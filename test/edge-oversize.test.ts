@@ -117,13 +117,16 @@ describe("off the RPC services", () => {
     expect(answers.normal.code).toBe("ok");
   });
 
-  it("a node's 12 MiB Session message gets resource_exhausted, then a normal call succeeds", async () => {
-    const state = await (await enrollTestNode(ts, "oversize")).state();
-    const answers = await onOneConnection((s) => oversizedThenNormal(s, session, 12 * MiB, serverInfo), {
-      cert: state.certPem,
-      key: state.keyPem,
-    });
-    expect(answers.oversized.map((a) => a.code)).toEqual(["resource_exhausted"]);
-    expect(answers.normal.code).toBe("ok");
-  });
+  it.each(["application/grpc", "application/grpc-web+proto"])(
+    "a node's 12 MiB Session message gets resource_exhausted, then a normal call succeeds (%s)",
+    async (contentType) => {
+      const state = await (await enrollTestNode(ts, `oversize-${contentType.length}`)).state();
+      const answers = await onOneConnection((s) => oversizedThenNormal(s, { ...session, contentType }, 12 * MiB, serverInfo), {
+        cert: state.certPem,
+        key: state.keyPem,
+      });
+      expect(answers.oversized.map((a) => a.code)).toEqual(["resource_exhausted"]);
+      expect(answers.normal.code).toBe("ok");
+    },
+  );
 });

@@ -137,3 +137,32 @@ export function restOfMessage(stream: Readable, need: number | undefined, limits
     quiet();
   });
 }
+
+/**
+ * Follows the 5-byte envelopes (flags, then the length) of a stream of messages as its bytes pass,
+ * so that a call ended partway through one knows how much of it is still to come.
+ */
+export class EnvelopeTracker {
+  private prefix: number[] = [];
+  private left = 0;
+  push(chunk: Buffer): void {
+    let at = 0;
+    while (at < chunk.length) {
+      if (this.left > 0) {
+        const take = Math.min(this.left, chunk.length - at);
+        this.left -= take;
+        at += take;
+        continue;
+      }
+      this.prefix.push(chunk[at++]!);
+      if (this.prefix.length === 5) {
+        this.left = Buffer.from(this.prefix).readUInt32BE(1);
+        this.prefix = [];
+      }
+    }
+  }
+  /** Bytes still to come of the message begun: 0 between messages (or with only part of its prefix in). */
+  get unfinished(): number {
+    return this.left;
+  }
+}

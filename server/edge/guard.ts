@@ -20,6 +20,8 @@ import {
   declaredLength,
   discardRest,
   drainBudget,
+  drainLimits,
+  EnvelopeTracker,
   endUnreadRequestOnceAnswered,
   type NodeRequest,
   type NodeResponse,
@@ -72,33 +74,46 @@ export function edgeGuard(operatorKeys: OperatorKeys, log: Logger): EdgeGuard {
     };
     if (!admission.admitted) {
       const refusal = refused(admission.refusal);
-      replaceBody(
-        req,
-        checkedBody(req, contentLength, () => refusal),
-      );
+      replaceBody(req, checkedBody(req, { check: () => refusal, leftToDrain: (bytes) => drainBudget(contentLength, bytes) }));
       return;
     }
-    // A client stream's messages are bounded by the adapter (readMaxBytes) and, for the gRPC
-    // Session, by its own frame reader; its total is not.
-    if (admission.limit.perMessage) return;
+    if (admission.limit.perMessage) {
+      // A client stream's messages are bounded by the adapter (readMaxBytes) and, for the gRPC
+      // Session, by its own frame reader; its total is not, and it ends between messages without
+      // waiting. Base64 text (gRPC-Web text) is not followed: it ends at once.
+      const envelopes = new EnvelopeTracker();
+      const text = /grpc-web-text/i.test(req.headers["content-type"] ?? "");
+      const leftToDrain = () => (envelopes.unfinished > drainLimits.bytes ? 0 : envelopes.unfinished);
+      const seen = text ? undefined : (chunk: Buffer) => envelopes.push(chunk);
+      replaceBody(req, checkedBody(req, { check: () => undefined, ...(seen ? { seen } : {}), leftToDrain }));
+      return;
+    }
     const limit = admission.limit.bytes;
     replaceBody(
       req,
-      checkedBody(req, contentLength, (bytes) => (bytes > limit ? refused(tooLarge(path, limit)) : undefined)),
+      checkedBody(req, {
+        check: (bytes) => (bytes > limit ? refused(tooLarge(path, limit)) : undefined),
+        leftToDrain: (bytes) => drainBudget(contentLength, bytes),
+      }),
     );
   };
 }
 
+interface BodyRules {
+  /** A refusal, given the bytes read so far (0 before the first chunk). */
+  check(bytes: number): ConnectError | undefined;
+  /** Sees each chunk handed to the adapter. */
+  seen?(chunk: Buffer): void;
+  /** Bytes to discard once the adapter stopped reading early, given those it had read. */
+  leftToDrain(bytes: number): number;
+}
+
 /**
- * The body the adapter reads: `check` may refuse it before the first chunk (bytes 0) or after any
- * chunk. However the adapter stops reading (this refusal, or its own: readMaxBytes, a bad
- * envelope), the rest is discarded before its answer goes out, as the adapter awaits the return.
+ * The body the adapter reads. However the adapter stops reading (a refusal of `rules`, or its own:
+ * readMaxBytes, a bad envelope), the rest is discarded before its answer goes out, as the adapter
+ * awaits the generator's return.
  */
-function checkedBody(
-  req: NodeRequest,
-  declared: number | undefined,
-  check: (bytes: number) => ConnectError | undefined,
-): () => AsyncGenerator<Buffer> {
+function checkedBody(req: NodeRequest, rules: BodyRules): () => AsyncGenerator<Buffer> {
   return async function* () {
     // The adapter stops reading at the first error; destroying the request then would cut the
     // stream before the refusal is sent.
@@ -107,7 +122,7 @@ function checkedBody(
     let ended = false;
     try {
       for (;;) {
-        const refusal = check(bytes);
+        const refusal = rules.check(bytes);
         if (refusal !== undefined) throw refusal;
         const next = await chunks.next();
         if (next.done === true) {
@@ -116,10 +131,12 @@ function checkedBody(
         }
         bytes += next.value.byteLength;
         // Checked again before the chunk is handed over: it may be the last.
-        if (check(bytes) === undefined) yield next.value;
+        if (rules.check(bytes) !== undefined) continue;
+        rules.seen?.(next.value);
+        yield next.value;
       }
     } finally {
-      if (!ended) await discardRest(chunks, drainBudget(declared, bytes));
+      if (!ended) await discardRest(chunks, rules.leftToDrain(bytes));
     }
   };
 }
