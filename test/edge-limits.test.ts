@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { repoRoot, spawnServer, type ServerProcess } from "./support/process.js";
 import { call, connect as connectTo, emptyJson } from "./support/raw-call.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { drainLimits } from "../server/edge/drain.js";
 
 const adminKey = "edge-test-admin-key-0123456789";
 const listNodes = "/modelforge.admin.v1.AdminService/ListNodes";
@@ -99,7 +100,7 @@ async function serverInfoLatencies(session: http2.ClientHttp2Session, n: number)
 
 describe("request bodies are bounded at the edge", () => {
   it.each(Object.entries(protocols))(
-    "a streamed 300 MB body to ListNodes without a token is refused within a second (%s)",
+    "a streamed 300 MB body to ListNodes without a token is refused once the drain's bound is read (%s)",
     async (_name, contentType) => {
       const session = await connect();
       try {
@@ -107,10 +108,13 @@ describe("request bodies are bounded at the edge", () => {
         const before = serverRss();
         const answer = await call(session, listNodes, contentType, { bytes: attackBytes });
         expect(["resource_exhausted", "unauthenticated"]).toContain(answer.code);
-        expect(answer.ms).toBeLessThan(1_000);
-        // The server reset the stream, so the client stopped pushing long before 300 MB.
+        // The server reads what is left up to its drain bound before answering (server/edge/drain.ts):
+        // 16 MiB over loopback TLS took up to 1.4 s on a busy machine, so the bound is loose.
+        expect(answer.ms).toBeLessThan(10_000);
+        // Then it reset the stream, so the client stopped pushing long before 300 MB: what it
+        // handed over is the drain bound and the flow-control windows in flight.
         expect(await answer.closed).toBe(true);
-        expect(answer.sent).toBeLessThan(16 * MiB);
+        expect(answer.sent).toBeLessThan(drainLimits.bytes + 4 * MiB);
         expect(peak() - before).toBeLessThan(64 * MiB);
       } finally {
         session.destroy();
@@ -206,7 +210,10 @@ describe("request bodies are bounded at the edge", () => {
       const bound = Math.max(250, 3 * Math.max(p99(before), p99(after)));
       expect(p99(during)).toBeLessThan(bound);
       expect(Object.keys(answers).sort()).toEqual(["unauthenticated"]);
-      expect(answers.unauthenticated).toBeGreaterThan(4);
+      // At least four refusals while the probe ran: as each first reads up to the drain's 16 MiB
+      // (server/edge/drain.ts), that is 64 MiB and more of attack bodies taken in during the
+      // measurement (exactly 4 seen with both cores busy).
+      expect(answers.unauthenticated).toBeGreaterThanOrEqual(4);
       // The attack sends 1.2 GB; read into memory it would grow the server by hundreds of MiB. The
       // peak seen while refusing it was 40-73 MiB (socket buffers and heap churn, given back),
       // more on PostgreSQL, whose heap starts small: the bound leaves room for that, not for bodies.

@@ -1,12 +1,10 @@
 // The edge every request passes before the Connect adapter (server/app.ts): it applies
 // ./admission.ts and ./limits.ts to the request as it arrives. A refused request is answered by
 // Connect itself, in whichever protocol it came (Connect, gRPC, gRPC-Web), because the body the
-// adapter reads is replaced by one that fails with the refusal before a byte is read. An admitted
-// body is counted as it streams in and cut off the moment it passes its limit. Once answered, a
-// request the client is still sending is ended, so the client stops instead of pushing into a
-// stream nobody reads.
-import http2 from "node:http2";
-import type { IncomingMessage, ServerResponse } from "node:http";
+// adapter reads is replaced by one that fails with the refusal before a byte is used. An admitted
+// body is counted as it streams in and refused the moment it passes its limit. Either way the rest
+// of the body is read and discarded, within ./drain.ts's bounds, before the answer goes out (why:
+// see there), and a request the client is still sending past them is ended once answered.
 import type { TLSSocket } from "node:tls";
 import type { ConnectError, ConnectRouterOptions } from "@connectrpc/connect";
 import { adminTokenHeader } from "../identity/admin-token.js";
@@ -17,9 +15,17 @@ import { FloodLogger, floodPolicy } from "../observability/flood-log.js";
 import { codeName } from "../../common/codes.js";
 import { admit, tooLarge } from "./admission.js";
 import { largestRequestBytes } from "./limits.js";
-
-type NodeRequest = http2.Http2ServerRequest | IncomingMessage;
-type NodeResponse = http2.Http2ServerResponse | ServerResponse;
+import {
+  bodyChunks,
+  declaredLength,
+  discardRest,
+  drainBudget,
+  drainLimits,
+  EnvelopeTracker,
+  endUnreadRequestOnceAnswered,
+  type NodeRequest,
+  type NodeResponse,
+} from "./drain.js";
 
 /**
  * For every Connect adapter: the adapter's own limit on a message, as a backstop to the edge's
@@ -42,12 +48,12 @@ export function edgeGuard(operatorKeys: OperatorKeys, log: Logger): EdgeGuard {
   const refusals = new FloodLogger(log, "rpc refused at the edge", floodPolicy);
   return (req, res, correlationId) => {
     const path = (req.url ?? "").split("?", 1)[0]!;
-    const declared = req.headers["content-length"];
+    const contentLength = declaredLength(req);
     const admission = admit(
       {
         path,
         contentType: req.headers["content-type"] ?? "",
-        contentLength: declared === undefined ? undefined : Number(declared),
+        contentLength,
         adminToken: single(req.headers[adminTokenHeader]),
         authorization: single(req.headers.authorization),
         peer: () => peerOf(req.socket as TLSSocket),
@@ -68,27 +74,70 @@ export function edgeGuard(operatorKeys: OperatorKeys, log: Logger): EdgeGuard {
     };
     if (!admission.admitted) {
       const refusal = refused(admission.refusal);
-      replaceBody(req, async function* () {
-        // A body that fails before its first chunk: the adapter answers with the refusal.
-        yield* [];
-        throw refusal;
-      });
+      replaceBody(req, checkedBody(req, { check: () => refusal, leftToDrain: (bytes) => drainBudget(contentLength, bytes) }));
       return;
     }
-    // A client stream's messages are bounded by the adapter (readMaxBytes) and, for the gRPC
-    // Session, by its own frame reader; its total is not.
-    if (admission.limit.perMessage) return;
+    if (admission.limit.perMessage) {
+      // A client stream's messages are bounded by the adapter (readMaxBytes) and, for the gRPC
+      // Session, by its own frame reader; its total is not, and it ends between messages without
+      // waiting. Base64 text (gRPC-Web text) is not followed: it ends at once.
+      const envelopes = new EnvelopeTracker();
+      const text = /grpc-web-text/i.test(req.headers["content-type"] ?? "");
+      const leftToDrain = () => (envelopes.unfinished > drainLimits.bytes ? 0 : envelopes.unfinished);
+      const seen = text ? undefined : (chunk: Buffer) => envelopes.push(chunk);
+      replaceBody(req, checkedBody(req, { check: () => undefined, ...(seen ? { seen } : {}), leftToDrain }));
+      return;
+    }
     const limit = admission.limit.bytes;
-    replaceBody(req, async function* () {
-      let bytes = 0;
-      // The adapter stops reading at the first error; destroying the request then would cut the
-      // stream before the refusal is sent.
-      for await (const chunk of req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
-        bytes += chunk.byteLength;
-        if (bytes > limit) throw refused(tooLarge(path, limit));
-        yield chunk;
+    replaceBody(
+      req,
+      checkedBody(req, {
+        check: (bytes) => (bytes > limit ? refused(tooLarge(path, limit)) : undefined),
+        leftToDrain: (bytes) => drainBudget(contentLength, bytes),
+      }),
+    );
+  };
+}
+
+interface BodyRules {
+  /** A refusal, given the bytes read so far (0 before the first chunk). */
+  check(bytes: number): ConnectError | undefined;
+  /** Sees each chunk handed to the adapter. */
+  seen?(chunk: Buffer): void;
+  /** Bytes to discard once the adapter stopped reading early, given those it had read. */
+  leftToDrain(bytes: number): number;
+}
+
+/**
+ * The body the adapter reads. However the adapter stops reading (a refusal of `rules`, or its own:
+ * readMaxBytes, a bad envelope), the rest is discarded before its answer goes out, as the adapter
+ * awaits the generator's return.
+ */
+function checkedBody(req: NodeRequest, rules: BodyRules): () => AsyncGenerator<Buffer> {
+  return async function* () {
+    // The adapter stops reading at the first error; destroying the request then would cut the
+    // stream before the refusal is sent.
+    const chunks = bodyChunks(req);
+    let bytes = 0;
+    let ended = false;
+    try {
+      for (;;) {
+        const refusal = rules.check(bytes);
+        if (refusal !== undefined) throw refusal;
+        const next = await chunks.next();
+        if (next.done === true) {
+          ended = true;
+          return;
+        }
+        bytes += next.value.byteLength;
+        // Checked again before the chunk is handed over: it may be the last.
+        if (rules.check(bytes) !== undefined) continue;
+        rules.seen?.(next.value);
+        yield next.value;
       }
-    });
+    } finally {
+      if (!ended) await discardRest(chunks, rules.leftToDrain(bytes));
+    }
   };
 }
 
@@ -99,21 +148,4 @@ function single(value: string | string[] | undefined): string | undefined {
 /** The Connect adapter reads a request's body by iterating the request; it gets this body instead. */
 function replaceBody(req: NodeRequest, body: () => AsyncGenerator<Buffer>): void {
   Object.defineProperty(req, Symbol.asyncIterator, { value: body, configurable: true });
-}
-
-/**
- * HTTP/2 allows a server that has sent its complete response to end the rest of the request with
- * RST_STREAM NO_ERROR. The reset waits a turn of the event loop after the trailers are handed
- * over: sent from within the trailers callback, it overtakes them.
- */
-function endUnreadRequestOnceAnswered(req: NodeRequest, res: NodeResponse): void {
-  if (!("stream" in req)) return;
-  const stream = req.stream;
-  const end = () =>
-    setImmediate(() => {
-      if (!req.complete && !stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
-    });
-  stream.once("wantTrailers", end);
-  // A trailers-only answer (gRPC's refusal before any message) has no trailers callback.
-  res.once("finish", end);
 }

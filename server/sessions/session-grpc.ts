@@ -17,8 +17,9 @@ import { presentedIdentity } from "../identity/node-auth.js";
 import { refuseServiceKeyElsewhere } from "../identity/service-keys-auth.js";
 import { AgentSession, type SessionDeps } from "./session.js";
 import { plainHeartbeatId } from "./heartbeat-wire.js";
-import { publicError } from "../observability/call-log.js";
+import { publicError, type PublicError } from "../observability/call-log.js";
 import { requestLimitOf } from "../edge/limits.js";
+import { restOfMessage } from "../edge/drain.js";
 
 export const sessionPath = `/${AgentService.typeName}/${AgentService.method.session.name}`;
 
@@ -67,6 +68,12 @@ export class FrameReader {
   get empty(): boolean {
     return this.buffered === 0;
   }
+  /** Bytes still to come of the message begun: 0 between messages (or with only part of its prefix in). */
+  get unfinished(): number {
+    if (this.buffered < 5) return 0;
+    const head = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
+    return Math.max(0, 5 + head.readUInt32BE(1) - this.buffered);
+  }
 }
 
 export function frame(message: Uint8Array): Buffer {
@@ -102,47 +109,23 @@ export function serveGrpcSession(
   const callLog = log.child({ correlationId });
   let responded = false;
   let trailers: http2.OutgoingHttpHeaders | undefined;
-  // The response is complete. A peer that never half-closes would hold the stream for the life of
-  // its connection, so it is reset without error (RST_STREAM NO_ERROR, as HTTP/2 8.1 allows), but
-  // only after a grace: a reset right behind the trailers can overtake them at the client.
-  const release = () => {
-    setTimeout(() => {
-      if (!stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
-    }, releaseAfterMs).unref();
-  };
   stream.on("wantTrailers", () => {
     stream.sendTrailers(trailers ?? trailersOf(undefined));
-    release();
+    releaseLater(stream);
   });
   stream.on("error", () => undefined);
 
   const end = (failure: unknown) => {
     if (trailers !== undefined) return;
-    const {
-      error: err,
-      level,
-      detail,
-    } = failure === undefined ? { error: undefined, level: "debug" as const } : publicError(failure, correlationId);
-    trailers = trailersOf(err);
+    const outcome = failure === undefined ? undefined : publicError(failure, correlationId);
+    trailers = trailersOf(outcome?.error);
     // A stream that is already gone (the agent left) has no one to tell and nothing to log.
     if (stream.destroyed || stream.closed) return;
-    if (err !== undefined) {
-      const line = {
-        method: "Session",
-        path: sessionPath,
-        code: codeName(err.code),
-        message: err.rawMessage,
-        ...(detail ? { err: detail } : {}),
-      };
-      callLog[level](line, level === "error" ? "rpc failed" : "rpc refused");
-    }
+    if (outcome !== undefined) logEnd(callLog, outcome);
     if (!responded) {
       // Trailers-only response: the status travels in the headers.
-      stream.respond(
-        { ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId, ...trailers },
-        { endStream: true },
-      );
-      release();
+      respond(stream, correlationId, trailers, { endStream: true });
+      releaseLater(stream);
       return;
     }
     stream.end();
@@ -153,15 +136,24 @@ export function serveGrpcSession(
     if (stream.destroyed) return;
     if (!responded) {
       responded = true;
-      stream.respond(
-        { ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId },
-        { waitForTrailers: true },
-      );
+      respond(stream, correlationId, {}, { waitForTrailers: true });
     }
     if (!stream.write(frame(message)) && !stream.isPaused()) {
       stream.pause();
       stream.once("drain", () => stream.resume());
     }
+  };
+
+  const reader = new FrameReader();
+  // An error answered while the agent is partway through a message waits for the rest of it
+  // (`need` bytes, or a whole first message when undefined): an agent on node:http2 holding it
+  // unsent would refuse that answer and every later one on its connection (../edge/drain.ts).
+  let ending = false;
+  const endAfterMessage = (failure: unknown, need: number | undefined) => {
+    if (ending) return;
+    if (failure === undefined || need === 0) return end(failure);
+    ending = true;
+    void restOfMessage(stream, need).then(() => end(failure));
   };
 
   let session: AgentSession;
@@ -172,16 +164,55 @@ export function serveGrpcSession(
       deps,
       identity,
       { correlationId, log: callLog, certificate: undefined, certificateError: undefined },
-      { send: (message) => write(toBinary(SessionResponseSchema, message)), sendEncoded: write, end },
+      {
+        send: (message) => write(toBinary(SessionResponseSchema, message)),
+        sendEncoded: write,
+        end: (failure) => endAfterMessage(failure, reader.unfinished),
+      },
     );
   } catch (err) {
-    end(err);
+    endAfterMessage(err, undefined);
     return;
   }
 
-  const reader = new FrameReader();
+  readMessages(stream, reader, session, () => trailers !== undefined || ending);
+}
+
+/**
+ * The response is complete. A peer that never half-closes would hold the stream for the life of
+ * its connection, so it is reset without error (RST_STREAM NO_ERROR, as HTTP/2 8.1 allows), but
+ * only after a grace: a reset right behind the trailers can overtake them at the client.
+ */
+function releaseLater(stream: http2.ServerHttp2Stream): void {
+  setTimeout(() => {
+    if (!stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+  }, releaseAfterMs).unref();
+}
+
+function respond(
+  stream: http2.ServerHttp2Stream,
+  correlationId: string,
+  extra: http2.OutgoingHttpHeaders,
+  options: http2.ServerStreamResponseOptions,
+): void {
+  stream.respond({ ":status": 200, "content-type": "application/grpc+proto", [correlationHeader]: correlationId, ...extra }, options);
+}
+
+function logEnd(callLog: Logger, { error, level, detail }: PublicError): void {
+  const line = {
+    method: "Session",
+    path: sessionPath,
+    code: codeName(error.code),
+    message: error.rawMessage,
+    ...(detail ? { err: detail } : {}),
+  };
+  callLog[level](line, level === "error" ? "rpc failed" : "rpc refused");
+}
+
+/** Hands the agent's messages to its session; once `stopped` (the call is ending), what it still sends is not read. */
+function readMessages(stream: http2.ServerHttp2Stream, reader: FrameReader, session: AgentSession, stopped: () => boolean): void {
   stream.on("data", (chunk: Buffer) => {
-    if (trailers !== undefined) return; // ended: what the agent still sends is not read
+    if (stopped()) return;
     try {
       for (const bytes of reader.push(chunk)) {
         const heartbeat = plainHeartbeatId(bytes);

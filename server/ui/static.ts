@@ -5,11 +5,7 @@
 import { createHash } from "node:crypto";
 import { lstat, readdir, readFile } from "node:fs/promises";
 import { extname, join } from "node:path";
-import type http2 from "node:http2";
-import type { IncomingMessage, ServerResponse } from "node:http";
-
-type NodeRequest = http2.Http2ServerRequest | IncomingMessage;
-type NodeResponse = http2.Http2ServerResponse | ServerResponse;
+import { answerAfterBody, type NodeRequest, type NodeResponse } from "../edge/drain.js";
 
 export const consolePrefix = "/ui/";
 
@@ -87,50 +83,45 @@ export async function loadConsole(dir: string): Promise<ConsoleFiles> {
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
   }
-  const plain = (res: NodeResponse, status: number, text: string, extra: Record<string, string> = {}) => {
-    res.writeHead(status, { ...securityHeaders, "content-type": "text/plain; charset=utf-8", "cache-control": "no-store", ...extra });
-    res.end(`${text}\n`);
-  };
   return {
     built: assets !== undefined,
     serve(req, res) {
       const path = (req.url ?? "").split("?", 1)[0]!;
-      if (path === "/ui") {
-        plain(res, 308, "moved to /ui/", { location: consolePrefix });
-        return true;
-      }
-      if (!path.startsWith(consolePrefix)) return false;
-      if (req.method !== "GET" && req.method !== "HEAD") {
-        plain(res, 405, "method not allowed", { allow: "GET, HEAD" });
-        return true;
-      }
-      if (assets === undefined) {
-        plain(res, 503, "web console not built: run `npm run build:ui` and restart the control plane");
-        return true;
-      }
-      const asset = assets.get(path === consolePrefix ? `${consolePrefix}index.html` : path);
-      if (asset === undefined) {
-        plain(res, 404, "not found");
-        return true;
-      }
-      const headers = {
-        ...securityHeaders,
-        "content-type": asset.contentType,
-        "content-length": String(asset.body.byteLength),
-        etag: asset.etag,
-        // The page itself is revalidated every time, so a new build is picked up at once.
-        "cache-control": asset.immutable ? "public, max-age=31536000, immutable" : "no-cache",
-      };
-      if (req.headers["if-none-match"] === asset.etag) {
-        const { "content-length": _, ...rest } = headers;
-        res.writeHead(304, rest);
-        res.end();
-        return true;
-      }
-      res.writeHead(200, headers);
-      if (req.method === "HEAD") res.end();
-      else res.end(asset.body);
+      if (path !== "/ui" && !path.startsWith(consolePrefix)) return false;
+      // Answered once any body is discarded: see server/edge/drain.ts.
+      answerAfterBody(req, res, () => respond(assets, req, res, path));
       return true;
     },
   };
+}
+
+function plain(res: NodeResponse, status: number, text: string, extra: Record<string, string> = {}): void {
+  res.writeHead(status, { ...securityHeaders, "content-type": "text/plain; charset=utf-8", "cache-control": "no-store", ...extra });
+  res.end(`${text}\n`);
+}
+
+/** Answers a request under /ui (`assets` undefined: the console was not built). */
+function respond(assets: Map<string, Asset> | undefined, req: NodeRequest, res: NodeResponse, path: string): void {
+  if (path === "/ui") return plain(res, 308, "moved to /ui/", { location: consolePrefix });
+  if (req.method !== "GET" && req.method !== "HEAD") return plain(res, 405, "method not allowed", { allow: "GET, HEAD" });
+  if (assets === undefined) return plain(res, 503, "web console not built: run `npm run build:ui` and restart the control plane");
+  const asset = assets.get(path === consolePrefix ? `${consolePrefix}index.html` : path);
+  if (asset === undefined) return plain(res, 404, "not found");
+  const headers = {
+    ...securityHeaders,
+    "content-type": asset.contentType,
+    "content-length": String(asset.body.byteLength),
+    etag: asset.etag,
+    // The page itself is revalidated every time, so a new build is picked up at once.
+    "cache-control": asset.immutable ? "public, max-age=31536000, immutable" : "no-cache",
+  };
+  if (req.headers["if-none-match"] === asset.etag) {
+    const { "content-length": _, ...rest } = headers;
+    res.writeHead(304, rest);
+    res.end();
+    return;
+  }
+  res.writeHead(200, headers);
+  if (req.method === "HEAD") res.end();
+  else res.end(asset.body);
 }

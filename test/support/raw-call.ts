@@ -5,9 +5,10 @@ import http2 from "node:http2";
 import type { Code } from "@connectrpc/connect";
 import { codeName } from "../../common/codes.js";
 
-export function connect(url: string, ca: string): Promise<http2.ClientHttp2Session> {
+/** `identity`: a client certificate and its key, for the calls that take one. */
+export function connect(url: string, ca: string, identity?: { cert: string; key: string }): Promise<http2.ClientHttp2Session> {
   return new Promise((resolve, reject) => {
-    const s = http2.connect(url, { ca });
+    const s = http2.connect(url, { ca, ...identity });
     s.once("connect", () => resolve(s));
     s.once("error", reject);
   });
@@ -50,11 +51,12 @@ export function call(
   contentType: string,
   body: Body,
   headers: Record<string, string> = {},
+  method = "POST",
 ): Promise<Answer> {
   const started = performance.now();
   const enveloped = contentType.startsWith("application/grpc");
   const req = session.request({
-    ":method": "POST",
+    ":method": method,
     ":path": path,
     "content-type": contentType,
     ...(contentType === "application/grpc" ? { te: "trailers" } : {}),
@@ -119,7 +121,7 @@ export function call(
 
 function decode(contentType: string, status: number, headers: http2.IncomingHttpHeaders, body: Buffer): { code: string; message: string } {
   const grpc = (h: Record<string, unknown>) => ({
-    code: codeName(Number(h["grpc-status"]) as Code),
+    code: Number(h["grpc-status"]) === 0 ? "ok" : codeName(Number(h["grpc-status"]) as Code),
     message: decodeURIComponent(String(h["grpc-message"] ?? "")),
   });
   if (contentType === "application/grpc") {
@@ -148,6 +150,8 @@ function decode(contentType: string, status: number, headers: http2.IncomingHttp
     throw new Error(`no gRPC-Web trailer frame (HTTP ${status})`);
   }
   if (status === 200) return { code: "ok", message: "" };
+  // Not an RPC (the console's files): the HTTP status is the answer.
+  if (!/json|proto/.test(contentType)) return { code: `http ${status}`, message: body.toString("utf8") };
   const error = JSON.parse(body.toString("utf8")) as { code: string; message?: string };
   return { code: error.code, message: error.message ?? "" };
 }
