@@ -3,7 +3,7 @@
 // only. A front door, not a second relay: a generation goes through the same InvokeRelay as
 // DeploymentService.Invoke (routing, forwarding to the replica holding the node's session, limits
 // in flight, cancellation), and only the framing differs. It never logs a body.
-import http2 from "node:http2";
+import type http2 from "node:http2";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { TLSSocket } from "node:tls";
 import { ConnectError, Code } from "@connectrpc/connect";
@@ -18,6 +18,7 @@ import type { DeploymentRoutes } from "../invoke/routes.js";
 import { openAiFailure, openAiFailureOf, type OpenAiFailure } from "./errors.js";
 import { endpointOf, generateRequestOf, type GenerateRequest } from "./request.js";
 import { renamed } from "./answer.js";
+import { answerAfterBody } from "../edge/drain.js";
 
 type HttpRequest = http2.Http2ServerRequest | IncomingMessage;
 type HttpResponse = http2.Http2ServerResponse | ServerResponse;
@@ -44,8 +45,11 @@ export interface OpenAiDeps {
 export function startingFrontDoor(): FrontDoor {
   return (req, res) => {
     if (!isOpenAiPath(req.url)) return false;
-    endUnread(req, res);
-    send(res, openAiFailure(503, "control plane starting: database not ready", "service_unavailable", "service_unavailable", null, 1));
+    answer(
+      req,
+      res,
+      openAiFailure(503, "control plane starting: database not ready", "service_unavailable", "service_unavailable", null, 1),
+    );
     return true;
   };
 }
@@ -192,8 +196,20 @@ function fail(log: Logger, req: HttpRequest, res: HttpResponse, correlationId: s
   else
     log.debug({ correlationId, method: req.method, path, status: failure.status, code: failure.body.error.code }, "openai request refused");
   if (failure.status === 499) return;
-  endUnread(req, res);
-  send(res, failure);
+  answer(req, res, failure);
+}
+
+/**
+ * A failure answered once the rest of the body is read and discarded (bounded: see
+ * ../edge/drain.ts for why a refused body is not simply reset), so it ends its own stream only;
+ * HTTP/1.1 closes the connection if the body could not be read to its end.
+ */
+function answer(req: HttpRequest, res: HttpResponse, failure: OpenAiFailure): void {
+  if (req.complete) return send(res, failure);
+  answerAfterBody(req, res, () => {
+    if (!("stream" in req) && !req.complete && !res.headersSent) res.setHeader("connection", "close");
+    send(res, failure);
+  });
 }
 
 function send(res: HttpResponse, failure: OpenAiFailure): void {
@@ -205,19 +221,6 @@ function send(res: HttpResponse, failure: OpenAiFailure): void {
 function sendJson(res: HttpResponse, status: number, body: string): void {
   res.writeHead(status, { "content-type": "application/json" });
   res.end(body);
-}
-
-/**
- * Called before answering a request whose body may be unread: on HTTP/2 its stream alone is closed
- * (NO_ERROR, after the answer), so the connection and its other streams go on; HTTP/1.1 has no way
- * to stop one body but to close the connection.
- */
-function endUnread(req: HttpRequest, res: HttpResponse): void {
-  if (req.complete) return;
-  if ("stream" in req) {
-    const stream = req.stream;
-    res.once("finish", () => setImmediate(() => stream.closed || stream.close(http2.constants.NGHTTP2_NO_ERROR)));
-  } else if (!res.headersSent) res.setHeader("connection", "close");
 }
 
 function single(value: string | string[] | undefined): string | undefined {

@@ -152,6 +152,8 @@ function decode(contentType: string, status: number, headers: http2.IncomingHttp
   if (status === 200) return { code: "ok", message: "" };
   // Not an RPC (the console's files): the HTTP status is the answer.
   if (!/json|proto/.test(contentType)) return { code: `http ${status}`, message: body.toString("utf8") };
-  const error = JSON.parse(body.toString("utf8")) as { code: string; message?: string };
+  // Connect's error shape, or OpenAI's ({"error": {...}}) for the OpenAI API.
+  const parsed = JSON.parse(body.toString("utf8")) as { code: string; message?: string; error?: { code: string; message?: string } };
+  const error = parsed.error ?? parsed;
   return { code: error.code, message: error.message ?? "" };
 }
