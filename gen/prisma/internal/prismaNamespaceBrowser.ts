@@ -272,7 +272,10 @@ export const StoredArtifactScalarFieldEnum = {
   path: 'path',
   sizeBytes: 'sizeBytes',
   sha256: 'sha256',
-  createdAt: 'createdAt'
+  createdAt: 'createdAt',
+  estimatedWeightsBytes: 'estimatedWeightsBytes',
+  estimatedKvBytesPerToken: 'estimatedKvBytesPerToken',
+  estimatedContextLength: 'estimatedContextLength'
 } as const
 
 export type StoredArtifactScalarFieldEnum = (typeof StoredArtifactScalarFieldEnum)[keyof typeof StoredArtifactScalarFieldEnum]
