@@ -15,8 +15,14 @@ export async function storeArtifact(admin: Admin, at: { repository: string; comm
   await admin.uploadArtifactChunk({ ...at, sizeBytes: BigInt(data.length), sha256, offset: 0n, data });
 }
 
+/** Waits for the node's first telemetry: placement refuses a node whose disk and memory are unknown. */
+export async function telemetryArrived(admin: Admin, nodeId: string) {
+  await eventually(async () => (await admin.getNode({ nodeId })).telemetry !== undefined, 60_000, `telemetry of node ${nodeId}`);
+}
+
 /** Creates the deployment and waits until it is READY; its id. */
 async function deployReady(admin: Admin, spec: MessageInitShape<typeof CreateDeploymentRequestSchema> & { name: string }) {
+  if (typeof spec.nodeId === "string" && spec.nodeId !== "") await telemetryArrived(admin, spec.nodeId);
   const created = await admin.createDeployment(spec);
   await eventually(
     async () => (await admin.getDeployment({ deployment: spec.name })).deployment!.deployment!.state === DeploymentState.READY,
