@@ -97,6 +97,16 @@ describe("forge artifacts", () => {
     const table = await forge(["artifacts", "list", "--repository", repository, "--commit", commit]);
     expect(table.stdout).toMatch(/EST\. MEMORY/);
     expect(table.stdout).toMatch(/tiny\.gguf\s+507 KiB\s+257 MiB\s/);
+
+    // A file stored before estimates existed (none in its row) gets one when pushed again.
+    const where = { repository, commit, path: "tiny.gguf" };
+    await ts.server.db.prisma.storedArtifact.updateMany({
+      where,
+      data: { estimatedWeightsBytes: null, estimatedKvBytesPerToken: null, estimatedContextLength: null },
+    });
+    expect((await forge(["artifacts", "push", dir, "--repository", repository, "--commit", commit])).stdout).toContain("present tiny.gguf");
+    const row = await ts.server.db.prisma.storedArtifact.findFirstOrThrow({ where });
+    expect(row.estimatedWeightsBytes).toBe(BigInt(weightsBytes));
     await forge(["artifacts", "delete", "--repository", repository, "--commit", commit]);
   });
 

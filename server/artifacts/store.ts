@@ -80,9 +80,21 @@ export class ArtifactStore {
     const name = { repository: chunk.repository, commit: chunk.commit, path: chunk.path };
     // Read before the transaction: the header is read once, at push, for placement to price later.
     const estimate = isGguf(chunk.path) ? await estimateFile(this.blobs.blobPath(chunk.sha256)) : undefined;
+    const estimated =
+      estimate === undefined
+        ? {}
+        : {
+            estimatedWeightsBytes: BigInt(estimate.weightsBytes),
+            estimatedKvBytesPerToken: BigInt(estimate.kvBytesPerToken),
+            estimatedContextLength: estimate.contextLength,
+          };
     return this.deps.prisma.$transaction(async (tx) => {
       await tx.$queryRaw`SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(${`modelforge.artifact-commit:${chunk.repository}@${chunk.commit}`}, 0))) AS l`;
       const found = await tx.storedArtifact.findUnique({ where: { repository_commit_path: name } });
+      // A file stored before estimates existed gets its estimate when it is pushed again.
+      if (found !== null && found.estimatedWeightsBytes === null && estimate !== undefined) {
+        return tx.storedArtifact.update({ where: { repository_commit_path: name }, data: estimated });
+      }
       if (found !== null) return found;
       checkCommitRoom(chunk, await tx.storedArtifact.count({ where: { repository: chunk.repository, commit: chunk.commit } }));
       const row = await tx.storedArtifact.create({
@@ -91,13 +103,7 @@ export class ArtifactStore {
           sizeBytes: chunk.sizeBytes,
           sha256: chunk.sha256,
           createdAt: new Date(this.deps.clock.now()),
-          ...(estimate !== undefined
-            ? {
-                estimatedWeightsBytes: BigInt(estimate.weightsBytes),
-                estimatedKvBytesPerToken: BigInt(estimate.kvBytesPerToken),
-                estimatedContextLength: estimate.contextLength,
-              }
-            : {}),
+          ...estimated,
         },
       });
       await recordAudit(

@@ -57,9 +57,9 @@ async function needs(
   return (key) => {
     const p = profile.get(key.runtimeProfile);
     if (p === undefined) return undefined;
-    // An openai-http runtime's model lives in a server of its own: it takes none of the node's RAM
-    // here. (A profile that declares its memory is a later change.)
-    if (p.engine === "openai-http") return 0;
+    // An openai-http runtime's model lives in a server of its own: it takes what its profile
+    // declares (0 when that server runs elsewhere).
+    if (p.engine === "openai-http") return Number(p.memoryBytes);
     const ofCommit = files.filter((f) => f.repository === key.repository && f.commit === key.commit);
     const estimate = commitEstimate(ofCommit.map((f) => ({ path: f.path, estimate: storedEstimate(f) })));
     return estimate === undefined ? undefined : memoryNeed(estimate, p.contextSize);

@@ -33,6 +33,9 @@ const estimate = {
   contextLength: 1024,
 };
 
+/** What the openai-http profile "remote" declares its server takes on the node. */
+const remoteBytes = 64 * MiB;
+
 let ts: TestServer;
 let root: string;
 const nodes: { [name: string]: TestNode } = {};
@@ -78,7 +81,8 @@ beforeAll(async () => {
   }
   await ts.admin.createRuntimeProfile({ name: "ctx-1k", engine: EngineKind.LLAMA_CPP, contextSize: 1024 });
   await ts.admin.createRuntimeProfile({ name: "ctx-1m", engine: EngineKind.LLAMA_CPP, contextSize: 1_048_576 });
-  await ts.admin.createRuntimeProfile({ name: "remote", engine: EngineKind.OPENAI_HTTP });
+  await ts.admin.createRuntimeProfile({ name: "remote", engine: EngineKind.OPENAI_HTTP, memoryBytes: BigInt(remoteBytes) });
+  await ts.admin.createRuntimeProfile({ name: "remote-2g", engine: EngineKind.OPENAI_HTTP, memoryBytes: BigInt(2 * GiB) });
   const sha256 = createHash("sha256").update(model.bytes).digest("hex");
   const data = model.bytes;
   await ts.admin.uploadArtifactChunk({ repository, commit, path: "tiny.gguf", sizeBytes: BigInt(data.length), sha256, offset: 0n, data });
@@ -106,8 +110,8 @@ describe("placement through the real server", () => {
 
   it("puts a model too large for one node's memory on the other", async () => {
     expect(need1k).toBeGreaterThan(100 * MiB);
-    // An openai-http deployment (its model is served elsewhere: no RAM here) makes the big node the
-    // more loaded one, so only the memory fit sends the next deployment there.
+    // An openai-http deployment (declaring 64 MiB) makes the big node the more loaded one, so only
+    // the memory fit sends the next deployment there.
     const remote = await deploy("remote", { nodeId: nodes.big!.nodeId, runtimeProfile: "remote" });
     expect(remote.deployment!.deployment!.nodeId).toBe(nodes.big!.nodeId);
     const created = await deploy("first");
@@ -124,12 +128,22 @@ describe("placement through the real server", () => {
 
   it("counts what placed deployments hold: fits nowhere, and says why with the numbers", async () => {
     const need1m = memoryNeed(estimate, 1_048_576);
-    // Alone, the big node would hold it; with "first" placed there, it does not.
+    // Alone, the big node would hold it; with "first" and "remote" placed there, it does not.
+    const bigFree = GiB - need1k - remoteBytes;
     expect(need1m).toBeLessThan(GiB);
-    expect(need1m).toBeGreaterThan(GiB - need1k);
+    expect(need1m).toBeGreaterThan(bigFree);
     await expect(deploy("long", { runtimeProfile: "ctx-1m" })).rejects.toMatchObject({
       code: Code.FailedPrecondition,
-      rawMessage: `no node fits: 2 online; 2 have ${size(100 * MiB)} and ${size(GiB - need1k)} of memory free, needs ${size(need1m)}`,
+      rawMessage: `no node fits: 2 online; 2 have ${size(100 * MiB)} and ${size(bigFree)} of memory free, needs ${size(need1m)}`,
     });
+  });
+
+  it("fits an openai-http profile by the memory it declares", async () => {
+    await expect(deploy("remote-big", { runtimeProfile: "remote-2g" })).rejects.toMatchObject({
+      code: Code.FailedPrecondition,
+      rawMessage: `no node fits: 2 online; 2 have ${size(100 * MiB)} and ${size(GiB - need1k - remoteBytes)} of memory free, needs 2.0 GiB`,
+    });
+    const small = await deploy("remote-small", { runtimeProfile: "remote" });
+    expect(small.deployment!.deployment!.nodeId).toBe(nodes.small!.nodeId);
   });
 });

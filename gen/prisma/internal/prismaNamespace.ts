@@ -1856,6 +1856,7 @@ export const RuntimeProfileScalarFieldEnum = {
   engine: 'engine',
   contextSize: 'contextSize',
   threads: 'threads',
+  memoryBytes: 'memoryBytes',
   contentHash: 'contentHash',
   createdAt: 'createdAt'
 } as const
