@@ -87,10 +87,11 @@ const until = async <T>(check: () => Promise<T | undefined>, what: string): Prom
   }
 };
 step("agent starting");
-await until(
-  async () => ((await admin.getNode({ nodeId: state.nodeId })).node?.capabilities.includes("deployment.load.v1") ? true : undefined),
-  "the agent",
-);
+await until(async () => {
+  // Placement needs the node's telemetry (its disk) as well as its capabilities.
+  const got = await admin.getNode({ nodeId: state.nodeId });
+  return got.node?.capabilities.includes("deployment.load.v1") && got.telemetry !== undefined ? true : undefined;
+}, "the agent");
 await admin.createRuntimeProfile({ name: "stub", engine: EngineKind.OPENAI_HTTP });
 // The deployment's "model" is a small file in the artifact store: the stub runtime ignores it.
 const model = Buffer.from("stub model");

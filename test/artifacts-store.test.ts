@@ -12,6 +12,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { repoRoot } from "./support/process.js";
 import { MAX_COMMIT_FILES } from "../common/artifacts.js";
+import { tinyLlamaGguf } from "../scripts/gguf.js";
+import { memoryNeed } from "../server/artifacts/memory.js";
 
 let ts: TestServer;
 let work: string;
@@ -62,6 +64,52 @@ afterAll(async () => {
 });
 
 describe("forge artifacts", () => {
+  it("estimates a GGUF's memory from its header at push, and shows it; other files have none", async () => {
+    const dir = join(work, "estimated");
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, "tiny.gguf"), tinyLlamaGguf().bytes);
+    writeFileSync(join(dir, "notes.gguf"), "not a model");
+    const commit = commitOf("estimate");
+    expect((await forge(["artifacts", "push", dir, "--repository", repository, "--commit", commit])).code).toBe(0);
+
+    const listed = await forge(["artifacts", "list", "--repository", repository, "--commit", commit, "--json"]);
+    const files = (JSON.parse(listed.stdout) as { files: { path: string; memoryEstimate?: { [k: string]: unknown } }[] }).files;
+    // The tiny model: f32 tensors, 2 layers of 4 heads 16 wide (KV 512 B a token), 1024 tokens.
+    const weightsBytes = (2 * 64 * 354 + 64 + 2 * (64 + 4 * 64 * 64 + 64 + 3 * 64 * 128)) * 4;
+    const need = memoryNeed({ weightsBytes, kvBytesPerToken: 512, contextLength: 1024 }, 0);
+    expect(files).toEqual(
+      [
+        { path: "notes.gguf", sizeBytes: "11", sha256: expect.any(String), createdAt: expect.any(String) },
+        {
+          path: "tiny.gguf",
+          sizeBytes: expect.any(String),
+          sha256: expect.any(String),
+          createdAt: expect.any(String),
+          memoryEstimate: {
+            weightsBytes: String(weightsBytes),
+            kvCacheBytesPerToken: "512",
+            contextLength: 1024,
+            estimatedBytes: String(need),
+          },
+        },
+      ].map((f) => ({ repository, commit, ...f })),
+    );
+    const table = await forge(["artifacts", "list", "--repository", repository, "--commit", commit]);
+    expect(table.stdout).toMatch(/EST\. MEMORY/);
+    expect(table.stdout).toMatch(/tiny\.gguf\s+507 KiB\s+257 MiB\s/);
+
+    // A file stored before estimates existed (none in its row) gets one when pushed again.
+    const where = { repository, commit, path: "tiny.gguf" };
+    await ts.server.db.prisma.storedArtifact.updateMany({
+      where,
+      data: { estimatedWeightsBytes: null, estimatedKvBytesPerToken: null, estimatedContextLength: null },
+    });
+    expect((await forge(["artifacts", "push", dir, "--repository", repository, "--commit", commit])).stdout).toContain("present tiny.gguf");
+    const row = await ts.server.db.prisma.storedArtifact.findFirstOrThrow({ where });
+    expect(row.estimatedWeightsBytes).toBe(BigInt(weightsBytes));
+    await forge(["artifacts", "delete", "--repository", repository, "--commit", commit]);
+  });
+
   it("pushes a directory, lists it, skips what is stored, and deletes it", async () => {
     const dir = join(work, "snapshot");
     mkdirSync(join(dir, "tokenizer"), { recursive: true });

@@ -735,6 +735,11 @@ describe("forge runtimes", () => {
     expect((await forge(["runtimes", "create", "x", "--engine", "vllm"])).code).toBe(2);
     expect((await forge(["runtimes", "create", "x"])).code).toBe(2);
     expect((await forge(["runtimes", "create", "x", "--engine", "llama.cpp", "--threads", "-1"])).code).toBe(2);
+    const remote = await forge(["runtimes", "create", "cli-remote", "--engine", "openai-http", "--memory-bytes", String(8 * 2 ** 30)]);
+    expect(remote.code, remote.stderr).toBe(0);
+    expect(remote.stdout).toMatch(/Memory:\s+8\.0 GiB/);
+    const llamaMemory = await forge(["runtimes", "create", "x", "--engine", "llama.cpp", "--memory-bytes", "1"]);
+    expect(llamaMemory.stderr).toMatch(/^error: invalid_argument: memory_bytes: only an openai-http profile declares memory/);
     const badName = await forge(["runtimes", "create", "Bad Name", "--engine", "llama.cpp"]);
     expect(badName.code).toBe(1);
     expect(badName.stderr).toMatch(/^error: invalid_argument: name: must be 1 to 64 characters/);

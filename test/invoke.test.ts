@@ -24,7 +24,7 @@ import { startTestServer, testAdminKey, type TestServer } from "./support/server
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
 import { jobToEnd } from "./support/jobs.js";
-import { errorLines, storeArtifact } from "./support/serving.js";
+import { errorLines, storeArtifact, telemetryArrived } from "./support/serving.js";
 
 let ts: TestServer;
 let root: string;
@@ -92,6 +92,7 @@ beforeAll(async () => {
   for (const commit of [commitA, commitB]) {
     await storeArtifact(ts.admin, { repository, commit, path: "tiny.gguf" }, model.path, model.sha256);
   }
+  await telemetryArrived(ts.admin, node.nodeId);
   const created = await ts.admin.createDeployment({
     name: "tiny",
     nodeId: node.nodeId,

@@ -14,12 +14,14 @@ import { pushCommand } from "./artifacts-push.js";
 /** The stored files table. Pure. */
 function fileTable(files: StoredArtifactFile[]): string {
   return table(
-    ["REPOSITORY", "COMMIT", "PATH", "SIZE", "SHA256", "STORED"],
+    ["REPOSITORY", "COMMIT", "PATH", "SIZE", "EST. MEMORY", "SHA256", "STORED"],
     files.map((f) => [
       clean(f.repository),
       f.commit.slice(0, 12),
       clean(f.path),
       formatBytes(f.sizeBytes),
+      // At the model's own context length; placement prices the profile's (docs/serving.md).
+      f.memoryEstimate !== undefined ? formatBytes(f.memoryEstimate.estimatedBytes) : "-",
       f.sha256.slice(0, 12),
       formatTime(dateOf(f.createdAt)),
     ]),

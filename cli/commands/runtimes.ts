@@ -6,7 +6,7 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { command, intOption, UsageError, valueOption, type Group } from "../args.js";
-import { dateOf, fields, formatAge, table } from "../format.js";
+import { dateOf, fields, formatAge, formatBytes, table } from "../format.js";
 import { printReply } from "../output.js";
 import { pagedListCommand } from "../list.js";
 
@@ -18,6 +18,7 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
     engine: valueOption("ENGINE", "llama.cpp or openai-http (required)"),
     "context-size": valueOption("TOKENS", "context size in tokens (default: the engine's)"),
     threads: valueOption("N", "CPU threads (default: the engine's)"),
+    "memory-bytes": valueOption("BYTES", "openai-http only: RAM its server takes on the node, for placement (default 0)"),
   },
   notes: "A profile never changes: to run with other parameters, create a profile under a new name.",
   async run(ctx, values, positionals) {
@@ -31,6 +32,7 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
       // 0 (unset) means the engine's default; the server holds the real bounds.
       contextSize: intOption(values, "context-size", 1, 1_048_576, 0),
       threads: intOption(values, "threads", 1, 1024, 0),
+      memoryBytes: BigInt(intOption(values, "memory-bytes", 1, 2 ** 50, 0)),
     });
     return printReply(ctx, CreateRuntimeProfileResponseSchema, res, ({ profile, created }) => {
       const spec = profile!.spec;
@@ -40,6 +42,7 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
           ["Engine", engineLabel(spec?.engine)],
           ["Context size", spec?.contextSize ? String(spec.contextSize) : "engine default"],
           ["Threads", spec?.threads ? String(spec.threads) : "engine default"],
+          ["Memory", spec?.memoryBytes ? formatBytes(spec.memoryBytes) : "none declared"],
           ["Content hash", spec?.contentHash],
         ])
       );

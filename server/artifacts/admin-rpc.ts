@@ -5,6 +5,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import {
   DeleteArtifactFilesResponseSchema,
   ListArtifactFilesResponseSchema,
+  MemoryEstimateSchema,
   StoredArtifactFileSchema,
   UploadArtifactChunkResponseSchema,
   type AdminService,
@@ -14,19 +15,32 @@ import { callOf } from "../context.js";
 import { ts } from "../rpc/convert.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import { checkCommitName, checkFileName } from "./rules.js";
+import { memoryNeed, storedEstimate } from "./memory.js";
 import type { ArtifactStore } from "./store.js";
 
 type ArtifactAdminRpcs = Pick<ServiceImpl<typeof AdminService>, "uploadArtifactChunk" | "listArtifactFiles" | "deleteArtifactFiles">;
 
-const toProto = (row: StoredArtifact) =>
-  create(StoredArtifactFileSchema, {
+function toProto(row: StoredArtifact) {
+  const estimate = storedEstimate(row);
+  return create(StoredArtifactFileSchema, {
     repository: row.repository,
     commit: row.commit,
     path: row.path,
     sizeBytes: row.sizeBytes,
     sha256: row.sha256,
     createdAt: ts(row.createdAt),
+    ...(estimate !== undefined
+      ? {
+          memoryEstimate: create(MemoryEstimateSchema, {
+            weightsBytes: BigInt(estimate.weightsBytes),
+            kvCacheBytesPerToken: BigInt(estimate.kvBytesPerToken),
+            contextLength: estimate.contextLength,
+            estimatedBytes: BigInt(memoryNeed(estimate, 0)),
+          }),
+        }
+      : {}),
   });
+}
 
 export function adminArtifacts(store: ArtifactStore): ArtifactAdminRpcs {
   return {

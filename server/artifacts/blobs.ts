@@ -13,7 +13,8 @@ const O_READ = constants.O_RDONLY | constants.O_NOFOLLOW;
 export class BlobStore {
   constructor(readonly dir: string) {}
 
-  private blobPath(sha256: string): string {
+  /** Where a verified blob lives (public for readers that take a path: the GGUF header reader). */
+  blobPath(sha256: string): string {
     return join(this.dir, "blobs", sha256.slice(0, 2), sha256);
   }
   private partPath(sha256: string): string {

@@ -7,6 +7,8 @@ import type { PrismaClient, StoredArtifact } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import { operatorActor, recordAudit } from "../audit/audit.js";
 import { BlobStore } from "./blobs.js";
+import { estimateFile } from "./gguf-header.js";
+import { isGguf, memoryNeed } from "./memory.js";
 import { checkChunk, checkCommitRoom, type Chunk, type FileName } from "./rules.js";
 
 export interface ArtifactStoreDeps {
@@ -76,13 +78,33 @@ export class ArtifactStore {
 
   private async record(chunk: Chunk, correlationId: string): Promise<StoredArtifact> {
     const name = { repository: chunk.repository, commit: chunk.commit, path: chunk.path };
+    // Read before the transaction: the header is read once, at push, for placement to price later.
+    const estimate = isGguf(chunk.path) ? await estimateFile(this.blobs.blobPath(chunk.sha256)) : undefined;
+    const estimated =
+      estimate === undefined
+        ? {}
+        : {
+            estimatedWeightsBytes: BigInt(estimate.weightsBytes),
+            estimatedKvBytesPerToken: BigInt(estimate.kvBytesPerToken),
+            estimatedContextLength: estimate.contextLength,
+          };
     return this.deps.prisma.$transaction(async (tx) => {
       await tx.$queryRaw`SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(${`modelforge.artifact-commit:${chunk.repository}@${chunk.commit}`}, 0))) AS l`;
       const found = await tx.storedArtifact.findUnique({ where: { repository_commit_path: name } });
+      // A file stored before estimates existed gets its estimate when it is pushed again.
+      if (found !== null && found.estimatedWeightsBytes === null && estimate !== undefined) {
+        return tx.storedArtifact.update({ where: { repository_commit_path: name }, data: estimated });
+      }
       if (found !== null) return found;
       checkCommitRoom(chunk, await tx.storedArtifact.count({ where: { repository: chunk.repository, commit: chunk.commit } }));
       const row = await tx.storedArtifact.create({
-        data: { ...name, sizeBytes: chunk.sizeBytes, sha256: chunk.sha256, createdAt: new Date(this.deps.clock.now()) },
+        data: {
+          ...name,
+          sizeBytes: chunk.sizeBytes,
+          sha256: chunk.sha256,
+          createdAt: new Date(this.deps.clock.now()),
+          ...estimated,
+        },
       });
       await recordAudit(
         tx,
@@ -92,7 +114,12 @@ export class ArtifactStore {
           targetType: "artifact",
           targetId: `${chunk.repository}@${chunk.commit}`,
           correlationId,
-          details: { path: chunk.path, sha256: chunk.sha256, sizeBytes: String(chunk.sizeBytes) },
+          details: {
+            path: chunk.path,
+            sha256: chunk.sha256,
+            sizeBytes: String(chunk.sizeBytes),
+            ...(estimate !== undefined ? { estimatedMemoryBytes: String(memoryNeed(estimate, 0)) } : {}),
+          },
         },
         new Date(this.deps.clock.now()),
       );

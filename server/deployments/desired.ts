@@ -22,8 +22,9 @@ import {
 } from "./rules.js";
 import { capabilityOfStep } from "./specs.js";
 import { whereIdOrName } from "./routes.js";
+import { chooseNode, type PlacementDeps } from "./placement-snapshot.js";
 
-export interface DesiredDeps {
+export interface DesiredDeps extends PlacementDeps {
   prisma: PrismaClient;
   clock: Clock;
   approvedRoots: string[];
@@ -97,53 +98,6 @@ async function requireModelFile(
   return choice.path;
 }
 
-/** The node a deployment goes on: the one named, or the eligible match of a selector with the fewest deployments. */
-async function chooseNode(deps: DesiredDeps, nodeId: string, selector: { [key: string]: string }, engine: string): Promise<string> {
-  const eligible = (n: { capabilities: string[]; engines: string[]; disabledAt: Date | null; decommissionedAt: Date | null }) =>
-    n.decommissionedAt === null && n.disabledAt === null && needed.every((c) => n.capabilities.includes(c)) && n.engines.includes(engine);
-  const select = {
-    id: true,
-    capabilities: true,
-    engines: true,
-    disabledAt: true,
-    decommissionedAt: true,
-    labels: true,
-    lastHeartbeatAt: true,
-  } as const;
-  if (nodeId !== "") {
-    const node = await deps.prisma.node.findUnique({ where: { id: nodeId.toLowerCase() }, select });
-    if (node === null) throw new ConnectError(`node ${nodeId} not found`, Code.NotFound);
-    if (!eligible(node)) {
-      throw new ConnectError(
-        `node ${node.id} cannot serve this deployment: it must be enabled, not decommissioned, advertise ${needed.join(", ")} and run engine "${engine}"`,
-        Code.FailedPrecondition,
-      );
-    }
-    return node.id;
-  }
-  const nodes = await deps.prisma.node.findMany({ where: { lastHeartbeatAt: { not: null } }, select });
-  const matching = nodes.filter((n) => {
-    const labels = (n.labels ?? {}) as { [key: string]: unknown };
-    return eligible(n) && Object.entries(selector).every(([k, v]) => labels[k] === v);
-  });
-  if (matching.length === 0) {
-    throw new ConnectError(
-      `no enabled node with labels ${JSON.stringify(selector)} advertises ${needed.join(", ")}`,
-      Code.FailedPrecondition,
-    );
-  }
-  const counts = await deps.prisma.deployment.groupBy({
-    by: ["nodeId"],
-    where: { nodeId: { in: matching.map((n) => n.id) } },
-    _count: true,
-  });
-  const load = new Map(counts.map((c) => [c.nodeId, c._count]));
-  matching.sort(
-    (a, b) => (load.get(a.id) ?? 0) - (load.get(b.id) ?? 0) || (b.lastHeartbeatAt?.getTime() ?? 0) - (a.lastHeartbeatAt?.getTime() ?? 0),
-  );
-  return matching[0]!.id;
-}
-
 export async function findRecord(db: Pick<PrismaClient, "deployment">, idOrName: string): Promise<DeploymentRow> {
   if (idOrName === "") throw invalid("deployment", "is required: an id or a name");
   const d = await db.deployment.findFirst({ where: whereIdOrName(idOrName), include: { instances: true } });
@@ -170,8 +124,8 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
   const drainTimeoutMs = timeoutOf(input.drainTimeoutMs, "drain_timeout", DEFAULT_DRAIN_TIMEOUT_MS);
   const engine = await requireProfileAndFiles(deps, input.runtimeProfile, input.repository, input.commit);
   const modelFile = await requireModelFile(deps, input, input.modelFile);
-  const nodeId = await chooseNode(deps, input.nodeId, input.selector, engine);
   const id = randomUUID();
+  const nodeId = await chooseNode(deps, { ...input, deploymentId: id, engine, capabilities: needed, targetRoot });
   const now = new Date(deps.clock.now());
   await deps.prisma.$transaction(async (tx) => {
     const made = await tx.deployment.createMany({

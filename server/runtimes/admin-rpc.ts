@@ -22,7 +22,7 @@ export function adminRuntimeProfiles(profiles: RuntimeProfiles): RuntimeProfileR
   return {
     async createRuntimeProfile(req, ctx) {
       const { row, created } = await profiles.create(
-        { name: req.name, engine: req.engine, contextSize: req.contextSize, threads: req.threads },
+        { name: req.name, engine: req.engine, contextSize: req.contextSize, threads: req.threads, memoryBytes: req.memoryBytes },
         callOf(ctx).correlationId,
       );
       return create(CreateRuntimeProfileResponseSchema, { profile: toProto(row), created });

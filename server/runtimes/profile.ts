@@ -15,12 +15,15 @@ export class ProfileRuleError extends Error {
 
 export const MAX_CONTEXT_SIZE = 1_048_576;
 export const MAX_THREADS = 1024;
+export const MAX_MEMORY_BYTES = 2n ** 50n;
 const NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 
 export interface ProfileContent {
   engine: EngineKind;
   contextSize: number;
   threads: number;
+  /** Declared RAM of an openai-http profile; absent or 0 for none. */
+  memoryBytes?: bigint;
 }
 
 export function checkProfileName(name: string, field = "name"): void {
@@ -36,6 +39,11 @@ export function checkProfileContent(p: ProfileContent): void {
   }
   if (!Number.isInteger(p.threads) || p.threads < 0 || p.threads > MAX_THREADS) {
     throw new ProfileRuleError("threads", `must be from 0 (the engine's default) to ${MAX_THREADS}`);
+  }
+  const memory = p.memoryBytes ?? 0n;
+  if (memory < 0n || memory > MAX_MEMORY_BYTES) throw new ProfileRuleError("memory_bytes", "must be from 0 to 2^50 (1 PiB)");
+  if (memory > 0n && engineNameOfKind[p.engine] !== "openai-http") {
+    throw new ProfileRuleError("memory_bytes", "only an openai-http profile declares memory; llama.cpp's is estimated from the model");
   }
 }
 
@@ -55,6 +63,14 @@ export function engineOfName(name: string): EngineKind {
  * equal profiles hash equal whatever produced them, and a hash never changes with a proto rename.
  */
 export function profileContentHash(p: ProfileContent): string {
-  const canonical = JSON.stringify({ v: 1, engine: engineName(p.engine), contextSize: p.contextSize, threads: p.threads });
+  // Declared memory joins the content only when set, so every profile made before it keeps its hash.
+  const memory = p.memoryBytes ?? 0n;
+  const canonical = JSON.stringify({
+    v: 1,
+    engine: engineName(p.engine),
+    contextSize: p.contextSize,
+    threads: p.threads,
+    ...(memory > 0n ? { memoryBytes: String(memory) } : {}),
+  });
   return createHash("sha256").update(canonical).digest("hex");
 }

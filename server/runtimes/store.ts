@@ -31,6 +31,7 @@ export function specOf(row: ProfileRow): RuntimeProfileSpec {
     contextSize: row.contextSize,
     threads: row.threads,
     contentHash: row.contentHash,
+    memoryBytes: row.memoryBytes,
   });
 }
 
@@ -66,6 +67,7 @@ export class RuntimeProfiles {
       engine: engineName(input.engine),
       contextSize: input.contextSize,
       threads: input.threads,
+      memoryBytes: input.memoryBytes ?? 0n,
       contentHash,
       createdAt: now,
     };

@@ -16,7 +16,7 @@ import type { Loop } from "./loops.js";
 import type { Core } from "./core.js";
 
 export interface DeploymentsDeps extends Core {
-  config: Pick<Config, "artifactDir" | "approvedRoots" | "reconcileIntervalMs">;
+  config: Pick<Config, "artifactDir" | "approvedRoots" | "reconcileIntervalMs" | "staleAfterMs">;
   cluster: Cluster;
   jobs: Jobs;
 }
@@ -55,7 +55,15 @@ export function openDeployments(deps: DeploymentsDeps) {
     },
     adminRpcs: {
       ...adminArtifacts(artifacts),
-      ...adminDeployments({ prisma, clock, jobs, approvedRoots: config.approvedRoots, profiles: deps.jobs.profiles, reconcile }),
+      ...adminDeployments({
+        prisma,
+        clock,
+        jobs,
+        approvedRoots: config.approvedRoots,
+        staleAfterMs: config.staleAfterMs,
+        profiles: deps.jobs.profiles,
+        reconcile,
+      }),
     },
     agentRpcs: agentArtifacts({ prisma, clock, store: artifacts }),
   };

@@ -3,7 +3,7 @@
 // the controller's jobs, their order, the states and history operators see, revision changes
 // without a gap, drain, unload, delete, failures, and reloading after the agent restarts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -20,6 +20,8 @@ import { PassThrough, Writable } from "node:stream";
 import { writeFileSync } from "node:fs";
 import { runCli } from "../../cli/cli.js";
 import { testAdminKey } from "../support/server.js";
+import { telemetryArrived } from "../support/serving.js";
+import { tinyLlamaGguf } from "../../scripts/gguf.js";
 
 const repository = "acme/tiny";
 const commitA = "a".repeat(40);
@@ -114,7 +116,9 @@ beforeAll(async () => {
   await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 1024, threads: 1 });
   await ts.admin.createRuntimeProfile({ name: "tiny-cpu-2t", engine: EngineKind.LLAMA_CPP, contextSize: 1024, threads: 2 });
   await ts.admin.createRuntimeProfile({ name: "remote", engine: EngineKind.OPENAI_HTTP });
-  for (const c of [commitA, commitB, commitBroken]) await push(c, "model.gguf", randomBytes(4096));
+  // Real GGUF headers: placement prices a model by the estimate made from its header at push.
+  for (const [i, c] of [commitA, commitB, commitBroken].entries()) await push(c, "model.gguf", tinyLlamaGguf({ seed: i + 1 }).bytes);
+  await telemetryArrived(ts.admin, node.nodeId);
 }, 60_000);
 
 afterAll(async () => {
@@ -170,10 +174,14 @@ describe("deployments through a real server", () => {
       [{ ...base, runtimeProfile: "nope" }, Code.NotFound, 'runtime profile "nope" not found'],
       [{ ...base, commit: "d".repeat(40) }, Code.FailedPrecondition, "no files in the artifact store"],
       [{ ...base, nodeId: "" }, Code.InvalidArgument, "exactly one of node_id and selector"],
-      [{ ...base, nodeId: "", selector: { pool: "none" } }, Code.FailedPrecondition, "no enabled node"],
+      [
+        { ...base, nodeId: "", selector: { pool: "none" } },
+        Code.FailedPrecondition,
+        'no node fits: 1 online; 1 lacks labels {"pool":"none"}',
+      ],
       [{ ...base, targetRoot: "/etc" }, Code.InvalidArgument, "approved roots"],
       [{ ...base, maxInFlight: 5000 }, Code.InvalidArgument, "max_in_flight"],
-      [{ ...base, runtimeProfile: "remote" }, Code.FailedPrecondition, 'run engine "openai-http"'],
+      [{ ...base, runtimeProfile: "remote" }, Code.FailedPrecondition, `no node fits: node ${node.nodeId}: lacks engine openai-http`],
     ] as const) {
       await expect(ts.admin.createDeployment(req), JSON.stringify(req)).rejects.toMatchObject({
         code,
@@ -281,7 +289,8 @@ describe("deployments through a real server", () => {
       [d2, ["README.md", "v1.gguf", "v2.gguf"]],
       [d3, ["README.md", "v2.gguf"]],
     ] as const) {
-      for (const path of paths) await push(commit, path, path === "README.md" ? readme : randomBytes(1024));
+      for (const [i, path] of paths.entries())
+        await push(commit, path, path === "README.md" ? readme : tinyLlamaGguf({ seed: 10 + i }).bytes);
     }
     await ts.admin.createDeployment({ name: "files", nodeId: node.nodeId, runtimeProfile: "tiny-cpu", repository, commit: d1 });
     await until("files", DeploymentState.READY);

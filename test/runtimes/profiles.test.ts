@@ -42,7 +42,10 @@ describe("profile rules", () => {
     [llama(1.5), "context_size"],
     [{ engine: EngineKind.UNSPECIFIED, contextSize: 0, threads: 0 }, "engine"],
     [{ engine: 99 as EngineKind, contextSize: 0, threads: 0 }, "engine"],
-  ])("content %j refused on: %s", (content, field) => {
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, memoryBytes: 2n ** 50n }, undefined],
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, memoryBytes: 2n ** 50n + 1n }, "memory_bytes"],
+    [{ ...llama(), memoryBytes: 1n }, "memory_bytes"],
+  ])("content %o refused on: %s", (content, field) => {
     if (field === undefined) expect(() => checkProfileContent(content)).not.toThrow();
     else expect(() => checkProfileContent(content)).toThrow(expect.objectContaining({ field }));
   });
@@ -55,6 +58,10 @@ describe("profile rules", () => {
     expect(new Set([base, ...others]).size).toBe(4);
     // Pinned: a hash once in a lease must mean the same content forever.
     expect(base).toBe("9294202b669ac09c4180721872e776c5a1ce03ab47c55b57d732a47c87269a80");
+    // Declared memory is content when set, and leaves the hashes of profiles without it alone.
+    expect(profileContentHash({ ...llama(1024, 1), memoryBytes: 0n })).toBe(base);
+    const remote = { engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0 };
+    expect(profileContentHash({ ...remote, memoryBytes: 1n })).not.toBe(profileContentHash(remote));
   });
 });
 

@@ -14,6 +14,7 @@ import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { enrollNode } from "../../agent/enroll.js";
 import { runAgent, type SessionJobs, type SessionLink } from "../../agent/session.js";
+import type { Reporters } from "../../agent/session/reporters.js";
 import { CapabilityRegistry, openJobRunner, type JobRunner } from "../../agent/jobs/index.js";
 import { nodeFromState, type TestNode } from "./node.js";
 
@@ -102,6 +103,8 @@ export interface AgentOptions {
   receiptsPath?: string;
   /** Session reconnect backoff (default 50 ms doubling to 300 ms, so tests reconnect fast). */
   backoff?: { baseMs: number; maxMs: number };
+  /** What the agent reports as inventory and telemetry (default: this machine's, as `agent run`). */
+  reporters?: Reporters;
 }
 
 /** Runs the agent of an enrolled node in this process. */
@@ -136,6 +139,7 @@ export async function startAgent(node: TestNode, opts: AgentOptions = {}): Promi
     jobs: tap,
     backoffBaseMs: opts.backoff?.baseMs ?? 50,
     backoffMaxMs: opts.backoff?.maxMs ?? 300,
+    ...(opts.reporters !== undefined ? { reporters: opts.reporters } : {}),
   });
   running.catch(() => undefined);
   const disconnect = async () => {

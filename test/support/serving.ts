@@ -18,8 +18,14 @@ export async function storeArtifact(admin: Admin, at: { repository: string; comm
   await admin.uploadArtifactChunk({ ...at, sizeBytes: BigInt(data.length), sha256, offset: 0n, data });
 }
 
+/** Waits for the node's first telemetry: placement refuses a node whose disk and memory are unknown. */
+export async function telemetryArrived(admin: Admin, nodeId: string) {
+  await eventually(async () => (await admin.getNode({ nodeId })).telemetry !== undefined, 60_000, `telemetry of node ${nodeId}`);
+}
+
 /** Creates the deployment and waits until it is READY; its id. */
 async function deployReady(admin: Admin, spec: MessageInitShape<typeof CreateDeploymentRequestSchema> & { name: string }) {
+  if (typeof spec.nodeId === "string" && spec.nodeId !== "") await telemetryArrived(admin, spec.nodeId);
   const created = await admin.createDeployment(spec);
   await eventually(
     async () => (await admin.getDeployment({ deployment: spec.name })).deployment!.deployment!.state === DeploymentState.READY,
@@ -66,17 +72,21 @@ export async function servingNode(
   return { node, agent: await spawnServingAgent(ts.admin, node, root) };
 }
 
-/** A real agent process that runs runtimes from models under `root` fetched from the control plane, waited until it can load deployments. */
+/** A real agent process that runs runtimes from models under `root` fetched from the control plane, waited until deployments can be placed on it. */
 export async function spawnServingAgent(admin: Admin, node: Pick<TestNode, "nodeId" | "statePath">, root: string): Promise<AgentProcess> {
   const agent = spawnAgent(node.statePath, {
     MODELFORGE_AGENT_RUNTIMES: "on",
     MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
     MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
   });
+  // Placement fits a model to a node's telemetry: a node without any yet fits nowhere.
   await eventually(
-    async () => (await admin.getNode({ nodeId: node.nodeId })).node!.capabilities.includes("deployment.load.v1"),
-    30_000,
-    "the agent online, advertising deployment.load.v1",
+    async () => {
+      const n = await admin.getNode({ nodeId: node.nodeId });
+      return n.node!.capabilities.includes("deployment.load.v1") && n.telemetry !== undefined;
+    },
+    60_000,
+    "the agent online, advertising deployment.load.v1, its telemetry in",
   ).catch(async (err: unknown) => {
     await agent.kill();
     throw err;

@@ -275,7 +275,10 @@ export const StoredArtifactScalarFieldEnum = {
   path: 'path',
   sizeBytes: 'sizeBytes',
   sha256: 'sha256',
-  createdAt: 'createdAt'
+  createdAt: 'createdAt',
+  estimatedWeightsBytes: 'estimatedWeightsBytes',
+  estimatedKvBytesPerToken: 'estimatedKvBytesPerToken',
+  estimatedContextLength: 'estimatedContextLength'
 } as const
 
 export type StoredArtifactScalarFieldEnum = (typeof StoredArtifactScalarFieldEnum)[keyof typeof StoredArtifactScalarFieldEnum]
@@ -286,6 +289,7 @@ export const RuntimeProfileScalarFieldEnum = {
   engine: 'engine',
   contextSize: 'contextSize',
   threads: 'threads',
+  memoryBytes: 'memoryBytes',
   contentHash: 'contentHash',
   createdAt: 'createdAt'
 } as const

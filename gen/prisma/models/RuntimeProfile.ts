@@ -29,11 +29,13 @@ export type AggregateRuntimeProfile = {
 export type RuntimeProfileAvgAggregateOutputType = {
   contextSize: number | null
   threads: number | null
+  memoryBytes: number | null
 }
 
 export type RuntimeProfileSumAggregateOutputType = {
   contextSize: number | null
   threads: number | null
+  memoryBytes: bigint | null
 }
 
 export type RuntimeProfileMinAggregateOutputType = {
@@ -41,6 +43,7 @@ export type RuntimeProfileMinAggregateOutputType = {
   engine: string | null
   contextSize: number | null
   threads: number | null
+  memoryBytes: bigint | null
   contentHash: string | null
   createdAt: Date | null
 }
@@ -50,6 +53,7 @@ export type RuntimeProfileMaxAggregateOutputType = {
   engine: string | null
   contextSize: number | null
   threads: number | null
+  memoryBytes: bigint | null
   contentHash: string | null
   createdAt: Date | null
 }
@@ -59,6 +63,7 @@ export type RuntimeProfileCountAggregateOutputType = {
   engine: number
   contextSize: number
   threads: number
+  memoryBytes: number
   contentHash: number
   createdAt: number
   _all: number
@@ -68,11 +73,13 @@ export type RuntimeProfileCountAggregateOutputType = {
 export type RuntimeProfileAvgAggregateInputType = {
   contextSize?: true
   threads?: true
+  memoryBytes?: true
 }
 
 export type RuntimeProfileSumAggregateInputType = {
   contextSize?: true
   threads?: true
+  memoryBytes?: true
 }
 
 export type RuntimeProfileMinAggregateInputType = {
@@ -80,6 +87,7 @@ export type RuntimeProfileMinAggregateInputType = {
   engine?: true
   contextSize?: true
   threads?: true
+  memoryBytes?: true
   contentHash?: true
   createdAt?: true
 }
@@ -89,6 +97,7 @@ export type RuntimeProfileMaxAggregateInputType = {
   engine?: true
   contextSize?: true
   threads?: true
+  memoryBytes?: true
   contentHash?: true
   createdAt?: true
 }
@@ -98,6 +107,7 @@ export type RuntimeProfileCountAggregateInputType = {
   engine?: true
   contextSize?: true
   threads?: true
+  memoryBytes?: true
   contentHash?: true
   createdAt?: true
   _all?: true
@@ -194,6 +204,7 @@ export type RuntimeProfileGroupByOutputType = {
   engine: string
   contextSize: number
   threads: number
+  memoryBytes: bigint
   contentHash: string
   createdAt: Date
   _count: RuntimeProfileCountAggregateOutputType | null
@@ -226,6 +237,7 @@ export type RuntimeProfileWhereInput = {
   engine?: Prisma.StringFilter<"RuntimeProfile"> | string
   contextSize?: Prisma.IntFilter<"RuntimeProfile"> | number
   threads?: Prisma.IntFilter<"RuntimeProfile"> | number
+  memoryBytes?: Prisma.BigIntFilter<"RuntimeProfile"> | bigint | number
   contentHash?: Prisma.StringFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeFilter<"RuntimeProfile"> | Date | string
 }
@@ -235,6 +247,7 @@ export type RuntimeProfileOrderByWithRelationInput = {
   engine?: Prisma.SortOrder
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
+  memoryBytes?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -247,6 +260,7 @@ export type RuntimeProfileWhereUniqueInput = Prisma.AtLeast<{
   engine?: Prisma.StringFilter<"RuntimeProfile"> | string
   contextSize?: Prisma.IntFilter<"RuntimeProfile"> | number
   threads?: Prisma.IntFilter<"RuntimeProfile"> | number
+  memoryBytes?: Prisma.BigIntFilter<"RuntimeProfile"> | bigint | number
   contentHash?: Prisma.StringFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeFilter<"RuntimeProfile"> | Date | string
 }, "name">
@@ -256,6 +270,7 @@ export type RuntimeProfileOrderByWithAggregationInput = {
   engine?: Prisma.SortOrder
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
+  memoryBytes?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   _count?: Prisma.RuntimeProfileCountOrderByAggregateInput
@@ -273,6 +288,7 @@ export type RuntimeProfileScalarWhereWithAggregatesInput = {
   engine?: Prisma.StringWithAggregatesFilter<"RuntimeProfile"> | string
   contextSize?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
   threads?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
+  memoryBytes?: Prisma.BigIntWithAggregatesFilter<"RuntimeProfile"> | bigint | number
   contentHash?: Prisma.StringWithAggregatesFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"RuntimeProfile"> | Date | string
 }
@@ -282,6 +298,7 @@ export type RuntimeProfileCreateInput = {
   engine: string
   contextSize: number
   threads: number
+  memoryBytes?: bigint | number
   contentHash: string
   createdAt?: Date | string
 }
@@ -291,6 +308,7 @@ export type RuntimeProfileUncheckedCreateInput = {
   engine: string
   contextSize: number
   threads: number
+  memoryBytes?: bigint | number
   contentHash: string
   createdAt?: Date | string
 }
@@ -300,6 +318,7 @@ export type RuntimeProfileUpdateInput = {
   engine?: Prisma.StringFieldUpdateOperationsInput | string
   contextSize?: Prisma.IntFieldUpdateOperationsInput | number
   threads?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -309,6 +328,7 @@ export type RuntimeProfileUncheckedUpdateInput = {
   engine?: Prisma.StringFieldUpdateOperationsInput | string
   contextSize?: Prisma.IntFieldUpdateOperationsInput | number
   threads?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -318,6 +338,7 @@ export type RuntimeProfileCreateManyInput = {
   engine: string
   contextSize: number
   threads: number
+  memoryBytes?: bigint | number
   contentHash: string
   createdAt?: Date | string
 }
@@ -327,6 +348,7 @@ export type RuntimeProfileUpdateManyMutationInput = {
   engine?: Prisma.StringFieldUpdateOperationsInput | string
   contextSize?: Prisma.IntFieldUpdateOperationsInput | number
   threads?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -336,6 +358,7 @@ export type RuntimeProfileUncheckedUpdateManyInput = {
   engine?: Prisma.StringFieldUpdateOperationsInput | string
   contextSize?: Prisma.IntFieldUpdateOperationsInput | number
   threads?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -345,6 +368,7 @@ export type RuntimeProfileCountOrderByAggregateInput = {
   engine?: Prisma.SortOrder
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
+  memoryBytes?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -352,6 +376,7 @@ export type RuntimeProfileCountOrderByAggregateInput = {
 export type RuntimeProfileAvgOrderByAggregateInput = {
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
+  memoryBytes?: Prisma.SortOrder
 }
 
 export type RuntimeProfileMaxOrderByAggregateInput = {
@@ -359,6 +384,7 @@ export type RuntimeProfileMaxOrderByAggregateInput = {
   engine?: Prisma.SortOrder
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
+  memoryBytes?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -368,6 +394,7 @@ export type RuntimeProfileMinOrderByAggregateInput = {
   engine?: Prisma.SortOrder
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
+  memoryBytes?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -375,6 +402,7 @@ export type RuntimeProfileMinOrderByAggregateInput = {
 export type RuntimeProfileSumOrderByAggregateInput = {
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
+  memoryBytes?: Prisma.SortOrder
 }
 
 
@@ -384,6 +412,7 @@ export type RuntimeProfileSelect<ExtArgs extends runtime.Types.Extensions.Intern
   engine?: boolean
   contextSize?: boolean
   threads?: boolean
+  memoryBytes?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -393,6 +422,7 @@ export type RuntimeProfileSelectCreateManyAndReturn<ExtArgs extends runtime.Type
   engine?: boolean
   contextSize?: boolean
   threads?: boolean
+  memoryBytes?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -402,6 +432,7 @@ export type RuntimeProfileSelectUpdateManyAndReturn<ExtArgs extends runtime.Type
   engine?: boolean
   contextSize?: boolean
   threads?: boolean
+  memoryBytes?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -411,11 +442,12 @@ export type RuntimeProfileSelectScalar = {
   engine?: boolean
   contextSize?: boolean
   threads?: boolean
+  memoryBytes?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }
 
-export type RuntimeProfileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"name" | "engine" | "contextSize" | "threads" | "contentHash" | "createdAt", ExtArgs["result"]["runtimeProfile"]>
+export type RuntimeProfileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"name" | "engine" | "contextSize" | "threads" | "memoryBytes" | "contentHash" | "createdAt", ExtArgs["result"]["runtimeProfile"]>
 
 export type $RuntimeProfilePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "RuntimeProfile"
@@ -428,6 +460,10 @@ export type $RuntimeProfilePayload<ExtArgs extends runtime.Types.Extensions.Inte
     engine: string
     contextSize: number
     threads: number
+    /**
+     * RAM an openai-http profile declares its model takes on the node (placement); 0 for none.
+     */
+    memoryBytes: bigint
     /**
      * SHA-256 of the canonical content (engine and parameters).
      */
@@ -860,6 +896,7 @@ export interface RuntimeProfileFieldRefs {
   readonly engine: Prisma.FieldRef<"RuntimeProfile", 'String'>
   readonly contextSize: Prisma.FieldRef<"RuntimeProfile", 'Int'>
   readonly threads: Prisma.FieldRef<"RuntimeProfile", 'Int'>
+  readonly memoryBytes: Prisma.FieldRef<"RuntimeProfile", 'BigInt'>
   readonly contentHash: Prisma.FieldRef<"RuntimeProfile", 'String'>
   readonly createdAt: Prisma.FieldRef<"RuntimeProfile", 'DateTime'>
 }

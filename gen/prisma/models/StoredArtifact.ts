@@ -29,10 +29,16 @@ export type AggregateStoredArtifact = {
 
 export type StoredArtifactAvgAggregateOutputType = {
   sizeBytes: number | null
+  estimatedWeightsBytes: number | null
+  estimatedKvBytesPerToken: number | null
+  estimatedContextLength: number | null
 }
 
 export type StoredArtifactSumAggregateOutputType = {
   sizeBytes: bigint | null
+  estimatedWeightsBytes: bigint | null
+  estimatedKvBytesPerToken: bigint | null
+  estimatedContextLength: number | null
 }
 
 export type StoredArtifactMinAggregateOutputType = {
@@ -42,6 +48,9 @@ export type StoredArtifactMinAggregateOutputType = {
   sizeBytes: bigint | null
   sha256: string | null
   createdAt: Date | null
+  estimatedWeightsBytes: bigint | null
+  estimatedKvBytesPerToken: bigint | null
+  estimatedContextLength: number | null
 }
 
 export type StoredArtifactMaxAggregateOutputType = {
@@ -51,6 +60,9 @@ export type StoredArtifactMaxAggregateOutputType = {
   sizeBytes: bigint | null
   sha256: string | null
   createdAt: Date | null
+  estimatedWeightsBytes: bigint | null
+  estimatedKvBytesPerToken: bigint | null
+  estimatedContextLength: number | null
 }
 
 export type StoredArtifactCountAggregateOutputType = {
@@ -60,16 +72,25 @@ export type StoredArtifactCountAggregateOutputType = {
   sizeBytes: number
   sha256: number
   createdAt: number
+  estimatedWeightsBytes: number
+  estimatedKvBytesPerToken: number
+  estimatedContextLength: number
   _all: number
 }
 
 
 export type StoredArtifactAvgAggregateInputType = {
   sizeBytes?: true
+  estimatedWeightsBytes?: true
+  estimatedKvBytesPerToken?: true
+  estimatedContextLength?: true
 }
 
 export type StoredArtifactSumAggregateInputType = {
   sizeBytes?: true
+  estimatedWeightsBytes?: true
+  estimatedKvBytesPerToken?: true
+  estimatedContextLength?: true
 }
 
 export type StoredArtifactMinAggregateInputType = {
@@ -79,6 +100,9 @@ export type StoredArtifactMinAggregateInputType = {
   sizeBytes?: true
   sha256?: true
   createdAt?: true
+  estimatedWeightsBytes?: true
+  estimatedKvBytesPerToken?: true
+  estimatedContextLength?: true
 }
 
 export type StoredArtifactMaxAggregateInputType = {
@@ -88,6 +112,9 @@ export type StoredArtifactMaxAggregateInputType = {
   sizeBytes?: true
   sha256?: true
   createdAt?: true
+  estimatedWeightsBytes?: true
+  estimatedKvBytesPerToken?: true
+  estimatedContextLength?: true
 }
 
 export type StoredArtifactCountAggregateInputType = {
@@ -97,6 +124,9 @@ export type StoredArtifactCountAggregateInputType = {
   sizeBytes?: true
   sha256?: true
   createdAt?: true
+  estimatedWeightsBytes?: true
+  estimatedKvBytesPerToken?: true
+  estimatedContextLength?: true
   _all?: true
 }
 
@@ -193,6 +223,9 @@ export type StoredArtifactGroupByOutputType = {
   sizeBytes: bigint
   sha256: string
   createdAt: Date
+  estimatedWeightsBytes: bigint | null
+  estimatedKvBytesPerToken: bigint | null
+  estimatedContextLength: number | null
   _count: StoredArtifactCountAggregateOutputType | null
   _avg: StoredArtifactAvgAggregateOutputType | null
   _sum: StoredArtifactSumAggregateOutputType | null
@@ -225,6 +258,9 @@ export type StoredArtifactWhereInput = {
   sizeBytes?: Prisma.BigIntFilter<"StoredArtifact"> | bigint | number
   sha256?: Prisma.StringFilter<"StoredArtifact"> | string
   createdAt?: Prisma.DateTimeFilter<"StoredArtifact"> | Date | string
+  estimatedWeightsBytes?: Prisma.BigIntNullableFilter<"StoredArtifact"> | bigint | number | null
+  estimatedKvBytesPerToken?: Prisma.BigIntNullableFilter<"StoredArtifact"> | bigint | number | null
+  estimatedContextLength?: Prisma.IntNullableFilter<"StoredArtifact"> | number | null
 }
 
 export type StoredArtifactOrderByWithRelationInput = {
@@ -234,6 +270,9 @@ export type StoredArtifactOrderByWithRelationInput = {
   sizeBytes?: Prisma.SortOrder
   sha256?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
+  estimatedWeightsBytes?: Prisma.SortOrderInput | Prisma.SortOrder
+  estimatedKvBytesPerToken?: Prisma.SortOrderInput | Prisma.SortOrder
+  estimatedContextLength?: Prisma.SortOrderInput | Prisma.SortOrder
 }
 
 export type StoredArtifactWhereUniqueInput = Prisma.AtLeast<{
@@ -247,6 +286,9 @@ export type StoredArtifactWhereUniqueInput = Prisma.AtLeast<{
   sizeBytes?: Prisma.BigIntFilter<"StoredArtifact"> | bigint | number
   sha256?: Prisma.StringFilter<"StoredArtifact"> | string
   createdAt?: Prisma.DateTimeFilter<"StoredArtifact"> | Date | string
+  estimatedWeightsBytes?: Prisma.BigIntNullableFilter<"StoredArtifact"> | bigint | number | null
+  estimatedKvBytesPerToken?: Prisma.BigIntNullableFilter<"StoredArtifact"> | bigint | number | null
+  estimatedContextLength?: Prisma.IntNullableFilter<"StoredArtifact"> | number | null
 }, "repository_commit_path">
 
 export type StoredArtifactOrderByWithAggregationInput = {
@@ -256,6 +298,9 @@ export type StoredArtifactOrderByWithAggregationInput = {
   sizeBytes?: Prisma.SortOrder
   sha256?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
+  estimatedWeightsBytes?: Prisma.SortOrderInput | Prisma.SortOrder
+  estimatedKvBytesPerToken?: Prisma.SortOrderInput | Prisma.SortOrder
+  estimatedContextLength?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.StoredArtifactCountOrderByAggregateInput
   _avg?: Prisma.StoredArtifactAvgOrderByAggregateInput
   _max?: Prisma.StoredArtifactMaxOrderByAggregateInput
@@ -273,6 +318,9 @@ export type StoredArtifactScalarWhereWithAggregatesInput = {
   sizeBytes?: Prisma.BigIntWithAggregatesFilter<"StoredArtifact"> | bigint | number
   sha256?: Prisma.StringWithAggregatesFilter<"StoredArtifact"> | string
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"StoredArtifact"> | Date | string
+  estimatedWeightsBytes?: Prisma.BigIntNullableWithAggregatesFilter<"StoredArtifact"> | bigint | number | null
+  estimatedKvBytesPerToken?: Prisma.BigIntNullableWithAggregatesFilter<"StoredArtifact"> | bigint | number | null
+  estimatedContextLength?: Prisma.IntNullableWithAggregatesFilter<"StoredArtifact"> | number | null
 }
 
 export type StoredArtifactCreateInput = {
@@ -282,6 +330,9 @@ export type StoredArtifactCreateInput = {
   sizeBytes: bigint | number
   sha256: string
   createdAt?: Date | string
+  estimatedWeightsBytes?: bigint | number | null
+  estimatedKvBytesPerToken?: bigint | number | null
+  estimatedContextLength?: number | null
 }
 
 export type StoredArtifactUncheckedCreateInput = {
@@ -291,6 +342,9 @@ export type StoredArtifactUncheckedCreateInput = {
   sizeBytes: bigint | number
   sha256: string
   createdAt?: Date | string
+  estimatedWeightsBytes?: bigint | number | null
+  estimatedKvBytesPerToken?: bigint | number | null
+  estimatedContextLength?: number | null
 }
 
 export type StoredArtifactUpdateInput = {
@@ -300,6 +354,9 @@ export type StoredArtifactUpdateInput = {
   sizeBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  estimatedWeightsBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  estimatedKvBytesPerToken?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  estimatedContextLength?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
 }
 
 export type StoredArtifactUncheckedUpdateInput = {
@@ -309,6 +366,9 @@ export type StoredArtifactUncheckedUpdateInput = {
   sizeBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  estimatedWeightsBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  estimatedKvBytesPerToken?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  estimatedContextLength?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
 }
 
 export type StoredArtifactCreateManyInput = {
@@ -318,6 +378,9 @@ export type StoredArtifactCreateManyInput = {
   sizeBytes: bigint | number
   sha256: string
   createdAt?: Date | string
+  estimatedWeightsBytes?: bigint | number | null
+  estimatedKvBytesPerToken?: bigint | number | null
+  estimatedContextLength?: number | null
 }
 
 export type StoredArtifactUpdateManyMutationInput = {
@@ -327,6 +390,9 @@ export type StoredArtifactUpdateManyMutationInput = {
   sizeBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  estimatedWeightsBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  estimatedKvBytesPerToken?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  estimatedContextLength?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
 }
 
 export type StoredArtifactUncheckedUpdateManyInput = {
@@ -336,6 +402,9 @@ export type StoredArtifactUncheckedUpdateManyInput = {
   sizeBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  estimatedWeightsBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  estimatedKvBytesPerToken?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  estimatedContextLength?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
 }
 
 export type StoredArtifactRepositoryCommitPathCompoundUniqueInput = {
@@ -351,10 +420,16 @@ export type StoredArtifactCountOrderByAggregateInput = {
   sizeBytes?: Prisma.SortOrder
   sha256?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
+  estimatedWeightsBytes?: Prisma.SortOrder
+  estimatedKvBytesPerToken?: Prisma.SortOrder
+  estimatedContextLength?: Prisma.SortOrder
 }
 
 export type StoredArtifactAvgOrderByAggregateInput = {
   sizeBytes?: Prisma.SortOrder
+  estimatedWeightsBytes?: Prisma.SortOrder
+  estimatedKvBytesPerToken?: Prisma.SortOrder
+  estimatedContextLength?: Prisma.SortOrder
 }
 
 export type StoredArtifactMaxOrderByAggregateInput = {
@@ -364,6 +439,9 @@ export type StoredArtifactMaxOrderByAggregateInput = {
   sizeBytes?: Prisma.SortOrder
   sha256?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
+  estimatedWeightsBytes?: Prisma.SortOrder
+  estimatedKvBytesPerToken?: Prisma.SortOrder
+  estimatedContextLength?: Prisma.SortOrder
 }
 
 export type StoredArtifactMinOrderByAggregateInput = {
@@ -373,10 +451,24 @@ export type StoredArtifactMinOrderByAggregateInput = {
   sizeBytes?: Prisma.SortOrder
   sha256?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
+  estimatedWeightsBytes?: Prisma.SortOrder
+  estimatedKvBytesPerToken?: Prisma.SortOrder
+  estimatedContextLength?: Prisma.SortOrder
 }
 
 export type StoredArtifactSumOrderByAggregateInput = {
   sizeBytes?: Prisma.SortOrder
+  estimatedWeightsBytes?: Prisma.SortOrder
+  estimatedKvBytesPerToken?: Prisma.SortOrder
+  estimatedContextLength?: Prisma.SortOrder
+}
+
+export type NullableBigIntFieldUpdateOperationsInput = {
+  set?: bigint | number | null
+  increment?: bigint | number
+  decrement?: bigint | number
+  multiply?: bigint | number
+  divide?: bigint | number
 }
 
 
@@ -388,6 +480,9 @@ export type StoredArtifactSelect<ExtArgs extends runtime.Types.Extensions.Intern
   sizeBytes?: boolean
   sha256?: boolean
   createdAt?: boolean
+  estimatedWeightsBytes?: boolean
+  estimatedKvBytesPerToken?: boolean
+  estimatedContextLength?: boolean
 }, ExtArgs["result"]["storedArtifact"]>
 
 export type StoredArtifactSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -397,6 +492,9 @@ export type StoredArtifactSelectCreateManyAndReturn<ExtArgs extends runtime.Type
   sizeBytes?: boolean
   sha256?: boolean
   createdAt?: boolean
+  estimatedWeightsBytes?: boolean
+  estimatedKvBytesPerToken?: boolean
+  estimatedContextLength?: boolean
 }, ExtArgs["result"]["storedArtifact"]>
 
 export type StoredArtifactSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -406,6 +504,9 @@ export type StoredArtifactSelectUpdateManyAndReturn<ExtArgs extends runtime.Type
   sizeBytes?: boolean
   sha256?: boolean
   createdAt?: boolean
+  estimatedWeightsBytes?: boolean
+  estimatedKvBytesPerToken?: boolean
+  estimatedContextLength?: boolean
 }, ExtArgs["result"]["storedArtifact"]>
 
 export type StoredArtifactSelectScalar = {
@@ -415,9 +516,12 @@ export type StoredArtifactSelectScalar = {
   sizeBytes?: boolean
   sha256?: boolean
   createdAt?: boolean
+  estimatedWeightsBytes?: boolean
+  estimatedKvBytesPerToken?: boolean
+  estimatedContextLength?: boolean
 }
 
-export type StoredArtifactOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"repository" | "commit" | "path" | "sizeBytes" | "sha256" | "createdAt", ExtArgs["result"]["storedArtifact"]>
+export type StoredArtifactOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"repository" | "commit" | "path" | "sizeBytes" | "sha256" | "createdAt" | "estimatedWeightsBytes" | "estimatedKvBytesPerToken" | "estimatedContextLength", ExtArgs["result"]["storedArtifact"]>
 
 export type $StoredArtifactPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "StoredArtifact"
@@ -429,6 +533,16 @@ export type $StoredArtifactPayload<ExtArgs extends runtime.Types.Extensions.Inte
     sizeBytes: bigint
     sha256: string
     createdAt: Date
+    /**
+     * The memory estimate from a GGUF file's header, made at push (server/artifacts/memory.ts);
+     * null for files that are not a GGUF the estimate can read.
+     */
+    estimatedWeightsBytes: bigint | null
+    estimatedKvBytesPerToken: bigint | null
+    /**
+     * The context length the model was trained with: a profile's context size 0 means this.
+     */
+    estimatedContextLength: number | null
   }, ExtArgs["result"]["storedArtifact"]>
   composites: {}
 }
@@ -858,6 +972,9 @@ export interface StoredArtifactFieldRefs {
   readonly sizeBytes: Prisma.FieldRef<"StoredArtifact", 'BigInt'>
   readonly sha256: Prisma.FieldRef<"StoredArtifact", 'String'>
   readonly createdAt: Prisma.FieldRef<"StoredArtifact", 'DateTime'>
+  readonly estimatedWeightsBytes: Prisma.FieldRef<"StoredArtifact", 'BigInt'>
+  readonly estimatedKvBytesPerToken: Prisma.FieldRef<"StoredArtifact", 'BigInt'>
+  readonly estimatedContextLength: Prisma.FieldRef<"StoredArtifact", 'Int'>
 }
     
 

@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "RuntimeProfile" ADD COLUMN     "memoryBytes" BIGINT NOT NULL DEFAULT 0;
+

@@ -1,0 +1,164 @@
+// What a GGUF model needs in RAM, from its header alone: the tensors' bytes by their ggml type, and
+// the KV cache per token of context from the layer, head and embedding counts. Pure; the header is
+// read by gguf-header.ts at push time and the two numbers are stored with the artifact, so
+// placement can price any profile's context size without reading the file again.
+
+export interface GgufShape {
+  /** general.architecture; absent in the later shards of a split model (their KV is then 0). */
+  architecture: string | undefined;
+  /** The metadata of the header: `${architecture}.block_count` and the like. */
+  metadata: { [key: string]: unknown };
+  tensors: { dtype: number; shape: bigint[] }[];
+}
+
+/** Files whose header is read at push; anything else has no estimate. */
+export const isGguf = (path: string) => path.toLowerCase().endsWith(".gguf");
+
+export interface MemoryEstimate {
+  weightsBytes: number;
+  /** KV cache bytes per token of context (f16 keys and values, llama.cpp's default). */
+  kvBytesPerToken: number;
+  /** The context length the model was trained with; a profile's context size 0 means this. */
+  contextLength: number;
+}
+
+/**
+ * Elements per block and bytes per block of each ggml tensor type (ggml's type traits). A type not
+ * here gives no estimate rather than a guess.
+ */
+const BLOCKS: { [dtype: number]: [elements: number, bytes: number] } = {
+  0: [1, 4], // F32
+  1: [1, 2], // F16
+  2: [32, 18], // Q4_0
+  3: [32, 20], // Q4_1
+  6: [32, 22], // Q5_0
+  7: [32, 24], // Q5_1
+  8: [32, 34], // Q8_0
+  9: [32, 40], // Q8_1
+  10: [256, 84], // Q2_K
+  11: [256, 110], // Q3_K
+  12: [256, 144], // Q4_K
+  13: [256, 176], // Q5_K
+  14: [256, 210], // Q6_K
+  15: [256, 292], // Q8_K
+  16: [256, 66], // IQ2_XXS
+  17: [256, 74], // IQ2_XS
+  18: [256, 98], // IQ3_XXS
+  19: [256, 50], // IQ1_S
+  20: [32, 18], // IQ4_NL
+  21: [256, 110], // IQ3_S
+  22: [256, 82], // IQ2_S
+  23: [256, 136], // IQ4_XS
+  24: [1, 1], // I8
+  25: [1, 2], // I16
+  26: [1, 4], // I32
+  27: [1, 8], // I64
+  28: [1, 8], // F64
+  29: [256, 56], // IQ1_M
+  30: [1, 2], // BF16
+  34: [256, 54], // TQ1_0
+  35: [256, 66], // TQ2_0
+  39: [32, 17], // MXFP4
+};
+
+/** Bytes of f16, the KV cache's element type unless a profile says otherwise (none does yet). */
+const KV_ELEMENT_BYTES = 2;
+
+/**
+ * The stated margin on top of weights and KV cache: llama.cpp's compute buffers, the runtime
+ * process and allocator slack. A tenth of the need plus 256 MiB covers small and large models.
+ */
+export const MARGIN_FIXED_BYTES = 256 * 2 ** 20;
+export const MARGIN_FRACTION = 0.1;
+
+export class EstimateError extends Error {}
+
+function tensorBytes(t: { dtype: number; shape: bigint[] }): number {
+  const block = BLOCKS[t.dtype];
+  if (block === undefined) throw new EstimateError(`tensor type ${t.dtype} is not one the estimate knows`);
+  const elements = t.shape.reduce((n, d) => n * Number(d), 1);
+  return Math.ceil(elements / block[0]) * block[1];
+}
+
+/** A count in the metadata: a number, or one per layer (models whose layers differ). */
+function perLayer(raw: unknown, layers: number, what: string): number[] {
+  const value = typeof raw === "bigint" ? Number(raw) : raw;
+  if (typeof value === "number" && Number.isInteger(value) && value >= 0) return Array<number>(layers).fill(value);
+  if (Array.isArray(value) && value.length === layers && value.every((v) => typeof v === "number" && Number.isInteger(v) && v >= 0)) {
+    return value as number[];
+  }
+  throw new EstimateError(`${what} is missing or not a count`);
+}
+
+function count(metadata: { [key: string]: unknown }, key: string): number {
+  const v = metadata[key];
+  const n = typeof v === "bigint" ? Number(v) : v;
+  if (typeof n !== "number" || !Number.isInteger(n) || n < 0) throw new EstimateError(`${key} is missing or not a count`);
+  return n;
+}
+
+function kvOf(shape: GgufShape): { kvBytesPerToken: number; contextLength: number } {
+  const arch = shape.architecture;
+  if (arch === undefined) return { kvBytesPerToken: 0, contextLength: 0 };
+  const m = shape.metadata;
+  const layers = count(m, `${arch}.block_count`);
+  const embedding = count(m, `${arch}.embedding_length`);
+  const heads = perLayer(m[`${arch}.attention.head_count`], layers, `${arch}.attention.head_count`);
+  const kvHeads =
+    m[`${arch}.attention.head_count_kv`] === undefined
+      ? heads
+      : perLayer(m[`${arch}.attention.head_count_kv`], layers, `${arch}.attention.head_count_kv`);
+  let elements = 0;
+  for (let layer = 0; layer < layers; layer++) {
+    const h = heads[layer]!;
+    if (h === 0) continue; // a layer without attention (some hybrid models) keeps no cache
+    const key = m[`${arch}.attention.key_length`] === undefined ? embedding / h : count(m, `${arch}.attention.key_length`);
+    const value = m[`${arch}.attention.value_length`] === undefined ? embedding / h : count(m, `${arch}.attention.value_length`);
+    elements += kvHeads[layer]! * (key + value);
+  }
+  return { kvBytesPerToken: Math.ceil(elements * KV_ELEMENT_BYTES), contextLength: count(m, `${arch}.context_length`) };
+}
+
+/** The estimate of one GGUF file; throws EstimateError when the header does not say enough. */
+export function estimateGguf(shape: GgufShape): MemoryEstimate {
+  const weightsBytes = shape.tensors.reduce((sum, t) => sum + tensorBytes(t), 0);
+  if (!Number.isSafeInteger(weightsBytes)) throw new EstimateError("the tensors' sizes overflow");
+  return { weightsBytes, ...kvOf(shape) };
+}
+
+/** What a deployment needs in RAM at a context size (0: the model's own), with the margin. */
+export function memoryNeed(estimate: MemoryEstimate, contextSize: number): number {
+  const context = contextSize === 0 ? estimate.contextLength : contextSize;
+  const need = estimate.weightsBytes + estimate.kvBytesPerToken * context;
+  return Math.ceil(need * (1 + MARGIN_FRACTION)) + MARGIN_FIXED_BYTES;
+}
+
+/** The estimate stored with an artifact row, if it has one. */
+export function storedEstimate(row: {
+  estimatedWeightsBytes: bigint | null;
+  estimatedKvBytesPerToken: bigint | null;
+  estimatedContextLength: number | null;
+}): MemoryEstimate | undefined {
+  if (row.estimatedWeightsBytes === null || row.estimatedKvBytesPerToken === null || row.estimatedContextLength === null) return undefined;
+  return {
+    weightsBytes: Number(row.estimatedWeightsBytes),
+    kvBytesPerToken: Number(row.estimatedKvBytesPerToken),
+    contextLength: row.estimatedContextLength,
+  };
+}
+
+/**
+ * A commit's estimate from its GGUF files: the weights of a split model's shards add up, and the
+ * KV cache and context length come from the header that has them. Undefined when the commit has no
+ * GGUF, or one without an estimate: an unknown need, which fits nowhere.
+ */
+export function commitEstimate(files: { path: string; estimate: MemoryEstimate | undefined }[]): MemoryEstimate | undefined {
+  const ggufs = files.filter((f) => isGguf(f.path));
+  if (ggufs.length === 0 || ggufs.some((f) => f.estimate === undefined)) return undefined;
+  const estimates = ggufs.map((f) => f.estimate!);
+  return {
+    weightsBytes: estimates.reduce((sum, e) => sum + e.weightsBytes, 0),
+    kvBytesPerToken: Math.max(...estimates.map((e) => e.kvBytesPerToken)),
+    contextLength: Math.max(...estimates.map((e) => e.contextLength)),
+  };
+}
