@@ -43,6 +43,7 @@ import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import type { AgentProcess } from "./support/process.js";
 import { errorLines, serveTiny, servingNode } from "./support/serving.js";
 import { hostilePayloads } from "./support/hostile-json.js";
+import { call } from "./support/raw-call.js";
 
 const services: DescService[] = [AgentService, AdminService, DeploymentService, Health];
 const hugeCount = 5_000;
@@ -578,5 +579,34 @@ describe("invoke payload fuzzing through a real agent and runtime", () => {
     expect(errorLines(ts.logs())).toEqual([]);
     // Still serving.
     await expect(client.invoke({ deploymentId: "tiny", payload: Buffer.from('{"prompt":"ok","max_tokens":2}') })).resolves.toBeDefined();
+  });
+
+  it("answers every hostile payload on the OpenAI API in OpenAI's shape: 200 or 4xx, 0 server errors, 0 error-level lines", {
+    timeout: 600_000,
+  }, async () => {
+    const session = http2.connect(ts.url, { ca: ts.caPem });
+    session.on("error", () => undefined);
+    try {
+      const headers = { authorization: `Bearer ${secret}` };
+      const tasks = hostilePayloads().map((p) => async (): Promise<Outcome> => {
+        // The deployment is the body's model: put first, so a fuzzed "model" later in the body wins.
+        const text = Buffer.from(p.payload).toString("latin1");
+        const payload = text.trimStart().startsWith("{") ? Buffer.from(text.replace("{", '{"model":"tiny",'), "latin1") : p.payload;
+        const path = p.label.startsWith("completion ") ? "/v1/completions" : "/v1/chat/completions";
+        const answer = await call(session, path, "application/json", { bytes: payload.length, data: Buffer.from(payload) }, headers);
+        return { call: `${path} ${p.label}`, code: answer.code };
+      });
+      const outcomes = await inParallel(tasks, 4);
+      const byCode = new Map<string, number>();
+      for (const o of outcomes) byCode.set(o.code, (byCode.get(o.code) ?? 0) + 1);
+      console.log(`fuzzed the OpenAI API with ${outcomes.length} payloads; answers by code:`, Object.fromEntries(byCode));
+      const allowed = new Set(["ok", "invalid_request", "model_not_found", "request_too_large"]);
+      expect(outcomes.filter((o) => !allowed.has(o.code)).map((o) => `${o.call} -> ${o.code}`)).toEqual([]);
+      expect(byCode.get("ok") ?? 0).toBeGreaterThan(100);
+      expect(errorLines(ts.logs())).toEqual([]);
+      expect(agent.output()).not.toMatch(/"level":(50|60)/);
+    } finally {
+      session.close();
+    }
   });
 });
