@@ -152,8 +152,11 @@ export function storedEstimate(row: {
  * KV cache and context length come from the header that has them. Undefined when the commit has no
  * GGUF, or one without an estimate: an unknown need, which fits nowhere.
  */
-export function commitEstimate(files: { path: string; estimate: MemoryEstimate | undefined }[]): MemoryEstimate | undefined {
-  const ggufs = files.filter((f) => isGguf(f.path));
+export function commitEstimate(
+  files: { path: string; estimate: MemoryEstimate | undefined }[],
+  modelFile = "",
+): MemoryEstimate | undefined {
+  const ggufs = files.filter((f) => isGguf(f.path) && loadedWith(f.path, modelFile));
   if (ggufs.length === 0 || ggufs.some((f) => f.estimate === undefined)) return undefined;
   const estimates = ggufs.map((f) => f.estimate!);
   return {
@@ -161,4 +164,17 @@ export function commitEstimate(files: { path: string; estimate: MemoryEstimate |
     kvBytesPerToken: Math.max(...estimates.map((e) => e.kvBytesPerToken)),
     contextLength: Math.max(...estimates.map((e) => e.contextLength)),
   };
+}
+
+const splitPart = /^(.*)-\d{5}-of-(\d{5})\.gguf$/i;
+
+/**
+ * Whether the runtime loads `path` when it loads `modelFile`: the file itself, or another part of
+ * a split model (`name-00001-of-00003.gguf`: llama.cpp reads every part). No model file named: all.
+ */
+export function loadedWith(path: string, modelFile: string): boolean {
+  if (modelFile === "" || path === modelFile) return modelFile === "" || isGguf(path);
+  const a = splitPart.exec(path);
+  const b = splitPart.exec(modelFile);
+  return a !== null && b !== null && a[1] === b[1] && a[2] === b[2];
 }

@@ -125,7 +125,7 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
   const engine = await requireProfileAndFiles(deps, input.runtimeProfile, input.repository, input.commit);
   const modelFile = await requireModelFile(deps, input, input.modelFile);
   const id = randomUUID();
-  const nodeId = await chooseNode(deps, { ...input, deploymentId: id, engine, capabilities: needed, targetRoot });
+  const nodeId = await chooseNode(deps, { ...input, deploymentId: id, engine, capabilities: needed, targetRoot, modelFile });
   const now = new Date(deps.clock.now());
   await deps.prisma.$transaction(async (tx) => {
     const made = await tx.deployment.createMany({

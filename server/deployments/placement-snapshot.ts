@@ -31,14 +31,20 @@ export interface PlacementInput {
   runtimeProfile: string;
   repository: string;
   commit: string;
+  /** The file the runtime loads ("" for the commit's single GGUF). */
+  modelFile: string;
   targetRoot: string;
 }
 
-/** What each (repository, commit, profile) needs in RAM; undefined when unknown. */
-async function needs(
-  prisma: PrismaClient,
-  wanted: { repository: string; commit: string; runtimeProfile: string }[],
-): Promise<(key: { repository: string; commit: string; runtimeProfile: string }) => number | undefined> {
+interface Served {
+  repository: string;
+  commit: string;
+  modelFile: string;
+  runtimeProfile: string;
+}
+
+/** What each (repository, commit, model file, profile) needs in RAM; undefined when unknown. */
+async function needs(prisma: PrismaClient, wanted: Served[]): Promise<(key: Served) => number | undefined> {
   const [files, profiles] = await Promise.all([
     prisma.storedArtifact.findMany({
       where: { OR: wanted.map((w) => ({ repository: w.repository, commit: w.commit })) },
@@ -61,7 +67,10 @@ async function needs(
     // declares (0 when that server runs elsewhere).
     if (p.engine === "openai-http") return Number(p.memoryBytes);
     const ofCommit = files.filter((f) => f.repository === key.repository && f.commit === key.commit);
-    const estimate = commitEstimate(ofCommit.map((f) => ({ path: f.path, estimate: storedEstimate(f) })));
+    const estimate = commitEstimate(
+      ofCommit.map((f) => ({ path: f.path, estimate: storedEstimate(f) })),
+      key.modelFile,
+    );
     return estimate === undefined ? undefined : memoryNeed(estimate, p.contextSize);
   };
 }
@@ -95,7 +104,10 @@ export async function chooseNode(deps: PlacementDeps, input: PlacementInput): Pr
       decommissionedAt: true,
       lastHeartbeatAt: true,
       telemetry: { select: { data: true } },
-      deployments: { where: { desired: { in: HOLDING } }, select: { id: true, repository: true, commit: true, runtimeProfile: true } },
+      deployments: {
+        where: { desired: { in: HOLDING } },
+        select: { id: true, repository: true, commit: true, modelFile: true, runtimeProfile: true },
+      },
     },
   });
   if (named !== "" && rows.length === 0) throw new ConnectError(`node ${input.nodeId} not found`, Code.NotFound);

@@ -150,4 +150,17 @@ describe("commitEstimate", () => {
       undefined,
     ],
   ])("%s", (_, files, expected) => expect(commitEstimate(files)).toEqual(expected));
+
+  const quants = [
+    { path: "m.Q4_K_M.gguf", estimate: e(100, 8, 512) },
+    { path: "m.Q8_0.gguf", estimate: e(200, 8, 512) },
+    { path: "big-00001-of-00002.gguf", estimate: e(300, 16, 512) },
+    { path: "big-00002-of-00002.gguf", estimate: e(300) },
+    { path: "README.md", estimate: undefined },
+  ];
+  it.each([
+    ["the named quantisation only", "m.Q8_0.gguf", e(200, 8, 512)],
+    ["every part of a named split model", "big-00001-of-00002.gguf", e(600, 16, 512)],
+    ["a named file that is no GGUF", "README.md", undefined],
+  ])("with a model file: %s", (_, modelFile, expected) => expect(commitEstimate(quants, modelFile)).toEqual(expected));
 });
