@@ -4,6 +4,7 @@
 // health turns NOT_SERVING, a new invoke is refused `unavailable`, the session stays open; once the
 // runtime goes on the stream completes with every chunk, and only then does the server stop. With a
 // short grace and the runtime held, the grace runs out: the invoke is cut, and one warning says so.
+import http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -19,6 +20,7 @@ import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import type { AgentProcess } from "./support/process.js";
 import { serveTiny, spawnServingAgent } from "./support/serving.js";
 import { jobToEnd } from "./support/jobs.js";
+import { call } from "./support/raw-call.js";
 
 let ts: TestServer;
 let root: string;
@@ -68,6 +70,13 @@ describe("stop() with a streaming invoke in flight", () => {
   it("reports NOT_SERVING, refuses new invokes, lets the stream finish, and only then ends the session", async () => {
     // Warm: the connection is open before the stop (a stopping server takes no new ones).
     await deployments.invoke(completion(2), { headers });
+    // The OpenAI API, on a connection opened before the stop too.
+    const openAi = http2.connect(ts.url, { ca: ts.caPem });
+    openAi.on("error", () => undefined);
+    const body = Buffer.from('{"model":"tiny","prompt":"a","max_tokens":2}');
+    const openAiCall = () =>
+      call(openAi, "/v1/completions", "application/json", { bytes: body.length, data: body }, { authorization: headers.authorization! });
+    expect((await openAiCall()).code).toBe("ok");
     const health = createClient(Health, createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem } }));
     const watching = new AbortController();
     const statuses: Status[] = [];
@@ -96,6 +105,8 @@ describe("stop() with a streaming invoke in flight", () => {
         code: Code.Unavailable,
         rawMessage: "this control plane is shutting down: retry on another replica",
       });
+      // 503 on the OpenAI API, in OpenAI's shape, so its clients go elsewhere too.
+      expect((await openAiCall()).code).toBe("service_unavailable");
       // Still draining: the session the stream runs over is open, the server not stopped.
       expect(ts.server.sessionsConnected(node.nodeId)).toBe(true);
       expect(ts.logs()).not.toContain('"msg":"stopped"');
@@ -118,6 +129,7 @@ describe("stop() with a streaming invoke in flight", () => {
       if (!resumed) process.kill(pid, "SIGCONT");
       watching.abort();
       await watched;
+      openAi.close();
     }
   }, 120_000);
 });
