@@ -3556,7 +3556,7 @@ export const WatchDeploymentLogsResponseSchema: GenMessage<WatchDeploymentLogsRe
 export type GetUsageRequest = Message<"modelforge.admin.v1.GetUsageRequest"> & {
   /**
    * Only this service key's (its id); empty: every key's.
-   * Bounds: at most 64 bytes.
+   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string key_id = 1;
    */
@@ -3712,7 +3712,7 @@ export const GetUsageResponseSchema: GenMessage<GetUsageResponse> = /*@__PURE__*
 export type UpdateServiceKeyLimitsRequest = Message<"modelforge.admin.v1.UpdateServiceKeyLimitsRequest"> & {
   /**
    * The key's id.
-   * Bounds: at most 64 bytes.
+   * Bounds: a UUID (8-4-4-4-12 hex digits).
    *
    * @generated from field: string id = 1;
    */
