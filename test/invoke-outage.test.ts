@@ -3,7 +3,9 @@
 // and streaming invokes throughout. None is refused: the key, the route and the node's session are
 // answered from what the server holds. Only a key never read before is refused ("database
 // unavailable: retry"). The invocation counts, whose writes fail during the outage, add up to the
-// invokes served once the database is back.
+// invokes served once the database is back; so does each key's usage (issue 36): the ledger keeps
+// what its failed flushes held, and GetUsage's requests and tokens equal what clients were answered.
+// A key with limits keeps being served through the outage, admitted from this replica's share.
 //
 // It runs in CI's PostgreSQL pass only: its database is its own whatever MODELFORGE_TEST_DB says,
 // so the PGlite pass would repeat the same minute on the same two cores.
@@ -12,9 +14,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
-import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
-import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { systemClock } from "../common/clock.js";
 import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -23,6 +23,7 @@ import type { AgentProcess } from "./support/process.js";
 import { privatePostgresProblem, startPrivatePostgres, type PrivatePostgres } from "./support/private-postgres.js";
 import { waitFor } from "./support/wait.js";
 import { serveTiny, servingNode } from "./support/serving.js";
+import { answered, completion, invokeLoop, recorded, serviceClient, type InvokeLoop, type Totals } from "./support/usage-load.js";
 
 const outageMs = 15_000;
 const commit = "d".repeat(40);
@@ -34,19 +35,11 @@ let ts: TestServer;
 let agent: AgentProcess;
 let root: string;
 let secret: string;
+let keyId: string;
+let limitedSecret: string;
+let limitedKeyId: string;
 let unreadSecret: string;
 let deploymentId: string;
-
-function serviceClient(url: string, caPem: string, key: () => string): Client<typeof DeploymentService> {
-  const auth: Interceptor = (next) => (req) => {
-    req.header.set("authorization", `Bearer ${key()}`);
-    return next(req);
-  };
-  return createClient(DeploymentService, createGrpcTransport({ baseUrl: url, nodeOptions: { ca: caPem }, interceptors: [auth] }));
-}
-
-const completion = (max: number, extra: object = {}) =>
-  Buffer.from(JSON.stringify({ prompt: "The quick brown fox", max_tokens: max, temperature: 0, ...extra }));
 
 beforeAll(async () => {
   if (problem !== undefined) return;
@@ -60,14 +53,27 @@ beforeAll(async () => {
   const path = join(root, "tiny.gguf");
   const model = await writeTinyLlamaGguf(path, { contextLength: 2048 });
   ts = await startTestServer(
-    { DATABASE_URL: databaseUrl, MODELFORGE_HEARTBEAT_INTERVAL: "1s", MODELFORGE_APPROVED_ROOTS: root, MODELFORGE_LOG_LEVEL: "info" },
+    {
+      DATABASE_URL: databaseUrl,
+      MODELFORGE_HEARTBEAT_INTERVAL: "1s",
+      MODELFORGE_APPROVED_ROOTS: root,
+      MODELFORGE_LOG_LEVEL: "info",
+      MODELFORGE_USAGE_FLUSH: "1s",
+    },
     { invokeCountsFlushMs: 1_000 },
   );
   const serving = await servingNode(ts, root, "serving", 2048);
   agent = serving.agent;
   const node = serving.node;
   deploymentId = await serveTiny(ts.admin, { nodeId: node.nodeId, commit, root, file: path, sha256: model.sha256 });
-  secret = (await ts.admin.createServiceKey({ name: "svc", deployments: ["tiny"] })).secret;
+  const key = await ts.admin.createServiceKey({ name: "svc", deployments: ["tiny"] });
+  secret = key.secret;
+  keyId = key.key!.id;
+  // Limits the drill's load never reaches, even on one replica's share: it must never be refused.
+  const limits = { requestsPerMinute: 100_000, tokensPerMinute: 1_000_000, dailyTokens: 100_000_000n };
+  const limited = await ts.admin.createServiceKey({ name: "limited", deployments: ["tiny"], limits });
+  limitedSecret = limited.secret;
+  limitedKeyId = limited.key!.id;
   unreadSecret = (await ts.admin.createServiceKey({ name: "never-used", deployments: ["tiny"] })).secret;
 }, 180_000);
 
@@ -77,31 +83,6 @@ afterAll(async () => {
   await postgres?.destroy();
   if (root) rmSync(root, { recursive: true, force: true });
 }, 60_000);
-
-/** Invokes in a loop until `stop`, unary or streamed, noting each success's time and each failure. */
-function load(client: Client<typeof DeploymentService>, stream: boolean, stop: AbortSignal) {
-  const served: number[] = [];
-  const failures: string[] = [];
-  const done = (async () => {
-    while (!stop.aborted) {
-      try {
-        if (stream) {
-          let chunks = 0;
-          for await (const _ of client.invokeStream({ deploymentId: "tiny", payload: completion(6) })) chunks++;
-          if (chunks < 2) throw new Error(`a stream of ${chunks} chunks`);
-        } else {
-          const res = await client.invoke({ deploymentId: "tiny", payload: completion(4) });
-          if (JSON.parse(Buffer.from(res.payload).toString("utf8")).object !== "text_completion") throw new Error("not a completion");
-        }
-        served.push(Date.now());
-      } catch (err) {
-        const e = ConnectError.from(err);
-        failures.push(`${stream ? "stream" : "unary"}: ${Code[e.code]} ${e.rawMessage}`);
-      }
-    }
-  })();
-  return { served, failures, done };
-}
 
 /** The "ok" count of every deployment.invocations event of the deployment, summed, and any other outcome. */
 async function countedInDatabase(): Promise<{ ok: number; other: string[] }> {
@@ -119,25 +100,48 @@ async function countedInDatabase(): Promise<{ ok: number; other: string[] }> {
   }
 }
 
+/** Waits until GetUsage says the key used what its loops were answered; no request of it failed. */
+async function usageMatches(key: string, loops: readonly InvokeLoop[]): Promise<void> {
+  const got = answered(loops.flatMap((l) => l.answers));
+  let last: Totals | undefined;
+  await waitFor(
+    async () => {
+      last = await recorded(ts.admin, key);
+      return last.requests === got.requests && last.completionTokens === got.completionTokens && last.promptTokens === got.promptTokens;
+    },
+    { timeout: 15_000, what: () => `usage ${JSON.stringify(got)} recorded (${JSON.stringify(last)} so far)` },
+  );
+  expect(last?.failedRequests).toBe(0);
+}
+
 describe.skipIf(problem !== undefined)(`invokes through a database outage${problem ? ` (skipped: ${problem})` : ""}`, () => {
   it(`serves every invoke of a known key through a ${outageMs / 1000} s PostgreSQL outage, and counts them all`, async () => {
     const client = serviceClient(ts.url, ts.caPem, () => secret);
     const stop = new AbortController();
-    const loads = [load(client, false, stop.signal), load(client, false, stop.signal), load(client, true, stop.signal)];
-    const servedSince = (t: number, which = loads) => which.reduce((n, l) => n + l.served.filter((at) => at > t).length, 0);
+    const loads = [invokeLoop(client, false, stop.signal), invokeLoop(client, false, stop.signal), invokeLoop(client, true, stop.signal)];
+    const limitedLoad = invokeLoop(
+      serviceClient(ts.url, ts.caPem, () => limitedSecret),
+      false,
+      stop.signal,
+    );
+    const all = [...loads, limitedLoad];
+    const servedSince = (t: number, which = all) => which.reduce((n, l) => n + l.answers.filter((a) => a.at > t).length, 0);
     try {
-      // Warm: the key, the route and the session are known before the database goes.
-      await eventually(() => loads.every((l) => l.served.length > 0), 30_000, "each loop served once");
+      // Warm: the keys, the route and the session are known before the database goes.
+      await eventually(() => all.every((l) => l.answers.length > 0), 30_000, "each loop served once");
 
       const stoppedAt = Date.now();
       await postgres.stop();
       await ts.logFeed.waitForMatch(/"msg":"database lost/, { timeout: 10_000 });
-      // Served while the database is known lost, unary and streamed; long past every cache's lifetime.
+      // Served while the database is known lost, unary, streamed and limited; long past every cache's lifetime.
       const lostAt = Date.now();
-      await waitFor(() => servedSince(lostAt, loads.slice(0, 2)) >= 3 && servedSince(lostAt, loads.slice(2)) >= 2, {
-        timeout: outageMs,
-        what: "unary and streamed invokes served during the outage",
-      });
+      await waitFor(
+        () =>
+          servedSince(lostAt, loads.slice(0, 2)) >= 3 &&
+          servedSince(lostAt, loads.slice(2)) >= 2 &&
+          servedSince(lostAt, [limitedLoad]) >= 2,
+        { timeout: outageMs, what: "unary, streamed and limited invokes served during the outage" },
+      );
       // A key this server never read needs the database: refused, and said so.
       const refused = await serviceClient(ts.url, ts.caPem, () => unreadSecret)
         .invoke({ deploymentId: "tiny", payload: completion(2) })
@@ -157,10 +161,10 @@ describe.skipIf(problem !== undefined)(`invokes through a database outage${probl
     const backAt = Date.now();
     await eventually(() => servedSince(backAt) >= 3, 15_000, "invokes served after the outage");
     stop.abort();
-    await Promise.all(loads.map((l) => l.done));
+    await Promise.all(all.map((l) => l.done));
 
-    expect(loads.flatMap((l) => l.failures)).toEqual([]);
-    const served = loads.reduce((n, l) => n + l.served.length, 0);
+    expect(all.flatMap((l) => l.failures)).toEqual([]);
+    const served = servedSince(0);
     // The flushes that failed during the outage kept their counts: the next ones wrote them.
     let last = { ok: 0, other: [] as string[] };
     const counted = await waitFor(
@@ -171,6 +175,9 @@ describe.skipIf(problem !== undefined)(`invokes through a database outage${probl
       { timeout: 15_000, what: () => `${served} invokes counted in the database (${last.ok} so far)` },
     );
     expect(counted.other).toEqual([]);
+    // And so did the usage ledger's: each key's recorded usage is what its clients were answered.
+    await usageMatches(keyId, loads);
+    await usageMatches(limitedKeyId, [limitedLoad]);
     // The agent kept its one session throughout.
     expect(agent.output().match(/"msg":"session established"/g)).toHaveLength(1);
   }, 120_000);
