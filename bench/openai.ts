@@ -12,7 +12,9 @@
 //   - streams: BENCH_STREAMS streams of BENCH_CHUNKS chunks paced BENCH_PACE_MS apart,
 //     BENCH_STREAM_CONCURRENCY at once: tokens/s through the API over tokens/s direct, and the time
 //     to the first token, added at p99.
-// Before the runs, `openssl speed -seconds 3 rsa2048`'s sign time; load average per run.
+// Beside them, the CPU ms per request of the control plane, the agent and this client in the open
+// loop (the figure a busy machine moves least); before the runs, `openssl speed -seconds 3
+// rsa2048`'s sign time; the load average per run.
 //
 //   npx tsx bench/openai.ts    BENCH_RUNS=3 BENCH_RATE=1000 BENCH_SECONDS=5 BENCH_SWEEP=100,250,500,750,1000,1500,2000
 //                              BENCH_SWEEP_SECONDS=2 BENCH_STREAMS=160 BENCH_CHUNKS=100 BENCH_PACE_MS=5
@@ -27,6 +29,7 @@ const runs = numParam("BENCH_RUNS", 3);
 const rate = numParam("BENCH_RATE", 1000);
 const seconds = numParam("BENCH_SECONDS", 5);
 const sweepRates = param("BENCH_SWEEP", "100,250,500,750,1000,1500,2000").split(",").map(Number);
+if (!sweepRates.every((r) => Number.isFinite(r) && r > 0)) throw new Error("BENCH_SWEEP: expected rates per second, comma-separated");
 const sweepSeconds = numParam("BENCH_SWEEP_SECONDS", 2);
 const streams = numParam("BENCH_STREAMS", 160);
 const chunks = numParam("BENCH_CHUNKS", 100);
