@@ -30,6 +30,7 @@ import { buildCsrPem } from "../agent/pki/keys.js";
 import { agentVersion } from "../agent/version.js";
 import { createTestDatabase } from "../test/support/db.js";
 import { forkTs, Rpc } from "./support/ipc.js";
+import { benchServerEnv } from "./support/server-env.js";
 import { printProfile, type ProfileSummary } from "./support/profile.js";
 import { coresUsed, machineCores, machineCpu, ms, numParam, param, summarize } from "./support/stats.js";
 
@@ -62,16 +63,7 @@ const logFd = openSync(logPath, "a");
 const child = forkTs(new URL("./support/server-child.ts", import.meta.url), {
   nodeFlags: ["--expose-gc"],
   stdio: ["ignore", logFd, logFd, "ipc"],
-  env: {
-    ...process.env,
-    MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
-    MODELFORGE_PORT: "0",
-    MODELFORGE_DATA_DIR: join(dir, "data"),
-    MODELFORGE_CERTS_DIR: join(dir, "certs"),
-    MODELFORGE_OPERATOR_API_KEY: adminKey,
-    MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"),
-    DATABASE_URL: databaseUrl ?? "",
-  },
+  env: benchServerEnv(dir, adminKey, { MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"), DATABASE_URL: databaseUrl ?? "" }),
 });
 const server = new Rpc(child, "server");
 

@@ -22,6 +22,7 @@ import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { runCli } from "../cli/cli.js";
 import { createTestDatabase } from "../test/support/db.js";
 import { forkTs, Rpc } from "./support/ipc.js";
+import { benchServerEnv } from "./support/server-env.js";
 import { numParam, param } from "./support/stats.js";
 
 const COUNT = numParam("COUNT", 1000);
@@ -39,16 +40,7 @@ const logPath = join(dir, "server.log");
 const logFd = openSync(logPath, "a");
 const child = forkTs(new URL("./support/server-child.ts", import.meta.url), {
   stdio: ["ignore", logFd, logFd, "ipc"],
-  env: {
-    ...process.env,
-    MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
-    MODELFORGE_PORT: "0",
-    MODELFORGE_DATA_DIR: join(dir, "data"),
-    MODELFORGE_CERTS_DIR: join(dir, "certs"),
-    MODELFORGE_OPERATOR_API_KEY: adminKey,
-    MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"),
-    DATABASE_URL: databaseUrl ?? "",
-  },
+  env: benchServerEnv(dir, adminKey, { MODELFORGE_LOG_LEVEL: param("LOG_LEVEL", "info"), DATABASE_URL: databaseUrl ?? "" }),
 });
 const server = new Rpc(child, "server");
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;

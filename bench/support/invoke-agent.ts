@@ -1,4 +1,4 @@
-// Bench-only: the agent of bench/invoke.ts in its own process. The real session loop, job runner
+// Bench-only: the agent of bench/invoke.ts and bench/openai.ts in its own process. The real session loop, job runner
 // and deployments host, with a supervisor whose openai-http engine starts the trivial stub runtime
 // (./stub-openai.ts) from an operator-style command template.
 import { dirname, join } from "node:path";
@@ -13,9 +13,14 @@ import { deploymentHost, sessionDeployments } from "../../agent/deployments/inde
 const statePath = process.env.BENCH_AGENT_STATE!;
 const log = pino({ level: "warn" });
 const stub = fileURLToPath(new URL("./stub-openai.ts", import.meta.url));
+// The stub's own options (its stream's pace), as bench/support/stub-deployment.ts passes them.
+const stubArgs = JSON.parse(process.env.BENCH_STUB_ARGS ?? "[]") as string[];
 const supervisor = new Supervisor({
   registryPath: join(dirname(statePath), "runtimes.json"),
-  openAiHttp: { command: [process.execPath, "--import", "tsx", stub, "--port", "{port}", "--model", "{model}"], healthPath: "/health" },
+  openAiHttp: {
+    command: [process.execPath, "--import", "tsx", stub, "--port", "{port}", "--model", "{model}", ...stubArgs],
+    healthPath: "/health",
+  },
 });
 const host = deploymentHost(supervisor, log);
 const stop = new AbortController();

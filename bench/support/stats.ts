@@ -1,10 +1,12 @@
 // Small measuring helpers shared by the benchmarks: percentiles, CPU and memory readings.
+import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 
 export interface Summary {
   count: number;
   p50: number;
   p90: number;
+  p95: number;
   p99: number;
   max: number;
   mean: number;
@@ -17,7 +19,15 @@ export function summarize(values: ArrayLike<number>): Summary {
   const at = (p: number) => (n === 0 ? NaN : sorted[Math.min(n - 1, Math.max(0, Math.ceil((p / 100) * n) - 1))]!);
   let sum = 0;
   for (const v of sorted) sum += v;
-  return { count: n, p50: at(50), p90: at(90), p99: at(99), max: n === 0 ? NaN : sorted[n - 1]!, mean: n === 0 ? NaN : sum / n };
+  return {
+    count: n,
+    p50: at(50),
+    p90: at(90),
+    p95: at(95),
+    p99: at(99),
+    max: n === 0 ? NaN : sorted[n - 1]!,
+    mean: n === 0 ? NaN : sum / n,
+  };
 }
 
 export function ms(v: number): string {
@@ -136,4 +146,28 @@ export function bySlice(startedAt: ArrayLike<number>, values: ArrayLike<number>,
     groups[slice] = group;
   }
   return Array.from(groups, (g) => g ?? []);
+}
+
+/**
+ * The machine's speed as README.md records it: one RSA-2048 signature's time in ms from
+ * `openssl speed -seconds N rsa2048`, or NaN when openssl is missing or says something else.
+ */
+export function rsaSignMs(seconds = 3): Promise<number> {
+  return new Promise((resolve) => {
+    execFile("openssl", ["speed", "-seconds", String(seconds), "rsa2048"], { timeout: 60_000 }, (err, stdout) => {
+      const m = /rsa\s+2048 bits\s+([\d.]+)s/.exec(err ? "" : stdout);
+      resolve(m ? Number(m[1]) * 1000 : Number.NaN);
+    });
+  });
+}
+
+/** CPU time (user + system) a process has used so far, ms, from /proc/<pid>/stat (10 ms ticks); NaN once it is gone. */
+export function processCpuMs(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(f[11]) + Number(f[12])) * 10; // utime + stime, in USER_HZ (100 on Linux)
+  } catch {
+    return Number.NaN;
+  }
 }

@@ -1,0 +1,208 @@
+// What the OpenAI API adds over calling the runtime directly. A real control plane (its own
+// process, one replica), a real agent (its own process) holding deployment "bench" whose runtime is
+// the stub OpenAI server (bench/support/stub-openai.ts: a fixed completion, or a stream of chunks
+// at a fixed pace; no inference), and this process as the client over HTTP/1.1 keep-alive (undici,
+// as the SDKs do): the same stub started alone over plain HTTP is the floor, and the API is reached
+// at ${url}/v1/completions over TLS with a service key. Each run measures both, one after the other:
+//   - open loop at BENCH_RATE requests/s for BENCH_SECONDS: p50, p95 and p99 of each, each latency
+//     counted from when its request was due (bench/support/open-loop.ts); "added" is API minus
+//     direct, per percentile;
+//   - a rate sweep (BENCH_SWEEP requests/s, BENCH_SWEEP_SECONDS each, stopping at the first miss):
+//     the most requests/s at added p99 <= 10 ms with nothing failed;
+//   - streams: BENCH_STREAMS streams of BENCH_CHUNKS chunks paced BENCH_PACE_MS apart,
+//     BENCH_STREAM_CONCURRENCY at once: tokens/s through the API over tokens/s direct, and the time
+//     to the first token, added at p99.
+// Beside them, the CPU ms per request of the control plane, the agent and this client in the open
+// loop (the figure a busy machine moves least); before the runs, `openssl speed -seconds 3
+// rsa2048`'s sign time; the load average per run.
+//
+//   npx tsx bench/openai.ts    BENCH_RUNS=3 BENCH_RATE=1000 BENCH_SECONDS=5 BENCH_SWEEP=100,250,500,750,1000,1500,2000
+//                              BENCH_SWEEP_SECONDS=2 BENCH_STREAMS=160 BENCH_CHUNKS=100 BENCH_PACE_MS=5
+//                              BENCH_STREAM_CONCURRENCY=16
+import { cpus, loadavg } from "node:os";
+import { Agent, request } from "undici";
+import { openLoop } from "./support/open-loop.js";
+import { ms, numParam, param, processCpuMs, rsaSignMs, summarize, type Summary } from "./support/stats.js";
+import { startStubDeployment } from "./support/stub-deployment.js";
+
+const runs = numParam("BENCH_RUNS", 3);
+const rate = numParam("BENCH_RATE", 1000);
+const seconds = numParam("BENCH_SECONDS", 5);
+const sweepRates = param("BENCH_SWEEP", "100,250,500,750,1000,1500,2000").split(",").map(Number);
+if (!sweepRates.every((r) => Number.isFinite(r) && r > 0)) throw new Error("BENCH_SWEEP: expected rates per second, comma-separated");
+const sweepSeconds = numParam("BENCH_SWEEP_SECONDS", 2);
+const streams = numParam("BENCH_STREAMS", 160);
+const chunks = numParam("BENCH_CHUNKS", 100);
+const paceMs = numParam("BENCH_PACE_MS", 5);
+const streamConcurrency = numParam("BENCH_STREAM_CONCURRENCY", 16);
+/** The issue's bound on added p99, for the sweep. */
+const addedP99Target = 10;
+
+interface Target {
+  url: string;
+  dispatcher: Agent;
+  headers: Record<string, string>;
+}
+
+const step = (what: string) => process.stderr.write(`${what}\n`);
+const signMs = await rsaSignMs();
+const setup = await startStubDeployment(step, ["--pace-ms", String(paceMs)]);
+// Keep-alive pools as an SDK keeps them; bounded waits so a stalled path ends the run, not hangs it.
+const pool = (ca?: string) =>
+  new Agent({ connections: 64, headersTimeout: 30_000, bodyTimeout: 30_000, ...(ca ? { connect: { ca } } : {}) });
+const json = { "content-type": "application/json" };
+const direct: Target = { url: `${setup.stubOrigin}/v1/completions`, dispatcher: pool(), headers: json };
+const api: Target = {
+  url: `${setup.info.url}/v1/completions`,
+  dispatcher: pool(setup.info.caPem),
+  headers: { ...json, authorization: `Bearer ${setup.secret}` },
+};
+const completion = JSON.stringify({ model: "bench", prompt: "The quick brown fox", max_tokens: 1 });
+
+/** One whole completion; anything but a 200 is a failure. */
+const once = (t: Target) => async () => {
+  const res = await request(t.url, { method: "POST", headers: t.headers, body: completion, dispatcher: t.dispatcher });
+  await res.body.text();
+  if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}`);
+};
+
+/** One stream: ms to its first chunk and to its end; fails unless every chunk arrived. */
+async function oneStream(t: Target): Promise<{ ttft: number; total: number }> {
+  const body = JSON.stringify({ model: "bench", prompt: "Count", max_tokens: chunks, stream: true });
+  const start = performance.now();
+  const res = await request(t.url, { method: "POST", headers: t.headers, body, dispatcher: t.dispatcher });
+  let ttft = Number.NaN;
+  let text = "";
+  for await (const part of res.body as AsyncIterable<Buffer>) {
+    if (Number.isNaN(ttft)) ttft = performance.now() - start;
+    text += part.toString();
+  }
+  const total = performance.now() - start;
+  const tokens = text.split("\n\n").filter((e) => e.startsWith("data: {")).length;
+  if (res.statusCode !== 200 || tokens !== chunks || !text.includes("data: [DONE]"))
+    throw new Error(`stream: HTTP ${res.statusCode}, ${tokens} of ${chunks} chunks`);
+  return { ttft, total };
+}
+
+interface Fixed {
+  summary: Summary;
+  failed: number;
+  firstError: string | undefined;
+}
+
+async function fixedRate(t: Target, perSecond: number, forSeconds: number): Promise<Fixed> {
+  const r = await openLoop(once(t), perSecond, forSeconds);
+  return { summary: summarize(r.latencies), failed: r.failed, firstError: r.firstError };
+}
+
+/** The highest rate of the sweep met (added p99 within the target, nothing failed), and each step's figures. */
+async function sweep(): Promise<{ most: number; steps: string[] }> {
+  let most = 0;
+  const steps: string[] = [];
+  for (const r of sweepRates) {
+    const d = await fixedRate(direct, r, sweepSeconds);
+    const a = await fixedRate(api, r, sweepSeconds);
+    const added = a.summary.p99 - d.summary.p99;
+    const met = added <= addedP99Target && a.failed === 0 && d.failed === 0;
+    steps.push(`${r}/s added p99 ${ms(added)}${a.failed > 0 ? ` (${a.failed} failed: ${a.firstError})` : ""}${met ? "" : " MISS"}`);
+    if (!met) break;
+    most = r;
+  }
+  return { most, steps };
+}
+
+/** `streams` streams, `streamConcurrency` at once: tokens/s over the whole phase, and each stream's TTFT. */
+async function streaming(t: Target): Promise<{ tokensPerSecond: number; ttft: Summary }> {
+  const ttfts: number[] = [];
+  let next = 0;
+  const start = performance.now();
+  await Promise.all(
+    Array.from({ length: streamConcurrency }, async () => {
+      while (next++ < streams) ttfts.push((await oneStream(t)).ttft);
+    }),
+  );
+  return { tokensPerSecond: (streams * chunks * 1000) / (performance.now() - start), ttft: summarize(ttfts) };
+}
+
+interface Run {
+  direct: Fixed;
+  api: Fixed;
+  /** CPU ms per request through the API: the control plane's, the agent's, this client's. */
+  cpu: number[];
+  most: number;
+  steps: string[];
+  ratio: number;
+  ttftDirect: Summary;
+  ttftApi: Summary;
+  load: number;
+}
+
+async function oneRun(): Promise<Run> {
+  // Warm both paths' connections and code first, unrecorded.
+  await fixedRate(direct, rate / 2, 1);
+  await fixedRate(api, rate / 2, 1);
+  const d = await fixedRate(direct, rate, seconds);
+  // What each request through the API costs the control plane and the agent: the load-independent figure.
+  const cpuNow = () => [processCpuMs(setup.pids.server), processCpuMs(setup.pids.agent), processCpuMs(process.pid)];
+  const cpu0 = cpuNow();
+  const a = await fixedRate(api, rate, seconds);
+  const cpu = cpuNow().map((c, i) => (c - cpu0[i]!) / (rate * seconds));
+  const { most, steps } = await sweep();
+  const sd = await streaming(direct);
+  const sa = await streaming(api);
+  const ratio = sa.tokensPerSecond / sd.tokensPerSecond;
+  return { direct: d, api: a, cpu, most, steps, ratio, ttftDirect: sd.ttft, ttftApi: sa.ttft, load: loadavg()[0]! };
+}
+
+const pcts = (s: Summary) => `${ms(s.p50)}/${ms(s.p95)}/${ms(s.p99)}`;
+const added = (r: Run, p: "p50" | "p95" | "p99") => r.api.summary[p] - r.direct.summary[p];
+const spread = (xs: number[], f = ms) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  return `${f(sorted[Math.floor((sorted.length - 1) / 2)]!)} (${f(sorted[0]!)}-${f(sorted.at(-1)!)})`;
+};
+
+function report(all: Run[], loadBefore: number[]): string {
+  const lines = all.map((r, i) =>
+    [
+      `run ${i + 1}: at ${rate}/s direct p50/p95/p99 ${pcts(r.direct.summary)} ms, API ${pcts(r.api.summary)} ms`,
+      `(${r.direct.failed + r.api.failed} failed${r.api.firstError ? `: ${r.api.firstError}` : ""});`,
+      `added ${ms(added(r, "p50"))}/${ms(added(r, "p95"))}/${ms(added(r, "p99"))} ms;`,
+      `CPU per request: control plane ${ms(r.cpu[0]!)} ms, agent ${ms(r.cpu[1]!)} ms, client ${ms(r.cpu[2]!)} ms;`,
+      `sweep ${r.steps.join(", ")}; streams ${ms(r.ratio)} of direct tokens/s,`,
+      `TTFT p99 direct ${ms(r.ttftDirect.p99)} API ${ms(r.ttftApi.p99)} ms; load ${r.load.toFixed(1)}`,
+    ].join(" "),
+  );
+  const each = (f: (r: Run) => number, fmt = ms) => spread(all.map(f), fmt);
+  return [
+    `OpenAI API over a stub runtime: ${all.length} runs; open loop ${rate}/s for ${seconds} s per path; sweep ${sweepRates.join(",")}/s`,
+    `(${sweepSeconds} s each); ${streams} streams of ${chunks} chunks ${paceMs} ms apart, ${streamConcurrency} at once`,
+    ...lines,
+    "",
+    `added at ${rate}/s, median (range) of runs: p50 ${each((r) => added(r, "p50"))} ms, p95 ${each((r) => added(r, "p95"))} ms, p99 ${each((r) => added(r, "p99"))} ms (target p99 <= ${addedP99Target})`,
+    `direct (the floor) p50 ${each((r) => r.direct.summary.p50)}, p99 ${each((r) => r.direct.summary.p99)} ms`,
+    `CPU ms per request through the API: control plane ${each((r) => r.cpu[0]!)}, agent ${each((r) => r.cpu[1]!)}, this client ${each((r) => r.cpu[2]!)}`,
+    `most requests/s at added p99 <= ${addedP99Target} ms: ${each(
+      (r) => r.most,
+      (v) => (v === 0 ? `under ${sweepRates[0]}` : String(v)),
+    )}`,
+    `streaming tokens/s, API over direct: ${each(
+      (r) => r.ratio,
+      (v) => v.toFixed(3),
+    )} (target >= 0.98)`,
+    `TTFT added at p99: ${each((r) => r.ttftApi.p99 - r.ttftDirect.p99)} ms`,
+    `openssl speed rsa2048 sign: ${ms(signMs)} ms; loadavg before ${loadBefore.map((l) => l.toFixed(2)).join(" ")}, after ${loadavg()
+      .map((l) => l.toFixed(2))
+      .join(" ")} (${cpus().length} cores)`,
+    "",
+  ].join("\n");
+}
+
+const loadBefore = loadavg();
+const all: Run[] = [];
+for (let run = 1; run <= runs; run++) {
+  step(`run ${run}`);
+  all.push(await oneRun());
+}
+process.stdout.write(report(all, loadBefore));
+await Promise.all([direct.dispatcher.close(), api.dispatcher.close()]);
+await setup.close();
