@@ -116,18 +116,18 @@ function reasonOf(considered: number, r: Refusals, req: PlacementRequest): strin
   const sorted = (xs: number[]) => listed([...xs].sort((a, b) => a - b).map(size));
   const parts = [
     req.nodeId !== undefined ? `node ${req.nodeId}` : `${considered - r.notServing} online`,
-    r.notServing > 0 && count(r.notServing, "is", "are") + " offline, disabled or decommissioned",
-    r.labels > 0 && count(r.labels, "lacks", "lack") + ` labels ${JSON.stringify(req.selector)}`,
-    r.engine > 0 && count(r.engine, "lacks", "lack") + ` engine ${req.engine}`,
-    r.capabilities > 0 && count(r.capabilities, "lacks", "lack") + ` capabilities ${req.capabilities.join(", ")}`,
-    r.noTelemetry > 0 && count(r.noTelemetry, "has", "have") + " sent no telemetry yet, so disk and memory are unknown",
-    r.disk.length > 0 && count(r.disk.length, "has", "have") + ` ${sorted(r.disk)} free on ${req.targetRoot}, needs ${size(req.diskBytes)}`,
+    r.notServing > 0 && `${count(r.notServing, "is", "are")} offline, disabled or decommissioned`,
+    r.labels > 0 && `${count(r.labels, "lacks", "lack")} labels ${JSON.stringify(req.selector)}`,
+    r.engine > 0 && `${count(r.engine, "lacks", "lack")} engine ${req.engine}`,
+    r.capabilities > 0 && `${count(r.capabilities, "lacks", "lack")} capabilities ${req.capabilities.join(", ")}`,
+    r.noTelemetry > 0 && `${count(r.noTelemetry, "has", "have")} sent no telemetry yet, so disk and memory are unknown`,
+    r.disk.length > 0 && `${count(r.disk.length, "has", "have")} ${sorted(r.disk)} free on ${req.targetRoot}, needs ${size(req.diskBytes)}`,
     r.memoryUnknown > 0 &&
       (req.memoryBytes === undefined
         ? `the model's memory need is unknown (no GGUF estimate), so it fits none of the ${r.memoryUnknown} left`
-        : count(r.memoryUnknown, "holds", "hold") + " deployments of unknown memory"),
+        : `${count(r.memoryUnknown, "holds", "hold")} deployments of unknown memory`),
     r.memory.length > 0 &&
-      count(r.memory.length, "has", "have") + ` ${sorted(r.memory)} of memory free, needs ${size(req.memoryBytes ?? 0)}`,
+      `${count(r.memory.length, "has", "have")} ${sorted(r.memory)} of memory free, needs ${size(req.memoryBytes ?? 0)}`,
   ];
   const said = parts.filter((p): p is string => typeof p === "string");
   // One named node: "node n2: has 2.0 GiB of memory free, needs 6.2 GiB".
