@@ -125,6 +125,8 @@ const fieldCases: [RequestKind, object, string][] = [
   ["embeddings", {}, "input"],
   ["embeddings", embed({ input: 5 }), "input"],
   ["embeddings", embed({ input: [] }), "input"],
+  ["embeddings", embed({ input: "" }), "input"],
+  ["embeddings", embed({ input: ["a", ""] }), "input"],
   ["embeddings", embed({ input: [1, 2] }), "input"],
   ["embeddings", embed({ input: Array.from({ length: 2049 }, () => "a") }), "input"],
   ["embeddings", embed({ encoding_format: "int8" }), "encoding_format"],

@@ -19,7 +19,7 @@ import {
   shape,
   text,
 } from "./openai-checks.js";
-import { parseJsonObject } from "./json-body.js";
+import { parseJsonObject, RequestError } from "./json-body.js";
 
 export type RequestKind = "chat" | "completion" | "embeddings";
 
@@ -107,10 +107,16 @@ const completion: Record<string, Check> = {
   logprobs: nullable(integer(0, 5)),
 };
 
+/** An input to embed: OpenAI refuses an empty one, and so does every engine. */
+const embeddingInput: Check = (v, p) => {
+  text()(v, p);
+  if (v === "") throw new RequestError(p, `${p}: must not be empty`);
+};
+
 /** Embeddings: never streamed, so none of the sampling fields. */
 const embeddings: Record<string, Check> = {
   model: text(256),
-  input: either("a string or an array of 1 to 2048 strings", text(), list(text(), 1, 2048)),
+  input: either("a non-empty string or an array of 1 to 2048 of them", embeddingInput, list(embeddingInput, 1, 2048)),
   encoding_format: oneOf("float", "base64"),
   dimensions: integer(1, 65_536),
   user: text(256),
