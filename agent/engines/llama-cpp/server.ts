@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP API of a runtime, on loopback only: /health, /v1/models,
 // /v1/completions and /v1/chat/completions (JSON or server-sent events), and /v1/embeddings when
-// it has an embedder. One generation (or embedding) at a time: a second concurrent one is refused with 429 rather than queued behind an unbounded wait.
+// it has an embedder. One generation (or embedding) at a time: a second concurrent one is
+// refused with 429 rather than queued behind an unbounded wait.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { randomUUID } from "node:crypto";
 import {
