@@ -5,6 +5,9 @@ import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 export const engineNames = ["llama.cpp", "openai-http"] as const;
 export type EngineName = (typeof engineNames)[number];
 
+/** The engines whose runtimes serve POST /v1/embeddings (openai-http's upstream may not). */
+export const embeddingEngineNames: readonly EngineName[] = ["llama.cpp"];
+
 /** EngineKind to name; the kinds not listed (UNSPECIFIED) name no engine. */
 export const engineNameOfKind: Partial<Record<EngineKind, EngineName>> = {
   [EngineKind.LLAMA_CPP]: "llama.cpp",

@@ -80,6 +80,26 @@ describe("llama.cpp runtime", () => {
     expect(chunks.map((c) => c.choices[0]?.delta.content ?? "").join("")).toBe(chat.choices[0]!.message.content);
   });
 
+  it("embeds with its embedding context: a vector per input, as floats or base64 float32s", async () => {
+    const embed = async (encoding: string) => {
+      const text = await runtime.client.postRaw("/v1/embeddings", JSON.stringify({ input: ["a", "b c"], encoding_format: encoding }));
+      return JSON.parse(text) as { object: string; data: { index: number; embedding: number[] | string }[]; usage: Record<string, number> };
+    };
+    const floats = await embed("float");
+    expect(floats.object).toBe("list");
+    expect(floats.data.map((d) => d.index)).toEqual([0, 1]);
+    const vectors = floats.data.map((d) => d.embedding as number[]);
+    // The tiny model's embedding length (scripts/gguf.ts).
+    expect(vectors.map((v) => v.length)).toEqual([64, 64]);
+    expect(floats.usage.prompt_tokens).toBeGreaterThan(0);
+    expect(floats.usage.total_tokens).toBe(floats.usage.prompt_tokens);
+    const decoded = (await embed("base64")).data.map((d) => {
+      const bytes = Buffer.from(d.embedding as string, "base64");
+      return Array.from({ length: bytes.length / 4 }, (_, i) => bytes.readFloatLE(i * 4));
+    });
+    expect(decoded).toEqual(vectors);
+  });
+
   it("refuses bad requests in OpenAI's error shape", async () => {
     const post = (path: string, body: string) =>
       fetch(`${runtime.baseUrl}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body });
@@ -91,6 +111,10 @@ describe("llama.cpp runtime", () => {
       ["/v1/completions", JSON.stringify({ prompt: "x", model: "other" }), 404, "model_not_found"],
       ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "tool", content: "x" }] }), 400, "invalid_value"],
       ["/v1/nothing", "{}", 404, "not_found"],
+      ["/v1/embeddings", JSON.stringify({ input: [] }), 400, "invalid_value"],
+      ["/v1/embeddings", JSON.stringify({ input: "x", encoding_format: "int8" }), 400, "invalid_value"],
+      ["/v1/embeddings", JSON.stringify({ input: ["a", "ab".repeat(1500)] }), 400, "context_length_exceeded"],
+      ["/v1/embeddings", JSON.stringify({ input: "x", model: "other" }), 404, "model_not_found"],
     ];
     for (const [path, body, status, code] of cases) {
       const res = await post(path, body);

@@ -2,7 +2,13 @@
 // and stop strings, the openai-http argv template, /proc parsing, the GGUF header check, engine
 // parameters, and the tiny model fixture's stable bytes.
 import { describe, expect, it } from "vitest";
-import { OpenAiError, parseChatRequest, parseCompletionRequest } from "../agent/engines/openai-protocol.js";
+import {
+  embeddingLimits,
+  OpenAiError,
+  parseChatRequest,
+  parseCompletionRequest,
+  parseEmbeddingRequest,
+} from "../agent/engines/openai-protocol.js";
 import { TextStream } from "../agent/engines/llama-cpp/text-stream.js";
 import { buildArgv, parseTemplateConfig, validateTemplate, type OpenAiHttpTemplate } from "../agent/engines/openai-http.js";
 import { parseStat, parseStatusMemory } from "../agent/engines/proc.js";
@@ -39,6 +45,25 @@ describe("OpenAI request validation", () => {
     [{ prompt: "hi", model: 3 }, "400 model"],
   ])("completion %j -> %s", (body, want) => {
     expect(refusal(() => parseCompletionRequest(body))).toBe(want);
+  });
+
+  it.each([
+    [{ input: "hi" }, "accepted"],
+    [{ input: ["a", "b"], encoding_format: "base64", model: "m" }, "accepted"],
+    [{ input: Array.from({ length: embeddingLimits.inputs }, () => "a") }, "accepted"],
+    [{ input: "x".repeat(embeddingLimits.inputChars) }, "accepted"],
+    [null, "400 body"],
+    [{}, "400 input"],
+    [{ input: [] }, "400 input"],
+    [{ input: "" }, "400 input"],
+    [{ input: ["a", ""] }, "400 input"],
+    [{ input: [1] }, "400 input"],
+    [{ input: Array.from({ length: embeddingLimits.inputs + 1 }, () => "a") }, "400 input"],
+    [{ input: "x".repeat(embeddingLimits.inputChars + 1) }, "400 input"],
+    [{ input: "hi", encoding_format: "int8" }, "400 encoding_format"],
+    [{ input: "hi", model: 3 }, "400 model"],
+  ])("embeddings %j -> %s", (body, want) => {
+    expect(refusal(() => parseEmbeddingRequest(body))).toBe(want);
   });
 
   it("defaults: 16 tokens, temperature 1, no stream, usage only when asked", () => {

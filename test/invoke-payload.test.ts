@@ -1,12 +1,12 @@
 // The invoke payload's rules, pure and table-driven: JSON shape (UTF-8, depth, surrogates), every
-// OpenAI chat and completion field with good and hostile values, `model` dropped, the API inferred
+// OpenAI chat, completion and embeddings field with good and hostile values, `model` dropped, the API inferred
 // or named, and a caller's timeout under 1 ms refused.
 import { describe, expect, it } from "vitest";
 import { Code, type ConnectError } from "@connectrpc/connect";
 import { InvokeApi } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { maxJsonDepth, parseJsonObject, RequestError } from "../server/invoke/json-body.js";
 import { checkedRequest, type RequestKind } from "../server/invoke/openai-request.js";
-import { callerWaitMs, checkPayload, requestedTimeoutMs } from "../server/invoke/rules.js";
+import { callerWaitMs, checkEmbeddings, checkPayload, requestedTimeoutMs } from "../server/invoke/rules.js";
 
 const bytes = (s: string) => Buffer.from(s);
 const nested = (depth: number) => `{"a":${"[".repeat(depth - 1)}${"]".repeat(depth - 1)}}`;
@@ -44,6 +44,7 @@ describe("a JSON body", () => {
 
 const chat = (extra: object) => ({ messages: [{ role: "user", content: "hi" }], ...extra });
 const completion = (extra: object) => ({ prompt: "hi", ...extra });
+const embed = (extra: object) => ({ input: "hi", ...extra });
 
 // [kind, body, the param refused or "ok"]
 const fieldCases: [RequestKind, object, string][] = [
@@ -119,6 +120,21 @@ const fieldCases: [RequestKind, object, string][] = [
   ["completion", completion({ metadata: { k: "v" }, store: false, service_tier: "auto" }), "ok"],
   ["completion", completion({ metadata: { k: 1 } }), "metadata value"],
   ["completion", completion({ top_k: 40, min_p: 0.1 }), "ok"],
+  ["embeddings", embed({}), "ok"],
+  ["embeddings", embed({ input: ["a", "b"], encoding_format: "base64", dimensions: 64, user: "u" }), "ok"],
+  ["embeddings", {}, "input"],
+  ["embeddings", embed({ input: 5 }), "input"],
+  ["embeddings", embed({ input: [] }), "input"],
+  ["embeddings", embed({ input: "" }), "input"],
+  ["embeddings", embed({ input: ["a", ""] }), "input"],
+  ["embeddings", embed({ input: [1, 2] }), "input"],
+  ["embeddings", embed({ input: Array.from({ length: 2049 }, () => "a") }), "input"],
+  ["embeddings", embed({ encoding_format: "int8" }), "encoding_format"],
+  ["embeddings", embed({ dimensions: 0 }), "dimensions"],
+  ["embeddings", embed({ dimensions: "64" }), "dimensions"],
+  ["embeddings", embed({ user: "u".repeat(257) }), "user"],
+  ["embeddings", embed({ model: 5 }), "model"],
+  ["embeddings", embed({ pooling: "mean" }), "ok"],
 ];
 
 describe("OpenAI request fields", () => {
@@ -148,8 +164,27 @@ describe("an invoke payload", () => {
     ["chat for completions", "application/json", '{"messages":[{"role":"user","content":"x"}]}', InvokeApi.COMPLETIONS, "InvalidArgument"],
     ["a completion", "application/json; charset=utf-8", '{"prompt":"x"}', InvokeApi.UNSPECIFIED, "ok"],
     ["50,000 deep", "application/json", nested(50_000), InvokeApi.UNSPECIFIED, "InvalidArgument"],
-  ])("%s: %s", (_what, type, body, api, want) => {
-    expect(code(() => checkPayload(type, bytes(body), api))).toBe(want);
+    ["embeddings", "application/json", '{"input":["a","b"]}', InvokeApi.EMBEDDINGS, "ok"],
+    ["a prompt for embeddings", "application/json", '{"prompt":"x"}', InvokeApi.EMBEDDINGS, "InvalidArgument"],
+    ["embeddings streamed", "application/json", '{"input":"x"}', InvokeApi.EMBEDDINGS, "InvalidArgument", true],
+    ["an API the contract does not have", "application/json", '{"prompt":"x"}', 9 as InvokeApi, "InvalidArgument"],
+  ])("%s: %s", (_what, type, body, api, want, stream = false) => {
+    expect(code(() => checkPayload(type, bytes(body), api, stream))).toBe(want);
+  });
+  it("never infers embeddings: an unnamed API with input is a completion missing its prompt", () => {
+    expect(code(() => checkPayload("", bytes('{"input":"x"}'), InvokeApi.UNSPECIFIED))).toBe("InvalidArgument");
+    expect(checkPayload("", bytes('{"model":"m","input":"x"}'), InvokeApi.EMBEDDINGS)).toMatchObject({
+      api: InvokeApi.EMBEDDINGS,
+      body: { input: "x" },
+    });
+  });
+  it.each([
+    ["llama.cpp", ["llama.cpp"], "ok"],
+    ["openai-http", ["llama.cpp"], "Unimplemented"],
+    ["llama.cpp", [], "Unimplemented"],
+    ["", ["llama.cpp"], "Unimplemented"],
+  ])("embeddings on engine %j of a node advertising %j: %s", (engine, advertised, want) => {
+    expect(code(() => checkEmbeddings("tiny", engine, advertised))).toBe(want);
   });
   it("infers chat from messages, and names the field in the refusal", () => {
     expect(checkPayload("", bytes('{"messages":[{"role":"user","content":"x"}]}'), InvokeApi.UNSPECIFIED).api).toBe(

@@ -31,7 +31,7 @@ const target = (over: Partial<DeploymentTarget> = {}): DeploymentTarget => ({
   createdAt: 0,
   maxInFlight: 2,
   invokeTimeoutMs: 60_000,
-  ready: [{ revision: 2n, nodeId: "n1", phase: "READY" }],
+  ready: [{ revision: 2n, nodeId: "n1", phase: "READY", engine: "llama.cpp" }],
   ...over,
 });
 const codeOf = (f: () => unknown) => {
@@ -59,8 +59,8 @@ describe("routing an invoke", () => {
   it("takes the newest ready revision whose node's session is here; else every ready instance is a candidate elsewhere", () => {
     const t = target({
       ready: [
-        { revision: 3n, nodeId: "n2", phase: "READY" },
-        { revision: 2n, nodeId: "n1", phase: "READY" },
+        { revision: 3n, nodeId: "n2", phase: "READY", engine: "llama.cpp" },
+        { revision: 2n, nodeId: "n1", phase: "READY", engine: "llama.cpp" },
       ],
     });
     expect(routeInvoke(t, scope, "tiny", up)).toEqual({ here: t.ready[0] });
@@ -170,6 +170,7 @@ class FakeSession implements LiveSession {
   readonly sent: SessionResponse[] = [];
   constructor(readonly nodeId: string) {}
   readonly serial = "s";
+  readonly embeddingEngines = ["llama.cpp"];
   send(m: SessionResponse) {
     this.sent.push(m);
     return true;
@@ -348,7 +349,7 @@ describe("the relay over a fake node session", () => {
   });
 
   it("forwards to the replica holding the node's session, once; none holding it is unavailable", async () => {
-    const elsewhere = target({ ready: [{ revision: 2n, nodeId: "n9", phase: "READY" }] });
+    const elsewhere = target({ ready: [{ revision: 2n, nodeId: "n9", phase: "READY", engine: "llama.cpp" }] });
     const holder = { nodeId: "n9", replicaId: "r-a", url: "https://a.internal:8443" };
     const forwarder = new FakeForwarder({ n9: holder });
     const s = setup(elsewhere, forwarder);

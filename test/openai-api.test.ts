@@ -1,7 +1,7 @@
 // The OpenAI HTTP API at the control plane, called the way users call it: the official `openai`
 // SDK (v6) over HTTP/1.1 with the control plane's CA, against a real agent process holding the
-// tiny GGUF in llama.cpp. Models, chat, completions, a stream read with `for await`, the SDK's
-// error classes, clients that go away freeing their places, and an oversized body that ends only
+// tiny GGUF in llama.cpp. Models, chat, completions, embeddings, a stream read with `for await`,
+// the SDK's error classes (an openai-http deployment's embeddings among them), clients that go away freeing their places, and an oversized body that ends only
 // its own HTTP/2 stream.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -16,7 +16,7 @@ import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
-import { serveTiny } from "./support/serving.js";
+import { deployReady, serveTiny, writeWorkerTemplate } from "./support/serving.js";
 import { scrape } from "./support/prometheus.js";
 import { forgeAt } from "./support/forge.js";
 import { oversizedThenNormal } from "./support/oversize.js";
@@ -27,6 +27,9 @@ let node: TestNode;
 let agent: AgentProcess;
 let secret: string;
 let dispatcher: Agent;
+
+/** The tiny model's embedding length (llama.embedding_length in scripts/gguf.ts). */
+const tinyEmbeddingLength = 64;
 
 /** The SDK as a user sets it up, trusting the control plane's CA. */
 function client(apiKey: string, extra: Record<string, string> = {}): OpenAI {
@@ -52,10 +55,16 @@ beforeAll(async () => {
   dispatcher = new Agent({ connect: { ca: ts.caPem } });
   node = await enrollTestNode(ts, "openai");
   await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 8192, threads: 1 });
+  await ts.admin.createRuntimeProfile({ name: "tiny-http", engine: EngineKind.OPENAI_HTTP, contextSize: 1024, threads: 1 });
+  // The openai-http engine runs the llama.cpp worker, which could embed: the control plane refuses
+  // its embeddings all the same, because the engine is not advertised as serving them.
+  const template = join(root, "openai-http.json");
+  writeWorkerTemplate(template);
   agent = spawnAgent(node.statePath, {
     MODELFORGE_AGENT_RUNTIMES: "on",
     MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
     MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
+    MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE: template,
   });
   await eventually(
     async () => {
@@ -66,8 +75,16 @@ beforeAll(async () => {
     "the agent online, advertising deployment.load.v1",
   );
   await serveTiny(ts.admin, { nodeId: node.nodeId, commit: "c".repeat(40), root, file: model.path, sha256: model.sha256 });
+  await deployReady(ts.admin, {
+    name: "tiny-http",
+    nodeId: node.nodeId,
+    runtimeProfile: "tiny-http",
+    repository: "acme/tiny",
+    commit: "c".repeat(40),
+    targetRoot: root,
+  });
   secret = (await ts.admin.createServiceKey({ name: "svc", deployments: ["tiny"] })).secret;
-}, 150_000);
+}, 240_000);
 
 afterAll(async () => {
   await dispatcher?.close();
@@ -136,12 +153,48 @@ describe("the OpenAI API through the official SDK", () => {
       .chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }], stream: "yes" as unknown as false })
       .catch((e: unknown) => e);
     expect(bad).toBeInstanceOf(OpenAI.BadRequestError);
-    const embeddings = await client(secret)
-      .embeddings.create({ model: "tiny", input: "hi" })
+    const { secret: http } = await ts.admin.createServiceKey({ name: "http", deployments: ["tiny-http"] });
+    const embeddings = await client(http)
+      .embeddings.create({ model: "tiny-http", input: "hi" })
       .catch((e: unknown) => e);
     expect(embeddings).toBeInstanceOf(OpenAI.BadRequestError);
     expect((embeddings as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("embeddings_unsupported");
-  }, 30_000);
+    // The same deployment still generates: only the API it does not serve is refused.
+    const text = await client(http).completions.create({ model: "tiny-http", prompt: "a", max_tokens: 2 });
+    expect(text.choices[0]!.text.length).toBeGreaterThan(0);
+    const bounded = await client(secret)
+      .embeddings.create({ model: "tiny", input: ["a", ""] })
+      .catch((e: unknown) => e);
+    expect(bounded).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((bounded as InstanceType<typeof OpenAI.BadRequestError>).message).toContain("input: must be a non-empty string");
+  }, 60_000);
+
+  it("embeds through llama.cpp's embedding context: a vector per input, its prompt tokens recorded", async () => {
+    const { secret: embedder, key } = await ts.admin.createServiceKey({ name: "embed", deployments: ["tiny"] });
+    // The SDK asks for base64 by default and decodes it; floats asked for explicitly are the same vectors.
+    const answer = await client(embedder).embeddings.create({ model: "tiny", input: ["a", "b"] });
+    expect(answer.object).toBe("list");
+    expect(answer.model).toBe("tiny");
+    expect(answer.data.map((d) => [d.object, d.index, d.embedding.length])).toEqual([
+      ["embedding", 0, tinyEmbeddingLength],
+      ["embedding", 1, tinyEmbeddingLength],
+    ]);
+    expect(answer.data[0]!.embedding).not.toEqual(answer.data[1]!.embedding);
+    expect(answer.usage.prompt_tokens).toBeGreaterThan(0);
+    expect(answer.usage.total_tokens).toBe(answer.usage.prompt_tokens);
+    const floats = await client(embedder).embeddings.create({ model: "tiny", input: ["a", "b"], encoding_format: "float" });
+    expect(floats.data.map((d) => d.embedding)).toEqual(answer.data.map((d) => Array.from(d.embedding)));
+    await eventually(
+      async () => {
+        const row = (await ts.admin.getUsage({ keyId: key!.id, by: UsageGrouping.KEY })).rows[0];
+        return Number(row?.requests ?? 0) === 2 && Number(row?.promptTokens) === 2 * answer.usage.prompt_tokens;
+      },
+      20_000,
+      "both embeddings requests' prompt tokens recorded",
+    );
+    const row = (await ts.admin.getUsage({ keyId: key!.id, by: UsageGrouping.KEY })).rows[0]!;
+    expect(Number(row.completionTokens)).toBe(0);
+  }, 60_000);
 
   it("answers 429 with Retry-After while the requests in flight are used up, and frees them when clients go away", async () => {
     // serveTiny allows 8 in flight. The runtime is paused (SIGSTOP), so eight streams stay in
@@ -332,7 +385,11 @@ describe("the OpenAI API through the official SDK", () => {
 
 /** The pid of the llama.cpp worker the agent started (its runtime registry beside the state). */
 function runtimePid(): number {
-  const registry = JSON.parse(readFileSync(join(dirname(node.statePath), "runtimes.json"), "utf8")) as { runtimes: { pid: number }[] };
-  expect(registry.runtimes).toHaveLength(1);
-  return registry.runtimes[0]!.pid;
+  const registry = JSON.parse(readFileSync(join(dirname(node.statePath), "runtimes.json"), "utf8")) as {
+    runtimes: { pid: number; engine: string }[];
+  };
+  // "tiny" is the one llama.cpp runtime; "tiny-http" runs beside it as openai-http.
+  const tiny = registry.runtimes.filter((r) => r.engine === "llama.cpp");
+  expect(tiny).toHaveLength(1);
+  return tiny[0]!.pid;
 }

@@ -23,7 +23,7 @@ describe("endpointOf", () => {
     ["GET", "/v1/models/", { kind: "models" }],
     ["POST", "/v1/chat/completions", { kind: "generate", api: InvokeApi.CHAT_COMPLETIONS }],
     ["POST", "/v1/completions", { kind: "generate", api: InvokeApi.COMPLETIONS }],
-    ["POST", "/v1/embeddings", { kind: "embeddings" }],
+    ["POST", "/v1/embeddings", { kind: "generate", api: InvokeApi.EMBEDDINGS }],
   ])("%s %s", (method, path, endpoint) => {
     expect(endpointOf(method, path)).toEqual(endpoint);
   });

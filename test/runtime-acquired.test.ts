@@ -10,7 +10,6 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { JobState, type Job } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { EngineKind, JobFailureCode, type JobSpecSchema, ProbeInput } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -22,9 +21,9 @@ import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
 import { startMirror, type Mirror } from "./support/mirror.js";
 import { jobToEnd } from "./support/jobs.js";
+import { writeWorkerTemplate } from "./support/serving.js";
 
 const MiB = 1024n * 1024n;
-const worker = fileURLToPath(new URL("../agent/engines/llama-cpp/worker.ts", import.meta.url));
 const model = tinyLlamaGguf();
 const commitOf = (label: string) => createHash("sha1").update(label).digest("hex");
 const fromMirror = { repository: "acme/tiny-mirror", commit: commitOf("mirror") };
@@ -125,13 +124,7 @@ beforeAll(async () => {
   mirror = await startMirror();
   mirror.put(fromMirror.repository, fromMirror.commit, "tiny.gguf", { content: model.bytes });
   const templatePath = join(base, "openai-http.json");
-  writeFileSync(
-    templatePath,
-    JSON.stringify({
-      command: [process.execPath, "--import", "tsx", worker, "--model", "{model}", "--port", "{port}", "--threads", "{threads}"],
-      env: { NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true", NODE_LLAMA_CPP_GPU: "false" },
-    }),
-  );
+  writeWorkerTemplate(templatePath);
   // The fake nvidia-smi lists every process as using 100 MiB: a runtime's evidence is its share.
   const gpuDir = join(base, "gpu");
   mkdirSync(gpuDir);

@@ -100,6 +100,7 @@ export async function capabilityRegistry(config: CapabilityConfig): Promise<Capa
     registry.register("runtime.health.v1", runtimeHealthHandler(opts));
     registry.register("runtime.unload.v1", runtimeUnloadHandler(opts));
     registry.engines = config.supervisor.engines();
+    registry.embeddingEngines = config.supervisor.embeddingEngines();
   }
   if (config.deployments) registerDeploymentCapabilities(registry, config.deployments);
   return registry;

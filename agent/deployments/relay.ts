@@ -7,11 +7,16 @@ import type { Logger } from "pino";
 import type { InvokeStart, LogWatch, SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { InvokeApi, type RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { refusalCode, refusalMessage } from "./refusal.js";
+import { embeddingEngineNames } from "../../common/engines.js";
 import type { RelayLink as SessionLink, SessionMessage } from "./session-hook.js";
 import { notHeld, type DeploymentHost } from "./host.js";
 import { WatchOutbox } from "./logs.js";
 
-const paths = { [InvokeApi.COMPLETIONS]: "/v1/completions", [InvokeApi.CHAT_COMPLETIONS]: "/v1/chat/completions" } as const;
+const paths = {
+  [InvokeApi.COMPLETIONS]: "/v1/completions",
+  [InvokeApi.CHAT_COMPLETIONS]: "/v1/chat/completions",
+  [InvokeApi.EMBEDDINGS]: "/v1/embeddings",
+} as const;
 
 /** Most log watches one agent serves at once. */
 const maxWatches = 16;
@@ -75,6 +80,11 @@ export class DeploymentRelay {
     } catch {
       return fail("invalid_argument", "the payload is not JSON");
     }
+    const embeddings = start.api === InvokeApi.EMBEDDINGS;
+    // The server checked the advertisement; a runtime of another engine is still refused here.
+    if (embeddings && !embeddingEngineNames.includes(held.runtime.engine)) {
+      return fail("unimplemented", `deployment ${spec.deploymentId}'s engine ${held.runtime.engine} serves no embeddings`);
+    }
     const path = paths[start.api as keyof typeof paths] ?? paths[InvokeApi.COMPLETIONS];
     const controller = new AbortController();
     const running = this.invokes.get(link) ?? new Map<bigint, AbortController>();
@@ -91,12 +101,12 @@ export class DeploymentRelay {
     let release: (() => void) | undefined;
     try {
       release = await held.gate.acquire(signal);
-      if (start.stream) {
+      if (start.stream && !embeddings) {
         const text = JSON.stringify({ ...body, stream: true });
         for await (const data of held.runtime.client.streamRaw(path, text, signal)) answer(Buffer.from(data), false);
         answer(new Uint8Array(), true);
       } else {
-        const text = JSON.stringify({ ...body, stream: false });
+        const text = JSON.stringify(embeddings ? body : { ...body, stream: false });
         answer(Buffer.from(await held.runtime.client.postRaw(path, text, signal)), true);
       }
     } catch (err) {

@@ -180,3 +180,37 @@ function sampling(o: Record<string, unknown>): SamplingRequest {
     continuousUsage: includeUsage && asked.continuous_usage_stats === true,
   };
 }
+
+/** Bounds of one POST /v1/embeddings: inputs per request and characters per input. */
+export const embeddingLimits = { inputs: 256, inputChars: 32_768 } as const;
+
+export interface EmbeddingRequest {
+  model: string | undefined;
+  inputs: string[];
+  /** float: arrays of numbers; base64: little-endian float32s, as the OpenAI SDKs ask by default. */
+  encoding: "float" | "base64";
+}
+
+export interface EmbeddingResponse {
+  object: "list";
+  data: { object: "embedding"; index: number; embedding: number[] | string }[];
+  model: string;
+  usage: { prompt_tokens: number; total_tokens: number };
+}
+
+/** Validates a POST /v1/embeddings body: `input` is a non-empty string or an array of them, bounded. */
+export function parseEmbeddingRequest(body: unknown): EmbeddingRequest {
+  const o = object(body);
+  if (o.model !== undefined && typeof o.model !== "string") throw invalid("model", "model must be a string");
+  const inputs = typeof o.input === "string" ? [o.input] : o.input;
+  const { inputs: most, inputChars } = embeddingLimits;
+  if (!Array.isArray(inputs) || inputs.length === 0 || inputs.length > most) {
+    throw invalid("input", `input must be a string or an array of 1 to ${most} strings`);
+  }
+  if (!inputs.every((s) => typeof s === "string" && s.length > 0 && s.length <= inputChars)) {
+    throw invalid("input", `each input must be a non-empty string of at most ${inputChars} characters`);
+  }
+  const encoding = o.encoding_format ?? "float";
+  if (encoding !== "float" && encoding !== "base64") throw invalid("encoding_format", "encoding_format must be float or base64");
+  return { model: o.model as string | undefined, inputs: inputs as string[], encoding };
+}

@@ -16,7 +16,7 @@ import { readMemory, readStat, type ProcessMemory } from "./proc.js";
 import { RuntimeRegistry, type RuntimeRecord } from "./registry.js";
 import type { ListeningLine } from "./llama-cpp/worker.js";
 
-import { engineNames as engineKinds, type EngineName } from "../../common/engines.js";
+import { embeddingEngineNames, engineNames as engineKinds, type EngineName } from "../../common/engines.js";
 
 export type EngineKind = EngineName;
 
@@ -149,6 +149,11 @@ export class Supervisor {
   /** The engines this agent can run, to advertise. */
   engines(): EngineKind[] {
     return engineKinds.filter((k) => k !== "openai-http" || this.options.openAiHttp !== undefined);
+  }
+
+  /** The engines among engines() whose runtimes serve embeddings, to advertise. */
+  embeddingEngines(): EngineKind[] {
+    return this.engines().filter((k) => embeddingEngineNames.includes(k));
   }
 
   list(): Runtime[] {

@@ -58,6 +58,8 @@ export class CapabilityRegistry {
   private readonly handlers = new Map<string, JobHandler>();
   /** The runtime engines the runtime capabilities can start, advertised beside the capabilities. */
   engines: readonly string[] = [];
+  /** The engines among them whose runtimes serve embeddings. */
+  embeddingEngines: readonly string[] = [];
 
   /** Registers the handler of one capability of the contract (e.g. "deployment.drain.v1"). */
   register(capability: string, handler: JobHandler): this {

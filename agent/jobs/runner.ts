@@ -135,6 +135,10 @@ export class JobRunner implements SessionJobs {
     return [...this.registry.engines];
   }
 
+  embeddingEngines(): string[] {
+    return [...this.registry.embeddingEngines];
+  }
+
   runningJobIds(): string[] {
     return [...this.runs.keys()];
   }

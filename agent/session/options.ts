@@ -17,6 +17,8 @@ export interface SessionJobs {
   capabilities(): string[];
   /** The runtime engines the agent runs, when it runs any. */
   engines?(): string[];
+  /** The engines among them whose runtimes serve embeddings. */
+  embeddingEngines?(): string[];
   runningJobIds(): string[];
   onLease(lease: JobLease, link: SessionLink): void;
   onCancel(cancel: JobCancel): void;

@@ -127,6 +127,7 @@ export class AgentSession {
         agentVersion,
         capabilities: jobs?.capabilities() ?? [],
         engines: jobs?.engines?.() ?? [],
+        embeddingEngines: jobs?.embeddingEngines?.() ?? [],
         runningJobIds: jobs?.runningJobIds() ?? [],
         heldDeployments: deployments?.held() ?? [],
       },

@@ -9,6 +9,8 @@ export interface DeploymentInstanceRoute {
   revision: bigint;
   nodeId: string;
   phase: DeploymentPhase;
+  /** Its runtime profile's engine ("llama.cpp", "openai-http"); "" when the profile is gone. */
+  engine: string;
 }
 export interface DeploymentTarget {
   deploymentId: string;
@@ -38,7 +40,10 @@ export function whereIdOrName(idOrName: string): { id: string } | { name: string
 }
 const upper = (p: string) => p.toUpperCase() as DeploymentPhase;
 
-export function targetOf(d: Deployment & { instances: DeploymentInstance[] }): DeploymentTarget {
+/** Engines by runtime profile name. */
+type ProfileEngines = ReadonlyMap<string, string>;
+
+export function targetOf(d: Deployment & { instances: DeploymentInstance[] }, engines: ProfileEngines = new Map()): DeploymentTarget {
   const desired = d.desired as Desired;
   const phases = d.instances.map((i) => ({ revision: i.revision, phase: i.phase as Phase }));
   const ready =
@@ -46,7 +51,7 @@ export function targetOf(d: Deployment & { instances: DeploymentInstance[] }): D
       ? d.instances
           .filter((i) => i.phase === "ready")
           .sort((a, b) => (a.revision > b.revision ? -1 : 1))
-          .map((i) => ({ revision: i.revision, nodeId: i.nodeId, phase: "READY" as const }))
+          .map((i) => ({ revision: i.revision, nodeId: i.nodeId, phase: "READY" as const, engine: engines.get(i.runtimeProfile) ?? "" }))
       : [];
   return {
     deploymentId: d.id,
@@ -69,7 +74,7 @@ export function deploymentRoutes(
         where: { ...whereIdOrName(idOrName), desired: { not: "deleted" } },
         include: { instances: true },
       });
-      return d === null ? undefined : targetOf(d);
+      return d === null ? undefined : targetOf(d, await profileEngines(prisma, [d]));
     },
     async list(names, offset, take) {
       const rows = await prisma.deployment.findMany({
@@ -79,8 +84,17 @@ export function deploymentRoutes(
         skip: offset,
         take,
       });
-      return rows.map(targetOf);
+      const engines = await profileEngines(prisma, rows);
+      return rows.map((d) => targetOf(d, engines));
     },
     onChange: (listener) => changes.onChange(listener),
   };
+}
+
+/** The engines of the runtime profiles these deployments' instances name, in one query. */
+async function profileEngines(prisma: PrismaClient, rows: { instances: DeploymentInstance[] }[]): Promise<ProfileEngines> {
+  const names = [...new Set(rows.flatMap((d) => d.instances.map((i) => i.runtimeProfile)))];
+  if (names.length === 0) return new Map();
+  const profiles = await prisma.runtimeProfile.findMany({ where: { name: { in: names } }, select: { name: true, engine: true } });
+  return new Map(profiles.map((p) => [p.name, p.engine]));
 }

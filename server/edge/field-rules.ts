@@ -62,6 +62,7 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.agent.v1.Hello.running_job_ids": { ...uuid, maxCount: 4096 },
   "modelforge.agent.v1.Hello.held_deployments": { maxCount: 256 },
   "modelforge.agent.v1.Hello.engines": { maxCount: 16, maxBytes: 64 },
+  "modelforge.agent.v1.Hello.embedding_engines": { maxCount: 16, maxBytes: 64 },
   "modelforge.agent.v1.HeldDeployment.deployment_id": shortId,
   "modelforge.agent.v1.HeldDeployment.runtime_id": name,
   "modelforge.agent.v1.InvokeAnswer.content_type": contentType,

@@ -1,4 +1,4 @@
-// The fields of OpenAI's chat completions and completions requests, checked before a request is
+// The fields of OpenAI's chat completions, completions and embeddings requests, checked before a request is
 // routed: every field of the two APIs that has a documented type or range, so a hostile value is
 // refused here as the caller's mistake instead of reaching a runtime (which might answer 500, or
 // run out of stack). Fields not listed pass through: runtimes accept extensions of their own
@@ -19,9 +19,9 @@ import {
   shape,
   text,
 } from "./openai-checks.js";
-import { parseJsonObject } from "./json-body.js";
+import { parseJsonObject, RequestError } from "./json-body.js";
 
-export type RequestKind = "chat" | "completion";
+export type RequestKind = "chat" | "completion" | "embeddings";
 
 const maxInt32 = 2 ** 31 - 1;
 const tokenId = integer(0, maxInt32);
@@ -107,6 +107,27 @@ const completion: Record<string, Check> = {
   logprobs: nullable(integer(0, 5)),
 };
 
+/** An input to embed: OpenAI refuses an empty one, and so does every engine. */
+const embeddingInput: Check = (v, p) => {
+  text()(v, p);
+  if (v === "") throw new RequestError(p, `${p}: must not be empty`);
+};
+
+/** Embeddings: never streamed, so none of the sampling fields. */
+const embeddings: Record<string, Check> = {
+  model: text(256),
+  input: either("a non-empty string or an array of 1 to 2048 of them", embeddingInput, list(embeddingInput, 1, 2048)),
+  encoding_format: oneOf("float", "base64"),
+  dimensions: integer(1, 65_536),
+  user: text(256),
+};
+
+const tables: Record<RequestKind, { fields: Record<string, Check>; required: string }> = {
+  chat: { fields: chat, required: "messages" },
+  completion: { fields: completion, required: "prompt" },
+  embeddings: { fields: embeddings, required: "input" },
+};
+
 /** The kind a body is for when the caller did not say: chat when it has "messages". */
 export function inferKind(body: Record<string, unknown>): RequestKind {
   return Array.isArray(body.messages) ? "chat" : "completion";
@@ -123,7 +144,8 @@ export function checkedRequest(
 ): { kind: RequestKind; json: string; body: Record<string, unknown> } {
   const body = parseJsonObject(bytes);
   const resolved = kind ?? inferKind(body);
-  checkFields(body, resolved === "chat" ? chat : completion, [resolved === "chat" ? "messages" : "prompt"]);
+  const table = tables[resolved];
+  checkFields(body, table.fields, [table.required]);
   const { model: _, ...rest } = body;
   return { kind: resolved, json: JSON.stringify(rest), body: rest };
 }

@@ -16,7 +16,7 @@ import {
   type SessionRequest,
   type SessionResponse,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import type { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { Clock } from "../../common/clock.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { onAbort } from "../../common/abort.js";
@@ -27,7 +27,16 @@ import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
 import type { Logger } from "../observability/logger.js";
 import type { ServicePrincipal } from "../identity/service-keys.js";
 import type { DeploymentRoutes, DeploymentTarget } from "./routes.js";
-import { checkPayload, InFlight, invokeTimeoutMs, nodeRefusal, payloadForNode, routeInvoke, unreachable } from "./rules.js";
+import {
+  checkEmbeddings,
+  checkPayload,
+  InFlight,
+  invokeTimeoutMs,
+  nodeRefusal,
+  payloadForNode,
+  routeInvoke,
+  unreachable,
+} from "./rules.js";
 import { InvokeMeter } from "./meter.js";
 import type { UsageLedger } from "../usage/ledger.js";
 import type { ServingMetrics } from "../observability/metrics.js";
@@ -135,7 +144,7 @@ export class InvokeRelay {
 
   private async *relay(principal: ServicePrincipal, call: InvokeCall): AsyncGenerator<AnswerPiece> {
     // Before routing: bad input is the caller's mistake, refused here and never relayed.
-    const checked = checkPayload(call.contentType, call.payload, call.api);
+    const checked = checkPayload(call.contentType, call.payload, call.api, call.stream);
     const target = await this.target(call.deployment);
     const route = routeInvoke(target, principal.deployments, call.deployment, (n) => this.deps.sessions.isConnected(n));
     const deployment = target!;
@@ -145,6 +154,7 @@ export class InvokeRelay {
     }
     const instance = route.here;
     const session = this.deps.sessions.get(instance.nodeId)!;
+    if (checked.api === InvokeApi.EMBEDDINGS) checkEmbeddings(deployment.name, instance.engine, session.embeddingEngines);
     const charge = await this.admitHere(principal, deployment, checked.body);
     const timeoutMs = invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs);
     const invokeId = ++this.nextId;

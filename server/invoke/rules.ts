@@ -5,7 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { DeploymentInstance, DeploymentTarget } from "./routes.js";
 import { RequestError } from "./json-body.js";
-import { checkedRequest } from "./openai-request.js";
+import { checkedRequest, type RequestKind } from "./openai-request.js";
 
 /** What a caller waits when it names no timeout. */
 export const defaultInvokeTimeoutMs = 30_000;
@@ -42,6 +42,17 @@ export function routeInvoke(
   return here !== undefined ? { here } : { elsewhere: target.ready };
 }
 
+/**
+ * Whether an instance may be sent an embeddings request: its engine (by its runtime profile) is one
+ * its node's agent advertised as serving them. Else unimplemented, which the OpenAI API answers
+ * as 400 embeddings_unsupported.
+ */
+export function checkEmbeddings(name: string, engine: string, advertised: readonly string[]): void {
+  if (engine === "" || !advertised.includes(engine)) {
+    throw new ConnectError(`deployment ${name}'s engine serves no embeddings`, Code.Unimplemented);
+  }
+}
+
 /** The refusal when no replica can reach a node serving the deployment. */
 export function unreachable(name: string, why: string): ConnectError {
   return new ConnectError(`the node serving deployment ${name} is not reachable: ${why}`, Code.Unavailable);
@@ -65,25 +76,34 @@ export function invokeTimeoutMs(requestedMs: number | undefined, deploymentMs: n
 
 /** A payload checked as an OpenAI-compatible request of its API, re-serialised as it was checked. */
 export interface CheckedPayload {
-  api: InvokeApi.COMPLETIONS | InvokeApi.CHAT_COMPLETIONS;
+  api: InvokeApi.COMPLETIONS | InvokeApi.CHAT_COMPLETIONS | InvokeApi.EMBEDDINGS;
   payload: Uint8Array;
   /** The checked body, without `model`. */
   body: Record<string, unknown>;
 }
 
-const kinds = { [InvokeApi.COMPLETIONS]: "completion", [InvokeApi.CHAT_COMPLETIONS]: "chat" } as const;
+const kinds = {
+  [InvokeApi.COMPLETIONS]: "completion",
+  [InvokeApi.CHAT_COMPLETIONS]: "chat",
+  [InvokeApi.EMBEDDINGS]: "embeddings",
+} as const;
+const apis = { completion: InvokeApi.COMPLETIONS, chat: InvokeApi.CHAT_COMPLETIONS, embeddings: InvokeApi.EMBEDDINGS } as const;
 
 /**
  * The payload checked for its API (chat when unspecified and the JSON has "messages"), or
  * invalid_argument naming the field: run before routing, so bad input never reaches a node.
  */
-export function checkPayload(contentType: string, payload: Uint8Array, api: InvokeApi): CheckedPayload {
+export function checkPayload(contentType: string, payload: Uint8Array, api: InvokeApi, stream = false): CheckedPayload {
+  if (api === InvokeApi.EMBEDDINGS && stream)
+    throw new ConnectError("api: embeddings are never streamed; use Invoke", Code.InvalidArgument);
   if (contentType !== "" && !/^application\/json(\s*;.*)?$/i.test(contentType)) {
     throw new ConnectError(`content_type: ${contentType} is not supported; send application/json`, Code.InvalidArgument);
   }
   try {
-    const { kind, json, body } = checkedRequest(payload, api === InvokeApi.UNSPECIFIED ? undefined : kinds[api]);
-    return { api: kind === "chat" ? InvokeApi.CHAT_COMPLETIONS : InvokeApi.COMPLETIONS, payload: Buffer.from(json), body };
+    const kind = kinds[api as keyof typeof kinds] as RequestKind | undefined;
+    if (api !== InvokeApi.UNSPECIFIED && kind === undefined) throw new ConnectError(`api: ${api} is not an API`, Code.InvalidArgument);
+    const checked = checkedRequest(payload, kind);
+    return { api: apis[checked.kind], payload: Buffer.from(checked.json), body: checked.body };
   } catch (err) {
     if (err instanceof RequestError) throw new ConnectError(`payload: ${err.message}`, Code.InvalidArgument);
     throw err;

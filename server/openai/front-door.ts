@@ -19,6 +19,7 @@ import { openAiFailure, openAiFailureOf, type OpenAiFailure } from "./errors.js"
 import { endpointOf, generateRequestOf, type GenerateRequest } from "./request.js";
 import { renamed } from "./answer.js";
 import { answerAfterBody } from "../edge/drain.js";
+import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 
 type HttpRequest = http2.Http2ServerRequest | IncomingMessage;
 type HttpResponse = http2.Http2ServerResponse | ServerResponse;
@@ -87,7 +88,6 @@ async function serve(
   if ("status" in body) return body;
   const request = generateRequestOf(body);
   if ("status" in request) return request;
-  if (endpoint.kind === "embeddings") return noEmbeddings(deps.routes, principal, request.model);
   const call = {
     deployment: request.model,
     contentType: "application/json",
@@ -100,7 +100,13 @@ async function serve(
     credential: single(req.headers.authorization),
   };
   const pieces = deps.relay.invoke(principal, call);
-  return request.stream ? stream(pieces, request, res) : unary(pieces, request, res);
+  if (request.stream) return stream(pieces, request, res);
+  return unary(pieces, request, res).catch((err: unknown) => {
+    if (endpoint.api === InvokeApi.EMBEDDINGS && err instanceof ConnectError && err.code === Code.Unimplemented) {
+      return embeddingsUnsupported(request.model);
+    }
+    throw err;
+  });
 }
 
 /** The service key, and no other credential: a node's certificate or an operator key is refused (403). */
@@ -122,10 +128,8 @@ async function listModels(routes: OpenAiDeps["routes"], principal: ServicePrinci
   return undefined;
 }
 
-/** No engine serves embeddings yet: a deployment in scope answers 400, as OpenAI does for a model without the endpoint. */
-async function noEmbeddings(routes: OpenAiDeps["routes"], principal: ServicePrincipal, model: string): Promise<OpenAiFailure> {
-  const [target] = principal.deployments.has(model) ? await routes.list([model], 0, 1) : [];
-  if (target === undefined) return openAiFailureOf(new ConnectError(`no deployment ${model}`, Code.NotFound));
+/** A deployment whose engine (or node) serves no embeddings: 400, as OpenAI answers a model without the endpoint. */
+function embeddingsUnsupported(model: string): OpenAiFailure {
   return openAiFailure(
     400,
     `deployment ${model}'s engine serves no embeddings`,

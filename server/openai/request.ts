@@ -7,14 +7,13 @@ import { openAiFailure, type OpenAiFailure } from "./errors.js";
 
 export type Endpoint =
   | { kind: "models" }
-  | { kind: "generate"; api: InvokeApi.CHAT_COMPLETIONS | InvokeApi.COMPLETIONS }
-  | { kind: "embeddings" };
+  | { kind: "generate"; api: InvokeApi.CHAT_COMPLETIONS | InvokeApi.COMPLETIONS | InvokeApi.EMBEDDINGS };
 
 const routes: ReadonlyMap<string, { method: string; endpoint: Endpoint }> = new Map([
   ["/v1/models", { method: "GET", endpoint: { kind: "models" } }],
   ["/v1/chat/completions", { method: "POST", endpoint: { kind: "generate", api: InvokeApi.CHAT_COMPLETIONS } }],
   ["/v1/completions", { method: "POST", endpoint: { kind: "generate", api: InvokeApi.COMPLETIONS } }],
-  ["/v1/embeddings", { method: "POST", endpoint: { kind: "embeddings" } }],
+  ["/v1/embeddings", { method: "POST", endpoint: { kind: "generate", api: InvokeApi.EMBEDDINGS } }],
 ]);
 
 /** The endpoint of a method and path (without its query), or the failure to answer. */
@@ -42,7 +41,7 @@ const modelPattern = /^[a-z][a-z0-9-]{0,62}$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9
 const invalid = (message: string, param: string | null = null) =>
   openAiFailure(400, message, "invalid_request_error", "invalid_request", param);
 
-/** The body of a chat or completion request, checked for what the front door itself reads. */
+/** The body of a chat, completion or embeddings request, checked for what the front door itself reads. */
 export function generateRequestOf(body: Uint8Array): GenerateRequest | OpenAiFailure {
   let parsed: Record<string, unknown>;
   try {

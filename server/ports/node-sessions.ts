@@ -8,6 +8,8 @@ import type { ClusterEvent } from "../cluster/bus.js";
 export interface LiveSession {
   readonly nodeId: string;
   readonly serial: string;
+  /** The engines whose runtimes its agent said serve embeddings (Hello.embedding_engines). */
+  readonly embeddingEngines: readonly string[];
   send(message: SessionResponse): boolean;
   close(reason: ConnectError): void;
 }

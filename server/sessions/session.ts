@@ -165,6 +165,8 @@ const maxBacklog = 1000;
 export class AgentSession implements LiveSession {
   readonly nodeId: string;
   readonly serial: string;
+  /** From Hello, in memory only: what relaying an embeddings invoke to this agent needs. */
+  embeddingEngines: readonly string[] = [];
   private phase: Phase = "hello";
   /** Messages received while an earlier one is still being answered. */
   private backlog: SessionRequest[] | undefined;
@@ -336,6 +338,7 @@ export class AgentSession implements LiveSession {
     if (changed) await prisma.node.update({ where: { id: node.id }, data: said });
     if (this.closed) return;
     this.deps.heartbeats.record(node.id, this.deps.clock.now());
+    this.embeddingEngines = knownEngines(hello.embeddingEngines);
     this.phase = "open";
     // Sessions attached before shutdown are ended by it (server/app.ts); this one came too late.
     if (this.deps.shutdown.aborted) return this.close(shuttingDown());

@@ -160,7 +160,7 @@ describe("deployments through a real server", () => {
     }
     const routes = deploymentRoutes(ts.server.db.prisma, { onChange: () => () => undefined });
     expect(await routes.find("chat")).toMatchObject({ deploymentId: id, phase: "READY", maxInFlight: 8, invokeTimeoutMs: 60_000 });
-    expect((await routes.find(id))!.ready).toEqual([{ revision: 1n, nodeId: node.nodeId, phase: "READY" }]);
+    expect((await routes.find(id))!.ready).toEqual([{ revision: 1n, nodeId: node.nodeId, phase: "READY", engine: "llama.cpp" }]);
     expect(await routes.find("no-such")).toBeUndefined();
     const listed = await ts.admin.listDeploymentRecords({});
     expect(listed.deployments.map((d) => d.deployment!.name)).toContain("chat");

@@ -1,6 +1,7 @@
 // Serving a model in tests: a node whose real agent runs runtimes, a file put into the control
 // plane's artifact store in one chunk, and a deployment created and waited READY.
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import type { Client } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { AdminService, CreateDeploymentRequestSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -24,7 +25,7 @@ export async function telemetryArrived(admin: Admin, nodeId: string) {
 }
 
 /** Creates the deployment and waits until it is READY; its id. */
-async function deployReady(admin: Admin, spec: MessageInitShape<typeof CreateDeploymentRequestSchema> & { name: string }) {
+export async function deployReady(admin: Admin, spec: MessageInitShape<typeof CreateDeploymentRequestSchema> & { name: string }) {
   if (typeof spec.nodeId === "string" && spec.nodeId !== "") await telemetryArrived(admin, spec.nodeId);
   const created = await admin.createDeployment(spec);
   await eventually(
@@ -92,4 +93,20 @@ export async function spawnServingAgent(admin: Admin, node: Pick<TestNode, "node
     throw err;
   });
   return agent;
+}
+
+const worker = fileURLToPath(new URL("../../agent/engines/llama-cpp/worker.ts", import.meta.url));
+
+/**
+ * Writes an openai-http template (MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE) at `path` whose external
+ * server is the llama.cpp worker itself, run from source.
+ */
+export function writeWorkerTemplate(path: string): void {
+  writeFileSync(
+    path,
+    JSON.stringify({
+      command: [process.execPath, "--import", "tsx", worker, "--model", "{model}", "--port", "{port}", "--threads", "{threads}"],
+      env: { NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true", NODE_LLAMA_CPP_GPU: "false" },
+    }),
+  );
 }

@@ -3,6 +3,7 @@
 import { getLlama, resolveChatWrapper, type LlamaContextSequence, type LlamaModel, type ChatHistoryItem, type Token } from "node-llama-cpp";
 import { OpenAiError, type FinishReason, type GenerationRequest, type Timings } from "../openai-protocol.js";
 import { TextStream } from "./text-stream.js";
+import { LlamaCppEmbedder } from "./embedder.js";
 
 export interface GeneratorOptions {
   modelPath: string;
@@ -33,11 +34,17 @@ export interface TextGenerator {
 }
 
 export class LlamaCppGenerator implements TextGenerator {
+  /** The same model's embeddings, for /v1/embeddings. */
+  readonly embedder: LlamaCppEmbedder;
+
   private constructor(
     private readonly model: LlamaModel,
     private readonly sequence: LlamaContextSequence,
     readonly contextSize: number,
-  ) {}
+    threads: number,
+  ) {
+    this.embedder = new LlamaCppEmbedder(model, contextSize, threads);
+  }
 
   static async load(options: GeneratorOptions): Promise<LlamaCppGenerator> {
     const llama = await getLlama({
@@ -52,7 +59,7 @@ export class LlamaCppGenerator implements TextGenerator {
     const model = await llama.loadModel({ modelPath: options.modelPath });
     const contextSize = Math.min(options.contextSize, model.trainContextSize);
     const context = await model.createContext({ contextSize, threads: options.threads });
-    return new LlamaCppGenerator(model, context.getSequence(), contextSize);
+    return new LlamaCppGenerator(model, context.getSequence(), contextSize, options.threads);
   }
 
   async *generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<GenerationStep, GenerationResult> {

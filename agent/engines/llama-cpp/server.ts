@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP API of a runtime, on loopback only: /health, /v1/models,
-// /v1/completions and /v1/chat/completions (JSON or server-sent events). One generation at a
-// time: a second concurrent one is refused with 429 rather than queued behind an unbounded wait.
+// /v1/completions and /v1/chat/completions (JSON or server-sent events), and /v1/embeddings when
+// it has an embedder. One generation (or embedding) at a time: a second concurrent one is
+// refused with 429 rather than queued behind an unbounded wait.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { randomUUID } from "node:crypto";
 import {
@@ -8,6 +9,9 @@ import {
   OpenAiError,
   parseChatRequest,
   parseCompletionRequest,
+  parseEmbeddingRequest,
+  type EmbeddingRequest,
+  type EmbeddingResponse,
   type ChatCompletionChunk,
   type ChatCompletionResponse,
   type CompletionResponse,
@@ -16,15 +20,18 @@ import {
   type Usage,
 } from "../openai-protocol.js";
 import type { GenerationResult, TextGenerator } from "./generator.js";
+import type { TextEmbedder } from "./embedder.js";
 
 export interface RuntimeServerOptions {
   generator: TextGenerator;
+  /** Answers /v1/embeddings; without it that route is 404. */
+  embedder?: TextEmbedder;
   /** The id /v1/models lists and requests may name. */
   modelId: string;
 }
 
-export function createRuntimeServer({ generator, modelId }: RuntimeServerOptions): Server {
-  const api = new RuntimeApi(generator, modelId);
+export function createRuntimeServer({ generator, embedder, modelId }: RuntimeServerOptions): Server {
+  const api = new RuntimeApi(generator, embedder, modelId);
   return createServer((req, res) => {
     if (req.method === "POST") logAccess(req, res);
     api.handle(req, res).catch((err: unknown) => answerFailure(res, err));
@@ -38,12 +45,13 @@ class RuntimeApi {
 
   constructor(
     private readonly generator: TextGenerator,
+    private readonly embedder: TextEmbedder | undefined,
     private readonly modelId: string,
   ) {}
 
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? "/").split("?")[0];
-    const route = routes[path ?? ""];
+    const route = path === "/v1/embeddings" && this.embedder === undefined ? undefined : routes[path ?? ""];
     if (route === undefined) throw new OpenAiError(404, "not_found_error", "not_found", "no such route");
     if (req.method !== route) throw new OpenAiError(405, "invalid_request_error", "method_not_allowed", `use ${route}`);
     if (path === "/health") return json(res, 200, { status: "ok" });
@@ -55,7 +63,18 @@ class RuntimeApi {
       return json(res, 200, list);
     }
     const body = await readJson(req);
+    if (path === "/v1/embeddings") {
+      const asked = parseEmbeddingRequest(body);
+      return this.exclusively(res, asked, (signal) => this.embed(res, asked, signal));
+    }
     const request = path === "/v1/completions" ? parseCompletionRequest(body) : parseChatRequest(body);
+    await this.exclusively(res, request, (signal) =>
+      request.stream ? this.stream(res, request, signal) : this.respond(res, request, signal),
+    );
+  }
+
+  /** Runs one request's work while no other runs, stopped when its client goes away. */
+  private async exclusively(res: ServerResponse, request: { model: string | undefined }, work: (signal: AbortSignal) => Promise<void>) {
     if (request.model !== undefined && request.model !== this.modelId) {
       throw new OpenAiError(404, "not_found_error", "model_not_found", "this runtime does not serve that model", "model");
     }
@@ -65,10 +84,21 @@ class RuntimeApi {
     // The client went away: stop generating for nobody.
     res.on("close", () => abort.abort());
     try {
-      await (request.stream ? this.stream(res, request, abort.signal) : this.respond(res, request, abort.signal));
+      await work(abort.signal);
     } finally {
       this.busy = false;
     }
+  }
+
+  private async embed(res: ServerResponse, request: EmbeddingRequest, signal: AbortSignal): Promise<void> {
+    const { vectors, promptTokens } = await this.embedder!.embed(request.inputs, signal);
+    const body: EmbeddingResponse = {
+      object: "list",
+      data: vectors.map((v, index) => ({ object: "embedding", index, embedding: request.encoding === "base64" ? base64Floats(v) : v })),
+      model: this.modelId,
+      usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
+    };
+    json(res, 200, body);
   }
 
   private async respond(res: ServerResponse, request: GenerationRequest, signal: AbortSignal): Promise<void> {
@@ -182,7 +212,15 @@ const routes: Record<string, "GET" | "POST"> = {
   "/v1/models": "GET",
   "/v1/completions": "POST",
   "/v1/chat/completions": "POST",
+  "/v1/embeddings": "POST",
 };
+
+/** A vector as OpenAI's base64 encoding: its little-endian float32s. */
+function base64Floats(v: number[]): string {
+  const bytes = Buffer.alloc(v.length * 4);
+  for (const [i, x] of v.entries()) bytes.writeFloatLE(x, i * 4);
+  return bytes.toString("base64");
+}
 
 function usage(r: Pick<GenerationResult, "promptTokens" | "completionTokens">): Usage {
   return { prompt_tokens: r.promptTokens, completion_tokens: r.completionTokens, total_tokens: r.promptTokens + r.completionTokens };

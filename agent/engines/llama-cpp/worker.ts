@@ -37,7 +37,7 @@ async function main(): Promise<void> {
   await checkGgufFile(values.model);
   const generator = await LlamaCppGenerator.load({ modelPath: values.model, contextSize, threads });
   const loadMs = performance.now() - started;
-  const server = createRuntimeServer({ generator, modelId: values["model-id"] ?? basename(values.model) });
+  const server = createRuntimeServer({ generator, embedder: generator.embedder, modelId: values["model-id"] ?? basename(values.model) });
   server.listen(port, "127.0.0.1", () => {
     const address = server.address();
     const line: ListeningLine = { event: "listening", port: typeof address === "object" && address ? address.port : port, loadMs };
