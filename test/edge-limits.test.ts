@@ -232,7 +232,8 @@ describe("request bodies are bounded at the edge", () => {
       const answers = await Promise.all(
         sessions.flatMap((s) => Array.from({ length: 25 }, () => call(s, enroll, "application/proto", { bytes: 9 * 7_000 }))),
       );
-      for (const a of answers) expect(["invalid_argument", "unauthenticated"]).toContain(a.code);
+      // resource_exhausted: the enrollment limiter's five in flight from one address are taken.
+      for (const a of answers) expect(["invalid_argument", "unauthenticated", "resource_exhausted"]).toContain(a.code);
     };
     try {
       // Warm-up: a fresh server's heap and allocator grow over its first few megabytes of bodies
