@@ -639,7 +639,6 @@ describe("forge jobs", () => {
         void (async () => {
           await link.send({ case: "jobProgress", value: { ...ids, progress: { percent: 50, message: "probing" } } });
           if (runtimeId === "hold") return;
-          await new Promise((r) => setTimeout(r, 300));
           if (runtimeId === "broken") {
             await link.send({
               case: "jobFail",
