@@ -15,9 +15,8 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { DeploymentService, DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind, type JobSpecSchema } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { readStat } from "../agent/engines/proc.js";
-import { PassThrough, Writable } from "node:stream";
-import { readFileSync, writeFileSync } from "node:fs";
-import { runCli } from "../cli/cli.js";
+import { readFileSync } from "node:fs";
+import { forgeAt, type ForgeRun } from "./support/forge.js";
 import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { plainDeploymentService } from "./support/plain-grpc.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
@@ -400,24 +399,6 @@ async function runtimePid(): Promise<number> {
 }
 
 /** Runs `forge args...` in this process against the test server. */
-async function forge(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const sink = () => {
-    const w = new Writable({
-      write(chunk: Buffer, _enc, cb) {
-        w.text += chunk.toString();
-        cb();
-      },
-    }) as Writable & { text: string };
-    w.text = "";
-    return w;
-  };
-  const caFile = join(root, "ca.crt");
-  writeFileSync(caFile, ts.caPem);
-  const stdout = sink();
-  const stderr = sink();
-  const stdin = new PassThrough();
-  stdin.end();
-  const env = { MODELFORGE_SERVER: ts.url, MODELFORGE_CA_FILE: caFile, MODELFORGE_OPERATOR_API_KEY: testAdminKey };
-  const code = await runCli(args, { stdout, stderr, stdin, env, signal: new AbortController().signal });
-  return { code, stdout: stdout.text, stderr: stderr.text };
+function forge(args: string[]): Promise<ForgeRun> {
+  return forgeAt(ts.url, ts.caPem, root, testAdminKey)(args);
 }
