@@ -94,9 +94,14 @@ export class KeyLimiter {
 
   private admitShared(key: LimitedKey, reserve: number, now: number) {
     return this.deps.prisma.$transaction(async (tx) => {
-      await tx.$executeRaw`INSERT INTO "ServiceKeySpend" ("keyId", "minuteStart", "dayStart", "monthStart")
-        VALUES (${key.keyId}::uuid, ${new Date(0)}, ${new Date(0)}, ${new Date(0)}) ON CONFLICT ("keyId") DO NOTHING`;
-      const outcome = admit(key.limits, await lockedSpend(tx, key.keyId), reserve, now);
+      // The row is made once, by the key's first request (concurrent first ones: one insert wins).
+      let spend = await lockedSpend(tx, key.keyId);
+      if (spend === undefined) {
+        await tx.$executeRaw`INSERT INTO "ServiceKeySpend" ("keyId", "minuteStart", "dayStart", "monthStart")
+          VALUES (${key.keyId}::uuid, ${new Date(0)}, ${new Date(0)}, ${new Date(0)}) ON CONFLICT ("keyId") DO NOTHING`;
+        spend = await lockedSpend(tx, key.keyId);
+      }
+      const outcome = admit(key.limits, spend, reserve, now);
       if (outcome.admitted) await writeSpend(tx, key.keyId, outcome.spend);
       return outcome;
     });
