@@ -18,7 +18,7 @@ import type { DeploymentRoutes } from "../invoke/routes.js";
 import { openAiFailure, openAiFailureOf, type OpenAiFailure } from "./errors.js";
 import { endpointOf, generateRequestOf, type GenerateRequest } from "./request.js";
 import { renamed } from "./answer.js";
-import { answerAfterBody } from "../edge/drain.js";
+import { answerAfterBody, declaredLength } from "../edge/drain.js";
 import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 
 type HttpRequest = http2.Http2ServerRequest | IncomingMessage;
@@ -180,8 +180,8 @@ async function stream(pieces: AsyncGenerator<{ payload: Uint8Array }>, request: 
 async function readBody(req: HttpRequest): Promise<Uint8Array | OpenAiFailure> {
   const tooLarge = () =>
     openAiFailure(413, `the request body is over the limit of ${maxBodyBytes} bytes`, "invalid_request_error", "request_too_large");
-  const declared = Number(req.headers["content-length"] ?? Number.NaN);
-  if (declared > maxBodyBytes) return tooLarge();
+  const declared = declaredLength(req);
+  if (declared !== undefined && declared > maxBodyBytes) return tooLarge();
   const chunks: Buffer[] = [];
   let bytes = 0;
   for await (const chunk of req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
