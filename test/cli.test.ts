@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough, Writable } from "node:stream";
+import { textSink } from "./support/forge.js";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { pino } from "pino";
@@ -228,22 +229,10 @@ function cliEnv(env: Record<string, string | undefined>): Record<string, string>
   return merged as Record<string, string>;
 }
 
-/** A stream that keeps what is written to it. */
-function sink(): Writable & { text: string } {
-  const w = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      w.text += chunk.toString();
-      cb();
-    },
-  }) as Writable & { text: string };
-  w.text = "";
-  return w;
-}
-
 /** Runs `forge args...` in this process; stdin is empty (not a TTY). The admin key must never appear in output. */
 async function forge(args: string[], env: Record<string, string | undefined> = {}): Promise<Run> {
-  const stdout = sink();
-  const stderr = sink();
+  const stdout = textSink();
+  const stderr = textSink();
   const stdin = new PassThrough();
   stdin.end();
   const code = await runCli(args, { stdout, stderr, stdin, env: cliEnv(env), signal: new AbortController().signal });

@@ -15,8 +15,8 @@ import { UsageGrouping } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
-import { spawnAgent, type AgentProcess } from "./support/process.js";
-import { deployReady, serveTiny, writeWorkerTemplate } from "./support/serving.js";
+import type { AgentProcess } from "./support/process.js";
+import { deployReady, serveTiny, spawnServingAgent, writeWorkerTemplate } from "./support/serving.js";
 import { scrape } from "./support/prometheus.js";
 import { forgeAt } from "./support/forge.js";
 import { oversizedThenNormal } from "./support/oversize.js";
@@ -60,20 +60,7 @@ beforeAll(async () => {
   // its embeddings all the same, because the engine is not advertised as serving them.
   const template = join(root, "openai-http.json");
   writeWorkerTemplate(template);
-  agent = spawnAgent(node.statePath, {
-    MODELFORGE_AGENT_RUNTIMES: "on",
-    MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
-    MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
-    MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE: template,
-  });
-  await eventually(
-    async () => {
-      const n = (await ts.admin.getNode({ nodeId: node.nodeId })).node!;
-      return n.connected && n.capabilities.includes("deployment.load.v1");
-    },
-    30_000,
-    "the agent online, advertising deployment.load.v1",
-  );
+  agent = await spawnServingAgent(ts.admin, node, root, { MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE: template });
   await serveTiny(ts.admin, { nodeId: node.nodeId, commit: "c".repeat(40), root, file: model.path, sha256: model.sha256 });
   await deployReady(ts.admin, {
     name: "tiny-http",

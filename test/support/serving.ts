@@ -74,11 +74,17 @@ export async function servingNode(
 }
 
 /** A real agent process that runs runtimes from models under `root` fetched from the control plane, waited until deployments can be placed on it. */
-export async function spawnServingAgent(admin: Admin, node: Pick<TestNode, "nodeId" | "statePath">, root: string): Promise<AgentProcess> {
+export async function spawnServingAgent(
+  admin: Admin,
+  node: Pick<TestNode, "nodeId" | "statePath">,
+  root: string,
+  env: Record<string, string> = {},
+): Promise<AgentProcess> {
   const agent = spawnAgent(node.statePath, {
     MODELFORGE_AGENT_RUNTIMES: "on",
     MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
     MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
+    ...env,
   });
   // Placement fits a model to a node's telemetry: a node without any yet fits nowhere.
   await eventually(
