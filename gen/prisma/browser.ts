@@ -89,6 +89,8 @@ export type RuntimeProfile = Prisma.RuntimeProfileModel
 /**
  * Model DeploymentInstance
  * One revision of a deployment on its node: its phase and the job that moves it on.
+ * One replica of one revision: its slot (0 to replicas-1), the node it was placed on (null while
+ * pending) and the step it is at.
  */
 export type DeploymentInstance = Prisma.DeploymentInstanceModel
 /**
@@ -115,3 +117,19 @@ export type ServiceKeySpend = Prisma.ServiceKeySpendModel
  * adds to a row every few seconds (server/usage/ledger.ts), never a row per request.
  */
 export type UsageMinute = Prisma.UsageMinuteModel
+/**
+ * Model AgentRelease
+ * An agent release (docs/upgrades.md): a single-file agent for one platform, whose bytes are in
+ * the artifact store (repository "modelforge/agent", commit = the first 40 hex of sha256).
+ */
+export type AgentRelease = Prisma.AgentReleaseModel
+/**
+ * Model AgentRollout
+ * A staged rollout of an agent version to the nodes a selector chose.
+ */
+export type AgentRollout = Prisma.AgentRolloutModel
+/**
+ * Model AgentRolloutNode
+ * One node of a rollout: its batch and how its update went.
+ */
+export type AgentRolloutNode = Prisma.AgentRolloutNodeModel

@@ -414,7 +414,10 @@ export const ModelName = {
   DeploymentEvent: 'DeploymentEvent',
   ServiceKey: 'ServiceKey',
   ServiceKeySpend: 'ServiceKeySpend',
-  UsageMinute: 'UsageMinute'
+  UsageMinute: 'UsageMinute',
+  AgentRelease: 'AgentRelease',
+  AgentRollout: 'AgentRollout',
+  AgentRolloutNode: 'AgentRolloutNode'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -430,7 +433,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey" | "serviceKeySpend" | "usageMinute"
+    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey" | "serviceKeySpend" | "usageMinute" | "agentRelease" | "agentRollout" | "agentRolloutNode"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1766,6 +1769,228 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    AgentRelease: {
+      payload: Prisma.$AgentReleasePayload<ExtArgs>
+      fields: Prisma.AgentReleaseFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.AgentReleaseFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.AgentReleaseFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload>
+        }
+        findFirst: {
+          args: Prisma.AgentReleaseFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.AgentReleaseFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload>
+        }
+        findMany: {
+          args: Prisma.AgentReleaseFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload>[]
+        }
+        create: {
+          args: Prisma.AgentReleaseCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload>
+        }
+        createMany: {
+          args: Prisma.AgentReleaseCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.AgentReleaseCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload>[]
+        }
+        delete: {
+          args: Prisma.AgentReleaseDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload>
+        }
+        update: {
+          args: Prisma.AgentReleaseUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload>
+        }
+        deleteMany: {
+          args: Prisma.AgentReleaseDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.AgentReleaseUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.AgentReleaseUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload>[]
+        }
+        upsert: {
+          args: Prisma.AgentReleaseUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentReleasePayload>
+        }
+        aggregate: {
+          args: Prisma.AgentReleaseAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateAgentRelease>
+        }
+        groupBy: {
+          args: Prisma.AgentReleaseGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AgentReleaseGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.AgentReleaseCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AgentReleaseCountAggregateOutputType> | number
+        }
+      }
+    }
+    AgentRollout: {
+      payload: Prisma.$AgentRolloutPayload<ExtArgs>
+      fields: Prisma.AgentRolloutFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.AgentRolloutFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.AgentRolloutFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload>
+        }
+        findFirst: {
+          args: Prisma.AgentRolloutFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.AgentRolloutFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload>
+        }
+        findMany: {
+          args: Prisma.AgentRolloutFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload>[]
+        }
+        create: {
+          args: Prisma.AgentRolloutCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload>
+        }
+        createMany: {
+          args: Prisma.AgentRolloutCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.AgentRolloutCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload>[]
+        }
+        delete: {
+          args: Prisma.AgentRolloutDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload>
+        }
+        update: {
+          args: Prisma.AgentRolloutUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload>
+        }
+        deleteMany: {
+          args: Prisma.AgentRolloutDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.AgentRolloutUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.AgentRolloutUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload>[]
+        }
+        upsert: {
+          args: Prisma.AgentRolloutUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutPayload>
+        }
+        aggregate: {
+          args: Prisma.AgentRolloutAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateAgentRollout>
+        }
+        groupBy: {
+          args: Prisma.AgentRolloutGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AgentRolloutGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.AgentRolloutCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AgentRolloutCountAggregateOutputType> | number
+        }
+      }
+    }
+    AgentRolloutNode: {
+      payload: Prisma.$AgentRolloutNodePayload<ExtArgs>
+      fields: Prisma.AgentRolloutNodeFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.AgentRolloutNodeFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.AgentRolloutNodeFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload>
+        }
+        findFirst: {
+          args: Prisma.AgentRolloutNodeFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.AgentRolloutNodeFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload>
+        }
+        findMany: {
+          args: Prisma.AgentRolloutNodeFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload>[]
+        }
+        create: {
+          args: Prisma.AgentRolloutNodeCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload>
+        }
+        createMany: {
+          args: Prisma.AgentRolloutNodeCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.AgentRolloutNodeCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload>[]
+        }
+        delete: {
+          args: Prisma.AgentRolloutNodeDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload>
+        }
+        update: {
+          args: Prisma.AgentRolloutNodeUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload>
+        }
+        deleteMany: {
+          args: Prisma.AgentRolloutNodeDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.AgentRolloutNodeUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.AgentRolloutNodeUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload>[]
+        }
+        upsert: {
+          args: Prisma.AgentRolloutNodeUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$AgentRolloutNodePayload>
+        }
+        aggregate: {
+          args: Prisma.AgentRolloutNodeAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateAgentRolloutNode>
+        }
+        groupBy: {
+          args: Prisma.AgentRolloutNodeGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AgentRolloutNodeGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.AgentRolloutNodeCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AgentRolloutNodeCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1953,6 +2178,9 @@ export const DeploymentScalarFieldEnum = {
   name: 'name',
   nodeId: 'nodeId',
   state: 'state',
+  replicas: 'replicas',
+  maxPerNode: 'maxPerNode',
+  surgeForNodeId: 'surgeForNodeId',
   revision: 'revision',
   failureReason: 'failureReason',
   selector: 'selector',
@@ -2008,6 +2236,11 @@ export const RuntimeProfileScalarFieldEnum = {
   contextSize: 'contextSize',
   threads: 'threads',
   memoryBytes: 'memoryBytes',
+  gpuLayers: 'gpuLayers',
+  gpuLayersAll: 'gpuLayersAll',
+  gpuCount: 'gpuCount',
+  gpuMemoryBytes: 'gpuMemoryBytes',
+  gpuShared: 'gpuShared',
   contentHash: 'contentHash',
   createdAt: 'createdAt'
 } as const
@@ -2018,17 +2251,21 @@ export type RuntimeProfileScalarFieldEnum = (typeof RuntimeProfileScalarFieldEnu
 export const DeploymentInstanceScalarFieldEnum = {
   deploymentId: 'deploymentId',
   revision: 'revision',
+  replica: 'replica',
   nodeId: 'nodeId',
   runtimeProfile: 'runtimeProfile',
   repository: 'repository',
   commit: 'commit',
   modelFile: 'modelFile',
   phase: 'phase',
+  restarts: 'restarts',
   step: 'step',
   jobId: 'jobId',
   claimedAt: 'claimedAt',
   runtimeId: 'runtimeId',
   reason: 'reason',
+  gpuUuids: 'gpuUuids',
+  gpuIndices: 'gpuIndices',
   updatedAt: 'updatedAt'
 } as const
 
@@ -2040,6 +2277,7 @@ export const DeploymentEventScalarFieldEnum = {
   deploymentId: 'deploymentId',
   time: 'time',
   revision: 'revision',
+  replica: 'replica',
   nodeId: 'nodeId',
   fromPhase: 'fromPhase',
   toPhase: 'toPhase',
@@ -2061,7 +2299,8 @@ export const ServiceKeyScalarFieldEnum = {
   rpm: 'rpm',
   tpm: 'tpm',
   dailyTokens: 'dailyTokens',
-  monthlyTokens: 'monthlyTokens'
+  monthlyTokens: 'monthlyTokens',
+  lastUsedAt: 'lastUsedAt'
 } as const
 
 export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
@@ -2094,6 +2333,51 @@ export const UsageMinuteScalarFieldEnum = {
 } as const
 
 export type UsageMinuteScalarFieldEnum = (typeof UsageMinuteScalarFieldEnum)[keyof typeof UsageMinuteScalarFieldEnum]
+
+
+export const AgentReleaseScalarFieldEnum = {
+  version: 'version',
+  platform: 'platform',
+  sha256: 'sha256',
+  sizeBytes: 'sizeBytes',
+  signature: 'signature',
+  createdAt: 'createdAt'
+} as const
+
+export type AgentReleaseScalarFieldEnum = (typeof AgentReleaseScalarFieldEnum)[keyof typeof AgentReleaseScalarFieldEnum]
+
+
+export const AgentRolloutScalarFieldEnum = {
+  id: 'id',
+  version: 'version',
+  selector: 'selector',
+  batchPercent: 'batchPercent',
+  pauseBetweenMs: 'pauseBetweenMs',
+  batchDeadlineMs: 'batchDeadlineMs',
+  state: 'state',
+  pausedReason: 'pausedReason',
+  currentBatch: 'currentBatch',
+  batches: 'batches',
+  batchStartedAt: 'batchStartedAt',
+  batchHealthyAt: 'batchHealthyAt',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type AgentRolloutScalarFieldEnum = (typeof AgentRolloutScalarFieldEnum)[keyof typeof AgentRolloutScalarFieldEnum]
+
+
+export const AgentRolloutNodeScalarFieldEnum = {
+  rolloutId: 'rolloutId',
+  nodeId: 'nodeId',
+  batch: 'batch',
+  state: 'state',
+  fromVersion: 'fromVersion',
+  reason: 'reason',
+  sentAt: 'sentAt'
+} as const
+
+export type AgentRolloutNodeScalarFieldEnum = (typeof AgentRolloutNodeScalarFieldEnum)[keyof typeof AgentRolloutNodeScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -2224,6 +2508,20 @@ export type ListBigIntFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaMod
  * Reference to a field of type 'Boolean'
  */
 export type BooleanFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Boolean'>
+    
+
+
+/**
+ * Reference to a field of type 'Bytes'
+ */
+export type BytesFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Bytes'>
+    
+
+
+/**
+ * Reference to a field of type 'Bytes[]'
+ */
+export type ListBytesFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Bytes[]'>
     
 
 
@@ -2409,6 +2707,9 @@ export type GlobalOmitConfig = {
   serviceKey?: Prisma.ServiceKeyOmit
   serviceKeySpend?: Prisma.ServiceKeySpendOmit
   usageMinute?: Prisma.UsageMinuteOmit
+  agentRelease?: Prisma.AgentReleaseOmit
+  agentRollout?: Prisma.AgentRolloutOmit
+  agentRolloutNode?: Prisma.AgentRolloutNodeOmit
 }
 
 /* Types for Logging */

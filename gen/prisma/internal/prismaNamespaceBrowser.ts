@@ -68,7 +68,10 @@ export const ModelName = {
   DeploymentEvent: 'DeploymentEvent',
   ServiceKey: 'ServiceKey',
   ServiceKeySpend: 'ServiceKeySpend',
-  UsageMinute: 'UsageMinute'
+  UsageMinute: 'UsageMinute',
+  AgentRelease: 'AgentRelease',
+  AgentRollout: 'AgentRollout',
+  AgentRolloutNode: 'AgentRolloutNode'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -235,6 +238,9 @@ export const DeploymentScalarFieldEnum = {
   name: 'name',
   nodeId: 'nodeId',
   state: 'state',
+  replicas: 'replicas',
+  maxPerNode: 'maxPerNode',
+  surgeForNodeId: 'surgeForNodeId',
   revision: 'revision',
   failureReason: 'failureReason',
   selector: 'selector',
@@ -290,6 +296,11 @@ export const RuntimeProfileScalarFieldEnum = {
   contextSize: 'contextSize',
   threads: 'threads',
   memoryBytes: 'memoryBytes',
+  gpuLayers: 'gpuLayers',
+  gpuLayersAll: 'gpuLayersAll',
+  gpuCount: 'gpuCount',
+  gpuMemoryBytes: 'gpuMemoryBytes',
+  gpuShared: 'gpuShared',
   contentHash: 'contentHash',
   createdAt: 'createdAt'
 } as const
@@ -300,17 +311,21 @@ export type RuntimeProfileScalarFieldEnum = (typeof RuntimeProfileScalarFieldEnu
 export const DeploymentInstanceScalarFieldEnum = {
   deploymentId: 'deploymentId',
   revision: 'revision',
+  replica: 'replica',
   nodeId: 'nodeId',
   runtimeProfile: 'runtimeProfile',
   repository: 'repository',
   commit: 'commit',
   modelFile: 'modelFile',
   phase: 'phase',
+  restarts: 'restarts',
   step: 'step',
   jobId: 'jobId',
   claimedAt: 'claimedAt',
   runtimeId: 'runtimeId',
   reason: 'reason',
+  gpuUuids: 'gpuUuids',
+  gpuIndices: 'gpuIndices',
   updatedAt: 'updatedAt'
 } as const
 
@@ -322,6 +337,7 @@ export const DeploymentEventScalarFieldEnum = {
   deploymentId: 'deploymentId',
   time: 'time',
   revision: 'revision',
+  replica: 'replica',
   nodeId: 'nodeId',
   fromPhase: 'fromPhase',
   toPhase: 'toPhase',
@@ -343,7 +359,8 @@ export const ServiceKeyScalarFieldEnum = {
   rpm: 'rpm',
   tpm: 'tpm',
   dailyTokens: 'dailyTokens',
-  monthlyTokens: 'monthlyTokens'
+  monthlyTokens: 'monthlyTokens',
+  lastUsedAt: 'lastUsedAt'
 } as const
 
 export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
@@ -376,6 +393,51 @@ export const UsageMinuteScalarFieldEnum = {
 } as const
 
 export type UsageMinuteScalarFieldEnum = (typeof UsageMinuteScalarFieldEnum)[keyof typeof UsageMinuteScalarFieldEnum]
+
+
+export const AgentReleaseScalarFieldEnum = {
+  version: 'version',
+  platform: 'platform',
+  sha256: 'sha256',
+  sizeBytes: 'sizeBytes',
+  signature: 'signature',
+  createdAt: 'createdAt'
+} as const
+
+export type AgentReleaseScalarFieldEnum = (typeof AgentReleaseScalarFieldEnum)[keyof typeof AgentReleaseScalarFieldEnum]
+
+
+export const AgentRolloutScalarFieldEnum = {
+  id: 'id',
+  version: 'version',
+  selector: 'selector',
+  batchPercent: 'batchPercent',
+  pauseBetweenMs: 'pauseBetweenMs',
+  batchDeadlineMs: 'batchDeadlineMs',
+  state: 'state',
+  pausedReason: 'pausedReason',
+  currentBatch: 'currentBatch',
+  batches: 'batches',
+  batchStartedAt: 'batchStartedAt',
+  batchHealthyAt: 'batchHealthyAt',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type AgentRolloutScalarFieldEnum = (typeof AgentRolloutScalarFieldEnum)[keyof typeof AgentRolloutScalarFieldEnum]
+
+
+export const AgentRolloutNodeScalarFieldEnum = {
+  rolloutId: 'rolloutId',
+  nodeId: 'nodeId',
+  batch: 'batch',
+  state: 'state',
+  fromVersion: 'fromVersion',
+  reason: 'reason',
+  sentAt: 'sentAt'
+} as const
+
+export type AgentRolloutNodeScalarFieldEnum = (typeof AgentRolloutNodeScalarFieldEnum)[keyof typeof AgentRolloutNodeScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -27,6 +27,8 @@ export type AggregateDeployment = {
 }
 
 export type DeploymentAvgAggregateOutputType = {
+  replicas: number | null
+  maxPerNode: number | null
   revision: number | null
   maxInFlight: number | null
   invokeTimeoutMs: number | null
@@ -34,6 +36,8 @@ export type DeploymentAvgAggregateOutputType = {
 }
 
 export type DeploymentSumAggregateOutputType = {
+  replicas: number | null
+  maxPerNode: number | null
   revision: bigint | null
   maxInFlight: number | null
   invokeTimeoutMs: number | null
@@ -45,6 +49,9 @@ export type DeploymentMinAggregateOutputType = {
   name: string | null
   nodeId: string | null
   state: string | null
+  replicas: number | null
+  maxPerNode: number | null
+  surgeForNodeId: string | null
   revision: bigint | null
   failureReason: string | null
   runtimeProfile: string | null
@@ -65,6 +72,9 @@ export type DeploymentMaxAggregateOutputType = {
   name: string | null
   nodeId: string | null
   state: string | null
+  replicas: number | null
+  maxPerNode: number | null
+  surgeForNodeId: string | null
   revision: bigint | null
   failureReason: string | null
   runtimeProfile: string | null
@@ -85,6 +95,9 @@ export type DeploymentCountAggregateOutputType = {
   name: number
   nodeId: number
   state: number
+  replicas: number
+  maxPerNode: number
+  surgeForNodeId: number
   revision: number
   failureReason: number
   selector: number
@@ -104,6 +117,8 @@ export type DeploymentCountAggregateOutputType = {
 
 
 export type DeploymentAvgAggregateInputType = {
+  replicas?: true
+  maxPerNode?: true
   revision?: true
   maxInFlight?: true
   invokeTimeoutMs?: true
@@ -111,6 +126,8 @@ export type DeploymentAvgAggregateInputType = {
 }
 
 export type DeploymentSumAggregateInputType = {
+  replicas?: true
+  maxPerNode?: true
   revision?: true
   maxInFlight?: true
   invokeTimeoutMs?: true
@@ -122,6 +139,9 @@ export type DeploymentMinAggregateInputType = {
   name?: true
   nodeId?: true
   state?: true
+  replicas?: true
+  maxPerNode?: true
+  surgeForNodeId?: true
   revision?: true
   failureReason?: true
   runtimeProfile?: true
@@ -142,6 +162,9 @@ export type DeploymentMaxAggregateInputType = {
   name?: true
   nodeId?: true
   state?: true
+  replicas?: true
+  maxPerNode?: true
+  surgeForNodeId?: true
   revision?: true
   failureReason?: true
   runtimeProfile?: true
@@ -162,6 +185,9 @@ export type DeploymentCountAggregateInputType = {
   name?: true
   nodeId?: true
   state?: true
+  replicas?: true
+  maxPerNode?: true
+  surgeForNodeId?: true
   revision?: true
   failureReason?: true
   selector?: true
@@ -268,8 +294,11 @@ export type DeploymentGroupByArgs<ExtArgs extends runtime.Types.Extensions.Inter
 export type DeploymentGroupByOutputType = {
   id: string
   name: string
-  nodeId: string
+  nodeId: string | null
   state: string
+  replicas: number
+  maxPerNode: number
+  surgeForNodeId: string | null
   revision: bigint
   failureReason: string | null
   selector: runtime.JsonValue
@@ -312,8 +341,11 @@ export type DeploymentWhereInput = {
   NOT?: Prisma.DeploymentWhereInput | Prisma.DeploymentWhereInput[]
   id?: Prisma.UuidFilter<"Deployment"> | string
   name?: Prisma.StringFilter<"Deployment"> | string
-  nodeId?: Prisma.UuidFilter<"Deployment"> | string
+  nodeId?: Prisma.UuidNullableFilter<"Deployment"> | string | null
   state?: Prisma.StringFilter<"Deployment"> | string
+  replicas?: Prisma.IntFilter<"Deployment"> | number
+  maxPerNode?: Prisma.IntFilter<"Deployment"> | number
+  surgeForNodeId?: Prisma.UuidNullableFilter<"Deployment"> | string | null
   revision?: Prisma.BigIntFilter<"Deployment"> | bigint | number
   failureReason?: Prisma.StringNullableFilter<"Deployment"> | string | null
   selector?: Prisma.JsonFilter<"Deployment">
@@ -328,7 +360,7 @@ export type DeploymentWhereInput = {
   drainTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
-  node?: Prisma.XOR<Prisma.NodeScalarRelationFilter, Prisma.NodeWhereInput>
+  node?: Prisma.XOR<Prisma.NodeNullableScalarRelationFilter, Prisma.NodeWhereInput> | null
   instances?: Prisma.DeploymentInstanceListRelationFilter
   events?: Prisma.DeploymentEventListRelationFilter
 }
@@ -336,8 +368,11 @@ export type DeploymentWhereInput = {
 export type DeploymentOrderByWithRelationInput = {
   id?: Prisma.SortOrder
   name?: Prisma.SortOrder
-  nodeId?: Prisma.SortOrder
+  nodeId?: Prisma.SortOrderInput | Prisma.SortOrder
   state?: Prisma.SortOrder
+  replicas?: Prisma.SortOrder
+  maxPerNode?: Prisma.SortOrder
+  surgeForNodeId?: Prisma.SortOrderInput | Prisma.SortOrder
   revision?: Prisma.SortOrder
   failureReason?: Prisma.SortOrderInput | Prisma.SortOrder
   selector?: Prisma.SortOrder
@@ -363,8 +398,11 @@ export type DeploymentWhereUniqueInput = Prisma.AtLeast<{
   AND?: Prisma.DeploymentWhereInput | Prisma.DeploymentWhereInput[]
   OR?: Prisma.DeploymentWhereInput[]
   NOT?: Prisma.DeploymentWhereInput | Prisma.DeploymentWhereInput[]
-  nodeId?: Prisma.UuidFilter<"Deployment"> | string
+  nodeId?: Prisma.UuidNullableFilter<"Deployment"> | string | null
   state?: Prisma.StringFilter<"Deployment"> | string
+  replicas?: Prisma.IntFilter<"Deployment"> | number
+  maxPerNode?: Prisma.IntFilter<"Deployment"> | number
+  surgeForNodeId?: Prisma.UuidNullableFilter<"Deployment"> | string | null
   revision?: Prisma.BigIntFilter<"Deployment"> | bigint | number
   failureReason?: Prisma.StringNullableFilter<"Deployment"> | string | null
   selector?: Prisma.JsonFilter<"Deployment">
@@ -379,7 +417,7 @@ export type DeploymentWhereUniqueInput = Prisma.AtLeast<{
   drainTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
-  node?: Prisma.XOR<Prisma.NodeScalarRelationFilter, Prisma.NodeWhereInput>
+  node?: Prisma.XOR<Prisma.NodeNullableScalarRelationFilter, Prisma.NodeWhereInput> | null
   instances?: Prisma.DeploymentInstanceListRelationFilter
   events?: Prisma.DeploymentEventListRelationFilter
 }, "id" | "name">
@@ -387,8 +425,11 @@ export type DeploymentWhereUniqueInput = Prisma.AtLeast<{
 export type DeploymentOrderByWithAggregationInput = {
   id?: Prisma.SortOrder
   name?: Prisma.SortOrder
-  nodeId?: Prisma.SortOrder
+  nodeId?: Prisma.SortOrderInput | Prisma.SortOrder
   state?: Prisma.SortOrder
+  replicas?: Prisma.SortOrder
+  maxPerNode?: Prisma.SortOrder
+  surgeForNodeId?: Prisma.SortOrderInput | Prisma.SortOrder
   revision?: Prisma.SortOrder
   failureReason?: Prisma.SortOrderInput | Prisma.SortOrder
   selector?: Prisma.SortOrder
@@ -416,8 +457,11 @@ export type DeploymentScalarWhereWithAggregatesInput = {
   NOT?: Prisma.DeploymentScalarWhereWithAggregatesInput | Prisma.DeploymentScalarWhereWithAggregatesInput[]
   id?: Prisma.UuidWithAggregatesFilter<"Deployment"> | string
   name?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
-  nodeId?: Prisma.UuidWithAggregatesFilter<"Deployment"> | string
+  nodeId?: Prisma.UuidNullableWithAggregatesFilter<"Deployment"> | string | null
   state?: Prisma.StringWithAggregatesFilter<"Deployment"> | string
+  replicas?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  maxPerNode?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  surgeForNodeId?: Prisma.UuidNullableWithAggregatesFilter<"Deployment"> | string | null
   revision?: Prisma.BigIntWithAggregatesFilter<"Deployment"> | bigint | number
   failureReason?: Prisma.StringNullableWithAggregatesFilter<"Deployment"> | string | null
   selector?: Prisma.JsonWithAggregatesFilter<"Deployment">
@@ -438,6 +482,9 @@ export type DeploymentCreateInput = {
   id: string
   name: string
   state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
   revision?: bigint | number
   failureReason?: string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -452,7 +499,7 @@ export type DeploymentCreateInput = {
   drainTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
-  node: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
+  node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
   instances?: Prisma.DeploymentInstanceCreateNestedManyWithoutDeploymentInput
   events?: Prisma.DeploymentEventCreateNestedManyWithoutDeploymentInput
 }
@@ -460,8 +507,11 @@ export type DeploymentCreateInput = {
 export type DeploymentUncheckedCreateInput = {
   id: string
   name: string
-  nodeId: string
+  nodeId?: string | null
   state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
   revision?: bigint | number
   failureReason?: string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -484,6 +534,9 @@ export type DeploymentUpdateInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -498,7 +551,7 @@ export type DeploymentUpdateInput = {
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
-  node?: Prisma.NodeUpdateOneRequiredWithoutDeploymentsNestedInput
+  node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
   instances?: Prisma.DeploymentInstanceUpdateManyWithoutDeploymentNestedInput
   events?: Prisma.DeploymentEventUpdateManyWithoutDeploymentNestedInput
 }
@@ -506,8 +559,11 @@ export type DeploymentUpdateInput = {
 export type DeploymentUncheckedUpdateInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -529,8 +585,11 @@ export type DeploymentUncheckedUpdateInput = {
 export type DeploymentCreateManyInput = {
   id: string
   name: string
-  nodeId: string
+  nodeId?: string | null
   state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
   revision?: bigint | number
   failureReason?: string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -551,6 +610,9 @@ export type DeploymentUpdateManyMutationInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -570,8 +632,11 @@ export type DeploymentUpdateManyMutationInput = {
 export type DeploymentUncheckedUpdateManyInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -603,6 +668,9 @@ export type DeploymentCountOrderByAggregateInput = {
   name?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   state?: Prisma.SortOrder
+  replicas?: Prisma.SortOrder
+  maxPerNode?: Prisma.SortOrder
+  surgeForNodeId?: Prisma.SortOrder
   revision?: Prisma.SortOrder
   failureReason?: Prisma.SortOrder
   selector?: Prisma.SortOrder
@@ -620,6 +688,8 @@ export type DeploymentCountOrderByAggregateInput = {
 }
 
 export type DeploymentAvgOrderByAggregateInput = {
+  replicas?: Prisma.SortOrder
+  maxPerNode?: Prisma.SortOrder
   revision?: Prisma.SortOrder
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
@@ -631,6 +701,9 @@ export type DeploymentMaxOrderByAggregateInput = {
   name?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   state?: Prisma.SortOrder
+  replicas?: Prisma.SortOrder
+  maxPerNode?: Prisma.SortOrder
+  surgeForNodeId?: Prisma.SortOrder
   revision?: Prisma.SortOrder
   failureReason?: Prisma.SortOrder
   runtimeProfile?: Prisma.SortOrder
@@ -651,6 +724,9 @@ export type DeploymentMinOrderByAggregateInput = {
   name?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   state?: Prisma.SortOrder
+  replicas?: Prisma.SortOrder
+  maxPerNode?: Prisma.SortOrder
+  surgeForNodeId?: Prisma.SortOrder
   revision?: Prisma.SortOrder
   failureReason?: Prisma.SortOrder
   runtimeProfile?: Prisma.SortOrder
@@ -667,6 +743,8 @@ export type DeploymentMinOrderByAggregateInput = {
 }
 
 export type DeploymentSumOrderByAggregateInput = {
+  replicas?: Prisma.SortOrder
+  maxPerNode?: Prisma.SortOrder
   revision?: Prisma.SortOrder
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
@@ -752,6 +830,9 @@ export type DeploymentCreateWithoutNodeInput = {
   id: string
   name: string
   state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
   revision?: bigint | number
   failureReason?: string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -774,6 +855,9 @@ export type DeploymentUncheckedCreateWithoutNodeInput = {
   id: string
   name: string
   state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
   revision?: bigint | number
   failureReason?: string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -824,8 +908,11 @@ export type DeploymentScalarWhereInput = {
   NOT?: Prisma.DeploymentScalarWhereInput | Prisma.DeploymentScalarWhereInput[]
   id?: Prisma.UuidFilter<"Deployment"> | string
   name?: Prisma.StringFilter<"Deployment"> | string
-  nodeId?: Prisma.UuidFilter<"Deployment"> | string
+  nodeId?: Prisma.UuidNullableFilter<"Deployment"> | string | null
   state?: Prisma.StringFilter<"Deployment"> | string
+  replicas?: Prisma.IntFilter<"Deployment"> | number
+  maxPerNode?: Prisma.IntFilter<"Deployment"> | number
+  surgeForNodeId?: Prisma.UuidNullableFilter<"Deployment"> | string | null
   revision?: Prisma.BigIntFilter<"Deployment"> | bigint | number
   failureReason?: Prisma.StringNullableFilter<"Deployment"> | string | null
   selector?: Prisma.JsonFilter<"Deployment">
@@ -846,6 +933,9 @@ export type DeploymentCreateWithoutInstancesInput = {
   id: string
   name: string
   state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
   revision?: bigint | number
   failureReason?: string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -860,15 +950,18 @@ export type DeploymentCreateWithoutInstancesInput = {
   drainTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
-  node: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
+  node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
   events?: Prisma.DeploymentEventCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentUncheckedCreateWithoutInstancesInput = {
   id: string
   name: string
-  nodeId: string
+  nodeId?: string | null
   state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
   revision?: bigint | number
   failureReason?: string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -906,6 +999,9 @@ export type DeploymentUpdateWithoutInstancesInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -920,15 +1016,18 @@ export type DeploymentUpdateWithoutInstancesInput = {
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
-  node?: Prisma.NodeUpdateOneRequiredWithoutDeploymentsNestedInput
+  node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
   events?: Prisma.DeploymentEventUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentUncheckedUpdateWithoutInstancesInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -950,6 +1049,9 @@ export type DeploymentCreateWithoutEventsInput = {
   id: string
   name: string
   state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
   revision?: bigint | number
   failureReason?: string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -964,15 +1066,18 @@ export type DeploymentCreateWithoutEventsInput = {
   drainTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
-  node: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
+  node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
   instances?: Prisma.DeploymentInstanceCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentUncheckedCreateWithoutEventsInput = {
   id: string
   name: string
-  nodeId: string
+  nodeId?: string | null
   state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
   revision?: bigint | number
   failureReason?: string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -1010,6 +1115,9 @@ export type DeploymentUpdateWithoutEventsInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -1024,15 +1132,18 @@ export type DeploymentUpdateWithoutEventsInput = {
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
-  node?: Prisma.NodeUpdateOneRequiredWithoutDeploymentsNestedInput
+  node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
   instances?: Prisma.DeploymentInstanceUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentUncheckedUpdateWithoutEventsInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -1054,6 +1165,9 @@ export type DeploymentCreateManyNodeInput = {
   id: string
   name: string
   state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
   revision?: bigint | number
   failureReason?: string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -1074,6 +1188,9 @@ export type DeploymentUpdateWithoutNodeInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -1096,6 +1213,9 @@ export type DeploymentUncheckedUpdateWithoutNodeInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -1118,6 +1238,9 @@ export type DeploymentUncheckedUpdateManyWithoutNodeInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
@@ -1179,6 +1302,9 @@ export type DeploymentSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   name?: boolean
   nodeId?: boolean
   state?: boolean
+  replicas?: boolean
+  maxPerNode?: boolean
+  surgeForNodeId?: boolean
   revision?: boolean
   failureReason?: boolean
   selector?: boolean
@@ -1193,7 +1319,7 @@ export type DeploymentSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   drainTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
-  node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
+  node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
   instances?: boolean | Prisma.Deployment$instancesArgs<ExtArgs>
   events?: boolean | Prisma.Deployment$eventsArgs<ExtArgs>
   _count?: boolean | Prisma.DeploymentCountOutputTypeDefaultArgs<ExtArgs>
@@ -1204,6 +1330,9 @@ export type DeploymentSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   name?: boolean
   nodeId?: boolean
   state?: boolean
+  replicas?: boolean
+  maxPerNode?: boolean
+  surgeForNodeId?: boolean
   revision?: boolean
   failureReason?: boolean
   selector?: boolean
@@ -1218,7 +1347,7 @@ export type DeploymentSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   drainTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
-  node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
+  node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
 }, ExtArgs["result"]["deployment"]>
 
 export type DeploymentSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -1226,6 +1355,9 @@ export type DeploymentSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   name?: boolean
   nodeId?: boolean
   state?: boolean
+  replicas?: boolean
+  maxPerNode?: boolean
+  surgeForNodeId?: boolean
   revision?: boolean
   failureReason?: boolean
   selector?: boolean
@@ -1240,7 +1372,7 @@ export type DeploymentSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   drainTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
-  node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
+  node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
 }, ExtArgs["result"]["deployment"]>
 
 export type DeploymentSelectScalar = {
@@ -1248,6 +1380,9 @@ export type DeploymentSelectScalar = {
   name?: boolean
   nodeId?: boolean
   state?: boolean
+  replicas?: boolean
+  maxPerNode?: boolean
+  surgeForNodeId?: boolean
   revision?: boolean
   failureReason?: boolean
   selector?: boolean
@@ -1264,35 +1399,52 @@ export type DeploymentSelectScalar = {
   updatedAt?: boolean
 }
 
-export type DeploymentOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "nodeId" | "state" | "revision" | "failureReason" | "selector" | "runtimeProfile" | "repository" | "commit" | "targetRoot" | "modelFile" | "desired" | "maxInFlight" | "invokeTimeoutMs" | "drainTimeoutMs" | "createdAt" | "updatedAt", ExtArgs["result"]["deployment"]>
+export type DeploymentOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "nodeId" | "state" | "replicas" | "maxPerNode" | "surgeForNodeId" | "revision" | "failureReason" | "selector" | "runtimeProfile" | "repository" | "commit" | "targetRoot" | "modelFile" | "desired" | "maxInFlight" | "invokeTimeoutMs" | "drainTimeoutMs" | "createdAt" | "updatedAt", ExtArgs["result"]["deployment"]>
 export type DeploymentInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
-  node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
+  node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
   instances?: boolean | Prisma.Deployment$instancesArgs<ExtArgs>
   events?: boolean | Prisma.Deployment$eventsArgs<ExtArgs>
   _count?: boolean | Prisma.DeploymentCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type DeploymentIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
-  node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
+  node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
 }
 export type DeploymentIncludeUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
-  node?: boolean | Prisma.NodeDefaultArgs<ExtArgs>
+  node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
 }
 
 export type $DeploymentPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "Deployment"
   objects: {
-    node: Prisma.$NodePayload<ExtArgs>
+    node: Prisma.$NodePayload<ExtArgs> | null
     instances: Prisma.$DeploymentInstancePayload<ExtArgs>[]
     events: Prisma.$DeploymentEventPayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
     name: string
-    nodeId: string
     /**
-     * The overall state, kept by the controller from the instances: loading, ready, draining, unloaded, failed
+     * The node the operator pinned it to (CreateDeployment's node_id); null when placed by selector.
+     */
+    nodeId: string | null
+    /**
+     * The overall state, kept by the controller from the replicas: pending, loading, ready, degraded,
+     * draining, unloaded, failed
      */
     state: string
+    /**
+     * Replicas the operator wants serving (0 to 64).
+     */
+    replicas: number
+    /**
+     * At most this many of its replicas on one node.
+     */
+    maxPerNode: number
+    /**
+     * An agent rollout is about to restart this node, which holds the deployment's only READY
+     * replica: one replica more is wanted (placed elsewhere) until the node is back.
+     */
+    surgeForNodeId: string | null
     /**
      * The revision the operator wants served; grows by one per revision change.
      */
@@ -1714,7 +1866,7 @@ readonly fields: DeploymentFieldRefs;
  */
 export interface Prisma__DeploymentClient<T, Null = never, ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs, GlobalOmitOptions = {}> extends Prisma.PrismaPromise<T> {
   readonly [Symbol.toStringTag]: "PrismaPromise"
-  node<T extends Prisma.NodeDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.NodeDefaultArgs<ExtArgs>>): Prisma.Prisma__NodeClient<runtime.Types.Result.GetResult<Prisma.$NodePayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
+  node<T extends Prisma.Deployment$nodeArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Deployment$nodeArgs<ExtArgs>>): Prisma.Prisma__NodeClient<runtime.Types.Result.GetResult<Prisma.$NodePayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   instances<T extends Prisma.Deployment$instancesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Deployment$instancesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DeploymentInstancePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   events<T extends Prisma.Deployment$eventsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Deployment$eventsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DeploymentEventPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
@@ -1750,6 +1902,9 @@ export interface DeploymentFieldRefs {
   readonly name: Prisma.FieldRef<"Deployment", 'String'>
   readonly nodeId: Prisma.FieldRef<"Deployment", 'String'>
   readonly state: Prisma.FieldRef<"Deployment", 'String'>
+  readonly replicas: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly maxPerNode: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly surgeForNodeId: Prisma.FieldRef<"Deployment", 'String'>
   readonly revision: Prisma.FieldRef<"Deployment", 'BigInt'>
   readonly failureReason: Prisma.FieldRef<"Deployment", 'String'>
   readonly selector: Prisma.FieldRef<"Deployment", 'Json'>
@@ -2162,6 +2317,25 @@ export type DeploymentDeleteManyArgs<ExtArgs extends runtime.Types.Extensions.In
    * Limit how many Deployments to delete.
    */
   limit?: number
+}
+
+/**
+ * Deployment.node
+ */
+export type Deployment$nodeArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the Node
+   */
+  select?: Prisma.NodeSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the Node
+   */
+  omit?: Prisma.NodeOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.NodeInclude<ExtArgs> | null
+  where?: Prisma.NodeWhereInput
 }
 
 /**

@@ -29,11 +29,13 @@ export type AggregateDeploymentEvent = {
 export type DeploymentEventAvgAggregateOutputType = {
   seq: number | null
   revision: number | null
+  replica: number | null
 }
 
 export type DeploymentEventSumAggregateOutputType = {
   seq: bigint | null
   revision: bigint | null
+  replica: number | null
 }
 
 export type DeploymentEventMinAggregateOutputType = {
@@ -41,6 +43,7 @@ export type DeploymentEventMinAggregateOutputType = {
   deploymentId: string | null
   time: Date | null
   revision: bigint | null
+  replica: number | null
   nodeId: string | null
   fromPhase: string | null
   toPhase: string | null
@@ -52,6 +55,7 @@ export type DeploymentEventMaxAggregateOutputType = {
   deploymentId: string | null
   time: Date | null
   revision: bigint | null
+  replica: number | null
   nodeId: string | null
   fromPhase: string | null
   toPhase: string | null
@@ -63,6 +67,7 @@ export type DeploymentEventCountAggregateOutputType = {
   deploymentId: number
   time: number
   revision: number
+  replica: number
   nodeId: number
   fromPhase: number
   toPhase: number
@@ -74,11 +79,13 @@ export type DeploymentEventCountAggregateOutputType = {
 export type DeploymentEventAvgAggregateInputType = {
   seq?: true
   revision?: true
+  replica?: true
 }
 
 export type DeploymentEventSumAggregateInputType = {
   seq?: true
   revision?: true
+  replica?: true
 }
 
 export type DeploymentEventMinAggregateInputType = {
@@ -86,6 +93,7 @@ export type DeploymentEventMinAggregateInputType = {
   deploymentId?: true
   time?: true
   revision?: true
+  replica?: true
   nodeId?: true
   fromPhase?: true
   toPhase?: true
@@ -97,6 +105,7 @@ export type DeploymentEventMaxAggregateInputType = {
   deploymentId?: true
   time?: true
   revision?: true
+  replica?: true
   nodeId?: true
   fromPhase?: true
   toPhase?: true
@@ -108,6 +117,7 @@ export type DeploymentEventCountAggregateInputType = {
   deploymentId?: true
   time?: true
   revision?: true
+  replica?: true
   nodeId?: true
   fromPhase?: true
   toPhase?: true
@@ -206,7 +216,8 @@ export type DeploymentEventGroupByOutputType = {
   deploymentId: string
   time: Date
   revision: bigint
-  nodeId: string
+  replica: number
+  nodeId: string | null
   fromPhase: string | null
   toPhase: string
   reason: string | null
@@ -240,7 +251,8 @@ export type DeploymentEventWhereInput = {
   deploymentId?: Prisma.UuidFilter<"DeploymentEvent"> | string
   time?: Prisma.DateTimeFilter<"DeploymentEvent"> | Date | string
   revision?: Prisma.BigIntFilter<"DeploymentEvent"> | bigint | number
-  nodeId?: Prisma.UuidFilter<"DeploymentEvent"> | string
+  replica?: Prisma.IntFilter<"DeploymentEvent"> | number
+  nodeId?: Prisma.UuidNullableFilter<"DeploymentEvent"> | string | null
   fromPhase?: Prisma.StringNullableFilter<"DeploymentEvent"> | string | null
   toPhase?: Prisma.StringFilter<"DeploymentEvent"> | string
   reason?: Prisma.StringNullableFilter<"DeploymentEvent"> | string | null
@@ -252,7 +264,8 @@ export type DeploymentEventOrderByWithRelationInput = {
   deploymentId?: Prisma.SortOrder
   time?: Prisma.SortOrder
   revision?: Prisma.SortOrder
-  nodeId?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
+  nodeId?: Prisma.SortOrderInput | Prisma.SortOrder
   fromPhase?: Prisma.SortOrderInput | Prisma.SortOrder
   toPhase?: Prisma.SortOrder
   reason?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -267,7 +280,8 @@ export type DeploymentEventWhereUniqueInput = Prisma.AtLeast<{
   deploymentId?: Prisma.UuidFilter<"DeploymentEvent"> | string
   time?: Prisma.DateTimeFilter<"DeploymentEvent"> | Date | string
   revision?: Prisma.BigIntFilter<"DeploymentEvent"> | bigint | number
-  nodeId?: Prisma.UuidFilter<"DeploymentEvent"> | string
+  replica?: Prisma.IntFilter<"DeploymentEvent"> | number
+  nodeId?: Prisma.UuidNullableFilter<"DeploymentEvent"> | string | null
   fromPhase?: Prisma.StringNullableFilter<"DeploymentEvent"> | string | null
   toPhase?: Prisma.StringFilter<"DeploymentEvent"> | string
   reason?: Prisma.StringNullableFilter<"DeploymentEvent"> | string | null
@@ -279,7 +293,8 @@ export type DeploymentEventOrderByWithAggregationInput = {
   deploymentId?: Prisma.SortOrder
   time?: Prisma.SortOrder
   revision?: Prisma.SortOrder
-  nodeId?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
+  nodeId?: Prisma.SortOrderInput | Prisma.SortOrder
   fromPhase?: Prisma.SortOrderInput | Prisma.SortOrder
   toPhase?: Prisma.SortOrder
   reason?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -298,7 +313,8 @@ export type DeploymentEventScalarWhereWithAggregatesInput = {
   deploymentId?: Prisma.UuidWithAggregatesFilter<"DeploymentEvent"> | string
   time?: Prisma.DateTimeWithAggregatesFilter<"DeploymentEvent"> | Date | string
   revision?: Prisma.BigIntWithAggregatesFilter<"DeploymentEvent"> | bigint | number
-  nodeId?: Prisma.UuidWithAggregatesFilter<"DeploymentEvent"> | string
+  replica?: Prisma.IntWithAggregatesFilter<"DeploymentEvent"> | number
+  nodeId?: Prisma.UuidNullableWithAggregatesFilter<"DeploymentEvent"> | string | null
   fromPhase?: Prisma.StringNullableWithAggregatesFilter<"DeploymentEvent"> | string | null
   toPhase?: Prisma.StringWithAggregatesFilter<"DeploymentEvent"> | string
   reason?: Prisma.StringNullableWithAggregatesFilter<"DeploymentEvent"> | string | null
@@ -308,7 +324,8 @@ export type DeploymentEventCreateInput = {
   seq?: bigint | number
   time: Date | string
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   fromPhase?: string | null
   toPhase: string
   reason?: string | null
@@ -320,7 +337,8 @@ export type DeploymentEventUncheckedCreateInput = {
   deploymentId: string
   time: Date | string
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   fromPhase?: string | null
   toPhase: string
   reason?: string | null
@@ -330,7 +348,8 @@ export type DeploymentEventUpdateInput = {
   seq?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   time?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   fromPhase?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   toPhase?: Prisma.StringFieldUpdateOperationsInput | string
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -342,7 +361,8 @@ export type DeploymentEventUncheckedUpdateInput = {
   deploymentId?: Prisma.StringFieldUpdateOperationsInput | string
   time?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   fromPhase?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   toPhase?: Prisma.StringFieldUpdateOperationsInput | string
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -353,7 +373,8 @@ export type DeploymentEventCreateManyInput = {
   deploymentId: string
   time: Date | string
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   fromPhase?: string | null
   toPhase: string
   reason?: string | null
@@ -363,7 +384,8 @@ export type DeploymentEventUpdateManyMutationInput = {
   seq?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   time?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   fromPhase?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   toPhase?: Prisma.StringFieldUpdateOperationsInput | string
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -374,7 +396,8 @@ export type DeploymentEventUncheckedUpdateManyInput = {
   deploymentId?: Prisma.StringFieldUpdateOperationsInput | string
   time?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   fromPhase?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   toPhase?: Prisma.StringFieldUpdateOperationsInput | string
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -395,6 +418,7 @@ export type DeploymentEventCountOrderByAggregateInput = {
   deploymentId?: Prisma.SortOrder
   time?: Prisma.SortOrder
   revision?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   fromPhase?: Prisma.SortOrder
   toPhase?: Prisma.SortOrder
@@ -404,6 +428,7 @@ export type DeploymentEventCountOrderByAggregateInput = {
 export type DeploymentEventAvgOrderByAggregateInput = {
   seq?: Prisma.SortOrder
   revision?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
 }
 
 export type DeploymentEventMaxOrderByAggregateInput = {
@@ -411,6 +436,7 @@ export type DeploymentEventMaxOrderByAggregateInput = {
   deploymentId?: Prisma.SortOrder
   time?: Prisma.SortOrder
   revision?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   fromPhase?: Prisma.SortOrder
   toPhase?: Prisma.SortOrder
@@ -422,6 +448,7 @@ export type DeploymentEventMinOrderByAggregateInput = {
   deploymentId?: Prisma.SortOrder
   time?: Prisma.SortOrder
   revision?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   fromPhase?: Prisma.SortOrder
   toPhase?: Prisma.SortOrder
@@ -431,6 +458,7 @@ export type DeploymentEventMinOrderByAggregateInput = {
 export type DeploymentEventSumOrderByAggregateInput = {
   seq?: Prisma.SortOrder
   revision?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
 }
 
 export type DeploymentEventCreateNestedManyWithoutDeploymentInput = {
@@ -479,7 +507,8 @@ export type DeploymentEventCreateWithoutDeploymentInput = {
   seq?: bigint | number
   time: Date | string
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   fromPhase?: string | null
   toPhase: string
   reason?: string | null
@@ -489,7 +518,8 @@ export type DeploymentEventUncheckedCreateWithoutDeploymentInput = {
   seq?: bigint | number
   time: Date | string
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   fromPhase?: string | null
   toPhase: string
   reason?: string | null
@@ -529,7 +559,8 @@ export type DeploymentEventScalarWhereInput = {
   deploymentId?: Prisma.UuidFilter<"DeploymentEvent"> | string
   time?: Prisma.DateTimeFilter<"DeploymentEvent"> | Date | string
   revision?: Prisma.BigIntFilter<"DeploymentEvent"> | bigint | number
-  nodeId?: Prisma.UuidFilter<"DeploymentEvent"> | string
+  replica?: Prisma.IntFilter<"DeploymentEvent"> | number
+  nodeId?: Prisma.UuidNullableFilter<"DeploymentEvent"> | string | null
   fromPhase?: Prisma.StringNullableFilter<"DeploymentEvent"> | string | null
   toPhase?: Prisma.StringFilter<"DeploymentEvent"> | string
   reason?: Prisma.StringNullableFilter<"DeploymentEvent"> | string | null
@@ -539,7 +570,8 @@ export type DeploymentEventCreateManyDeploymentInput = {
   seq?: bigint | number
   time: Date | string
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   fromPhase?: string | null
   toPhase: string
   reason?: string | null
@@ -549,7 +581,8 @@ export type DeploymentEventUpdateWithoutDeploymentInput = {
   seq?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   time?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   fromPhase?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   toPhase?: Prisma.StringFieldUpdateOperationsInput | string
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -559,7 +592,8 @@ export type DeploymentEventUncheckedUpdateWithoutDeploymentInput = {
   seq?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   time?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   fromPhase?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   toPhase?: Prisma.StringFieldUpdateOperationsInput | string
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -569,7 +603,8 @@ export type DeploymentEventUncheckedUpdateManyWithoutDeploymentInput = {
   seq?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   time?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   fromPhase?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   toPhase?: Prisma.StringFieldUpdateOperationsInput | string
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -582,6 +617,7 @@ export type DeploymentEventSelect<ExtArgs extends runtime.Types.Extensions.Inter
   deploymentId?: boolean
   time?: boolean
   revision?: boolean
+  replica?: boolean
   nodeId?: boolean
   fromPhase?: boolean
   toPhase?: boolean
@@ -594,6 +630,7 @@ export type DeploymentEventSelectCreateManyAndReturn<ExtArgs extends runtime.Typ
   deploymentId?: boolean
   time?: boolean
   revision?: boolean
+  replica?: boolean
   nodeId?: boolean
   fromPhase?: boolean
   toPhase?: boolean
@@ -606,6 +643,7 @@ export type DeploymentEventSelectUpdateManyAndReturn<ExtArgs extends runtime.Typ
   deploymentId?: boolean
   time?: boolean
   revision?: boolean
+  replica?: boolean
   nodeId?: boolean
   fromPhase?: boolean
   toPhase?: boolean
@@ -618,13 +656,14 @@ export type DeploymentEventSelectScalar = {
   deploymentId?: boolean
   time?: boolean
   revision?: boolean
+  replica?: boolean
   nodeId?: boolean
   fromPhase?: boolean
   toPhase?: boolean
   reason?: boolean
 }
 
-export type DeploymentEventOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"seq" | "deploymentId" | "time" | "revision" | "nodeId" | "fromPhase" | "toPhase" | "reason", ExtArgs["result"]["deploymentEvent"]>
+export type DeploymentEventOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"seq" | "deploymentId" | "time" | "revision" | "replica" | "nodeId" | "fromPhase" | "toPhase" | "reason", ExtArgs["result"]["deploymentEvent"]>
 export type DeploymentEventInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   deployment?: boolean | Prisma.DeploymentDefaultArgs<ExtArgs>
 }
@@ -645,7 +684,11 @@ export type $DeploymentEventPayload<ExtArgs extends runtime.Types.Extensions.Int
     deploymentId: string
     time: Date
     revision: bigint
-    nodeId: string
+    replica: number
+    /**
+     * Null for a replica not placed.
+     */
+    nodeId: string | null
     fromPhase: string | null
     toPhase: string
     reason: string | null
@@ -1077,6 +1120,7 @@ export interface DeploymentEventFieldRefs {
   readonly deploymentId: Prisma.FieldRef<"DeploymentEvent", 'String'>
   readonly time: Prisma.FieldRef<"DeploymentEvent", 'DateTime'>
   readonly revision: Prisma.FieldRef<"DeploymentEvent", 'BigInt'>
+  readonly replica: Prisma.FieldRef<"DeploymentEvent", 'Int'>
   readonly nodeId: Prisma.FieldRef<"DeploymentEvent", 'String'>
   readonly fromPhase: Prisma.FieldRef<"DeploymentEvent", 'String'>
   readonly toPhase: Prisma.FieldRef<"DeploymentEvent", 'String'>

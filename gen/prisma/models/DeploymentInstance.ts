@@ -15,6 +15,8 @@ import type * as Prisma from "../internal/prismaNamespace.js"
 /**
  * Model DeploymentInstance
  * One revision of a deployment on its node: its phase and the job that moves it on.
+ * One replica of one revision: its slot (0 to replicas-1), the node it was placed on (null while
+ * pending) and the step it is at.
  */
 export type DeploymentInstanceModel = runtime.Types.Result.DefaultSelection<Prisma.$DeploymentInstancePayload>
 
@@ -28,21 +30,29 @@ export type AggregateDeploymentInstance = {
 
 export type DeploymentInstanceAvgAggregateOutputType = {
   revision: number | null
+  replica: number | null
+  restarts: number | null
+  gpuIndices: number | null
 }
 
 export type DeploymentInstanceSumAggregateOutputType = {
   revision: bigint | null
+  replica: number | null
+  restarts: number | null
+  gpuIndices: number[]
 }
 
 export type DeploymentInstanceMinAggregateOutputType = {
   deploymentId: string | null
   revision: bigint | null
+  replica: number | null
   nodeId: string | null
   runtimeProfile: string | null
   repository: string | null
   commit: string | null
   modelFile: string | null
   phase: string | null
+  restarts: number | null
   step: string | null
   jobId: string | null
   claimedAt: Date | null
@@ -54,12 +64,14 @@ export type DeploymentInstanceMinAggregateOutputType = {
 export type DeploymentInstanceMaxAggregateOutputType = {
   deploymentId: string | null
   revision: bigint | null
+  replica: number | null
   nodeId: string | null
   runtimeProfile: string | null
   repository: string | null
   commit: string | null
   modelFile: string | null
   phase: string | null
+  restarts: number | null
   step: string | null
   jobId: string | null
   claimedAt: Date | null
@@ -71,17 +83,21 @@ export type DeploymentInstanceMaxAggregateOutputType = {
 export type DeploymentInstanceCountAggregateOutputType = {
   deploymentId: number
   revision: number
+  replica: number
   nodeId: number
   runtimeProfile: number
   repository: number
   commit: number
   modelFile: number
   phase: number
+  restarts: number
   step: number
   jobId: number
   claimedAt: number
   runtimeId: number
   reason: number
+  gpuUuids: number
+  gpuIndices: number
   updatedAt: number
   _all: number
 }
@@ -89,21 +105,29 @@ export type DeploymentInstanceCountAggregateOutputType = {
 
 export type DeploymentInstanceAvgAggregateInputType = {
   revision?: true
+  replica?: true
+  restarts?: true
+  gpuIndices?: true
 }
 
 export type DeploymentInstanceSumAggregateInputType = {
   revision?: true
+  replica?: true
+  restarts?: true
+  gpuIndices?: true
 }
 
 export type DeploymentInstanceMinAggregateInputType = {
   deploymentId?: true
   revision?: true
+  replica?: true
   nodeId?: true
   runtimeProfile?: true
   repository?: true
   commit?: true
   modelFile?: true
   phase?: true
+  restarts?: true
   step?: true
   jobId?: true
   claimedAt?: true
@@ -115,12 +139,14 @@ export type DeploymentInstanceMinAggregateInputType = {
 export type DeploymentInstanceMaxAggregateInputType = {
   deploymentId?: true
   revision?: true
+  replica?: true
   nodeId?: true
   runtimeProfile?: true
   repository?: true
   commit?: true
   modelFile?: true
   phase?: true
+  restarts?: true
   step?: true
   jobId?: true
   claimedAt?: true
@@ -132,17 +158,21 @@ export type DeploymentInstanceMaxAggregateInputType = {
 export type DeploymentInstanceCountAggregateInputType = {
   deploymentId?: true
   revision?: true
+  replica?: true
   nodeId?: true
   runtimeProfile?: true
   repository?: true
   commit?: true
   modelFile?: true
   phase?: true
+  restarts?: true
   step?: true
   jobId?: true
   claimedAt?: true
   runtimeId?: true
   reason?: true
+  gpuUuids?: true
+  gpuIndices?: true
   updatedAt?: true
   _all?: true
 }
@@ -236,17 +266,21 @@ export type DeploymentInstanceGroupByArgs<ExtArgs extends runtime.Types.Extensio
 export type DeploymentInstanceGroupByOutputType = {
   deploymentId: string
   revision: bigint
-  nodeId: string
+  replica: number
+  nodeId: string | null
   runtimeProfile: string
   repository: string
   commit: string
   modelFile: string
   phase: string
+  restarts: number
   step: string | null
   jobId: string | null
   claimedAt: Date | null
   runtimeId: string | null
   reason: string | null
+  gpuUuids: string[]
+  gpuIndices: number[]
   updatedAt: Date
   _count: DeploymentInstanceCountAggregateOutputType | null
   _avg: DeploymentInstanceAvgAggregateOutputType | null
@@ -276,17 +310,21 @@ export type DeploymentInstanceWhereInput = {
   NOT?: Prisma.DeploymentInstanceWhereInput | Prisma.DeploymentInstanceWhereInput[]
   deploymentId?: Prisma.UuidFilter<"DeploymentInstance"> | string
   revision?: Prisma.BigIntFilter<"DeploymentInstance"> | bigint | number
-  nodeId?: Prisma.UuidFilter<"DeploymentInstance"> | string
+  replica?: Prisma.IntFilter<"DeploymentInstance"> | number
+  nodeId?: Prisma.UuidNullableFilter<"DeploymentInstance"> | string | null
   runtimeProfile?: Prisma.StringFilter<"DeploymentInstance"> | string
   repository?: Prisma.StringFilter<"DeploymentInstance"> | string
   commit?: Prisma.StringFilter<"DeploymentInstance"> | string
   modelFile?: Prisma.StringFilter<"DeploymentInstance"> | string
   phase?: Prisma.StringFilter<"DeploymentInstance"> | string
+  restarts?: Prisma.IntFilter<"DeploymentInstance"> | number
   step?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
   jobId?: Prisma.UuidNullableFilter<"DeploymentInstance"> | string | null
   claimedAt?: Prisma.DateTimeNullableFilter<"DeploymentInstance"> | Date | string | null
   runtimeId?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
   reason?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
+  gpuUuids?: Prisma.StringNullableListFilter<"DeploymentInstance">
+  gpuIndices?: Prisma.IntNullableListFilter<"DeploymentInstance">
   updatedAt?: Prisma.DateTimeFilter<"DeploymentInstance"> | Date | string
   deployment?: Prisma.XOR<Prisma.DeploymentScalarRelationFilter, Prisma.DeploymentWhereInput>
 }
@@ -294,57 +332,69 @@ export type DeploymentInstanceWhereInput = {
 export type DeploymentInstanceOrderByWithRelationInput = {
   deploymentId?: Prisma.SortOrder
   revision?: Prisma.SortOrder
-  nodeId?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
+  nodeId?: Prisma.SortOrderInput | Prisma.SortOrder
   runtimeProfile?: Prisma.SortOrder
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
   modelFile?: Prisma.SortOrder
   phase?: Prisma.SortOrder
+  restarts?: Prisma.SortOrder
   step?: Prisma.SortOrderInput | Prisma.SortOrder
   jobId?: Prisma.SortOrderInput | Prisma.SortOrder
   claimedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   runtimeId?: Prisma.SortOrderInput | Prisma.SortOrder
   reason?: Prisma.SortOrderInput | Prisma.SortOrder
+  gpuUuids?: Prisma.SortOrder
+  gpuIndices?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   deployment?: Prisma.DeploymentOrderByWithRelationInput
 }
 
 export type DeploymentInstanceWhereUniqueInput = Prisma.AtLeast<{
-  deploymentId_revision?: Prisma.DeploymentInstanceDeploymentIdRevisionCompoundUniqueInput
+  deploymentId_revision_replica?: Prisma.DeploymentInstanceDeploymentIdRevisionReplicaCompoundUniqueInput
   AND?: Prisma.DeploymentInstanceWhereInput | Prisma.DeploymentInstanceWhereInput[]
   OR?: Prisma.DeploymentInstanceWhereInput[]
   NOT?: Prisma.DeploymentInstanceWhereInput | Prisma.DeploymentInstanceWhereInput[]
   deploymentId?: Prisma.UuidFilter<"DeploymentInstance"> | string
   revision?: Prisma.BigIntFilter<"DeploymentInstance"> | bigint | number
-  nodeId?: Prisma.UuidFilter<"DeploymentInstance"> | string
+  replica?: Prisma.IntFilter<"DeploymentInstance"> | number
+  nodeId?: Prisma.UuidNullableFilter<"DeploymentInstance"> | string | null
   runtimeProfile?: Prisma.StringFilter<"DeploymentInstance"> | string
   repository?: Prisma.StringFilter<"DeploymentInstance"> | string
   commit?: Prisma.StringFilter<"DeploymentInstance"> | string
   modelFile?: Prisma.StringFilter<"DeploymentInstance"> | string
   phase?: Prisma.StringFilter<"DeploymentInstance"> | string
+  restarts?: Prisma.IntFilter<"DeploymentInstance"> | number
   step?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
   jobId?: Prisma.UuidNullableFilter<"DeploymentInstance"> | string | null
   claimedAt?: Prisma.DateTimeNullableFilter<"DeploymentInstance"> | Date | string | null
   runtimeId?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
   reason?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
+  gpuUuids?: Prisma.StringNullableListFilter<"DeploymentInstance">
+  gpuIndices?: Prisma.IntNullableListFilter<"DeploymentInstance">
   updatedAt?: Prisma.DateTimeFilter<"DeploymentInstance"> | Date | string
   deployment?: Prisma.XOR<Prisma.DeploymentScalarRelationFilter, Prisma.DeploymentWhereInput>
-}, "deploymentId_revision">
+}, "deploymentId_revision_replica">
 
 export type DeploymentInstanceOrderByWithAggregationInput = {
   deploymentId?: Prisma.SortOrder
   revision?: Prisma.SortOrder
-  nodeId?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
+  nodeId?: Prisma.SortOrderInput | Prisma.SortOrder
   runtimeProfile?: Prisma.SortOrder
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
   modelFile?: Prisma.SortOrder
   phase?: Prisma.SortOrder
+  restarts?: Prisma.SortOrder
   step?: Prisma.SortOrderInput | Prisma.SortOrder
   jobId?: Prisma.SortOrderInput | Prisma.SortOrder
   claimedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   runtimeId?: Prisma.SortOrderInput | Prisma.SortOrder
   reason?: Prisma.SortOrderInput | Prisma.SortOrder
+  gpuUuids?: Prisma.SortOrder
+  gpuIndices?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.DeploymentInstanceCountOrderByAggregateInput
   _avg?: Prisma.DeploymentInstanceAvgOrderByAggregateInput
@@ -359,33 +409,41 @@ export type DeploymentInstanceScalarWhereWithAggregatesInput = {
   NOT?: Prisma.DeploymentInstanceScalarWhereWithAggregatesInput | Prisma.DeploymentInstanceScalarWhereWithAggregatesInput[]
   deploymentId?: Prisma.UuidWithAggregatesFilter<"DeploymentInstance"> | string
   revision?: Prisma.BigIntWithAggregatesFilter<"DeploymentInstance"> | bigint | number
-  nodeId?: Prisma.UuidWithAggregatesFilter<"DeploymentInstance"> | string
+  replica?: Prisma.IntWithAggregatesFilter<"DeploymentInstance"> | number
+  nodeId?: Prisma.UuidNullableWithAggregatesFilter<"DeploymentInstance"> | string | null
   runtimeProfile?: Prisma.StringWithAggregatesFilter<"DeploymentInstance"> | string
   repository?: Prisma.StringWithAggregatesFilter<"DeploymentInstance"> | string
   commit?: Prisma.StringWithAggregatesFilter<"DeploymentInstance"> | string
   modelFile?: Prisma.StringWithAggregatesFilter<"DeploymentInstance"> | string
   phase?: Prisma.StringWithAggregatesFilter<"DeploymentInstance"> | string
+  restarts?: Prisma.IntWithAggregatesFilter<"DeploymentInstance"> | number
   step?: Prisma.StringNullableWithAggregatesFilter<"DeploymentInstance"> | string | null
   jobId?: Prisma.UuidNullableWithAggregatesFilter<"DeploymentInstance"> | string | null
   claimedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"DeploymentInstance"> | Date | string | null
   runtimeId?: Prisma.StringNullableWithAggregatesFilter<"DeploymentInstance"> | string | null
   reason?: Prisma.StringNullableWithAggregatesFilter<"DeploymentInstance"> | string | null
+  gpuUuids?: Prisma.StringNullableListFilter<"DeploymentInstance">
+  gpuIndices?: Prisma.IntNullableListFilter<"DeploymentInstance">
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"DeploymentInstance"> | Date | string
 }
 
 export type DeploymentInstanceCreateInput = {
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   runtimeProfile: string
   repository: string
   commit: string
   modelFile?: string
   phase: string
+  restarts?: number
   step?: string | null
   jobId?: string | null
   claimedAt?: Date | string | null
   runtimeId?: string | null
   reason?: string | null
+  gpuUuids?: Prisma.DeploymentInstanceCreategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceCreategpuIndicesInput | number[]
   updatedAt?: Date | string
   deployment: Prisma.DeploymentCreateNestedOneWithoutInstancesInput
 }
@@ -393,33 +451,41 @@ export type DeploymentInstanceCreateInput = {
 export type DeploymentInstanceUncheckedCreateInput = {
   deploymentId: string
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   runtimeProfile: string
   repository: string
   commit: string
   modelFile?: string
   phase: string
+  restarts?: number
   step?: string | null
   jobId?: string | null
   claimedAt?: Date | string | null
   runtimeId?: string | null
   reason?: string | null
+  gpuUuids?: Prisma.DeploymentInstanceCreategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceCreategpuIndicesInput | number[]
   updatedAt?: Date | string
 }
 
 export type DeploymentInstanceUpdateInput = {
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
+  restarts?: Prisma.IntFieldUpdateOperationsInput | number
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   claimedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   runtimeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  gpuUuids?: Prisma.DeploymentInstanceUpdategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceUpdategpuIndicesInput | number[]
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   deployment?: Prisma.DeploymentUpdateOneRequiredWithoutInstancesNestedInput
 }
@@ -427,67 +493,83 @@ export type DeploymentInstanceUpdateInput = {
 export type DeploymentInstanceUncheckedUpdateInput = {
   deploymentId?: Prisma.StringFieldUpdateOperationsInput | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
+  restarts?: Prisma.IntFieldUpdateOperationsInput | number
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   claimedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   runtimeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  gpuUuids?: Prisma.DeploymentInstanceUpdategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceUpdategpuIndicesInput | number[]
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
 export type DeploymentInstanceCreateManyInput = {
   deploymentId: string
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   runtimeProfile: string
   repository: string
   commit: string
   modelFile?: string
   phase: string
+  restarts?: number
   step?: string | null
   jobId?: string | null
   claimedAt?: Date | string | null
   runtimeId?: string | null
   reason?: string | null
+  gpuUuids?: Prisma.DeploymentInstanceCreategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceCreategpuIndicesInput | number[]
   updatedAt?: Date | string
 }
 
 export type DeploymentInstanceUpdateManyMutationInput = {
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
+  restarts?: Prisma.IntFieldUpdateOperationsInput | number
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   claimedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   runtimeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  gpuUuids?: Prisma.DeploymentInstanceUpdategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceUpdategpuIndicesInput | number[]
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
 export type DeploymentInstanceUncheckedUpdateManyInput = {
   deploymentId?: Prisma.StringFieldUpdateOperationsInput | string
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
+  restarts?: Prisma.IntFieldUpdateOperationsInput | number
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   claimedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   runtimeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  gpuUuids?: Prisma.DeploymentInstanceUpdategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceUpdategpuIndicesInput | number[]
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -501,41 +583,59 @@ export type DeploymentInstanceOrderByRelationAggregateInput = {
   _count?: Prisma.SortOrder
 }
 
-export type DeploymentInstanceDeploymentIdRevisionCompoundUniqueInput = {
+export type IntNullableListFilter<$PrismaModel = never> = {
+  equals?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
+  has?: number | Prisma.IntFieldRefInput<$PrismaModel> | null
+  hasEvery?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel>
+  hasSome?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel>
+  isEmpty?: boolean
+}
+
+export type DeploymentInstanceDeploymentIdRevisionReplicaCompoundUniqueInput = {
   deploymentId: string
   revision: bigint | number
+  replica: number
 }
 
 export type DeploymentInstanceCountOrderByAggregateInput = {
   deploymentId?: Prisma.SortOrder
   revision?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   runtimeProfile?: Prisma.SortOrder
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
   modelFile?: Prisma.SortOrder
   phase?: Prisma.SortOrder
+  restarts?: Prisma.SortOrder
   step?: Prisma.SortOrder
   jobId?: Prisma.SortOrder
   claimedAt?: Prisma.SortOrder
   runtimeId?: Prisma.SortOrder
   reason?: Prisma.SortOrder
+  gpuUuids?: Prisma.SortOrder
+  gpuIndices?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
 
 export type DeploymentInstanceAvgOrderByAggregateInput = {
   revision?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
+  restarts?: Prisma.SortOrder
+  gpuIndices?: Prisma.SortOrder
 }
 
 export type DeploymentInstanceMaxOrderByAggregateInput = {
   deploymentId?: Prisma.SortOrder
   revision?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   runtimeProfile?: Prisma.SortOrder
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
   modelFile?: Prisma.SortOrder
   phase?: Prisma.SortOrder
+  restarts?: Prisma.SortOrder
   step?: Prisma.SortOrder
   jobId?: Prisma.SortOrder
   claimedAt?: Prisma.SortOrder
@@ -547,12 +647,14 @@ export type DeploymentInstanceMaxOrderByAggregateInput = {
 export type DeploymentInstanceMinOrderByAggregateInput = {
   deploymentId?: Prisma.SortOrder
   revision?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   runtimeProfile?: Prisma.SortOrder
   repository?: Prisma.SortOrder
   commit?: Prisma.SortOrder
   modelFile?: Prisma.SortOrder
   phase?: Prisma.SortOrder
+  restarts?: Prisma.SortOrder
   step?: Prisma.SortOrder
   jobId?: Prisma.SortOrder
   claimedAt?: Prisma.SortOrder
@@ -563,6 +665,9 @@ export type DeploymentInstanceMinOrderByAggregateInput = {
 
 export type DeploymentInstanceSumOrderByAggregateInput = {
   revision?: Prisma.SortOrder
+  replica?: Prisma.SortOrder
+  restarts?: Prisma.SortOrder
+  gpuIndices?: Prisma.SortOrder
 }
 
 export type DeploymentInstanceCreateNestedManyWithoutDeploymentInput = {
@@ -607,35 +712,61 @@ export type DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput = 
   deleteMany?: Prisma.DeploymentInstanceScalarWhereInput | Prisma.DeploymentInstanceScalarWhereInput[]
 }
 
+export type DeploymentInstanceCreategpuUuidsInput = {
+  set: string[]
+}
+
+export type DeploymentInstanceCreategpuIndicesInput = {
+  set: number[]
+}
+
+export type DeploymentInstanceUpdategpuUuidsInput = {
+  set?: string[]
+  push?: string | string[]
+}
+
+export type DeploymentInstanceUpdategpuIndicesInput = {
+  set?: number[]
+  push?: number | number[]
+}
+
 export type DeploymentInstanceCreateWithoutDeploymentInput = {
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   runtimeProfile: string
   repository: string
   commit: string
   modelFile?: string
   phase: string
+  restarts?: number
   step?: string | null
   jobId?: string | null
   claimedAt?: Date | string | null
   runtimeId?: string | null
   reason?: string | null
+  gpuUuids?: Prisma.DeploymentInstanceCreategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceCreategpuIndicesInput | number[]
   updatedAt?: Date | string
 }
 
 export type DeploymentInstanceUncheckedCreateWithoutDeploymentInput = {
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   runtimeProfile: string
   repository: string
   commit: string
   modelFile?: string
   phase: string
+  restarts?: number
   step?: string | null
   jobId?: string | null
   claimedAt?: Date | string | null
   runtimeId?: string | null
   reason?: string | null
+  gpuUuids?: Prisma.DeploymentInstanceCreategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceCreategpuIndicesInput | number[]
   updatedAt?: Date | string
 }
 
@@ -671,81 +802,101 @@ export type DeploymentInstanceScalarWhereInput = {
   NOT?: Prisma.DeploymentInstanceScalarWhereInput | Prisma.DeploymentInstanceScalarWhereInput[]
   deploymentId?: Prisma.UuidFilter<"DeploymentInstance"> | string
   revision?: Prisma.BigIntFilter<"DeploymentInstance"> | bigint | number
-  nodeId?: Prisma.UuidFilter<"DeploymentInstance"> | string
+  replica?: Prisma.IntFilter<"DeploymentInstance"> | number
+  nodeId?: Prisma.UuidNullableFilter<"DeploymentInstance"> | string | null
   runtimeProfile?: Prisma.StringFilter<"DeploymentInstance"> | string
   repository?: Prisma.StringFilter<"DeploymentInstance"> | string
   commit?: Prisma.StringFilter<"DeploymentInstance"> | string
   modelFile?: Prisma.StringFilter<"DeploymentInstance"> | string
   phase?: Prisma.StringFilter<"DeploymentInstance"> | string
+  restarts?: Prisma.IntFilter<"DeploymentInstance"> | number
   step?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
   jobId?: Prisma.UuidNullableFilter<"DeploymentInstance"> | string | null
   claimedAt?: Prisma.DateTimeNullableFilter<"DeploymentInstance"> | Date | string | null
   runtimeId?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
   reason?: Prisma.StringNullableFilter<"DeploymentInstance"> | string | null
+  gpuUuids?: Prisma.StringNullableListFilter<"DeploymentInstance">
+  gpuIndices?: Prisma.IntNullableListFilter<"DeploymentInstance">
   updatedAt?: Prisma.DateTimeFilter<"DeploymentInstance"> | Date | string
 }
 
 export type DeploymentInstanceCreateManyDeploymentInput = {
   revision: bigint | number
-  nodeId: string
+  replica?: number
+  nodeId?: string | null
   runtimeProfile: string
   repository: string
   commit: string
   modelFile?: string
   phase: string
+  restarts?: number
   step?: string | null
   jobId?: string | null
   claimedAt?: Date | string | null
   runtimeId?: string | null
   reason?: string | null
+  gpuUuids?: Prisma.DeploymentInstanceCreategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceCreategpuIndicesInput | number[]
   updatedAt?: Date | string
 }
 
 export type DeploymentInstanceUpdateWithoutDeploymentInput = {
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
+  restarts?: Prisma.IntFieldUpdateOperationsInput | number
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   claimedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   runtimeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  gpuUuids?: Prisma.DeploymentInstanceUpdategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceUpdategpuIndicesInput | number[]
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
 export type DeploymentInstanceUncheckedUpdateWithoutDeploymentInput = {
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
+  restarts?: Prisma.IntFieldUpdateOperationsInput | number
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   claimedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   runtimeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  gpuUuids?: Prisma.DeploymentInstanceUpdategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceUpdategpuIndicesInput | number[]
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
 export type DeploymentInstanceUncheckedUpdateManyWithoutDeploymentInput = {
   revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
-  nodeId?: Prisma.StringFieldUpdateOperationsInput | string
+  replica?: Prisma.IntFieldUpdateOperationsInput | number
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
   repository?: Prisma.StringFieldUpdateOperationsInput | string
   commit?: Prisma.StringFieldUpdateOperationsInput | string
   modelFile?: Prisma.StringFieldUpdateOperationsInput | string
   phase?: Prisma.StringFieldUpdateOperationsInput | string
+  restarts?: Prisma.IntFieldUpdateOperationsInput | number
   step?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   jobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   claimedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   runtimeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   reason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  gpuUuids?: Prisma.DeploymentInstanceUpdategpuUuidsInput | string[]
+  gpuIndices?: Prisma.DeploymentInstanceUpdategpuIndicesInput | number[]
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -754,17 +905,21 @@ export type DeploymentInstanceUncheckedUpdateManyWithoutDeploymentInput = {
 export type DeploymentInstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   deploymentId?: boolean
   revision?: boolean
+  replica?: boolean
   nodeId?: boolean
   runtimeProfile?: boolean
   repository?: boolean
   commit?: boolean
   modelFile?: boolean
   phase?: boolean
+  restarts?: boolean
   step?: boolean
   jobId?: boolean
   claimedAt?: boolean
   runtimeId?: boolean
   reason?: boolean
+  gpuUuids?: boolean
+  gpuIndices?: boolean
   updatedAt?: boolean
   deployment?: boolean | Prisma.DeploymentDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["deploymentInstance"]>
@@ -772,17 +927,21 @@ export type DeploymentInstanceSelect<ExtArgs extends runtime.Types.Extensions.In
 export type DeploymentInstanceSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   deploymentId?: boolean
   revision?: boolean
+  replica?: boolean
   nodeId?: boolean
   runtimeProfile?: boolean
   repository?: boolean
   commit?: boolean
   modelFile?: boolean
   phase?: boolean
+  restarts?: boolean
   step?: boolean
   jobId?: boolean
   claimedAt?: boolean
   runtimeId?: boolean
   reason?: boolean
+  gpuUuids?: boolean
+  gpuIndices?: boolean
   updatedAt?: boolean
   deployment?: boolean | Prisma.DeploymentDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["deploymentInstance"]>
@@ -790,17 +949,21 @@ export type DeploymentInstanceSelectCreateManyAndReturn<ExtArgs extends runtime.
 export type DeploymentInstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   deploymentId?: boolean
   revision?: boolean
+  replica?: boolean
   nodeId?: boolean
   runtimeProfile?: boolean
   repository?: boolean
   commit?: boolean
   modelFile?: boolean
   phase?: boolean
+  restarts?: boolean
   step?: boolean
   jobId?: boolean
   claimedAt?: boolean
   runtimeId?: boolean
   reason?: boolean
+  gpuUuids?: boolean
+  gpuIndices?: boolean
   updatedAt?: boolean
   deployment?: boolean | Prisma.DeploymentDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["deploymentInstance"]>
@@ -808,21 +971,25 @@ export type DeploymentInstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.
 export type DeploymentInstanceSelectScalar = {
   deploymentId?: boolean
   revision?: boolean
+  replica?: boolean
   nodeId?: boolean
   runtimeProfile?: boolean
   repository?: boolean
   commit?: boolean
   modelFile?: boolean
   phase?: boolean
+  restarts?: boolean
   step?: boolean
   jobId?: boolean
   claimedAt?: boolean
   runtimeId?: boolean
   reason?: boolean
+  gpuUuids?: boolean
+  gpuIndices?: boolean
   updatedAt?: boolean
 }
 
-export type DeploymentInstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"deploymentId" | "revision" | "nodeId" | "runtimeProfile" | "repository" | "commit" | "modelFile" | "phase" | "step" | "jobId" | "claimedAt" | "runtimeId" | "reason" | "updatedAt", ExtArgs["result"]["deploymentInstance"]>
+export type DeploymentInstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"deploymentId" | "revision" | "replica" | "nodeId" | "runtimeProfile" | "repository" | "commit" | "modelFile" | "phase" | "restarts" | "step" | "jobId" | "claimedAt" | "runtimeId" | "reason" | "gpuUuids" | "gpuIndices" | "updatedAt", ExtArgs["result"]["deploymentInstance"]>
 export type DeploymentInstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   deployment?: boolean | Prisma.DeploymentDefaultArgs<ExtArgs>
 }
@@ -841,7 +1008,8 @@ export type $DeploymentInstancePayload<ExtArgs extends runtime.Types.Extensions.
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     deploymentId: string
     revision: bigint
-    nodeId: string
+    replica: number
+    nodeId: string | null
     runtimeProfile: string
     repository: string
     commit: string
@@ -850,9 +1018,13 @@ export type $DeploymentInstancePayload<ExtArgs extends runtime.Types.Extensions.
      */
     modelFile: string
     /**
-     * loading, ready, draining, unloaded, failed
+     * pending (not placed), loading, ready, draining, unloaded, failed
      */
     phase: string
+    /**
+     * Times it was placed again after failing (reset when it is ready).
+     */
+    restarts: number
     /**
      * The step whose job is in flight or next: acquire, load, drain, unload; null when none.
      */
@@ -861,6 +1033,11 @@ export type $DeploymentInstancePayload<ExtArgs extends runtime.Types.Extensions.
     claimedAt: Date | null
     runtimeId: string | null
     reason: string | null
+    /**
+     * The node's GPUs placement assigned it, by UUID, and their indices then (same order); empty for a CPU replica.
+     */
+    gpuUuids: string[]
+    gpuIndices: number[]
     updatedAt: Date
   }, ExtArgs["result"]["deploymentInstance"]>
   composites: {}
@@ -1288,17 +1465,21 @@ export interface Prisma__DeploymentInstanceClient<T, Null = never, ExtArgs exten
 export interface DeploymentInstanceFieldRefs {
   readonly deploymentId: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly revision: Prisma.FieldRef<"DeploymentInstance", 'BigInt'>
+  readonly replica: Prisma.FieldRef<"DeploymentInstance", 'Int'>
   readonly nodeId: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly runtimeProfile: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly repository: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly commit: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly modelFile: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly phase: Prisma.FieldRef<"DeploymentInstance", 'String'>
+  readonly restarts: Prisma.FieldRef<"DeploymentInstance", 'Int'>
   readonly step: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly jobId: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly claimedAt: Prisma.FieldRef<"DeploymentInstance", 'DateTime'>
   readonly runtimeId: Prisma.FieldRef<"DeploymentInstance", 'String'>
   readonly reason: Prisma.FieldRef<"DeploymentInstance", 'String'>
+  readonly gpuUuids: Prisma.FieldRef<"DeploymentInstance", 'String[]'>
+  readonly gpuIndices: Prisma.FieldRef<"DeploymentInstance", 'Int[]'>
   readonly updatedAt: Prisma.FieldRef<"DeploymentInstance", 'DateTime'>
 }
     

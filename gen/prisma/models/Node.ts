@@ -688,6 +688,11 @@ export type NodeScalarRelationFilter = {
   isNot?: Prisma.NodeWhereInput
 }
 
+export type NodeNullableScalarRelationFilter = {
+  is?: Prisma.NodeWhereInput | null
+  isNot?: Prisma.NodeWhereInput | null
+}
+
 export type NodeCreatecapabilitiesInput = {
   set: string[]
 }
@@ -806,10 +811,12 @@ export type NodeCreateNestedOneWithoutDeploymentsInput = {
   connect?: Prisma.NodeWhereUniqueInput
 }
 
-export type NodeUpdateOneRequiredWithoutDeploymentsNestedInput = {
+export type NodeUpdateOneWithoutDeploymentsNestedInput = {
   create?: Prisma.XOR<Prisma.NodeCreateWithoutDeploymentsInput, Prisma.NodeUncheckedCreateWithoutDeploymentsInput>
   connectOrCreate?: Prisma.NodeCreateOrConnectWithoutDeploymentsInput
   upsert?: Prisma.NodeUpsertWithoutDeploymentsInput
+  disconnect?: Prisma.NodeWhereInput | boolean
+  delete?: Prisma.NodeWhereInput | boolean
   connect?: Prisma.NodeWhereUniqueInput
   update?: Prisma.XOR<Prisma.XOR<Prisma.NodeUpdateToOneWithWhereWithoutDeploymentsInput, Prisma.NodeUpdateWithoutDeploymentsInput>, Prisma.NodeUncheckedUpdateWithoutDeploymentsInput>
 }

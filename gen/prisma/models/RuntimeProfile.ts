@@ -30,12 +30,18 @@ export type RuntimeProfileAvgAggregateOutputType = {
   contextSize: number | null
   threads: number | null
   memoryBytes: number | null
+  gpuLayers: number | null
+  gpuCount: number | null
+  gpuMemoryBytes: number | null
 }
 
 export type RuntimeProfileSumAggregateOutputType = {
   contextSize: number | null
   threads: number | null
   memoryBytes: bigint | null
+  gpuLayers: number | null
+  gpuCount: number | null
+  gpuMemoryBytes: bigint | null
 }
 
 export type RuntimeProfileMinAggregateOutputType = {
@@ -44,6 +50,11 @@ export type RuntimeProfileMinAggregateOutputType = {
   contextSize: number | null
   threads: number | null
   memoryBytes: bigint | null
+  gpuLayers: number | null
+  gpuLayersAll: boolean | null
+  gpuCount: number | null
+  gpuMemoryBytes: bigint | null
+  gpuShared: boolean | null
   contentHash: string | null
   createdAt: Date | null
 }
@@ -54,6 +65,11 @@ export type RuntimeProfileMaxAggregateOutputType = {
   contextSize: number | null
   threads: number | null
   memoryBytes: bigint | null
+  gpuLayers: number | null
+  gpuLayersAll: boolean | null
+  gpuCount: number | null
+  gpuMemoryBytes: bigint | null
+  gpuShared: boolean | null
   contentHash: string | null
   createdAt: Date | null
 }
@@ -64,6 +80,11 @@ export type RuntimeProfileCountAggregateOutputType = {
   contextSize: number
   threads: number
   memoryBytes: number
+  gpuLayers: number
+  gpuLayersAll: number
+  gpuCount: number
+  gpuMemoryBytes: number
+  gpuShared: number
   contentHash: number
   createdAt: number
   _all: number
@@ -74,12 +95,18 @@ export type RuntimeProfileAvgAggregateInputType = {
   contextSize?: true
   threads?: true
   memoryBytes?: true
+  gpuLayers?: true
+  gpuCount?: true
+  gpuMemoryBytes?: true
 }
 
 export type RuntimeProfileSumAggregateInputType = {
   contextSize?: true
   threads?: true
   memoryBytes?: true
+  gpuLayers?: true
+  gpuCount?: true
+  gpuMemoryBytes?: true
 }
 
 export type RuntimeProfileMinAggregateInputType = {
@@ -88,6 +115,11 @@ export type RuntimeProfileMinAggregateInputType = {
   contextSize?: true
   threads?: true
   memoryBytes?: true
+  gpuLayers?: true
+  gpuLayersAll?: true
+  gpuCount?: true
+  gpuMemoryBytes?: true
+  gpuShared?: true
   contentHash?: true
   createdAt?: true
 }
@@ -98,6 +130,11 @@ export type RuntimeProfileMaxAggregateInputType = {
   contextSize?: true
   threads?: true
   memoryBytes?: true
+  gpuLayers?: true
+  gpuLayersAll?: true
+  gpuCount?: true
+  gpuMemoryBytes?: true
+  gpuShared?: true
   contentHash?: true
   createdAt?: true
 }
@@ -108,6 +145,11 @@ export type RuntimeProfileCountAggregateInputType = {
   contextSize?: true
   threads?: true
   memoryBytes?: true
+  gpuLayers?: true
+  gpuLayersAll?: true
+  gpuCount?: true
+  gpuMemoryBytes?: true
+  gpuShared?: true
   contentHash?: true
   createdAt?: true
   _all?: true
@@ -205,6 +247,11 @@ export type RuntimeProfileGroupByOutputType = {
   contextSize: number
   threads: number
   memoryBytes: bigint
+  gpuLayers: number
+  gpuLayersAll: boolean
+  gpuCount: number
+  gpuMemoryBytes: bigint
+  gpuShared: boolean
   contentHash: string
   createdAt: Date
   _count: RuntimeProfileCountAggregateOutputType | null
@@ -238,6 +285,11 @@ export type RuntimeProfileWhereInput = {
   contextSize?: Prisma.IntFilter<"RuntimeProfile"> | number
   threads?: Prisma.IntFilter<"RuntimeProfile"> | number
   memoryBytes?: Prisma.BigIntFilter<"RuntimeProfile"> | bigint | number
+  gpuLayers?: Prisma.IntFilter<"RuntimeProfile"> | number
+  gpuLayersAll?: Prisma.BoolFilter<"RuntimeProfile"> | boolean
+  gpuCount?: Prisma.IntFilter<"RuntimeProfile"> | number
+  gpuMemoryBytes?: Prisma.BigIntFilter<"RuntimeProfile"> | bigint | number
+  gpuShared?: Prisma.BoolFilter<"RuntimeProfile"> | boolean
   contentHash?: Prisma.StringFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeFilter<"RuntimeProfile"> | Date | string
 }
@@ -248,6 +300,11 @@ export type RuntimeProfileOrderByWithRelationInput = {
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
   memoryBytes?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  gpuLayersAll?: Prisma.SortOrder
+  gpuCount?: Prisma.SortOrder
+  gpuMemoryBytes?: Prisma.SortOrder
+  gpuShared?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -261,6 +318,11 @@ export type RuntimeProfileWhereUniqueInput = Prisma.AtLeast<{
   contextSize?: Prisma.IntFilter<"RuntimeProfile"> | number
   threads?: Prisma.IntFilter<"RuntimeProfile"> | number
   memoryBytes?: Prisma.BigIntFilter<"RuntimeProfile"> | bigint | number
+  gpuLayers?: Prisma.IntFilter<"RuntimeProfile"> | number
+  gpuLayersAll?: Prisma.BoolFilter<"RuntimeProfile"> | boolean
+  gpuCount?: Prisma.IntFilter<"RuntimeProfile"> | number
+  gpuMemoryBytes?: Prisma.BigIntFilter<"RuntimeProfile"> | bigint | number
+  gpuShared?: Prisma.BoolFilter<"RuntimeProfile"> | boolean
   contentHash?: Prisma.StringFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeFilter<"RuntimeProfile"> | Date | string
 }, "name">
@@ -271,6 +333,11 @@ export type RuntimeProfileOrderByWithAggregationInput = {
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
   memoryBytes?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  gpuLayersAll?: Prisma.SortOrder
+  gpuCount?: Prisma.SortOrder
+  gpuMemoryBytes?: Prisma.SortOrder
+  gpuShared?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   _count?: Prisma.RuntimeProfileCountOrderByAggregateInput
@@ -289,6 +356,11 @@ export type RuntimeProfileScalarWhereWithAggregatesInput = {
   contextSize?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
   threads?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
   memoryBytes?: Prisma.BigIntWithAggregatesFilter<"RuntimeProfile"> | bigint | number
+  gpuLayers?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
+  gpuLayersAll?: Prisma.BoolWithAggregatesFilter<"RuntimeProfile"> | boolean
+  gpuCount?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
+  gpuMemoryBytes?: Prisma.BigIntWithAggregatesFilter<"RuntimeProfile"> | bigint | number
+  gpuShared?: Prisma.BoolWithAggregatesFilter<"RuntimeProfile"> | boolean
   contentHash?: Prisma.StringWithAggregatesFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"RuntimeProfile"> | Date | string
 }
@@ -299,6 +371,11 @@ export type RuntimeProfileCreateInput = {
   contextSize: number
   threads: number
   memoryBytes?: bigint | number
+  gpuLayers?: number
+  gpuLayersAll?: boolean
+  gpuCount?: number
+  gpuMemoryBytes?: bigint | number
+  gpuShared?: boolean
   contentHash: string
   createdAt?: Date | string
 }
@@ -309,6 +386,11 @@ export type RuntimeProfileUncheckedCreateInput = {
   contextSize: number
   threads: number
   memoryBytes?: bigint | number
+  gpuLayers?: number
+  gpuLayersAll?: boolean
+  gpuCount?: number
+  gpuMemoryBytes?: bigint | number
+  gpuShared?: boolean
   contentHash: string
   createdAt?: Date | string
 }
@@ -319,6 +401,11 @@ export type RuntimeProfileUpdateInput = {
   contextSize?: Prisma.IntFieldUpdateOperationsInput | number
   threads?: Prisma.IntFieldUpdateOperationsInput | number
   memoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  gpuLayers?: Prisma.IntFieldUpdateOperationsInput | number
+  gpuLayersAll?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  gpuCount?: Prisma.IntFieldUpdateOperationsInput | number
+  gpuMemoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -329,6 +416,11 @@ export type RuntimeProfileUncheckedUpdateInput = {
   contextSize?: Prisma.IntFieldUpdateOperationsInput | number
   threads?: Prisma.IntFieldUpdateOperationsInput | number
   memoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  gpuLayers?: Prisma.IntFieldUpdateOperationsInput | number
+  gpuLayersAll?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  gpuCount?: Prisma.IntFieldUpdateOperationsInput | number
+  gpuMemoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -339,6 +431,11 @@ export type RuntimeProfileCreateManyInput = {
   contextSize: number
   threads: number
   memoryBytes?: bigint | number
+  gpuLayers?: number
+  gpuLayersAll?: boolean
+  gpuCount?: number
+  gpuMemoryBytes?: bigint | number
+  gpuShared?: boolean
   contentHash: string
   createdAt?: Date | string
 }
@@ -349,6 +446,11 @@ export type RuntimeProfileUpdateManyMutationInput = {
   contextSize?: Prisma.IntFieldUpdateOperationsInput | number
   threads?: Prisma.IntFieldUpdateOperationsInput | number
   memoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  gpuLayers?: Prisma.IntFieldUpdateOperationsInput | number
+  gpuLayersAll?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  gpuCount?: Prisma.IntFieldUpdateOperationsInput | number
+  gpuMemoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -359,6 +461,11 @@ export type RuntimeProfileUncheckedUpdateManyInput = {
   contextSize?: Prisma.IntFieldUpdateOperationsInput | number
   threads?: Prisma.IntFieldUpdateOperationsInput | number
   memoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  gpuLayers?: Prisma.IntFieldUpdateOperationsInput | number
+  gpuLayersAll?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  gpuCount?: Prisma.IntFieldUpdateOperationsInput | number
+  gpuMemoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -369,6 +476,11 @@ export type RuntimeProfileCountOrderByAggregateInput = {
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
   memoryBytes?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  gpuLayersAll?: Prisma.SortOrder
+  gpuCount?: Prisma.SortOrder
+  gpuMemoryBytes?: Prisma.SortOrder
+  gpuShared?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -377,6 +489,9 @@ export type RuntimeProfileAvgOrderByAggregateInput = {
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
   memoryBytes?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  gpuCount?: Prisma.SortOrder
+  gpuMemoryBytes?: Prisma.SortOrder
 }
 
 export type RuntimeProfileMaxOrderByAggregateInput = {
@@ -385,6 +500,11 @@ export type RuntimeProfileMaxOrderByAggregateInput = {
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
   memoryBytes?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  gpuLayersAll?: Prisma.SortOrder
+  gpuCount?: Prisma.SortOrder
+  gpuMemoryBytes?: Prisma.SortOrder
+  gpuShared?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -395,6 +515,11 @@ export type RuntimeProfileMinOrderByAggregateInput = {
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
   memoryBytes?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  gpuLayersAll?: Prisma.SortOrder
+  gpuCount?: Prisma.SortOrder
+  gpuMemoryBytes?: Prisma.SortOrder
+  gpuShared?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -403,6 +528,9 @@ export type RuntimeProfileSumOrderByAggregateInput = {
   contextSize?: Prisma.SortOrder
   threads?: Prisma.SortOrder
   memoryBytes?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  gpuCount?: Prisma.SortOrder
+  gpuMemoryBytes?: Prisma.SortOrder
 }
 
 
@@ -413,6 +541,11 @@ export type RuntimeProfileSelect<ExtArgs extends runtime.Types.Extensions.Intern
   contextSize?: boolean
   threads?: boolean
   memoryBytes?: boolean
+  gpuLayers?: boolean
+  gpuLayersAll?: boolean
+  gpuCount?: boolean
+  gpuMemoryBytes?: boolean
+  gpuShared?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -423,6 +556,11 @@ export type RuntimeProfileSelectCreateManyAndReturn<ExtArgs extends runtime.Type
   contextSize?: boolean
   threads?: boolean
   memoryBytes?: boolean
+  gpuLayers?: boolean
+  gpuLayersAll?: boolean
+  gpuCount?: boolean
+  gpuMemoryBytes?: boolean
+  gpuShared?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -433,6 +571,11 @@ export type RuntimeProfileSelectUpdateManyAndReturn<ExtArgs extends runtime.Type
   contextSize?: boolean
   threads?: boolean
   memoryBytes?: boolean
+  gpuLayers?: boolean
+  gpuLayersAll?: boolean
+  gpuCount?: boolean
+  gpuMemoryBytes?: boolean
+  gpuShared?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -443,11 +586,16 @@ export type RuntimeProfileSelectScalar = {
   contextSize?: boolean
   threads?: boolean
   memoryBytes?: boolean
+  gpuLayers?: boolean
+  gpuLayersAll?: boolean
+  gpuCount?: boolean
+  gpuMemoryBytes?: boolean
+  gpuShared?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }
 
-export type RuntimeProfileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"name" | "engine" | "contextSize" | "threads" | "memoryBytes" | "contentHash" | "createdAt", ExtArgs["result"]["runtimeProfile"]>
+export type RuntimeProfileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"name" | "engine" | "contextSize" | "threads" | "memoryBytes" | "gpuLayers" | "gpuLayersAll" | "gpuCount" | "gpuMemoryBytes" | "gpuShared" | "contentHash" | "createdAt", ExtArgs["result"]["runtimeProfile"]>
 
 export type $RuntimeProfilePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "RuntimeProfile"
@@ -464,6 +612,23 @@ export type $RuntimeProfilePayload<ExtArgs extends runtime.Types.Extensions.Inte
      * RAM an openai-http profile declares its model takes on the node (placement); 0 for none.
      */
     memoryBytes: bigint
+    /**
+     * llama.cpp: layers offloaded to the GPUs (0: CPU), or every layer when gpuLayersAll.
+     */
+    gpuLayers: number
+    gpuLayersAll: boolean
+    /**
+     * GPUs each replica is assigned; 0 for none.
+     */
+    gpuCount: number
+    /**
+     * openai-http: device memory its server takes on each assigned GPU.
+     */
+    gpuMemoryBytes: bigint
+    /**
+     * Whether replicas may share a GPU (with replicas whose profile also allows it).
+     */
+    gpuShared: boolean
     /**
      * SHA-256 of the canonical content (engine and parameters).
      */
@@ -897,6 +1062,11 @@ export interface RuntimeProfileFieldRefs {
   readonly contextSize: Prisma.FieldRef<"RuntimeProfile", 'Int'>
   readonly threads: Prisma.FieldRef<"RuntimeProfile", 'Int'>
   readonly memoryBytes: Prisma.FieldRef<"RuntimeProfile", 'BigInt'>
+  readonly gpuLayers: Prisma.FieldRef<"RuntimeProfile", 'Int'>
+  readonly gpuLayersAll: Prisma.FieldRef<"RuntimeProfile", 'Boolean'>
+  readonly gpuCount: Prisma.FieldRef<"RuntimeProfile", 'Int'>
+  readonly gpuMemoryBytes: Prisma.FieldRef<"RuntimeProfile", 'BigInt'>
+  readonly gpuShared: Prisma.FieldRef<"RuntimeProfile", 'Boolean'>
   readonly contentHash: Prisma.FieldRef<"RuntimeProfile", 'String'>
   readonly createdAt: Prisma.FieldRef<"RuntimeProfile", 'DateTime'>
 }

@@ -53,6 +53,7 @@ export type ServiceKeyMinAggregateOutputType = {
   tpm: number | null
   dailyTokens: bigint | null
   monthlyTokens: bigint | null
+  lastUsedAt: Date | null
 }
 
 export type ServiceKeyMaxAggregateOutputType = {
@@ -67,6 +68,7 @@ export type ServiceKeyMaxAggregateOutputType = {
   tpm: number | null
   dailyTokens: bigint | null
   monthlyTokens: bigint | null
+  lastUsedAt: Date | null
 }
 
 export type ServiceKeyCountAggregateOutputType = {
@@ -82,6 +84,7 @@ export type ServiceKeyCountAggregateOutputType = {
   tpm: number
   dailyTokens: number
   monthlyTokens: number
+  lastUsedAt: number
   _all: number
 }
 
@@ -112,6 +115,7 @@ export type ServiceKeyMinAggregateInputType = {
   tpm?: true
   dailyTokens?: true
   monthlyTokens?: true
+  lastUsedAt?: true
 }
 
 export type ServiceKeyMaxAggregateInputType = {
@@ -126,6 +130,7 @@ export type ServiceKeyMaxAggregateInputType = {
   tpm?: true
   dailyTokens?: true
   monthlyTokens?: true
+  lastUsedAt?: true
 }
 
 export type ServiceKeyCountAggregateInputType = {
@@ -141,6 +146,7 @@ export type ServiceKeyCountAggregateInputType = {
   tpm?: true
   dailyTokens?: true
   monthlyTokens?: true
+  lastUsedAt?: true
   _all?: true
 }
 
@@ -243,6 +249,7 @@ export type ServiceKeyGroupByOutputType = {
   tpm: number | null
   dailyTokens: bigint | null
   monthlyTokens: bigint | null
+  lastUsedAt: Date | null
   _count: ServiceKeyCountAggregateOutputType | null
   _avg: ServiceKeyAvgAggregateOutputType | null
   _sum: ServiceKeySumAggregateOutputType | null
@@ -281,6 +288,7 @@ export type ServiceKeyWhereInput = {
   tpm?: Prisma.IntNullableFilter<"ServiceKey"> | number | null
   dailyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
   monthlyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
+  lastUsedAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
 }
 
 export type ServiceKeyOrderByWithRelationInput = {
@@ -296,6 +304,7 @@ export type ServiceKeyOrderByWithRelationInput = {
   tpm?: Prisma.SortOrderInput | Prisma.SortOrder
   dailyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
   monthlyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
+  lastUsedAt?: Prisma.SortOrderInput | Prisma.SortOrder
 }
 
 export type ServiceKeyWhereUniqueInput = Prisma.AtLeast<{
@@ -314,6 +323,7 @@ export type ServiceKeyWhereUniqueInput = Prisma.AtLeast<{
   tpm?: Prisma.IntNullableFilter<"ServiceKey"> | number | null
   dailyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
   monthlyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
+  lastUsedAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
 }, "id" | "secretHash">
 
 export type ServiceKeyOrderByWithAggregationInput = {
@@ -329,6 +339,7 @@ export type ServiceKeyOrderByWithAggregationInput = {
   tpm?: Prisma.SortOrderInput | Prisma.SortOrder
   dailyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
   monthlyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
+  lastUsedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.ServiceKeyCountOrderByAggregateInput
   _avg?: Prisma.ServiceKeyAvgOrderByAggregateInput
   _max?: Prisma.ServiceKeyMaxOrderByAggregateInput
@@ -352,6 +363,7 @@ export type ServiceKeyScalarWhereWithAggregatesInput = {
   tpm?: Prisma.IntNullableWithAggregatesFilter<"ServiceKey"> | number | null
   dailyTokens?: Prisma.BigIntNullableWithAggregatesFilter<"ServiceKey"> | bigint | number | null
   monthlyTokens?: Prisma.BigIntNullableWithAggregatesFilter<"ServiceKey"> | bigint | number | null
+  lastUsedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"ServiceKey"> | Date | string | null
 }
 
 export type ServiceKeyCreateInput = {
@@ -367,6 +379,7 @@ export type ServiceKeyCreateInput = {
   tpm?: number | null
   dailyTokens?: bigint | number | null
   monthlyTokens?: bigint | number | null
+  lastUsedAt?: Date | string | null
 }
 
 export type ServiceKeyUncheckedCreateInput = {
@@ -382,6 +395,7 @@ export type ServiceKeyUncheckedCreateInput = {
   tpm?: number | null
   dailyTokens?: bigint | number | null
   monthlyTokens?: bigint | number | null
+  lastUsedAt?: Date | string | null
 }
 
 export type ServiceKeyUpdateInput = {
@@ -397,6 +411,7 @@ export type ServiceKeyUpdateInput = {
   tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
 export type ServiceKeyUncheckedUpdateInput = {
@@ -412,6 +427,7 @@ export type ServiceKeyUncheckedUpdateInput = {
   tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
 export type ServiceKeyCreateManyInput = {
@@ -427,6 +443,7 @@ export type ServiceKeyCreateManyInput = {
   tpm?: number | null
   dailyTokens?: bigint | number | null
   monthlyTokens?: bigint | number | null
+  lastUsedAt?: Date | string | null
 }
 
 export type ServiceKeyUpdateManyMutationInput = {
@@ -442,6 +459,7 @@ export type ServiceKeyUpdateManyMutationInput = {
   tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
 export type ServiceKeyUncheckedUpdateManyInput = {
@@ -457,6 +475,7 @@ export type ServiceKeyUncheckedUpdateManyInput = {
   tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
 export type ServiceKeyCountOrderByAggregateInput = {
@@ -472,6 +491,7 @@ export type ServiceKeyCountOrderByAggregateInput = {
   tpm?: Prisma.SortOrder
   dailyTokens?: Prisma.SortOrder
   monthlyTokens?: Prisma.SortOrder
+  lastUsedAt?: Prisma.SortOrder
 }
 
 export type ServiceKeyAvgOrderByAggregateInput = {
@@ -493,6 +513,7 @@ export type ServiceKeyMaxOrderByAggregateInput = {
   tpm?: Prisma.SortOrder
   dailyTokens?: Prisma.SortOrder
   monthlyTokens?: Prisma.SortOrder
+  lastUsedAt?: Prisma.SortOrder
 }
 
 export type ServiceKeyMinOrderByAggregateInput = {
@@ -507,6 +528,7 @@ export type ServiceKeyMinOrderByAggregateInput = {
   tpm?: Prisma.SortOrder
   dailyTokens?: Prisma.SortOrder
   monthlyTokens?: Prisma.SortOrder
+  lastUsedAt?: Prisma.SortOrder
 }
 
 export type ServiceKeySumOrderByAggregateInput = {
@@ -540,6 +562,7 @@ export type ServiceKeySelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   tpm?: boolean
   dailyTokens?: boolean
   monthlyTokens?: boolean
+  lastUsedAt?: boolean
 }, ExtArgs["result"]["serviceKey"]>
 
 export type ServiceKeySelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -555,6 +578,7 @@ export type ServiceKeySelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   tpm?: boolean
   dailyTokens?: boolean
   monthlyTokens?: boolean
+  lastUsedAt?: boolean
 }, ExtArgs["result"]["serviceKey"]>
 
 export type ServiceKeySelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -570,6 +594,7 @@ export type ServiceKeySelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   tpm?: boolean
   dailyTokens?: boolean
   monthlyTokens?: boolean
+  lastUsedAt?: boolean
 }, ExtArgs["result"]["serviceKey"]>
 
 export type ServiceKeySelectScalar = {
@@ -585,9 +610,10 @@ export type ServiceKeySelectScalar = {
   tpm?: boolean
   dailyTokens?: boolean
   monthlyTokens?: boolean
+  lastUsedAt?: boolean
 }
 
-export type ServiceKeyOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "prefix" | "secretHash" | "deployments" | "createdAt" | "expiresAt" | "revokedAt" | "rpm" | "tpm" | "dailyTokens" | "monthlyTokens", ExtArgs["result"]["serviceKey"]>
+export type ServiceKeyOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "prefix" | "secretHash" | "deployments" | "createdAt" | "expiresAt" | "revokedAt" | "rpm" | "tpm" | "dailyTokens" | "monthlyTokens" | "lastUsedAt", ExtArgs["result"]["serviceKey"]>
 
 export type $ServiceKeyPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "ServiceKey"
@@ -614,6 +640,11 @@ export type $ServiceKeyPayload<ExtArgs extends runtime.Types.Extensions.Internal
     tpm: number | null
     dailyTokens: bigint | null
     monthlyTokens: bigint | null
+    /**
+     * The start of the minute its latest request ended in; written by the usage ledger's flush
+     * (server/usage/ledger.ts), never by a request, and never moved back.
+     */
+    lastUsedAt: Date | null
   }, ExtArgs["result"]["serviceKey"]>
   composites: {}
 }
@@ -1049,6 +1080,7 @@ export interface ServiceKeyFieldRefs {
   readonly tpm: Prisma.FieldRef<"ServiceKey", 'Int'>
   readonly dailyTokens: Prisma.FieldRef<"ServiceKey", 'BigInt'>
   readonly monthlyTokens: Prisma.FieldRef<"ServiceKey", 'BigInt'>
+  readonly lastUsedAt: Prisma.FieldRef<"ServiceKey", 'DateTime'>
 }
     
 

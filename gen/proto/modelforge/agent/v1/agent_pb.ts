@@ -18,7 +18,9 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_protobuf_wrappers } from "@bufbuild/protobuf/wkt";
+import type { AgentUpdateInstruction, AgentUpdateReport, DownloadAgentReleaseRequestSchema, DownloadAgentReleaseResponseSchema } from "./agent_update_pb.js";
+import { file_modelforge_agent_v1_agent_update } from "./agent_update_pb.js";
 import type { GpuInfo, HostInfo, Telemetry } from "../../common/v1/common_pb.js";
 import { file_modelforge_common_v1_common } from "../../common/v1/common_pb.js";
 import type { InvokeApi, RuntimeLogLine } from "../../deployment/v1/deployment_pb.js";
@@ -31,7 +33,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/agent/v1/agent.proto.
  */
 export const file_modelforge_agent_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Ch9tb2RlbGZvcmdlL2FnZW50L3YxL2FnZW50LnByb3RvEhNtb2RlbGZvcmdlLmFnZW50LnYxIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IpkBChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USFgoOc2VydmVyX3ZlcnNpb24YASABKAkSGQoRcHJvdG9jb2xfdmVyc2lvbnMYAiADKA0SGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEhYKDmNhX2ZpbmdlcnByaW50GAQgASgJEhkKEW1pbl9hZ2VudF92ZXJzaW9uGAUgASgJIlkKDUVucm9sbFJlcXVlc3QSDQoFdG9rZW4YASABKAkSDwoHY3NyX3BlbRgCIAEoCRIRCglub2RlX25hbWUYAyABKAkSFQoNYWdlbnRfdmVyc2lvbhgEIAEoCSKGAQoORW5yb2xsUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9jZXJ0aWZpY2F0ZV9wZW0YAiABKAkSGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKFlJlbmV3Q3JlZGVudGlhbFJlcXVlc3QSDwoHY3NyX3BlbRgBIAEoCSJiChdSZW5ld0NyZWRlbnRpYWxSZXNwb25zZRIXCg9jZXJ0aWZpY2F0ZV9wZW0YASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgMKC0FnZW50Q29uZmlnEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJ0ZWxlbWV0cnlfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaW52ZW50b3J5X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KC3N0YWxlX2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDW9mZmxpbmVfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X2Z1dHVyZV9za2V3GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiAKGHJlbmV3X3JlbWFpbmluZ19mcmFjdGlvbhgHIAEoARIiChptYXhfcHJvZ3Jlc3NfbWVzc2FnZV9ieXRlcxgIIAEoDSJiCgtJbnN0cnVjdGlvbhJLChByZW5ld19jcmVkZW50aWFsGAEgASgLMi8ubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxJbnN0cnVjdGlvbkgAQgYKBGtpbmQiLAoaUmVuZXdDcmVkZW50aWFsSW5zdHJ1Y3Rpb24SDgoGcmVhc29uGAEgASgJImwKEEhlYXJ0YmVhdFJlcXVlc3QSFQoNYWdlbnRfdmVyc2lvbhgBIAEoCRIrCgdzZW50X2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxjYXBhYmlsaXRpZXMYAyADKAkizAEKEUhlYXJ0YmVhdFJlc3BvbnNlEjAKBmNvbmZpZxgBIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuQWdlbnRDb25maWcSNgoMaW5zdHJ1Y3Rpb25zGAIgAygLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbhIvCgtzZXJ2ZXJfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHAoUaWdub3JlZF9jYXBhYmlsaXRpZXMYBCADKAki7gEKD0ludmVudG9yeVJlcG9ydBIQCghzZXF1ZW5jZRgBIAEoBBIvCgtvYnNlcnZlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoEaG9zdBgDIAEoCzIeLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkhvc3RJbmZvEisKBGdwdXMYBCADKAsyHS5tb2RlbGZvcmdlLmNvbW1vbi52MS5HcHVJbmZvEh8KF2dwdV9jb2xsZWN0aW9uX2NvbXBsZXRlGAUgASgIEhwKFGdwdV9jb2xsZWN0aW9uX2Vycm9yGAYgASgJIksKE1B1dEludmVudG9yeVJlcXVlc3QSNAoGcmVwb3J0GAEgASgLMiQubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZlbnRvcnlSZXBvcnQiYwoUUHV0SW52ZW50b3J5UmVzcG9uc2USOwoLZGlzcG9zaXRpb24YASABKA4yJi5tb2RlbGZvcmdlLmFnZW50LnYxLlNhbXBsZURpc3Bvc2l0aW9uEg4KBnJlYXNvbhgCIAEoCSKIAQoPVGVsZW1ldHJ5UmVwb3J0EhAKCHNlcXVlbmNlGAEgASgEEi8KC29ic2VydmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCgl0ZWxlbWV0cnkYAyABKAsyHy5tb2RlbGZvcmdlLmNvbW1vbi52MS5UZWxlbWV0cnkiSwoTUHV0VGVsZW1ldHJ5UmVxdWVzdBI0CgZyZXBvcnQYASABKAsyJC5tb2RlbGZvcmdlLmFnZW50LnYxLlRlbGVtZXRyeVJlcG9ydCJjChRQdXRUZWxlbWV0cnlSZXNwb25zZRI7CgtkaXNwb3NpdGlvbhgBIAEoDjImLm1vZGVsZm9yZ2UuYWdlbnQudjEuU2FtcGxlRGlzcG9zaXRpb24SDgoGcmVhc29uGAIgASgJIhEKD0NsYWltSm9iUmVxdWVzdCI/ChBDbGFpbUpvYlJlc3BvbnNlEisKBWxlYXNlGAEgASgLMhwubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkxlYXNlIm4KGFJlcG9ydEpvYlByb2dyZXNzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIxCghwcm9ncmVzcxgDIAEoCzIfLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JQcm9ncmVzcyJlChlSZXBvcnRKb2JQcm9ncmVzc1Jlc3BvbnNlEi4KCmV4cGlyZXNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYAiABKAgiZAoSQ29tcGxldGVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi0KBnJlc3VsdBgDIAEoCzIdLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JSZXN1bHQiFQoTQ29tcGxldGVKb2JSZXNwb25zZSJiCg5GYWlsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIvCgdmYWlsdXJlGAMgASgLMh4ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkZhaWx1cmUiJQoPRmFpbEpvYlJlc3BvbnNlEhIKCndpbGxfcmV0cnkYASABKAgi0gEKBUhlbGxvEhgKEHByb3RvY29sX3ZlcnNpb24YASABKA0SFQoNYWdlbnRfdmVyc2lvbhgCIAEoCRIUCgxjYXBhYmlsaXRpZXMYAyADKAkSFwoPcnVubmluZ19qb2JfaWRzGAQgAygJEj0KEGhlbGRfZGVwbG95bWVudHMYBSADKAsyIy5tb2RlbGZvcmdlLmFnZW50LnYxLkhlbGREZXBsb3ltZW50Eg8KB2VuZ2luZXMYBiADKAkSGQoRZW1iZWRkaW5nX2VuZ2luZXMYByADKAkiXgoOSGVsZERlcGxveW1lbnQSFQoNZGVwbG95bWVudF9pZBgBIAEoCRIQCghyZXZpc2lvbhgCIAEoBBISCgpydW50aW1lX2lkGAMgASgJEg8KB2hlYWx0aHkYBCABKAgivwIKB1dlbGNvbWUSDwoHbm9kZV9pZBgBIAEoCRIWCg5zZXJ2ZXJfdmVyc2lvbhgCIAEoCRIwCgZjb25maWcYAyABKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50Q29uZmlnEjYKDGluc3RydWN0aW9ucxgEIAMoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuSW5zdHJ1Y3Rpb24SSwoQc3RyZWFtX3NlcXVlbmNlcxgFIAMoCzIxLm1vZGVsZm9yZ2UuYWdlbnQudjEuV2VsY29tZS5TdHJlYW1TZXF1ZW5jZXNFbnRyeRIcChRpZ25vcmVkX2NhcGFiaWxpdGllcxgGIAMoCRo2ChRTdHJlYW1TZXF1ZW5jZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBItEECg5TZXNzaW9uUmVxdWVzdBISCgptZXNzYWdlX2lkGAEgASgEEisKBWhlbGxvGAIgASgLMhoubW9kZWxmb3JnZS5hZ2VudC52MS5IZWxsb0gAEjoKCWhlYXJ0YmVhdBgDIAEoCzIlLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVxdWVzdEgAEj0KCWludmVudG9yeRgEIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0SW52ZW50b3J5UmVxdWVzdEgAEj0KCXRlbGVtZXRyeRgFIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVxdWVzdEgAEkUKDGpvYl9wcm9ncmVzcxgGIAEoCzItLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0SAASPwoMam9iX2NvbXBsZXRlGAcgASgLMicubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlcXVlc3RIABI3Cghqb2JfZmFpbBgIIAEoCzIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlcXVlc3RIABI6Cg1pbnZva2VfYW5zd2VyGAkgASgLMiEubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZva2VBbnN3ZXJIABI8Cglsb2dfbGluZXMYCiABKAsyJy5tb2RlbGZvcmdlLmFnZW50LnYxLkRlcGxveW1lbnRMb2dMaW5lc0gAQgkKB21lc3NhZ2UiKwoKUmVwbHlFcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAki2AMKBVJlcGx5EhIKCm1lc3NhZ2VfaWQYASABKAQSMAoFZXJyb3IYAiABKAsyHy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcGx5RXJyb3JIABI7CgloZWFydGJlYXQYAyABKAsyJi5tb2RlbGZvcmdlLmFnZW50LnYxLkhlYXJ0YmVhdFJlc3BvbnNlSAASPgoJaW52ZW50b3J5GAQgASgLMikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXNwb25zZUgAEj4KCXRlbGVtZXRyeRgFIAEoCzIpLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVzcG9uc2VIABJGCgxqb2JfcHJvZ3Jlc3MYBiABKAsyLi5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcG9ydEpvYlByb2dyZXNzUmVzcG9uc2VIABJACgxqb2JfY29tcGxldGUYByABKAsyKC5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVzcG9uc2VIABI4Cghqb2JfZmFpbBgIIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlc3BvbnNlSABCCAoGcmVzdWx0IlAKCUpvYkNhbmNlbBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoDRIOCgZyZWFzb24YAyABKAkSEgoKbGVhc2VfbG9zdBgEIAEoCCLsAwoPU2Vzc2lvblJlc3BvbnNlEi8KB3dlbGNvbWUYASABKAsyHC5tb2RlbGZvcmdlLmFnZW50LnYxLldlbGNvbWVIABIrCgVyZXBseRgCIAEoCzIaLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwbHlIABItCgVsZWFzZRgDIAEoCzIcLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JMZWFzZUgAEjAKBmNhbmNlbBgEIAEoCzIeLm1vZGVsZm9yZ2UuYWdlbnQudjEuSm9iQ2FuY2VsSAASMgoGY29uZmlnGAUgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5BZ2VudENvbmZpZ0gAEjcKC2luc3RydWN0aW9uGAYgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbkgAEjIKBmludm9rZRgHIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuSW52b2tlU3RhcnRIABI6Cg1pbnZva2VfY2FuY2VsGAggASgLMiEubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZva2VDYW5jZWxIABIyCglsb2dfd2F0Y2gYCSABKAsyHS5tb2RlbGZvcmdlLmFnZW50LnYxLkxvZ1dhdGNoSABCCQoHbWVzc2FnZSJfChtEb3dubG9hZEFydGlmYWN0RmlsZVJlcXVlc3QSEgoKcmVwb3NpdG9yeRgBIAEoCRIOCgZjb21taXQYAiABKAkSDAoEcGF0aBgDIAEoCRIOCgZvZmZzZXQYBCABKAQiUAocRG93bmxvYWRBcnRpZmFjdEZpbGVSZXNwb25zZRISCgpzaXplX2J5dGVzGAEgASgEEg4KBnNoYTI1NhgCIAEoCRIMCgRkYXRhGAMgASgMIpgBCgtJbnZva2VTdGFydBIRCglpbnZva2VfaWQYASABKAQSNAoGaW52b2tlGAIgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2USMAoDYXBpGAMgASgOMiMubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkludm9rZUFwaRIOCgZzdHJlYW0YBCABKAgiIQoMSW52b2tlQ2FuY2VsEhEKCWludm9rZV9pZBgBIAEoBCKYAQoMSW52b2tlQW5zd2VyEhEKCWludm9rZV9pZBgBIAEoBBIUCgxjb250ZW50X3R5cGUYAiABKAkSDwoHcGF5bG9hZBgDIAEoDBIMCgRkb25lGAQgASgIEi4KBWVycm9yGAUgASgLMh8ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBseUVycm9yEhAKCHJldmlzaW9uGAYgASgEIlYKCExvZ1dhdGNoEhAKCHdhdGNoX2lkGAEgASgEEhUKDWRlcGxveW1lbnRfaWQYAiABKAkSDQoFc3RhcnQYAyABKAgSEgoKdGFpbF9saW5lcxgEIAEoDSKFAQoSRGVwbG95bWVudExvZ0xpbmVzEhAKCHdhdGNoX2lkGAEgASgEEjcKBWxpbmVzGAIgAygLMigubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLlJ1bnRpbWVMb2dMaW5lEhUKDWRyb3BwZWRfbGluZXMYAyABKAQSDQoFZW5kZWQYBCABKAgqrwEKEVNhbXBsZURpc3Bvc2l0aW9uEiIKHlNBTVBMRV9ESVNQT1NJVElPTl9VTlNQRUNJRklFRBAAEh4KGlNBTVBMRV9ESVNQT1NJVElPTl9BUFBMSUVEEAESKAokU0FNUExFX0RJU1BPU0lUSU9OX09CU0VSVkFUSU9OX09MREVSEAISLAooU0FNUExFX0RJU1BPU0lUSU9OX09CU0VSVkFUSU9OX0lOX0ZVVFVSRRADMrsJCgxBZ2VudFNlcnZpY2USZgoNR2V0U2VydmVySW5mbxIpLm1vZGVsZm9yZ2UuYWdlbnQudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaKi5tb2RlbGZvcmdlLmFnZW50LnYxLkdldFNlcnZlckluZm9SZXNwb25zZRJRCgZFbnJvbGwSIi5tb2RlbGZvcmdlLmFnZW50LnYxLkVucm9sbFJlcXVlc3QaIy5tb2RlbGZvcmdlLmFnZW50LnYxLkVucm9sbFJlc3BvbnNlElgKB1Nlc3Npb24SIy5tb2RlbGZvcmdlLmFnZW50LnYxLlNlc3Npb25SZXF1ZXN0GiQubW9kZWxmb3JnZS5hZ2VudC52MS5TZXNzaW9uUmVzcG9uc2UoATABEloKCUhlYXJ0YmVhdBIlLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVxdWVzdBomLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVzcG9uc2USYwoMUHV0SW52ZW50b3J5EigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXF1ZXN0GikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXNwb25zZRJjCgxQdXRUZWxlbWV0cnkSKC5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlcXVlc3QaKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dFRlbGVtZXRyeVJlc3BvbnNlElcKCENsYWltSm9iEiQubW9kZWxmb3JnZS5hZ2VudC52MS5DbGFpbUpvYlJlcXVlc3QaJS5tb2RlbGZvcmdlLmFnZW50LnYxLkNsYWltSm9iUmVzcG9uc2UScgoRUmVwb3J0Sm9iUHJvZ3Jlc3MSLS5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcG9ydEpvYlByb2dyZXNzUmVxdWVzdBouLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXNwb25zZRJgCgtDb21wbGV0ZUpvYhInLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ29tcGxldGVKb2JSZXF1ZXN0GigubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlc3BvbnNlElQKB0ZhaWxKb2ISIy5tb2RlbGZvcmdlLmFnZW50LnYxLkZhaWxKb2JSZXF1ZXN0GiQubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVzcG9uc2USbAoPUmVuZXdDcmVkZW50aWFsEisubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxSZXF1ZXN0GiwubW9kZWxmb3JnZS5hZ2VudC52MS5SZW5ld0NyZWRlbnRpYWxSZXNwb25zZRJ9ChREb3dubG9hZEFydGlmYWN0RmlsZRIwLm1vZGVsZm9yZ2UuYWdlbnQudjEuRG93bmxvYWRBcnRpZmFjdEZpbGVSZXF1ZXN0GjEubW9kZWxmb3JnZS5hZ2VudC52MS5Eb3dubG9hZEFydGlmYWN0RmlsZVJlc3BvbnNlMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_modelforge_common_v1_common, file_modelforge_deployment_v1_deployment, file_modelforge_jobs_v1_jobs]);
+  fileDesc("Ch9tb2RlbGZvcmdlL2FnZW50L3YxL2FnZW50LnByb3RvEhNtb2RlbGZvcmdlLmFnZW50LnYxIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IpkBChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USFgoOc2VydmVyX3ZlcnNpb24YASABKAkSGQoRcHJvdG9jb2xfdmVyc2lvbnMYAiADKA0SGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEhYKDmNhX2ZpbmdlcnByaW50GAQgASgJEhkKEW1pbl9hZ2VudF92ZXJzaW9uGAUgASgJIlkKDUVucm9sbFJlcXVlc3QSDQoFdG9rZW4YASABKAkSDwoHY3NyX3BlbRgCIAEoCRIRCglub2RlX25hbWUYAyABKAkSFQoNYWdlbnRfdmVyc2lvbhgEIAEoCSKGAQoORW5yb2xsUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9jZXJ0aWZpY2F0ZV9wZW0YAiABKAkSGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKFlJlbmV3Q3JlZGVudGlhbFJlcXVlc3QSDwoHY3NyX3BlbRgBIAEoCSJiChdSZW5ld0NyZWRlbnRpYWxSZXNwb25zZRIXCg9jZXJ0aWZpY2F0ZV9wZW0YASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgMKC0FnZW50Q29uZmlnEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJ0ZWxlbWV0cnlfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaW52ZW50b3J5X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KC3N0YWxlX2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDW9mZmxpbmVfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X2Z1dHVyZV9za2V3GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiAKGHJlbmV3X3JlbWFpbmluZ19mcmFjdGlvbhgHIAEoARIiChptYXhfcHJvZ3Jlc3NfbWVzc2FnZV9ieXRlcxgIIAEoDSKnAQoLSW5zdHJ1Y3Rpb24SSwoQcmVuZXdfY3JlZGVudGlhbBgBIAEoCzIvLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVuZXdDcmVkZW50aWFsSW5zdHJ1Y3Rpb25IABJDCgxhZ2VudF91cGRhdGUYAiABKAsyKy5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50VXBkYXRlSW5zdHJ1Y3Rpb25IAEIGCgRraW5kIiwKGlJlbmV3Q3JlZGVudGlhbEluc3RydWN0aW9uEg4KBnJlYXNvbhgBIAEoCSKlAQoQSGVhcnRiZWF0UmVxdWVzdBIVCg1hZ2VudF92ZXJzaW9uGAEgASgJEisKB3NlbnRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGNhcGFiaWxpdGllcxgDIAMoCRI3Cg1yZXBsaWNhX2xvYWRzGAQgAygLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBsaWNhTG9hZCJqCgtSZXBsaWNhTG9hZBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEEg8KB3JlcGxpY2EYAyABKA0SEQoJaW5fZmxpZ2h0GAQgASgNEg4KBnF1ZXVlZBgFIAEoDSLMAQoRSGVhcnRiZWF0UmVzcG9uc2USMAoGY29uZmlnGAEgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5BZ2VudENvbmZpZxI2CgxpbnN0cnVjdGlvbnMYAiADKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkluc3RydWN0aW9uEi8KC3NlcnZlcl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRpZ25vcmVkX2NhcGFiaWxpdGllcxgEIAMoCSLuAQoPSW52ZW50b3J5UmVwb3J0EhAKCHNlcXVlbmNlGAEgASgEEi8KC29ic2VydmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgRob3N0GAMgASgLMh4ubW9kZWxmb3JnZS5jb21tb24udjEuSG9zdEluZm8SKwoEZ3B1cxgEIAMoCzIdLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkdwdUluZm8SHwoXZ3B1X2NvbGxlY3Rpb25fY29tcGxldGUYBSABKAgSHAoUZ3B1X2NvbGxlY3Rpb25fZXJyb3IYBiABKAkiSwoTUHV0SW52ZW50b3J5UmVxdWVzdBI0CgZyZXBvcnQYASABKAsyJC5tb2RlbGZvcmdlLmFnZW50LnYxLkludmVudG9yeVJlcG9ydCJjChRQdXRJbnZlbnRvcnlSZXNwb25zZRI7CgtkaXNwb3NpdGlvbhgBIAEoDjImLm1vZGVsZm9yZ2UuYWdlbnQudjEuU2FtcGxlRGlzcG9zaXRpb24SDgoGcmVhc29uGAIgASgJIogBCg9UZWxlbWV0cnlSZXBvcnQSEAoIc2VxdWVuY2UYASABKAQSLwoLb2JzZXJ2ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKCXRlbGVtZXRyeRgDIAEoCzIfLm1vZGVsZm9yZ2UuY29tbW9uLnYxLlRlbGVtZXRyeSJLChNQdXRUZWxlbWV0cnlSZXF1ZXN0EjQKBnJlcG9ydBgBIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuVGVsZW1ldHJ5UmVwb3J0ImMKFFB1dFRlbGVtZXRyeVJlc3BvbnNlEjsKC2Rpc3Bvc2l0aW9uGAEgASgOMiYubW9kZWxmb3JnZS5hZ2VudC52MS5TYW1wbGVEaXNwb3NpdGlvbhIOCgZyZWFzb24YAiABKAkiEQoPQ2xhaW1Kb2JSZXF1ZXN0Ij8KEENsYWltSm9iUmVzcG9uc2USKwoFbGVhc2UYASABKAsyHC5tb2RlbGZvcmdlLmpvYnMudjEuSm9iTGVhc2UibgoYUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEjEKCHByb2dyZXNzGAMgASgLMh8ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYlByb2dyZXNzImUKGVJlcG9ydEpvYlByb2dyZXNzUmVzcG9uc2USLgoKZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQY2FuY2VsX3JlcXVlc3RlZBgCIAEoCCJkChJDb21wbGV0ZUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SLQoGcmVzdWx0GAMgASgLMh0ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYlJlc3VsdCIVChNDb21wbGV0ZUpvYlJlc3BvbnNlImIKDkZhaWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi8KB2ZhaWx1cmUYAyABKAsyHi5tb2RlbGZvcmdlLmpvYnMudjEuSm9iRmFpbHVyZSIlCg9GYWlsSm9iUmVzcG9uc2USEgoKd2lsbF9yZXRyeRgBIAEoCCKPAgoFSGVsbG8SGAoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoDRIVCg1hZ2VudF92ZXJzaW9uGAIgASgJEhQKDGNhcGFiaWxpdGllcxgDIAMoCRIXCg9ydW5uaW5nX2pvYl9pZHMYBCADKAkSPQoQaGVsZF9kZXBsb3ltZW50cxgFIAMoCzIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVsZERlcGxveW1lbnQSDwoHZW5naW5lcxgGIAMoCRIZChFlbWJlZGRpbmdfZW5naW5lcxgHIAMoCRI7CgtsYXN0X3VwZGF0ZRgIIAEoCzImLm1vZGVsZm9yZ2UuYWdlbnQudjEuQWdlbnRVcGRhdGVSZXBvcnQijQEKDkhlbGREZXBsb3ltZW50EhUKDWRlcGxveW1lbnRfaWQYASABKAkSEAoIcmV2aXNpb24YAiABKAQSEgoKcnVudGltZV9pZBgDIAEoCRIPCgdoZWFsdGh5GAQgASgIEi0KB3JlcGxpY2EYBSABKAsyHC5nb29nbGUucHJvdG9idWYuVUludDMyVmFsdWUiSwoPSGVsZERlcGxveW1lbnRzEjgKC2RlcGxveW1lbnRzGAEgAygLMiMubW9kZWxmb3JnZS5hZ2VudC52MS5IZWxkRGVwbG95bWVudCK/AgoHV2VsY29tZRIPCgdub2RlX2lkGAEgASgJEhYKDnNlcnZlcl92ZXJzaW9uGAIgASgJEjAKBmNvbmZpZxgDIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuQWdlbnRDb25maWcSNgoMaW5zdHJ1Y3Rpb25zGAQgAygLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbhJLChBzdHJlYW1fc2VxdWVuY2VzGAUgAygLMjEubW9kZWxmb3JnZS5hZ2VudC52MS5XZWxjb21lLlN0cmVhbVNlcXVlbmNlc0VudHJ5EhwKFGlnbm9yZWRfY2FwYWJpbGl0aWVzGAYgAygJGjYKFFN0cmVhbVNlcXVlbmNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEikwUKDlNlc3Npb25SZXF1ZXN0EhIKCm1lc3NhZ2VfaWQYASABKAQSKwoFaGVsbG8YAiABKAsyGi5tb2RlbGZvcmdlLmFnZW50LnYxLkhlbGxvSAASOgoJaGVhcnRiZWF0GAMgASgLMiUubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXF1ZXN0SAASPQoJaW52ZW50b3J5GAQgASgLMigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXF1ZXN0SAASPQoJdGVsZW1ldHJ5GAUgASgLMigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRUZWxlbWV0cnlSZXF1ZXN0SAASRQoMam9iX3Byb2dyZXNzGAYgASgLMi0ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBvcnRKb2JQcm9ncmVzc1JlcXVlc3RIABI/Cgxqb2JfY29tcGxldGUYByABKAsyJy5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVxdWVzdEgAEjcKCGpvYl9mYWlsGAggASgLMiMubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVxdWVzdEgAEjoKDWludm9rZV9hbnN3ZXIYCSABKAsyIS5tb2RlbGZvcmdlLmFnZW50LnYxLkludm9rZUFuc3dlckgAEjwKCWxvZ19saW5lcxgKIAEoCzInLm1vZGVsZm9yZ2UuYWdlbnQudjEuRGVwbG95bWVudExvZ0xpbmVzSAASQAoQaGVsZF9kZXBsb3ltZW50cxgLIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVsZERlcGxveW1lbnRzSABCCQoHbWVzc2FnZSIrCgpSZXBseUVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSLYAwoFUmVwbHkSEgoKbWVzc2FnZV9pZBgBIAEoBBIwCgVlcnJvchgCIAEoCzIfLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwbHlFcnJvckgAEjsKCWhlYXJ0YmVhdBgDIAEoCzImLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVzcG9uc2VIABI+CglpbnZlbnRvcnkYBCABKAsyKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dEludmVudG9yeVJlc3BvbnNlSAASPgoJdGVsZW1ldHJ5GAUgASgLMikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRUZWxlbWV0cnlSZXNwb25zZUgAEkYKDGpvYl9wcm9ncmVzcxgGIAEoCzIuLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXNwb25zZUgAEkAKDGpvYl9jb21wbGV0ZRgHIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ29tcGxldGVKb2JSZXNwb25zZUgAEjgKCGpvYl9mYWlsGAggASgLMiQubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVzcG9uc2VIAEIICgZyZXN1bHQiUAoJSm9iQ2FuY2VsEg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEg4KBnJlYXNvbhgDIAEoCRISCgpsZWFzZV9sb3N0GAQgASgIIuwDCg9TZXNzaW9uUmVzcG9uc2USLwoHd2VsY29tZRgBIAEoCzIcLm1vZGVsZm9yZ2UuYWdlbnQudjEuV2VsY29tZUgAEisKBXJlcGx5GAIgASgLMhoubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBseUgAEi0KBWxlYXNlGAMgASgLMhwubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkxlYXNlSAASMAoGY2FuY2VsGAQgASgLMh4ubW9kZWxmb3JnZS5hZ2VudC52MS5Kb2JDYW5jZWxIABIyCgZjb25maWcYBSABKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50Q29uZmlnSAASNwoLaW5zdHJ1Y3Rpb24YBiABKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkluc3RydWN0aW9uSAASMgoGaW52b2tlGAcgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZva2VTdGFydEgAEjoKDWludm9rZV9jYW5jZWwYCCABKAsyIS5tb2RlbGZvcmdlLmFnZW50LnYxLkludm9rZUNhbmNlbEgAEjIKCWxvZ193YXRjaBgJIAEoCzIdLm1vZGVsZm9yZ2UuYWdlbnQudjEuTG9nV2F0Y2hIAEIJCgdtZXNzYWdlIl8KG0Rvd25sb2FkQXJ0aWZhY3RGaWxlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEg4KBmNvbW1pdBgCIAEoCRIMCgRwYXRoGAMgASgJEg4KBm9mZnNldBgEIAEoBCJQChxEb3dubG9hZEFydGlmYWN0RmlsZVJlc3BvbnNlEhIKCnNpemVfYnl0ZXMYASABKAQSDgoGc2hhMjU2GAIgASgJEgwKBGRhdGEYAyABKAwimAEKC0ludm9rZVN0YXJ0EhEKCWludm9rZV9pZBgBIAEoBBI0CgZpbnZva2UYAiABKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudEludm9rZRIwCgNhcGkYAyABKA4yIy5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuSW52b2tlQXBpEg4KBnN0cmVhbRgEIAEoCCIhCgxJbnZva2VDYW5jZWwSEQoJaW52b2tlX2lkGAEgASgEIpgBCgxJbnZva2VBbnN3ZXISEQoJaW52b2tlX2lkGAEgASgEEhQKDGNvbnRlbnRfdHlwZRgCIAEoCRIPCgdwYXlsb2FkGAMgASgMEgwKBGRvbmUYBCABKAgSLgoFZXJyb3IYBSABKAsyHy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcGx5RXJyb3ISEAoIcmV2aXNpb24YBiABKAQiVgoITG9nV2F0Y2gSEAoId2F0Y2hfaWQYASABKAQSFQoNZGVwbG95bWVudF9pZBgCIAEoCRINCgVzdGFydBgDIAEoCBISCgp0YWlsX2xpbmVzGAQgASgNIoUBChJEZXBsb3ltZW50TG9nTGluZXMSEAoId2F0Y2hfaWQYASABKAQSNwoFbGluZXMYAiADKAsyKC5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuUnVudGltZUxvZ0xpbmUSFQoNZHJvcHBlZF9saW5lcxgDIAEoBBINCgVlbmRlZBgEIAEoCCqvAQoRU2FtcGxlRGlzcG9zaXRpb24SIgoeU0FNUExFX0RJU1BPU0lUSU9OX1VOU1BFQ0lGSUVEEAASHgoaU0FNUExFX0RJU1BPU0lUSU9OX0FQUExJRUQQARIoCiRTQU1QTEVfRElTUE9TSVRJT05fT0JTRVJWQVRJT05fT0xERVIQAhIsCihTQU1QTEVfRElTUE9TSVRJT05fT0JTRVJWQVRJT05fSU5fRlVUVVJFEAMyugoKDEFnZW50U2VydmljZRJmCg1HZXRTZXJ2ZXJJbmZvEikubW9kZWxmb3JnZS5hZ2VudC52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBoqLm1vZGVsZm9yZ2UuYWdlbnQudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlElEKBkVucm9sbBIiLm1vZGVsZm9yZ2UuYWdlbnQudjEuRW5yb2xsUmVxdWVzdBojLm1vZGVsZm9yZ2UuYWdlbnQudjEuRW5yb2xsUmVzcG9uc2USWAoHU2Vzc2lvbhIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuU2Vzc2lvblJlcXVlc3QaJC5tb2RlbGZvcmdlLmFnZW50LnYxLlNlc3Npb25SZXNwb25zZSgBMAESWgoJSGVhcnRiZWF0EiUubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXF1ZXN0GiYubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXNwb25zZRJjCgxQdXRJbnZlbnRvcnkSKC5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dEludmVudG9yeVJlcXVlc3QaKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dEludmVudG9yeVJlc3BvbnNlEmMKDFB1dFRlbGVtZXRyeRIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVxdWVzdBopLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVzcG9uc2USVwoIQ2xhaW1Kb2ISJC5tb2RlbGZvcmdlLmFnZW50LnYxLkNsYWltSm9iUmVxdWVzdBolLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ2xhaW1Kb2JSZXNwb25zZRJyChFSZXBvcnRKb2JQcm9ncmVzcxItLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0Gi4ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBvcnRKb2JQcm9ncmVzc1Jlc3BvbnNlEmAKC0NvbXBsZXRlSm9iEicubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlcXVlc3QaKC5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVzcG9uc2USVAoHRmFpbEpvYhIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlcXVlc3QaJC5tb2RlbGZvcmdlLmFnZW50LnYxLkZhaWxKb2JSZXNwb25zZRJsCg9SZW5ld0NyZWRlbnRpYWwSKy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlbmV3Q3JlZGVudGlhbFJlcXVlc3QaLC5tb2RlbGZvcmdlLmFnZW50LnYxLlJlbmV3Q3JlZGVudGlhbFJlc3BvbnNlEn0KFERvd25sb2FkQXJ0aWZhY3RGaWxlEjAubW9kZWxmb3JnZS5hZ2VudC52MS5Eb3dubG9hZEFydGlmYWN0RmlsZVJlcXVlc3QaMS5tb2RlbGZvcmdlLmFnZW50LnYxLkRvd25sb2FkQXJ0aWZhY3RGaWxlUmVzcG9uc2UwARJ9ChREb3dubG9hZEFnZW50UmVsZWFzZRIwLm1vZGVsZm9yZ2UuYWdlbnQudjEuRG93bmxvYWRBZ2VudFJlbGVhc2VSZXF1ZXN0GjEubW9kZWxmb3JnZS5hZ2VudC52MS5Eb3dubG9hZEFnZW50UmVsZWFzZVJlc3BvbnNlMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_protobuf_wrappers, file_modelforge_agent_v1_agent_update, file_modelforge_common_v1_common, file_modelforge_deployment_v1_deployment, file_modelforge_jobs_v1_jobs]);
 
 /**
  * Asks for the server's description.
@@ -326,6 +328,14 @@ export type Instruction = Message<"modelforge.agent.v1.Instruction"> & {
      */
     value: RenewCredentialInstruction;
     case: "renewCredential";
+  } | {
+    /**
+     * Update the agent to a release.
+     *
+     * @generated from field: modelforge.agent.v1.AgentUpdateInstruction agent_update = 2;
+     */
+    value: AgentUpdateInstruction;
+    case: "agentUpdate";
   } | { case: undefined; value?: undefined };
 };
 
@@ -389,6 +399,15 @@ export type HeartbeatRequest = Message<"modelforge.agent.v1.HeartbeatRequest"> &
    * @generated from field: repeated string capabilities = 3;
    */
   capabilities: string[];
+
+  /**
+   * The requests at each deployment replica the agent holds, as of sending (Session heartbeats
+   * only). The control plane routes by them: its own requests in flight plus the node's queue.
+   * Bounds: at most 256 entries.
+   *
+   * @generated from field: repeated modelforge.agent.v1.ReplicaLoad replica_loads = 4;
+   */
+  replicaLoads: ReplicaLoad[];
 };
 
 /**
@@ -397,6 +416,56 @@ export type HeartbeatRequest = Message<"modelforge.agent.v1.HeartbeatRequest"> &
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
   messageDesc(file_modelforge_agent_v1_agent, 9);
+
+/**
+ * The requests at one deployment replica a node holds.
+ *
+ * @generated from message modelforge.agent.v1.ReplicaLoad
+ */
+export type ReplicaLoad = Message<"modelforge.agent.v1.ReplicaLoad"> & {
+  /**
+   * The deployment's id.
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
+   *
+   * @generated from field: string deployment_id = 1;
+   */
+  deploymentId: string;
+
+  /**
+   * The revision the runtime serves.
+   *
+   * @generated from field: uint64 revision = 2;
+   */
+  revision: bigint;
+
+  /**
+   * The replica slot the runtime serves.
+   *
+   * @generated from field: uint32 replica = 3;
+   */
+  replica: number;
+
+  /**
+   * Requests the node is serving or holding for it, from every control plane.
+   *
+   * @generated from field: uint32 in_flight = 4;
+   */
+  inFlight: number;
+
+  /**
+   * Of those, the ones waiting for the runtime (a llama.cpp runtime answers one at a time).
+   *
+   * @generated from field: uint32 queued = 5;
+   */
+  queued: number;
+};
+
+/**
+ * Describes the message modelforge.agent.v1.ReplicaLoad.
+ * Use `create(ReplicaLoadSchema)` to create a new message.
+ */
+export const ReplicaLoadSchema: GenMessage<ReplicaLoad> = /*@__PURE__*/
+  messageDesc(file_modelforge_agent_v1_agent, 10);
 
 /**
  * The answer to a heartbeat.
@@ -439,7 +508,7 @@ export type HeartbeatResponse = Message<"modelforge.agent.v1.HeartbeatResponse">
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 10);
+  messageDesc(file_modelforge_agent_v1_agent, 11);
 
 /**
  * A hardware inventory. A replayed (not higher) sequence is refused with aborted.
@@ -498,7 +567,7 @@ export type InventoryReport = Message<"modelforge.agent.v1.InventoryReport"> & {
  * Use `create(InventoryReportSchema)` to create a new message.
  */
 export const InventoryReportSchema: GenMessage<InventoryReport> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 11);
+  messageDesc(file_modelforge_agent_v1_agent, 12);
 
 /**
  * Reports an inventory.
@@ -519,7 +588,7 @@ export type PutInventoryRequest = Message<"modelforge.agent.v1.PutInventoryReque
  * Use `create(PutInventoryRequestSchema)` to create a new message.
  */
 export const PutInventoryRequestSchema: GenMessage<PutInventoryRequest> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 12);
+  messageDesc(file_modelforge_agent_v1_agent, 13);
 
 /**
  * The answer to an inventory.
@@ -547,7 +616,7 @@ export type PutInventoryResponse = Message<"modelforge.agent.v1.PutInventoryResp
  * Use `create(PutInventoryResponseSchema)` to create a new message.
  */
 export const PutInventoryResponseSchema: GenMessage<PutInventoryResponse> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 13);
+  messageDesc(file_modelforge_agent_v1_agent, 14);
 
 /**
  * A telemetry sample. A replayed (not higher) sequence is refused with aborted.
@@ -582,7 +651,7 @@ export type TelemetryReport = Message<"modelforge.agent.v1.TelemetryReport"> & {
  * Use `create(TelemetryReportSchema)` to create a new message.
  */
 export const TelemetryReportSchema: GenMessage<TelemetryReport> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 14);
+  messageDesc(file_modelforge_agent_v1_agent, 15);
 
 /**
  * Reports telemetry.
@@ -603,7 +672,7 @@ export type PutTelemetryRequest = Message<"modelforge.agent.v1.PutTelemetryReque
  * Use `create(PutTelemetryRequestSchema)` to create a new message.
  */
 export const PutTelemetryRequestSchema: GenMessage<PutTelemetryRequest> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 15);
+  messageDesc(file_modelforge_agent_v1_agent, 16);
 
 /**
  * The answer to telemetry.
@@ -631,7 +700,7 @@ export type PutTelemetryResponse = Message<"modelforge.agent.v1.PutTelemetryResp
  * Use `create(PutTelemetryResponseSchema)` to create a new message.
  */
 export const PutTelemetryResponseSchema: GenMessage<PutTelemetryResponse> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 16);
+  messageDesc(file_modelforge_agent_v1_agent, 17);
 
 /**
  * Asks for the next job.
@@ -646,7 +715,7 @@ export type ClaimJobRequest = Message<"modelforge.agent.v1.ClaimJobRequest"> & {
  * Use `create(ClaimJobRequestSchema)` to create a new message.
  */
 export const ClaimJobRequestSchema: GenMessage<ClaimJobRequest> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 17);
+  messageDesc(file_modelforge_agent_v1_agent, 18);
 
 /**
  * The next job, if any.
@@ -667,7 +736,7 @@ export type ClaimJobResponse = Message<"modelforge.agent.v1.ClaimJobResponse"> &
  * Use `create(ClaimJobResponseSchema)` to create a new message.
  */
 export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 18);
+  messageDesc(file_modelforge_agent_v1_agent, 19);
 
 /**
  * Progress on a leased job.
@@ -703,7 +772,7 @@ export type ReportJobProgressRequest = Message<"modelforge.agent.v1.ReportJobPro
  * Use `create(ReportJobProgressRequestSchema)` to create a new message.
  */
 export const ReportJobProgressRequestSchema: GenMessage<ReportJobProgressRequest> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 19);
+  messageDesc(file_modelforge_agent_v1_agent, 20);
 
 /**
  * The answer to progress.
@@ -731,7 +800,7 @@ export type ReportJobProgressResponse = Message<"modelforge.agent.v1.ReportJobPr
  * Use `create(ReportJobProgressResponseSchema)` to create a new message.
  */
 export const ReportJobProgressResponseSchema: GenMessage<ReportJobProgressResponse> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 20);
+  messageDesc(file_modelforge_agent_v1_agent, 21);
 
 /**
  * A job's success.
@@ -767,7 +836,7 @@ export type CompleteJobRequest = Message<"modelforge.agent.v1.CompleteJobRequest
  * Use `create(CompleteJobRequestSchema)` to create a new message.
  */
 export const CompleteJobRequestSchema: GenMessage<CompleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 21);
+  messageDesc(file_modelforge_agent_v1_agent, 22);
 
 /**
  * The answer to a completion.
@@ -782,7 +851,7 @@ export type CompleteJobResponse = Message<"modelforge.agent.v1.CompleteJobRespon
  * Use `create(CompleteJobResponseSchema)` to create a new message.
  */
 export const CompleteJobResponseSchema: GenMessage<CompleteJobResponse> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 22);
+  messageDesc(file_modelforge_agent_v1_agent, 23);
 
 /**
  * A job's failure.
@@ -818,7 +887,7 @@ export type FailJobRequest = Message<"modelforge.agent.v1.FailJobRequest"> & {
  * Use `create(FailJobRequestSchema)` to create a new message.
  */
 export const FailJobRequestSchema: GenMessage<FailJobRequest> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 23);
+  messageDesc(file_modelforge_agent_v1_agent, 24);
 
 /**
  * The answer to a failure.
@@ -839,7 +908,7 @@ export type FailJobResponse = Message<"modelforge.agent.v1.FailJobResponse"> & {
  * Use `create(FailJobResponseSchema)` to create a new message.
  */
 export const FailJobResponseSchema: GenMessage<FailJobResponse> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 24);
+  messageDesc(file_modelforge_agent_v1_agent, 25);
 
 /**
  * The first message an agent sends on its Session.
@@ -911,6 +980,13 @@ export type Hello = Message<"modelforge.agent.v1.Hello"> & {
    * @generated from field: repeated string embedding_engines = 7;
    */
   embeddingEngines: string[];
+
+  /**
+   * The outcome of the last self-update the agent tried, until a Welcome acknowledged it.
+   *
+   * @generated from field: modelforge.agent.v1.AgentUpdateReport last_update = 8;
+   */
+  lastUpdate?: AgentUpdateReport | undefined;
 };
 
 /**
@@ -918,7 +994,7 @@ export type Hello = Message<"modelforge.agent.v1.Hello"> & {
  * Use `create(HelloSchema)` to create a new message.
  */
 export const HelloSchema: GenMessage<Hello> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 25);
+  messageDesc(file_modelforge_agent_v1_agent, 26);
 
 /**
  * A deployment runtime the agent holds.
@@ -955,6 +1031,14 @@ export type HeldDeployment = Message<"modelforge.agent.v1.HeldDeployment"> & {
    * @generated from field: bool healthy = 4;
    */
   healthy: boolean;
+
+  /**
+   * The replica slot the runtime serves. Unset (older agents): the one runtime of the revision,
+   * whichever slot the server placed on the node.
+   *
+   * @generated from field: google.protobuf.UInt32Value replica = 5;
+   */
+  replica?: number | undefined;
 };
 
 /**
@@ -962,7 +1046,29 @@ export type HeldDeployment = Message<"modelforge.agent.v1.HeldDeployment"> & {
  * Use `create(HeldDeploymentSchema)` to create a new message.
  */
 export const HeldDeploymentSchema: GenMessage<HeldDeployment> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 26);
+  messageDesc(file_modelforge_agent_v1_agent, 27);
+
+/**
+ * The deployment runtimes an agent holds.
+ *
+ * @generated from message modelforge.agent.v1.HeldDeployments
+ */
+export type HeldDeployments = Message<"modelforge.agent.v1.HeldDeployments"> & {
+  /**
+   * Every runtime held.
+   * Bounds: at most 256 entries.
+   *
+   * @generated from field: repeated modelforge.agent.v1.HeldDeployment deployments = 1;
+   */
+  deployments: HeldDeployment[];
+};
+
+/**
+ * Describes the message modelforge.agent.v1.HeldDeployments.
+ * Use `create(HeldDeploymentsSchema)` to create a new message.
+ */
+export const HeldDeploymentsSchema: GenMessage<HeldDeployments> = /*@__PURE__*/
+  messageDesc(file_modelforge_agent_v1_agent, 28);
 
 /**
  * The server's answer to Hello.
@@ -1019,7 +1125,7 @@ export type Welcome = Message<"modelforge.agent.v1.Welcome"> & {
  * Use `create(WelcomeSchema)` to create a new message.
  */
 export const WelcomeSchema: GenMessage<Welcome> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 27);
+  messageDesc(file_modelforge_agent_v1_agent, 29);
 
 /**
  * A message from the agent on its Session.
@@ -1112,6 +1218,15 @@ export type SessionRequest = Message<"modelforge.agent.v1.SessionRequest"> & {
      */
     value: DeploymentLogLines;
     case: "logLines";
+  } | {
+    /**
+     * The runtimes the agent holds now, sent when one ended without being asked to (its process
+     * died), so the control plane stops routing to it and loads it again at once.
+     *
+     * @generated from field: modelforge.agent.v1.HeldDeployments held_deployments = 11;
+     */
+    value: HeldDeployments;
+    case: "heldDeployments";
   } | { case: undefined; value?: undefined };
 };
 
@@ -1120,7 +1235,7 @@ export type SessionRequest = Message<"modelforge.agent.v1.SessionRequest"> & {
  * Use `create(SessionRequestSchema)` to create a new message.
  */
 export const SessionRequestSchema: GenMessage<SessionRequest> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 28);
+  messageDesc(file_modelforge_agent_v1_agent, 30);
 
 /**
  * A refusal of one Session message. The stream stays open.
@@ -1148,7 +1263,7 @@ export type ReplyError = Message<"modelforge.agent.v1.ReplyError"> & {
  * Use `create(ReplyErrorSchema)` to create a new message.
  */
 export const ReplyErrorSchema: GenMessage<ReplyError> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 29);
+  messageDesc(file_modelforge_agent_v1_agent, 31);
 
 /**
  * The server's answer to one agent message on the Session.
@@ -1232,7 +1347,7 @@ export type Reply = Message<"modelforge.agent.v1.Reply"> & {
  * Use `create(ReplySchema)` to create a new message.
  */
 export const ReplySchema: GenMessage<Reply> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 30);
+  messageDesc(file_modelforge_agent_v1_agent, 32);
 
 /**
  * Tells the agent to stop a job.
@@ -1276,7 +1391,7 @@ export type JobCancel = Message<"modelforge.agent.v1.JobCancel"> & {
  * Use `create(JobCancelSchema)` to create a new message.
  */
 export const JobCancelSchema: GenMessage<JobCancel> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 31);
+  messageDesc(file_modelforge_agent_v1_agent, 33);
 
 /**
  * A message from the server on a Session.
@@ -1369,7 +1484,7 @@ export type SessionResponse = Message<"modelforge.agent.v1.SessionResponse"> & {
  * Use `create(SessionResponseSchema)` to create a new message.
  */
 export const SessionResponseSchema: GenMessage<SessionResponse> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 32);
+  messageDesc(file_modelforge_agent_v1_agent, 34);
 
 /**
  * Asks for one stored artifact file, from a byte offset (to resume a partial download).
@@ -1412,7 +1527,7 @@ export type DownloadArtifactFileRequest = Message<"modelforge.agent.v1.DownloadA
  * Use `create(DownloadArtifactFileRequestSchema)` to create a new message.
  */
 export const DownloadArtifactFileRequestSchema: GenMessage<DownloadArtifactFileRequest> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 33);
+  messageDesc(file_modelforge_agent_v1_agent, 35);
 
 /**
  * One chunk of a stored artifact file. The first message carries the file's size and digest.
@@ -1447,7 +1562,7 @@ export type DownloadArtifactFileResponse = Message<"modelforge.agent.v1.Download
  * Use `create(DownloadArtifactFileResponseSchema)` to create a new message.
  */
 export const DownloadArtifactFileResponseSchema: GenMessage<DownloadArtifactFileResponse> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 34);
+  messageDesc(file_modelforge_agent_v1_agent, 36);
 
 /**
  * A service client's request relayed to a deployment runtime the node holds (deployment.invoke.v1
@@ -1491,7 +1606,7 @@ export type InvokeStart = Message<"modelforge.agent.v1.InvokeStart"> & {
  * Use `create(InvokeStartSchema)` to create a new message.
  */
 export const InvokeStartSchema: GenMessage<InvokeStart> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 35);
+  messageDesc(file_modelforge_agent_v1_agent, 37);
 
 /**
  * Stops a relayed request; the agent aborts the runtime's request and sends nothing more for it.
@@ -1512,7 +1627,7 @@ export type InvokeCancel = Message<"modelforge.agent.v1.InvokeCancel"> & {
  * Use `create(InvokeCancelSchema)` to create a new message.
  */
 export const InvokeCancelSchema: GenMessage<InvokeCancel> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 36);
+  messageDesc(file_modelforge_agent_v1_agent, 38);
 
 /**
  * The agent's answer, or one piece of it, to an InvokeStart.
@@ -1572,7 +1687,7 @@ export type InvokeAnswer = Message<"modelforge.agent.v1.InvokeAnswer"> & {
  * Use `create(InvokeAnswerSchema)` to create a new message.
  */
 export const InvokeAnswerSchema: GenMessage<InvokeAnswer> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 37);
+  messageDesc(file_modelforge_agent_v1_agent, 39);
 
 /**
  * Starts or stops forwarding one deployment runtime's output to the server.
@@ -1614,7 +1729,7 @@ export type LogWatch = Message<"modelforge.agent.v1.LogWatch"> & {
  * Use `create(LogWatchSchema)` to create a new message.
  */
 export const LogWatchSchema: GenMessage<LogWatch> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 38);
+  messageDesc(file_modelforge_agent_v1_agent, 40);
 
 /**
  * Lines of a deployment runtime's output for one log watch.
@@ -1657,7 +1772,7 @@ export type DeploymentLogLines = Message<"modelforge.agent.v1.DeploymentLogLines
  * Use `create(DeploymentLogLinesSchema)` to create a new message.
  */
 export const DeploymentLogLinesSchema: GenMessage<DeploymentLogLines> = /*@__PURE__*/
-  messageDesc(file_modelforge_agent_v1_agent, 39);
+  messageDesc(file_modelforge_agent_v1_agent, 41);
 
 /**
  * What the server did with a sequenced sample (inventory or telemetry).
@@ -1851,6 +1966,17 @@ export const AgentService: GenService<{
     methodKind: "server_streaming";
     input: typeof DownloadArtifactFileRequestSchema;
     output: typeof DownloadArtifactFileResponseSchema;
+  },
+  /**
+   * Streams an agent release the node was told to update to (AgentUpdateInstruction), from an
+   * offset so an interrupted download resumes.
+   *
+   * @generated from rpc modelforge.agent.v1.AgentService.DownloadAgentRelease
+   */
+  downloadAgentRelease: {
+    methodKind: "server_streaming";
+    input: typeof DownloadAgentReleaseRequestSchema;
+    output: typeof DownloadAgentReleaseResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_modelforge_agent_v1_agent, 0);

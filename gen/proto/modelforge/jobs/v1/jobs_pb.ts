@@ -18,14 +18,14 @@
 import type { GenEnum, GenExtension, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, extDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, FieldOptions, Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_protobuf_wrappers } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file modelforge/jobs/v1/jobs.proto.
  */
 export const file_modelforge_jobs_v1_jobs: GenFile = /*@__PURE__*/
-  fileDesc("Ch1tb2RlbGZvcmdlL2pvYnMvdjEvam9icy5wcm90bxISbW9kZWxmb3JnZS5qb2JzLnYxIqwGCgdKb2JTcGVjElgKEGFydGlmYWN0X2FjcXVpcmUYASABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RBY3F1aXJlQheKtRgTYXJ0aWZhY3QuYWNxdWlyZS52MUgAEk8KDXJ1bnRpbWVfcHJvYmUYAiABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2JlQhSKtRgQcnVudGltZS5wcm9iZS52MUgAElIKDnJ1bnRpbWVfaGVhbHRoGAMgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVIZWFsdGhCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElIKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVVbmxvYWRCFYq1GBFydW50aW1lLnVubG9hZC52MUgAElUKD2RlcGxveW1lbnRfbG9hZBgFIAEoCzIiLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50TG9hZEIWirUYEmRlcGxveW1lbnQubG9hZC52MUgAElsKEWRlcGxveW1lbnRfaW52b2tlGAYgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2VCGIq1GBRkZXBsb3ltZW50Lmludm9rZS52MUgAElsKEWRlcGxveW1lbnRfaGVhbHRoGAcgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRIZWFsdGhCGIq1GBRkZXBsb3ltZW50LmhlYWx0aC52MUgAElgKEGRlcGxveW1lbnRfZHJhaW4YCCABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudERyYWluQheKtRgTZGVwbG95bWVudC5kcmFpbi52MUgAElsKEWRlcGxveW1lbnRfdW5sb2FkGAkgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRVbmxvYWRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQgYKBGtpbmQiQAoMQXJ0aWZhY3RGaWxlEgwKBHBhdGgYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoBBIOCgZzaGEyNTYYAyABKAkiRQoRRGlza1Jlc2VydmVQb2xpY3kSFgoObWluX2ZyZWVfYnl0ZXMYASABKAQSGAoQbWluX2ZyZWVfcGVyY2VudBgCIAEoDSKzAQoPQXJ0aWZhY3RBY3F1aXJlEhIKCnJlcG9zaXRvcnkYASABKAkSDgoGY29tbWl0GAIgASgJEi8KBWZpbGVzGAMgAygLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0RmlsZRITCgt0YXJnZXRfcm9vdBgEIAEoCRI2CgdyZXNlcnZlGAUgASgLMiUubW9kZWxmb3JnZS5qb2JzLnYxLkRpc2tSZXNlcnZlUG9saWN5IjAKEFJlc29sdmVkQXJ0aWZhY3QSDAoEcGF0aBgBIAEoCRIOCgZzaGEyNTYYAiABKAkirAIKDFJ1bnRpbWVQcm9iZRIXCg9ydW50aW1lX3Byb2ZpbGUYASABKAkSGwoTcnVudGltZV9lbnZpcm9ubWVudBgCIAEoCRI3CglhcnRpZmFjdHMYAyADKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuUmVzb2x2ZWRBcnRpZmFjdBIWCg5wcm9iZV9pbnB1dF9pZBgEIAEoCRI3Cgdwcm9maWxlGAUgASgLMiYubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVQcm9maWxlU3BlYxIzCgtwcm9iZV9pbnB1dBgGIAEoDjIeLm1vZGVsZm9yZ2Uuam9icy52MS5Qcm9iZUlucHV0EhMKC2tlZXBfbG9hZGVkGAcgASgIEhIKCm1vZGVsX2ZpbGUYCCABKAkilwEKElJ1bnRpbWVQcm9maWxlU3BlYxIuCgZlbmdpbmUYASABKA4yHi5tb2RlbGZvcmdlLmpvYnMudjEuRW5naW5lS2luZBIUCgxjb250ZXh0X3NpemUYAiABKA0SDwoHdGhyZWFkcxgDIAEoDRIUCgxjb250ZW50X2hhc2gYBCABKAkSFAoMbWVtb3J5X2J5dGVzGAUgASgEIiMKDVJ1bnRpbWVIZWFsdGgSEgoKcnVudGltZV9pZBgBIAEoCSIjCg1SdW50aW1lVW5sb2FkEhIKCnJ1bnRpbWVfaWQYASABKAki2AEKDkRlcGxveW1lbnRMb2FkEhUKDWRlcGxveW1lbnRfaWQYASABKAkSEAoIcmV2aXNpb24YAiABKAQSFwoPcnVudGltZV9wcm9maWxlGAMgASgJEjcKCWFydGlmYWN0cxgEIAMoCzIkLm1vZGVsZm9yZ2Uuam9icy52MS5SZXNvbHZlZEFydGlmYWN0EjcKB3Byb2ZpbGUYBSABKAsyJi5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2ZpbGVTcGVjEhIKCm1vZGVsX2ZpbGUYBiABKAkiogEKEERlcGxveW1lbnRJbnZva2USFQoNZGVwbG95bWVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEhQKDGNvbnRlbnRfdHlwZRgDIAEoCRIPCgdwYXlsb2FkGAQgASgMEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcmV2aXNpb24YBiABKAQiOwoQRGVwbG95bWVudEhlYWx0aBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEImYKD0RlcGxveW1lbnREcmFpbhIVCg1kZXBsb3ltZW50X2lkGAEgASgJEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcmV2aXNpb24YAyABKAQiOwoQRGVwbG95bWVudFVubG9hZBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEIsQGCglKb2JSZXN1bHQSXgoQYXJ0aWZhY3RfYWNxdWlyZRgBIAEoCzIpLm1vZGVsZm9yZ2Uuam9icy52MS5BcnRpZmFjdEFjcXVpcmVSZXN1bHRCF4q1GBNhcnRpZmFjdC5hY3F1aXJlLnYxSAASVQoNcnVudGltZV9wcm9iZRgCIAEoCzImLm1vZGVsZm9yZ2Uuam9icy52MS5SdW50aW1lUHJvYmVSZXN1bHRCFIq1GBBydW50aW1lLnByb2JlLnYxSAASUQoOcnVudGltZV9oZWFsdGgYAyABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuSGVhbHRoUmVzdWx0QhWKtRgRcnVudGltZS5oZWFsdGgudjFIABJRCg5ydW50aW1lX3VubG9hZBgEIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5VbmxvYWRSZXN1bHRCFYq1GBFydW50aW1lLnVubG9hZC52MUgAElsKD2RlcGxveW1lbnRfbG9hZBgFIAEoCzIoLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50TG9hZFJlc3VsdEIWirUYEmRlcGxveW1lbnQubG9hZC52MUgAEmEKEWRlcGxveW1lbnRfaW52b2tlGAYgASgLMioubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2VSZXN1bHRCGIq1GBRkZXBsb3ltZW50Lmludm9rZS52MUgAElcKEWRlcGxveW1lbnRfaGVhbHRoGAcgASgLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkhlYWx0aFJlc3VsdEIYirUYFGRlcGxveW1lbnQuaGVhbHRoLnYxSAASXgoQZGVwbG95bWVudF9kcmFpbhgIIAEoCzIpLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50RHJhaW5SZXN1bHRCF4q1GBNkZXBsb3ltZW50LmRyYWluLnYxSAASVwoRZGVwbG95bWVudF91bmxvYWQYCSABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuVW5sb2FkUmVzdWx0QhiKtRgUZGVwbG95bWVudC51bmxvYWQudjFIAEIICgZyZXN1bHQikwEKFUFydGlmYWN0QWNxdWlyZVJlc3VsdBIMCgRwYXRoGAEgASgJEhUKDWJ5dGVzX3dyaXR0ZW4YAiABKAQSLwoFZmlsZXMYAyADKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RGaWxlEhQKDGJ5dGVzX3JldXNlZBgEIAEoBBIOCgZzb3VyY2UYBSABKAki/wIKElJ1bnRpbWVQcm9iZVJlc3VsdBISCgpydW50aW1lX2lkGAEgASgJEjAKDWxvYWRfZHVyYXRpb24YAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoNcHJvYmVfbGF0ZW5jeRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVwZWFrX2dwdV9tZW1vcnlfYnl0ZXMYBCABKAQSFwoPcHJvY2Vzc19zdGFydGVkGAUgASgIEhgKEGVuZHBvaW50X2hlYWx0aHkYBiABKAgSGgoSaW5mZXJlbmNlX2Fuc3dlcmVkGAcgASgIEjYKE3RpbWVfdG9fZmlyc3RfdG9rZW4YCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoQdG9rZW5zX2dlbmVyYXRlZBgJIAEoDRIZChF0b2tlbnNfcGVyX3NlY29uZBgKIAEoARIWCg5wZWFrX3Jzc19ieXRlcxgLIAEoBCIvCgxIZWFsdGhSZXN1bHQSDwoHaGVhbHRoeRgBIAEoCBIOCgZkZXRhaWwYAiABKAkiIwoMVW5sb2FkUmVzdWx0EhMKC2ZyZWVkX2J5dGVzGAEgASgEIjwKFERlcGxveW1lbnRMb2FkUmVzdWx0EhIKCnJ1bnRpbWVfaWQYASABKAkSEAoIcmV2aXNpb24YAiABKAQiPwoWRGVwbG95bWVudEludm9rZVJlc3VsdBIUCgxjb250ZW50X3R5cGUYASABKAkSDwoHcGF5bG9hZBgCIAEoDCI0ChVEZXBsb3ltZW50RHJhaW5SZXN1bHQSGwoTY29tcGxldGVkX2luX2ZsaWdodBgBIAEoDSJiCgpKb2JGYWlsdXJlEjAKBGNvZGUYASABKA4yIi5tb2RlbGZvcmdlLmpvYnMudjEuSm9iRmFpbHVyZUNvZGUSDwoHbWVzc2FnZRgCIAEoCRIRCglyZXRyeWFibGUYAyABKAgiWAoLSm9iUHJvZ3Jlc3MSDwoHcGVyY2VudBgBIAEoARISCgpieXRlc19kb25lGAIgASgEEhMKC2J5dGVzX3RvdGFsGAMgASgEEg8KB21lc3NhZ2UYBCABKAkinAEKCEpvYkxlYXNlEg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKBHNwZWMYBCABKAsyGy5tb2RlbGZvcmdlLmpvYnMudjEuSm9iU3BlYxIUCgxvcmRlcmluZ19rZXkYBSABKAkqYQoKRW5naW5lS2luZBIbChdFTkdJTkVfS0lORF9VTlNQRUNJRklFRBAAEhkKFUVOR0lORV9LSU5EX0xMQU1BX0NQUBABEhsKF0VOR0lORV9LSU5EX09QRU5BSV9IVFRQEAIqSAoKUHJvYmVJbnB1dBIbChdQUk9CRV9JTlBVVF9VTlNQRUNJRklFRBAAEh0KGVBST0JFX0lOUFVUX0NPTVBMRVRJT05fVjEQASqnBgoOSm9iRmFpbHVyZUNvZGUSIAocSk9CX0ZBSUxVUkVfQ09ERV9VTlNQRUNJRklFRBAAEisKJ0pPQl9GQUlMVVJFX0NPREVfVU5TVVBQT1JURURfQ0FQQUJJTElUWRABEiEKHUpPQl9GQUlMVVJFX0NPREVfSU5WQUxJRF9TUEVDEAISJgoiSk9CX0ZBSUxVUkVfQ09ERV9DSEVDS1NVTV9NSVNNQVRDSBADEiYKIkpPQl9GQUlMVVJFX0NPREVfSU5TVUZGSUNJRU5UX0RJU0sQBBIeChpKT0JfRkFJTFVSRV9DT0RFX05PVF9GT1VORBAFEiIKHkpPQl9GQUlMVVJFX0NPREVfUlVOVElNRV9FUlJPUhAGEhwKGEpPQl9GQUlMVVJFX0NPREVfVElNRU9VVBAHEh4KGkpPQl9GQUlMVVJFX0NPREVfQ0FOQ0VMTEVEEAgSJwojSk9CX0ZBSUxVUkVfQ09ERV9BVFRFTVBUU19FWEhBVVNURUQQCRIlCiFKT0JfRkFJTFVSRV9DT0RFX05PREVfVU5SRUFDSEFCTEUQChIdChlKT0JfRkFJTFVSRV9DT0RFX0lOVEVSTkFMEAsSIgoeSk9CX0ZBSUxVUkVfQ09ERV9QQVRIX1JFSkVDVEVEEAwSIgoeSk9CX0ZBSUxVUkVfQ09ERV9TSVpFX01JU01BVENIEA0SJwojSk9CX0ZBSUxVUkVfQ09ERV9TT1VSQ0VfVU5BVkFJTEFCTEUQDhIpCiVKT0JfRkFJTFVSRV9DT0RFX0VOR0lORV9OT1RfU1VQUE9SVEVEEA8SJAogSk9CX0ZBSUxVUkVfQ09ERV9QUk9GSUxFX0lOVkFMSUQQEBImCiJKT0JfRkFJTFVSRV9DT0RFX01PREVMX0xPQURfRkFJTEVEEBESLQopSk9CX0ZBSUxVUkVfQ09ERV9IRUFMVEhfREVBRExJTkVfRVhDRUVERUQQEhIlCiFKT0JfRkFJTFVSRV9DT0RFX0lORkVSRU5DRV9GQUlMRUQQExIiCh5KT0JfRkFJTFVSRV9DT0RFX09VVF9PRl9NRU1PUlkQFDo/CgpjYXBhYmlsaXR5Eh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxjRhgMgASgJUgpjYXBhYmlsaXR5YgZwcm90bzM", [file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch1tb2RlbGZvcmdlL2pvYnMvdjEvam9icy5wcm90bxISbW9kZWxmb3JnZS5qb2JzLnYxIqwGCgdKb2JTcGVjElgKEGFydGlmYWN0X2FjcXVpcmUYASABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RBY3F1aXJlQheKtRgTYXJ0aWZhY3QuYWNxdWlyZS52MUgAEk8KDXJ1bnRpbWVfcHJvYmUYAiABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2JlQhSKtRgQcnVudGltZS5wcm9iZS52MUgAElIKDnJ1bnRpbWVfaGVhbHRoGAMgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVIZWFsdGhCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElIKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVVbmxvYWRCFYq1GBFydW50aW1lLnVubG9hZC52MUgAElUKD2RlcGxveW1lbnRfbG9hZBgFIAEoCzIiLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50TG9hZEIWirUYEmRlcGxveW1lbnQubG9hZC52MUgAElsKEWRlcGxveW1lbnRfaW52b2tlGAYgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2VCGIq1GBRkZXBsb3ltZW50Lmludm9rZS52MUgAElsKEWRlcGxveW1lbnRfaGVhbHRoGAcgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRIZWFsdGhCGIq1GBRkZXBsb3ltZW50LmhlYWx0aC52MUgAElgKEGRlcGxveW1lbnRfZHJhaW4YCCABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudERyYWluQheKtRgTZGVwbG95bWVudC5kcmFpbi52MUgAElsKEWRlcGxveW1lbnRfdW5sb2FkGAkgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRVbmxvYWRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQgYKBGtpbmQiQAoMQXJ0aWZhY3RGaWxlEgwKBHBhdGgYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoBBIOCgZzaGEyNTYYAyABKAkiRQoRRGlza1Jlc2VydmVQb2xpY3kSFgoObWluX2ZyZWVfYnl0ZXMYASABKAQSGAoQbWluX2ZyZWVfcGVyY2VudBgCIAEoDSKzAQoPQXJ0aWZhY3RBY3F1aXJlEhIKCnJlcG9zaXRvcnkYASABKAkSDgoGY29tbWl0GAIgASgJEi8KBWZpbGVzGAMgAygLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0RmlsZRITCgt0YXJnZXRfcm9vdBgEIAEoCRI2CgdyZXNlcnZlGAUgASgLMiUubW9kZWxmb3JnZS5qb2JzLnYxLkRpc2tSZXNlcnZlUG9saWN5IjAKEFJlc29sdmVkQXJ0aWZhY3QSDAoEcGF0aBgBIAEoCRIOCgZzaGEyNTYYAiABKAkirAIKDFJ1bnRpbWVQcm9iZRIXCg9ydW50aW1lX3Byb2ZpbGUYASABKAkSGwoTcnVudGltZV9lbnZpcm9ubWVudBgCIAEoCRI3CglhcnRpZmFjdHMYAyADKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuUmVzb2x2ZWRBcnRpZmFjdBIWCg5wcm9iZV9pbnB1dF9pZBgEIAEoCRI3Cgdwcm9maWxlGAUgASgLMiYubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVQcm9maWxlU3BlYxIzCgtwcm9iZV9pbnB1dBgGIAEoDjIeLm1vZGVsZm9yZ2Uuam9icy52MS5Qcm9iZUlucHV0EhMKC2tlZXBfbG9hZGVkGAcgASgIEhIKCm1vZGVsX2ZpbGUYCCABKAkihAIKElJ1bnRpbWVQcm9maWxlU3BlYxIuCgZlbmdpbmUYASABKA4yHi5tb2RlbGZvcmdlLmpvYnMudjEuRW5naW5lS2luZBIUCgxjb250ZXh0X3NpemUYAiABKA0SDwoHdGhyZWFkcxgDIAEoDRIUCgxjb250ZW50X2hhc2gYBCABKAkSFAoMbWVtb3J5X2J5dGVzGAUgASgEEhIKCmdwdV9sYXllcnMYBiABKA0SFgoOZ3B1X2xheWVyc19hbGwYByABKAgSEQoJZ3B1X2NvdW50GAggASgNEhgKEGdwdV9tZW1vcnlfYnl0ZXMYCSABKAQSEgoKZ3B1X3NoYXJlZBgKIAEoCCIqCgtBc3NpZ25lZEdwdRIMCgR1dWlkGAEgASgJEg0KBWluZGV4GAIgASgNIiMKDVJ1bnRpbWVIZWFsdGgSEgoKcnVudGltZV9pZBgBIAEoCSIjCg1SdW50aW1lVW5sb2FkEhIKCnJ1bnRpbWVfaWQYASABKAkitgIKDkRlcGxveW1lbnRMb2FkEhUKDWRlcGxveW1lbnRfaWQYASABKAkSEAoIcmV2aXNpb24YAiABKAQSFwoPcnVudGltZV9wcm9maWxlGAMgASgJEjcKCWFydGlmYWN0cxgEIAMoCzIkLm1vZGVsZm9yZ2Uuam9icy52MS5SZXNvbHZlZEFydGlmYWN0EjcKB3Byb2ZpbGUYBSABKAsyJi5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2ZpbGVTcGVjEhIKCm1vZGVsX2ZpbGUYBiABKAkSLQoHcmVwbGljYRgHIAEoCzIcLmdvb2dsZS5wcm90b2J1Zi5VSW50MzJWYWx1ZRItCgRncHVzGBAgAygLMh8ubW9kZWxmb3JnZS5qb2JzLnYxLkFzc2lnbmVkR3B1ItEBChBEZXBsb3ltZW50SW52b2tlEhUKDWRlcGxveW1lbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxjb250ZW50X3R5cGUYAyABKAkSDwoHcGF5bG9hZBgEIAEoDBIqCgd0aW1lb3V0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHJldmlzaW9uGAYgASgEEi0KB3JlcGxpY2EYByABKAsyHC5nb29nbGUucHJvdG9idWYuVUludDMyVmFsdWUiOwoQRGVwbG95bWVudEhlYWx0aBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEIpUBCg9EZXBsb3ltZW50RHJhaW4SFQoNZGVwbG95bWVudF9pZBgBIAEoCRIqCgd0aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHJldmlzaW9uGAMgASgEEi0KB3JlcGxpY2EYBCABKAsyHC5nb29nbGUucHJvdG9idWYuVUludDMyVmFsdWUiagoQRGVwbG95bWVudFVubG9hZBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEEi0KB3JlcGxpY2EYAyABKAsyHC5nb29nbGUucHJvdG9idWYuVUludDMyVmFsdWUixAYKCUpvYlJlc3VsdBJeChBhcnRpZmFjdF9hY3F1aXJlGAEgASgLMikubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0QWNxdWlyZVJlc3VsdEIXirUYE2FydGlmYWN0LmFjcXVpcmUudjFIABJVCg1ydW50aW1lX3Byb2JlGAIgASgLMiYubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVQcm9iZVJlc3VsdEIUirUYEHJ1bnRpbWUucHJvYmUudjFIABJRCg5ydW50aW1lX2hlYWx0aBgDIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5IZWFsdGhSZXN1bHRCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElEKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiAubW9kZWxmb3JnZS5qb2JzLnYxLlVubG9hZFJlc3VsdEIVirUYEXJ1bnRpbWUudW5sb2FkLnYxSAASWwoPZGVwbG95bWVudF9sb2FkGAUgASgLMigubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRMb2FkUmVzdWx0QhaKtRgSZGVwbG95bWVudC5sb2FkLnYxSAASYQoRZGVwbG95bWVudF9pbnZva2UYBiABKAsyKi5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudEludm9rZVJlc3VsdEIYirUYFGRlcGxveW1lbnQuaW52b2tlLnYxSAASVwoRZGVwbG95bWVudF9oZWFsdGgYByABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuSGVhbHRoUmVzdWx0QhiKtRgUZGVwbG95bWVudC5oZWFsdGgudjFIABJeChBkZXBsb3ltZW50X2RyYWluGAggASgLMikubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnREcmFpblJlc3VsdEIXirUYE2RlcGxveW1lbnQuZHJhaW4udjFIABJXChFkZXBsb3ltZW50X3VubG9hZBgJIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5VbmxvYWRSZXN1bHRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQggKBnJlc3VsdCKTAQoVQXJ0aWZhY3RBY3F1aXJlUmVzdWx0EgwKBHBhdGgYASABKAkSFQoNYnl0ZXNfd3JpdHRlbhgCIAEoBBIvCgVmaWxlcxgDIAMoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5BcnRpZmFjdEZpbGUSFAoMYnl0ZXNfcmV1c2VkGAQgASgEEg4KBnNvdXJjZRgFIAEoCSL/AgoSUnVudGltZVByb2JlUmVzdWx0EhIKCnJ1bnRpbWVfaWQYASABKAkSMAoNbG9hZF9kdXJhdGlvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIwCg1wcm9iZV9sYXRlbmN5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh0KFXBlYWtfZ3B1X21lbW9yeV9ieXRlcxgEIAEoBBIXCg9wcm9jZXNzX3N0YXJ0ZWQYBSABKAgSGAoQZW5kcG9pbnRfaGVhbHRoeRgGIAEoCBIaChJpbmZlcmVuY2VfYW5zd2VyZWQYByABKAgSNgoTdGltZV90b19maXJzdF90b2tlbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChB0b2tlbnNfZ2VuZXJhdGVkGAkgASgNEhkKEXRva2Vuc19wZXJfc2Vjb25kGAogASgBEhYKDnBlYWtfcnNzX2J5dGVzGAsgASgEIi8KDEhlYWx0aFJlc3VsdBIPCgdoZWFsdGh5GAEgASgIEg4KBmRldGFpbBgCIAEoCSIjCgxVbmxvYWRSZXN1bHQSEwoLZnJlZWRfYnl0ZXMYASABKAQiPAoURGVwbG95bWVudExvYWRSZXN1bHQSEgoKcnVudGltZV9pZBgBIAEoCRIQCghyZXZpc2lvbhgCIAEoBCI/ChZEZXBsb3ltZW50SW52b2tlUmVzdWx0EhQKDGNvbnRlbnRfdHlwZRgBIAEoCRIPCgdwYXlsb2FkGAIgASgMIjQKFURlcGxveW1lbnREcmFpblJlc3VsdBIbChNjb21wbGV0ZWRfaW5fZmxpZ2h0GAEgASgNImIKCkpvYkZhaWx1cmUSMAoEY29kZRgBIAEoDjIiLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JGYWlsdXJlQ29kZRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCJYCgtKb2JQcm9ncmVzcxIPCgdwZXJjZW50GAEgASgBEhIKCmJ5dGVzX2RvbmUYAiABKAQSEwoLYnl0ZXNfdG90YWwYAyABKAQSDwoHbWVzc2FnZRgEIAEoCSKcAQoISm9iTGVhc2USDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoEc3BlYxgEIAEoCzIbLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JTcGVjEhQKDG9yZGVyaW5nX2tleRgFIAEoCSphCgpFbmdpbmVLaW5kEhsKF0VOR0lORV9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVRU5HSU5FX0tJTkRfTExBTUFfQ1BQEAESGwoXRU5HSU5FX0tJTkRfT1BFTkFJX0hUVFAQAipICgpQcm9iZUlucHV0EhsKF1BST0JFX0lOUFVUX1VOU1BFQ0lGSUVEEAASHQoZUFJPQkVfSU5QVVRfQ09NUExFVElPTl9WMRABKs0GCg5Kb2JGYWlsdXJlQ29kZRIgChxKT0JfRkFJTFVSRV9DT0RFX1VOU1BFQ0lGSUVEEAASKwonSk9CX0ZBSUxVUkVfQ09ERV9VTlNVUFBPUlRFRF9DQVBBQklMSVRZEAESIQodSk9CX0ZBSUxVUkVfQ09ERV9JTlZBTElEX1NQRUMQAhImCiJKT0JfRkFJTFVSRV9DT0RFX0NIRUNLU1VNX01JU01BVENIEAMSJgoiSk9CX0ZBSUxVUkVfQ09ERV9JTlNVRkZJQ0lFTlRfRElTSxAEEh4KGkpPQl9GQUlMVVJFX0NPREVfTk9UX0ZPVU5EEAUSIgoeSk9CX0ZBSUxVUkVfQ09ERV9SVU5USU1FX0VSUk9SEAYSHAoYSk9CX0ZBSUxVUkVfQ09ERV9USU1FT1VUEAcSHgoaSk9CX0ZBSUxVUkVfQ09ERV9DQU5DRUxMRUQQCBInCiNKT0JfRkFJTFVSRV9DT0RFX0FUVEVNUFRTX0VYSEFVU1RFRBAJEiUKIUpPQl9GQUlMVVJFX0NPREVfTk9ERV9VTlJFQUNIQUJMRRAKEh0KGUpPQl9GQUlMVVJFX0NPREVfSU5URVJOQUwQCxIiCh5KT0JfRkFJTFVSRV9DT0RFX1BBVEhfUkVKRUNURUQQDBIiCh5KT0JfRkFJTFVSRV9DT0RFX1NJWkVfTUlTTUFUQ0gQDRInCiNKT0JfRkFJTFVSRV9DT0RFX1NPVVJDRV9VTkFWQUlMQUJMRRAOEikKJUpPQl9GQUlMVVJFX0NPREVfRU5HSU5FX05PVF9TVVBQT1JURUQQDxIkCiBKT0JfRkFJTFVSRV9DT0RFX1BST0ZJTEVfSU5WQUxJRBAQEiYKIkpPQl9GQUlMVVJFX0NPREVfTU9ERUxfTE9BRF9GQUlMRUQQERItCilKT0JfRkFJTFVSRV9DT0RFX0hFQUxUSF9ERUFETElORV9FWENFRURFRBASEiUKIUpPQl9GQUlMVVJFX0NPREVfSU5GRVJFTkNFX0ZBSUxFRBATEiIKHkpPQl9GQUlMVVJFX0NPREVfT1VUX09GX01FTU9SWRAUEiQKIEpPQl9GQUlMVVJFX0NPREVfR1BVX1VOQVZBSUxBQkxFEBU6PwoKY2FwYWJpbGl0eRIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMY0YYDIAEoCVIKY2FwYWJpbGl0eWIGcHJvdG8z", [file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_protobuf_wrappers]);
 
 /**
  * What a node is asked to do: exactly one typed capability.
@@ -400,6 +400,43 @@ export type RuntimeProfileSpec = Message<"modelforge.jobs.v1.RuntimeProfileSpec"
    * @generated from field: uint64 memory_bytes = 5;
    */
   memoryBytes: bigint;
+
+  /**
+   * llama.cpp: model layers offloaded to the assigned GPUs; 0 runs on the CPU (unless
+   * gpu_layers_all).
+   *
+   * @generated from field: uint32 gpu_layers = 6;
+   */
+  gpuLayers: number;
+
+  /**
+   * llama.cpp: offload every layer (gpu_layers is then 0).
+   *
+   * @generated from field: bool gpu_layers_all = 7;
+   */
+  gpuLayersAll: boolean;
+
+  /**
+   * GPUs each replica is assigned; 0 for none. llama.cpp splits its layers across them; an
+   * openai-http server gets them as {gpus} and {gpu_count} and in CUDA_VISIBLE_DEVICES.
+   *
+   * @generated from field: uint32 gpu_count = 8;
+   */
+  gpuCount: number;
+
+  /**
+   * openai-http: device memory the server takes on each assigned GPU; 0 for none declared.
+   *
+   * @generated from field: uint64 gpu_memory_bytes = 9;
+   */
+  gpuMemoryBytes: bigint;
+
+  /**
+   * Whether a replica may be given a GPU another replica (of a profile that also allows it) holds.
+   *
+   * @generated from field: bool gpu_shared = 10;
+   */
+  gpuShared: boolean;
 };
 
 /**
@@ -408,6 +445,36 @@ export type RuntimeProfileSpec = Message<"modelforge.jobs.v1.RuntimeProfileSpec"
  */
 export const RuntimeProfileSpecSchema: GenMessage<RuntimeProfileSpec> = /*@__PURE__*/
   messageDesc(file_modelforge_jobs_v1_jobs, 6);
+
+/**
+ * One GPU assigned to a replica: identified by its UUID, with the index the node enumerated it at
+ * when it was assigned (what CUDA_VISIBLE_DEVICES and {gpus} name).
+ *
+ * @generated from message modelforge.jobs.v1.AssignedGpu
+ */
+export type AssignedGpu = Message<"modelforge.jobs.v1.AssignedGpu"> & {
+  /**
+   * The GPU's vendor UUID, e.g. "GPU-5d3e...".
+   * Bounds: at most 64 bytes of UTF-8, no control characters.
+   *
+   * @generated from field: string uuid = 1;
+   */
+  uuid: string;
+
+  /**
+   * Its index as the node's nvidia-smi reported it.
+   *
+   * @generated from field: uint32 index = 2;
+   */
+  index: number;
+};
+
+/**
+ * Describes the message modelforge.jobs.v1.AssignedGpu.
+ * Use `create(AssignedGpuSchema)` to create a new message.
+ */
+export const AssignedGpuSchema: GenMessage<AssignedGpu> = /*@__PURE__*/
+  messageDesc(file_modelforge_jobs_v1_jobs, 7);
 
 /**
  * runtime.health.v1: check a runtime.
@@ -429,7 +496,7 @@ export type RuntimeHealth = Message<"modelforge.jobs.v1.RuntimeHealth"> & {
  * Use `create(RuntimeHealthSchema)` to create a new message.
  */
 export const RuntimeHealthSchema: GenMessage<RuntimeHealth> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 7);
+  messageDesc(file_modelforge_jobs_v1_jobs, 8);
 
 /**
  * runtime.unload.v1: stop a runtime.
@@ -451,7 +518,7 @@ export type RuntimeUnload = Message<"modelforge.jobs.v1.RuntimeUnload"> & {
  * Use `create(RuntimeUnloadSchema)` to create a new message.
  */
 export const RuntimeUnloadSchema: GenMessage<RuntimeUnload> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 8);
+  messageDesc(file_modelforge_jobs_v1_jobs, 9);
 
 /**
  * deployment.load.v1: load a deployment.
@@ -506,6 +573,23 @@ export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
    * @generated from field: string model_file = 6;
    */
   modelFile: string;
+
+  /**
+   * The replica slot this runtime serves: a node may hold several replicas of one revision
+   * (max_per_node), each its own runtime. Unset (older servers): slot 0.
+   *
+   * @generated from field: google.protobuf.UInt32Value replica = 7;
+   */
+  replica?: number | undefined;
+
+  /**
+   * The GPUs placement assigned this replica; empty for a CPU replica. The agent refuses the lease
+   * (GPU_UNAVAILABLE) unless it has each of them, by UUID, at the same index.
+   * Bounds: at most 64 entries.
+   *
+   * @generated from field: repeated modelforge.jobs.v1.AssignedGpu gpus = 16;
+   */
+  gpus: AssignedGpu[];
 };
 
 /**
@@ -513,7 +597,7 @@ export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
  * Use `create(DeploymentLoadSchema)` to create a new message.
  */
 export const DeploymentLoadSchema: GenMessage<DeploymentLoad> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 9);
+  messageDesc(file_modelforge_jobs_v1_jobs, 10);
 
 /**
  * deployment.invoke.v1: one request relayed to a deployment.
@@ -567,6 +651,14 @@ export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & 
    * @generated from field: uint64 revision = 6;
    */
   revision: bigint;
+
+  /**
+   * The replica slot whose runtime answers. Unset (older servers): any replica of the revision
+   * the node holds.
+   *
+   * @generated from field: google.protobuf.UInt32Value replica = 7;
+   */
+  replica?: number | undefined;
 };
 
 /**
@@ -574,7 +666,7 @@ export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & 
  * Use `create(DeploymentInvokeSchema)` to create a new message.
  */
 export const DeploymentInvokeSchema: GenMessage<DeploymentInvoke> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 10);
+  messageDesc(file_modelforge_jobs_v1_jobs, 11);
 
 /**
  * deployment.health.v1: check a deployment.
@@ -604,7 +696,7 @@ export type DeploymentHealth = Message<"modelforge.jobs.v1.DeploymentHealth"> & 
  * Use `create(DeploymentHealthSchema)` to create a new message.
  */
 export const DeploymentHealthSchema: GenMessage<DeploymentHealth> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 11);
+  messageDesc(file_modelforge_jobs_v1_jobs, 12);
 
 /**
  * deployment.drain.v1: stop accepting new requests for a deployment.
@@ -634,6 +726,13 @@ export type DeploymentDrain = Message<"modelforge.jobs.v1.DeploymentDrain"> & {
    * @generated from field: uint64 revision = 3;
    */
   revision: bigint;
+
+  /**
+   * The replica slot to drain. Unset (older servers): every replica of the revision.
+   *
+   * @generated from field: google.protobuf.UInt32Value replica = 4;
+   */
+  replica?: number | undefined;
 };
 
 /**
@@ -641,7 +740,7 @@ export type DeploymentDrain = Message<"modelforge.jobs.v1.DeploymentDrain"> & {
  * Use `create(DeploymentDrainSchema)` to create a new message.
  */
 export const DeploymentDrainSchema: GenMessage<DeploymentDrain> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 12);
+  messageDesc(file_modelforge_jobs_v1_jobs, 13);
 
 /**
  * deployment.unload.v1: unload a deployment.
@@ -664,6 +763,13 @@ export type DeploymentUnload = Message<"modelforge.jobs.v1.DeploymentUnload"> & 
    * @generated from field: uint64 revision = 2;
    */
   revision: bigint;
+
+  /**
+   * The replica slot to unload. Unset (older servers): every replica of the revision.
+   *
+   * @generated from field: google.protobuf.UInt32Value replica = 3;
+   */
+  replica?: number | undefined;
 };
 
 /**
@@ -671,7 +777,7 @@ export type DeploymentUnload = Message<"modelforge.jobs.v1.DeploymentUnload"> & 
  * Use `create(DeploymentUnloadSchema)` to create a new message.
  */
 export const DeploymentUnloadSchema: GenMessage<DeploymentUnload> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 13);
+  messageDesc(file_modelforge_jobs_v1_jobs, 14);
 
 /**
  * The typed outcome of a successful job; its case matches the job's capability.
@@ -764,7 +870,7 @@ export type JobResult = Message<"modelforge.jobs.v1.JobResult"> & {
  * Use `create(JobResultSchema)` to create a new message.
  */
 export const JobResultSchema: GenMessage<JobResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 14);
+  messageDesc(file_modelforge_jobs_v1_jobs, 15);
 
 /**
  * What an acquisition left on disk.
@@ -816,7 +922,7 @@ export type ArtifactAcquireResult = Message<"modelforge.jobs.v1.ArtifactAcquireR
  * Use `create(ArtifactAcquireResultSchema)` to create a new message.
  */
 export const ArtifactAcquireResultSchema: GenMessage<ArtifactAcquireResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 15);
+  messageDesc(file_modelforge_jobs_v1_jobs, 16);
 
 /**
  * What a runtime probe measured.
@@ -908,7 +1014,7 @@ export type RuntimeProbeResult = Message<"modelforge.jobs.v1.RuntimeProbeResult"
  * Use `create(RuntimeProbeResultSchema)` to create a new message.
  */
 export const RuntimeProbeResultSchema: GenMessage<RuntimeProbeResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 16);
+  messageDesc(file_modelforge_jobs_v1_jobs, 17);
 
 /**
  * The answer of a health check.
@@ -937,7 +1043,7 @@ export type HealthResult = Message<"modelforge.jobs.v1.HealthResult"> & {
  * Use `create(HealthResultSchema)` to create a new message.
  */
 export const HealthResultSchema: GenMessage<HealthResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 17);
+  messageDesc(file_modelforge_jobs_v1_jobs, 18);
 
 /**
  * The outcome of an unload.
@@ -958,7 +1064,7 @@ export type UnloadResult = Message<"modelforge.jobs.v1.UnloadResult"> & {
  * Use `create(UnloadResultSchema)` to create a new message.
  */
 export const UnloadResultSchema: GenMessage<UnloadResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 18);
+  messageDesc(file_modelforge_jobs_v1_jobs, 19);
 
 /**
  * The outcome of a deployment load.
@@ -987,7 +1093,7 @@ export type DeploymentLoadResult = Message<"modelforge.jobs.v1.DeploymentLoadRes
  * Use `create(DeploymentLoadResultSchema)` to create a new message.
  */
 export const DeploymentLoadResultSchema: GenMessage<DeploymentLoadResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 19);
+  messageDesc(file_modelforge_jobs_v1_jobs, 20);
 
 /**
  * The answer of a relayed request.
@@ -1017,7 +1123,7 @@ export type DeploymentInvokeResult = Message<"modelforge.jobs.v1.DeploymentInvok
  * Use `create(DeploymentInvokeResultSchema)` to create a new message.
  */
 export const DeploymentInvokeResultSchema: GenMessage<DeploymentInvokeResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 20);
+  messageDesc(file_modelforge_jobs_v1_jobs, 21);
 
 /**
  * The outcome of a drain.
@@ -1038,7 +1144,7 @@ export type DeploymentDrainResult = Message<"modelforge.jobs.v1.DeploymentDrainR
  * Use `create(DeploymentDrainResultSchema)` to create a new message.
  */
 export const DeploymentDrainResultSchema: GenMessage<DeploymentDrainResult> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 21);
+  messageDesc(file_modelforge_jobs_v1_jobs, 22);
 
 /**
  * A typed failure reported by an agent or recorded by the server.
@@ -1074,7 +1180,7 @@ export type JobFailure = Message<"modelforge.jobs.v1.JobFailure"> & {
  * Use `create(JobFailureSchema)` to create a new message.
  */
 export const JobFailureSchema: GenMessage<JobFailure> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 22);
+  messageDesc(file_modelforge_jobs_v1_jobs, 23);
 
 /**
  * Progress of a running job. Bounded: the server refuses oversized progress.
@@ -1117,7 +1223,7 @@ export type JobProgress = Message<"modelforge.jobs.v1.JobProgress"> & {
  * Use `create(JobProgressSchema)` to create a new message.
  */
 export const JobProgressSchema: GenMessage<JobProgress> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 23);
+  messageDesc(file_modelforge_jobs_v1_jobs, 24);
 
 /**
  * A lease on one attempt of a job, handed to exactly the node the job targets.
@@ -1166,7 +1272,7 @@ export type JobLease = Message<"modelforge.jobs.v1.JobLease"> & {
  * Use `create(JobLeaseSchema)` to create a new message.
  */
 export const JobLeaseSchema: GenMessage<JobLease> = /*@__PURE__*/
-  messageDesc(file_modelforge_jobs_v1_jobs, 24);
+  messageDesc(file_modelforge_jobs_v1_jobs, 25);
 
 /**
  * The engine a runtime profile selects: a closed set the agent implements and advertises.
@@ -1382,6 +1488,14 @@ export enum JobFailureCode {
    * @generated from enum value: JOB_FAILURE_CODE_OUT_OF_MEMORY = 20;
    */
   OUT_OF_MEMORY = 20,
+
+  /**
+   * The lease names a GPU this node does not have (or has at another index). Never retryable on
+   * this node: the control plane places the replica again.
+   *
+   * @generated from enum value: JOB_FAILURE_CODE_GPU_UNAVAILABLE = 21;
+   */
+  GPU_UNAVAILABLE = 21,
 }
 
 /**

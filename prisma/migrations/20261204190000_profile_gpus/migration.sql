@@ -1,0 +1,6 @@
+-- AlterTable
+ALTER TABLE "RuntimeProfile" ADD COLUMN     "gpuCount" INTEGER NOT NULL DEFAULT 0,
+ADD COLUMN     "gpuLayers" INTEGER NOT NULL DEFAULT 0,
+ADD COLUMN     "gpuLayersAll" BOOLEAN NOT NULL DEFAULT false,
+ADD COLUMN     "gpuMemoryBytes" BIGINT NOT NULL DEFAULT 0,
+ADD COLUMN     "gpuShared" BOOLEAN NOT NULL DEFAULT false;

@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "ServiceKey" ADD COLUMN     "lastUsedAt" TIMESTAMPTZ(3);
+
