@@ -19,6 +19,8 @@
 //   npx tsx bench/openai.ts    BENCH_RUNS=3 BENCH_RATE=1000 BENCH_SECONDS=5 BENCH_SWEEP=100,250,500,750,1000,1500,2000
 //                              BENCH_SWEEP_SECONDS=2 BENCH_STREAMS=160 BENCH_CHUNKS=100 BENCH_PACE_MS=5
 //                              BENCH_STREAM_CONCURRENCY=16
+// BENCH_CPU_PROF=<dir> has the control plane and the agent write CPU profiles there, and prints the
+// open loop's window to read them in: npx tsx bench/support/read-profile.ts FILE 40 FROM-TO.
 import { cpus, loadavg } from "node:os";
 import { Agent, request } from "undici";
 import { openLoop } from "./support/open-loop.js";
@@ -104,7 +106,9 @@ async function sweep(): Promise<{ most: number; steps: string[] }> {
     const a = await fixedRate(api, r, sweepSeconds);
     const added = a.summary.p99 - d.summary.p99;
     const met = added <= addedP99Target && a.failed === 0 && d.failed === 0;
-    steps.push(`${r}/s added p99 ${ms(added)}${a.failed > 0 ? ` (${a.failed} failed: ${a.firstError})` : ""}${met ? "" : " MISS"}`);
+    steps.push(
+      `${r}/s added p50 ${ms(a.summary.p50 - d.summary.p50)} p99 ${ms(added)}${a.failed > 0 ? ` (${a.failed} failed: ${a.firstError})` : ""}${met ? "" : " MISS"}`,
+    );
     if (!met) break;
     most = r;
   }
@@ -145,8 +149,11 @@ async function oneRun(): Promise<Run> {
   // What each request through the API costs the control plane and the agent: the load-independent figure.
   const cpuNow = () => [processCpuMs(setup.pids.server), processCpuMs(setup.pids.agent), processCpuMs(process.pid)];
   const cpu0 = cpuNow();
+  const from = monotonicUs();
   const a = await fixedRate(api, rate, seconds);
   const cpu = cpuNow().map((c, i) => (c - cpu0[i]!) / (rate * seconds));
+  // The window to read the processes' CPU profiles in (bench/support/read-profile.ts).
+  if (process.env.BENCH_CPU_PROF) step(`API open loop: monotonic µs ${from}-${monotonicUs()}`);
   const { most, steps } = await sweep();
   const sd = await streaming(direct);
   const sa = await streaming(api);
@@ -154,6 +161,7 @@ async function oneRun(): Promise<Run> {
   return { direct: d, api: a, cpu, most, steps, ratio, ttftDirect: sd.ttft, ttftApi: sa.ttft, load: loadavg()[0]! };
 }
 
+const monotonicUs = () => process.hrtime.bigint() / 1000n;
 const pcts = (s: Summary) => `${ms(s.p50)}/${ms(s.p95)}/${ms(s.p99)}`;
 const added = (r: Run, p: "p50" | "p95" | "p99") => r.api.summary[p] - r.direct.summary[p];
 const spread = (xs: number[], f = ms) => {

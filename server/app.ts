@@ -2,6 +2,7 @@
 // serving Connect, gRPC and gRPC-Web. `startServer` is what `main` and the tests both run. Each
 // subsystem is built in ./start/ from the narrow collaborators it uses, and brings its own RPCs,
 // periodic loops and close; this file only orders them. Nothing imports it but main.ts.
+import { setTimeout as delay } from "node:timers/promises";
 import type { Config } from "./config.js";
 import { systemClock, type Clock } from "../common/clock.js";
 import type { Logger } from "./observability/logger.js";
@@ -23,6 +24,7 @@ import { openJobs } from "./start/jobs.js";
 import { openDeployments } from "./start/deployments.js";
 import { openServing } from "./start/serving.js";
 import { agentApi } from "./start/agents.js";
+import { openUpgrades } from "./start/upgrades.js";
 import { adminApi } from "./start/admin.js";
 import { runLoops } from "./start/loops.js";
 import { Drain, drainWithin } from "./invoke/drain.js";
@@ -106,6 +108,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
 
 /** However long the drain took, connections get this long to carry the sessions' typed endings. */
 const endingFloorMs = 1_000;
+/** After invokes drained, how long peers get to read their answers before connections close (real time: socket I/O, not a rule). */
+const answerTailMs = 1_000;
 
 interface Closing {
   log: Logger;
@@ -129,8 +133,14 @@ async function stopServer(p: Closing, closers: readonly { close(): Promise<unkno
   const deadline = p.clock.now() + p.graceMs;
   p.health.setNotServing();
   const closed = p.listener.stopAccepting();
+  const answered = p.drain.inFlight > 0;
   const cut = await drainWithin(p.drain, p.clock, p.graceMs);
   if (cut > 0) p.log.warn({ inFlight: cut, graceMs: p.graceMs }, "shutdown grace ran out: cutting the invokes still in flight");
+  // Answers just finished may still sit unread at a busy peer. Closing an HTTP/2 connection stops
+  // its reading, so what the peer sends next (a WINDOW_UPDATE for what it read) meets a closed
+  // socket, and the TCP reset that answers it discards the peer's unread data: the answer's tail.
+  // The peers get a moment to read it while this side still reads (new invokes are refused).
+  if (answered) await delay(Math.min(answerTailMs, Math.max(0, deadline - p.clock.now())));
   p.shutdown.abort();
   p.health.endWatches();
   await p.listener.endConnections(closed, Math.max(endingFloorMs, deadline - p.clock.now()));
@@ -179,10 +189,12 @@ async function assemble(deps: AssembleDeps) {
     metrics,
     countsFlushMs: deps.options.invokeCountsFlushMs,
   });
-  const agents = agentApi({ config, clock, log, db, ca, sessions, jobs, deployments, serving, shutdown, metrics });
+  deployments.countInFlightWith((deploymentId, revision, replica) => serving.relay.inFlightOf(deploymentId, revision, replica));
+  const upgrades = await openUpgrades({ config, clock, log, db, cluster, sessions, deployments });
+  const agents = agentApi({ config, clock, log, db, ca, sessions, jobs, deployments, serving, upgrades, shutdown, metrics });
   const admin = adminApi(
     { config, clock, db, ca, sessions, port, replicaId: cluster.bus.replicaId, shutdown },
-    { ...jobs.adminRpcs, ...deployments.adminRpcs, ...serviceKeys.rpcs, ...serving.adminRpcs },
+    { ...jobs.adminRpcs, ...deployments.adminRpcs, ...serviceKeys.rpcs, ...serving.adminRpcs, ...upgrades.adminRpcs },
   );
   return {
     cluster,
@@ -200,6 +212,6 @@ async function assemble(deps: AssembleDeps) {
       admin,
       deployment: serving.service,
     },
-    loops: [...sessions.loops, ...jobs.loops, ...deployments.loops, ...serving.loops, deps.listener.ticketKeys],
+    loops: [...sessions.loops, ...jobs.loops, ...deployments.loops, ...serving.loops, ...upgrades.loops, deps.listener.ticketKeys],
   };
 }

@@ -312,7 +312,7 @@ describe("forge help and usage", () => {
     const description = (await forge(["--help"])).stdout.split("\n")[2]!;
     expect(description).toBe(
       "The ModelForge operator CLI: enrollment tokens, nodes, jobs, the artifact store, runtime profiles, deployments and their logs, " +
-        "service keys, service clients' usage and the audit log.",
+        "service keys, service clients' usage, agent upgrades and the audit log.",
     );
     for (const g of groups) expect(description).toContain(g.topic);
   });
@@ -728,13 +728,34 @@ describe("forge runtimes", () => {
     expect(remote.stdout).toMatch(/Memory:\s+8\.0 GiB/);
     const llamaMemory = await forge(["runtimes", "create", "x", "--engine", "llama.cpp", "--memory-bytes", "1"]);
     expect(llamaMemory.stderr).toMatch(/^error: invalid_argument: memory_bytes: only an openai-http profile declares memory/);
+    const vllm = await forge([
+      "runtimes",
+      "create",
+      "cli-vllm",
+      "--engine",
+      "openai-http",
+      "--gpu-count",
+      "2",
+      "--gpu-memory-bytes",
+      String(20 * 2 ** 30),
+      "--gpu-shared",
+    ]);
+    expect(vllm.code, vllm.stderr).toBe(0);
+    expect(vllm.stdout).toMatch(/GPUs:\s+2, 20 GiB each, shared/);
+    const offload = await forge(["runtimes", "create", "cli-offload", "--engine", "llama.cpp", "--gpu-layers", "all", "--gpu-count", "1"]);
+    expect(offload.code, offload.stderr).toBe(0);
+    expect(offload.stdout).toMatch(/GPUs:\s+1, all layers/);
+    expect((await forge(["runtimes", "create", "x", "--engine", "llama.cpp", "--gpu-layers", "some"])).code).toBe(2);
+    const noCount = await forge(["runtimes", "create", "x", "--engine", "llama.cpp", "--gpu-layers", "20"]);
+    expect(noCount.stderr).toMatch(/^error: invalid_argument: gpu_count: must be at least 1 to offload layers/);
     const badName = await forge(["runtimes", "create", "Bad Name", "--engine", "llama.cpp"]);
     expect(badName.code).toBe(1);
     expect(badName.stderr).toMatch(/^error: invalid_argument: name: must be 1 to 64 characters/);
 
     const list = await forge(["runtimes", "list"]);
     expect(list.code).toBe(0);
-    expect(list.stdout).toMatch(/cli-tiny\s+llama\.cpp\s+2048\s+2\s+[0-9a-f]{12}/);
+    expect(list.stdout).toMatch(/cli-tiny\s+llama\.cpp\s+2048\s+2\s+-\s+[0-9a-f]{12}/);
+    expect(list.stdout).toMatch(/cli-vllm\s+openai-http\s+default\s+default\s+2\s+[0-9a-f]{12}/);
     const json = await forgeJson<{ profiles: { name: string; spec: { engine: string; contentHash: string } }[] }>(["runtimes", "list"]);
     const profile = json.profiles.find((p) => p.name === "cli-tiny")!;
     expect(profile.spec.engine).toBe("ENGINE_KIND_LLAMA_CPP");

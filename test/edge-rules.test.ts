@@ -8,6 +8,7 @@ import { admit, type EdgeRequest } from "../server/edge/admission.js";
 import { defaultRequestBytes, largestRequestBytes, requestLimitOf } from "../server/edge/limits.js";
 import { edgeAdapterOptions } from "../server/edge/guard.js";
 import { MAX_INVOKE_PAYLOAD_BYTES } from "../server/jobs/spec.js";
+import { putArtifactFilesRequestBytes } from "../server/artifacts/rules.js";
 import { AgentService, GetServerInfoRequestSchema, type GetServerInfoRequest } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { PresentedCertificate } from "../server/context.js";
@@ -42,7 +43,7 @@ describe("request limits", () => {
     expect(requestLimitOf(path, contentType).bytes).toBe(bytes);
   });
 
-  it("gives the 4 MiB of a deployment.invoke.v1 payload, in either encoding, only to the paths that carry one; an artifact chunk 1 MiB", () => {
+  it("gives the 4 MiB of a deployment.invoke.v1 payload, in either encoding, only to the paths that carry one; an artifact chunk 1 MiB, a batch of small files 1 MiB and their names", () => {
     for (const path of allPaths) {
       const binary = requestLimitOf(path, "application/proto").bytes;
       const json = requestLimitOf(path, "application/json").bytes;
@@ -53,6 +54,9 @@ describe("request limits", () => {
       } else if (path === "/modelforge.admin.v1.AdminService/UploadArtifactChunk") {
         // An operator pushing an artifact: one chunk of at most 1 MiB and the names around it.
         expect(binary, path).toBe(1024 * KiB + 16 * KiB);
+      } else if (path === "/modelforge.admin.v1.AdminService/PutArtifactFiles") {
+        // Small files sent whole: 1 MiB of data and the names of up to 1000 files.
+        expect(binary, path).toBe(putArtifactFilesRequestBytes);
       } else {
         expect(binary, path).toBeLessThanOrEqual(256 * KiB);
       }

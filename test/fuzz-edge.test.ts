@@ -165,7 +165,9 @@ function fieldPaths(desc: DescMessage, depth = 0, seen: string[] = []): DescFiel
   const out: DescField[][] = [];
   for (const field of desc.fields) {
     out.push([field]);
-    if (field.fieldKind === "message" && depth < 4 && !seen.includes(field.message.typeName)) {
+    // A wrapper (google.protobuf.UInt32Value, ...) is its value in protobuf-es: nothing to walk into.
+    const wrapper = field.fieldKind === "message" && /^google\.protobuf\.\w+Value$/.test(field.message.typeName);
+    if (field.fieldKind === "message" && !wrapper && depth < 4 && !seen.includes(field.message.typeName)) {
       for (const rest of fieldPaths(field.message, depth + 1, [...seen, desc.typeName])) out.push([field, ...rest]);
     }
   }
@@ -570,8 +572,10 @@ describe("invoke payload fuzzing through a real agent and runtime", () => {
           authorization: `Bearer ${secret}`,
           "grpc-timeout": timeout,
         });
-        // Answered (a message came), canceled (the deadline ended its wait) or deadline_exceeded.
-        expect(["ok-streaming", "0", "1", "4"], `grpc-timeout ${timeout} -> ${status}`).toContain(status);
+        // Answered (a message came), canceled (the deadline ended its wait), deadline_exceeded, or
+        // resource_exhausted: the runtime generates one request at a time and the previous probe's
+        // generation, cut by its deadline, may still be stopping on a busy machine.
+        expect(["ok-streaming", "0", "1", "4", "8"], `grpc-timeout ${timeout} -> ${status}`).toContain(status);
       }
     } finally {
       raw.close();

@@ -11,7 +11,7 @@ import {
   SessionResponseSchema,
   type SessionRequest,
 } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { heartbeatReplyBytes, plainHeartbeatId } from "../server/sessions/heartbeat-wire.js";
+import { emptyReplyBytes, heartbeatReplyBytes, plainHeartbeatId } from "../server/sessions/heartbeat-wire.js";
 import { requestViolation } from "../server/edge/validate.js";
 import { mulberry32 } from "../common/random.js";
 
@@ -32,7 +32,8 @@ function generalId(bytes: Uint8Array): bigint | undefined {
   } catch {
     return undefined;
   }
-  if (m.message.case !== "heartbeat" || m.message.value.capabilities.length > 0) return undefined;
+  if (m.message.case !== "heartbeat" || m.message.value.capabilities.length > 0 || m.message.value.replicaLoads.length > 0)
+    return undefined;
   return requestViolation(SessionRequestSchema, m) === undefined ? m.messageId : undefined;
 }
 
@@ -68,6 +69,13 @@ describe("reading a heartbeat off the wire", () => {
     [
       "capabilities",
       create(SessionRequestSchema, { messageId: 1n, message: { case: "heartbeat", value: { capabilities: ["artifact.acquire.v1"] } } }),
+    ],
+    [
+      "replica loads (routing reads them; a plain heartbeat clears them)",
+      create(SessionRequestSchema, {
+        messageId: 1n,
+        message: { case: "heartbeat", value: { replicaLoads: [{ deploymentId: "d", revision: 1n, replica: 1, inFlight: 2, queued: 1 }] } },
+      }),
     ],
     ["a message id beyond 2^49", heartbeat(2n ** 49n, "1.0", 0)],
     ["a message id beyond what is stored", heartbeat(2n ** 63n, "1.0", 0)],
@@ -132,6 +140,18 @@ describe("writing a heartbeat's reply", () => {
         );
         expect(Buffer.from(heartbeatReplyBytes(id, ms)).toString("hex"), `${id} ${ms}`).toBe(Buffer.from(expected).toString("hex"));
       }
+    }
+  });
+});
+
+describe("writing a relayed message's acknowledgement", () => {
+  it("writes what protobuf-es writes for a reply without a result", () => {
+    for (const id of [...ids, 2n ** 53n + 1n, 2n ** 64n - 1n]) {
+      const expected = toBinary(
+        SessionResponseSchema,
+        create(SessionResponseSchema, { message: { case: "reply", value: create(ReplySchema, { messageId: id }) } }),
+      );
+      expect(Buffer.from(emptyReplyBytes(id)).toString("hex"), `${id}`).toBe(Buffer.from(expected).toString("hex"));
     }
   });
 });

@@ -2,7 +2,9 @@
 // replicas need it). Two control planes on one database and one CA; a real agent process holding
 // the tiny GGUF keeps its Session on replica A; the deployment, the service key and every invoke
 // go through replica B, which forwards to A with the caller's own key. A holder whose record went
-// stale is not forwarded to, and a drain on A refuses new invokes arriving at B at once.
+// stale is not forwarded to, and a drain on A refuses new invokes arriving at B at once. A key's
+// limit holds across both: a second agent keeps its Session on B, and one rate-limited key is
+// driven through both replicas at once, each admitting on its own (its own KeyLimiter).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -16,7 +18,7 @@ import { startTestServer, type TestServer } from "./support/server.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
-import { serveTiny } from "./support/serving.js";
+import { deployReady, serveTiny } from "./support/serving.js";
 
 const commit = "c".repeat(40);
 
@@ -29,10 +31,10 @@ let agent: AgentProcess;
 let secret: string;
 let viaB: any;
 
-function unary(method: string, req: object): Promise<any> {
+function unary(method: string, req: object, via = viaB, key = secret): Promise<any> {
   const md = new grpc.Metadata();
-  md.set("authorization", `Bearer ${secret}`);
-  return new Promise((resolve, reject) => viaB[method](req, md, (e: unknown, r: unknown) => (e ? reject(e) : resolve(r))));
+  md.set("authorization", `Bearer ${key}`);
+  return new Promise((resolve, reject) => via[method](req, md, (e: unknown, r: unknown) => (e ? reject(e) : resolve(r))));
 }
 const completion = (max: number, extra: object = {}) =>
   Buffer.from(JSON.stringify({ prompt: "The quick brown fox", max_tokens: max, temperature: 0, ...extra }));
@@ -80,6 +82,58 @@ afterAll(async () => {
   await a?.stop();
   await db?.cleanup();
   if (root) rmSync(root, { recursive: true, force: true });
+});
+
+describe("a rate-limited key at both replicas", () => {
+  let nodeB: TestNode;
+  let agentB: AgentProcess;
+  let viaA: any;
+  beforeAll(async () => {
+    nodeB = await enrollTestNode(b, "serving-on-b");
+    agentB = spawnAgent(nodeB.statePath, {
+      MODELFORGE_AGENT_RUNTIMES: "on",
+      MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
+      MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
+    });
+    await eventually(async () => b.server.sessionsConnected(nodeB.nodeId), 30_000, "the second agent's session on B");
+    // The same model, already in the store, served from the node whose Session is on B.
+    await deployReady(b.admin, {
+      name: "tiny-b",
+      nodeId: nodeB.nodeId,
+      runtimeProfile: "tiny-cpu",
+      repository: "acme/tiny",
+      commit,
+      targetRoot: root,
+      maxInFlight: 8,
+    });
+    viaA = plainDeploymentService(a.url, a.caPem);
+  }, 180_000);
+  afterAll(async () => {
+    viaA?.close();
+    await agentB?.stop();
+  });
+
+  it("admits exactly its requests per minute between them, each replica admitting its own requests at once", async () => {
+    const rpm = 6;
+    const key = (await b.admin.createServiceKey({ name: "limited", deployments: ["tiny", "tiny-b"], limits: { requestsPerMinute: rpm } }))
+      .secret;
+    // rpm requests at each replica, all at once, each for the deployment whose node's Session is
+    // there: none is forwarded, so each replica's own limiter admits its own.
+    const calls = [...Array(rpm).fill(["tiny", viaA]), ...Array(rpm).fill(["tiny-b", viaB])] as [string, unknown][];
+    const outcomes = await Promise.all(
+      calls.map(([deploymentId, via]) =>
+        unary("Invoke", { deploymentId, payload: completion(1) }, via, key).then(
+          () => "admitted",
+          (err) => (err.code === grpc.status.RESOURCE_EXHAUSTED ? `refused ${err.metadata.get("retry-after")[0] !== undefined}` : err),
+        ),
+      ),
+    );
+    // docs/clients.md: replicas never admit more than the limit between them (no overshoot), and
+    // none is refused while the limit has room; every refusal says when to retry.
+    expect(outcomes.filter((o) => o === "admitted")).toHaveLength(rpm);
+    expect(outcomes.filter((o) => o !== "admitted")).toEqual(Array(rpm).fill("refused true"));
+    expect(b.server.sessionsConnected(nodeB.nodeId) && a.server.sessionsConnected(node.nodeId)).toBe(true);
+  }, 60_000);
 });
 
 describe("an invoke at the replica without the node's session", () => {

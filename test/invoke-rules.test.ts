@@ -7,7 +7,7 @@ import { Code, type ConnectError } from "@connectrpc/connect";
 import { pino } from "pino";
 import { InvokeApi } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { SessionRequestSchema, type SessionResponse } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { InFlight, invokeTimeoutMs, nodeRefusal, routeInvoke } from "../server/invoke/rules.js";
+import { InFlight, invokeTimeoutMs, nodeRefusal, pickReplica, routeInvoke } from "../server/invoke/rules.js";
 import { InvokeRelay, type InvokeCall, type InvokeForwarder } from "../server/invoke/relay.js";
 import { InvokeCounts } from "../server/invoke/counts.js";
 import { LogWatches } from "../server/invoke/logs.js";
@@ -31,7 +31,7 @@ const target = (over: Partial<DeploymentTarget> = {}): DeploymentTarget => ({
   createdAt: 0,
   maxInFlight: 2,
   invokeTimeoutMs: 60_000,
-  ready: [{ revision: 2n, nodeId: "n1", phase: "READY", engine: "llama.cpp" }],
+  ready: [{ revision: 2n, replica: 0, nodeId: "n1", phase: "READY", engine: "llama.cpp" }],
   ...over,
 });
 const codeOf = (f: () => unknown) => {
@@ -56,16 +56,66 @@ describe("routing an invoke", () => {
   ])("%s: refused", (_what, t, code) => {
     expect(codeOf(() => routeInvoke(t, scope, "tiny", up))).toBe(code);
   });
-  it("takes the newest ready revision whose node's session is here; else every ready instance is a candidate elsewhere", () => {
+  it("takes every ready replica whose node's session is here; else every ready one is a candidate elsewhere", () => {
     const t = target({
       ready: [
-        { revision: 3n, nodeId: "n2", phase: "READY", engine: "llama.cpp" },
-        { revision: 2n, nodeId: "n1", phase: "READY", engine: "llama.cpp" },
+        { revision: 3n, replica: 0, nodeId: "n2", phase: "READY", engine: "llama.cpp" },
+        { revision: 2n, replica: 0, nodeId: "n1", phase: "READY", engine: "llama.cpp" },
       ],
     });
-    expect(routeInvoke(t, scope, "tiny", up)).toEqual({ here: t.ready[0] });
-    expect(routeInvoke(t, scope, "tiny", (n) => n === "n1")).toEqual({ here: t.ready[1] });
+    expect(routeInvoke(t, scope, "tiny", up)).toEqual({ here: t.ready });
+    expect(routeInvoke(t, scope, "tiny", (n) => n === "n1")).toEqual({ here: [t.ready[1]] });
     expect(routeInvoke(t, scope, "tiny", () => false)).toEqual({ elsewhere: t.ready });
+  });
+
+  it("a degraded deployment still routes to its ready replicas; a pending one has none", () => {
+    expect(routeInvoke(target({ phase: "DEGRADED" }), scope, "tiny", up)).toEqual({ here: target().ready });
+    expect(codeOf(() => routeInvoke(target({ phase: "PENDING", ready: [] }), scope, "tiny", up))).toBe(Code.FailedPrecondition);
+  });
+
+  describe("power of two choices", () => {
+    const replicas = ["a", "b", "c", "d"];
+    // Loads as [in flight through this control plane, queued on the node by its last heartbeat].
+    it.each([
+      ["one candidate is the only choice", ["a"], {}, [0.9], "a"],
+      ["none", [], {}, [0.5], undefined],
+      ["of the two drawn, the less loaded wins", replicas, { a: [1, 0], b: [0, 0], c: [0, 0] }, [0, 0], "b"],
+      ["the first drawn wins a tie", replicas, { a: [1, 0], b: [1, 0] }, [0, 0], "a"],
+      ["a replica at its bound is never drawn", ["a", "b"], { a: [2, 0], b: [0, 0] }, [0, 0], "b"],
+      ["all at their bound: none", ["a", "b"], { a: [2, 0], b: [2, 0] }, [0, 0], undefined],
+      ["never the same replica twice in one draw", ["a", "b"], {}, [0.99, 0.99], "b"],
+      ["the node's queue counts: idle here but queued there loses", ["a", "b"], { a: [0, 3], b: [1, 0] }, [0, 0], "b"],
+      ["local in flight plus the queue: 1 + 1 beats 0 + 3", ["a", "b"], { a: [0, 3], b: [1, 1] }, [0, 0], "b"],
+      ["a tie of the sums goes to the first drawn", ["a", "b"], { a: [1, 1], b: [0, 2] }, [0, 0], "a"],
+      ["the bound is on the local count only: a long queue elsewhere still takes one", ["a"], { a: [1, 50] }, [0], "a"],
+      ["all queued, the shortest queue", ["a", "b"], { a: [0, 4], b: [0, 2] }, [0, 0], "b"],
+    ] as const)("%s", (_name, candidates, load, draws, want) => {
+      const queue = [...draws];
+      const pick = pickReplica(
+        candidates,
+        (c) => {
+          const [inFlight, queued] = (load as Record<string, readonly [number, number]>)[c] ?? [0, 0];
+          return { inFlight, queued };
+        },
+        2,
+        () => queue.shift() ?? 0,
+      );
+      expect(pick).toBe(want);
+    });
+    it("spreads evenly: over 10,000 picks with equal load each of four replicas gets 20-30 %", () => {
+      let seed = 42;
+      const random = () => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed / 2 ** 31;
+      };
+      const counts = new Map<string, number>();
+      for (let k = 0; k < 10_000; k++) {
+        const c = pickReplica(replicas, () => ({ inFlight: 0, queued: 0 }), 0, random)!;
+        counts.set(c, (counts.get(c) ?? 0) + 1);
+      }
+      for (const r of replicas) expect(counts.get(r)! / 10_000).toBeGreaterThan(0.2);
+      for (const r of replicas) expect(counts.get(r)! / 10_000).toBeLessThan(0.3);
+    });
   });
   it.each([
     [undefined, 60_000, 30_000],
@@ -135,10 +185,14 @@ describe("agent rules", () => {
     const giveUp = new AbortController();
     const second = gate.acquire(giveUp.signal);
     const third = gate.acquire(new AbortController().signal);
+    // What the agent's heartbeat reports as queued at the runtime.
+    expect(gate.queued).toBe(2);
     giveUp.abort(new Error("gone"));
     await expect(second).rejects.toThrow("gone");
+    expect(gate.queued).toBe(1);
     first();
     (await third)();
+    expect(gate.queued).toBe(0);
   });
   it.each([
     [new OpenAiClientError(400, "invalid_request_error", undefined, "x"), "invalid_argument"],
@@ -151,6 +205,8 @@ describe("agent rules", () => {
     [new OpenAiClientError(401, undefined, undefined, "x"), "internal"],
     [new RangeError("Maximum call stack size exceeded"), "internal"],
     [Object.assign(new Error("t"), { name: "TimeoutError" }), "deadline_exceeded"],
+    [Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED" }), "unavailable"],
+    [Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }), "internal"],
   ])("runtime refusal %s -> %s", (err, code) => expect(refusalCode(err)).toBe(code));
   it.each([
     ["short", "the model said no", "the model said no"],
@@ -171,6 +227,11 @@ class FakeSession implements LiveSession {
   constructor(readonly nodeId: string) {}
   readonly serial = "s";
   readonly embeddingEngines = ["llama.cpp"];
+  /** What the node's heartbeat reported queued, by "deployment/revision/replica". */
+  readonly queued = new Map<string, number>();
+  queuedAt(deploymentId: string, revision: bigint, replica: number) {
+    return this.queued.get(`${deploymentId}/${revision}/${replica}`) ?? 0;
+  }
   send(m: SessionResponse) {
     this.sent.push(m);
     return true;
@@ -189,7 +250,7 @@ class FakeForwarder implements InvokeForwarder {
   }
   async *forward(holder: SessionHolder, call: InvokeCall) {
     this.forwarded.push({ holder, call });
-    yield { payload: Buffer.from(`from ${holder.replicaId}`), contentType: "application/json", revision: 2n };
+    yield { payload: Buffer.from(`from ${holder.replicaId}`), contentType: "application/json", revision: 2n, replica: 0 };
   }
   close() {}
 }
@@ -268,6 +329,32 @@ function setup(t: DeploymentTarget | undefined, forwarder?: InvokeForwarder) {
 describe("the relay over a fake node session", () => {
   const tick = () => new Promise((r) => setImmediate(r));
 
+  it("sends a request to the replica slot with the shorter queue its node reported, naming the slot", async () => {
+    const pair = target({
+      ready: [
+        { revision: 2n, replica: 0, nodeId: "n1", phase: "READY", engine: "llama.cpp" },
+        { revision: 2n, replica: 1, nodeId: "n1", phase: "READY", engine: "llama.cpp" },
+      ],
+    });
+    const s = setup(pair);
+    const sentReplica = () => {
+      const m = [...s.node.sent].reverse().find((x) => x.message.case === "invoke")!.message;
+      return m.case === "invoke" ? m.value.invoke?.replica : undefined;
+    };
+    for (const [busy, want] of [
+      [0, 1],
+      [1, 0],
+    ] as const) {
+      s.node.queued.clear();
+      s.node.queued.set(`d1/2/${busy}`, 3);
+      const answered = s.collect(s.relay.invoke(s.principal, s.call()));
+      await tick();
+      expect(sentReplica()).toBe(want);
+      s.answer(s.lastInvokeId(), { payload: Buffer.from("ok"), done: true, revision: 2n });
+      await answered;
+    }
+  });
+
   it("relays a request and its answer; streams chunk by chunk", async () => {
     const s = setup(target());
     const unary = s.collect(s.relay.invoke(s.principal, s.call()));
@@ -291,7 +378,7 @@ describe("the relay over a fake node session", () => {
     await expect(s.collect(s.relay.invoke(s.principal, s.call()))).rejects.toMatchObject({ code: Code.ResourceExhausted });
     s.answer(s.lastInvokeId(), { payload: Buffer.from("x"), done: true });
     await first;
-    expect(s.relay.inFlightOf("d1")).toBe(0);
+    expect(s.relay.inFlightOf("d1", 2n, 0)).toBe(0);
   });
 
   it("a node's typed error reaches the caller; a deadline cancels on the node", async () => {
@@ -349,7 +436,7 @@ describe("the relay over a fake node session", () => {
   });
 
   it("forwards to the replica holding the node's session, once; none holding it is unavailable", async () => {
-    const elsewhere = target({ ready: [{ revision: 2n, nodeId: "n9", phase: "READY", engine: "llama.cpp" }] });
+    const elsewhere = target({ ready: [{ revision: 2n, replica: 0, nodeId: "n9", phase: "READY", engine: "llama.cpp" }] });
     const holder = { nodeId: "n9", replicaId: "r-a", url: "https://a.internal:8443" };
     const forwarder = new FakeForwarder({ n9: holder });
     const s = setup(elsewhere, forwarder);

@@ -1,6 +1,6 @@
 // Reclaim of work on a partitioned node: after the offline threshold plus the reclaim grace, its
-// in-flight job and its loaded deployment are marked failed ("node unreachable: reclaimed") and
-// audited, nothing is leased while it is away, and when it comes back it is told to stop the
+// in-flight job is marked failed ("node unreachable: reclaimed") and audited, its deployment
+// replica is moved off it (placed again, here nowhere else, so PENDING), nothing is leased while it is away, and when it comes back it is told to stop the
 // reclaimed job and gets its pending work. Time is a manual clock: the partition lasts exactly as
 // long as the test says, however busy the machine.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -105,17 +105,22 @@ describe("a partitioned node", () => {
     });
     expect(reclaimed.attempt).toBe(1);
     expect((await ts.admin.getNode({ nodeId: node.nodeId })).node!.liveness).toBe(Liveness.OFFLINE);
-    const deployment = await ts.server.db.prisma.deployment.findUniqueOrThrow({ where: { id: deploymentId } });
-    expect(deployment.failureReason).toBe("node unreachable: reclaimed");
+    // The replica is the controller's: taken off the unreachable node and waiting to be placed (the
+    // deployment is pinned to this node, so nowhere else fits).
+    await eventually(
+      async () => (await ts.server.db.prisma.deploymentInstance.findFirstOrThrow({ where: { deploymentId } })).phase === "pending",
+      10_000,
+      "the replica moved off the unreachable node",
+    );
     const instance = await ts.server.db.prisma.deploymentInstance.findFirstOrThrow({ where: { deploymentId } });
-    expect(instance).toMatchObject({ phase: "failed", reason: "node unreachable: reclaimed" });
+    expect(instance.nodeId).toBeNull();
     const events = (await ts.admin.listAuditEvents({ pageSize: 200 })).events;
     expect(events.find((e) => e.action === "job.failed" && e.targetId === long.id)?.details).toMatchObject({
       reason: "node unreachable: reclaimed",
       code: "NODE_UNREACHABLE",
       nodeId: node.nodeId,
     });
-    expect(events.some((e) => e.action === "deployment.reclaimed" && e.targetId === deploymentId)).toBe(true);
+    expect(events.some((e) => e.action === "deployment.replica_unplaced" && e.targetId === deploymentId)).toBe(true);
     const attempts = await ts.server.db.prisma.jobAttempt.findMany({ where: { jobId: long.id } });
     expect(attempts.map((a) => [a.attempt, a.outcome])).toEqual([[1, "reclaimed"]]);
 

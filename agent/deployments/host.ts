@@ -1,5 +1,6 @@
-// The deployments this agent serves: one runtime per deployment revision (two during a revision
-// change), started through the supervisor with the lease's resolved profile, held until unloaded.
+// The deployments this agent serves: one runtime per deployment revision and replica slot (two
+// revisions during a revision change; several slots when max_per_node lets replicas share the
+// node), started through the supervisor with the lease's resolved profile, held until unloaded.
 // Drain marks a revision as taking no new invokes and waits for the ones in flight; unload stops
 // the runtime. What is held is reported in Hello; after an agent restart nothing is (the new
 // agent reaps the old runtimes as orphans), so the control plane loads again.
@@ -7,9 +8,10 @@ import type { Logger } from "pino";
 import { systemClock, type Clock } from "../../common/clock.js";
 import { EngineKind as ProtoEngineKind, JobFailureCode, type DeploymentLoad } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { HeldDeploymentSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { HeldDeploymentSchema, ReplicaLoadSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineError, type Runtime, type Supervisor } from "../engines/supervisor.js";
+import { unavailableGpus, type AssignedDevice } from "../engines/gpus.js";
 import { failureFor } from "../capabilities/runtime.js";
 import { verifiedModelPath } from "../capabilities/leased-model.js";
 import { JobFailureError } from "../jobs/registry.js";
@@ -19,7 +21,11 @@ import { engineNameOfKind } from "../../common/engines.js";
 export interface HeldRuntime {
   readonly deploymentId: string;
   readonly revision: bigint;
+  /** The replica slot it serves: 0 for a lease from a server that names none. */
+  readonly replica: number;
   readonly runtime: Runtime;
+  /** The GPUs its lease assigned (UUIDs, sorted, comma-joined; "" for none): the runtime is bound to them. */
+  readonly gpus: string;
   draining: boolean;
   /** Aborts of the invokes running on it. */
   readonly inFlight: Set<AbortController>;
@@ -37,6 +43,11 @@ export class Gate {
   private readonly waiting: (() => void)[] = [];
 
   constructor(private readonly limit: number) {}
+
+  /** Requests waiting for a slot. */
+  get queued(): number {
+    return this.waiting.length;
+  }
 
   /** Resolves with a release once a slot is free; rejects if `signal` aborts first. */
   async acquire(signal: AbortSignal): Promise<() => void> {
@@ -74,9 +85,21 @@ export interface DeploymentHostOptions {
   /** How long a loading runtime has to become healthy (default 120 s). */
   healthDeadlineMs?: number;
   logLimits?: LogLimits;
+  /** The node's GPUs now (nvidia-smi), to check a lease's assignment against; none when absent. */
+  gpus?: () => Promise<AssignedDevice[]>;
 }
 
-const keyOf = (deploymentId: string, revision: bigint) => `${deploymentId}#${revision}`;
+const keyOf = (deploymentId: string, revision: bigint, replica: number) => `${deploymentId}#${revision}#${replica}`;
+
+/**
+ * Which held runtimes a job or invoke names: one revision, or every one for revision 0; one replica
+ * slot, or every one when the server named none (an older server's spec: it placed one per node).
+ */
+export interface HeldSelector {
+  deploymentId: string;
+  revision: bigint;
+  replica?: number | undefined;
+}
 
 function typed(err: unknown): never {
   if (err instanceof EngineError) {
@@ -92,6 +115,7 @@ export class DeploymentHost {
   private readonly loading = new Map<string, Promise<HeldRuntime>>();
   private readonly lineListeners = new Set<(deploymentId: string, line: RuntimeLogLine) => void>();
   private readonly idleWaiters = new Set<() => void>();
+  private readonly lostListeners = new Set<() => void>();
   readonly clock: Clock;
   readonly logLimits: LogLimits;
 
@@ -100,24 +124,46 @@ export class DeploymentHost {
     this.logLimits = opts.logLimits ?? defaultLogLimits;
   }
 
+  /** Told when a runtime ends without being asked to; returns what stops the telling. */
+  onLost(listener: () => void): () => void {
+    this.lostListeners.add(listener);
+    return () => this.lostListeners.delete(listener);
+  }
+
   /** What Hello reports. */
   heldDeployments(): MessageInitShape<typeof HeldDeploymentSchema>[] {
     return [...this.held.values()].map((h) => ({
       deploymentId: h.deploymentId,
       revision: h.revision,
+      replica: h.replica,
       runtimeId: h.runtime.id,
       healthy: h.runtime.exitStatus() === undefined,
     }));
   }
 
-  /** The held revisions a job or invoke names: one revision, or every one for revision 0. */
-  matching(deploymentId: string, revision: bigint): HeldRuntime[] {
-    return [...this.held.values()].filter((h) => h.deploymentId === deploymentId && (revision === 0n || h.revision === revision));
+  /** What heartbeats report: each held replica's requests, and those waiting for its runtime. */
+  replicaLoads(): MessageInitShape<typeof ReplicaLoadSchema>[] {
+    return [...this.held.values()].map((h) => ({
+      deploymentId: h.deploymentId,
+      revision: h.revision,
+      replica: h.replica,
+      inFlight: h.inFlight.size,
+      queued: h.gate.queued,
+    }));
   }
 
-  /** The revision that takes a new invoke: the one named, else the newest not draining. */
-  forInvoke(deploymentId: string, revision: bigint): HeldRuntime | undefined {
-    const candidates = this.matching(deploymentId, revision).sort((a, b) => (a.revision > b.revision ? -1 : 1));
+  /** The held runtimes a job or invoke names. */
+  matching(named: HeldSelector): HeldRuntime[] {
+    const { deploymentId, revision, replica } = named;
+    return [...this.held.values()].filter(
+      (h) =>
+        h.deploymentId === deploymentId && (revision === 0n || h.revision === revision) && (replica === undefined || h.replica === replica),
+    );
+  }
+
+  /** The runtime that takes a new invoke: the one named, else the newest revision not draining. */
+  forInvoke(named: HeldSelector): HeldRuntime | undefined {
+    const candidates = this.matching(named).sort((a, b) => (a.revision > b.revision ? -1 : 1));
     return candidates.find((h) => !h.draining) ?? candidates[0];
   }
 
@@ -126,11 +172,16 @@ export class DeploymentHost {
     return () => this.lineListeners.delete(listener);
   }
 
-  /** Verifies the artifacts, starts the runtime and waits for its health; idempotent per revision. */
+  /** Verifies the artifacts, starts the runtime and waits for its health; idempotent per revision and replica. */
   async load(spec: DeploymentLoad): Promise<HeldRuntime> {
-    const key = keyOf(spec.deploymentId, spec.revision);
+    const key = keyOf(spec.deploymentId, spec.revision, spec.replica ?? 0);
     const existing = this.held.get(key);
-    if (existing !== undefined && existing.runtime.exitStatus() === undefined) return existing;
+    if (existing !== undefined && existing.runtime.exitStatus() === undefined) {
+      if (existing.gpus === gpuKey(spec)) return existing;
+      // Placed here again on other GPUs (one it had went missing): the runtime it holds is confined
+      // to the old ones, so it gives way to a new one.
+      await this.unload({ deploymentId: existing.deploymentId, revision: existing.revision, replica: existing.replica });
+    }
     const pending = this.loading.get(key);
     if (pending !== undefined) return pending;
     const started = this.start(spec, key).finally(() => this.loading.delete(key));
@@ -138,10 +189,10 @@ export class DeploymentHost {
     return started;
   }
 
-  /** Layered health of the named revisions: process, endpoint, and whether it takes invokes. */
-  async health(deploymentId: string, revision: bigint): Promise<{ healthy: boolean; detail: string }> {
-    const held = this.matching(deploymentId, revision);
-    if (held.length === 0) throw new JobFailureError(JobFailureCode.NOT_FOUND, notHeld(deploymentId, revision), false);
+  /** Layered health of the named runtimes: process, endpoint, and whether it takes invokes. */
+  async health(named: HeldSelector): Promise<{ healthy: boolean; detail: string }> {
+    const held = this.matching(named);
+    if (held.length === 0) throw new JobFailureError(JobFailureCode.NOT_FOUND, notHeld(named), false);
     const parts: string[] = [];
     let healthy = true;
     for (const h of held) {
@@ -150,15 +201,15 @@ export class DeploymentHost {
       healthy &&= endpoint;
       const process = exit === undefined ? "running" : `exited (code ${exit.code}, signal ${exit.signal})`;
       parts.push(
-        `revision ${h.revision}: process ${process}; endpoint ${endpoint ? "healthy" : "unhealthy"}; ${h.draining ? "draining" : "serving"}; ${h.inFlight.size} in flight`,
+        `revision ${h.revision} replica ${h.replica}: process ${process}; endpoint ${endpoint ? "healthy" : "unhealthy"}; ${h.draining ? "draining" : "serving"}; ${h.inFlight.size} in flight`,
       );
     }
     return { healthy, detail: parts.join("; ").slice(0, 1024) };
   }
 
-  /** Stops taking new invokes on the named revisions and waits for those in flight, up to `timeoutMs`. */
-  async drain(deploymentId: string, revision: bigint, timeoutMs: number, signal?: AbortSignal): Promise<number> {
-    const held = this.matching(deploymentId, revision);
+  /** Stops taking new invokes on the named runtimes and waits for those in flight, up to `timeoutMs`. */
+  async drain(named: HeldSelector, timeoutMs: number, signal?: AbortSignal): Promise<number> {
+    const held = this.matching(named);
     const running = new Set<AbortController>();
     for (const h of held) {
       h.draining = true;
@@ -181,16 +232,19 @@ export class DeploymentHost {
     return running.size - stillRunning();
   }
 
-  /** Stops the named revisions' runtimes; the bytes of memory they held. */
-  async unload(deploymentId: string, revision: bigint): Promise<bigint> {
+  /** Stops the named runtimes; the bytes of memory they held. */
+  async unload(named: HeldSelector): Promise<bigint> {
     let freed = 0n;
-    for (const h of this.matching(deploymentId, revision)) {
+    for (const h of this.matching(named)) {
       const memory = await h.runtime.memory();
-      this.held.delete(keyOf(h.deploymentId, h.revision));
+      this.held.delete(keyOf(h.deploymentId, h.revision, h.replica));
       for (const c of h.inFlight) c.abort(new Error("the deployment was unloaded"));
       await this.opts.supervisor.stop(h.runtime.id).catch(typed);
       freed += BigInt(memory?.rssBytes ?? 0);
-      this.opts.log.info({ deploymentId, revision: h.revision, runtimeId: h.runtime.id }, "deployment unloaded");
+      this.opts.log.info(
+        { deploymentId: h.deploymentId, revision: h.revision, replica: h.replica, runtimeId: h.runtime.id },
+        "deployment unloaded",
+      );
     }
     return freed;
   }
@@ -217,6 +271,11 @@ export class DeploymentHost {
         false,
       );
     }
+    const gpus = spec.gpus.map((g) => ({ uuid: g.uuid, index: g.index }));
+    if (gpus.length > 0) {
+      const unavailable = unavailableGpus(gpus, (await this.opts.gpus?.()) ?? []);
+      if (unavailable !== undefined) throw new JobFailureError(JobFailureCode.GPU_UNAVAILABLE, unavailable, false);
+    }
     const modelPath = await verifiedModelPath(spec);
     const lines = new LogTail(
       spec.revision,
@@ -232,7 +291,9 @@ export class DeploymentHost {
         params: {
           ...(profile.contextSize > 0 ? { contextSize: profile.contextSize } : {}),
           ...(profile.threads > 0 ? { threads: profile.threads } : {}),
+          ...(profile.gpuLayersAll ? { gpuLayers: "all" as const } : profile.gpuLayers > 0 ? { gpuLayers: profile.gpuLayers } : {}),
         },
+        gpus,
         healthDeadlineMs: this.opts.healthDeadlineMs ?? 120_000,
         onOutput: (stream, chunk) => lines.write(stream, chunk),
       })
@@ -240,7 +301,9 @@ export class DeploymentHost {
     const held: HeldRuntime = {
       deploymentId: spec.deploymentId,
       revision: spec.revision,
+      replica: spec.replica ?? 0,
       runtime,
+      gpus: gpuKey(spec),
       draining: false,
       inFlight: new Set(),
       logs: lines,
@@ -248,27 +311,36 @@ export class DeploymentHost {
       gate: new Gate(engine === "llama.cpp" ? 1 : Number.POSITIVE_INFINITY),
     };
     this.held.set(key, held);
-    // A runtime that dies is no longer held: Hello stops naming it and the control plane reloads.
+    // A runtime that dies is no longer held: the session tells the control plane at once (and
+    // Hello stops naming it), which stops routing to it and loads it again.
     void runtime.exited.then((exit) => {
       if (this.held.get(key) !== held) return;
       this.held.delete(key);
       for (const c of held.inFlight) c.abort(new Error("the runtime exited"));
-      if (!exit.stopped)
-        this.opts.log.warn(
-          { deploymentId: spec.deploymentId, revision: spec.revision, code: exit.code, signal: exit.signal },
-          "deployment runtime exited",
-        );
+      if (exit.stopped) return;
+      this.opts.log.warn(
+        { deploymentId: spec.deploymentId, revision: spec.revision, replica: held.replica, code: exit.code, signal: exit.signal },
+        "deployment runtime exited",
+      );
+      for (const tell of this.lostListeners) tell();
     });
     this.opts.log.info(
-      { deploymentId: spec.deploymentId, revision: spec.revision, runtimeId: runtime.id, loadMs: runtime.loadMs },
+      { deploymentId: spec.deploymentId, revision: spec.revision, replica: held.replica, runtimeId: runtime.id, loadMs: runtime.loadMs },
       "deployment loaded",
     );
     return held;
   }
 }
 
-export function notHeld(deploymentId: string, revision: bigint): string {
-  return revision === 0n
-    ? `deployment ${deploymentId} is not held on this node`
-    : `deployment ${deploymentId} revision ${revision} is not held on this node`;
+/** A lease's GPU assignment as HeldRuntime.gpus records it. */
+function gpuKey(spec: DeploymentLoad): string {
+  return spec.gpus
+    .map((g) => g.uuid)
+    .sort()
+    .join(",");
+}
+
+export function notHeld({ deploymentId, revision, replica }: HeldSelector): string {
+  const which = `${revision === 0n ? "" : ` revision ${revision}`}${replica === undefined ? "" : ` replica ${replica}`}`;
+  return `deployment ${deploymentId}${which} is not held on this node`;
 }

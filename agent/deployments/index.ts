@@ -8,6 +8,7 @@ import { JobFailureError, type CapabilityRegistry } from "../jobs/registry.js";
 import type { SessionDeployments } from "./session-hook.js";
 import { DeploymentHost } from "./host.js";
 import { DeploymentRelay } from "./relay.js";
+import { collectNvidiaGpus } from "../collectors/inventory.js";
 
 export { DeploymentHost } from "./host.js";
 
@@ -26,29 +27,34 @@ export function registerDeploymentCapabilities(registry: CapabilityRegistry, hos
   });
   registry.register("deployment.health.v1", async (spec) => {
     if (spec.kind.case !== "deploymentHealth") throw invalid("deployment health check");
-    const { deploymentId, revision } = spec.kind.value;
-    return { result: { case: "deploymentHealth", value: await host.health(deploymentId, revision) } };
+    return { result: { case: "deploymentHealth", value: await host.health(spec.kind.value) } };
   });
   registry.register("deployment.drain.v1", async (spec, ctx) => {
     if (spec.kind.case !== "deploymentDrain") throw invalid("deployment drain");
-    const { deploymentId, revision, timeout } = spec.kind.value;
+    const { timeout } = spec.kind.value;
     const timeoutMs = timeout === undefined ? defaultDrainMs : durationMs(timeout);
-    const completedInFlight = await host.drain(deploymentId, revision, timeoutMs, ctx.signal);
+    const completedInFlight = await host.drain(spec.kind.value, timeoutMs, ctx.signal);
     return { result: { case: "deploymentDrain", value: { completedInFlight } } };
   });
   registry.register("deployment.unload.v1", async (spec) => {
     if (spec.kind.case !== "deploymentUnload") throw invalid("deployment unload");
-    const { deploymentId, revision } = spec.kind.value;
-    return { result: { case: "deploymentUnload", value: { freedBytes: await host.unload(deploymentId, revision) } } };
+    return { result: { case: "deploymentUnload", value: { freedBytes: await host.unload(spec.kind.value) } } };
   });
 }
 
 /** The Session side: what Hello reports, and the relay's pushes. */
 export function sessionDeployments(host: DeploymentHost, log: Logger): SessionDeployments {
   const relay = new DeploymentRelay(host, log);
-  return { held: () => host.heldDeployments(), onMessage: (message, link) => relay.onMessage(message, link) };
+  return {
+    held: () => host.heldDeployments(),
+    loads: () => host.replicaLoads(),
+    onLost: (listener) => host.onLost(listener),
+    onMessage: (message, link) => relay.onMessage(message, link),
+  };
 }
 
 export function deploymentHost(supervisor: Supervisor, log: Logger): DeploymentHost {
-  return new DeploymentHost({ supervisor, log });
+  // A lease's GPUs are checked against what nvidia-smi lists now, not a cached inventory.
+  const gpus = async () => (await collectNvidiaGpus()).gpus.map((g) => ({ uuid: g.uuid, index: g.index }));
+  return new DeploymentHost({ supervisor, log, gpus });
 }

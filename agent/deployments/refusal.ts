@@ -17,6 +17,9 @@ export function refusalCode(err: unknown): string {
     return "internal";
   }
   if (err instanceof Error && (err.name === "TimeoutError" || err.name === "AbortError")) return "deadline_exceeded";
+  // Nothing listens on the runtime's port: it died and the agent has not yet seen it exit. The
+  // request never reached it, so the control plane may move it to another replica.
+  if ((err as { code?: unknown } | undefined)?.code === "ECONNREFUSED") return "unavailable";
   return "internal";
 }
 

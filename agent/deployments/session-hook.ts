@@ -1,7 +1,12 @@
 // How deployments plug into the agent's Session (agent/session.ts): what Hello reports as held,
 // and the server's pushes that are not jobs (invokes, their cancellations, log watches).
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { HeldDeploymentSchema, SessionRequestSchema, SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type {
+  HeldDeploymentSchema,
+  ReplicaLoadSchema,
+  SessionRequestSchema,
+  SessionResponse,
+} from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 
 export type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 
@@ -12,5 +17,9 @@ export interface RelayLink {
 
 export interface SessionDeployments {
   held(): MessageInitShape<typeof HeldDeploymentSchema>[];
+  /** Each held replica's requests, for heartbeats (the control plane routes by its queue). */
+  loads(): MessageInitShape<typeof ReplicaLoadSchema>[];
+  /** Told when a runtime ended without being asked to; returns what stops the telling. */
+  onLost(listener: () => void): () => void;
   onMessage(message: SessionResponse["message"], link: RelayLink): void;
 }

@@ -17,7 +17,14 @@ export function loopDeps(prisma: PrismaClient, config: Config, connected: { node
   const log = createLogger("warn");
   const sessions = new SessionRegistry();
   for (const c of connected)
-    sessions.attach({ nodeId: c.nodeId, serial: c.serial, embeddingEngines: [], send: () => true, close: () => undefined });
+    sessions.attach({
+      nodeId: c.nodeId,
+      serial: c.serial,
+      embeddingEngines: [],
+      queuedAt: () => 0,
+      send: () => true,
+      close: () => undefined,
+    });
   const heartbeats = new HeartbeatBook(persistEveryMs);
   const liveness = new LivenessTracker(heartbeats, { staleAfterMs: config.staleAfterMs, offlineAfterMs: config.offlineAfterMs }, clock);
   const shutdown = new AbortController();

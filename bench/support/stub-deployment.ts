@@ -49,6 +49,7 @@ export const header =
 export async function startStubDeployment(step: (what: string) => void, stubArgs: string[] = []): Promise<StubDeployment> {
   const dir = mkdtempSync(join(tmpdir(), "mf-bench-stub-"));
   const serverChild = forkTs(new URL("./invoke-server.ts", import.meta.url), {
+    nodeFlags: profileFlags,
     env: benchServerEnv(dir, adminKey, { MODELFORGE_LOG_LEVEL: "warn", MODELFORGE_APPROVED_ROOTS: dir }),
   });
   // Whatever happens, the children end with this process.
@@ -67,6 +68,7 @@ export async function startStubDeployment(step: (what: string) => void, stubArgs
   const statePath = join(dir, "agent", "state.json");
   const state = await enrollNode({ serverUrl: info.url, token: token.token, caFingerprint: info.fingerprint, statePath });
   const agentChild = forkTs(new URL("./invoke-agent.ts", import.meta.url), {
+    nodeFlags: profileFlags,
     env: { ...process.env, BENCH_AGENT_STATE: statePath, BENCH_AGENT_ROOT: dir, BENCH_STUB_ARGS: JSON.stringify(stubArgs) },
   });
   children.push(agentChild);
@@ -97,6 +99,11 @@ export async function startStubDeployment(step: (what: string) => void, stubArgs
   };
   return { info, server, secret, pids: { server: info.pid, agent: agentChild.pid! }, stubOrigin, transport, close };
 }
+
+// BENCH_CPU_PROF=<dir>: the control plane and the agent write a CPU profile of their whole life
+// there when they exit (node --cpu-prof), to read by self time (bench/support/read-profile.ts).
+const profileDir = process.env.BENCH_CPU_PROF ?? "";
+const profileFlags = profileDir === "" ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`];
 
 const stubPath = fileURLToPath(new URL("./stub-openai.ts", import.meta.url));
 

@@ -1,24 +1,35 @@
-// forge artifacts push DIR: a directory's files into the artifact store as one commit. Several
-// files travel at once, so a commit of many small files is not one round trip after another;
-// each file resumes from whatever the store already holds of it.
+// forge artifacts push DIR: a directory's files into the artifact store as one commit. One call
+// asks which files the store holds; small files then travel whole, many to a call, several calls
+// at once, so a commit of many small files is not round trips one after another; a large file
+// streams in chunks, resuming from whatever the store already holds of it.
 import { createHash } from "node:crypto";
 import { setMaxListeners } from "node:events";
-import { lstat, open, readdir } from "node:fs/promises";
+import { lstat, open, readdir, readFile } from "node:fs/promises";
 import { join, relative, sep } from "node:path";
 import { StoredArtifactFileSchema, type StoredArtifactFile } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { MAX_COMMIT_FILES } from "../../common/artifacts.js";
+import { MAX_COMMIT_FILES, MAX_PUT_DATA_BYTES } from "../../common/artifacts.js";
+import { mapAtMost } from "../../common/concurrency.js";
 import { command, requiredOption, UsageError, valueOption, type Context } from "../args.js";
 import type { AdminClient } from "../client.js";
 import { clean, formatBytes } from "../format.js";
 import { printJsonLine } from "../output.js";
+import { groupsOf, planSends } from "./artifacts-push-plan.js";
 
 /** Bytes per UploadArtifactChunk call: at the server's 1 MiB bound, under every message limit. */
 const CHUNK_BYTES = 1024 * 1024;
+/** Files at most this large are sent whole, many to a call; a larger one would nearly fill a call alone. */
+const SMALL_FILE_BYTES = 256 * 1024;
 /**
- * Files pushed at once. Each call of a small file is mostly waiting for the server (its database
- * write, its fsync); this many in flight keep it busy, and bound the chunk buffers held at once.
+ * Small files per call. A call waits mostly on the server's fsyncs and its transaction; a few
+ * calls of this size in flight keep both busy and bound the bytes held at once (each call at most
+ * MAX_PUT_DATA_BYTES).
  */
-const PUSH_CONCURRENCY = 16;
+const BATCH_FILES = 100;
+const BATCHES_AT_ONCE = 4;
+/** Large files streamed at once, each holding one chunk buffer. */
+const STREAMS_AT_ONCE = 4;
+/** Files hashed at once. */
+const HASHES_AT_ONCE = 16;
 
 interface FoundFile {
   path: string;
@@ -28,6 +39,13 @@ interface FoundFile {
 
 interface LocalFile extends FoundFile {
   sha256: string;
+  /** Its place among the commit's files, for reporting in order. */
+  index: number;
+}
+
+interface Missing extends LocalFile {
+  /** Bytes of it the store holds from an interrupted push. */
+  held: number;
 }
 
 interface Pushed {
@@ -65,7 +83,12 @@ async function collectFiles(dir: string): Promise<{ files: FoundFile[]; skipped:
   return { files, skipped };
 }
 
-async function sha256Of(path: string): Promise<string> {
+async function sha256Of({ absolute: path, size }: FoundFile): Promise<string> {
+  // A small file in one read: a stream's setup would cost more than the hashing.
+  if (size <= SMALL_FILE_BYTES)
+    return createHash("sha256")
+      .update(await readFile(path))
+      .digest("hex");
   const fh = await open(path, "r");
   try {
     const hash = createHash("sha256");
@@ -76,67 +99,97 @@ async function sha256Of(path: string): Promise<string> {
   }
 }
 
-/** Pushes one file, resuming from whatever the store already holds of it. */
-async function pushFile(client: AdminClient, name: CommitName, local: LocalFile, signal: AbortSignal): Promise<Pushed> {
+/** Streams one file chunk by chunk from `from`, the bytes the store already holds of it. */
+async function pushFile(client: AdminClient, name: CommitName, local: Missing, signal: AbortSignal): Promise<Pushed> {
   const base = { ...name, path: local.path, sizeBytes: BigInt(local.size), sha256: local.sha256 };
-  let reply = await client.uploadArtifactChunk({ ...base, offset: 0n }, { signal });
-  let offset = Number(reply.receivedBytes);
+  let offset = local.held;
   let sent = 0;
+  let file: StoredArtifactFile | undefined;
   const fh = await open(local.absolute, "r");
   try {
-    const buffer = Buffer.alloc(reply.complete ? 0 : Math.min(CHUNK_BYTES, local.size));
-    while (!reply.complete) {
+    const buffer = Buffer.alloc(Math.min(CHUNK_BYTES, local.size));
+    for (let complete = false; !complete; ) {
       const { bytesRead } = await fh.read(buffer, 0, Math.min(buffer.length, local.size - offset), offset);
       if (bytesRead === 0) throw new UsageError(`${local.path} changed while it was being pushed`);
-      reply = await client.uploadArtifactChunk({ ...base, offset: BigInt(offset), data: buffer.subarray(0, bytesRead) }, { signal });
+      const reply = await client.uploadArtifactChunk({ ...base, offset: BigInt(offset), data: buffer.subarray(0, bytesRead) }, { signal });
+      ({ complete, file } = reply);
       offset = Number(reply.receivedBytes);
       sent += bytesRead;
     }
   } finally {
     await fh.close();
   }
-  return { local, file: reply.file, sent };
+  return { local, file, sent };
+}
+
+async function readWhole(local: LocalFile): Promise<Buffer> {
+  const data = await readFile(local.absolute);
+  if (data.length !== local.size) throw new UsageError(`${local.path} changed while it was being pushed`);
+  return data;
 }
 
 /**
- * Hashes and pushes every file, PUSH_CONCURRENCY at once, and hands each outcome to `done` in the
- * files' order. Files with the same content go one after the other (the later then finds it
- * stored), since two uploads of one digest would trip over each other's offsets. The first
- * failure stops the rest and is thrown.
+ * One PutArtifactFiles call: the files with their bytes (`withData`), or without to ask which the
+ * store holds. Answers each file, in order.
+ */
+async function putFiles(client: AdminClient, name: CommitName, files: LocalFile[], withData: boolean, signal: AbortSignal) {
+  const data = withData ? await Promise.all(files.map(readWhole)) : [];
+  const reply = await client.putArtifactFiles(
+    { ...name, files: files.map((f, i) => ({ path: f.path, sizeBytes: BigInt(f.size), sha256: f.sha256, data: data[i] })) },
+    { signal },
+  );
+  if (reply.files.length !== files.length) throw new Error(`the store answered ${reply.files.length} of ${files.length} files`);
+  return reply.files.map((r, i) => ({ local: files[i]!, file: r.file, complete: r.complete, held: Number(r.receivedBytes) }));
+}
+
+/** Hands outcomes, arriving in any order, to `done` in the files' order. */
+function inOrder(count: number, done: (p: Pushed) => void): (p: Pushed) => void {
+  const outcomes: (Pushed | undefined)[] = new Array(count);
+  let next = 0;
+  return (p) => {
+    outcomes[p.local.index] = p;
+    for (; next < count && outcomes[next] !== undefined; next++) done(outcomes[next]!);
+  };
+}
+
+/**
+ * Hashes every file, asks the store which it holds (a whole commit per call), then sends the rest:
+ * small files whole, many to a call, BATCHES_AT_ONCE calls in flight; large ones streamed,
+ * STREAMS_AT_ONCE at once. Each content travels once: files repeating one are recorded without
+ * bytes at the end. Outcomes go to `done` in the files' order; the first failure stops the rest.
  */
 async function pushAll(ctx: Context, name: CommitName, files: FoundFile[], done: (p: Pushed) => void): Promise<void> {
   const client = ctx.client();
   const stop = new AbortController();
   const signal = AbortSignal.any([ctx.signal, stop.signal]);
   // Every call in flight listens on it: more than Node's default of 10 without being a leak.
-  setMaxListeners(4 * PUSH_CONCURRENCY, signal);
-  const byDigest = new Map<string, Promise<unknown>>();
-  const outcomes: (Pushed | undefined)[] = [];
-  let reported = 0;
-  let next = 0;
-  let failure: { error: unknown } | undefined;
-  const push = async (f: FoundFile): Promise<Pushed> => {
-    const local = { ...f, sha256: await sha256Of(f.absolute) };
-    const before = byDigest.get(local.sha256) ?? Promise.resolve();
-    const mine = before.then(() => pushFile(client, name, local, signal));
-    byDigest.set(local.sha256, mine);
-    return mine;
-  };
-  const worker = async (): Promise<void> => {
-    while (failure === undefined && next < files.length) {
-      const i = next++;
-      try {
-        outcomes[i] = await push(files[i]!);
-      } catch (error) {
-        failure ??= { error };
-        stop.abort();
-        return;
-      }
-      for (; outcomes[reported] !== undefined; reported++) done(outcomes[reported]!);
+  setMaxListeners(4 * (BATCHES_AT_ONCE + STREAMS_AT_ONCE), signal);
+  const report = inOrder(files.length, done);
+  const locals = await mapAtMost(files, HASHES_AT_ONCE, async (f, index) => ({ ...f, index, sha256: await sha256Of(f) }));
+  const probe = async (group: LocalFile[]): Promise<Missing[]> => {
+    const missing: Missing[] = [];
+    for (const r of await putFiles(client, name, group, false, signal)) {
+      if (r.complete) report({ local: r.local, file: r.file, sent: 0 });
+      else missing.push({ ...r.local, held: r.held });
     }
+    return missing;
   };
-  await Promise.all(Array.from({ length: Math.min(PUSH_CONCURRENCY, files.length) }, worker));
-  if (failure !== undefined) throw failure.error;
+  const plan = planSends((await mapAtMost(groupsOf(locals, MAX_COMMIT_FILES, Infinity), 1, probe)).flat(), SMALL_FILE_BYTES);
+  try {
+    await Promise.all([
+      mapAtMost(groupsOf(plan.small, BATCH_FILES, MAX_PUT_DATA_BYTES), BATCHES_AT_ONCE, async (group) => {
+        for (const r of await putFiles(client, name, group, true, signal)) report({ local: r.local, file: r.file, sent: r.local.size });
+      }),
+      mapAtMost(plan.large, STREAMS_AT_ONCE, async (f) => report(await pushFile(client, name, f, signal))),
+    ]);
+  } catch (err) {
+    stop.abort();
+    throw err;
+  }
+  for (const group of groupsOf(plan.repeats, MAX_COMMIT_FILES, Infinity)) {
+    const left = await probe(group);
+    if (left.length > 0) throw new Error(`the store did not take ${left[0]!.path} although its content was pushed`);
+  }
 }
 
 export const pushCommand = command("push DIR", "Push a directory's files into the artifact store as one commit", {

@@ -1,4 +1,4 @@
-// forge deployments create | list | get | revision | drain | unload | delete
+// forge deployments create | list | get | revision | scale | start | drain | unload | delete
 import {
   CheckDeploymentHealthResponseSchema,
   CreateDeploymentResponseSchema,
@@ -7,6 +7,8 @@ import {
   DrainDeploymentResponseSchema,
   GetDeploymentResponseSchema,
   ListDeploymentRecordsResponseSchema,
+  ScaleDeploymentResponseSchema,
+  StartDeploymentResponseSchema,
   UnloadDeploymentResponseSchema,
   UpdateDeploymentRevisionResponseSchema,
   type DeploymentRecord,
@@ -43,7 +45,7 @@ function describe(ctx: Context, r: DeploymentRecord): string {
       ["State", state(d.state)],
       ["Desired", desired(r.desired)],
       ["Revision", String(d.revision)],
-      ["Node", d.nodeId],
+      ["Replicas", `${r.readyReplicas}/${r.desiredReplicas} ready (at most ${r.maxPerNode} per node)`],
       ["Selector", Object.keys(r.selector).length > 0 ? formatLabels(r.selector) : undefined],
       ["Profile", r.runtimeProfile],
       ["Artifact", `${r.repository}@${r.commit}`],
@@ -53,17 +55,18 @@ function describe(ctx: Context, r: DeploymentRecord): string {
       ["Failure", d.failureReason || undefined],
       ["Updated", formatAge(dateOf(d.updatedAt), now)],
     ]) +
-    (r.instances.length > 0
-      ? `\nRevisions\n${table(
-          ["REVISION", "STATE", "STEP", "PROFILE", "COMMIT", "MODEL FILE", "RUNTIME", "REASON"],
-          r.instances.map((i) => [
+    (r.replicas.length > 0
+      ? `\nReplicas\n${table(
+          ["REPLICA", "REVISION", "NODE", "GPUS", "STATE", "IN FLIGHT", "RESTARTS", "REASON"],
+          r.replicas.map((i) => [
+            String(i.index),
             String(i.revision),
+            i.nodeId || "-",
+            // Index then UUID: the index is what CUDA_VISIBLE_DEVICES names, the UUID what stays.
+            i.gpus.map((g) => `${g.index}:${g.uuid}`).join(",") || "-",
             state(i.state),
-            i.step || "-",
-            i.runtimeProfile,
-            i.commit.slice(0, 12),
-            i.modelFile || "-",
-            i.runtimeId || "-",
+            String(i.inFlight),
+            String(i.restarts),
             i.reason || "-",
           ]),
         )}`
@@ -82,7 +85,9 @@ const createCommand = command("create NAME", "Create a deployment: serve a pushe
     commit: valueOption("HEX", "artifact commit in the store (required)"),
     "model-file": valueOption("PATH", "the commit's file the runtime loads (default: its single .gguf)"),
     "target-root": valueOption("DIR", "approved root on the node (default: the server's first)"),
-    "max-in-flight": valueOption("N", "invokes in flight at once (default 8)"),
+    replicas: valueOption("N", "replicas to serve, 0 to 64, each on its own node (default 1)"),
+    "max-per-node": valueOption("N", "at most this many replicas on one node, each its own runtime (default 1)"),
+    "max-in-flight": valueOption("N", "invokes in flight at once on each replica (default 8)"),
     "invoke-timeout": valueOption("DURATION", "longest invoke (default 60s)"),
     "drain-timeout": valueOption("DURATION", "longest drain (default 30s)"),
   },
@@ -102,6 +107,8 @@ const createCommand = command("create NAME", "Create a deployment: serve a pushe
       modelFile: textOption(values, "model-file"),
       targetRoot: textOption(values, "target-root"),
       maxInFlight: intOption(values, "max-in-flight", 1, 1024, 0),
+      ...(values.replicas !== undefined ? { replicas: intOption(values, "replicas", 0, 64, 1) } : {}),
+      maxPerNode: intOption(values, "max-per-node", 1, 64, 0),
       invokeTimeout: durationOption(values, "invoke-timeout"),
       drainTimeout: durationOption(values, "drain-timeout"),
     });
@@ -117,13 +124,14 @@ const createCommand = command("create NAME", "Create a deployment: serve a pushe
 /** The deployment table. Pure. */
 function deploymentTable(all: DeploymentRecord[], now: Date): string {
   return table(
-    ["NAME", "STATE", "DESIRED", "REVISION", "NODE", "PROFILE", "COMMIT", "UPDATED"],
+    ["NAME", "STATE", "READY", "DESIRED", "REVISION", "NODES", "PROFILE", "COMMIT", "UPDATED"],
     all.map((r) => [
       r.deployment!.name,
       state(r.deployment!.state),
+      `${r.readyReplicas}/${r.desiredReplicas}`,
       desired(r.desired),
       String(r.deployment!.revision),
-      r.deployment!.nodeId,
+      [...new Set(r.replicas.map((i) => i.nodeId).filter((n) => n !== ""))].map((n) => n.slice(0, 8)).join(",") || "-",
       r.runtimeProfile,
       r.commit.slice(0, 12),
       formatAge(dateOf(r.deployment!.updatedAt), now),
@@ -149,10 +157,11 @@ const getCommand = command("get NAME", "Show a deployment, its revisions and its
         describe(ctx, deployment!) +
         (events.length > 0
           ? `\nHistory\n${table(
-              ["TIME", "REVISION", "FROM", "TO", "REASON"],
+              ["TIME", "REVISION", "REPLICA", "FROM", "TO", "REASON"],
               events.map((e) => [
                 formatTime(dateOf(e.time)!),
                 String(e.revision),
+                String(e.replica),
                 e.fromState === DeploymentState.UNSPECIFIED ? "-" : state(e.fromState),
                 state(e.toState),
                 e.reason || "-",
@@ -188,6 +197,27 @@ const revisionCommand = command(
     },
   },
 );
+
+const scaleCommand = command("scale NAME", "Set how many replicas serve: new ones are placed and loaded, surplus ones drained", {
+  options: { replicas: valueOption("N", "replicas to serve, 0 to 64 (required)") },
+  notes: "Scaling a drained or unloaded deployment above 0 starts it again.",
+  async run(ctx, values, positionals) {
+    if (values.replicas === undefined) throw new UsageError("--replicas is required");
+    const res = await ctx.client().scaleDeployment({ deployment: nameArg(positionals), replicas: intOption(values, "replicas", 0, 64, 1) });
+    return printReply(ctx, ScaleDeploymentResponseSchema, res, ({ deployment: r }) => {
+      return `Deployment ${r!.deployment!.name} wants ${r!.desiredReplicas} replicas (${r!.readyReplicas} ready): ${state(r!.deployment!.state)}.\n`;
+    });
+  },
+});
+
+const startCommand = command("start NAME", "Serve a drained, unloaded or failed deployment again", {
+  async run(ctx, _values, positionals) {
+    const res = await ctx.client().startDeployment({ deployment: nameArg(positionals) });
+    return printReply(ctx, StartDeploymentResponseSchema, res, ({ deployment: r }) => {
+      return `Deployment ${r!.deployment!.name} is starting with ${r!.desiredReplicas} replicas: ${state(r!.deployment!.state)}.\n`;
+    });
+  },
+});
 
 function desiredCommand(name: "drain" | "unload" | "delete", summary: string): Command {
   return {
@@ -249,6 +279,8 @@ export const deploymentsGroup: Group = {
     listCommand,
     getCommand,
     revisionCommand,
+    scaleCommand,
+    startCommand,
     healthCommand,
     desiredCommand("drain", "Stop new invokes now, let in-flight ones finish, then unload"),
     desiredCommand("unload", "Stop the deployment's runtimes now"),

@@ -6,6 +6,8 @@ import {
   DeleteArtifactFilesResponseSchema,
   ListArtifactFilesResponseSchema,
   MemoryEstimateSchema,
+  PutArtifactFileResultSchema,
+  PutArtifactFilesResponseSchema,
   StoredArtifactFileSchema,
   UploadArtifactChunkResponseSchema,
   type AdminService,
@@ -18,7 +20,10 @@ import { checkCommitName, checkFileName } from "./rules.js";
 import { memoryNeed, storedEstimate } from "./memory.js";
 import type { ArtifactStore } from "./store.js";
 
-type ArtifactAdminRpcs = Pick<ServiceImpl<typeof AdminService>, "uploadArtifactChunk" | "listArtifactFiles" | "deleteArtifactFiles">;
+type ArtifactAdminRpcs = Pick<
+  ServiceImpl<typeof AdminService>,
+  "uploadArtifactChunk" | "putArtifactFiles" | "listArtifactFiles" | "deleteArtifactFiles"
+>;
 
 function toProto(row: StoredArtifact) {
   const estimate = storedEstimate(row);
@@ -50,6 +55,18 @@ export function adminArtifacts(store: ArtifactStore): ArtifactAdminRpcs {
         receivedBytes: BigInt(outcome.receivedBytes),
         complete: outcome.complete,
         ...(outcome.file !== undefined ? { file: toProto(outcome.file) } : {}),
+      });
+    },
+    async putArtifactFiles(req, ctx) {
+      const outcomes = await store.putFiles(req, callOf(ctx).correlationId);
+      return create(PutArtifactFilesResponseSchema, {
+        files: outcomes.map((o) =>
+          create(PutArtifactFileResultSchema, {
+            complete: o.complete,
+            receivedBytes: BigInt(o.receivedBytes),
+            ...(o.file !== undefined ? { file: toProto(o.file) } : {}),
+          }),
+        ),
       });
     },
     async listArtifactFiles(req) {

@@ -2,13 +2,14 @@
 // for verified content, `uploads/<sha256>.part` while a push is under way. A digest names its
 // bytes, so two commits sharing a file share one blob, and a blob is only ever created by
 // renaming a fully verified upload into place.
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { constants, createReadStream, type ReadStream } from "node:fs";
 import { lstat, mkdir, open, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 
 const O_APPEND = constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW;
 const O_READ = constants.O_RDONLY | constants.O_NOFOLLOW;
+const O_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 
 export class BlobStore {
   constructor(readonly dir: string) {}
@@ -66,10 +67,44 @@ export class BlobStore {
     return true;
   }
 
+  /**
+   * Makes `data`, already verified against `sha256` by the caller, the blob: written durably under
+   * a name of its own (a chunked upload of the same digest may be under way) and renamed into place.
+   */
+  async putVerified(sha256: string, data: Uint8Array): Promise<void> {
+    await mkdir(join(this.dir, "uploads"), { recursive: true, mode: 0o700 });
+    const temporary = join(this.dir, "uploads", `${sha256}.${randomUUID()}.whole`);
+    const fh = await open(temporary, O_NEW, 0o600);
+    try {
+      await fh.write(data, 0, data.byteLength, 0);
+      await fh.sync();
+    } catch (err) {
+      await rm(temporary, { force: true });
+      throw err;
+    } finally {
+      await fh.close();
+    }
+    await mkdir(join(this.dir, "blobs", sha256.slice(0, 2)), { recursive: true, mode: 0o700 });
+    await rename(temporary, this.blobPath(sha256));
+  }
+
   /** The blob's bytes from `offset`, read in chunks of at most `chunkBytes`. */
   async read(sha256: string, offset: number, chunkBytes: number): Promise<ReadStream> {
     const fh = await open(this.blobPath(sha256), O_READ);
     return createReadStream("", { fd: fh, start: offset, highWaterMark: chunkBytes });
+  }
+
+  /** The blob's chunks from `offset`, until the end or until `signal` aborts; the file is closed either way. */
+  async *chunks(sha256: string, offset: number, chunkBytes: number, signal: AbortSignal): AsyncGenerator<Buffer> {
+    const stream = await this.read(sha256, offset, chunkBytes);
+    try {
+      for await (const chunk of stream) {
+        if (signal.aborted) return;
+        yield chunk as Buffer;
+      }
+    } finally {
+      stream.destroy();
+    }
   }
 
   async remove(sha256: string): Promise<void> {

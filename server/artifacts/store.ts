@@ -5,11 +5,13 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { PrismaClient, StoredArtifact } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
+import { mapAtMost } from "../../common/concurrency.js";
 import { operatorActor, recordAudit } from "../audit/audit.js";
 import { BlobStore } from "./blobs.js";
 import { estimateFile } from "./gguf-header.js";
-import { isGguf, memoryNeed } from "./memory.js";
-import { checkChunk, checkCommitRoom, type Chunk, type FileName } from "./rules.js";
+import { isGguf, type MemoryEstimate } from "./memory.js";
+import { checkBatchRoom, recordBatch, refuseConflicts, storedByPath, verifyDigests } from "./put-files.js";
+import { checkChunk, checkCommitRoom, checkPutFiles, fileLabel, type Chunk, type FileName, type PutFile, type PutFiles } from "./rules.js";
 
 export interface ArtifactStoreDeps {
   prisma: PrismaClient;
@@ -23,6 +25,12 @@ export interface ChunkOutcome {
   complete: boolean;
   file?: StoredArtifact;
 }
+
+/** What the store holds of one file of a PutArtifactFiles call. */
+export type PutOutcome = ChunkOutcome;
+
+/** Blobs of one batch written at once: each waits mostly on its fsync. */
+const BLOB_WRITES_AT_ONCE = 16;
 
 export class ArtifactStore {
   readonly blobs: BlobStore;
@@ -77,54 +85,67 @@ export class ArtifactStore {
   }
 
   private async record(chunk: Chunk, correlationId: string): Promise<StoredArtifact> {
-    const name = { repository: chunk.repository, commit: chunk.commit, path: chunk.path };
-    // Read before the transaction: the header is read once, at push, for placement to price later.
-    const estimate = isGguf(chunk.path) ? await estimateFile(this.blobs.blobPath(chunk.sha256)) : undefined;
-    const estimated =
-      estimate === undefined
-        ? {}
-        : {
-            estimatedWeightsBytes: BigInt(estimate.weightsBytes),
-            estimatedKvBytesPerToken: BigInt(estimate.kvBytesPerToken),
-            estimatedContextLength: estimate.contextLength,
-          };
-    return this.deps.prisma.$transaction(async (tx) => {
-      await tx.$queryRaw`SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(${`modelforge.artifact-commit:${chunk.repository}@${chunk.commit}`}, 0))) AS l`;
-      const found = await tx.storedArtifact.findUnique({ where: { repository_commit_path: name } });
-      // A file stored before estimates existed gets its estimate when it is pushed again.
-      if (found !== null && found.estimatedWeightsBytes === null && estimate !== undefined) {
-        return tx.storedArtifact.update({ where: { repository_commit_path: name }, data: estimated });
-      }
-      if (found !== null) return found;
-      checkCommitRoom(chunk, await tx.storedArtifact.count({ where: { repository: chunk.repository, commit: chunk.commit } }));
-      const row = await tx.storedArtifact.create({
-        data: {
-          ...name,
-          sizeBytes: chunk.sizeBytes,
-          sha256: chunk.sha256,
-          createdAt: new Date(this.deps.clock.now()),
-          ...estimated,
-        },
-      });
-      await recordAudit(
-        tx,
-        {
-          actor: operatorActor,
-          action: "artifact.stored",
-          targetType: "artifact",
-          targetId: `${chunk.repository}@${chunk.commit}`,
-          correlationId,
-          details: {
-            path: chunk.path,
-            sha256: chunk.sha256,
-            sizeBytes: String(chunk.sizeBytes),
-            ...(estimate !== undefined ? { estimatedMemoryBytes: String(memoryNeed(estimate, 0)) } : {}),
-          },
-        },
-        new Date(this.deps.clock.now()),
-      );
-      return row;
+    const file = { path: chunk.path, sizeBytes: chunk.sizeBytes, sha256: chunk.sha256, data: new Uint8Array() };
+    const batch = { repository: chunk.repository, commit: chunk.commit, files: [file] };
+    const rows = await recordBatch(this.deps, batch, [file], await this.estimates([file]), correlationId);
+    return rows.get(chunk.path)!;
+  }
+
+  /**
+   * Stores a batch of small files sent whole (PutArtifactFiles): everything is checked and every
+   * digest verified before a byte is written, then each missing content becomes a blob, and the
+   * files whose content is held are recorded in one transaction. A file sent without data is
+   * recorded only when its content is already held; otherwise it is answered with the bytes an
+   * interrupted chunked upload left.
+   */
+  async putFiles(batch: PutFiles, correlationId: string): Promise<PutOutcome[]> {
+    checkPutFiles(batch);
+    verifyDigests(batch.files);
+    const stored = await storedByPath(
+      this.deps.prisma,
+      batch,
+      batch.files.map((f) => f.path),
+    );
+    refuseConflicts(batch, batch.files, stored);
+    const adding = batch.files.filter((f) => !stored.has(f.path)).length;
+    if (adding > 0) checkBatchRoom(batch, await this.filesOf(batch), adding);
+    const held = await mapAtMost(batch.files, BLOB_WRITES_AT_ONCE, (file, i) => this.serialized(file.sha256, () => this.hold(file, i)));
+    const complete = batch.files.filter((_, i) => held[i] === "blob");
+    const rows =
+      complete.length === 0
+        ? new Map<string, StoredArtifact>()
+        : await recordBatch(this.deps, batch, complete, await this.estimates(complete), correlationId);
+    return batch.files.map((f, i) => {
+      const row = rows.get(f.path);
+      return row !== undefined
+        ? { receivedBytes: Number(f.sizeBytes), complete: true, file: row }
+        : { receivedBytes: held[i] as number, complete: false };
     });
+  }
+
+  /** Makes sure a file's content is a blob when it can be: "blob", or the bytes of an unfinished upload. */
+  private async hold(file: PutFile, index: number): Promise<"blob" | number> {
+    const blob = await this.blobs.blobSize(file.sha256);
+    if (blob !== undefined) {
+      if (blob === Number(file.sizeBytes)) return "blob";
+      throw new ConnectError(
+        `${fileLabel(index, file.path)}: content with this sha256 is stored with ${blob} bytes, not ${file.sizeBytes}`,
+        Code.FailedPrecondition,
+      );
+    }
+    if (file.data.byteLength === 0) return this.blobs.partSize(file.sha256);
+    await this.blobs.putVerified(file.sha256, file.data);
+    return "blob";
+  }
+
+  /** The GGUF headers of files being recorded, read once at push for placement to price later. */
+  private async estimates(files: { path: string; sha256: string }[]): Promise<Map<string, MemoryEstimate>> {
+    const out = new Map<string, MemoryEstimate>();
+    for (const f of files.filter((f) => isGguf(f.path))) {
+      const estimate = await estimateFile(this.blobs.blobPath(f.sha256));
+      if (estimate !== undefined) out.set(f.path, estimate);
+    }
+    return out;
   }
 
   private filesOf(name: { repository: string; commit: string }): Promise<number> {

@@ -7,6 +7,8 @@ import {
   DeleteDeploymentResponseSchema,
   DrainDeploymentResponseSchema,
   GetDeploymentResponseSchema,
+  ScaleDeploymentResponseSchema,
+  StartDeploymentResponseSchema,
   ListDeploymentRecordsResponseSchema,
   UnloadDeploymentResponseSchema,
   UpdateDeploymentRevisionResponseSchema,
@@ -16,8 +18,8 @@ import {
 import { callOf } from "../context.js";
 import { positiveDurationMs } from "../rpc/time.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
-import { eventToProto, recordToProto } from "./codec.js";
-import { createDeployment, findRecord, setDesired, updateRevision, type DesiredDeps } from "./desired.js";
+import { eventToProto, recordToProto as toProto, type InFlightOf } from "./codec.js";
+import { createDeployment, findRecord, scaleDeployment, setDesired, startDeployment, updateRevision, type DesiredDeps } from "./desired.js";
 import { checkHealth, DEFAULT_HEALTH_WAIT_MS, type HealthDeps } from "./health.js";
 
 type DeploymentRpcs = Pick<
@@ -26,6 +28,8 @@ type DeploymentRpcs = Pick<
   | "getDeployment"
   | "listDeploymentRecords"
   | "updateDeploymentRevision"
+  | "scaleDeployment"
+  | "startDeployment"
   | "drainDeployment"
   | "unloadDeployment"
   | "deleteDeployment"
@@ -34,7 +38,8 @@ type DeploymentRpcs = Pick<
 
 const HISTORY = 200;
 
-export function adminDeployments(deps: DesiredDeps & HealthDeps): DeploymentRpcs {
+export function adminDeployments(deps: DesiredDeps & HealthDeps & { inFlight?: InFlightOf }): DeploymentRpcs {
+  const recordToProto = (d: Parameters<typeof toProto>[0]) => toProto(d, deps.inFlight);
   return {
     async createDeployment(req, ctx) {
       const d = await createDeployment(
@@ -51,6 +56,8 @@ export function adminDeployments(deps: DesiredDeps & HealthDeps): DeploymentRpcs
           invokeTimeoutMs: req.invokeTimeout !== undefined ? positiveDurationMs(req.invokeTimeout) : undefined,
           drainTimeoutMs: req.drainTimeout !== undefined ? positiveDurationMs(req.drainTimeout) : undefined,
           modelFile: req.modelFile,
+          replicas: req.replicas,
+          maxPerNode: req.maxPerNode,
         },
         callOf(ctx).correlationId,
       );
@@ -72,7 +79,7 @@ export function adminDeployments(deps: DesiredDeps & HealthDeps): DeploymentRpcs
       });
       const { page, more } = splitPage(rows, size);
       return create(ListDeploymentRecordsResponseSchema, {
-        deployments: page.map(recordToProto),
+        deployments: page.map((d) => recordToProto(d)),
         nextPageToken: more ? encodePageToken(String(offset + size)) : "",
       });
     },
@@ -84,6 +91,14 @@ export function adminDeployments(deps: DesiredDeps & HealthDeps): DeploymentRpcs
         callOf(ctx).correlationId,
       );
       return create(UpdateDeploymentRevisionResponseSchema, { deployment: recordToProto(d) });
+    },
+    async scaleDeployment(req, ctx) {
+      const d = await scaleDeployment(deps, req.deployment, req.replicas, callOf(ctx).correlationId);
+      return create(ScaleDeploymentResponseSchema, { deployment: recordToProto(d) });
+    },
+    async startDeployment(req, ctx) {
+      const d = await startDeployment(deps, req.deployment, callOf(ctx).correlationId);
+      return create(StartDeploymentResponseSchema, { deployment: recordToProto(d) });
     },
     async drainDeployment(req, ctx) {
       const d = await setDesired(deps, req.deployment, "drained", callOf(ctx).correlationId);

@@ -6,13 +6,17 @@ import {
   DeploymentEventSchema,
   DeploymentInstanceSchema,
   DeploymentRecordSchema,
+  DeploymentReplicaSchema,
   type DeploymentRecord,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentSchema, DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { Deployment, DeploymentEvent, DeploymentInstance } from "../../gen/prisma/client.js";
 import { stringMap, ts } from "../rpc/convert.js";
+import { assignedGpus } from "./specs.js";
 
 const stateOf: Record<string, DeploymentState> = {
+  pending: DeploymentState.PENDING,
+  degraded: DeploymentState.DEGRADED,
   loading: DeploymentState.LOADING,
   ready: DeploymentState.READY,
   draining: DeploymentState.DRAINING,
@@ -28,12 +32,44 @@ const desiredOf: Record<string, DeploymentDesiredState> = {
 export const deploymentStateOf = (s: string | null): DeploymentState =>
   s === null ? DeploymentState.UNSPECIFIED : (stateOf[s] ?? DeploymentState.UNSPECIFIED);
 
-export function recordToProto(d: Deployment & { instances: DeploymentInstance[] }): DeploymentRecord {
+/** Requests in flight on a replica (its deployment, revision and slot), through this control-plane replica. */
+export type InFlightOf = (deploymentId: string, revision: bigint, replica: number) => number;
+
+type Row = Deployment & { instances: DeploymentInstance[] };
+
+/** What GetDeployment lists as replicas: the wanted slots of the current revision, then whatever else still runs. */
+function replicasOf(d: Row, inFlight: InFlightOf) {
+  const wanted = (i: DeploymentInstance) => i.revision === d.revision && i.replica < d.replicas;
+  const running = (i: DeploymentInstance) => i.phase === "loading" || i.phase === "ready" || i.phase === "draining";
+  return d.instances
+    .filter((i) => wanted(i) || running(i))
+    .sort((a, b) => (a.revision !== b.revision ? (a.revision > b.revision ? -1 : 1) : a.replica - b.replica))
+    .map((i) =>
+      create(DeploymentReplicaSchema, {
+        index: i.replica,
+        revision: i.revision,
+        nodeId: i.nodeId ?? "",
+        state: deploymentStateOf(i.phase),
+        inFlight: i.nodeId === null ? 0 : inFlight(d.id, i.revision, i.replica),
+        reason: i.reason ?? "",
+        restarts: i.restarts,
+        gpus: assignedGpus(i),
+      }),
+    );
+}
+
+/** The node v1's Deployment.node_id names: a ready replica's, else the pinned node, else any placed one. */
+function nodeOf(d: Row): string {
+  const ready = d.instances.filter((i) => i.phase === "ready" && i.nodeId !== null).sort((a, b) => a.replica - b.replica);
+  return ready[0]?.nodeId ?? d.nodeId ?? d.instances.find((i) => i.nodeId !== null)?.nodeId ?? "";
+}
+
+export function recordToProto(d: Row, inFlight: InFlightOf = () => 0): DeploymentRecord {
   return create(DeploymentRecordSchema, {
     deployment: create(DeploymentSchema, {
       id: d.id,
       name: d.name,
-      nodeId: d.nodeId,
+      nodeId: nodeOf(d),
       state: deploymentStateOf(d.state),
       revision: d.revision,
       failureReason: d.failureReason ?? "",
@@ -50,12 +86,17 @@ export function recordToProto(d: Deployment & { instances: DeploymentInstance[] 
     drainTimeout: durationFromMs(d.drainTimeoutMs),
     selector: stringMap(d.selector),
     modelFile: d.modelFile,
+    replicas: replicasOf(d, inFlight),
+    desiredReplicas: d.replicas,
+    maxPerNode: d.maxPerNode,
+    readyReplicas: d.instances.filter((i) => i.phase === "ready").length,
     instances: [...d.instances]
-      .sort((a, b) => (a.revision > b.revision ? -1 : 1))
+      .sort((a, b) => (a.revision !== b.revision ? (a.revision > b.revision ? -1 : 1) : a.replica - b.replica))
       .map((i) =>
         create(DeploymentInstanceSchema, {
           revision: i.revision,
-          nodeId: i.nodeId,
+          replica: i.replica,
+          nodeId: i.nodeId ?? "",
           state: deploymentStateOf(i.phase),
           step: i.step ?? "",
           jobId: i.jobId ?? "",
@@ -74,7 +115,8 @@ export const eventToProto = (e: DeploymentEvent) =>
   create(DeploymentEventSchema, {
     time: ts(e.time),
     revision: e.revision,
-    nodeId: e.nodeId,
+    replica: e.replica,
+    nodeId: e.nodeId ?? "",
     fromState: deploymentStateOf(e.fromPhase),
     toState: deploymentStateOf(e.toPhase),
     reason: e.reason ?? "",

@@ -1,7 +1,9 @@
-// The deployment controller: each pass reads deployments, their instances and the jobs of their
-// steps, asks ./rules.ts what happens next, and applies it with conditional writes (so several
-// replicas may run it at once: of two racing on one instance, one write matches). Jobs are created
-// under an id claimed on the instance first, so a step never runs twice.
+// The deployment controller: each pass reads deployments, their instances (one per replica slot and
+// revision), their nodes' liveness and the jobs of their steps, asks ./rules.ts what happens next,
+// and applies it with conditional writes (so several control-plane replicas may run it at once: of
+// two racing on one instance, one write matches). Jobs are created under an id claimed on the
+// instance first, so a step never runs twice; a replica is placed under a lock on its deployment's
+// row, so two never land on one node past max_per_node.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Deployment, DeploymentInstance, Job, Prisma, PrismaClient } from "../../gen/prisma/client.js";
@@ -9,10 +11,13 @@ import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
 import type { CreateJobInput } from "../jobs/create.js";
 import { isDatabaseUnavailable } from "../db/availability.js";
+import { failureJson } from "../jobs/codec.js";
+import { JobFailureCode } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { recordAudit, systemActor } from "../audit/audit.js";
 import {
   failureText,
   overallPhase,
+  type OverallPhase,
   plan,
   type Action,
   type Desired,
@@ -21,8 +26,10 @@ import {
   type Phase,
   type Step,
 } from "./rules.js";
-import { specOfStep } from "./specs.js";
+import { assignedGpus, capabilityOfStep, specOfStep, unloadOnNode } from "./specs.js";
 import { unsettledDeployments } from "./unsettled.js";
+import { gpuLoss, nodeLoss, type LossBounds } from "./node-loss.js";
+import { placeReplica } from "./placement-snapshot.js";
 
 export interface DeploymentControllerDeps {
   prisma: PrismaClient;
@@ -31,6 +38,8 @@ export interface DeploymentControllerDeps {
   jobs: { createJob(input: CreateJobInput): Promise<unknown> };
   /** Tells the other replicas a deployment's routing changed here (the cluster bus). */
   announce?: (deploymentId: string) => void;
+  /** When a node counts as lost to its replicas (./node-loss.ts); defaults suit tests that never lose one. */
+  loss?: LossBounds;
 }
 
 type WithInstances = Deployment & { instances: DeploymentInstance[] };
@@ -59,7 +68,11 @@ function outcomeOf(job: Pick<Job, "state" | "result" | "failure"> | undefined): 
 export class DeploymentController {
   private readonly listeners = new Set<(deploymentId: string) => void>();
 
-  constructor(private readonly deps: DeploymentControllerDeps) {}
+  private readonly loss: LossBounds;
+
+  constructor(private readonly deps: DeploymentControllerDeps) {
+    this.loss = deps.loss ?? { staleAfterMs: 30_000, replaceAfterMs: 10_000 };
+  }
 
   /** Told whenever a deployment's routing may have changed, here or (through changedElsewhere) on another replica. */
   onChange(listener: (deploymentId: string) => void): () => void {
@@ -74,7 +87,7 @@ export class DeploymentController {
 
   /** One pass over every deployment not at rest (./unsettled.ts). */
   async sweep(): Promise<void> {
-    const ids = await unsettledDeployments(this.deps.prisma);
+    const ids = await unsettledDeployments(this.deps.prisma, this.deps.clock.now(), this.loss);
     for (let i = 0; i < ids.length; i += sweepBatch) {
       const rows = await this.deps.prisma.deployment.findMany({
         where: { id: { in: ids.slice(i, i + sweepBatch) } },
@@ -114,16 +127,47 @@ export class DeploymentController {
         ? []
         : await prisma.job.findMany({ where: { id: { in: jobIds } }, select: { id: true, state: true, result: true, failure: true } });
     const byId = new Map(jobs.map((j) => [j.id, j]));
+    const nodeIds = [...new Set(d.instances.map((i) => i.nodeId).filter((n): n is string => n !== null))];
+    const nodes =
+      nodeIds.length === 0
+        ? []
+        : await prisma.node.findMany({
+            where: { id: { in: nodeIds } },
+            select: { id: true, disabledAt: true, decommissionedAt: true, lastHeartbeatAt: true, sessionReplica: true },
+          });
+    const updating = new Set(
+      nodeIds.length === 0
+        ? []
+        : (
+            await prisma.agentRolloutNode.findMany({
+              where: { nodeId: { in: nodeIds }, state: "updating", rollout: { state: { in: ["running", "paused"] } } },
+              select: { nodeId: true },
+            })
+          ).map((r) => r.nodeId),
+    );
+    const nodeById = new Map(nodes.map((n) => [n.id, { ...n, updating: updating.has(n.id) }]));
+    const missingGpus =
+      nodeIds.length === 0 || d.instances.every((i) => i.gpuUuids.length === 0)
+        ? []
+        : await prisma.gpu.findMany({ where: { nodeId: { in: nodeIds }, state: "missing" }, select: { nodeId: true, uuid: true } });
+    const missingOn = (nodeId: string) => new Set(missingGpus.filter((g) => g.nodeId === nodeId).map((g) => g.uuid));
+    const now = clock.now();
     const views: InstanceView[] = d.instances.map((i) => ({
       revision: i.revision,
+      replica: i.replica,
+      restarts: i.restarts,
+      served: i.runtimeId !== null,
+      ...(i.nodeId !== null
+        ? lostView(nodeLoss(nodeById.get(i.nodeId), now, this.loss), gpuLoss(i.nodeId, i.gpuUuids, missingOn(i.nodeId)))
+        : {}),
       phase: i.phase as Phase,
       step: i.step as Step | null,
       jobId: i.jobId,
       claimedAt: i.claimedAt?.getTime() ?? null,
       ...(i.jobId !== null ? { job: outcomeOf(byId.get(i.jobId)) } : {}),
     }));
-    const view = { desired: d.desired as Desired, revision: d.revision };
-    const actions = plan(view, views, clock.now());
+    const view = { desired: d.desired as Desired, revision: d.revision, replicas: d.replicas, surge: d.surgeForNodeId === null ? 0 : 1 };
+    const actions = plan(view, views, now);
     let changed = false;
     for (const action of actions) {
       try {
@@ -157,45 +201,31 @@ export class DeploymentController {
               {
                 deploymentId: d.id,
                 revision: action.revision,
-                nodeId: d.nodeId,
+                replica: action.replica,
+                nodeId: null,
                 runtimeProfile: d.runtimeProfile,
                 repository: d.repository,
                 commit: d.commit,
                 modelFile: d.modelFile,
-                phase: "loading",
-                step: "acquire",
+                phase: "pending",
+                step: null,
                 updatedAt: now,
               },
             ],
             skipDuplicates: true,
           });
           if (made.count !== 1) return false;
-          await event(tx, d, action.revision, null, "loading", `revision ${action.revision} of ${d.repository}@${d.commit}`, now);
+          const what = `revision ${action.revision} of ${d.repository}@${d.commit}`;
+          await event(tx, d, { revision: action.revision, replica: action.replica, nodeId: null }, null, "pending", what, now);
           return true;
         });
       }
-      case "move": {
-        const i = d.instances.find((x) => x.revision === action.revision)!;
-        return prisma.$transaction(async (tx) => {
-          const moved = await tx.deploymentInstance.updateMany({
-            where: { deploymentId: d.id, revision: i.revision, phase: i.phase, step: i.step, jobId: i.jobId },
-            data: {
-              phase: action.to,
-              step: action.step,
-              jobId: null,
-              claimedAt: null,
-              updatedAt: now,
-              ...(action.reason !== undefined ? { reason: action.reason } : {}),
-              ...(action.runtimeId !== undefined ? { runtimeId: action.runtimeId } : {}),
-            },
-          });
-          if (moved.count !== 1) return false;
-          if (action.to !== i.phase) await event(tx, d, i.revision, i.phase, action.to, action.reason ?? null, now);
-          return true;
-        });
-      }
+      case "place":
+        return this.place(d, instanceOf(d, action), now);
+      case "move":
+        return this.move(d, instanceOf(d, action), action, now);
       case "start":
-        return this.start(d, d.instances.find((x) => x.revision === action.revision)!, action.step, now);
+        return this.start(d, instanceOf(d, action), action.step, now);
       case "remove": {
         const removed = await prisma.$transaction(async (tx) => {
           const gone = await tx.deployment.deleteMany({ where: { id: d.id, desired: "deleted" } });
@@ -214,12 +244,127 @@ export class DeploymentController {
     }
   }
 
+  private async move(d: WithInstances, i: DeploymentInstance, action: Extract<Action, { kind: "move" }>, now: Date): Promise<boolean> {
+    const moved = await this.deps.prisma.$transaction(async (tx) => {
+      const moved = await tx.deploymentInstance.updateMany({
+        where: {
+          deploymentId: d.id,
+          revision: i.revision,
+          replica: i.replica,
+          phase: i.phase,
+          step: i.step,
+          jobId: i.jobId,
+          nodeId: i.nodeId,
+        },
+        data: {
+          phase: action.to,
+          step: action.step,
+          jobId: null,
+          claimedAt: null,
+          updatedAt: now,
+          ...(action.reason !== undefined ? { reason: action.reason } : {}),
+          ...(action.runtimeId !== undefined ? { runtimeId: action.runtimeId } : {}),
+          ...(action.to === "ready" ? { restarts: 0 } : {}),
+          ...(action.unplace === true ? { nodeId: null, gpuUuids: [], gpuIndices: [] } : {}),
+          ...(action.restart === true ? { restarts: { increment: 1 } } : {}),
+        },
+      });
+      if (moved.count !== 1) return false;
+      if (action.to !== i.phase) await event(tx, d, i, i.phase, action.to, action.reason ?? null, now);
+      // A step still waiting for the node it is leaving would otherwise run there when it returns.
+      if (action.unplace === true && i.jobId !== null) await cancelPending(tx, i.jobId, action.reason ?? "replica moved", now);
+      if (action.unplace === true && i.nodeId !== null) {
+        await replicaAudit(tx, "deployment.replica_unplaced", d, i, { nodeId: i.nodeId, reason: action.reason ?? "" }, now);
+      }
+      return true;
+    });
+    // After the move is stored: a load placed on the same node later is ordered after this unload.
+    if (moved && action.stopOnNode === true && i.nodeId !== null) {
+      await this.deps.jobs.createJob(unloadOnNode(i.nodeId, { deploymentId: d.id, revision: i.revision, replica: i.replica }));
+    }
+    return moved;
+  }
+
+  /**
+   * Gives a pending replica a node: the placement rules choose over a snapshot of the fleet, then,
+   * under a lock on the deployment's row, the choice is kept only if the node still has room for
+   * it (another control-plane replica may have placed a sibling there meanwhile). Nothing fits: the
+   * reason is kept on the replica for operators, and the next pass (or a change in the fleet) tries again.
+   */
+  private async place(d: WithInstances, i: DeploymentInstance, now: Date): Promise<boolean> {
+    const { prisma } = this.deps;
+    const profile = await prisma.runtimeProfile.findUnique({ where: { name: i.runtimeProfile }, select: { engine: true } });
+    const placement =
+      profile === null
+        ? { pending: `runtime profile "${i.runtimeProfile}" not found` }
+        : await placeReplica(
+            { prisma, clock: this.deps.clock, loss: this.loss },
+            {
+              deploymentId: d.id,
+              revision: i.revision,
+              nodeId: d.nodeId ?? "",
+              maxPerNode: d.maxPerNode,
+              selector: (d.selector ?? {}) as { [key: string]: string },
+              engine: profile.engine,
+              capabilities: Object.values(capabilityOfStep),
+              runtimeProfile: i.runtimeProfile,
+              repository: i.repository,
+              commit: i.commit,
+              modelFile: i.modelFile,
+              targetRoot: d.targetRoot,
+            },
+          );
+    if ("pending" in placement) {
+      const reason = `no node fits: ${placement.pending}`;
+      if (i.reason !== reason) {
+        await prisma.deploymentInstance.updateMany({
+          where: { deploymentId: d.id, revision: i.revision, replica: i.replica, phase: "pending" },
+          data: { reason },
+        });
+        await this.refreshState(d.id);
+      }
+      return false;
+    }
+    const { nodeId, gpus } = placement;
+    const gpuUuids = gpus.map((g) => g.uuid);
+    const placed = await prisma.$transaction(async (tx) => {
+      await tx.$queryRaw`SELECT id FROM "Deployment" WHERE id = ${d.id}::uuid FOR UPDATE`;
+      const there = await tx.deploymentInstance.count({
+        where: { deploymentId: d.id, revision: i.revision, nodeId, phase: { in: ["loading", "ready", "draining"] } },
+      });
+      if (there >= d.maxPerNode) return false;
+      // GPUs are the node's, not the deployment's: the node's row serialises their assignment
+      // across deployments and control planes, and a GPU taken meanwhile sends this pass back.
+      if (gpus.length > 0) {
+        await tx.$queryRaw`SELECT id FROM "Node" WHERE id = ${nodeId}::uuid FOR UPDATE`;
+        if (await gpusTaken(tx, nodeId, gpuUuids, placement.gpuShared === true)) return false;
+      }
+      const moved = await tx.deploymentInstance.updateMany({
+        where: { deploymentId: d.id, revision: i.revision, replica: i.replica, phase: "pending", nodeId: null },
+        data: { nodeId, gpuUuids, gpuIndices: gpus.map((g) => g.index), phase: "loading", step: "acquire", reason: null, updatedAt: now },
+      });
+      if (moved.count !== 1) return false;
+      const on = gpus.length > 0 ? `node ${nodeId} (GPUs ${gpus.map((g) => `${g.index} ${g.uuid}`).join(", ")})` : `node ${nodeId}`;
+      await event(tx, d, { ...i, nodeId }, "pending", "loading", `placed on ${on}`, now);
+      await replicaAudit(tx, "deployment.replica_placed", d, i, { nodeId, ...(gpus.length > 0 ? { gpus: gpuUuids.join(",") } : {}) }, now);
+      return true;
+    });
+    if (placed)
+      this.deps.log.info(
+        { deploymentId: d.id, replica: i.replica, revision: String(i.revision), nodeId, gpus: gpuUuids },
+        "deployment replica placed",
+      );
+    return placed;
+  }
+
   /** Claims the step's job id on the instance, then creates the job under it. */
   private async start(d: WithInstances, i: DeploymentInstance, step: Step, now: Date): Promise<boolean> {
     const { prisma, jobs, log } = this.deps;
     const jobId = randomUUID();
+    if (i.nodeId === null) return false;
+    const nodeId = i.nodeId;
     const claimed = await prisma.deploymentInstance.updateMany({
-      where: { deploymentId: d.id, revision: i.revision, step, jobId: null },
+      where: { deploymentId: d.id, revision: i.revision, replica: i.replica, nodeId, step, jobId: null },
       data: { jobId, claimedAt: now },
     });
     if (claimed.count !== 1) return false;
@@ -235,6 +380,7 @@ export class DeploymentController {
       const spec = specOfStep(step, {
         deploymentId: d.id,
         revision: i.revision,
+        replica: i.replica,
         runtimeProfile: i.runtimeProfile,
         repository: i.repository,
         commit: i.commit,
@@ -242,19 +388,20 @@ export class DeploymentController {
         targetRoot: d.targetRoot,
         drainTimeoutMs: d.drainTimeoutMs,
         files,
+        gpus: assignedGpus(i),
       });
-      await jobs.createJob({ id: jobId, nodeId: i.nodeId, spec, orderingKey: d.id, maxAttempts: 0, correlationId: `deployment:${d.id}` });
-      log.info({ deploymentId: d.id, revision: String(i.revision), step, jobId }, "deployment step started");
+      await jobs.createJob({ id: jobId, nodeId, spec, orderingKey: d.id, maxAttempts: 0, correlationId: `deployment:${d.id}` });
+      log.info({ deploymentId: d.id, revision: String(i.revision), replica: i.replica, step, jobId }, "deployment step started");
     } catch (err) {
       // An outage leaves the claim: past its grace a later pass retries the step.
       if (isDatabaseUnavailable(err) || (err instanceof ConnectError && err.code === Code.Unavailable)) throw err;
       const reason = `${step} could not start: ${err instanceof ConnectError ? err.rawMessage : String(err)}`;
       const failed = await prisma.$transaction(async (tx) => {
-        const moved = await tx.deploymentInstance.updateMany({
-          where: { deploymentId: d.id, revision: i.revision, jobId },
+          const moved = await tx.deploymentInstance.updateMany({
+          where: { deploymentId: d.id, revision: i.revision, replica: i.replica, jobId },
           data: { phase: "failed", step: null, jobId: null, claimedAt: null, reason, updatedAt: now },
         });
-        if (moved.count === 1) await event(tx, d, i.revision, i.phase, "failed", reason, now);
+        if (moved.count === 1) await event(tx, d, i, i.phase, "failed", reason, now);
         return moved.count === 1;
       });
       if (failed) log.warn({ deploymentId: d.id, revision: String(i.revision), step, reason }, "deployment step refused");
@@ -262,31 +409,109 @@ export class DeploymentController {
     return true;
   }
 
-  /** Keeps the deployment's overall state (and failure reason) in step with its instances; true when it stored a change. */
+  /**
+   * Keeps the deployment's overall state (and the reason it is failed or pending) in step with its
+   * replicas; true when it stored a change. Read and written under the lock on the deployment's
+   * row, so of two control planes settling it at once the later read is the one written.
+   */
   private async refreshState(deploymentId: string): Promise<boolean> {
-    const d = await this.deps.prisma.deployment.findUnique({ where: { id: deploymentId }, include: { instances: true } });
-    if (d === null) return false;
-    const state = overallPhase(
-      { desired: d.desired as Desired, revision: d.revision },
-      d.instances.map((i) => ({ revision: i.revision, phase: i.phase as Phase })),
-    );
-    const current = d.instances.find((i) => i.revision === d.revision);
-    const failureReason = state === "failed" ? (current?.reason ?? null) : null;
-    if (state === d.state && failureReason === d.failureReason) return false;
-    await this.deps.prisma.deployment.updateMany({ where: { id: d.id }, data: { state, failureReason } });
-    return true;
+    return this.deps.prisma.$transaction(async (tx) => {
+      const locked = await tx.$queryRaw<unknown[]>`SELECT id FROM "Deployment" WHERE id = ${deploymentId}::uuid FOR UPDATE`;
+      if (locked.length === 0) return false;
+      const d = await tx.deployment.findUniqueOrThrow({ where: { id: deploymentId }, include: { instances: true } });
+      const view = { desired: d.desired as Desired, revision: d.revision, replicas: d.replicas };
+      const state = overallPhase(
+        view,
+        d.instances.map((i) => ({ revision: i.revision, replica: i.replica, phase: i.phase as Phase })),
+      );
+      const failureReason = reasonOf(
+        state,
+        d.instances.filter((i) => i.revision === d.revision),
+      );
+      if (state === d.state && failureReason === d.failureReason) return false;
+      await tx.deployment.updateMany({ where: { id: d.id }, data: { state, failureReason } });
+      return true;
+    });
   }
+}
+
+/** Why a deployment is failed or pending: its first such replica's reason. */
+function reasonOf(state: OverallPhase, current: DeploymentInstance[]): string | null {
+  if (state !== "failed" && state !== "pending") return null;
+  const first = [...current].sort((a, b) => a.replica - b.replica).find((i) => i.phase === state && i.reason !== null);
+  return first?.reason ?? null;
+}
+
+/** The audit event of a replica's placement or re-placement. */
+function replicaAudit(
+  tx: Prisma.TransactionClient,
+  action: string,
+  d: Pick<Deployment, "id" | "name">,
+  i: Pick<DeploymentInstance, "replica" | "revision">,
+  details: { [k: string]: string },
+  now: Date,
+) {
+  return recordAudit(
+    tx,
+    {
+      actor: systemActor,
+      action,
+      targetType: "deployment",
+      targetId: d.id,
+      details: { name: d.name, replica: String(i.replica), revision: String(i.revision), ...details },
+    },
+    now,
+  );
+}
+
+/**
+ * Whether a replica placed since the snapshot holds one of these GPUs in a way that excludes this
+ * one: any holder, unless both allow sharing (memory is then the snapshot's to judge).
+ */
+async function gpusTaken(tx: Prisma.TransactionClient, nodeId: string, uuids: string[], shared: boolean): Promise<boolean> {
+  const holders = await tx.deploymentInstance.findMany({
+    where: { nodeId, phase: { in: ["loading", "ready", "draining"] }, gpuUuids: { hasSome: uuids } },
+    select: { runtimeProfile: true },
+  });
+  if (holders.length === 0) return false;
+  if (!shared) return true;
+  const exclusive = await tx.runtimeProfile.count({ where: { name: { in: holders.map((h) => h.runtimeProfile) }, gpuShared: false } });
+  return exclusive > 0;
+}
+
+/** Ends a job that no node has leased yet, as cancelled by the system. */
+async function cancelPending(tx: Prisma.TransactionClient, jobId: string, why: string, now: Date): Promise<void> {
+  await tx.job.updateMany({
+    where: { id: jobId, state: "pending" },
+    data: {
+      state: "cancelled",
+      cancelRequested: true,
+      cancelReason: why,
+      failure: failureJson(JobFailureCode.CANCELLED, `cancelled: ${why}`, false),
+      finishedAt: now,
+    },
+  });
+}
+
+/** Why a replica's node cannot serve it: the node itself, else only its GPU (the node, up, still runs it). */
+const lostView = (node: string | undefined, gpu: string | undefined) =>
+  node !== undefined ? { nodeLost: node } : gpu !== undefined ? { nodeLost: gpu, stopOnNode: true } : {};
+
+function instanceOf(d: WithInstances, at: { revision: bigint; replica: number }): DeploymentInstance {
+  return d.instances.find((x) => x.revision === at.revision && x.replica === at.replica)!;
 }
 
 /** One row of a deployment's state history, in the transaction that made the change. */
 export async function event(
   tx: Prisma.TransactionClient,
-  d: Pick<Deployment, "id" | "nodeId">,
-  revision: bigint,
+  d: Pick<Deployment, "id">,
+  i: { revision: bigint; replica: number; nodeId: string | null },
   from: string | null,
   to: string,
   reason: string | null,
   time: Date,
 ): Promise<void> {
-  await tx.deploymentEvent.create({ data: { deploymentId: d.id, time, revision, nodeId: d.nodeId, fromPhase: from, toPhase: to, reason } });
+  await tx.deploymentEvent.create({
+    data: { deploymentId: d.id, time, revision: i.revision, replica: i.replica, nodeId: i.nodeId, fromPhase: from, toPhase: to, reason },
+  });
 }

@@ -1,12 +1,12 @@
-// What operators ask of deployments: create, change revision, drain, unload, delete. Each records
-// the desired state (with its audit event) and asks the controller to act on it at once, so a
-// drain stops new invokes before the RPC answers.
+// What operators ask of deployments: create, change revision, scale, start, drain, unload, delete.
+// Each records the desired state (with its audit event) and asks the controller to act on it at
+// once, so a drain stops new invokes before the RPC answers. Replicas are placed by the controller,
+// not here: one that fits nowhere waits as PENDING with its reason.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Deployment, DeploymentInstance, Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { RuntimeProfileSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import { engineName } from "../runtimes/profile.js";
 import { operatorActor, recordAudit } from "../audit/audit.js";
 import { checkCommitName } from "../artifacts/rules.js";
 import { MAX_COMMIT_FILES } from "../../common/artifacts.js";
@@ -17,14 +17,13 @@ import {
   DEFAULT_INVOKE_TIMEOUT_MS,
   DEFAULT_MAX_IN_FLIGHT,
   MAX_IN_FLIGHT,
+  MAX_REPLICAS,
   MAX_TIMEOUT_MS,
   type Desired,
 } from "./rules.js";
-import { capabilityOfStep } from "./specs.js";
 import { whereIdOrName } from "./routes.js";
-import { chooseNode, type PlacementDeps } from "./placement-snapshot.js";
 
-export interface DesiredDeps extends PlacementDeps {
+export interface DesiredDeps {
   prisma: PrismaClient;
   clock: Clock;
   approvedRoots: string[];
@@ -47,10 +46,19 @@ export interface CreateDeploymentInput {
   invokeTimeoutMs: number | undefined;
   drainTimeoutMs: number | undefined;
   modelFile: string;
+  /** Replicas wanted; undefined for 1. */
+  replicas: number | undefined;
+  /** 0 for 1. */
+  maxPerNode: number;
 }
 
 const invalid = (field: string, why: string) => new ConnectError(`${field}: ${why}`, Code.InvalidArgument);
-const needed = Object.values(capabilityOfStep);
+
+function replicasOf(n: number | undefined): number {
+  if (n === undefined) return 1;
+  if (!Number.isInteger(n) || n < 0 || n > MAX_REPLICAS) throw invalid("replicas", `from 0 to ${MAX_REPLICAS}`);
+  return n;
+}
 
 function timeoutOf(ms: number | undefined, field: string, fallback: number): number {
   if (ms === undefined) return fallback;
@@ -58,8 +66,8 @@ function timeoutOf(ms: number | undefined, field: string, fallback: number): num
   return ms;
 }
 
-/** Checks the profile exists and the commit is stored; the profile's engine. */
-async function requireProfileAndFiles(deps: DesiredDeps, profile: string, repository: string, commit: string): Promise<string> {
+/** Checks the profile exists and the commit is stored. */
+async function requireProfileAndFiles(deps: DesiredDeps, profile: string, repository: string, commit: string): Promise<void> {
   const spec = await deps.profiles.spec(profile);
   if (spec === undefined) {
     throw new ConnectError(`runtime profile "${profile}" not found; create it with 'forge runtimes create'`, Code.NotFound);
@@ -71,7 +79,6 @@ async function requireProfileAndFiles(deps: DesiredDeps, profile: string, reposi
       Code.FailedPrecondition,
     );
   }
-  return engineName(spec.engine);
 }
 
 /**
@@ -122,10 +129,16 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
   if (maxInFlight > MAX_IN_FLIGHT) throw invalid("max_in_flight", `from 1 to ${MAX_IN_FLIGHT} (0 for ${DEFAULT_MAX_IN_FLIGHT})`);
   const invokeTimeoutMs = timeoutOf(input.invokeTimeoutMs, "invoke_timeout", DEFAULT_INVOKE_TIMEOUT_MS);
   const drainTimeoutMs = timeoutOf(input.drainTimeoutMs, "drain_timeout", DEFAULT_DRAIN_TIMEOUT_MS);
-  const engine = await requireProfileAndFiles(deps, input.runtimeProfile, input.repository, input.commit);
+  const replicas = replicasOf(input.replicas);
+  const maxPerNode = input.maxPerNode === 0 ? 1 : input.maxPerNode;
+  if (maxPerNode > MAX_REPLICAS) throw invalid("max_per_node", `from 1 to ${MAX_REPLICAS} (0 for 1)`);
+  await requireProfileAndFiles(deps, input.runtimeProfile, input.repository, input.commit);
   const modelFile = await requireModelFile(deps, input, input.modelFile);
+  const nodeId = input.nodeId === "" ? null : input.nodeId.toLowerCase();
+  if (nodeId !== null && (await deps.prisma.node.count({ where: { id: nodeId } })) === 0) {
+    throw new ConnectError(`node ${input.nodeId} not found`, Code.NotFound);
+  }
   const id = randomUUID();
-  const nodeId = await chooseNode(deps, { ...input, deploymentId: id, engine, capabilities: needed, targetRoot, modelFile });
   const now = new Date(deps.clock.now());
   await deps.prisma.$transaction(async (tx) => {
     const made = await tx.deployment.createMany({
@@ -142,7 +155,9 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
           targetRoot,
           revision: 1n,
           desired: "serving",
-          state: "loading",
+          state: replicas === 0 ? "unloaded" : "pending",
+          replicas,
+          maxPerNode,
           maxInFlight,
           invokeTimeoutMs,
           drainTimeoutMs,
@@ -155,7 +170,8 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
     if (made.count !== 1) throw new ConnectError(`a deployment named "${input.name}" exists`, Code.AlreadyExists);
     await audit(tx, "deployment.created", id, correlationId, now, {
       name: input.name,
-      nodeId,
+      nodeId: nodeId ?? "",
+      replicas: String(replicas),
       runtimeProfile: input.runtimeProfile,
       repository: input.repository,
       commit: input.commit,
@@ -200,6 +216,62 @@ export async function updateRevision(
   });
   await deps.reconcile(d.id);
   return findRecord(deps.prisma, d.id);
+}
+
+/**
+ * Sets the replicas wanted. A serving deployment grows or shrinks; a drained or unloaded one is
+ * started again when scaled above 0 (one being deleted is not).
+ */
+export async function scaleDeployment(
+  deps: DesiredDeps,
+  idOrName: string,
+  replicas: number,
+  correlationId: string,
+): Promise<DeploymentRow> {
+  const wanted = replicasOf(replicas);
+  const d = await findRecord(deps.prisma, idOrName);
+  if (d.desired === "deleted") throw new ConnectError(`deployment ${d.name} is being deleted`, Code.FailedPrecondition);
+  const desired = wanted > 0 ? "serving" : d.desired;
+  const now = new Date(deps.clock.now());
+  await deps.prisma.$transaction(async (tx) => {
+    const moved = await tx.deployment.updateMany({
+      where: { id: d.id, desired: d.desired, revision: d.revision },
+      data: { replicas: wanted, desired, updatedAt: now },
+    });
+    if (moved.count !== 1) throw new ConnectError(`deployment ${d.name} changed meanwhile; retry`, Code.Aborted);
+    if (d.desired !== "serving" && desired === "serving") await restartFailed(tx, d, now);
+    await audit(tx, "deployment.scaled", d.id, correlationId, now, { name: d.name, from: String(d.replicas), to: String(wanted) });
+  });
+  await deps.reconcile(d.id);
+  return findRecord(deps.prisma, d.id);
+}
+
+/** Brings a drained, unloaded or failed deployment back to serving its wanted replicas (1 if it wanted none). */
+export async function startDeployment(deps: DesiredDeps, idOrName: string, correlationId: string): Promise<DeploymentRow> {
+  const d = await findRecord(deps.prisma, idOrName);
+  if (d.desired === "deleted") throw new ConnectError(`deployment ${d.name} is being deleted`, Code.FailedPrecondition);
+  const replicas = d.replicas === 0 ? 1 : d.replicas;
+  const now = new Date(deps.clock.now());
+  await deps.prisma.$transaction(async (tx) => {
+    // The replicas read are matched too: a scale committed meanwhile is not written back over.
+    const moved = await tx.deployment.updateMany({
+      where: { id: d.id, desired: d.desired, revision: d.revision, replicas: d.replicas },
+      data: { desired: "serving", replicas, updatedAt: now },
+    });
+    if (moved.count !== 1) throw new ConnectError(`deployment ${d.name} changed meanwhile; retry`, Code.Aborted);
+    await restartFailed(tx, d, now);
+    await audit(tx, "deployment.start_requested", d.id, correlationId, now, { name: d.name, replicas: String(replicas) });
+  });
+  await deps.reconcile(d.id);
+  return findRecord(deps.prisma, d.id);
+}
+
+/** The operator asked again: the current revision's failed replicas wait to be placed afresh. */
+async function restartFailed(tx: Prisma.TransactionClient, d: DeploymentRow, now: Date): Promise<void> {
+  await tx.deploymentInstance.updateMany({
+    where: { deploymentId: d.id, revision: d.revision, phase: "failed", jobId: null },
+    data: { phase: "pending", nodeId: null, step: null, restarts: 0, reason: "started by operator", updatedAt: now },
+  });
 }
 
 /** Drain, unload or delete: each allowed from the states it makes sense from. */

@@ -48,7 +48,9 @@ export async function checkHealth(
 ): Promise<RevisionHealth[]> {
   if (waitMs > MAX_HEALTH_WAIT_MS) throw new ConnectError("wait: at most 60 s", Code.InvalidArgument);
   const d = await findRecord(deps.prisma, idOrName);
-  const loaded = d.instances.filter((i) => i.phase === "ready" || i.phase === "draining");
+  const loaded = d.instances.filter(
+    (i): i is typeof i & { nodeId: string } => i.nodeId !== null && (i.phase === "ready" || i.phase === "draining"),
+  );
   const jobs = await Promise.all(
     loaded.map((i) =>
       deps.jobs.createJob({

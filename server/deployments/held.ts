@@ -6,7 +6,7 @@ import type { PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
 import type { CreateJobInput } from "../jobs/create.js";
-import { specOfStep } from "./specs.js";
+import { unloadOnNode } from "./specs.js";
 import { event } from "./controller.js";
 
 export interface HeldDeps {
@@ -18,23 +18,41 @@ export interface HeldDeps {
   kick(deploymentId: string): void;
 }
 
-const key = (id: string, revision: bigint) => `${id}#${revision}`;
+/** A runtime a node holds: its replica slot is unknown (undefined) when an older agent reported it. */
+export interface HeldRuntime {
+  deploymentId: string;
+  revision: bigint;
+  replica: number | undefined;
+}
+
+/** An instance the server has on the node. */
+export interface ExpectedInstance {
+  deploymentId: string;
+  revision: bigint;
+  replica: number;
+  phase: string;
+  jobId: string | null;
+}
+
+/**
+ * Whether the held runtime serves the instance. An older agent names no slot: it holds one runtime
+ * per revision, which serves whichever replica of that revision the node has.
+ */
+const serves = (h: HeldRuntime, e: Omit<ExpectedInstance, "phase" | "jobId">) =>
+  h.deploymentId === e.deploymentId && h.revision === e.revision && (h.replica === undefined || h.replica === e.replica);
 
 /** The pure part: which held runtimes are strays, which expected instances are lost. */
 export function compareHeld(
-  held: Pick<HeldDeployment, "deploymentId" | "revision">[],
-  expected: { deploymentId: string; revision: bigint; phase: string; jobId: string | null }[],
-): { strays: { deploymentId: string; revision: bigint }[]; lost: { deploymentId: string; revision: bigint }[] } {
-  const live = new Set(expected.filter((e) => e.phase !== "unloaded" && e.phase !== "failed").map((e) => key(e.deploymentId, e.revision)));
-  const heldKeys = new Set(held.map((h) => key(h.deploymentId, h.revision)));
+  held: readonly HeldRuntime[],
+  expected: readonly ExpectedInstance[],
+): { strays: HeldRuntime[]; lost: Omit<ExpectedInstance, "phase" | "jobId">[] } {
+  const live = expected.filter((e) => e.phase !== "unloaded" && e.phase !== "failed");
   return {
-    strays: held
-      .filter((h) => !live.has(key(h.deploymentId, h.revision)))
-      .map((h) => ({ deploymentId: h.deploymentId, revision: h.revision })),
+    strays: held.filter((h) => !live.some((e) => serves(h, e))),
     // Only a ready instance with no step in flight is lost; a loading one has its load job coming.
     lost: expected
-      .filter((e) => e.phase === "ready" && e.jobId === null && !heldKeys.has(key(e.deploymentId, e.revision)))
-      .map((e) => ({ deploymentId: e.deploymentId, revision: e.revision })),
+      .filter((e) => e.phase === "ready" && e.jobId === null && !held.some((h) => serves(h, e)))
+      .map((e) => ({ deploymentId: e.deploymentId, revision: e.revision, replica: e.replica })),
   };
 }
 
@@ -42,45 +60,33 @@ export async function reconcileHeld(deps: HeldDeps, nodeId: string, held: HeldDe
   const { prisma, clock, log } = deps;
   const expected = await prisma.deploymentInstance.findMany({
     where: { nodeId },
-    select: { deploymentId: true, revision: true, phase: true, jobId: true },
+    select: { deploymentId: true, revision: true, replica: true, phase: true, jobId: true },
   });
-  const { strays, lost } = compareHeld(held, expected);
+  const { strays, lost } = compareHeld(
+    held.map((h) => ({ deploymentId: h.deploymentId, revision: h.revision, replica: h.replica })),
+    expected,
+  );
   const now = new Date(clock.now());
   for (const s of strays) {
     log.warn(
-      { nodeId, deploymentId: s.deploymentId, revision: String(s.revision) },
+      { nodeId, deploymentId: s.deploymentId, revision: String(s.revision), replica: s.replica },
       "node holds a deployment runtime it should not: unloading it",
     );
-    await deps.jobs.createJob({
-      nodeId,
-      spec: specOfStep("unload", {
-        deploymentId: s.deploymentId,
-        revision: s.revision,
-        runtimeProfile: "",
-        repository: "",
-        commit: "",
-        modelFile: "",
-        targetRoot: "",
-        drainTimeoutMs: 0,
-        files: [],
-      }),
-      orderingKey: s.deploymentId,
-      maxAttempts: 0,
-      correlationId: `deployment:${s.deploymentId}`,
-    });
+    await deps.jobs.createJob(unloadOnNode(nodeId, s));
   }
   for (const l of lost) {
-    const reason = "the node no longer holds the runtime (agent restarted): loading it again";
+    const reason = "the node no longer holds the runtime (it exited, or the agent restarted): loading it again";
+    // The runtime id stays: it says the replica served, so a reload that fails places it elsewhere.
     const moved = await prisma.$transaction(async (tx) => {
       const m = await tx.deploymentInstance.updateMany({
-        where: { deploymentId: l.deploymentId, revision: l.revision, phase: "ready", jobId: null },
-        data: { phase: "loading", step: "load", reason, runtimeId: null, updatedAt: now },
+        where: { deploymentId: l.deploymentId, revision: l.revision, replica: l.replica, nodeId, phase: "ready", jobId: null },
+        data: { phase: "loading", step: "load", reason, updatedAt: now },
       });
-      if (m.count === 1) await event(tx, { id: l.deploymentId, nodeId }, l.revision, "ready", "loading", reason, now);
+      if (m.count === 1) await event(tx, { id: l.deploymentId }, { ...l, nodeId }, "ready", "loading", reason, now);
       return m.count === 1;
     });
     if (moved) {
-      log.warn({ nodeId, deploymentId: l.deploymentId, revision: String(l.revision) }, reason);
+      log.warn({ nodeId, deploymentId: l.deploymentId, revision: String(l.revision), replica: l.replica }, reason);
       deps.kick(l.deploymentId);
     }
   }

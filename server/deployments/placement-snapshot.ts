@@ -1,30 +1,33 @@
-// The I/O around placement.ts: reads the fleet (nodes, their latest telemetry, the deployments they
-// hold and what those need) and the request's own need, then asks the pure rules. Refuses with
-// failed_precondition and the rules' reason when nothing fits.
+// The I/O around placement.ts: reads the fleet (nodes, their latest telemetry, the replicas they
+// hold and what those need) and the replica's own need, then asks the pure rules.
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
 import type { PrismaClient } from "../../gen/prisma/client.js";
 import { TelemetrySchema } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import type { Clock } from "../../common/clock.js";
 import { commitEstimate, memoryNeed, storedEstimate } from "../artifacts/memory.js";
-import { place, type NodeTelemetryView, type NodeView } from "./placement.js";
+import { nodeLoss, type LossBounds } from "./node-loss.js";
+import { place, type NodeTelemetryView, type NodeView, type Placement } from "./placement.js";
+import type { GpuNeed } from "./gpu-fit.js";
 
 /** Disk kept free on the target root beyond the commit's files (logs, temp files, the next commit). */
 const DISK_RESERVE_BYTES = 512 * 2 ** 20;
 
-/** Deployments in these desired states hold their node's memory (drained ones stay loaded). */
-const HOLDING = ["serving", "drained"];
+/** Replicas in these phases hold (or are about to hold) their node's memory. */
+const HOLDING = ["loading", "ready", "draining"];
 
 export interface PlacementDeps {
   prisma: PrismaClient;
   clock: Clock;
-  /** A node is online while its last heartbeat is at most this old. */
-  staleAfterMs: number;
+  /** Which nodes are lost to replicas (./node-loss.ts): they take none. */
+  loss: LossBounds;
 }
 
 export interface PlacementInput {
   deploymentId: string;
+  revision: bigint;
+  /** The node the deployment is pinned to; "" to choose by selector. */
   nodeId: string;
+  maxPerNode: number;
   selector: { [key: string]: string };
   engine: string;
   capabilities: string[];
@@ -43,8 +46,37 @@ interface Served {
   runtimeProfile: string;
 }
 
+interface Need {
+  /** RAM; undefined when unknown. */
+  memory: number | undefined;
+  /** GPUs; undefined for a CPU profile. */
+  gpu: GpuNeed | undefined;
+}
+
+/**
+ * What each (repository, commit, model file, profile) needs in RAM and of GPUs. On each GPU an
+ * openai-http server takes what its profile declares; llama.cpp's estimate is split evenly across
+ * its GPUs (for a partial offload that overstates the GPUs' share: fail toward not overcommitting).
+ */
+async function needs(prisma: PrismaClient, wanted: Served[]): Promise<(key: Served) => Need> {
+  const memoryOf = await memoryNeeds(prisma, wanted);
+  const profiles = await prisma.runtimeProfile.findMany({
+    where: { name: { in: wanted.map((w) => w.runtimeProfile) } },
+    select: { name: true, engine: true, gpuCount: true, gpuMemoryBytes: true, gpuShared: true },
+  });
+  const profile = new Map(profiles.map((p) => [p.name, p]));
+  return (key) => {
+    const memory = memoryOf(key);
+    const p = profile.get(key.runtimeProfile);
+    if (p === undefined || p.gpuCount === 0) return { memory, gpu: undefined };
+    const onEach =
+      p.engine === "openai-http" ? Number(p.gpuMemoryBytes) : memory === undefined ? undefined : Math.ceil(memory / p.gpuCount);
+    return { memory, gpu: { count: p.gpuCount, memoryBytes: onEach, shared: p.gpuShared } };
+  };
+}
+
 /** What each (repository, commit, model file, profile) needs in RAM; undefined when unknown. */
-async function needs(prisma: PrismaClient, wanted: Served[]): Promise<(key: Served) => number | undefined> {
+async function memoryNeeds(prisma: PrismaClient, wanted: Served[]): Promise<(key: Served) => number | undefined> {
   const [files, profiles] = await Promise.all([
     prisma.storedArtifact.findMany({
       where: { OR: wanted.map((w) => ({ repository: w.repository, commit: w.commit })) },
@@ -76,21 +108,22 @@ async function needs(prisma: PrismaClient, wanted: Served[]): Promise<(key: Serv
 }
 
 /** RAM available and free bytes per mount from the stored common.v1.Telemetry; undefined when unusable. */
-function telemetryOf(data: unknown): NodeTelemetryView | undefined {
+function telemetryOf(data: unknown): (NodeTelemetryView & { gpuUsedBytes: Map<string, bigint> }) | undefined {
   try {
     const t = fromJson(TelemetrySchema, data as JsonValue, { ignoreUnknownFields: true });
     if (t.memoryTotalBytes === 0n) return undefined;
     return {
       memoryAvailableBytes: Number(t.memoryTotalBytes - t.memoryUsedBytes),
       mounts: t.mounts.map((m) => ({ mount: m.mount, freeBytes: Number(m.sizeBytes - m.usedBytes) })),
+      gpuUsedBytes: new Map(t.gpus.map((g) => [g.uuid, g.memoryUsedBytes])),
     };
   } catch {
     return undefined;
   }
 }
 
-/** The node a replica of the deployment goes on; failed_precondition naming the numbers when none fits. */
-export async function chooseNode(deps: PlacementDeps, input: PlacementInput): Promise<string> {
+/** The node a replica of the deployment goes on, or why none fits, with the numbers. */
+export async function placeReplica(deps: PlacementDeps, input: PlacementInput): Promise<Placement> {
   const { prisma } = deps;
   const named = input.nodeId.toLowerCase();
   const rows = await prisma.node.findMany({
@@ -103,42 +136,79 @@ export async function chooseNode(deps: PlacementDeps, input: PlacementInput): Pr
       disabledAt: true,
       decommissionedAt: true,
       lastHeartbeatAt: true,
+      sessionReplica: true,
       telemetry: { select: { data: true } },
-      deployments: {
-        where: { desired: { in: HOLDING } },
-        select: { id: true, repository: true, commit: true, modelFile: true, runtimeProfile: true },
-      },
     },
   });
-  if (named !== "" && rows.length === 0) throw new ConnectError(`node ${input.nodeId} not found`, Code.NotFound);
-  const placed = rows.flatMap((n) => n.deployments);
+  const placed = await prisma.deploymentInstance.findMany({
+    where: { nodeId: { in: rows.map((n) => n.id) }, phase: { in: HOLDING } },
+    select: {
+      deploymentId: true,
+      revision: true,
+      nodeId: true,
+      repository: true,
+      commit: true,
+      modelFile: true,
+      runtimeProfile: true,
+      gpuUuids: true,
+    },
+  });
+  // Only GPUs present by the inventory are offered: a missing one is nobody's to assign.
+  const gpuRows = await prisma.gpu.findMany({
+    where: { nodeId: { in: rows.map((n) => n.id) }, state: "present" },
+    select: { nodeId: true, uuid: true, index: true, memoryTotalBytes: true },
+    orderBy: { index: "asc" },
+  });
   const need = await needs(prisma, [...placed, input]);
   const files = await prisma.storedArtifact.aggregate({
     where: { repository: input.repository, commit: input.commit },
     _sum: { sizeBytes: true },
   });
   const now = deps.clock.now();
-  const nodes: NodeView[] = rows.map((n) => ({
-    id: n.id,
-    online: n.lastHeartbeatAt !== null && now - n.lastHeartbeatAt.getTime() <= deps.staleAfterMs,
-    disabled: n.disabledAt !== null,
-    decommissioned: n.decommissionedAt !== null,
-    labels: (n.labels ?? {}) as { [key: string]: unknown },
-    engines: n.engines,
-    capabilities: n.capabilities,
-    telemetry: n.telemetry === null ? undefined : telemetryOf(n.telemetry.data),
-    placed: n.deployments.map((d) => ({ deploymentId: d.id, memoryBytes: need(d) })),
-  }));
-  const placement = place(nodes, {
+  const nodes: NodeView[] = rows.map((n) => {
+    const telemetry = n.telemetry === null ? undefined : telemetryOf(n.telemetry.data);
+    return {
+      id: n.id,
+      // The same rule that takes replicas off a node: one whose session closed is no place for a new one.
+      online: nodeLoss({ ...n, disabledAt: null, decommissionedAt: null }, now, deps.loss) === undefined,
+      disabled: n.disabledAt !== null,
+      decommissioned: n.decommissionedAt !== null,
+      labels: (n.labels ?? {}) as { [key: string]: unknown },
+      engines: n.engines,
+      capabilities: n.capabilities,
+      telemetry,
+      placed: placed
+        .filter((p) => p.nodeId === n.id)
+        .map((p) => {
+          const { memory, gpu } = need(p);
+          return {
+            deploymentId: p.deploymentId,
+            revision: p.revision,
+            memoryBytes: memory,
+            ...(p.gpuUuids.length > 0 ? { gpus: { uuids: p.gpuUuids, memoryBytes: gpu?.memoryBytes, shared: gpu?.shared ?? false } } : {}),
+          };
+        }),
+      gpus: gpuRows
+        .filter((g) => g.nodeId === n.id)
+        .map((g) => {
+          const used = telemetry?.gpuUsedBytes.get(g.uuid);
+          return { uuid: g.uuid, index: g.index, freeBytes: used === undefined ? undefined : Number(g.memoryTotalBytes - used) };
+        }),
+    };
+  });
+  const wanted = need(input);
+  return place(nodes, {
     deploymentId: input.deploymentId,
+    revision: input.revision,
     ...(named !== "" ? { nodeId: named } : {}),
     selector: input.selector,
-    engine: input.engine,
+    // A llama.cpp replica given GPUs offloads layers: only a node whose llama.cpp has CUDA will do.
+    engine: input.engine === "llama.cpp" && wanted.gpu !== undefined ? "llama.cpp+cuda" : input.engine,
     capabilities: input.capabilities,
     targetRoot: input.targetRoot,
     diskBytes: Number(files._sum.sizeBytes ?? 0n) + DISK_RESERVE_BYTES,
-    memoryBytes: need(input),
+    memoryBytes: wanted.memory,
+    maxPerNode: input.maxPerNode,
+    ...(wanted.gpu !== undefined ? { gpu: wanted.gpu } : {}),
   });
-  if ("pending" in placement) throw new ConnectError(`no node fits: ${placement.pending}`, Code.FailedPrecondition);
-  return placement.nodeId;
 }

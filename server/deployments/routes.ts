@@ -4,9 +4,10 @@ import type { Deployment, DeploymentInstance, PrismaClient } from "../../gen/pri
 import { isUuid } from "../../common/x509.js";
 import { overallPhase, type Desired, type Phase } from "./rules.js";
 
-export type DeploymentPhase = "LOADING" | "READY" | "DRAINING" | "UNLOADED" | "FAILED";
+export type DeploymentPhase = "PENDING" | "LOADING" | "READY" | "DEGRADED" | "DRAINING" | "UNLOADED" | "FAILED";
 export interface DeploymentInstanceRoute {
   revision: bigint;
+  replica: number;
   nodeId: string;
   phase: DeploymentPhase;
   /** Its runtime profile's engine ("llama.cpp", "openai-http"); "" when the profile is gone. */
@@ -19,10 +20,10 @@ export interface DeploymentTarget {
   phase: DeploymentPhase;
   /** When it was created, in epoch milliseconds (the OpenAI API's `created`). */
   createdAt: number;
-  /** Per-deployment bounds the operator set. */
+  /** Per-replica bounds the operator set. */
   maxInFlight: number;
   invokeTimeoutMs: number;
-  /** Instances that take new invokes (READY), newest revision first; empty when none. */
+  /** Replicas that take new invokes (READY), newest revision first; empty when none. */
   ready: DeploymentInstanceRoute[];
 }
 export interface DeploymentRoutes {
@@ -45,18 +46,24 @@ type ProfileEngines = ReadonlyMap<string, string>;
 
 export function targetOf(d: Deployment & { instances: DeploymentInstance[] }, engines: ProfileEngines = new Map()): DeploymentTarget {
   const desired = d.desired as Desired;
-  const phases = d.instances.map((i) => ({ revision: i.revision, phase: i.phase as Phase }));
+  const phases = d.instances.map((i) => ({ revision: i.revision, replica: i.replica, phase: i.phase as Phase }));
   const ready =
     desired === "serving"
       ? d.instances
-          .filter((i) => i.phase === "ready")
-          .sort((a, b) => (a.revision > b.revision ? -1 : 1))
-          .map((i) => ({ revision: i.revision, nodeId: i.nodeId, phase: "READY" as const, engine: engines.get(i.runtimeProfile) ?? "" }))
+          .filter((i): i is DeploymentInstance & { nodeId: string } => i.phase === "ready" && i.nodeId !== null)
+          .sort((a, b) => (a.revision !== b.revision ? (a.revision > b.revision ? -1 : 1) : a.replica - b.replica))
+          .map((i) => ({
+            revision: i.revision,
+            replica: i.replica,
+            nodeId: i.nodeId,
+            phase: "READY" as const,
+            engine: engines.get(i.runtimeProfile) ?? "",
+          }))
       : [];
   return {
     deploymentId: d.id,
     name: d.name,
-    phase: upper(overallPhase({ desired, revision: d.revision }, phases)),
+    phase: upper(overallPhase({ desired, revision: d.revision, replicas: d.replicas }, phases)),
     createdAt: d.createdAt.getTime(),
     maxInFlight: d.maxInFlight,
     invokeTimeoutMs: d.invokeTimeoutMs,

@@ -4,11 +4,14 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { JobSpecSchema, type JobSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import type { CreateJobInput } from "../jobs/create.js";
 import type { Step } from "./rules.js";
 
 export interface StepInput {
   deploymentId: string;
   revision: bigint;
+  /** The replica slot; undefined names every replica of the revision (an older agent's runtime). */
+  replica: number | undefined;
   runtimeProfile: string;
   repository: string;
   commit: string;
@@ -17,6 +20,13 @@ export interface StepInput {
   targetRoot: string;
   drainTimeoutMs: number;
   files: { path: string; sizeBytes: bigint; sha256: string }[];
+  /** The GPUs placement assigned the replica (UUID and index); empty for a CPU replica. */
+  gpus?: { uuid: string; index: number }[];
+}
+
+/** The GPUs recorded on a replica, each UUID with its index (two columns, in step). */
+export function assignedGpus(i: { gpuUuids: string[]; gpuIndices: number[] }): { uuid: string; index: number }[] {
+  return i.gpuUuids.map((uuid, k) => ({ uuid, index: i.gpuIndices[k] ?? 0 }));
 }
 
 /** The capability a step needs the node to run. */
@@ -29,6 +39,7 @@ export const capabilityOfStep: Record<Step, string> = {
 
 export function specOfStep(step: Step, i: StepInput): JobSpec {
   const { deploymentId, revision } = i;
+  const replica = i.replica === undefined ? {} : { replica: i.replica };
   // Where artifact.acquire.v1 promotes a commit: <root>/<repository>/<commit>/<path>.
   const onNode = (path: string) => join(i.targetRoot, i.repository, i.commit, path);
   switch (step) {
@@ -46,18 +57,44 @@ export function specOfStep(step: Step, i: StepInput): JobSpec {
           value: {
             deploymentId,
             revision,
+            ...replica,
             runtimeProfile: i.runtimeProfile,
             artifacts: i.files.map((f) => ({ path: onNode(f.path), sha256: f.sha256 })),
             // Empty for an instance from before the model file was stored: the agent applies the rule.
             modelFile: i.modelFile === "" ? "" : onNode(i.modelFile),
+            gpus: i.gpus ?? [],
           },
         },
       });
     case "drain":
       return create(JobSpecSchema, {
-        kind: { case: "deploymentDrain", value: { deploymentId, revision, timeout: durationFromMs(i.drainTimeoutMs) } },
+        kind: { case: "deploymentDrain", value: { deploymentId, revision, ...replica, timeout: durationFromMs(i.drainTimeoutMs) } },
       });
     case "unload":
-      return create(JobSpecSchema, { kind: { case: "deploymentUnload", value: { deploymentId, revision } } });
+      return create(JobSpecSchema, { kind: { case: "deploymentUnload", value: { deploymentId, revision, ...replica } } });
   }
+}
+
+/**
+ * The job that stops a runtime a node holds and should not (a stray its Hello named, or a replica
+ * that left a node still up): ordered with the deployment's other steps, so a load placed there
+ * afterwards runs after it.
+ */
+export function unloadOnNode(
+  nodeId: string,
+  held: { deploymentId: string; revision: bigint; replica: number | undefined },
+): CreateJobInput {
+  const { deploymentId } = held;
+  return {
+    nodeId,
+    spec: create(JobSpecSchema, {
+      kind: {
+        case: "deploymentUnload",
+        value: { deploymentId, revision: held.revision, ...(held.replica === undefined ? {} : { replica: held.replica }) },
+      },
+    }),
+    orderingKey: deploymentId,
+    maxAttempts: 0,
+    correlationId: `deployment:${deploymentId}`,
+  };
 }

@@ -13,7 +13,7 @@ export interface FieldRule {
   maxCount?: number;
   /** Map fields: the most bytes of UTF-8 in a key. */
   maxKeyBytes?: number;
-  /** Floating point fields: the smallest and largest value accepted. */
+  /** Numeric fields (floating point and unsigned integers): the smallest and largest value accepted. */
   range?: readonly [number, number];
 }
 
@@ -41,6 +41,10 @@ const payload: FieldRule = { maxBytes: 4 * 1024 * 1024 };
 const capabilities: FieldRule = { maxCount: 64, maxBytes: 64 };
 const artifacts: FieldRule = { maxCount: 1000 };
 const resolvedPath: FieldRule = { maxBytes: 4096 };
+/** GPU counts and layers a runtime profile may ask for. */
+const gpuCount: FieldRule = { range: [0, 64] };
+const gpuLayers: FieldRule = { range: [0, 1024] };
+const gpuMemory: FieldRule = { range: [0, 2 ** 50] };
 
 export const fieldRules: Readonly<Record<string, FieldRule>> = {
   // modelforge.agent.v1
@@ -52,6 +56,8 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.agent.v1.RenewCredentialRequest.csr_pem": pem,
   "modelforge.agent.v1.HeartbeatRequest.agent_version": version,
   "modelforge.agent.v1.HeartbeatRequest.capabilities": capabilities,
+  "modelforge.agent.v1.HeartbeatRequest.replica_loads": { maxCount: 256 },
+  "modelforge.agent.v1.ReplicaLoad.deployment_id": shortId,
   "modelforge.agent.v1.InventoryReport.gpus": { maxCount: 64 },
   "modelforge.agent.v1.InventoryReport.gpu_collection_error": reason,
   "modelforge.agent.v1.ReportJobProgressRequest.job_id": uuid,
@@ -61,6 +67,7 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.agent.v1.Hello.capabilities": capabilities,
   "modelforge.agent.v1.Hello.running_job_ids": { ...uuid, maxCount: 4096 },
   "modelforge.agent.v1.Hello.held_deployments": { maxCount: 256 },
+  "modelforge.agent.v1.HeldDeployments.deployments": { maxCount: 256 },
   "modelforge.agent.v1.Hello.engines": { maxCount: 16, maxBytes: 64 },
   "modelforge.agent.v1.Hello.embedding_engines": { maxCount: 16, maxBytes: 64 },
   "modelforge.agent.v1.HeldDeployment.deployment_id": shortId,
@@ -99,6 +106,9 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.UploadArtifactChunkRequest.path": { maxBytes: 1024 },
   "modelforge.admin.v1.UploadArtifactChunkRequest.data": { maxBytes: 1024 * 1024 },
   "modelforge.admin.v1.DeleteArtifactFilesRequest.path": { maxBytes: 1024 },
+  "modelforge.admin.v1.PutArtifactFilesRequest.files": artifacts,
+  "modelforge.admin.v1.PutArtifactFile.path": { maxBytes: 1024 },
+  "modelforge.admin.v1.PutArtifactFile.data": { maxBytes: 1024 * 1024 },
   "modelforge.jobs.v1.ArtifactFile.sha256": shortId,
   "modelforge.jobs.v1.ArtifactAcquire.repository": { maxBytes: 256 },
   "modelforge.jobs.v1.ArtifactAcquire.commit": shortId,
@@ -117,6 +127,8 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.jobs.v1.DeploymentLoad.runtime_profile": name,
   "modelforge.jobs.v1.DeploymentLoad.artifacts": artifacts,
   "modelforge.jobs.v1.DeploymentLoad.model_file": resolvedPath,
+  "modelforge.jobs.v1.DeploymentLoad.gpus": { maxCount: 64 },
+  "modelforge.jobs.v1.AssignedGpu.uuid": shortId,
   "modelforge.jobs.v1.DeploymentInvoke.deployment_id": shortId,
   "modelforge.jobs.v1.DeploymentInvoke.request_id": name,
   "modelforge.jobs.v1.DeploymentInvoke.content_type": contentType,
@@ -169,6 +181,9 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.ListAuditEventsRequest.target_id": name,
   "modelforge.admin.v1.ListAuditEventsRequest.actor": name,
   "modelforge.admin.v1.CreateRuntimeProfileRequest.name": shortId,
+  "modelforge.admin.v1.CreateRuntimeProfileRequest.gpu_layers": gpuLayers,
+  "modelforge.admin.v1.CreateRuntimeProfileRequest.gpu_count": gpuCount,
+  "modelforge.admin.v1.CreateRuntimeProfileRequest.gpu_memory_bytes": gpuMemory,
   "modelforge.admin.v1.CreateDeploymentRequest.name": shortId,
   "modelforge.admin.v1.CreateDeploymentRequest.node_id": uuid,
   "modelforge.admin.v1.CreateDeploymentRequest.runtime_profile": shortId,
@@ -180,6 +195,8 @@ export const fieldRules: Readonly<Record<string, FieldRule>> = {
   "modelforge.admin.v1.UpdateDeploymentRevisionRequest.commit": shortId,
   "modelforge.admin.v1.UpdateDeploymentRevisionRequest.runtime_profile": shortId,
   "modelforge.admin.v1.UpdateDeploymentRevisionRequest.model_file": { maxBytes: 1024 },
+  "modelforge.admin.v1.ScaleDeploymentRequest.deployment": shortId,
+  "modelforge.admin.v1.StartDeploymentRequest.deployment": shortId,
   "modelforge.admin.v1.DrainDeploymentRequest.deployment": shortId,
   "modelforge.admin.v1.UnloadDeploymentRequest.deployment": shortId,
   "modelforge.admin.v1.DeleteDeploymentRequest.deployment": shortId,

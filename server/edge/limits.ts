@@ -7,6 +7,7 @@ import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { Health } from "../../gen/proto/grpc/health/v1/health_pb.js";
 import { MAX_INVOKE_PAYLOAD_BYTES } from "../jobs/spec.js";
+import { putArtifactFilesRequestBytes } from "../artifacts/rules.js";
 import { ServerReflection } from "../../gen/proto/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionAlpha } from "../../gen/proto/grpc/reflection/v1alpha/reflection_pb.js";
 
@@ -55,6 +56,8 @@ const requestBytes: ReadonlyMap<string, number> = new Map([
   [path(AdminService, "registerNode"), 64 * KiB],
   // One chunk of an artifact pushed into the store (at most 1 MiB) and the names around it.
   [path(AdminService, "uploadArtifactChunk"), 1024 * KiB + 16 * KiB],
+  // Small files sent whole (at most 1 MiB of data in all) and the names of up to 1000 files.
+  [path(AdminService, "putArtifactFiles"), putArtifactFilesRequestBytes],
   // Paths of a deployment.invoke.v1 payload: the request itself, the job that relays it, its
   // result, and the Session that carries results and everything else an agent reports.
   [path(DeploymentService, "invoke"), invokeRequestBytes],

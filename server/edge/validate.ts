@@ -9,8 +9,8 @@
 //   canonical UUIDs when set;
 // - repeated and map fields: bounded in count; map keys and values like strings;
 // - 64-bit unsigned integers at most 2^63-1 and 32-bit unsigned ones at most 2^31-1 (what
-//   PostgreSQL's bigint and integer store); floating point values finite, and within their range
-//   where the contract gives one;
+//   PostgreSQL's bigint and integer store); floating point values finite; numbers within their
+//   range where the contract gives one;
 // - enum values known to this build;
 // - google.protobuf.Timestamp and Duration within their documented ranges.
 // Rules of meaning (a job spec's capability, a path's grammar, what a node may do) stay with the
@@ -77,21 +77,22 @@ function checkScalar(scalar: ScalarType, value: unknown, path: string, rule: Fie
     case ScalarType.UINT64:
     case ScalarType.FIXED64:
       if (BigInt(value as bigint) > maxInt64) violation(path, `is above ${maxInt64}, the largest value stored`);
-      return;
+      return checkRange(Number(value), path, rule);
     case ScalarType.UINT32:
     case ScalarType.FIXED32:
       if ((value as number) > maxInt32) violation(path, `is above ${maxInt32}, the largest value stored`);
-      return;
+      return checkRange(value as number, path, rule);
     case ScalarType.DOUBLE:
     case ScalarType.FLOAT:
       if (!Number.isFinite(value)) violation(path, "must be a finite number");
-      if (rule.range && ((value as number) < rule.range[0] || (value as number) > rule.range[1])) {
-        violation(path, `must be from ${rule.range[0]} to ${rule.range[1]}`);
-      }
-      return;
+      return checkRange(value as number, path, rule);
     default:
       return;
   }
+}
+
+function checkRange(value: number, path: string, rule: FieldRule): void {
+  if (rule.range && (value < rule.range[0] || value > rule.range[1])) violation(path, `must be from ${rule.range[0]} to ${rule.range[1]}`);
 }
 
 /** An enum field (singular, repeated or map value) holds a value this build knows. */

@@ -1,8 +1,8 @@
 // The invokes in flight on this replica, for a graceful stop: once the drain begins, new work is
 // refused (so callers and the other replicas go elsewhere) while the work already admitted is
 // counted down to zero; only then do the node sessions it runs over close (server/app.ts). Every
-// entry point that relays work to a runtime takes the same Drain: the gRPC/Connect invoke path
-// (./relay.ts) today, and an OpenAI-compatible HTTP API would check `draining` to answer 503.
+// entry point that relays work to a runtime goes through the relay (./relay.ts), which takes it:
+// Invoke, InvokeStream and the OpenAI API (whose front door answers the refusal as 503).
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Clock } from "../../common/clock.js";
 

@@ -65,13 +65,14 @@ export class ReplicaForwarder implements InvokeForwarder {
     try {
       if (call.stream) {
         let revision = 0n;
+        let replica = 0;
         for await (const piece of client.invokeStream(request, options)) {
-          if (piece.revision !== 0n) revision = piece.revision;
-          yield { payload: piece.payload, contentType: piece.contentType, revision };
+          if (piece.revision !== 0n) [revision, replica] = [piece.revision, piece.replica];
+          yield { payload: piece.payload, contentType: piece.contentType, revision, replica };
         }
       } else {
         const answer = await client.invoke(request, options);
-        yield { payload: answer.payload, contentType: answer.contentType, revision: answer.revision };
+        yield { payload: answer.payload, contentType: answer.contentType, revision: answer.revision, replica: answer.replica };
       }
     } catch (err) {
       // The holder moved or died since the lookup: the next call looks again.

@@ -34,6 +34,9 @@ import {
   invokeTimeoutMs,
   nodeRefusal,
   payloadForNode,
+  pickReplica,
+  refusedBeforeStart,
+  replicaKey,
   routeInvoke,
   unreachable,
 } from "./rules.js";
@@ -70,6 +73,8 @@ export interface AnswerPiece {
   payload: Uint8Array;
   contentType: string;
   revision: bigint;
+  /** The replica slot that answered. */
+  replica: number;
 }
 
 /** Reaches the replica holding a node's Session (./forward.ts). */
@@ -102,6 +107,8 @@ export interface InvokeRelayDeps {
   metrics?: ServingMetrics;
   /** Service keys' limits, checked before a request goes to the node. */
   limits?: Pick<KeyLimiter, "admit">;
+  /** Draws in [0, 1) for choosing replicas; Math.random unless a test fixes it. */
+  random?: () => number;
 }
 
 interface Pending {
@@ -114,9 +121,11 @@ export class InvokeRelay {
   private readonly pending = new Map<bigint, Pending>();
   private readonly inFlight = new InFlight();
   private readonly routeCache: LookupCache<DeploymentTarget | undefined>;
+  private readonly random: () => number;
   readonly stopListening: () => void;
 
   constructor(private readonly deps: InvokeRelayDeps) {
+    this.random = deps.random ?? Math.random;
     this.routeCache = new LookupCache(deps.clock, deps.routeCacheMs ?? 1_000, staleWhileDatabaseAway(Infinity, deps.outage));
     // Drain, revision change, unload: the next request sees it, not one a cache period later.
     this.stopListening = deps.routes.onChange((deploymentId) =>
@@ -124,9 +133,9 @@ export class InvokeRelay {
     );
   }
 
-  /** Requests in flight for a deployment on this replica. */
-  inFlightOf(deploymentId: string): number {
-    return this.inFlight.of(deploymentId);
+  /** Requests in flight through this control plane on one replica of a deployment. */
+  inFlightOf(deploymentId: string, revision: bigint, replica: number): number {
+    return this.inFlight.of(replicaKey(deploymentId, revision, replica));
   }
 
   /**
@@ -152,125 +161,172 @@ export class InvokeRelay {
       yield* this.elsewhere(deployment.name, route.elsewhere, call);
       return;
     }
-    const instance = route.here;
-    const session = this.deps.sessions.get(instance.nodeId)!;
-    if (checked.api === InvokeApi.EMBEDDINGS) checkEmbeddings(deployment.name, instance.engine, session.embeddingEngines);
-    const charge = await this.admitHere(principal, deployment, checked.body);
-    const timeoutMs = invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs);
-    const invokeId = ++this.nextId;
+    if (checked.api === InvokeApi.EMBEDDINGS) {
+      const first = route.here[0]!;
+      checkEmbeddings(deployment.name, first.engine, this.deps.sessions.get(first.nodeId)?.embeddingEngines ?? []);
+    }
+    const charge = await this.admitKey(principal, deployment, checked.body);
     const meter = new InvokeMeter(
       this.deps,
       { keyId: principal.keyId, deploymentId: deployment.deploymentId, deployment: deployment.name, stream: call.stream },
       checked.body,
     );
-    const answers = new AsyncQueue<InvokeAnswer>();
-    this.pending.set(invokeId, { session, answers });
-    const stop = new AbortController();
-    let finished = false;
-    const cancelOnNode = () => {
-      if (!finished) session.send(cancelMessage(invokeId));
+    const request: Attempted = {
+      call,
+      checked,
+      deployment,
+      meter,
+      deadlineAt: this.deps.clock.now() + invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs),
+      finished: false,
     };
-    // The deadline and the caller's going away end the wait here and the runtime's work there.
-    void this.deps.clock.sleep(timeoutMs, stop.signal).then(() => {
-      if (stop.signal.aborted) return;
-      cancelOnNode();
-      answers.fail(new ConnectError(`deployment ${deployment.name} did not answer within ${timeoutMs} ms`, Code.DeadlineExceeded));
-    });
-    const onCallerGone = () => {
-      cancelOnNode();
-      answers.fail(new ConnectError("the caller went away", Code.Canceled));
-    };
-    const forgetCaller = onAbort(call.signal, onCallerGone);
     let outcome = "ok";
     try {
-      const sent = session.send(
-        create(SessionResponseSchema, {
-          message: {
-            case: "invoke",
-            value: {
-              invokeId,
-              invoke: {
-                deploymentId: deployment.deploymentId,
-                requestId: call.requestId,
-                contentType: "application/json",
-                payload: payloadForNode(checked.body, checked.payload, call.stream),
-                timeout: durationFromMs(timeoutMs),
-                revision: instance.revision,
-              },
-              api: checked.api,
-              stream: call.stream,
-            },
-          },
-        }),
-      );
-      if (!sent) throw new ConnectError(`the node serving deployment ${deployment.name} is not reachable`, Code.Unavailable);
-      for await (const answer of answers) {
-        if (answer.error !== undefined) throw nodeRefusal(answer.error.code, answer.error.message);
-        const passed = meter.pass(answer.payload);
-        if (passed !== undefined) {
-          yield {
-            payload: passed,
-            contentType: answer.contentType || "application/json",
-            revision: answer.revision || instance.revision,
-          };
-        }
-        if (answer.done) {
-          finished = true;
+      const tried = new Set<string>();
+      for (;;) {
+        const replica = this.choose(deployment, route.here, tried);
+        tried.add(replicaKey(deployment.deploymentId, replica.revision, replica.replica));
+        try {
+          yield* this.attempt(request, replica);
           return;
+        } catch (err) {
+          // Refused before any byte reached the runtime: once, another replica takes it.
+          const again =
+            err instanceof NotStarted &&
+            tried.size === 1 &&
+            route.here.some((r) => !tried.has(replicaKey(deployment.deploymentId, r.revision, r.replica)));
+          if (again) {
+            this.deps.log.debug(
+              { deploymentId: deployment.deploymentId, nodeId: replica.nodeId, requestId: call.requestId },
+              "invoke moved to another replica",
+            );
+            continue;
+          }
+          throw err instanceof NotStarted ? err.refusal : err;
         }
       }
-      throw new ConnectError(`the node serving deployment ${deployment.name} ended the request without an answer`, Code.Internal);
     } catch (err) {
       outcome = err instanceof ConnectError ? codeName(err.code) : "internal";
       throw err;
     } finally {
-      // A consumer that stopped early (its caller went away mid-stream) ends the node's work too.
-      if (!finished && outcome === "ok") {
-        cancelOnNode();
-        outcome = "canceled";
-      }
-      finished = true;
-      stop.abort();
-      forgetCaller();
-      this.pending.delete(invokeId);
-      this.inFlight.release(deployment.deploymentId);
+      // A consumer that stopped early (its caller went away mid-stream) ended the node's work too.
+      if (!request.finished && outcome === "ok") outcome = "canceled";
       this.deps.counts.record(deployment.deploymentId, outcome);
       const used = meter.end(outcome);
       charge?.settle(used);
     }
   }
 
+  /** The replica a request goes to, by power of two choices among those below max_in_flight; else resource_exhausted. */
+  private choose(
+    deployment: DeploymentTarget,
+    candidates: DeploymentTarget["ready"],
+    tried: ReadonlySet<string>,
+  ): DeploymentTarget["ready"][number] {
+    const key = (r: DeploymentTarget["ready"][number]) => replicaKey(deployment.deploymentId, r.revision, r.replica);
+    const load = (r: DeploymentTarget["ready"][number]) => ({
+      inFlight: this.inFlight.of(key(r)),
+      queued: this.deps.sessions.get(r.nodeId)?.queuedAt(deployment.deploymentId, r.revision, r.replica) ?? 0,
+    });
+    const open = candidates.filter((r) => !tried.has(key(r)));
+    const replica = pickReplica(open, load, deployment.maxInFlight, this.random);
+    if (replica !== undefined) return replica;
+    if (tried.size > 0) throw unreachable(deployment.name, "no other replica could take the request");
+    this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
+    this.deps.metrics?.refused(deployment.name, "resource_exhausted");
+    throw new ConnectError(
+      `deployment ${deployment.name} already has ${deployment.maxInFlight} requests in flight on each replica: retry later`,
+      Code.ResourceExhausted,
+      new Headers({ "retry-after": "1" }),
+    );
+  }
+
   /**
-   * Admits a request on this replica: within its key's limits (shared by every replica), then
-   * within the deployment's requests in flight here; else resource_exhausted, counted as refused.
+   * One try on one replica: the request goes to the node as an InvokeStart on its Session and its
+   * answers come back. Throws NotStarted when the node refused it before the runtime began it.
    */
-  private async admitHere(
+  private async *attempt(request: Attempted, replica: DeploymentTarget["ready"][number]): AsyncGenerator<AnswerPiece> {
+    const { call, deployment, meter } = request;
+    const key = replicaKey(deployment.deploymentId, replica.revision, replica.replica);
+    this.inFlight.acquire(key, 0);
+    const session = this.deps.sessions.get(replica.nodeId);
+    const invokeId = ++this.nextId;
+    const answers = new AsyncQueue<InvokeAnswer>();
+    const stop = new AbortController();
+    let finished = false;
+    let began = false;
+    const cancelOnNode = () => {
+      if (!finished) session?.send(cancelMessage(invokeId));
+    };
+    const timeoutMs = Math.max(1, request.deadlineAt - this.deps.clock.now());
+    // The deadline and the caller's going away end the wait here and the runtime's work there.
+    void this.deps.clock.sleep(timeoutMs, stop.signal).then(() => {
+      if (stop.signal.aborted) return;
+      cancelOnNode();
+      answers.fail(new ConnectError(`deployment ${deployment.name} did not answer within ${timeoutMs} ms`, Code.DeadlineExceeded));
+    });
+    const forgetCaller = onAbort(call.signal, () => {
+      cancelOnNode();
+      answers.fail(new ConnectError("the caller went away", Code.Canceled));
+    });
+    try {
+      if (session === undefined) throw new NotStarted(unreachable(deployment.name, "its session closed"));
+      this.pending.set(invokeId, { session, answers });
+      const sent = session.send(invokeMessage(invokeId, request, replica, timeoutMs));
+      if (!sent)
+        throw new NotStarted(new ConnectError(`the node serving deployment ${deployment.name} is not reachable`, Code.Unavailable));
+      for await (const answer of answers) {
+        if (answer.error !== undefined) {
+          const refusal = nodeRefusal(answer.error.code, answer.error.message);
+          throw !began && refusedBeforeStart(refusal.code) ? new NotStarted(refusal) : refusal;
+        }
+        began = true;
+        const passed = meter.pass(answer.payload);
+        if (passed !== undefined) {
+          yield {
+            payload: passed,
+            contentType: answer.contentType || "application/json",
+            revision: answer.revision || replica.revision,
+            replica: replica.replica,
+          };
+        }
+        if (answer.done) {
+          finished = true;
+          request.finished = true;
+          return;
+        }
+      }
+      throw new ConnectError(`the node serving deployment ${deployment.name} ended the request without an answer`, Code.Internal);
+    } catch (err) {
+      // The session closed under the request before any answer: the issue's "closed under it" case,
+      // moved once to another replica like a refusal before the runtime started.
+      if (err instanceof SessionEnded) throw began ? err.refusal : new NotStarted(err.refusal);
+      throw err;
+    } finally {
+      // Ended early (an error, or the consumer stopped): the node's work ends too.
+      if (!finished) cancelOnNode();
+      finished = true;
+      stop.abort(finishedReason);
+      forgetCaller();
+      this.pending.delete(invokeId);
+      this.inFlight.release(key);
+    }
+  }
+
+  /** Admits a request within its key's limits (shared by every replica); else resource_exhausted, counted as refused. */
+  private async admitKey(
     principal: ServicePrincipal,
     deployment: DeploymentTarget,
     body: Record<string, unknown>,
   ): Promise<Charge | undefined> {
-    const refused = (err: ConnectError) => {
-      this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
-      this.deps.metrics?.refused(deployment.name, "resource_exhausted");
-      return err;
-    };
-    let charge: Charge | undefined;
     try {
-      charge = await this.deps.limits?.admit(principal, body);
+      return await this.deps.limits?.admit(principal, body);
     } catch (err) {
-      throw err instanceof ConnectError && err.code === Code.ResourceExhausted ? refused(err) : err;
+      if (err instanceof ConnectError && err.code === Code.ResourceExhausted) {
+        this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
+        this.deps.metrics?.refused(deployment.name, "resource_exhausted");
+      }
+      throw err;
     }
-    if (!this.inFlight.acquire(deployment.deploymentId, deployment.maxInFlight)) {
-      charge?.settle(0);
-      throw refused(
-        new ConnectError(
-          `deployment ${deployment.name} already has ${deployment.maxInFlight} requests in flight: retry later`,
-          Code.ResourceExhausted,
-          new Headers({ "retry-after": "1" }),
-        ),
-      );
-    }
-    return charge;
   }
 
   /** A node whose Session is not here: forwarded to the replica holding it, once. */
@@ -297,10 +353,10 @@ export class InvokeRelay {
     }
   }
 
-  /** A node's Session ended on this replica: its requests fail as unavailable, its watches end. */
+  /** A node's Session ended on this replica: its requests fail as unavailable (moved elsewhere when nothing came back yet), its watches end. */
   sessionClosed(session: LiveSession): void {
     for (const p of this.pending.values()) {
-      if (p.session === session) p.answers.fail(new ConnectError("the node's session ended during the request", Code.Unavailable));
+      if (p.session === session) p.answers.fail(new SessionEnded());
     }
     this.deps.logs.sessionClosed(session);
   }
@@ -309,6 +365,61 @@ export class InvokeRelay {
     return this.routeCache.get(idOrName, () => this.deps.routes.find(idOrName));
   }
 }
+
+/** A request across its tries: what was checked, its meter and deadline, and whether it ended whole. */
+interface Attempted {
+  call: InvokeCall;
+  checked: ReturnType<typeof checkPayload>;
+  deployment: DeploymentTarget;
+  meter: InvokeMeter;
+  /** The caller's deadline, on the relay's clock. */
+  deadlineAt: number;
+  finished: boolean;
+}
+
+/** The serving node's session ended while a request waited on it. */
+class SessionEnded extends Error {
+  readonly refusal = new ConnectError("the node's session ended during the request", Code.Unavailable);
+}
+
+/** The node refused before the runtime began the request: another replica may take it. */
+class NotStarted extends Error {
+  constructor(readonly refusal: ConnectError) {
+    super(refusal.message);
+  }
+}
+
+function invokeMessage(
+  invokeId: bigint,
+  request: Attempted,
+  { revision, replica }: DeploymentTarget["ready"][number],
+  timeoutMs: number,
+): SessionResponse {
+  const { call, checked, deployment } = request;
+  return create(SessionResponseSchema, {
+    message: {
+      case: "invoke",
+      value: {
+        invokeId,
+        invoke: {
+          deploymentId: deployment.deploymentId,
+          requestId: call.requestId,
+          contentType: "application/json",
+          payload: payloadForNode(checked.body, checked.payload, call.stream),
+          timeout: durationFromMs(timeoutMs),
+          revision,
+          // The slot's own runtime: a node may hold several replicas of the revision.
+          replica,
+        },
+        api: checked.api,
+        stream: call.stream,
+      },
+    },
+  });
+}
+
+/** Why a request's deadline timer is stopped: one reason for all, since abort() makes a DOMException each time. */
+const finishedReason = new Error("the request finished");
 
 function cancelMessage(invokeId: bigint): SessionResponse {
   return create(SessionResponseSchema, { message: { case: "invokeCancel", value: { invokeId } } });

@@ -1,4 +1,4 @@
-// The relay's rules, pure: who may call which deployment, which instance answers, how long it may
+// The relay's rules, pure: who may call which deployment, which replica answers, how long it may
 // take, whether a payload is a well-formed request of its API, and how a node's refusal maps onto
 // the contract.
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -10,8 +10,8 @@ import { checkedRequest, type RequestKind } from "./openai-request.js";
 /** What a caller waits when it names no timeout. */
 export const defaultInvokeTimeoutMs = 30_000;
 
-/** Where a new invoke goes: the instance whose node's Session is on this replica, else the candidates whose Session may be on another. */
-export type InvokeRoute = { here: DeploymentInstance } | { elsewhere: DeploymentInstance[] };
+/** Where a new invoke goes: the replicas whose node's Session is on this control plane, else the candidates whose Session may be on another. */
+export type InvokeRoute = { here: DeploymentInstance[] } | { elsewhere: DeploymentInstance[] };
 
 /**
  * Where a new invoke goes, or the typed refusal: not_found for a deployment that does not exist or
@@ -32,14 +32,51 @@ export function routeInvoke(
       throw new ConnectError(`deployment ${target.name} is unloaded`, Code.FailedPrecondition);
     case "FAILED":
       throw new ConnectError(`deployment ${target.name} failed`, Code.FailedPrecondition);
+    case "PENDING":
     case "LOADING":
     case "READY":
+    case "DEGRADED":
       break;
   }
   if (target.ready.length === 0) throw new ConnectError(`deployment ${target.name} is not ready yet`, Code.FailedPrecondition);
-  // Newest revision first: during a revision change the new one takes new requests as soon as it is ready.
-  const here = target.ready.find((i) => connected(i.nodeId));
-  return here !== undefined ? { here } : { elsewhere: target.ready };
+  const here = target.ready.filter((i) => connected(i.nodeId));
+  return here.length > 0 ? { here } : { elsewhere: target.ready };
+}
+
+/** A replica's requests as routing sees them. */
+export interface ReplicaLoad {
+  /** In flight through this control plane: exact, and what max_in_flight bounds. */
+  inFlight: number;
+  /** Waiting for its runtime on the node, by the node's latest heartbeat: what other control planes sent counts too. */
+  queued: number;
+}
+
+/**
+ * The replica a request goes to, by power of two choices (Mitzenmacher; Ray Serve routes so): two
+ * candidates drawn at random, the one with fewer requests (this control plane's in flight plus the
+ * node's reported queue) wins, the first drawn on a tie. Only replicas below their bound (on this
+ * control plane's own count) and not yet tried are drawn; undefined when none is left. `random`
+ * gives [0, 1).
+ */
+export function pickReplica<T>(candidates: readonly T[], load: (c: T) => ReplicaLoad, bound: number, random: () => number): T | undefined {
+  const open = candidates.filter((c) => bound <= 0 || load(c).inFlight < bound);
+  if (open.length <= 1) return open[0];
+  const a = Math.floor(random() * open.length);
+  const b = (a + 1 + Math.floor(random() * (open.length - 1))) % open.length;
+  const weight = (c: T) => {
+    const l = load(c);
+    return l.inFlight + l.queued;
+  };
+  return weight(open[b]!) < weight(open[a]!) ? open[b] : open[a];
+}
+
+/**
+ * Whether a node's refusal came before the runtime started the request, so another replica may
+ * take it: the node no longer holds it (unavailable) or the runtime answered 429/503 before
+ * starting (resource_exhausted).
+ */
+export function refusedBeforeStart(code: Code): boolean {
+  return code === Code.Unavailable || code === Code.ResourceExhausted;
 }
 
 /**
@@ -147,25 +184,28 @@ export function nodeRefusal(code: string, message: string): ConnectError {
   return new ConnectError(message, codesByName[code] ?? Code.Internal);
 }
 
-/** Counts requests in flight per deployment against its bound. */
+/** Counts requests in flight per replica (by its key) against its bound. */
 export class InFlight {
   private readonly counts = new Map<string, number>();
 
-  /** Takes a slot, or false when the deployment already has `max` in flight. */
-  acquire(deploymentId: string, max: number): boolean {
-    const n = this.counts.get(deploymentId) ?? 0;
+  /** Takes a slot, or false when the replica already has `max` in flight. */
+  acquire(key: string, max: number): boolean {
+    const n = this.counts.get(key) ?? 0;
     if (max > 0 && n >= max) return false;
-    this.counts.set(deploymentId, n + 1);
+    this.counts.set(key, n + 1);
     return true;
   }
 
-  release(deploymentId: string): void {
-    const n = (this.counts.get(deploymentId) ?? 1) - 1;
-    if (n <= 0) this.counts.delete(deploymentId);
-    else this.counts.set(deploymentId, n);
+  release(key: string): void {
+    const n = (this.counts.get(key) ?? 1) - 1;
+    if (n <= 0) this.counts.delete(key);
+    else this.counts.set(key, n);
   }
 
-  of(deploymentId: string): number {
-    return this.counts.get(deploymentId) ?? 0;
+  of(key: string): number {
+    return this.counts.get(key) ?? 0;
   }
 }
+
+/** A replica's key in InFlight: its deployment, revision and slot (a node may hold several). */
+export const replicaKey = (deploymentId: string, revision: bigint, replica: number) => `${deploymentId}/${revision}/${replica}`;

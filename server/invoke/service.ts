@@ -19,6 +19,8 @@ import { callerWaitMs, requestedTimeoutMs } from "./rules.js";
 import type { DeploymentPhase, DeploymentRoutes, DeploymentTarget } from "./routes.js";
 
 const stateOf: Record<DeploymentPhase, DeploymentState> = {
+  PENDING: DeploymentState.PENDING,
+  DEGRADED: DeploymentState.DEGRADED,
   LOADING: DeploymentState.LOADING,
   READY: DeploymentState.READY,
   DRAINING: DeploymentState.DRAINING,
@@ -64,13 +66,14 @@ export function deploymentService(relay: InvokeRelay, routes: DeploymentRoutes):
       const parts: Uint8Array[] = [];
       let contentType = "application/json";
       let revision = 0n;
+      let replica = 0;
       for await (const piece of relay.invoke(principal, callOfRequest(req, ctx, false))) {
         parts.push(piece.payload);
         contentType = piece.contentType;
-        revision = piece.revision;
+        [revision, replica] = [piece.revision, piece.replica];
       }
       const payload = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
-      return create(InvokeResponseSchema, { contentType, payload, jobId: callOf(ctx).correlationId, revision });
+      return create(InvokeResponseSchema, { contentType, payload, jobId: callOf(ctx).correlationId, revision, replica });
     },
     async *invokeStream(req, ctx) {
       const principal = servicePrincipalOf(ctx);
@@ -80,6 +83,7 @@ export function deploymentService(relay: InvokeRelay, routes: DeploymentRoutes):
           contentType: piece.contentType,
           payload: piece.payload,
           revision: first ? piece.revision : 0n,
+          replica: first ? piece.replica : 0,
         });
         first = false;
       }

@@ -13,12 +13,11 @@ import { endAttempt } from "./sql.js";
 /** Reason recorded on work reclaimed from an unreachable node. */
 export const RECLAIMED = "node unreachable: reclaimed";
 /** Deployment states that describe something running on a node. */
-const liveDeploymentStates = ["loading", "ready", "draining"];
 /** Most expired or reclaimable rows handled per sweep. */
 const SWEEP_LIMIT = 500;
 
 /**
- * Nodes not decommissioned, with leased jobs or live deployments, whose stored heartbeat is older
+ * Nodes not decommissioned, with leased jobs, whose stored heartbeat is older
  * than `heardBefore` (a node never heard from is not listed; the stored time errs old, so the
  * caller checks the one in memory too). Driven from the work, not the fleet: as a relation filter
  * (EXISTS per node) PostgreSQL tested every node's jobs and deployments on each sweep, every
@@ -32,8 +31,7 @@ export function unreachableWithWork(
   return prisma.$queryRaw`
     SELECT n.id::text AS id, n."lastHeartbeatAt"
       FROM "Node" AS n
-     WHERE n.id IN (SELECT "nodeId" FROM "Job" WHERE state = 'leased'
-                    UNION ALL SELECT "nodeId" FROM "Deployment" WHERE state = ANY(${liveDeploymentStates}::text[]))
+     WHERE n.id IN (SELECT "nodeId" FROM "Job" WHERE state = 'leased')
        AND n."decommissionedAt" IS NULL
        AND n."lastHeartbeatAt" < ${heardBefore}
      ORDER BY n.id
@@ -112,16 +110,17 @@ export async function applyExpiry(
 
 /**
  * Work on nodes unreachable for longer than the offline threshold plus the reclaim grace:
- * leased jobs and live deployments are marked failed ("node unreachable: reclaimed") and
- * audited. Nothing is started elsewhere: a partitioned node may still be running it. Pending
- * jobs of such a node stay pending; they are leased only once it is online again.
+ * leased jobs are marked failed ("node unreachable: reclaimed") and audited. Nothing is started
+ * elsewhere: a partitioned node may still be running it. Pending jobs of such a node stay
+ * pending; they are leased only once it is online again. Deployment replicas on such a node are
+ * the deployment controller's: it places them elsewhere (server/deployments/node-loss.ts).
  */
-export async function reclaimUnreachable(ctx: JobWork, now = ctx.clock.now()): Promise<{ jobs: string[]; deployments: string[] }> {
+export async function reclaimUnreachable(ctx: JobWork, now = ctx.clock.now()): Promise<{ jobs: string[] }> {
   const config = ctx.settings;
   // The persisted heartbeat is never newer than the one in memory, so a node it shows as recent
   // is not due; only the others are looked at further.
   const nodes = await unreachableWithWork(ctx.prisma, new Date(now - config.offlineAfterMs - config.reclaimGraceMs), SWEEP_LIMIT);
-  const reclaimed = { jobs: [] as string[], deployments: [] as string[] };
+  const reclaimed = { jobs: [] as string[] };
   for (const node of nodes) {
     const last = ctx.liveness.lastHeartbeatAt(node);
     if (!reclaimDue(last, now, config.offlineAfterMs, config.reclaimGraceMs)) continue;
@@ -154,34 +153,6 @@ export async function reclaimUnreachable(ctx: JobWork, now = ctx.clock.now()): P
       ctx.metrics?.leaseReclaimed();
       ctx.log.warn({ jobId: job.id, nodeId: node.id, attempt: job.attempt }, "job reclaimed: node unreachable");
       ctx.leasing.later("next in ordering key", () => ctx.leasing.afterFinish(job));
-    }
-    const deployments = await ctx.prisma.deployment.findMany({
-      where: { nodeId: node.id, state: { in: liveDeploymentStates } },
-      select: { id: true, state: true },
-    });
-    for (const d of deployments) {
-      const done = await ctx.prisma.$transaction(async (tx) => {
-        const moved = await tx.deployment.updateMany({
-          where: { id: d.id, state: d.state },
-          data: { state: "failed", failureReason: RECLAIMED },
-        });
-        if (moved.count !== 1) return false;
-        await tx.deploymentInstance.updateMany({
-          where: { deploymentId: d.id, phase: { in: liveDeploymentStates } },
-          data: { phase: "failed", step: null, jobId: null, claimedAt: null, reason: RECLAIMED },
-        });
-        await recordAudit(tx, {
-          actor: systemActor,
-          action: "deployment.reclaimed",
-          targetType: "deployment",
-          targetId: d.id,
-          details: { ...details, from: d.state },
-        });
-        return true;
-      });
-      if (!done) continue;
-      reclaimed.deployments.push(d.id);
-      ctx.log.warn({ deploymentId: d.id, nodeId: node.id }, "deployment reclaimed: node unreachable");
     }
   }
   return reclaimed;

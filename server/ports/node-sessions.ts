@@ -10,6 +10,8 @@ export interface LiveSession {
   readonly serial: string;
   /** The engines whose runtimes its agent said serve embeddings (Hello.embedding_engines). */
   readonly embeddingEngines: readonly string[];
+  /** Requests waiting for a replica's runtime on the node, as its latest heartbeat said (0 when not listed). */
+  queuedAt(deploymentId: string, revision: bigint, replica: number): number;
   send(message: SessionResponse): boolean;
   close(reason: ConnectError): void;
 }

@@ -70,7 +70,7 @@ export function serverInfo(ca: Pick<Ca, "certPem" | "fingerprint">, minAgentVers
 export function agentService(
   deps: AgentServiceDeps,
   jobs: Pick<ServiceImpl<typeof AgentService>, "claimJob" | "reportJobProgress" | "completeJob" | "failJob">,
-  artifacts: Pick<ServiceImpl<typeof AgentService>, "downloadArtifactFile">,
+  downloads: Pick<ServiceImpl<typeof AgentService>, "downloadArtifactFile" | "downloadAgentRelease">,
 ): ServiceImpl<typeof AgentService> {
   const prisma = deps.prisma;
   const correlation = (ctx: HandlerContext) => callOf(ctx).correlationId;
@@ -130,6 +130,6 @@ export function agentService(
       yield* connectSession(deps, presentedIdentity(caller), requests, withoutCertificate(caller));
     },
     ...jobs,
-    ...artifacts,
+    ...downloads,
   };
 }

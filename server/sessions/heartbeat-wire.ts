@@ -1,4 +1,4 @@
-// A Session heartbeat in wire form. Heartbeats are nearly all a fleet sends, and decoding each one
+// A Session heartbeat in wire form, and the empty reply that acknowledges an invoke answer. Heartbeats are nearly all a fleet sends, and decoding each one
 // through protobuf-es's reflection, building the reply and encoding it was a large share of what
 // a heartbeat cost the server (bench/heartbeats.ts PROFILE=1: @bufbuild/protobuf was the largest
 // package by self time). These read and write the very bytes protobuf-es does, for the one shape
@@ -154,6 +154,21 @@ export function heartbeatReplyBytes(messageId: bigint, nowMs: number): Uint8Arra
     pushVarint(reply, messageId);
   }
   pushMessage(reply, tag.bytes3, response);
+  const out: number[] = [];
+  pushMessage(out, tag.bytes2, reply);
+  return Uint8Array.from(out);
+}
+
+/**
+ * SessionResponse { reply { message_id } }: the acknowledgement of a relayed message (an invoke
+ * answer, log lines), one per answer a node sends, as protobuf-es encodes it.
+ */
+export function emptyReplyBytes(messageId: bigint): Uint8Array {
+  const reply: number[] = [];
+  if (messageId !== 0n) {
+    reply.push(tag.varint1);
+    pushVarint(reply, messageId);
+  }
   const out: number[] = [];
   pushMessage(out, tag.bytes2, reply);
   return Uint8Array.from(out);

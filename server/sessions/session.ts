@@ -21,11 +21,13 @@ import {
   type Hello,
   type HeldDeployment,
   type Reply,
+  type ReplicaLoad,
   type SessionRequest,
   type SessionResponse,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Node, PrismaClient } from "../../gen/prisma/client.js";
 import type { AgentConfig } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { AgentUpdateReport } from "../../gen/proto/modelforge/agent/v1/agent_update_pb.js";
 import type { Clock } from "../../common/clock.js";
 import type { NodeIdentity } from "../identity/node-auth.js";
 import type { OpeningReads } from "./open.js";
@@ -44,10 +46,10 @@ import { publicError } from "../observability/call-log.js";
 import type { OutageSink } from "../db/availability.js";
 import { requestViolation } from "../edge/validate.js";
 import { partitionCapabilities } from "../../common/capabilities.js";
-import { knownEngines } from "../../common/engines.js";
+import { knownEngines, knownEnginesAndBackends } from "../../common/engines.js";
 import type { SessionMetrics } from "../observability/metrics.js";
 import { agentVersionRefusal } from "../agent-version.js";
-import { heartbeatReplyBytes } from "./heartbeat-wire.js";
+import { emptyReplyBytes, heartbeatReplyBytes } from "./heartbeat-wire.js";
 
 type Result = Reply["result"];
 
@@ -75,8 +77,10 @@ export interface SessionDeps {
   admission: Admission;
   reports: ReportDeps;
   jobs: JobDispatch;
-  /** Told what deployment runtimes a node holds when its session opens. */
-  deployments?: { held(nodeId: string, held: HeldDeployment[]): void };
+  /** Told what deployment runtimes a node holds (its Hello, or later when one dies); never rejects. */
+  deployments?: { held(nodeId: string, held: HeldDeployment[]): Promise<void> };
+  /** Told of each session open, with the outcome of the agent's last self-update (server/agents/). */
+  upgrades?: { sessionOpened(nodeId: string, lastUpdate: AgentUpdateReport | undefined): void };
   /** Aborted when shutdown begins; the server then ends every attached session (server/app.ts). */
   shutdown: AbortSignal;
   /** Hears of database connectivity failures (logged once per outage, answered unavailable). */
@@ -109,6 +113,10 @@ async function answer(deps: SessionDeps, nodeId: string, msg: SessionRequest, co
     case "jobComplete":
     case "jobFail":
       return deps.jobs.answer(nodeId, m);
+    case "heldDeployments":
+      // A runtime died on the node: the controller stops routing to it and loads it again.
+      void deps.deployments?.held(nodeId, m.value.deployments);
+      return { case: undefined };
     case "hello":
       throw new ConnectError("hello was already received", Code.InvalidArgument);
     default:
@@ -157,6 +165,9 @@ type Phase = "hello" | "open" | "closed";
 /** Messages an agent may have waiting behind one that is being answered. */
 const maxBacklog = 1000;
 
+const noQueues: ReadonlyMap<string, number> = new Map();
+const queueKey = (deploymentId: string, revision: bigint, replica: number) => `${deploymentId}/${revision}/${replica}`;
+
 /**
  * One node's Session on this replica. Agent messages are answered strictly in order, one at a
  * time (a message that waits on the database holds back the ones after it); pushes from the
@@ -167,6 +178,8 @@ export class AgentSession implements LiveSession {
   readonly serial: string;
   /** From Hello, in memory only: what relaying an embeddings invoke to this agent needs. */
   embeddingEngines: readonly string[] = [];
+  /** From the latest heartbeat, in memory only: each busy replica's queue on the node, which routing weighs. */
+  private queues: ReadonlyMap<string, number> = noQueues;
   private phase: Phase = "hello";
   /** Messages received while an earlier one is still being answered. */
   private backlog: SessionRequest[] | undefined;
@@ -214,6 +227,11 @@ export class AgentSession implements LiveSession {
   endInput(): void {
     this.inputEnded = true;
     if (!this.busy) this.close(undefined);
+  }
+
+  /** LiveSession: what the node last reported waiting for a replica's runtime. */
+  queuedAt(deploymentId: string, revision: bigint, replica: number): number {
+    return this.queues.get(queueKey(deploymentId, revision, replica)) ?? 0;
   }
 
   /** LiveSession: a push from the server. False once the session has ended. */
@@ -282,7 +300,7 @@ export class AgentSession implements LiveSession {
         );
       return;
     }
-    if (message.message.case === "heartbeat") return this.answerHeartbeat(message.messageId);
+    if (message.message.case === "heartbeat") return this.answerHeartbeat(message.messageId, message.message.value.replicaLoads);
     this.busy = true;
     answer(this.deps, this.nodeId, message, this.caller.correlationId)
       .catch((err: unknown) => this.refusal(message, err))
@@ -298,8 +316,10 @@ export class AgentSession implements LiveSession {
    * No I/O: answered at once. Pending instructions and configuration reach a connected node as
    * pushes, so the reply is only the server's clock: the hot path of a fleet stays small.
    */
-  private answerHeartbeat(messageId: bigint): void {
+  private answerHeartbeat(messageId: bigint, loads: readonly ReplicaLoad[] = []): void {
     this.deps.heartbeats.record(this.nodeId, this.deps.clock.now());
+    // Each heartbeat lists every busy replica: one unlisted (a plain heartbeat lists none) is idle.
+    this.queues = loads.length === 0 ? noQueues : new Map(loads.map((l) => [queueKey(l.deploymentId, l.revision, l.replica), l.queued]));
     this.deps.metrics?.heartbeat();
     if (this.sink.sendEncoded !== undefined) return this.sink.sendEncoded(heartbeatReplyBytes(messageId, Date.now()));
     this.sink.send(replyTo(messageId, { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) }));
@@ -310,6 +330,7 @@ export class AgentSession implements LiveSession {
     const invalid = requestViolation(SessionRequestSchema, message);
     if (invalid !== undefined) return this.sink.send(replyTo(message.messageId, this.refusal(message, invalid)));
     this.deps.relay?.fromAgent(this, message);
+    if (this.sink.sendEncoded !== undefined) return this.sink.sendEncoded(emptyReplyBytes(message.messageId));
     this.sink.send(replyTo(message.messageId, { case: undefined }));
   }
 
@@ -331,8 +352,13 @@ export class AgentSession implements LiveSession {
       agentVersion: hello.agentVersion || null,
       protocolVersion: hello.protocolVersion,
       capabilities,
-      engines: knownEngines(hello.engines),
+      engines: knownEnginesAndBackends(hello.engines),
     };
+    // Before the node's new agent version is written: an agent rollout counts a node back on the
+    // version with READY deployments as updated, so the runtimes a restart lost must already read
+    // as loading again by then. (Only a node that can serve deployments has any to reconcile.)
+    if (capabilities.includes("deployment.load.v1")) await this.deps.deployments?.held(node.id, hello.heldDeployments);
+    if (this.closed) return;
     // A reconnecting agent usually says what it said last time: no write then (reconnect storms).
     const changed = !sameHello(node, said);
     if (changed) await prisma.node.update({ where: { id: node.id }, data: said });
@@ -371,8 +397,7 @@ export class AgentSession implements LiveSession {
     // the attach found no session to push to: the leasing sweep delivers it within one interval.)
     if (hasJobs || hello.runningJobIds.length > 0)
       await this.deps.jobs.sessionOpened(node.id, hello.runningJobIds, this.caller.correlationId);
-    // Only a node that can serve deployments has any to reconcile.
-    if (capabilities.includes("deployment.load.v1")) this.deps.deployments?.held(node.id, hello.heldDeployments);
+    this.deps.upgrades?.sessionOpened(node.id, hello.lastUpdate);
   }
 }
 

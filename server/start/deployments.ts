@@ -10,13 +10,14 @@ import { DeploymentController } from "../deployments/controller.js";
 import { adminDeployments } from "../deployments/admin-rpc.js";
 import { reconcileHeld } from "../deployments/held.js";
 import { deploymentRoutes } from "../deployments/routes.js";
+import type { InFlightOf } from "../deployments/codec.js";
 import type { Cluster } from "./cluster.js";
 import type { Jobs } from "./jobs.js";
 import type { Loop } from "./loops.js";
 import type { Core } from "./core.js";
 
 export interface DeploymentsDeps extends Core {
-  config: Pick<Config, "artifactDir" | "approvedRoots" | "reconcileIntervalMs" | "staleAfterMs">;
+  config: Pick<Config, "artifactDir" | "approvedRoots" | "reconcileIntervalMs" | "staleAfterMs" | "replaceAfterMs">;
   cluster: Cluster;
   jobs: Jobs;
 }
@@ -32,8 +33,11 @@ export function openDeployments(deps: DeploymentsDeps) {
     log,
     jobs,
     announce: (deploymentId) => cluster.bus.publish({ kind: "deployment", deploymentId }),
+    loss: { staleAfterMs: config.staleAfterMs, replaceAfterMs: config.replaceAfterMs },
   });
   const reconcile = (id: string) => controller.reconcile(id);
+  // The relay opens after the deployments (it routes by them); it tells GetDeployment what is in flight.
+  let inFlight: InFlightOf = () => 0;
   const kick = (id: string) => void reconcile(id).catch((err) => log.error({ err, deploymentId: id }, "deployment reconcile failed"));
   const loops: Loop[] = [
     {
@@ -44,12 +48,13 @@ export function openDeployments(deps: DeploymentsDeps) {
     },
   ];
   return {
+    artifacts,
     controller,
     routes: deploymentRoutes(prisma, controller),
     loops,
     /** A node's session opened, saying which deployment runtimes it holds. */
     held(nodeId: string, held: HeldDeployment[]) {
-      reconcileHeld({ prisma, clock, log, jobs, kick }, nodeId, held).catch((err) =>
+      return reconcileHeld({ prisma, clock, log, jobs, kick }, nodeId, held).catch((err) =>
         log.error({ err, nodeId }, "reconciling the deployments a node holds failed"),
       );
     },
@@ -60,12 +65,16 @@ export function openDeployments(deps: DeploymentsDeps) {
         clock,
         jobs,
         approvedRoots: config.approvedRoots,
-        staleAfterMs: config.staleAfterMs,
         profiles: deps.jobs.profiles,
         reconcile,
+        inFlight: (deploymentId, revision, replica) => inFlight(deploymentId, revision, replica),
       }),
     },
     agentRpcs: agentArtifacts({ prisma, clock, store: artifacts }),
+    /** Where GetDeployment reads each replica's requests in flight. */
+    countInFlightWith(count: InFlightOf) {
+      inFlight = count;
+    },
   };
 }
 

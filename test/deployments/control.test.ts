@@ -145,9 +145,15 @@ describe("deployments through a real server", () => {
     const id = got.deployment!.deployment!.id;
     expect(got.deployment!.instances[0]).toMatchObject({ revision: 1n, state: DeploymentState.READY, runtimeId: "rt-1", step: "" });
     expect(got.events.map((e) => [DeploymentState[e.fromState], DeploymentState[e.toState]])).toEqual([
-      ["UNSPECIFIED", "LOADING"],
+      ["UNSPECIFIED", "PENDING"],
+      ["PENDING", "LOADING"],
       ["LOADING", "READY"],
     ]);
+    expect(got.events[1]!.reason).toBe(`placed on node ${node.nodeId}`);
+    expect(got.deployment!.replicas).toEqual([
+      expect.objectContaining({ index: 0, revision: 1n, nodeId: node.nodeId, state: DeploymentState.READY, inFlight: 0 }),
+    ]);
+    expect(got.deployment!).toMatchObject({ desiredReplicas: 1, readyReplicas: 1, maxPerNode: 1 });
     expect(calls.filter((c) => c.includes(id) || c.startsWith("acquire"))).toEqual(["acquire a", `load ${id}#1`]);
     const jobs = (await ts.admin.listJobs({ orderingKey: id })).jobs;
     expect(jobs.map((j) => j.capability).sort()).toEqual(["artifact.acquire.v1", "deployment.load.v1"]);
@@ -160,7 +166,9 @@ describe("deployments through a real server", () => {
     }
     const routes = deploymentRoutes(ts.server.db.prisma, { onChange: () => () => undefined });
     expect(await routes.find("chat")).toMatchObject({ deploymentId: id, phase: "READY", maxInFlight: 8, invokeTimeoutMs: 60_000 });
-    expect((await routes.find(id))!.ready).toEqual([{ revision: 1n, nodeId: node.nodeId, phase: "READY", engine: "llama.cpp" }]);
+    expect((await routes.find(id))!.ready).toEqual([
+      { revision: 1n, replica: 0, nodeId: node.nodeId, phase: "READY", engine: "llama.cpp" },
+    ]);
     expect(await routes.find("no-such")).toBeUndefined();
     const listed = await ts.admin.listDeploymentRecords({});
     expect(listed.deployments.map((d) => d.deployment!.name)).toContain("chat");
@@ -174,14 +182,11 @@ describe("deployments through a real server", () => {
       [{ ...base, runtimeProfile: "nope" }, Code.NotFound, 'runtime profile "nope" not found'],
       [{ ...base, commit: "d".repeat(40) }, Code.FailedPrecondition, "no files in the artifact store"],
       [{ ...base, nodeId: "" }, Code.InvalidArgument, "exactly one of node_id and selector"],
-      [
-        { ...base, nodeId: "", selector: { pool: "none" } },
-        Code.FailedPrecondition,
-        'no node fits: 1 online; 1 lacks labels {"pool":"none"}',
-      ],
+      [{ ...base, nodeId: "00000000-0000-4000-8000-000000000000" }, Code.NotFound, "node 00000000-0000-4000-8000-000000000000 not found"],
       [{ ...base, targetRoot: "/etc" }, Code.InvalidArgument, "approved roots"],
       [{ ...base, maxInFlight: 5000 }, Code.InvalidArgument, "max_in_flight"],
-      [{ ...base, runtimeProfile: "remote" }, Code.FailedPrecondition, `no node fits: node ${node.nodeId}: lacks engine openai-http`],
+      [{ ...base, replicas: 65 }, Code.InvalidArgument, "replicas: from 0 to 64"],
+      [{ ...base, maxPerNode: 65 }, Code.InvalidArgument, "max_per_node"],
     ] as const) {
       await expect(ts.admin.createDeployment(req), JSON.stringify(req)).rejects.toMatchObject({
         code,
@@ -189,6 +194,16 @@ describe("deployments through a real server", () => {
       });
     }
     await expect(ts.admin.getDeployment({ deployment: "nope" })).rejects.toMatchObject({ code: Code.NotFound });
+    // What fits nowhere is created and waits PENDING, saying why with the numbers.
+    for (const [name, over, reason] of [
+      ["no-pool", { nodeId: "", selector: { pool: "none" } }, 'no node fits: 1 online; 1 lacks labels {"pool":"none"}'],
+      ["no-engine", { runtimeProfile: "remote" }, `no node fits: node ${node.nodeId}: lacks engine openai-http`],
+    ] as const) {
+      const made = await ts.admin.createDeployment({ ...base, ...over, name });
+      expect(made.deployment!.deployment!).toMatchObject({ state: DeploymentState.PENDING, failureReason: reason });
+      expect(made.deployment!.replicas[0]).toMatchObject({ state: DeploymentState.PENDING, nodeId: "", reason });
+      await ts.admin.deleteDeployment({ deployment: name });
+    }
   });
 
   it("changes revision: the new one loads before the old one drains, and it is READY all along", async () => {
@@ -378,12 +393,13 @@ describe("deployments through a real server", () => {
     };
     const list = await forge("deployments", "list");
     expect(list.code, list.err).toBe(0);
-    expect(list.out).toMatch(/chat\s+ready\s+serving\s+3\s/);
+    expect(list.out).toMatch(/chat\s+ready\s+1\/1\s+serving\s+3\s/);
     const got = await forge("deployments", "get", "chat");
     expect(got.code).toBe(0);
     expect(got.out).toMatch(/State:\s+ready/);
     expect(got.out).toContain("History");
-    expect(got.out).toMatch(/\s3\s+loading\s+failed\s+load failed: MODEL_LOAD_FAILED: not a GGUF file/);
+    expect(got.out).toMatch(/\s3\s+0\s+loading\s+failed\s+load failed: MODEL_LOAD_FAILED: not a GGUF file/);
+    expect(got.out).toMatch(/Replicas:\s+1\/1 ready/);
     const health = await forge("deployments", "health", "chat");
     expect(health.code, health.err).toBe(0);
     expect(health.out).toMatch(/\s3?2\s+\S+\s+healthy\s+rt-2 answers/);

@@ -1,22 +1,21 @@
 // Placement through the real server: two agents over mTLS whose telemetry the test sets, a real
 // GGUF pushed (its memory estimated at push), and deployments created by selector and by node. A
-// model too large for one node's memory lands on the other; what fits nowhere is refused with the
-// numbers, counting what placed deployments already hold.
+// model too large for one node's memory lands on the other; what fits nowhere waits PENDING with
+// the numbers, counting what placed deployments already hold, and is placed when a node that fits
+// joins.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
-import { Code } from "@connectrpc/connect";
-import { TelemetrySchema } from "../../gen/proto/modelforge/common/v1/common_pb.js";
-import { EngineKind, type JobSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import { CapabilityRegistry } from "../../agent/jobs/index.js";
-import { collectInventory } from "../../agent/collectors/inventory.js";
+import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { enrollTestNode, type TestNode } from "../support/node.js";
+import { scriptedDeploymentAgent } from "../support/scripted-agent.js";
 import { startAgent, type InProcessAgent } from "../support/agent.js";
 import { telemetryArrived } from "../support/serving.js";
+import { eventually } from "../support/node.js";
+import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { tinyLlamaGguf } from "../../scripts/gguf.js";
 import { memoryNeed } from "../../server/artifacts/memory.js";
 import { size } from "../../server/deployments/placement.js";
@@ -41,34 +40,9 @@ let root: string;
 const nodes: { [name: string]: TestNode } = {};
 const agents: InProcessAgent[] = [];
 
-/** An agent whose deployment steps succeed at once and whose telemetry says `availableBytes` of RAM. */
-function agentReporting(availableBytes: number) {
-  const registry = new CapabilityRegistry();
-  registry.engines = ["llama.cpp", "openai-http"];
-  registry
-    .register("artifact.acquire.v1", async (spec: JobSpec) => {
-      if (spec.kind.case !== "artifactAcquire") throw new Error("wrong spec");
-      const v = spec.kind.value;
-      return { result: { case: "artifactAcquire", value: { path: join(v.targetRoot, "m"), files: v.files, bytesWritten: 0n } } };
-    })
-    .register("deployment.load.v1", async (spec: JobSpec) => {
-      if (spec.kind.case !== "deploymentLoad") throw new Error("wrong spec");
-      return { result: { case: "deploymentLoad", value: { runtimeId: "rt", revision: spec.kind.value.revision } } };
-    })
-    .register("deployment.drain.v1", async () => ({ result: { case: "deploymentDrain", value: { completedInFlight: 0 } } }))
-    .register("deployment.unload.v1", async () => ({ result: { case: "deploymentUnload", value: { freedBytes: 0n } } }));
-  const total = 32 * GiB;
-  const telemetry = create(TelemetrySchema, {
-    memoryTotalBytes: BigInt(total),
-    memoryUsedBytes: BigInt(total - availableBytes),
-    mounts: [{ mount: "/", sizeBytes: BigInt(500 * GiB), usedBytes: BigInt(100 * GiB) }],
-  });
-  return { registry, reporters: { inventory: () => collectInventory(), telemetry: async () => telemetry } };
-}
-
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "mf-placement-root-"));
-  ts = await startTestServer({ MODELFORGE_APPROVED_ROOTS: root, MODELFORGE_HEARTBEAT_INTERVAL: "200ms" });
+  ts = await startTestServer({ MODELFORGE_APPROVED_ROOTS: root, MODELFORGE_HEARTBEAT_INTERVAL: "200ms", MODELFORGE_REPLACE_AFTER: "1s" });
   for (const [name, available] of [
     ["small", 100 * MiB],
     ["big", 1 * GiB],
@@ -76,7 +50,7 @@ beforeAll(async () => {
     const node = await enrollTestNode(ts, name);
     nodes[name] = node;
     await ts.admin.updateNode({ nodeId: node.nodeId, labels: { pool: "cpu" }, updateMask: { paths: ["labels"] } });
-    agents.push(await startAgent(node, agentReporting(available)));
+    agents.push(await startAgent(node, scriptedDeploymentAgent(available)));
     await telemetryArrived(ts.admin, node.nodeId);
   }
   await ts.admin.createRuntimeProfile({ name: "ctx-1k", engine: EngineKind.LLAMA_CPP, contextSize: 1024 });
@@ -93,6 +67,29 @@ afterAll(async () => {
   await ts?.stop();
   if (root) rmSync(root, { recursive: true, force: true });
 });
+
+/**
+ * The deployment, once its one replica is PENDING: that replica's reason. The deployment's own
+ * reason follows its replica's at the controller's next pass, so it is waited for.
+ */
+async function pendingReason(name: string): Promise<string> {
+  const read = async () => (await ts.admin.getDeployment({ deployment: name })).deployment!;
+  await eventually(
+    async () => {
+      const r = await read();
+      return r.replicas.length === 1 && r.deployment!.failureReason === r.replicas[0]!.reason;
+    },
+    30_000,
+    `${name}'s reason the same as its replica's`,
+  );
+  const r = await read();
+  expect(r.deployment!.state).toBe(DeploymentState.PENDING);
+  expect(r.replicas).toHaveLength(1);
+  expect(r.replicas[0]!.state).toBe(DeploymentState.PENDING);
+  expect(r.replicas[0]!.nodeId).toBe("");
+  expect(r.deployment!.failureReason).toBe(r.replicas[0]!.reason);
+  return r.replicas[0]!.reason;
+}
 
 const deploy = (name: string, over: { nodeId?: string; runtimeProfile?: string } = {}) =>
   ts.admin.createDeployment({
@@ -118,12 +115,10 @@ describe("placement through the real server", () => {
     expect(created.deployment!.deployment!.nodeId).toBe(nodes.big!.nodeId);
   });
 
-  it("refuses a named node that does not fit, with its numbers", async () => {
+  it("leaves a replica pinned to a node that does not fit PENDING, with its numbers", async () => {
     const small = nodes.small!.nodeId;
-    await expect(deploy("pinned", { nodeId: small })).rejects.toMatchObject({
-      code: Code.FailedPrecondition,
-      rawMessage: `no node fits: node ${small}: has ${size(100 * MiB)} of memory free, needs ${size(need1k)}`,
-    });
+    await deploy("pinned", { nodeId: small });
+    expect(await pendingReason("pinned")).toBe(`no node fits: node ${small}: has ${size(100 * MiB)} of memory free, needs ${size(need1k)}`);
   });
 
   it("counts what placed deployments hold: fits nowhere, and says why with the numbers", async () => {
@@ -132,18 +127,57 @@ describe("placement through the real server", () => {
     const bigFree = GiB - need1k - remoteBytes;
     expect(need1m).toBeLessThan(GiB);
     expect(need1m).toBeGreaterThan(bigFree);
-    await expect(deploy("long", { runtimeProfile: "ctx-1m" })).rejects.toMatchObject({
-      code: Code.FailedPrecondition,
-      rawMessage: `no node fits: 2 online; 2 have ${size(100 * MiB)} and ${size(bigFree)} of memory free, needs ${size(need1m)}`,
-    });
+    await deploy("long", { runtimeProfile: "ctx-1m" });
+    expect(await pendingReason("long")).toBe(
+      `no node fits: 2 online; 2 have ${size(100 * MiB)} and ${size(bigFree)} of memory free, needs ${size(need1m)}`,
+    );
   });
 
   it("fits an openai-http profile by the memory it declares", async () => {
-    await expect(deploy("remote-big", { runtimeProfile: "remote-2g" })).rejects.toMatchObject({
-      code: Code.FailedPrecondition,
-      rawMessage: `no node fits: 2 online; 2 have ${size(100 * MiB)} and ${size(GiB - need1k - remoteBytes)} of memory free, needs 2.0 GiB`,
-    });
+    await deploy("remote-big", { runtimeProfile: "remote-2g" });
+    expect(await pendingReason("remote-big")).toBe(
+      `no node fits: 2 online; 2 have ${size(100 * MiB)} and ${size(GiB - need1k - remoteBytes)} of memory free, needs 2.0 GiB`,
+    );
     const small = await deploy("remote-small", { runtimeProfile: "remote" });
-    expect(small.deployment!.deployment!.nodeId).toBe(nodes.small!.nodeId);
+    expect(small.deployment!.replicas[0]!.nodeId).toBe(nodes.small!.nodeId);
   });
+
+  it("places what waited when a node that fits joins, and audits the placement", async () => {
+    const node = await enrollTestNode(ts, "huge");
+    await ts.admin.updateNode({ nodeId: node.nodeId, labels: { pool: "cpu" }, updateMask: { paths: ["labels"] } });
+    agents.push(await startAgent(node, scriptedDeploymentAgent(8 * GiB)));
+    for (const name of ["long", "remote-big"]) {
+      await eventually(
+        async () => (await ts.admin.getDeployment({ deployment: name })).deployment!.deployment!.state === DeploymentState.READY,
+        60_000,
+        `${name} placed on the new node and READY`,
+      );
+      const r = (await ts.admin.getDeployment({ deployment: name })).deployment!;
+      expect(r.replicas[0]!.nodeId).toBe(node.nodeId);
+    }
+    // The one pinned to the small node still waits there.
+    expect((await ts.admin.getDeployment({ deployment: "pinned" })).deployment!.deployment!.state).toBe(DeploymentState.PENDING);
+    const audit = await ts.admin.listAuditEvents({ action: "deployment.replica_placed", pageSize: 100 });
+    expect(audit.events.length).toBeGreaterThanOrEqual(4);
+  }, 150_000);
+
+  it("moves replicas off a node whose session closed, and never places them back on it", async () => {
+    const huge = agents.pop()!;
+    await huge.stop();
+    for (const name of ["long", "remote-big"]) {
+      await eventually(
+        async () => {
+          const r = (await ts.admin.getDeployment({ deployment: name })).deployment!;
+          // Unplaced first ("session closed: placing it again"), then refused by the placement pass.
+          return r.deployment!.state === DeploymentState.PENDING && r.replicas[0]?.reason.startsWith("no node fits");
+        },
+        60_000,
+        `${name} PENDING, and no node fits, once its node's session closed`,
+      );
+      // Nothing else fits, and the node that left is not a candidate: it is counted out, not chosen.
+      expect(await pendingReason(name)).toMatch(/^no node fits: 2 online; 1 is offline, disabled or decommissioned; /);
+    }
+    const moved = await ts.admin.listAuditEvents({ action: "deployment.replica_unplaced", pageSize: 100 });
+    expect(moved.events.length).toBe(2);
+  }, 120_000);
 });

@@ -40,10 +40,29 @@ describe("place", () => {
   it.each<[string, NodeView[], Partial<PlacementRequest>, string]>([
     ["the only node that fits", [memory("n1", 3), memory("n2", 8)], {}, "n2"],
     [
-      "spreads replicas: fewest of this deployment first",
+      "spreads replicas: fewest of this deployment first, even where more else runs",
       [node("n1", { placed: [holding("d1", 1)] }), node("n2", { placed: [holding("x", 1), holding("y", 1)] })],
-      {},
+      { maxPerNode: 2 },
       "n2",
+    ],
+    ["max_per_node 2: a second replica may share a node", [node("n1", { placed: [holding("d1", 1)] })], { maxPerNode: 2 }, "n1"],
+    [
+      "max_per_node 3: the node with fewer of its replicas, though both have room",
+      [node("n1", { placed: [holding("d1", 1), holding("d1", 1)] }), node("n2", { placed: [holding("d1", 1)] })],
+      { maxPerNode: 3 },
+      "n2",
+    ],
+    [
+      "max_per_node 2: a full node is passed over for one with room",
+      [node("n1", { placed: [holding("d1", 1), holding("d1", 1)] }), node("n2", { placed: [holding("d1", 1), holding("x", 1)] })],
+      { maxPerNode: 2 },
+      "n2",
+    ],
+    [
+      "a rollout's new revision may share a node with the old replica it replaces",
+      [node("n1", { placed: [{ ...holding("d1", 1), revision: 1n }] })],
+      { revision: 2n },
+      "n1",
     ],
     ["then the least loaded", [node("n1", { placed: [holding("x", 1)] }), node("n2")], {}, "n2"],
     ["then the most memory left", [memory("n1", 10), memory("n2", 12)], {}, "n2"],
@@ -78,7 +97,7 @@ describe("place", () => {
       "n1",
     ],
   ])("%s", (_, nodes, over, expected) => {
-    expect(place(nodes, { ...req, ...over })).toEqual({ nodeId: expected });
+    expect(place(nodes, { ...req, ...over })).toEqual({ nodeId: expected, gpus: [] });
   });
 
   it.each<[string, NodeView[], Partial<PlacementRequest>, string]>([
@@ -140,6 +159,24 @@ describe("place", () => {
     ["a named node that is offline", [node("n1", { online: false })], { nodeId: "n1" }, "node n1: is offline, disabled or decommissioned"],
     ["a named node that is not known", [node("n1")], { nodeId: "n9" }, "node n9 is not known"],
     ["an empty fleet", [], {}, "no nodes are known"],
+    [
+      "every node already holds a replica (max_per_node 1)",
+      [node("n1", { placed: [holding("d1", 1)] }), node("n2", { placed: [holding("d1", 1)] }), node("n3", { online: false })],
+      {},
+      "2 online; 1 is offline, disabled or decommissioned; 2 hold 1 of its replicas already (max_per_node)",
+    ],
+    [
+      "max_per_node 2: the one node holds two already",
+      [node("n1", { placed: [holding("d1", 1), holding("d1", 1)] })],
+      { maxPerNode: 2 },
+      "1 online; 1 holds 2 of its replicas already (max_per_node)",
+    ],
+    [
+      "max_per_node 2: the replica already there holds its memory, so a second does not fit",
+      [memory("n1", 10, { placed: [holding("d1", 6.2)] })],
+      { maxPerNode: 2 },
+      "1 online; 1 has 3.8 GiB of memory free, needs 6.2 GiB",
+    ],
   ])("pending: %s", (_, nodes, over, reason) => {
     expect(place(nodes, { ...req, ...over })).toEqual({ pending: reason });
   });

@@ -15,7 +15,10 @@ let nodeId: string;
 
 beforeAll(async () => {
   nodeId = randomUUID();
-  await t.db.prisma.node.create({ data: { id: nodeId, name: "gpu-settle" } });
+  // Alive on the controller's clock: a node never heard from would have its replicas moved off it.
+  await t.db.prisma.node.create({
+    data: { id: nodeId, name: "gpu-settle", lastHeartbeatAt: new Date(Date.parse("2026-12-02T00:00:00Z")), sessionReplica: "r1" },
+  });
 }, 60_000);
 
 /** A controller whose jobs are never created: these passes must not start any step. */

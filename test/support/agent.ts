@@ -15,6 +15,7 @@ import type { JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { enrollNode } from "../../agent/enroll.js";
 import { runAgent, type SessionJobs, type SessionLink } from "../../agent/session.js";
 import type { Reporters } from "../../agent/session/reporters.js";
+import type { SessionDeployments } from "../../agent/deployments/session-hook.js";
 import { CapabilityRegistry, openJobRunner, type JobRunner } from "../../agent/jobs/index.js";
 import { nodeFromState, type TestNode } from "./node.js";
 
@@ -105,6 +106,8 @@ export interface AgentOptions {
   backoff?: { baseMs: number; maxMs: number };
   /** What the agent reports as inventory and telemetry (default: this machine's, as `agent run`). */
   reporters?: Reporters;
+  /** The Session side of deployments (held runtimes, replica loads, relayed invokes); none by default. */
+  deployments?: SessionDeployments;
 }
 
 /** Runs the agent of an enrolled node in this process. */
@@ -140,6 +143,7 @@ export async function startAgent(node: TestNode, opts: AgentOptions = {}): Promi
     backoffBaseMs: opts.backoff?.baseMs ?? 50,
     backoffMaxMs: opts.backoff?.maxMs ?? 300,
     ...(opts.reporters !== undefined ? { reporters: opts.reporters } : {}),
+    ...(opts.deployments !== undefined ? { deployments: opts.deployments } : {}),
   });
   running.catch(() => undefined);
   const disconnect = async () => {

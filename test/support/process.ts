@@ -15,6 +15,16 @@ export interface ServerProcess {
   exited: Promise<number | null>;
 }
 
+/** Whether a process of this pid is still running (signal 0 checks without sending anything). */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** `args` picks what runs: the source through tsx by default, or e.g. the built `dist/server/main.mjs`. */
 export function spawnServer(env: Record<string, string>, args: string[] = ["--import", "tsx", "server/main.ts"]): ServerProcess {
   const child = spawn(process.execPath, args, {
@@ -67,10 +77,14 @@ export interface AgentProcess {
 /** How long an agent may take to stop after SIGTERM (it ends its session and stops its runtimes). */
 const stopDeadlineMs = 30_000;
 
-/** Runs `agent run` as a real process, with the fake nvidia-smi first on PATH. */
-export function spawnAgent(statePath: string, env: Record<string, string> = {}): AgentProcess {
+/** Runs `agent run` as a real process, with the fake nvidia-smi first on PATH; `entry` is node's arguments before it (the source by default, or a built bundle). */
+export function spawnAgent(
+  statePath: string,
+  env: Record<string, string> = {},
+  entry = ["--import", "tsx", "agent/main.ts"],
+): AgentProcess {
   const fakeBin = fileURLToPath(new URL("../fixtures/nvidia-smi", import.meta.url));
-  const child = spawn(process.execPath, ["--import", "tsx", "agent/main.ts", "run", "--state", statePath], {
+  const child = spawn(process.execPath, [...entry, "run", "--state", statePath], {
     cwd: repoRoot,
     env: {
       PATH: `${fakeBin}:${process.env.PATH ?? ""}`,

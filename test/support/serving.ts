@@ -73,19 +73,20 @@ export async function servingNode(
   return { node, agent: await spawnServingAgent(ts.admin, node, root) };
 }
 
-/** A real agent process that runs runtimes from models under `root` fetched from the control plane, waited until deployments can be placed on it. */
+/** A real agent process that runs runtimes from models under `root` fetched from the control plane, waited until deployments can be placed on it (`entry`: as spawnAgent's). */
 export async function spawnServingAgent(
   admin: Admin,
   node: Pick<TestNode, "nodeId" | "statePath">,
   root: string,
   env: Record<string, string> = {},
+  entry?: string[],
 ): Promise<AgentProcess> {
-  const agent = spawnAgent(node.statePath, {
+  const agentEnv = {
     MODELFORGE_AGENT_RUNTIMES: "on",
     MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
     MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
-    ...env,
-  });
+  };
+  const agent = spawnAgent(node.statePath, { ...agentEnv, ...env }, entry);
   // Placement fits a model to a node's telemetry: a node without any yet fits nowhere.
   await eventually(
     async () => {
@@ -111,7 +112,19 @@ export function writeWorkerTemplate(path: string): void {
   writeFileSync(
     path,
     JSON.stringify({
-      command: [process.execPath, "--import", "tsx", worker, "--model", "{model}", "--port", "{port}", "--threads", "{threads}"],
+      // tsx by its URL: the runtime's working directory is not the repository's.
+      command: [
+        process.execPath,
+        "--import",
+        import.meta.resolve("tsx"),
+        worker,
+        "--model",
+        "{model}",
+        "--port",
+        "{port}",
+        "--threads",
+        "{threads}",
+      ],
       env: { NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true", NODE_LLAMA_CPP_GPU: "false" },
     }),
   );
