@@ -18,3 +18,15 @@ export const engineNameOfKind: Partial<Record<EngineKind, EngineName>> = {
 export function knownEngines(said: readonly string[]): EngineName[] {
   return engineNames.filter((e) => said.includes(e));
 }
+
+/**
+ * What an agent may advertise beside its engines about how they run: llama.cpp with a CUDA
+ * backend (its GPU build on a node with NVIDIA GPUs). Placement asks for it for a profile that
+ * offloads layers.
+ */
+export const engineBackends = ["llama.cpp+cuda"] as const;
+
+/** The engines and engine backends of an agent's Hello this side knows, for the node's record. */
+export function knownEnginesAndBackends(said: readonly string[]): string[] {
+  return [...knownEngines(said), ...engineBackends.filter((b) => said.includes(b))];
+}

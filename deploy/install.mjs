@@ -3,10 +3,11 @@
 // it runs the build when dist/ is stale). Everything goes under --root (default /), so a package
 // build or a test can lay it out in a scratch directory:
 //
-//   node deploy/install.mjs [--root DIR] [--prefix /usr/local] [--node PATH] [--with-llama] [--allocator jemalloc|system] agent|server
+//   node deploy/install.mjs [--root DIR] [--prefix /usr/local] [--node PATH] [--with-llama | --gpu] [--allocator jemalloc|system] agent|server
 //
 // agent:  <prefix>/lib/modelforge-agent/ (the standalone bundle, the llama.cpp worker, their manifest;
-//         with --with-llama node-llama-cpp's CPU prebuilt in node_modules/), <prefix>/bin/modelforge-agent
+//         with --with-llama node-llama-cpp's CPU prebuilt in node_modules/; with --gpu the GPU agent,
+//         dist/agent-gpu/, whole: the CPU and CUDA prebuilts and gpu-check.mjs), <prefix>/bin/modelforge-agent
 // server: <prefix>/lib/modelforge/ (the server and CLI bundles, the database template, migrations, the
 //         packages its manifest names and nothing else), <prefix>/bin/modelforge-server, <prefix>/bin/modelforge
 // both:   /etc/systemd/system/modelforge-<part>.service, /usr/lib/sysusers.d/modelforge-<part>.conf,
@@ -23,7 +24,7 @@ import { parseArgs } from "node:util";
 const checkout = fileURLToPath(new URL("..", import.meta.url));
 const here = (...p) => join(checkout, ...p);
 
-const usage = `Usage: node deploy/install.mjs [--root DIR] [--prefix /usr/local] [--node PATH] [--with-llama] [--allocator jemalloc|system] agent|server
+const usage = `Usage: node deploy/install.mjs [--root DIR] [--prefix /usr/local] [--node PATH] [--with-llama | --gpu] [--allocator jemalloc|system] agent|server
 `;
 
 class UsageError extends Error {}
@@ -37,6 +38,8 @@ function options(argv) {
       prefix: { type: "string", default: "/usr/local" },
       node: { type: "string", default: process.execPath },
       "with-llama": { type: "boolean", default: false },
+      // The GPU agent (scripts/build-gpu.mjs): llama.cpp with its CUDA builds.
+      gpu: { type: "boolean", default: false },
       // The server's C allocator: jemalloc preloaded when the host has it (server/tuning.ts), or the system's.
       allocator: { type: "string", default: "jemalloc" },
       help: { type: "boolean", short: "h" },
@@ -52,9 +55,20 @@ function options(argv) {
     if (!isAbsolute(values[k])) throw new UsageError(`--${k} must be an absolute path`);
   }
   if (values["with-llama"] && part !== "agent") throw new UsageError("--with-llama is for the agent");
+  if (values.gpu && part !== "agent") throw new UsageError("--gpu is for the agent");
+  if (values.gpu && values["with-llama"]) throw new UsageError("--gpu carries llama.cpp's CPU build already: drop --with-llama");
   if (values.allocator !== "jemalloc" && values.allocator !== "system") throw new UsageError("--allocator is jemalloc or system");
   const jemalloc = part === "server" && values.allocator === "jemalloc" ? findJemalloc() : undefined;
-  return { part, root: values.root, prefix: values.prefix, node: values.node, withLlama: values["with-llama"], allocator: values.allocator, jemalloc };
+  return {
+    part,
+    root: values.root,
+    prefix: values.prefix,
+    node: values.node,
+    withLlama: values["with-llama"],
+    gpu: values.gpu,
+    allocator: values.allocator,
+    jemalloc,
+  };
 }
 
 /** Lays files down under the root, with explicit modes (the umask does not decide them). */
@@ -160,11 +174,16 @@ function closure(dependencies) {
 
 function installAgent(layout, opts) {
   const lib = join(opts.prefix, "lib/modelforge-agent");
-  for (const name of ["modelforge-agent.mjs", "llama-worker.mjs", "package.json"]) {
-    layout.file(join(lib, name), readFileSync(here("dist/agent", name)), name === "modelforge-agent.mjs" ? 0o755 : 0o644);
+  const from = opts.gpu ? "dist/agent-gpu" : "dist/agent";
+  const scripts = ["modelforge-agent.mjs", ...(opts.gpu ? ["gpu-check.mjs"] : [])];
+  // A gpu-check.mjs of an earlier GPU install would outlive a CPU install.
+  rmSync(layout.at(join(lib, "gpu-check.mjs")), { force: true });
+  for (const name of [...scripts, "llama-worker.mjs", "package.json"]) {
+    layout.file(join(lib, name), readFileSync(here(from, name)), scripts.includes(name) ? 0o755 : 0o644);
   }
-  layout.tree(join(lib, "node-llama-cpp"), here("dist/agent/node-llama-cpp"));
+  layout.tree(join(lib, "node-llama-cpp"), here(from, "node-llama-cpp"));
   rmSync(layout.at(join(lib, "node_modules")), { recursive: true, force: true });
+  if (opts.gpu) layout.tree(join(lib, "node_modules"), here(from, "node_modules"));
   if (opts.withLlama) {
     const prebuilt = "@node-llama-cpp/linux-x64";
     if (!existsSync(here("node_modules", prebuilt))) throw new Error(`--with-llama: ${prebuilt} is not installed in this checkout`);
@@ -204,7 +223,9 @@ function run(command, args) {
 
 function main(argv) {
   const opts = options(argv);
-  execFileSync(process.execPath, [here("scripts/build.mjs"), "--if-stale", ...(opts.part === "agent" ? ["--bundles"] : [])], {
+  // --gpu fetches the CUDA packages from the registry only if dist/.cache lacks them (scripts/build-gpu.mjs).
+  const build = opts.part === "agent" ? ["--bundles", ...(opts.gpu ? ["--gpu"] : [])] : [];
+  execFileSync(process.execPath, [here("scripts/build.mjs"), "--if-stale", ...build], {
     stdio: "inherit",
   });
   const layout = new Layout(opts.root);

@@ -10,21 +10,27 @@
 //   dist/agent/llama-worker.mjs       the llama.cpp runtime process the agent supervises: node-llama-cpp
 //                                     inlined; only its native prebuilt (@node-llama-cpp/linux-x64)
 //                                     is looked up at run time, beside the bundle or in the checkout
+//   dist/agent-gpu/                   with --gpu: the agent for GPU nodes, dist/agent/ carrying
+//                                     node-llama-cpp's CPU and CUDA prebuilts (scripts/build-gpu.mjs)
 //
 // `node scripts/build.mjs --if-stale` builds only what a source newer than the last build makes
 // stale, so `npm start` on a fresh clone builds once and then starts in plain node; `--bundles`
 // leaves out the database template (for the CLI and the agent); `--sea` adds the agent as a single
-// executable (dist/agent/modelforge-agent).
+// executable (dist/agent/modelforge-agent); `--gpu` adds dist/agent-gpu/ and prints its size.
 import { execFileSync, spawn } from "node:child_process";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { isBuiltin } from "node:module";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { buildGpuAgent } from "./build-gpu.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const dist = join(root, "dist");
 // Everything a build reads: a change to any of these makes the build stale.
-const bundleInputs = ["server", "agent", "cli", "common", "gen", "package.json", "package-lock.json", "scripts/build.mjs"];
+const bundleInputs = [
+  ...["server", "agent", "cli", "common", "gen", "package.json", "package-lock.json"],
+  ...["scripts/build.mjs", "scripts/build-gpu.mjs", "scripts/gpu-check.ts", "scripts/gguf.ts", "scripts/llama-cuda-prebuilts.json"],
+];
 // The embedded database template depends on the migrations, the PGlite version and the build.
 const templateInputs = ["prisma/migrations", "package-lock.json", "scripts/build.mjs"];
 const bundleStamp = join(dist, ".build-stamp");
@@ -96,7 +102,8 @@ const inlineVersion = {
 // and forks one of its modules to test the native binary before loading it. In the bundle, its
 // modules' import.meta.url point into a node-llama-cpp/ directory beside the bundle, which the
 // build fills with exactly those files and that module, bundled on its own.
-const llamaPackage = join(root, "node_modules/node-llama-cpp");
+// Its real path: esbuild resolves symbolic links (a node_modules linked from elsewhere).
+const llamaPackage = realpathSync(join(root, "node_modules/node-llama-cpp"));
 const llamaDataFiles = ["package.json", "llama/binariesGithubRelease.json"];
 const llamaTester = "dist/bindings/utils/testBindingBinary.js";
 const llamaUrls = (bundleToPackage) => ({
@@ -372,5 +379,27 @@ async function main() {
     await buildSea();
     steps.push("single-executable agent");
   }
+  let gpuBytes;
+  // The GPU agent is stale when older than the bundles it copies.
+  const gpuBuilt = statSync(join(dist, "agent-gpu/package.json"), { throwIfNoEntry: false });
+  if (process.argv.includes("--gpu") && (!ifStale || gpuBuilt === undefined || gpuBuilt.mtimeMs < statSync(bundleStamp).mtimeMs)) {
+    gpuBytes = await buildGpuAgent({ root, dist, bundle: bundleGpuCheck });
+    steps.push("GPU agent");
+  }
   if (steps.length > 0) process.stderr.write(`build: ${steps.join(" and ")} written to dist/ in ${Math.round(performance.now() - started)} ms\n`);
+  if (gpuBytes !== undefined) process.stderr.write(`build: the GPU agent dist/agent-gpu/ is ${Math.round(gpuBytes / 1e6)} MB\n`);
+}
+
+/** scripts/gpu-check.ts as the GPU artefact carries it: built like the worker, beside the same node-llama-cpp/ files. */
+async function bundleGpuCheck(outName) {
+  const { build } = await import("esbuild");
+  const result = await build({
+    ...common,
+    entryPoints: [join(root, "scripts/gpu-check.ts")],
+    outfile: join(dist, "agent-gpu", outName),
+    external: ["@node-llama-cpp/*", "@reflink/*"],
+    plugins: [llamaUrls("./node-llama-cpp/")],
+    banner: { js: `#!/usr/bin/env node\n${requireBanner}` },
+  });
+  return result.outputFiles;
 }

@@ -3,7 +3,8 @@ import { copyFile, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import si from "systeminformation";
 import { create } from "@bufbuild/protobuf";
 import { DiskSchema, GpuInfoSchema, HostInfoSchema } from "../gen/proto/modelforge/common/v1/common_pb.js";
 import {
@@ -280,6 +281,22 @@ function expectHostFacts(inv: Inventory): void {
 }
 
 describe("collectInventory", () => {
+  it("reads the OS's and the CPU's facts once (systeminformation blocks the event loop for them), the rest every time", async () => {
+    useFakeNvidiaSmi(await scenario());
+    await collectInventory();
+    const osInfo = vi.spyOn(si, "osInfo");
+    const cpu = vi.spyOn(si, "cpu");
+    const fsSize = vi.spyOn(si, "fsSize");
+    try {
+      const [first, second] = [await collectInventory(), await collectInventory()];
+      expect([osInfo.mock.calls.length, cpu.mock.calls.length, fsSize.mock.calls.length]).toEqual([0, 0, 2]);
+      expect(second.host).toEqual(first.host);
+      expectHostFacts(second);
+    } finally {
+      vi.restoreAllMocks();
+    }
+  });
+
   it("reports the three recorded GPUs and the host, complete", async () => {
     const dir = await scenario();
     const argsLog = path.join(dir, "args.log");

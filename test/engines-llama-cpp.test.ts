@@ -82,8 +82,12 @@ describe("llama.cpp runtime", () => {
 
   it("embeds with its embedding context: a vector per input, as floats or base64 float32s", async () => {
     const embed = async (encoding: string) => {
-      const text = await runtime.client.postRaw("/v1/embeddings", JSON.stringify({ input: ["a", "b c"], encoding_format: encoding }));
-      return JSON.parse(text) as { object: string; data: { index: number; embedding: number[] | string }[]; usage: Record<string, number> };
+      const bytes = await runtime.client.postRaw("/v1/embeddings", JSON.stringify({ input: ["a", "b c"], encoding_format: encoding }));
+      return JSON.parse(bytes.toString("utf8")) as {
+        object: string;
+        data: { index: number; embedding: number[] | string }[];
+        usage: Record<string, number>;
+      };
     };
     const floats = await embed("float");
     expect(floats.object).toBe("list");

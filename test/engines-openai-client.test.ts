@@ -34,16 +34,28 @@ describe("OpenAiClient against a runtime that cuts a connection before answering
         if (cut === "reset") req.socket.resetAndDestroy();
         else req.socket.destroy();
       });
-      expect(await new OpenAiClient(rt.url).postRaw("/v1/completions", '{"prompt":"x"}')).toBe('{"ok":true}');
+      expect((await new OpenAiClient(rt.url).postRaw("/v1/completions", '{"prompt":"x"}')).toString()).toBe('{"ok":true}');
       expect(rt.requests()).toBe(2);
       await new Promise<void>((resolve) => server!.close(() => resolve()));
       server = undefined;
     }
   });
 
-  it("gives up after the second cut with fetch's own error", async () => {
+  it("sends it once more on a connection of its own, not on another kept-alive one", async () => {
+    const rt = await runtime((n, req, res) => (n === 3 ? req.socket.resetAndDestroy() : answer(res)));
+    let connections = 0;
+    server!.on("connection", () => connections++);
+    const client = new OpenAiClient(rt.url);
+    // Two connections kept alive, then the third request is cut on one of them.
+    await Promise.all([client.postRaw("/v1/completions", "{}"), client.postRaw("/v1/completions", "{}")]);
+    expect(connections).toBe(2);
+    expect((await client.postRaw("/v1/completions", "{}")).toString()).toBe('{"ok":true}');
+    expect([rt.requests(), connections]).toEqual([4, 3]);
+  });
+
+  it("gives up after the second cut with the connection's own error", async () => {
     const rt = await runtime((_n, req) => req.socket.resetAndDestroy());
-    await expect(new OpenAiClient(rt.url).postRaw("/v1/completions", "{}")).rejects.toThrow(TypeError);
+    await expect(new OpenAiClient(rt.url).postRaw("/v1/completions", "{}")).rejects.toMatchObject({ code: "ECONNRESET" });
     expect(rt.requests()).toBe(2);
   });
 
@@ -84,8 +96,13 @@ describe("OpenAiClient against a runtime that cuts a connection before answering
 describe("closedBeforeAnswer", () => {
   const failed = (code?: string) =>
     new TypeError("fetch failed", code === undefined ? undefined : { cause: Object.assign(new Error(code), { code }) });
+  const socket = (code: string) => Object.assign(new Error("socket hang up"), { code });
   it.each([
     ["a reset", failed("ECONNRESET"), true],
+    ["a reset (node:http)", socket("ECONNRESET"), true],
+    ["a broken pipe (node:http)", socket("EPIPE"), true],
+    ["a refused connection (node:http)", socket("ECONNREFUSED"), false],
+    ["an HTTP refusal whose OpenAI code reads like a socket's", new OpenAiClientError(502, "server_error", "ECONNRESET", "boom"), false],
     ["a broken pipe", failed("EPIPE"), true],
     ["a close before the answer", failed("UND_ERR_SOCKET"), true],
     ["a refused connection (the runtime is gone)", failed("ECONNREFUSED"), false],

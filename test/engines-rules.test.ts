@@ -11,6 +11,8 @@ import {
 } from "../agent/engines/openai-protocol.js";
 import { TextStream } from "../agent/engines/llama-cpp/text-stream.js";
 import { buildArgv, parseTemplateConfig, validateTemplate, type OpenAiHttpTemplate } from "../agent/engines/openai-http.js";
+import { gpuEnv, hasLlamaCudaBuild, unavailableGpus } from "../agent/engines/gpus.js";
+import { knownEnginesAndBackends } from "../common/engines.js";
 import { parseStat, parseStatusMemory } from "../agent/engines/proc.js";
 import { ggufHeaderProblem } from "../agent/engines/llama-cpp/gguf-header.js";
 import { EngineError, validateParams } from "../agent/engines/supervisor.js";
@@ -159,6 +161,23 @@ describe("openai-http template", () => {
     ]);
   });
 
+  it("substitutes the assigned GPUs: {gpus} as comma-separated indices, {gpu_count}, each inside its own element", () => {
+    const vllm = {
+      command: ["/usr/bin/vllm", "serve", "{model}", "--port={port}", "--devices={gpus}", "--tensor-parallel-size", "{gpu_count}"],
+    };
+    expect(buildArgv(vllm, { ...values, gpus: [2, 5] })).toEqual([
+      "/usr/bin/vllm",
+      "serve",
+      "/models/a b; rm -rf /",
+      "--port=8123",
+      "--devices=2,5",
+      "--tensor-parallel-size",
+      "2",
+    ]);
+    expect(() => buildArgv(vllm, values)).toThrow("no value for {gpus}: the runtime profile assigns no GPUs (gpu_count)");
+    expect(() => validateTemplate(vllm)).not.toThrow();
+  });
+
   it.each([
     [{ ...values, contextSize: undefined }, "no value for {context_size}"],
     [{ ...values, model: "relative/model" }, "the model path must be absolute"],
@@ -187,6 +206,47 @@ describe("openai-http template", () => {
   ])("validates %j", (t, problem) => {
     if (problem === undefined) expect(() => validateTemplate(t)).not.toThrow();
     else expect(() => validateTemplate(t)).toThrow(problem);
+  });
+});
+
+describe("advertised engines", () => {
+  it("keeps the engines and backends this side knows, and drops the rest", () => {
+    expect(knownEnginesAndBackends(["openai-http", "llama.cpp+cuda", "llama.cpp", "llama.cpp+rocm", "vllm"])).toEqual([
+      "llama.cpp",
+      "openai-http",
+      "llama.cpp+cuda",
+    ]);
+  });
+});
+
+describe("GPUs of a lease", () => {
+  const have = [
+    { uuid: "GPU-a", index: 0 },
+    { uuid: "GPU-b", index: 1 },
+  ];
+  it.each([
+    [[], undefined],
+    [[{ uuid: "GPU-b", index: 1 }], undefined],
+    [have, undefined],
+    [[{ uuid: "GPU-z", index: 0 }], "GPU GPU-z (index 0) is not on this node"],
+    [[{ uuid: "GPU-b", index: 0 }], "GPU GPU-b is at index 1 here, not 0"],
+    [[have[0]!, have[0]!], "the lease names a GPU twice"],
+  ])("%j: %s", (assigned, problem) => {
+    expect(unavailableGpus(assigned, have)).toBe(problem);
+  });
+
+  it("this CPU install carries no CUDA build: the packages are the empty stand-in", async () => {
+    expect(await hasLlamaCudaBuild()).toBe(false);
+  });
+
+  it("confines a runtime to its GPUs in nvidia-smi's order; none assigned leaves the environment alone", () => {
+    expect(
+      gpuEnv([
+        { uuid: "GPU-b", index: 1 },
+        { uuid: "GPU-d", index: 3 },
+      ]),
+    ).toEqual({ CUDA_DEVICE_ORDER: "PCI_BUS_ID", CUDA_VISIBLE_DEVICES: "1,3" });
+    expect(gpuEnv([])).toEqual({});
   });
 });
 
@@ -264,6 +324,10 @@ describe("engine parameters", () => {
     [{ threads: 0 }, false],
     [{ threads: 2.5 }, false],
     [{ threads: Number.NaN }, false],
+    [{ gpuLayers: "all" as const }, true],
+    [{ gpuLayers: 1024 }, true],
+    [{ gpuLayers: 0 }, false],
+    [{ gpuLayers: 1025 }, false],
   ])("%j valid: %s", (params, ok) => {
     if (ok) expect(validateParams(params)).toEqual(params);
     else expect(() => validateParams(params)).toThrow(EngineError);

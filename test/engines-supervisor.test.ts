@@ -115,6 +115,31 @@ describe("supervisor", { timeout: 180_000 }, () => {
     expect(lines.filter((l) => l.text.startsWith("runtime: POST")).map((l) => LogStream[l.stream])).toEqual(["STDOUT"]);
   });
 
+  it("a llama.cpp runtime given GPUs where CUDA is not usable runs on the CPU, and says so once", async () => {
+    // This install carries no CUDA build (package.json overrides): the worker falls back.
+    const stderr: string[] = [];
+    const onOutput = (stream: "stdout" | "stderr", chunk: Buffer) => stream === "stderr" && stderr.push(chunk.toString());
+    const s = supervisor();
+    const gpus = [{ uuid: "GPU-fake", index: 0 }];
+    const r = await s.start("llama.cpp", { modelPath, params: { gpuLayers: "all", threads: 1 }, gpus, onOutput, ...load });
+    expect(r.backend).toBe("cpu");
+    const fallbacks = stderr
+      .join("")
+      .split("\n")
+      .filter((l) => l.includes("CUDA is not usable here"));
+    expect(fallbacks).toEqual(["llama.cpp: CUDA is not usable here (no CUDA build in this install); running on the CPU"]);
+    const out = await r.client.completion("on the cpu", { max_tokens: 2, temperature: 0 });
+    expect(out.usage!.completion_tokens).toBeGreaterThan(0);
+    // Without GPUs it never asks for CUDA.
+    const cpu = await s.start("llama.cpp", { modelPath, params: { gpuLayers: "all", threads: 1 }, ...load });
+    expect(cpu.backend).toBe("cpu");
+  });
+
+  it("advertises llama.cpp's CUDA backend only when it has one", () => {
+    expect(supervisor().advertisedEngines()).toEqual(["llama.cpp"]);
+    expect(supervisor({ llamaCuda: true }).advertisedEngines()).toEqual(["llama.cpp", "llama.cpp+cuda"]);
+  });
+
   it("offers openai-http only when the operator configured a template", async () => {
     const s = supervisor();
     expect(s.engines()).toEqual(["llama.cpp"]);

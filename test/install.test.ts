@@ -4,7 +4,20 @@
 // (`systemd-analyze verify`, where systemd-analyze exists) with a low exposure score.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFile, execFileSync } from "node:child_process";
-import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -43,14 +56,43 @@ describe("install agent", () => {
     expect(lstatSync(at("usr/local/bin/modelforge-agent")).isSymbolicLink()).toBe(true);
     expect(realpathSync(at("usr/local/bin/modelforge-agent"))).toBe(realpathSync(at(`${lib}/modelforge-agent.mjs`)));
     expect(mode("etc/systemd/system/modelforge-agent.service")).toBe(0o644);
-    expect(readFileSync(at("etc/systemd/system/modelforge-agent.service"), "utf8")).toContain(
-      `ExecStart=${process.execPath} /usr/local/lib/modelforge-agent/modelforge-agent.mjs run`,
-    );
+    const unit = readFileSync(at("etc/systemd/system/modelforge-agent.service"), "utf8");
+    // The installed agent prepares each start (and rolls a failed self-update back); the agent
+    // update/current links to runs; a self-update's exit 75 is a failure Restart= restarts.
+    expect(unit).toContain(`ExecStartPre=${process.execPath} /usr/local/lib/modelforge-agent/modelforge-agent.mjs update-prepare`);
+    expect(unit).toContain(`ExecStart=${process.execPath} /var/lib/modelforge/agent/update/current/modelforge-agent.mjs run`);
+    expect(unit).toMatch(/^Restart=on-failure$/m);
+    expect(unit).not.toMatch(/^RestartPreventExitStatus=.*\b75\b/m);
     expect(readFileSync(at("usr/lib/sysusers.d/modelforge-agent.conf"), "utf8")).toMatch(/^u modelforge-agent /m);
     expect(mode("etc/modelforge/agent.env")).toBe(0o640);
     expect(readFileSync(at("etc/modelforge/agent.env"), "utf8")).toContain("MODELFORGE_AGENT_STATE=/var/lib/modelforge/agent/state.json");
     expect(mode("var/lib/modelforge/agent")).toBe(0o700);
     expect(mode("var/lib/modelforge/artifacts")).toBe(0o700);
+  });
+
+  it("prepares each start from the installed agent: links it as current, and rolls a failed self-update back", async () => {
+    const lib = realpathSync(at("usr/local/lib/modelforge-agent"));
+    const state = mkdtempSync(join(tmpdir(), "mf-install-state-"));
+    const prepare = () =>
+      run(process.execPath, [join(lib, "modelforge-agent.mjs"), "update-prepare", "--state", join(state, "state.json")], {
+        env: { PATH: process.env.PATH ?? "" },
+      });
+    await prepare();
+    const current = join(state, "update/current");
+    expect(readlinkSync(current)).toBe(lib);
+    // What an update leaves: current at a release that exits at start, a pending update naming
+    // the installed agent as previous, out of starts. The next start (ExecStartPre) restores it.
+    const release = join(state, "update/releases/9.9.9-bad");
+    mkdirSync(release, { recursive: true });
+    rmSync(current);
+    symlinkSync(release, current);
+    const pending = { rolloutId: "r1", version: "9.9.9", previous: lib, attempts: 3, deadlineAt: Date.now() + 60_000 };
+    writeFileSync(join(state, "update/pending.json"), JSON.stringify(pending));
+    const { stderr } = await prepare();
+    expect(stderr).toContain("rolled back: 9.9.9 exited 3 times before a healthy session");
+    expect(readlinkSync(current)).toBe(lib);
+    expect(JSON.parse(readFileSync(join(state, "update/report.json"), "utf8"))).toMatchObject({ version: "9.9.9", succeeded: false });
+    rmSync(state, { recursive: true, force: true });
   });
 
   it("carries only node-llama-cpp's CPU prebuilt: no Prisma, no PGlite, no other package", () => {

@@ -99,7 +99,7 @@ export async function capabilityRegistry(config: CapabilityConfig): Promise<Capa
     registry.register("runtime.probe.v1", runtimeProbeHandler(opts));
     registry.register("runtime.health.v1", runtimeHealthHandler(opts));
     registry.register("runtime.unload.v1", runtimeUnloadHandler(opts));
-    registry.engines = config.supervisor.engines();
+    registry.engines = config.supervisor.advertisedEngines();
     registry.embeddingEngines = config.supervisor.embeddingEngines();
   }
   if (config.deployments) registerDeploymentCapabilities(registry, config.deployments);

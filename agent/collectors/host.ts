@@ -36,8 +36,21 @@ function known(value: string | undefined | null): string {
   return v === "unknown" ? "" : v;
 }
 
-export async function collectHostInfo(): Promise<HostInfo> {
-  const [osData, cpuData, memData, fsData] = await Promise.all([
+type OsFacts = Awaited<ReturnType<typeof si.osInfo>>;
+type CpuFacts = Awaited<ReturnType<typeof si.cpu>>;
+
+/**
+ * The OS's and the CPU's facts, read once per process (again only after a failed read):
+ * systeminformation reads them with execSync (hostname -f, lscpu, ...), which held the agent's
+ * event loop 50-85 ms a call, and the inventory is collected at every telemetry round to see
+ * whether it changed, so every relayed request in flight waited behind it (bench/openai.ts: the
+ * added p99). They change with a reboot or an upgrade, which restarts the agent; the hostname is
+ * read live.
+ */
+let staticFacts: Promise<[OsFacts | undefined, CpuFacts | undefined]> | undefined;
+
+function readStaticFacts(): Promise<[OsFacts | undefined, CpuFacts | undefined]> {
+  const reading = Promise.all([
     orFallback(
       () => si.osInfo(),
       () => undefined,
@@ -46,6 +59,17 @@ export async function collectHostInfo(): Promise<HostInfo> {
       () => si.cpu(),
       () => undefined,
     ),
+  ]);
+  staticFacts = reading.then((facts) => {
+    if (facts.includes(undefined)) staticFacts = undefined;
+    return facts;
+  });
+  return staticFacts;
+}
+
+export async function collectHostInfo(): Promise<HostInfo> {
+  const [[osData, cpuData], memData, fsData] = await Promise.all([
+    staticFacts ?? readStaticFacts(),
     orFallback(
       () => si.mem(),
       () => undefined,
@@ -56,7 +80,7 @@ export async function collectHostInfo(): Promise<HostInfo> {
     ),
   ]);
   return create(HostInfoSchema, {
-    hostname: known(osData?.hostname) || os.hostname(),
+    hostname: os.hostname() || known(osData?.hostname),
     osName: known(osData?.distro),
     osVersion: known(osData?.release),
     kernel: known(osData?.kernel) || os.release(),

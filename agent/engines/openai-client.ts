@@ -8,6 +8,7 @@ import type {
   ErrorBody,
   ModelList,
 } from "./openai-protocol.js";
+import { readAll, RuntimeHttp } from "./runtime-http.js";
 
 export interface GenerationParams {
   model?: string;
@@ -32,17 +33,26 @@ export class OpenAiClientError extends Error {
 
 const maxEventBytes = 1024 * 1024;
 
-/** The connection was reset or closed before any answer: fetch's own failure, not an HTTP one. */
+/**
+ * The connection was reset or closed before any answer: the socket's own failure (which fetch
+ * wraps in a TypeError), not an HTTP one.
+ */
 export function closedBeforeAnswer(err: unknown): boolean {
-  const code = (err instanceof TypeError ? (err.cause as { code?: unknown } | undefined)?.code : undefined) ?? "";
+  const failure = err instanceof TypeError ? err.cause : err instanceof OpenAiClientError ? undefined : err;
+  const code = (failure as { code?: unknown } | undefined)?.code ?? "";
   return code === "ECONNRESET" || code === "EPIPE" || code === "UND_ERR_SOCKET";
 }
 
 export class OpenAiClient {
+  /** The relay's path: a request per invoke, where fetch's own cost showed. */
+  private readonly raw: RuntimeHttp;
+
   constructor(
     readonly baseUrl: string,
     private readonly timeoutMs = 120_000,
-  ) {}
+  ) {
+    this.raw = new RuntimeHttp(new URL(baseUrl));
+  }
 
   /** True when GET `path` answers 200 within `timeoutMs`. */
   async healthy(path = "/health", timeoutMs = 5_000): Promise<boolean> {
@@ -76,14 +86,48 @@ export class OpenAiClient {
     return this.events("/v1/chat/completions", { ...params, messages }) as AsyncGenerator<ChatCompletionChunk>;
   }
 
-  /** POSTs a caller's JSON body as it is and returns the answer's text (the relay's unary path). */
-  async postRaw(path: string, body: string, signal?: AbortSignal): Promise<string> {
-    return (await this.request("POST", path, body, signal)).text();
+  /** POSTs a caller's JSON body as it is and returns the answer's bytes (the relay's unary path). */
+  async postRaw(path: string, body: string, signal?: AbortSignal, timeoutMs?: number): Promise<Buffer> {
+    const { res, done } = await this.postRawHead(path, body, signal, timeoutMs);
+    try {
+      return await readAll(res);
+    } finally {
+      done();
+    }
   }
 
   /** POSTs a caller's JSON body (with "stream": true) and yields each event's data as it comes. */
-  async *streamRaw(path: string, body: string, signal?: AbortSignal): AsyncGenerator<string> {
-    yield* this.eventData(await this.request("POST", path, body, signal));
+  async *streamRaw(path: string, body: string, signal?: AbortSignal, timeoutMs?: number): AsyncGenerator<string> {
+    const { res, done } = await this.postRawHead(path, body, signal, timeoutMs);
+    try {
+      yield* eventData(res.statusCode ?? 0, res);
+    } finally {
+      done();
+      // A stream given up on before its end closes its connection rather than leave it half read.
+      if (!res.complete) res.destroy();
+    }
+  }
+
+  /** The response of a 2xx, sent once more on a new connection when the first was cut before any answer. */
+  private async postRawHead(path: string, body: string, signal: AbortSignal | undefined, timeoutMs = this.timeoutMs) {
+    const post = { path, body, signal, timeoutMs: Math.min(timeoutMs, this.timeoutMs) };
+    let sent: Awaited<ReturnType<RuntimeHttp["post"]>>;
+    try {
+      sent = await this.raw.post(post);
+    } catch (err) {
+      // As in request() below. Not on another kept-alive connection: after an idle spell the
+      // runtime closes them all, and under load the next one may be closing too (bench/openai.ts
+      // once failed a request so).
+      if (!closedBeforeAnswer(err) || signal?.aborted) throw err;
+      sent = await this.raw.post({ ...post, fresh: true });
+    }
+    const status = sent.res.statusCode ?? 0;
+    if (status >= 200 && status < 300) return sent;
+    const text = await readAll(sent.res)
+      .then((b) => b.toString("utf8"))
+      .catch(() => "")
+      .finally(sent.done);
+    throw refusal(status, text);
   }
 
   private async request(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response> {
@@ -105,14 +149,7 @@ export class OpenAiClient {
       res = await fetch(new URL(path, this.baseUrl), init);
     }
     if (res.ok) return res;
-    const text = await res.text().catch(() => "");
-    let error: Partial<ErrorBody["error"]> = {};
-    try {
-      error = (JSON.parse(text) as ErrorBody).error ?? {};
-    } catch {
-      /* not OpenAI's shape: the status says enough */
-    }
-    throw new OpenAiClientError(res.status, error.type, error.code ?? undefined, error.message ?? `HTTP ${res.status}`);
+    throw refusal(res.status, await res.text().catch(() => ""));
   }
 
   private async json(method: string, path: string, body?: unknown): Promise<unknown> {
@@ -121,34 +158,44 @@ export class OpenAiClient {
 
   private async *events(path: string, body: Record<string, unknown>): AsyncGenerator<unknown> {
     const res = await this.request("POST", path, { ...body, stream: true, stream_options: { include_usage: true } });
-    for await (const data of this.eventData(res)) {
+    for await (const data of eventData(res.status, res.body as unknown as AsyncIterable<Uint8Array>)) {
       const parsed = JSON.parse(data) as { error?: ErrorBody["error"] };
       if (parsed.error) throw new OpenAiClientError(res.status, parsed.error.type, parsed.error.code ?? undefined, parsed.error.message);
       yield parsed;
     }
   }
+}
 
-  /** The data of each server-sent event, until [DONE]; an event over the size limit is refused. */
-  private async *eventData(res: Response): AsyncGenerator<string> {
-    const decoder = new TextDecoder();
-    let buffered = "";
-    for await (const bytes of res.body as unknown as AsyncIterable<Uint8Array>) {
-      buffered += decoder.decode(bytes, { stream: true });
-      for (let end = buffered.indexOf("\n\n"); end >= 0; end = buffered.indexOf("\n\n")) {
-        const event = buffered.slice(0, end);
-        buffered = buffered.slice(end + 2);
-        const data = event
-          .split("\n")
-          .filter((l) => l.startsWith("data:"))
-          .map((l) => l.slice(5).trimStart())
-          .join("\n");
-        if (data === "") continue;
-        if (data === "[DONE]") return;
-        yield data;
-      }
-      if (buffered.length > maxEventBytes)
-        throw new OpenAiClientError(res.status, undefined, undefined, "a stream event exceeds the size limit");
-    }
-    throw new OpenAiClientError(res.status, undefined, undefined, "the stream ended without [DONE]");
+/** An engine's HTTP refusal, in its own words when it gave them in OpenAI's shape. */
+function refusal(status: number, text: string): OpenAiClientError {
+  let error: Partial<ErrorBody["error"]> = {};
+  try {
+    error = (JSON.parse(text) as ErrorBody).error ?? {};
+  } catch {
+    /* not OpenAI's shape: the status says enough */
   }
+  return new OpenAiClientError(status, error.type, error.code ?? undefined, error.message ?? `HTTP ${status}`);
+}
+
+/** The data of each server-sent event, until [DONE]; an event over the size limit is refused. */
+async function* eventData(status: number, body: AsyncIterable<Uint8Array>): AsyncGenerator<string> {
+  const decoder = new TextDecoder();
+  let buffered = "";
+  for await (const bytes of body) {
+    buffered += decoder.decode(bytes, { stream: true });
+    for (let end = buffered.indexOf("\n\n"); end >= 0; end = buffered.indexOf("\n\n")) {
+      const event = buffered.slice(0, end);
+      buffered = buffered.slice(end + 2);
+      const data = event
+        .split("\n")
+        .filter((l) => l.startsWith("data:"))
+        .map((l) => l.slice(5).trimStart())
+        .join("\n");
+      if (data === "") continue;
+      if (data === "[DONE]") return;
+      yield data;
+    }
+    if (buffered.length > maxEventBytes) throw new OpenAiClientError(status, undefined, undefined, "a stream event exceeds the size limit");
+  }
+  throw new OpenAiClientError(status, undefined, undefined, "the stream ended without [DONE]");
 }

@@ -22,6 +22,8 @@ export interface TemplateValues {
   host: string;
   contextSize?: number;
   threads?: number;
+  /** The assigned GPUs' indices; {gpus} and {gpu_count} have no value without them. */
+  gpus?: number[];
 }
 
 export class TemplateError extends Error {
@@ -124,6 +126,8 @@ const names: Record<string, (v: TemplateValues) => string | undefined> = {
   host: (v) => v.host,
   context_size: (v) => (v.contextSize === undefined ? undefined : String(v.contextSize)),
   threads: (v) => (v.threads === undefined ? undefined : String(v.threads)),
+  gpus: (v) => (v.gpus === undefined || v.gpus.length === 0 ? undefined : v.gpus.join(",")),
+  gpu_count: (v) => (v.gpus === undefined || v.gpus.length === 0 ? undefined : String(v.gpus.length)),
 };
 
 /**
@@ -135,7 +139,10 @@ export function buildArgv(t: OpenAiHttpTemplate, values: TemplateValues): string
   return t.command.map((arg) =>
     arg.replace(placeholder, (_, name: string) => {
       const value = Object.hasOwn(names, name) ? names[name]!(values) : undefined;
-      if (value === undefined) throw new TemplateError(`no value for {${name}}`);
+      if (value === undefined) {
+        const why = name === "gpus" || name === "gpu_count" ? ": the runtime profile assigns no GPUs (gpu_count)" : "";
+        throw new TemplateError(`no value for {${name}}${why}`);
+      }
       return value;
     }),
   );

@@ -13,6 +13,7 @@ import { systemClock, type Clock } from "../../common/clock.js";
 import { OpenAiClient } from "./openai-client.js";
 import { buildArgv, TemplateError, validateTemplate, type OpenAiHttpTemplate } from "./openai-http.js";
 import { readMemory, readStat, type ProcessMemory } from "./proc.js";
+import { gpuEnv, type AssignedDevice } from "./gpus.js";
 import { RuntimeRegistry, type RuntimeRecord } from "./registry.js";
 import type { ListeningLine } from "./llama-cpp/worker.js";
 
@@ -23,6 +24,8 @@ export type EngineKind = EngineName;
 export interface EngineParams {
   contextSize?: number;
   threads?: number;
+  /** llama.cpp: layers offloaded to the GPUs, or every one; absent for the CPU. */
+  gpuLayers?: number | "all";
 }
 
 export type EngineErrorCode =
@@ -63,6 +66,8 @@ export interface Runtime {
   readonly loadMs: number;
   /** The engine's own model load time, when it reports one (the llama.cpp worker does). */
   readonly modelLoadMs: number | undefined;
+  /** Where the model runs, when the engine says (the llama.cpp worker does): "cpu" or "cuda". */
+  readonly backend: "cpu" | "cuda" | undefined;
   /** The same OpenAI-compatible client for every engine. */
   readonly client: OpenAiClient;
   /** Resolves when the process ends, for whatever reason. */
@@ -82,6 +87,8 @@ export interface StartOptions {
   healthDeadlineMs?: number;
   /** Hears the runtime's output as it is written (a deployment's live logs). */
   onOutput?: (stream: "stdout" | "stderr", chunk: Buffer) => void;
+  /** The GPUs it may use (CUDA_VISIBLE_DEVICES, {gpus}); absent or empty for none. */
+  gpus?: AssignedDevice[];
 }
 
 export interface OrphanReport {
@@ -98,6 +105,8 @@ export interface SupervisorOptions {
   clock?: Clock;
   /** Time between SIGTERM and SIGKILL (default 10 s). */
   stopGraceMs?: number;
+  /** This install carries llama.cpp's CUDA build and the node has NVIDIA GPUs: advertise llama.cpp+cuda. */
+  llamaCuda?: boolean;
 }
 
 // The built agent (scripts/build.mjs defines MODELFORGE_LLAMA_WORKER) starts the bundled worker
@@ -113,6 +122,8 @@ const worker =
         args: ["--import", "tsx", fileURLToPath(new URL("./llama-cpp/worker.ts", import.meta.url))],
       };
 const loopback = "127.0.0.1";
+/** How the agent advertises that its llama.cpp engine can offload to CUDA GPUs (placement asks for it). */
+export const llamaCudaBackend = "llama.cpp+cuda";
 const pollMs = 100;
 const tailBytes = 4096;
 
@@ -122,6 +133,8 @@ export function validateParams(params: EngineParams): EngineParams {
   if (!within(params.contextSize, 16, 1 << 20))
     throw new EngineError("invalid_params", "contextSize must be an integer from 16 to 1048576");
   if (!within(params.threads, 1, 1024)) throw new EngineError("invalid_params", "threads must be an integer from 1 to 1024");
+  if (params.gpuLayers !== "all" && !within(params.gpuLayers, 1, 1024))
+    throw new EngineError("invalid_params", "gpuLayers must be an integer from 1 to 1024, or all");
   return params;
 }
 
@@ -151,6 +164,12 @@ export class Supervisor {
     return engineKinds.filter((k) => k !== "openai-http" || this.options.openAiHttp !== undefined);
   }
 
+  /** What the agent advertises: the engines, and llama.cpp's CUDA backend when it has one. */
+  advertisedEngines(): string[] {
+    const engines: string[] = this.engines();
+    return this.options.llamaCuda === true && engines.includes("llama.cpp") ? [...engines, llamaCudaBackend] : engines;
+  }
+
   /** The engines among engines() whose runtimes serve embeddings, to advertise. */
   embeddingEngines(): EngineKind[] {
     return this.engines().filter((k) => embeddingEngineNames.includes(k));
@@ -171,7 +190,7 @@ export class Supervisor {
     const params = validateParams(options.params ?? {});
     await checkModelPath(options.modelPath, engine);
     const id = randomUUID();
-    const plan = await this.plan(engine, id, options.modelPath, params);
+    const plan = await this.plan(engine, id, options.modelPath, params, options.gpus ?? []);
     const began = performance.now();
     // Resolves once the registry forgets it, so whoever awaited the exit sees a clean registry.
     const proc = new RuntimeProcess(plan, options.onOutput, () => this.registry.remove(id).catch(() => undefined));
@@ -193,7 +212,7 @@ export class Supervisor {
     // It may have ended while being recorded, its removal queued before the record.
     if (proc.exit) await this.registry.remove(id);
     try {
-      const { client, modelLoadMs } = await this.untilReady(plan, proc, this.clock.now() + (options.healthDeadlineMs ?? 120_000));
+      const { client, modelLoadMs, backend } = await this.untilReady(plan, proc, this.clock.now() + (options.healthDeadlineMs ?? 120_000));
       const runtime: Held = {
         id,
         engine,
@@ -203,6 +222,7 @@ export class Supervisor {
         startedAt,
         loadMs: performance.now() - began,
         modelLoadMs,
+        backend,
         client,
         exited: proc.exited,
         exitStatus: () => proc.exit,
@@ -229,14 +249,14 @@ export class Supervisor {
     plan: LaunchPlan,
     proc: RuntimeProcess,
     deadline: number,
-  ): Promise<{ client: OpenAiClient; modelLoadMs: number | undefined }> {
+  ): Promise<{ client: OpenAiClient; modelLoadMs: number | undefined; backend: "cpu" | "cuda" | undefined }> {
     const ready = await this.waitForPort(plan, proc.child, deadline, proc.gone.signal);
     // Only now: a listener set earlier would start the flow before the port announcement is read.
     proc.forwardStdout();
     const client = new OpenAiClient(`http://${loopback}:${ready.port}`);
     await this.waitForHealth(client, plan.healthPath, deadline, proc.gone.signal);
     if (proc.exit) throw new Error("exited");
-    return { client, modelLoadMs: ready.modelLoadMs };
+    return { client, modelLoadMs: ready.modelLoadMs, backend: ready.backend };
   }
 
   /** Asks a held runtime's health endpoint; a crashed runtime reports how it ended. */
@@ -313,27 +333,37 @@ export class Supervisor {
     return exited;
   }
 
-  private async plan(engine: EngineKind, id: string, modelPath: string, params: EngineParams): Promise<LaunchPlan> {
+  private async plan(engine: EngineKind, id: string, modelPath: string, params: EngineParams, gpus: AssignedDevice[]): Promise<LaunchPlan> {
     const base = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp" };
     if (engine === "llama.cpp") {
       const args = [...worker.args, "--model", modelPath, "--model-id", id, "--port", "0"];
       if (params.contextSize !== undefined) args.push("--context-size", String(params.contextSize));
       if (params.threads !== undefined) args.push("--threads", String(params.threads));
+      // Layers go to GPUs only when it was given some: without an assignment it stays on the CPU.
+      if (params.gpuLayers !== undefined && gpus.length > 0) args.push("--gpu-layers", String(params.gpuLayers));
       // Belt and braces with build: "never": node-llama-cpp must never fetch or compile anything.
-      const env = { ...base, NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true", NODE_LLAMA_CPP_GPU: "false" };
+      const env = {
+        ...base,
+        NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true",
+        ...(gpus.length === 0 ? { NODE_LLAMA_CPP_GPU: "false" } : {}),
+        ...gpuEnv(gpus),
+      };
       return { command: process.execPath, args, env, port: "announced", healthPath: "/health" };
     }
     const template = this.options.openAiHttp!;
     const port = await freePort();
     let argv: string[];
     try {
-      argv = buildArgv(template, { model: modelPath, port, host: loopback, ...params });
+      const { contextSize, threads } = params;
+      argv = buildArgv(template, { model: modelPath, port, host: loopback, contextSize, threads, gpus: gpus.map((g) => g.index) });
     } catch (err) {
       if (err instanceof TemplateError) throw new EngineError("invalid_params", err.message);
       throw err;
     }
     const [command, ...args] = argv;
-    return { command: command!, args, env: { ...base, ...template.env }, port, healthPath: template.healthPath ?? "/health" };
+    // The assignment overrides whatever the template's env says about devices.
+    const env = { ...base, ...template.env, ...gpuEnv(gpus) };
+    return { command: command!, args, env, port, healthPath: template.healthPath ?? "/health" };
   }
 
   private async waitForPort(
@@ -341,7 +371,7 @@ export class Supervisor {
     child: ChildProcess,
     deadline: number,
     gone: AbortSignal,
-  ): Promise<{ port: number; modelLoadMs?: number }> {
+  ): Promise<{ port: number; modelLoadMs?: number; backend?: "cpu" | "cuda" }> {
     if (plan.port !== "announced") return { port: plan.port };
     const lines = createInterface({ input: child.stdout! });
     const announced = new Promise<ListeningLine>((resolve) => {
@@ -364,7 +394,7 @@ export class Supervisor {
       if (gone.aborted) throw new Error("exited");
       throw new EngineError("health_deadline_exceeded", "the runtime did not announce its port before the deadline");
     }
-    return { port: line.port, modelLoadMs: line.loadMs };
+    return { port: line.port, modelLoadMs: line.loadMs, ...(line.backend !== undefined ? { backend: line.backend } : {}) };
   }
 
   private async waitForHealth(client: OpenAiClient, path: string, deadline: number, gone: AbortSignal): Promise<void> {

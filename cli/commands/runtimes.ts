@@ -5,7 +5,7 @@ import {
   type RuntimeProfile,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import { command, intOption, UsageError, valueOption, type Group } from "../args.js";
+import { command, intOption, switchOption, UsageError, valueOption, type Group } from "../args.js";
 import { dateOf, fields, formatAge, formatBytes, table } from "../format.js";
 import { printReply } from "../output.js";
 import { pagedListCommand } from "../list.js";
@@ -19,6 +19,10 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
     "context-size": valueOption("TOKENS", "context size in tokens (default: the engine's)"),
     threads: valueOption("N", "CPU threads (default: the engine's)"),
     "memory-bytes": valueOption("BYTES", "openai-http only: RAM its server takes on the node, for placement (default 0)"),
+    "gpu-layers": valueOption("N|all", "llama.cpp only: layers to offload to the GPUs (default 0: the CPU)"),
+    "gpu-count": valueOption("N", "GPUs each replica is assigned (default 0)"),
+    "gpu-memory-bytes": valueOption("BYTES", "openai-http only: device memory its server takes on each GPU (default 0)"),
+    "gpu-shared": switchOption("replicas may share a GPU with others that allow it (default: GPUs of their own)"),
   },
   notes: "A profile never changes: to run with other parameters, create a profile under a new name.",
   async run(ctx, values, positionals) {
@@ -33,6 +37,10 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
       contextSize: intOption(values, "context-size", 1, 1_048_576, 0),
       threads: intOption(values, "threads", 1, 1024, 0),
       memoryBytes: BigInt(intOption(values, "memory-bytes", 1, 2 ** 50, 0)),
+      ...(values["gpu-layers"] === "all" ? { gpuLayersAll: true } : { gpuLayers: intOption(values, "gpu-layers", 0, 1024, 0) }),
+      gpuCount: intOption(values, "gpu-count", 0, 64, 0),
+      gpuMemoryBytes: BigInt(intOption(values, "gpu-memory-bytes", 1, 2 ** 50, 0)),
+      gpuShared: values["gpu-shared"] === true,
     });
     return printReply(ctx, CreateRuntimeProfileResponseSchema, res, ({ profile, created }) => {
       const spec = profile!.spec;
@@ -43,6 +51,7 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
           ["Context size", spec?.contextSize ? String(spec.contextSize) : "engine default"],
           ["Threads", spec?.threads ? String(spec.threads) : "engine default"],
           ["Memory", spec?.memoryBytes ? formatBytes(spec.memoryBytes) : "none declared"],
+          ["GPUs", gpuSummary(spec)],
           ["Content hash", spec?.contentHash],
         ])
       );
@@ -50,15 +59,27 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
   },
 });
 
+/** "none (CPU)", or "2, all layers, 8.0 GiB each, shared". Pure. */
+function gpuSummary(spec: RuntimeProfile["spec"]): string {
+  if (!spec?.gpuCount) return "none (CPU)";
+  const parts = [String(spec.gpuCount)];
+  if (spec.gpuLayersAll) parts.push("all layers");
+  else if (spec.gpuLayers > 0) parts.push(`${spec.gpuLayers} layers`);
+  if (spec.gpuMemoryBytes > 0n) parts.push(`${formatBytes(spec.gpuMemoryBytes)} each`);
+  if (spec.gpuShared) parts.push("shared");
+  return parts.join(", ");
+}
+
 /** The profile table. Pure. */
 function profileTable(profiles: RuntimeProfile[], now: Date): string {
   return table(
-    ["NAME", "ENGINE", "CONTEXT", "THREADS", "HASH", "CREATED"],
+    ["NAME", "ENGINE", "CONTEXT", "THREADS", "GPUS", "HASH", "CREATED"],
     profiles.map((p) => [
       p.name,
       engineLabel(p.spec?.engine),
       p.spec?.contextSize ? String(p.spec.contextSize) : "default",
       p.spec?.threads ? String(p.spec.threads) : "default",
+      p.spec?.gpuCount ? String(p.spec.gpuCount) : "-",
       (p.spec?.contentHash ?? "").slice(0, 12),
       formatAge(dateOf(p.createdAt), now),
     ]),

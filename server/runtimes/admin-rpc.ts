@@ -22,7 +22,18 @@ export function adminRuntimeProfiles(profiles: RuntimeProfiles): RuntimeProfileR
   return {
     async createRuntimeProfile(req, ctx) {
       const { row, created } = await profiles.create(
-        { name: req.name, engine: req.engine, contextSize: req.contextSize, threads: req.threads, memoryBytes: req.memoryBytes },
+        {
+          name: req.name,
+          engine: req.engine,
+          contextSize: req.contextSize,
+          threads: req.threads,
+          memoryBytes: req.memoryBytes,
+          gpuLayers: req.gpuLayers,
+          gpuLayersAll: req.gpuLayersAll,
+          gpuCount: req.gpuCount,
+          gpuMemoryBytes: req.gpuMemoryBytes,
+          gpuShared: req.gpuShared,
+        },
         callOf(ctx).correlationId,
       );
       return create(CreateRuntimeProfileResponseSchema, { profile: toProto(row), created });

@@ -16,6 +16,8 @@ export class ProfileRuleError extends Error {
 export const MAX_CONTEXT_SIZE = 1_048_576;
 export const MAX_THREADS = 1024;
 export const MAX_MEMORY_BYTES = 2n ** 50n;
+export const MAX_GPU_LAYERS = 1024;
+export const MAX_GPU_COUNT = 64;
 const NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 
 export interface ProfileContent {
@@ -24,6 +26,16 @@ export interface ProfileContent {
   threads: number;
   /** Declared RAM of an openai-http profile; absent or 0 for none. */
   memoryBytes?: bigint;
+  /** llama.cpp: layers offloaded to the GPUs; absent or 0 for the CPU (unless gpuLayersAll). */
+  gpuLayers?: number;
+  /** llama.cpp: every layer offloaded. */
+  gpuLayersAll?: boolean;
+  /** GPUs each replica is assigned; absent or 0 for none. */
+  gpuCount?: number;
+  /** openai-http: device memory its server takes on each assigned GPU. */
+  gpuMemoryBytes?: bigint;
+  /** Replicas may share a GPU with others that allow it too. */
+  gpuShared?: boolean;
 }
 
 export function checkProfileName(name: string, field = "name"): void {
@@ -45,6 +57,38 @@ export function checkProfileContent(p: ProfileContent): void {
   if (memory > 0n && engineNameOfKind[p.engine] !== "openai-http") {
     throw new ProfileRuleError("memory_bytes", "only an openai-http profile declares memory; llama.cpp's is estimated from the model");
   }
+  checkGpuNeed(p);
+}
+
+/** The GPU fields: bounded, and consistent with the engine and with each other. */
+function checkGpuNeed(p: ProfileContent): void {
+  const layers = p.gpuLayers ?? 0;
+  const count = p.gpuCount ?? 0;
+  const gpuMemory = p.gpuMemoryBytes ?? 0n;
+  const llama = engineNameOfKind[p.engine] === "llama.cpp";
+  if (!Number.isInteger(layers) || layers < 0 || layers > MAX_GPU_LAYERS) {
+    throw new ProfileRuleError("gpu_layers", `must be from 0 (the CPU) to ${MAX_GPU_LAYERS}; use gpu_layers_all for every layer`);
+  }
+  if (!Number.isInteger(count) || count < 0 || count > MAX_GPU_COUNT) {
+    throw new ProfileRuleError("gpu_count", `must be from 0 to ${MAX_GPU_COUNT}`);
+  }
+  if (gpuMemory < 0n || gpuMemory > MAX_MEMORY_BYTES) throw new ProfileRuleError("gpu_memory_bytes", "must be from 0 to 2^50 (1 PiB)");
+  const offloads = layers > 0 || p.gpuLayersAll === true;
+  if (!llama && offloads)
+    throw new ProfileRuleError("gpu_layers", "only a llama.cpp profile offloads layers; an openai-http server is told {gpu_count}");
+  if (layers > 0 && p.gpuLayersAll === true)
+    throw new ProfileRuleError("gpu_layers", "give a number of layers or gpu_layers_all, not both");
+  if (llama && gpuMemory > 0n) {
+    throw new ProfileRuleError(
+      "gpu_memory_bytes",
+      "only an openai-http profile declares GPU memory; llama.cpp's is estimated from the model",
+    );
+  }
+  if (llama && offloads && count === 0) throw new ProfileRuleError("gpu_count", "must be at least 1 to offload layers to GPUs");
+  if (llama && !offloads && count > 0)
+    throw new ProfileRuleError("gpu_layers", "a profile given GPUs must offload layers (a number or gpu_layers_all)");
+  if (!llama && gpuMemory > 0n && count === 0) throw new ProfileRuleError("gpu_count", "must be at least 1 to declare GPU memory");
+  if (p.gpuShared === true && count === 0) throw new ProfileRuleError("gpu_shared", "only a profile given GPUs (gpu_count) can share them");
 }
 
 export function engineName(engine: EngineKind): string {
@@ -71,6 +115,12 @@ export function profileContentHash(p: ProfileContent): string {
     contextSize: p.contextSize,
     threads: p.threads,
     ...(memory > 0n ? { memoryBytes: String(memory) } : {}),
+    // The same for the GPU fields: absent while unset, so a CPU profile's hash is as it was.
+    ...((p.gpuLayers ?? 0) > 0 ? { gpuLayers: p.gpuLayers } : {}),
+    ...(p.gpuLayersAll === true ? { gpuLayersAll: true } : {}),
+    ...((p.gpuCount ?? 0) > 0 ? { gpuCount: p.gpuCount } : {}),
+    ...((p.gpuMemoryBytes ?? 0n) > 0n ? { gpuMemoryBytes: String(p.gpuMemoryBytes) } : {}),
+    ...(p.gpuShared === true ? { gpuShared: true } : {}),
   });
   return createHash("sha256").update(canonical).digest("hex");
 }

@@ -32,6 +32,11 @@ export function specOf(row: ProfileRow): RuntimeProfileSpec {
     threads: row.threads,
     contentHash: row.contentHash,
     memoryBytes: row.memoryBytes,
+    gpuLayers: row.gpuLayers,
+    gpuLayersAll: row.gpuLayersAll,
+    gpuCount: row.gpuCount,
+    gpuMemoryBytes: row.gpuMemoryBytes,
+    gpuShared: row.gpuShared,
   });
 }
 
@@ -68,6 +73,11 @@ export class RuntimeProfiles {
       contextSize: input.contextSize,
       threads: input.threads,
       memoryBytes: input.memoryBytes ?? 0n,
+      gpuLayers: input.gpuLayers ?? 0,
+      gpuLayersAll: input.gpuLayersAll ?? false,
+      gpuCount: input.gpuCount ?? 0,
+      gpuMemoryBytes: input.gpuMemoryBytes ?? 0n,
+      gpuShared: input.gpuShared ?? false,
       contentHash,
       createdAt: now,
     };

@@ -45,6 +45,24 @@ describe("profile rules", () => {
     [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, memoryBytes: 2n ** 50n }, undefined],
     [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, memoryBytes: 2n ** 50n + 1n }, "memory_bytes"],
     [{ ...llama(), memoryBytes: 1n }, "memory_bytes"],
+    // GPUs: llama.cpp offloads layers to gpu_count GPUs; openai-http declares memory per GPU.
+    [{ ...llama(), gpuLayers: 1024, gpuCount: 64 }, undefined],
+    [{ ...llama(), gpuLayersAll: true, gpuCount: 2, gpuShared: true }, undefined],
+    [{ ...llama(), gpuLayers: 1025, gpuCount: 1 }, "gpu_layers"],
+    [{ ...llama(), gpuLayers: 10, gpuCount: 65 }, "gpu_count"],
+    [{ ...llama(), gpuLayers: 1.5, gpuCount: 1 }, "gpu_layers"],
+    [{ ...llama(), gpuLayers: 10 }, "gpu_count"],
+    [{ ...llama(), gpuLayersAll: true }, "gpu_count"],
+    [{ ...llama(), gpuCount: 1 }, "gpu_layers"],
+    [{ ...llama(), gpuLayers: 10, gpuLayersAll: true, gpuCount: 1 }, "gpu_layers"],
+    [{ ...llama(), gpuLayers: 10, gpuCount: 1, gpuMemoryBytes: 1n }, "gpu_memory_bytes"],
+    [{ ...llama(), gpuShared: true }, "gpu_shared"],
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, gpuCount: 8, gpuMemoryBytes: 2n ** 50n }, undefined],
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, gpuCount: 1 }, undefined],
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, gpuCount: 1, gpuMemoryBytes: 2n ** 50n + 1n }, "gpu_memory_bytes"],
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, gpuMemoryBytes: 1n }, "gpu_count"],
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, gpuCount: 1, gpuLayers: 4 }, "gpu_layers"],
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, gpuCount: 1, gpuLayersAll: true }, "gpu_layers"],
   ])("content %o refused on: %s", (content, field) => {
     if (field === undefined) expect(() => checkProfileContent(content)).not.toThrow();
     else expect(() => checkProfileContent(content)).toThrow(expect.objectContaining({ field }));
@@ -62,6 +80,19 @@ describe("profile rules", () => {
     expect(profileContentHash({ ...llama(1024, 1), memoryBytes: 0n })).toBe(base);
     const remote = { engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0 };
     expect(profileContentHash({ ...remote, memoryBytes: 1n })).not.toBe(profileContentHash(remote));
+    // So are the GPU fields, each of them.
+    expect(profileContentHash({ ...llama(1024, 1), gpuLayers: 0, gpuLayersAll: false, gpuCount: 0, gpuShared: false })).toBe(base);
+    const gpu = { ...llama(1024, 1), gpuLayers: 8, gpuCount: 1 };
+    const gpuHashes = [
+      gpu,
+      { ...gpu, gpuLayers: 9 },
+      { ...gpu, gpuLayers: 0, gpuLayersAll: true },
+      { ...gpu, gpuCount: 2 },
+      { ...gpu, gpuShared: true },
+      { ...remote, gpuCount: 1 },
+      { ...remote, gpuCount: 1, gpuMemoryBytes: 1n },
+    ].map(profileContentHash);
+    expect(new Set([base, ...gpuHashes]).size).toBe(8);
   });
 });
 
@@ -97,12 +128,37 @@ describe("runtime profiles through the server", () => {
       [{ name: "x", engine: EngineKind.UNSPECIFIED }, "engine"],
       [{ name: "x", engine: EngineKind.LLAMA_CPP, threads: 5000 }, "threads"],
       [{ name: "x".repeat(65), engine: EngineKind.LLAMA_CPP }, "name"],
+      // Bounded at the edge (field-rules.ts), before any rule of meaning.
+      [{ name: "x", engine: EngineKind.LLAMA_CPP, gpuLayers: 1025, gpuCount: 1 }, "gpu_layers: must be from 0 to 1024"],
+      [{ name: "x", engine: EngineKind.OPENAI_HTTP, gpuCount: 65 }, "gpu_count: must be from 0 to 64"],
+      [{ name: "x", engine: EngineKind.OPENAI_HTTP, gpuCount: 1, gpuMemoryBytes: 2n ** 50n + 1n }, "gpu_memory_bytes: must be from 0 to"],
+      [{ name: "x", engine: EngineKind.LLAMA_CPP, gpuLayers: 8 }, "gpu_count: must be at least 1 to offload layers"],
     ] as const) {
       await expect(ts.admin.createRuntimeProfile(req)).rejects.toMatchObject({
         code: Code.InvalidArgument,
         message: expect.stringContaining(field),
       });
     }
+  });
+
+  it("stores a GPU profile and resolves it into the spec a lease carries", async () => {
+    const made = await ts.admin.createRuntimeProfile({
+      name: "vllm-tp2",
+      engine: EngineKind.OPENAI_HTTP,
+      gpuCount: 2,
+      gpuMemoryBytes: 20n * 2n ** 30n,
+      gpuShared: true,
+    });
+    expect(made.profile?.spec).toMatchObject({ gpuCount: 2, gpuMemoryBytes: 20n * 2n ** 30n, gpuShared: true, gpuLayers: 0 });
+    const offload = await ts.admin.createRuntimeProfile({
+      name: "llama-all",
+      engine: EngineKind.LLAMA_CPP,
+      gpuLayersAll: true,
+      gpuCount: 1,
+    });
+    expect(offload.profile?.spec).toMatchObject({ gpuLayersAll: true, gpuCount: 1, gpuShared: false });
+    const listed = (await ts.admin.listRuntimeProfiles({})).profiles.find((p) => p.name === "llama-all");
+    expect(listed?.spec?.contentHash).toBe(profileContentHash({ ...llama(), gpuLayersAll: true, gpuCount: 1 }));
   });
 
   it("racing creators of one name end with one profile and one audit event", async () => {

@@ -1,15 +1,32 @@
-// One GGUF model loaded with node-llama-cpp, generating for one request at a time. Only the CPU
-// build that ships inside the npm package is used: nothing is downloaded or compiled, ever.
-import { getLlama, resolveChatWrapper, type LlamaContextSequence, type LlamaModel, type ChatHistoryItem, type Token } from "node-llama-cpp";
+// One GGUF model loaded with node-llama-cpp, generating for one request at a time. Only prebuilt
+// binaries that ship inside the npm packages are used (the CPU build; the CUDA build in a GPU
+// install): nothing is downloaded or compiled, ever.
+import {
+  getLlama,
+  resolveChatWrapper,
+  type Llama,
+  type LlamaContextSequence,
+  type LlamaModel,
+  type ChatHistoryItem,
+  type Token,
+} from "node-llama-cpp";
 import { OpenAiError, type FinishReason, type GenerationRequest, type Timings } from "../openai-protocol.js";
 import { TextStream } from "./text-stream.js";
 import { LlamaCppEmbedder } from "./embedder.js";
+import { hasLlamaCudaBuild } from "../gpus.js";
 
 export interface GeneratorOptions {
   modelPath: string;
   contextSize: number;
   threads: number;
+  /** Layers offloaded to CUDA GPUs (those CUDA_VISIBLE_DEVICES leaves visible), or all; 0 for the CPU. */
+  gpuLayers?: number | "all";
+  /** Told once when CUDA was asked for but is not usable here, so the model runs on the CPU. */
+  onCpuFallback?: (why: string) => void;
 }
+
+/** Where the model runs. */
+export type LlamaBackend = "cpu" | "cuda";
 
 export interface GenerationResult {
   text: string;
@@ -33,6 +50,58 @@ export interface TextGenerator {
   generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<GenerationStep, GenerationResult>;
 }
 
+/**
+ * node-llama-cpp's prebuilt binaries only, never a download or a build: CUDA when layers are to be
+ * offloaded and this install carries the CUDA build and the driver loads it; otherwise the CPU
+ * build, and the caller is told why once.
+ */
+async function openLlama(options: GeneratorOptions): Promise<{ llama: Llama; backend: LlamaBackend }> {
+  const open = (gpu: "cuda" | false) =>
+    getLlama({
+      gpu,
+      build: "never",
+      skipDownload: true,
+      usePrebuiltBinaries: true,
+      progressLogs: false,
+      // One thread: on a small shared machine the default thread count was many times slower.
+      maxThreads: options.threads,
+    });
+  const wanted = options.gpuLayers === "all" || (options.gpuLayers ?? 0) > 0;
+  if (wanted) {
+    try {
+      const llama = await open("cuda");
+      if (llama.gpu === "cuda") return { llama, backend: "cuda" };
+      options.onCpuFallback?.("node-llama-cpp opened no CUDA backend");
+    } catch (err) {
+      options.onCpuFallback?.(await cudaUnusable(err as Error));
+    }
+  }
+  return { llama: await open(false), backend: "cpu" };
+}
+
+/** Whether the dynamic loader finds `library` (a bare soname: the loader path decides). */
+function loaderFinds(library: string): boolean {
+  try {
+    process.dlopen({ exports: {} } as NodeJS.Module, library);
+    return true;
+  } catch (err) {
+    // Opened, but not a Node addon: it is there.
+    return !(err as Error).message.includes("cannot open shared object file");
+  }
+}
+
+/**
+ * Why node-llama-cpp opened no CUDA build, for the fallback line: the install has none, or the
+ * node lacks the NVIDIA driver or a CUDA runtime the build links against (docs/gpus.md).
+ */
+async function cudaUnusable(err: Error): Promise<string> {
+  if (!(await hasLlamaCudaBuild())) return "no CUDA build in this install";
+  if (!loaderFinds("libcuda.so.1")) return "the CUDA build failed to load libcuda.so.1: no NVIDIA driver";
+  const runtime = (v: number) => loaderFinds(`libcudart.so.${v}`) && loaderFinds(`libcublas.so.${v}`);
+  if (!runtime(13) && !runtime(12)) return "the CUDA build failed to load libcudart and libcublas: no CUDA 13 or 12 runtime";
+  return `the CUDA build did not load: ${err.message.split("\n")[0]!.slice(0, 200)}`;
+}
+
 export class LlamaCppGenerator implements TextGenerator {
   /** The same model's embeddings, for /v1/embeddings. */
   readonly embedder: LlamaCppEmbedder;
@@ -42,24 +111,29 @@ export class LlamaCppGenerator implements TextGenerator {
     private readonly sequence: LlamaContextSequence,
     readonly contextSize: number,
     threads: number,
+    /** Where it runs: what the worker announces. */
+    readonly backend: LlamaBackend,
   ) {
     this.embedder = new LlamaCppEmbedder(model, contextSize, threads);
   }
 
   static async load(options: GeneratorOptions): Promise<LlamaCppGenerator> {
-    const llama = await getLlama({
-      gpu: false,
-      build: "never",
-      skipDownload: true,
-      usePrebuiltBinaries: true,
-      progressLogs: false,
-      // One thread: on a small shared machine the default thread count was many times slower.
-      maxThreads: options.threads,
-    });
-    const model = await llama.loadModel({ modelPath: options.modelPath });
+    const { llama, backend } = await openLlama(options);
+    const gpuLayers = backend === "cuda" ? (options.gpuLayers === "all" ? "max" : options.gpuLayers) : 0;
+    const model = await llama.loadModel({ modelPath: options.modelPath, gpuLayers });
     const contextSize = Math.min(options.contextSize, model.trainContextSize);
     const context = await model.createContext({ contextSize, threads: options.threads });
-    return new LlamaCppGenerator(model, context.getSequence(), contextSize, options.threads);
+    return new LlamaCppGenerator(model, context.getSequence(), contextSize, options.threads, backend);
+  }
+
+  /** Layers on the GPU, of the model's total (scripts/gpu-check.ts reports them). */
+  get layers(): { offloaded: number; total: number } {
+    return { offloaded: this.model.gpuLayers, total: this.model.fileInsights.totalLayers };
+  }
+
+  /** Frees the model and its context (scripts/gpu-check.ts loads one model twice). */
+  async dispose(): Promise<void> {
+    await this.model.dispose();
   }
 
   async *generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<GenerationStep, GenerationResult> {

@@ -204,7 +204,8 @@ function answerFailure(res: ServerResponse, err: unknown): void {
     res.end(`data: ${JSON.stringify(e.body())}\n\n`);
     return;
   }
-  json(res, e.status, e.body(), e.status === 413);
+  // A 413 whose body is being dropped keeps the connection; one too large to drop closes it.
+  json(res, e.status, e.body(), e.status === 413 && !res.req.readableFlowing);
 }
 
 const routes: Record<string, "GET" | "POST"> = {
@@ -236,10 +237,21 @@ function json(res: ServerResponse, status: number, body: unknown, close = false)
   res.end(data);
 }
 
-/** Reads at most `limits.bodyBytes`, then parses JSON; either failure is the client's. */
+/** An oversized body up to this size is read and dropped while the 413 goes out; beyond it the connection is closed. */
+const drainBytes = 16 * 1024 * 1024;
+
+/**
+ * Reads at most `limits.bodyBytes`, then parses JSON; either failure is the client's. An oversized
+ * body is refused at once, from its declared length when it has one, and (up to `drainBytes`) read
+ * and dropped meanwhile: closing the connection while the client still writes makes it see a
+ * reset (EPIPE, "fetch failed") instead of the 413.
+ */
 async function readJson(req: IncomingMessage): Promise<unknown> {
   const declared = Number(req.headers["content-length"] ?? 0);
-  const tooLarge = () => new OpenAiError(413, "invalid_request_error", "request_too_large", `the body exceeds ${limits.bodyBytes} bytes`);
+  const tooLarge = () => {
+    if (declared <= drainBytes) req.resume();
+    return new OpenAiError(413, "invalid_request_error", "request_too_large", `the body exceeds ${limits.bodyBytes} bytes`);
+  };
   if (declared > limits.bodyBytes) throw tooLarge();
   const parts: Buffer[] = [];
   let size = 0;

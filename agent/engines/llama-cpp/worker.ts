@@ -13,6 +13,8 @@ export interface ListeningLine {
   event: "listening";
   port: number;
   loadMs: number;
+  /** Where the model runs: "cuda" when its layers went to GPUs, else "cpu". */
+  backend?: "cpu" | "cuda";
 }
 
 async function main(): Promise<void> {
@@ -23,6 +25,7 @@ async function main(): Promise<void> {
       port: { type: "string", default: "0" },
       "context-size": { type: "string", default: "1024" },
       threads: { type: "string", default: "1" },
+      "gpu-layers": { type: "string", default: "0" },
     },
   });
   if (!values.model) throw new Error("--model is required");
@@ -32,15 +35,30 @@ async function main(): Promise<void> {
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error("--port must be 0..65535");
   if (!Number.isInteger(contextSize) || contextSize < 16) throw new Error("--context-size must be an integer of at least 16");
   if (!Number.isInteger(threads) || threads < 1) throw new Error("--threads must be a positive integer");
+  const gpuLayers = values["gpu-layers"] === "all" ? "all" : Number(values["gpu-layers"]);
+  if (gpuLayers !== "all" && (!Number.isInteger(gpuLayers) || gpuLayers < 0))
+    throw new Error("--gpu-layers must be all or an integer of at least 0");
 
   const started = performance.now();
   await checkGgufFile(values.model);
-  const generator = await LlamaCppGenerator.load({ modelPath: values.model, contextSize, threads });
+  const generator = await LlamaCppGenerator.load({
+    modelPath: values.model,
+    contextSize,
+    threads,
+    gpuLayers,
+    // The one line an operator needs when a GPU replica runs slowly: it is on the CPU, and why.
+    onCpuFallback: (why) => process.stderr.write(`llama.cpp: CUDA is not usable here (${why}); running on the CPU\n`),
+  });
   const loadMs = performance.now() - started;
   const server = createRuntimeServer({ generator, embedder: generator.embedder, modelId: values["model-id"] ?? basename(values.model) });
   server.listen(port, "127.0.0.1", () => {
     const address = server.address();
-    const line: ListeningLine = { event: "listening", port: typeof address === "object" && address ? address.port : port, loadMs };
+    const line: ListeningLine = {
+      event: "listening",
+      port: typeof address === "object" && address ? address.port : port,
+      loadMs,
+      backend: generator.backend,
+    };
     process.stdout.write(`${JSON.stringify(line)}\n`);
   });
   const shutdown = () => {
