@@ -14,6 +14,8 @@ import { dirname, join } from "node:path";
 import { SourceConfigError } from "./capabilities/artifact-sources.js";
 import { agentVersion } from "./version.js";
 import { readTemplateFile, TemplateError } from "./engines/openai-http.js";
+import { hasLlamaCudaBuild } from "./engines/gpus.js";
+import { collectNvidiaGpus } from "./collectors/inventory.js";
 import { parseDuration } from "../common/duration.js";
 import { ConnectError } from "@connectrpc/connect";
 import { codeName } from "../common/codes.js";
@@ -21,6 +23,7 @@ import { offsetClock, systemClock } from "../common/clock.js";
 import { parseListenAddress } from "../common/listen-address.js";
 import { serveMetrics } from "../common/metrics-endpoint.js";
 import { AgentMetrics } from "./metrics.js";
+import { openUpdater, updatePrepare } from "./update/index.js";
 
 const usage = `Usage: agent <command> [options]
 
@@ -29,12 +32,14 @@ Commands:
            --server URL --token TOKEN --ca-fingerprint sha256:HEX [--name NAME] [--force]
   run      Keep a session open: heartbeats, inventory, telemetry, jobs
   status   Show this node's identity and certificate
+  update-prepare  Before each start of the service: roll back an update that did not come up
 
 Options:
   --state PATH   Agent state file (default $MODELFORGE_AGENT_STATE or ./data/agent/state.json)
   --config PATH  Environment file (KEY=value lines) read at start; variables already set win
                  (default $MODELFORGE_AGENT_CONFIG, else /etc/modelforge/agent.env when it exists)
   -h, --help     Show this help
+  --version      Print the agent's version
 
 Environment:
   MODELFORGE_AGENT_STATE          state file path
@@ -53,6 +58,8 @@ Environment:
   MODELFORGE_AGENT_STAGING_MAX_AGE  staging of an acquisition unchanged this long is removed (default 24h)
   MODELFORGE_AGENT_STAGING_SWEEP_INTERVAL  how often staging is swept after the start (default 1h)
   MODELFORGE_AGENT_METRICS_ADDRESS  Prometheus endpoint, PORT (on 127.0.0.1) or HOST:PORT (unset: none)
+  MODELFORGE_AGENT_RELEASE_KEY    Ed25519 public key (PEM file) self-updates must be signed with
+  MODELFORGE_AGENT_UPDATE_DEADLINE  how long an updated agent has to reach a healthy session (default 2m)
 `;
 
 async function main(argv: string[]): Promise<number> {
@@ -68,8 +75,14 @@ async function main(argv: string[]): Promise<number> {
       state: { type: "string" },
       config: { type: "string" },
       help: { type: "boolean", short: "h" },
+      version: { type: "boolean" },
     },
   });
+  // Answered before anything else runs: an updating agent asks a downloaded release this.
+  if (values.version) {
+    process.stdout.write(`${agentVersion}\n`);
+    return 0;
+  }
   const command = positionals[0];
   if (values.help || command === undefined) {
     process.stdout.write(usage);
@@ -84,6 +97,11 @@ async function main(argv: string[]): Promise<number> {
       return run(statePath, process.env);
     case "status":
       return status(statePath);
+    case "update-prepare": {
+      const said = await updatePrepare(statePath);
+      if (said !== "") process.stderr.write(`agent: ${said}\n`);
+      return 0;
+    }
     default:
       process.stderr.write(`agent: unknown command "${command}"\n\n${usage}`);
       return 2;
@@ -128,6 +146,12 @@ async function run(statePath: string, env: NodeJS.ProcessEnv): Promise<number> {
     log.warn({ runtimeId: orphan.record.id, pid: orphan.record.pid, outcome: orphan.outcome }, "orphaned runtime from an earlier agent");
   }
   const deployments = supervisor ? deploymentHost(supervisor, log) : undefined;
+  let exitCode = 0;
+  const exit = (code: number) => {
+    exitCode = code;
+    stop.abort();
+  };
+  const updates = await openUpdater({ statePath, env, log, signal: stop.signal, exit });
   await runAgent({
     statePath,
     log,
@@ -148,10 +172,11 @@ async function run(statePath: string, env: NodeJS.ProcessEnv): Promise<number> {
       clock: systemClock,
     }),
     deployments: deployments ? sessionDeployments(deployments, log) : undefined,
+    updates,
   });
   await supervisor?.stopAll();
   await endpoint?.close();
-  return 0;
+  return exitCode;
 }
 
 /**
@@ -170,7 +195,9 @@ async function runtimeSupervisor(env: NodeJS.ProcessEnv, statePath: string): Pro
       : await readTemplateFile(templatePath).catch((err: unknown) => {
           throw err instanceof TemplateError ? new TemplateError(`MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE: ${err.message}`) : err;
         });
-  return new Supervisor({ registryPath: join(dirname(statePath), "runtimes.json"), openAiHttp });
+  // llama.cpp offers CUDA when this build carries its binaries and the node has NVIDIA GPUs.
+  const llamaCuda = (await hasLlamaCudaBuild()) && (await collectNvidiaGpus()).gpus.length > 0;
+  return new Supervisor({ registryPath: join(dirname(statePath), "runtimes.json"), openAiHttp, llamaCuda });
 }
 
 async function status(statePath: string): Promise<number> {

@@ -11,6 +11,7 @@ import { nodesGroup } from "./commands/nodes.js";
 import { auditGroup } from "./commands/audit.js";
 import { jobsGroup } from "./commands/jobs.js";
 import { artifactsGroup } from "./commands/artifacts.js";
+import { agentsGroup } from "./commands/agents-group.js";
 import { runtimesGroup } from "./commands/runtimes.js";
 import { deploymentsGroup } from "./commands/deployments.js";
 
@@ -30,6 +31,7 @@ export const groups: Group[] = [
   deployments,
   serviceKeysGroup,
   usageGroup,
+  agentsGroup,
   auditGroup,
 ];
 

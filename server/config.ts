@@ -34,6 +34,8 @@ export interface Config {
   inventoryIntervalMs: number;
   staleAfterMs: number;
   offlineAfterMs: number;
+  /** How long a node's session may be closed before its deployment replicas are placed elsewhere. */
+  replaceAfterMs: number;
   maxFutureSkewMs: number;
   livenessFlushIntervalMs: number;
   reconcileIntervalMs: number;
@@ -52,6 +54,8 @@ export interface Config {
   metricsAddress: ListenAddress | undefined;
   /** The oldest agent version accepted at Hello (docs/protocol.md, "Version skew policy"). */
   minAgentVersion: string;
+  /** An Ed25519 public key (PEM file) agent releases must be signed with; undefined: unsigned releases. */
+  agentReleaseKeyFile: string | undefined;
 }
 
 export class ConfigError extends Error {
@@ -76,6 +80,7 @@ export const defaults = {
   MODELFORGE_TELEMETRY_INTERVAL: "15s",
   MODELFORGE_INVENTORY_INTERVAL: "5m",
   MODELFORGE_STALE_AFTER: "30s",
+  MODELFORGE_REPLACE_AFTER: "10s",
   MODELFORGE_OFFLINE_AFTER: "90s",
   MODELFORGE_MAX_FUTURE_SKEW: "5m",
   MODELFORGE_LIVENESS_FLUSH_INTERVAL: "1s",
@@ -155,6 +160,7 @@ export function loadConfig(env: Env): Config {
     inventoryIntervalMs: duration("MODELFORGE_INVENTORY_INTERVAL"),
     staleAfterMs: duration("MODELFORGE_STALE_AFTER"),
     offlineAfterMs: duration("MODELFORGE_OFFLINE_AFTER"),
+    replaceAfterMs: duration("MODELFORGE_REPLACE_AFTER"),
     maxFutureSkewMs: duration("MODELFORGE_MAX_FUTURE_SKEW"),
     livenessFlushIntervalMs: duration("MODELFORGE_LIVENESS_FLUSH_INTERVAL"),
     reconcileIntervalMs: duration("MODELFORGE_RECONCILE_INTERVAL"),
@@ -168,6 +174,7 @@ export function loadConfig(env: Env): Config {
     artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,
     metricsAddress: optionalAddress(env, "MODELFORGE_METRICS_ADDRESS"),
     minAgentVersion: get("MODELFORGE_MIN_AGENT_VERSION"),
+    agentReleaseKeyFile: env.MODELFORGE_AGENT_RELEASE_KEY?.trim() || undefined,
   };
   if (parseVersion(config.minAgentVersion) === undefined) {
     throw new ConfigError(`MODELFORGE_MIN_AGENT_VERSION: expected a version such as 1.4.0, got "${config.minAgentVersion}"`);

@@ -2,6 +2,7 @@
 // clock, and the timings, transport and observers that tests and benchmarks replace.
 import type { Logger } from "pino";
 import type { JobCancel } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { AgentUpdateInstruction, AgentUpdateReport } from "../../gen/proto/modelforge/agent/v1/agent_update_pb.js";
 import type { JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { ConnectError } from "@connectrpc/connect";
 import type { Clock } from "../../common/clock.js";
@@ -24,6 +25,16 @@ export interface SessionJobs {
   onCancel(cancel: JobCancel): void;
 }
 
+/** How self-update plugs into the session (see ../update). */
+export interface SessionUpdates {
+  /** The outcome of the last update, for Hello. */
+  lastUpdate(): Promise<AgentUpdateReport | undefined>;
+  /** Welcome arrived: the report was heard, a new agent is proven. */
+  welcomed(): Promise<void>;
+  /** An agent.update instruction; `refused` ends the session so the next Hello reports the refusal. */
+  follow(instruction: AgentUpdateInstruction, refused: () => void): void;
+}
+
 /** Hears how sessions go (the fleet benchmark counts with it); every hook is optional. */
 export interface SessionObserver {
   /** Welcome arrived: the session is open. */
@@ -40,6 +51,7 @@ export interface RunOptions {
   signal: AbortSignal;
   jobs?: SessionJobs;
   deployments?: SessionDeployments;
+  updates?: SessionUpdates;
   /**
    * The agent's time for observed_at, renewal and inventory cadence (default: the system clock;
    * skew drills and tests pass another). Timers that pace the session stay on real time.

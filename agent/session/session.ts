@@ -7,6 +7,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { AgentConfig, SessionResponse, Welcome } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { AgentUpdateReport } from "../../gen/proto/modelforge/agent/v1/agent_update_pb.js";
 import { systemClock, type Clock } from "../../common/clock.js";
 import { onAbort } from "../../common/abort.js";
 import { repeat } from "../cadence.js";
@@ -71,15 +72,25 @@ export class AgentSession {
             publish: (method, message) => publish(this.outbox, log, ended, method, message),
             inventoryMs: () => ms(this.config?.inventoryInterval, defaults.inventoryMs),
           });
-    this.heartbeat = { link: this.outbox, log, clock: this.clock, ended, deadline: (what) => this.deadline(what), observer: opts.observer };
+    this.heartbeat = {
+      link: this.outbox,
+      log,
+      clock: this.clock,
+      ended,
+      deadline: (what) => this.deadline(what),
+      observer: opts.observer,
+      loads: () => opts.deployments?.loads() ?? [],
+    };
   }
 
   async run(): Promise<void> {
+    // Read first, so nothing below waits on it: an unreadable report is simply not sent.
+    const lastUpdate = await this.opts.updates?.lastUpdate().catch(() => undefined);
     // A stop may have come while the loop read the state file: the session then ends at once.
     const forgetStop = onAbort(this.opts.signal, () => this.abort.abort());
     // Armed before anything can wait: connecting, the handshake and Hello all count against it.
     const welcomed = this.deadline("Welcome");
-    this.outbox.post(this.hello());
+    this.outbox.post(this.hello(lastUpdate));
     let connection: NodeConnection | undefined;
     try {
       connection = this.connect(this.store.current);
@@ -118,7 +129,7 @@ export class AgentSession {
     return () => clearTimeout(timer);
   }
 
-  private hello(): SessionMessage {
+  private hello(lastUpdate: AgentUpdateReport | undefined): SessionMessage {
     const { jobs, deployments } = this.opts;
     return {
       case: "hello",
@@ -130,6 +141,7 @@ export class AgentSession {
         embeddingEngines: jobs?.embeddingEngines?.() ?? [],
         runningJobIds: jobs?.runningJobIds() ?? [],
         heldDeployments: deployments?.held() ?? [],
+        ...(lastUpdate !== undefined ? { lastUpdate } : {}),
       },
     };
   }
@@ -143,7 +155,9 @@ export class AgentSession {
         this.outbox.answered(m.value);
         break;
       case "instruction":
-        this.renewal.follow([m.value]);
+        if (m.value.kind.case === "agentUpdate") {
+          this.opts.updates?.follow(m.value.kind.value, () => this.abort.abort(new Reconnect("update refused")));
+        } else this.renewal.follow([m.value]);
         break;
       case "config":
         this.config = m.value;
@@ -166,6 +180,7 @@ export class AgentSession {
     this.opts.observer?.established?.();
     this.config = welcome.config;
     log.info({ nodeId: welcome.nodeId, serverVersion: welcome.serverVersion }, "session established");
+    await this.opts.updates?.welcomed();
     await catchUpSequences(this.store, welcome.streamSequences);
     this.renewal.follow(welcome.instructions);
     this.renewal.checkDue(this.config);
@@ -174,6 +189,16 @@ export class AgentSession {
       this.renewal.checkDue(this.config);
     });
     void sendHeartbeat(this.heartbeat);
+    const deployments = this.opts.deployments;
+    if (deployments !== undefined) {
+      this.cadences.push(
+        deployments.onLost(() => {
+          this.outbox
+            .send({ case: "heldDeployments", value: { deployments: deployments.held() } })
+            .catch((err: unknown) => log.warn({ error: (err as Error).message }, "telling the server of a lost runtime failed"));
+        }),
+      );
+    }
     const reports = this.reports;
     if (reports === undefined) return;
     // A collection slower than the interval is not stacked on.

@@ -10,7 +10,18 @@ export interface AuditEntry {
   actor: string;
   /** e.g. "node.enrolled", "credential.revoked". */
   action: string;
-  targetType: "node" | "credential" | "enrollment_token" | "job" | "gpu" | "deployment" | "artifact" | "runtime_profile" | "service_key";
+  targetType:
+    | "node"
+    | "credential"
+    | "enrollment_token"
+    | "job"
+    | "gpu"
+    | "deployment"
+    | "artifact"
+    | "runtime_profile"
+    | "service_key"
+    | "agent_release"
+    | "agent_rollout";
   targetId: string;
   correlationId?: string | undefined;
   /** Never a secret. */

@@ -11,6 +11,7 @@ import type { Sessions } from "./sessions.js";
 import type { Jobs } from "./jobs.js";
 import type { Deployments } from "./deployments.js";
 import type { Serving } from "./serving.js";
+import type { Upgrades } from "./upgrades.js";
 import type { Core } from "./core.js";
 
 export interface AgentsDeps extends Core {
@@ -20,6 +21,7 @@ export interface AgentsDeps extends Core {
   jobs: Jobs;
   deployments: Deployments;
   serving: Serving;
+  upgrades: Upgrades;
   shutdown: AbortSignal;
   metrics: ServerMetrics | undefined;
 }
@@ -42,6 +44,7 @@ export function agentApi(deps: AgentsDeps) {
     reports: { prisma, clock, maxFutureSkewMs: config.maxFutureSkewMs },
     jobs: deps.jobs.engine,
     deployments: { held: deps.deployments.held },
+    upgrades: deps.upgrades.session,
     shutdown: deps.shutdown,
     outage: db.outage,
     relay: deps.serving.relay,
@@ -49,7 +52,7 @@ export function agentApi(deps: AgentsDeps) {
     minAgentVersion: config.minAgentVersion,
   };
   return {
-    service: agentService(agentDeps, deps.jobs.agentRpcs, deps.deployments.agentRpcs),
+    service: agentService(agentDeps, deps.jobs.agentRpcs, { ...deps.deployments.agentRpcs, ...deps.upgrades.agentRpcs }),
     serveSession: (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) =>
       serveGrpcSession(agentDeps, stream, headers, deps.log),
   };
