@@ -3,35 +3,26 @@
 // agent go online with its GPUs, create a token and read its join command (the agent enrolls with
 // it), create a job and watch it finish, and with the read-only key find no mutating control and
 // get permission_denied from a forced call. Screenshots are kept in a temporary directory (printed).
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
-import { build } from "vite";
+import type { Page } from "playwright-core";
 import { CapabilityRegistry, type JobHandler } from "../agent/jobs/index.js";
 import { enrollNode } from "../agent/enroll.js";
+import { agentVersion } from "../agent/version.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { startAgent, type InProcessAgent } from "./support/agent.js";
 import { nodeFromState } from "./support/node.js";
-import { waitFor } from "./support/wait.js";
+import { buildConsole, type ConsoleBrowser, openConsoleBrowser, readOnlyKey, requireChromium } from "./support/browser.js";
 import { TelemetrySchema } from "../gen/proto/modelforge/common/v1/common_pb.js";
 
-const chromiumPath = process.env.MODELFORGE_CHROMIUM ?? "/usr/bin/chromium";
-const readOnlyKey = "test-read-only-key-0123456789ab";
 const fakeNvidiaSmi = fileURLToPath(new URL("./fixtures/nvidia-smi/", import.meta.url));
-const root = fileURLToPath(new URL("..", import.meta.url));
-
-// CI names a directory to keep (one subdirectory per database run); otherwise a fresh temporary one.
-const shots = process.env.MODELFORGE_SCREENSHOT_DIR
-  ? join(process.env.MODELFORGE_SCREENSHOT_DIR, process.env.MODELFORGE_TEST_DB ?? "pglite")
-  : mkdtempSync(join(tmpdir(), "mf-console-shots-"));
-mkdirSync(shots, { recursive: true });
 const work = mkdtempSync(join(tmpdir(), "mf-console-browser-"));
 const saved = { PATH: process.env.PATH, FAKE_NVIDIA_SMI_DIR: process.env.FAKE_NVIDIA_SMI_DIR };
 let ts: TestServer;
-let context: BrowserContext;
+let web: ConsoleBrowser;
 let page: Page;
 let agent: InProcessAgent | undefined;
 let nodeId = "";
@@ -47,10 +38,9 @@ const healthCheck: JobHandler = async (_spec, job) => {
 };
 
 beforeAll(async () => {
-  if (!existsSync(chromiumPath)) throw new Error(`${chromiumPath} not found: apt-get install -y chromium (or set MODELFORGE_CHROMIUM)`);
-  // The console as `npm run build:ui` builds it, into a directory of this test's own.
+  requireChromium();
   const uiDir = join(work, "ui");
-  await build({ configFile: join(root, "ui/vite.config.ts"), logLevel: "error", build: { outDir: uiDir, emptyOutDir: true } });
+  await buildConsole(uiDir);
   ts = await startTestServer({
     MODELFORGE_UI_DIR: uiDir,
     MODELFORGE_OPERATOR_READONLY_KEY: readOnlyKey,
@@ -60,45 +50,20 @@ beforeAll(async () => {
   // The agent's collectors find our fake nvidia-smi (three GPUs) first on PATH.
   process.env.PATH = [fakeNvidiaSmi, saved.PATH ?? ""].join(delimiter);
   process.env.FAKE_NVIDIA_SMI_DIR = join(fakeNvidiaSmi, "three-gpus");
-  context = await chromium.launchPersistentContext(join(work, "profile"), {
-    executablePath: chromiumPath,
-    headless: true,
-    ignoreHTTPSErrors: true, // the control plane's own CA; the API calls go to the same origin
-    args: [
-      "--no-sandbox",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-      "--no-first-run",
-      "--disable-gpu",
-    ],
-  });
-  page = context.pages()[0] ?? (await context.newPage());
-  page.setDefaultTimeout(30_000);
-  process.stdout.write(`console screenshots: ${shots}\n`);
+  web = await openConsoleBrowser(ts.url, work);
+  page = web.page;
 });
 
 afterAll(async () => {
   release();
   await agent?.stop();
-  await context?.close();
+  await web?.close();
   await ts?.stop();
   process.env.PATH = saved.PATH;
   if (saved.FAKE_NVIDIA_SMI_DIR === undefined) delete process.env.FAKE_NVIDIA_SMI_DIR;
   else process.env.FAKE_NVIDIA_SMI_DIR = saved.FAKE_NVIDIA_SMI_DIR;
   rmSync(work, { recursive: true, force: true });
 });
-
-const shot = (name: string) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
-const text = async (testId: string) => ((await page.getByTestId(testId).first().textContent()) ?? "").trim();
-const until = (what: string, check: () => Promise<boolean>) => waitFor(async () => (await check()) || undefined, { what, interval: 200 });
-
-async function signIn(key: string): Promise<void> {
-  await page.goto(`${ts.url}/ui/`);
-  await page.getByTestId("key").fill(key);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByTestId("role").waitFor();
-}
 
 /** Texts of the buttons and forms on the page, for the read-only check. */
 async function controls(): Promise<{ buttons: string[]; forms: string[] }> {
@@ -111,24 +76,24 @@ async function controls(): Promise<{ buttons: string[]; forms: string[] }> {
 // A busy machine (load 16 on two cores was seen) makes a browser slow, not wrong.
 describe("the console with the admin key", { timeout: 120_000 }, () => {
   it("signs in, keeping the key in session storage only", async () => {
-    await signIn(testAdminKey);
-    expect(await text("role")).toBe("admin");
+    await web.signIn(testAdminKey);
+    expect(await web.text("role")).toBe("admin");
     const stored = await page.evaluate(() => ({ session: Object.values(sessionStorage), local: Object.values(localStorage) }));
     expect(stored.session).toEqual([testAdminKey]);
     expect(stored.local).toEqual([]);
-    await shot("01-fleet-empty");
+    await web.shot("01-fleet-empty");
   });
 
   it("creates an enrollment token and shows its join command once; an agent enrolls with it", async () => {
     await page.goto(`${ts.url}/ui/#/tokens`);
     await page.getByTestId("token-name").fill("browser-gpu-node");
     await page.getByTestId("token-submit").click();
-    const joinCommand = await text("join-command");
+    const joinCommand = await web.text("join-command");
     expect(joinCommand).toMatch(
       /^npm run agent -- enroll --server https:\/\/\S+ --token mfet_\S+ --ca-fingerprint sha256:\S+ --name browser-gpu-node$/,
     );
     await page.getByTestId("tokens").getByText("browser-gpu-node").waitFor();
-    await shot("02-token-created");
+    await web.shot("02-token-created");
 
     const token = /--token (\S+)/.exec(joinCommand)![1]!;
     const fingerprint = /--ca-fingerprint (\S+)/.exec(joinCommand)![1]!;
@@ -153,44 +118,46 @@ describe("the console with the admin key", { timeout: 120_000 }, () => {
     await form.locator("input[name=name]").fill("planned-node");
     await form.locator("input[name=labels]").fill("rack=r9, zone=b");
     await form.getByRole("button", { name: "Register node" }).click();
-    const joinCommand = await text("join-command");
+    const joinCommand = await web.text("join-command");
     expect(joinCommand).toMatch(/--token mfet_\S+ --ca-fingerprint sha256:\S+$/);
     const planned = (await ts.admin.listNodes({})).nodes.find((n) => n.name === "planned-node");
     expect(planned?.labels).toEqual({ rack: "r9", zone: "b" });
     await page.goto(`${ts.url}/ui/#/nodes/${planned!.id}`);
-    expect(await text("node-liveness")).toBe("pending");
+    expect(await web.text("node-liveness")).toBe("pending");
     await page.getByText("registered, waiting for its agent to enroll").waitFor();
   });
 
   it("shows the agent go online with its three GPUs on the fleet page, live", async () => {
     await page.goto(`${ts.url}/ui/#/`);
-    await until(
+    await web.until(
       "the fleet page shows one online node with three GPUs",
-      async () => (await text("count-online")).startsWith("1") && (await text("count-gpus")).startsWith("3"),
+      async () => (await web.text("count-online")).startsWith("1") && (await web.text("count-gpus")).startsWith("3"),
     );
-    expect(await text(`liveness-${nodeId}`)).toBe("online");
+    expect(await web.text(`liveness-${nodeId}`)).toBe("online");
+    // The Agent column: the version its agent reported at Hello.
+    expect(await web.text(`agent-${nodeId}`)).toBe(agentVersion);
     await page.getByTestId("transitions").getByText("online").first().waitFor();
-    await shot("03-fleet-online");
+    await web.shot("03-fleet-online");
   });
 
   it("shows the node: GPUs, telemetry charts, stream cursors, credentials and audit", async () => {
     await page.getByRole("link", { name: "browser-gpu-node" }).first().click();
-    await until(
+    await web.until(
       "three GPUs and telemetry charts",
       async () =>
         (await page.getByTestId("gpus").locator("tbody tr").count()) === 3 && (await page.getByTestId("chart-gpu-util").count()) === 1,
     );
-    expect(await text("node-liveness")).toBe("online");
-    const gpuTable = await text("gpus");
+    expect(await web.text("node-liveness")).toBe("online");
+    const gpuTable = await web.text("gpus");
     expect(gpuTable).toContain("GPU-1b2c3d4e-5f60-7a8b-9c0d-1e2f3a4b5c6d");
     expect(gpuTable).toContain("present");
-    const cursors = await text("cursors");
+    const cursors = await web.text("cursors");
     expect(cursors).toContain("inventory");
     expect(cursors).toContain("telemetry");
     expect(await page.getByTestId("credentials").locator("tbody tr").count()).toBe(1);
     await page.getByTestId("node-audit").getByText("node.enrolled").waitFor();
     // Several samples make a line.
-    await until("a few telemetry samples", async () => {
+    await web.until("a few telemetry samples", async () => {
       const points = await page.getByTestId("chart-memory").locator("polyline").getAttribute("points");
       return (points ?? "").split(" ").length >= 3;
     });
@@ -200,7 +167,7 @@ describe("the console with the admin key", { timeout: 120_000 }, () => {
       await page.getByTestId("chart-cpu").waitFor();
       await page.getByTestId("chart-load").waitFor();
     }
-    await shot("04-node");
+    await web.shot("04-node");
   });
 
   it("creates a job from the capability form and watches its progress until it succeeds", async () => {
@@ -210,21 +177,21 @@ describe("the console with the admin key", { timeout: 120_000 }, () => {
     await page.getByTestId("job-submit").click();
     await page.waitForURL(/#\/jobs\/[0-9a-f-]{36}$/);
     jobId = /#\/jobs\/([0-9a-f-]{36})$/.exec(page.url())![1]!;
-    await until(
+    await web.until(
       "the job leased at 50%",
-      async () => (await text("job-state")) === "leased" && (await page.getByTestId("job-progress").getAttribute("value")) === "50",
+      async () => (await web.text("job-state")) === "leased" && (await page.getByTestId("job-progress").getAttribute("value")) === "50",
     );
     expect(await page.getByTestId("cancel-job").count()).toBe(1);
-    await shot("05-job-running");
+    await web.shot("05-job-running");
     release();
-    await until("the job succeeded", async () => (await text("job-state")) === "succeeded");
-    expect(await text("job-result")).toContain("ok from the browser test");
+    await web.until("the job succeeded", async () => (await web.text("job-state")) === "succeeded");
+    expect(await web.text("job-result")).toContain("ok from the browser test");
     expect(await page.getByTestId("job-progress").getAttribute("value")).toBe("100");
     expect(await page.getByTestId("cancel-job").count()).toBe(0);
-    await shot("06-job-succeeded");
+    await web.shot("06-job-succeeded");
 
     await page.goto(`${ts.url}/ui/#/jobs?node=${nodeId}`);
-    expect(await text("jobs")).toContain("succeeded");
+    expect(await web.text("jobs")).toContain("succeeded");
   });
 
   it("lists the audit log", async () => {
@@ -232,7 +199,7 @@ describe("the console with the admin key", { timeout: 120_000 }, () => {
     const audit = page.getByTestId("audit");
     await audit.getByText("job.created").first().waitFor();
     for (const action of ["enrollment_token.created", "node.enrolled", "node.online"]) expect(await audit.textContent()).toContain(action);
-    await shot("07-audit");
+    await web.shot("07-audit");
   });
 });
 
@@ -241,8 +208,8 @@ describe("the console with the read-only key", { timeout: 120_000 }, () => {
     await page.getByRole("button", { name: "Sign out" }).click();
     await page.getByTestId("key").waitFor();
     expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
-    await signIn(readOnlyKey);
-    expect(await text("role")).toBe("read-only: monitoring");
+    await web.signIn(readOnlyKey);
+    expect(await web.text("role")).toBe("read-only: monitoring");
     const pages: [string, string][] = [
       ["#/", "nodes"],
       [`#/nodes/${nodeId}`, "gpus"],
@@ -263,7 +230,7 @@ describe("the console with the read-only key", { timeout: 120_000 }, () => {
         forms.filter((f) => f !== "filter"),
         hash,
       ).toEqual([]);
-      await shot(`08-read-only-${hash.replace(/[^a-z]+/g, "-").replace(/-$/, "") || "fleet"}`);
+      await web.shot(`08-read-only-${hash.replace(/[^a-z]+/g, "-").replace(/-$/, "") || "fleet"}`);
     }
   });
 

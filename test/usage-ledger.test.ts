@@ -81,6 +81,34 @@ describe("the usage ledger", () => {
     const byDeployment = await ask(UsageGrouping.DEPLOYMENT);
     expect(byDeployment.rows.map((r) => [Number(r.requests), Number(r.failedRequests)])).toEqual([[6, 1]]);
   });
+
+  it("moves a key's last use up to the latest minute it flushed, never back, and leaves an unused key's unset", async () => {
+    const [used, unused] = [randomUUID(), randomUUID()];
+    for (const id of [used, unused]) {
+      await test.db.prisma.serviceKey.create({ data: { id, name: "k", prefix: "mfsk_", secretHash: id, deployments: ["d"] } });
+    }
+    const lastUse = async (id: string) => (await test.db.prisma.serviceKey.findUniqueOrThrow({ where: { id } })).lastUsedAt?.toISOString();
+    const clock = new ManualClock(t0);
+    const ledger = new UsageLedger(() => clock.now());
+    ledger.record({ keyId: used, deploymentId: dep, outcome: "ok", promptTokens: 1, completionTokens: 1 });
+    await ledger.flush(test.db.prisma);
+    expect(await lastUse(used)).toBe("2026-12-04T10:00:00.000Z");
+    clock.advance(2 * 60_000);
+    ledger.record({ keyId: used, deploymentId: dep, outcome: "unavailable", promptTokens: 0, completionTokens: 0 });
+    await ledger.flush(test.db.prisma);
+    expect(await lastUse(used)).toBe("2026-12-04T10:02:00.000Z");
+    // Another replica flushing an older minute late adds its counts and leaves the last use alone.
+    const lateClock = new ManualClock(t0);
+    const late = new UsageLedger(() => lateClock.now());
+    late.record({ keyId: used, deploymentId: dep, outcome: "ok", promptTokens: 1, completionTokens: 1 });
+    await late.flush(test.db.prisma);
+    expect(await lastUse(used)).toBe("2026-12-04T10:02:00.000Z");
+    const first = await test.db.prisma.usageMinute.findUniqueOrThrow({
+      where: { keyId_deploymentId_minute_outcome: { keyId: used, deploymentId: dep, minute: new Date(t0 - 30_000), outcome: "ok" } },
+    });
+    expect(Number(first.requests)).toBe(2);
+    expect(await lastUse(unused)).toBeUndefined();
+  });
 });
 
 describe("usageSpan", () => {

@@ -96,7 +96,7 @@ const createCommand = command("create", "Create a service key for DeploymentServ
 /** The key table. Pure. */
 function keyTable(keys: ServiceKey[], now: Date): string {
   return table(
-    ["ID", "STATE", "NAME", "PREFIX", "DEPLOYMENTS", "LIMITS", "CREATED", "EXPIRES"],
+    ["ID", "STATE", "NAME", "PREFIX", "DEPLOYMENTS", "LIMITS", "CREATED", "EXPIRES", "LAST USED"],
     keys.map((k) => [
       k.id,
       stateOf(k, now),
@@ -106,6 +106,7 @@ function keyTable(keys: ServiceKey[], now: Date): string {
       formatLimits(k.limits),
       formatAge(dateOf(k.createdAt), now),
       k.expiresAt ? formatAge(dateOf(k.expiresAt), now) : "never",
+      formatAge(dateOf(k.lastUsedAt), now),
     ]),
   );
 }

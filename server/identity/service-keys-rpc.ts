@@ -58,6 +58,7 @@ const toProto = (row: KeyRow) =>
     expiresAt: ts(row.expiresAt),
     revokedAt: ts(row.revokedAt),
     limits: limitsToProto(row),
+    lastUsedAt: ts(row.lastUsedAt),
   });
 
 export function adminServiceKeys(keys: ServiceKeys): ServiceKeyRpcs {

@@ -4,6 +4,14 @@
 // and minute, never a write per request (the contention LiteLLM's spend logs cause). A flush that
 // fails (the database is away) keeps its counts for the next one, added to what was counted
 // meanwhile; a process killed between flushes loses at most one flush interval of counts.
+//
+// The same statement moves each key's last use (ServiceKey.lastUsedAt) up to the latest minute it
+// wrote. Kept as a column rather than derived at read time as max(minute) over UsageMinute: its
+// primary key leads with the key but then the deployment, so that max reads every row a key ever
+// wrote, and a list of keys would cost that per key; the column costs one row a key a minute, in a
+// write the flush makes anyway, and outlives usage rows being pruned. PostgreSQL finds each key by
+// ServiceKey's primary key (an index scan, seen with EXPLAIN), and with no index on lastUsedAt the
+// update can stay HOT.
 import { Prisma } from "../../gen/prisma/client.js";
 
 /** One finished request, as the relay saw it. */
@@ -106,13 +114,23 @@ function upsert(cells: Cells): Prisma.Sql {
     const [keyId, deploymentId, minute, outcome] = key.split(sep) as [string, string, string, string];
     return Prisma.sql`(${keyId}::uuid, ${deploymentId}::uuid, ${new Date(Number(minute))}::timestamptz, ${outcome}, ${c.requests}::bigint, ${c.promptTokens}::bigint, ${c.completionTokens}::bigint, ${c.firstTokenMsSum}::bigint, ${c.firstTokenCount}::bigint)`;
   });
+  // One statement, so the counts and the last use land together or not at all. A key's last use
+  // only moves forward: a replica flushing an older minute late leaves a newer one alone.
   return Prisma.sql`
-    INSERT INTO "UsageMinute" ("keyId", "deploymentId", "minute", "outcome", "requests", "promptTokens", "completionTokens", "firstTokenMsSum", "firstTokenCount")
-    VALUES ${Prisma.join(rows)}
-    ON CONFLICT ("keyId", "deploymentId", "minute", "outcome") DO UPDATE SET
-      "requests" = "UsageMinute"."requests" + EXCLUDED."requests",
-      "promptTokens" = "UsageMinute"."promptTokens" + EXCLUDED."promptTokens",
-      "completionTokens" = "UsageMinute"."completionTokens" + EXCLUDED."completionTokens",
-      "firstTokenMsSum" = "UsageMinute"."firstTokenMsSum" + EXCLUDED."firstTokenMsSum",
-      "firstTokenCount" = "UsageMinute"."firstTokenCount" + EXCLUDED."firstTokenCount"`;
+    WITH written AS (
+      INSERT INTO "UsageMinute" ("keyId", "deploymentId", "minute", "outcome", "requests", "promptTokens", "completionTokens", "firstTokenMsSum", "firstTokenCount")
+      VALUES ${Prisma.join(rows)}
+      ON CONFLICT ("keyId", "deploymentId", "minute", "outcome") DO UPDATE SET
+        "requests" = "UsageMinute"."requests" + EXCLUDED."requests",
+        "promptTokens" = "UsageMinute"."promptTokens" + EXCLUDED."promptTokens",
+        "completionTokens" = "UsageMinute"."completionTokens" + EXCLUDED."completionTokens",
+        "firstTokenMsSum" = "UsageMinute"."firstTokenMsSum" + EXCLUDED."firstTokenMsSum",
+        "firstTokenCount" = "UsageMinute"."firstTokenCount" + EXCLUDED."firstTokenCount"
+      RETURNING "keyId", "minute"
+    ), latest AS (
+      SELECT "keyId", max("minute") AS "minute" FROM written GROUP BY "keyId"
+    )
+    UPDATE "ServiceKey" k SET "lastUsedAt" = latest."minute"
+    FROM latest
+    WHERE k."id" = latest."keyId" AND (k."lastUsedAt" IS NULL OR k."lastUsedAt" < latest."minute")`;
 }

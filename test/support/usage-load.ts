@@ -5,6 +5,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { UsageGrouping } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { type Dispatcher, fetch as undiciFetch } from "undici";
 
 /** One invoke the client got an answer to: when, and the usage the answer carried. */
 export interface Answer {
@@ -64,6 +65,22 @@ async function invokeOnce(client: Client<typeof DeploymentService>, stream: bool
   }
   if (chunks < 2) throw new Error(`a stream of ${chunks} chunks`);
   return answerOf(usage);
+}
+
+/**
+ * A greedy completion of at most 4 tokens through the OpenAI API at `url` with the service key
+ * `secret`, as a client sends it (over `dispatcher`, which trusts the control plane's CA); the
+ * usage it was answered with. Anything but a 200 throws, with the answer's body.
+ */
+export async function openAiCompletion(url: string, dispatcher: Dispatcher, secret: string, model: string, prompt: string) {
+  const res = await undiciFetch(`${url}/v1/completions`, {
+    method: "POST",
+    dispatcher,
+    headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
+    body: JSON.stringify({ model, prompt, max_tokens: 4, temperature: 0 }),
+  });
+  if (res.status !== 200) throw new Error(`completion answered ${res.status}: ${await res.text()}`);
+  return answerOf(((await res.json()) as { usage?: OpenAiUsage }).usage);
 }
 
 /** Invokes in a loop until `stop`, unary or streamed, noting each answer and each failure. */

@@ -29,6 +29,12 @@ export function age(t: Timestamp | undefined, now = Date.now()): string {
   return `${Math.floor(s / 86400)}d ago`;
 }
 
+/** A time known to the minute (the start of one, as a key's last use is): "never", "this minute", else its age. */
+export function minuteAge(t: Timestamp | undefined, now = Date.now()): string {
+  if (t === undefined) return "never";
+  return now - timestampDate(t).getTime() < 60_000 ? "this minute" : age(t, now);
+}
+
 export function bytes(n: bigint | number): string {
   let v = Number(n);
   for (const unit of ["B", "KiB", "MiB", "GiB", "TiB"]) {
@@ -61,4 +67,9 @@ export function parseDurationSeconds(text: string): bigint {
   const m = /^(\d+)(s|m|h|d)$/.exec(text.trim());
   if (m === null) throw new Error(`duration "${text}": expected a number and s, m, h or d`);
   return BigInt(m[1]!) * BigInt({ s: 1, m: 60, h: 3600, d: 86400 }[m[2] as "s" | "m" | "h" | "d"]);
+}
+
+/** A replica's assigned GPUs as "0 (GPU-aaaa), 1 (GPU-bbbb)" by nvidia-smi index; "-" for a CPU replica. */
+export function gpusText(gpus: readonly { index: number; uuid: string }[]): string {
+  return gpus.length === 0 ? "-" : gpus.map((g) => `${g.index} (${g.uuid})`).join(", ");
 }

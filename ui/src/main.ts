@@ -11,6 +11,12 @@ import { jobsPage } from "./pages/jobs.js";
 import { jobPage } from "./pages/job.js";
 import { tokensPage } from "./pages/tokens.js";
 import { auditPage } from "./pages/audit.js";
+import { deploymentsPage } from "./pages/deployments.js";
+import { deploymentPage } from "./pages/deployment.js";
+import { serviceKeysPage } from "./pages/service-keys.js";
+import { usagePage } from "./pages/usage.js";
+import { artifactsPage } from "./pages/artifacts.js";
+import { runtimesPage } from "./pages/runtimes.js";
 
 export type Page = (main: HTMLElement, signal: AbortSignal, params: URLSearchParams) => Promise<void>;
 
@@ -21,6 +27,13 @@ const routes: [RegExp, (m: RegExpExecArray) => Page][] = [
   [/^\/jobs\/([0-9a-f-]{36})$/, (m) => jobPage(m[1]!)],
   [/^\/tokens$/, () => tokensPage],
   [/^\/audit$/, () => auditPage],
+  [/^\/deployments$/, () => deploymentsPage],
+  // Deployment names are a-z, 0-9 and "-"; ids are UUIDs: both fit.
+  [/^\/deployments\/([a-z0-9-]{1,64})$/, (m) => deploymentPage(m[1]!)],
+  [/^\/keys$/, () => serviceKeysPage],
+  [/^\/usage$/, () => usagePage],
+  [/^\/artifacts$/, () => artifactsPage],
+  [/^\/runtimes$/, () => runtimesPage],
 ];
 
 const app = document.getElementById("app")!;
@@ -63,7 +76,19 @@ function shell(): HTMLElement {
       "header",
       {},
       h("strong", {}, "ModelForge"),
-      h("nav", {}, link("#/", "Fleet"), link("#/jobs", "Jobs"), link("#/tokens", "Tokens"), link("#/audit", "Audit")),
+      h(
+        "nav",
+        {},
+        link("#/", "Fleet"),
+        link("#/deployments", "Deployments"),
+        link("#/keys", "Service keys"),
+        link("#/usage", "Usage"),
+        link("#/artifacts", "Artifacts"),
+        link("#/runtimes", "Runtimes"),
+        link("#/jobs", "Jobs"),
+        link("#/tokens", "Tokens"),
+        link("#/audit", "Audit"),
+      ),
       h("span", { class: readOnly ? "role read-only" : "role", "data-testid": "role" }, readOnly ? "read-only: monitoring" : "admin"),
       h(
         "button",

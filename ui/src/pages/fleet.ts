@@ -1,5 +1,7 @@
 // Fleet overview: counts by liveness, GPUs, the nodes, recent transitions; live via WatchNodes.
 import type { AuditEvent, Node } from "../../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import type { AgentRollout } from "../../../gen/proto/modelforge/admin/v1/agent_upgrades_pb.js";
+import { activeRollout, agentText, rolloutLine } from "../agent-version.js";
 import { Liveness } from "../../../gen/proto/modelforge/common/v1/common_pb.js";
 import { admin } from "../api.js";
 import { h, morph, section, table } from "../dom.js";
@@ -22,9 +24,11 @@ export async function fleetPage(main: HTMLElement, signal: AbortSignal): Promise
   const counts = h("div", { class: "counts", "data-testid": "counts" });
   const list = h("div", {});
   const transitions = h("div", {});
-  main.replaceChildren(h("h1", {}, "Fleet"), counts, section("Nodes", list), section("Recent transitions", transitions));
+  const progress = h("p", { "data-testid": "rollout" });
+  main.replaceChildren(h("h1", {}, "Fleet"), counts, section("Nodes", progress, list), section("Recent transitions", transitions));
 
   let recent: AuditEvent[] = [];
+  let rollout: AgentRollout | undefined;
   const render = () => {
     const all = [...nodes.values()].sort((a, b) => a.name.localeCompare(b.name) || a.id.localeCompare(b.id));
     const tile = (label: string, value: number, testId: string) =>
@@ -39,14 +43,18 @@ export async function fleetPage(main: HTMLElement, signal: AbortSignal): Promise
       ),
       tile("connected", all.filter((n) => n.connected).length, "count-connected"),
     ]);
+    progress.textContent = rollout === undefined ? "" : rolloutLine(rollout);
+    const rolloutOf = (n: Node) =>
+      rollout === undefined ? undefined : { version: rollout.version, node: rollout.nodes.find((r) => r.nodeId === n.id) };
     morph(list, [
       all.length === 0
         ? h("p", {}, "No nodes yet. Create an enrollment token on the ", h("a", { href: "#/tokens" }, "Tokens"), " page.")
         : table(
-            ["Name", "Liveness", "GPUs", "Connected", "Last heartbeat", "Labels"],
+            ["Name", "Liveness", "Agent", "GPUs", "Connected", "Last heartbeat", "Labels"],
             all.map((n) => [
               h("a", { href: `#/nodes/${n.id}` }, n.name || n.id),
               h("span", { class: `badge ${livenessName(n.liveness)}`, "data-testid": `liveness-${n.id}` }, livenessName(n.liveness)),
+              h("span", { "data-testid": `agent-${n.id}` }, agentText(n, rolloutOf(n))),
               n.gpuCount,
               n.connected ? "yes" : "no",
               age(n.lastHeartbeatAt),
@@ -75,8 +83,16 @@ export async function fleetPage(main: HTMLElement, signal: AbortSignal): Promise
       .slice(0, 10);
     render();
   };
+  // The rollout under way, if any, with its nodes: every 5 s while the page is open.
+  const loadRollout = async () => {
+    const active = activeRollout((await admin.listAgentRollouts({}, { signal })).rollouts);
+    rollout = active === undefined ? undefined : (await admin.getAgentRollout({ rolloutId: active.id }, { signal })).rollout;
+    render();
+  };
+  const rolloutTimer = setInterval(() => void loadRollout().catch(() => undefined), 5_000);
+  signal.addEventListener("abort", () => clearInterval(rolloutTimer));
   render();
-  await loadTransitions();
+  await Promise.all([loadTransitions(), loadRollout().catch(() => undefined)]);
   // First every node, then each change; a new node or a liveness change also refreshes the
   // transitions (at most every half second, so the first burst costs one call).
   let refreshQueued = false;
