@@ -42,6 +42,12 @@ export interface OpenAiDeps {
   log: Logger;
 }
 
+/**
+ * Why a request's signal aborts once its response closed (every request's does, answered or not):
+ * one AbortError for all, since abort() without a reason makes a DOMException each time.
+ */
+const callerGone = new DOMException("the response closed", "AbortError");
+
 /** Before the database is open: every OpenAI path answers 503, in OpenAI's shape. */
 export function startingFrontDoor(): FrontDoor {
   return (req, res) => {
@@ -60,7 +66,7 @@ export function openAiFrontDoor(deps: OpenAiDeps): FrontDoor {
     if (!isOpenAiPath(req.url)) return false;
     res.setHeader("x-request-id", correlationId);
     const caller = new AbortController();
-    res.once("close", () => caller.abort());
+    res.once("close", () => caller.abort(callerGone));
     serve(deps, req, res, correlationId, caller.signal).then(
       (failure) => {
         if (failure !== undefined) fail(deps.log, req, res, correlationId, failure);
@@ -222,8 +228,9 @@ function send(res: HttpResponse, failure: OpenAiFailure): void {
   sendJson(res, failure.status, JSON.stringify(failure.body));
 }
 
+/** With its length: without one, a body after writeHead goes out chunked (more to write and to parse). */
 function sendJson(res: HttpResponse, status: number, body: string): void {
-  res.writeHead(status, { "content-type": "application/json" });
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
   res.end(body);
 }
 
