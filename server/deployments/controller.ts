@@ -196,6 +196,7 @@ export class DeploymentController {
     switch (action.kind) {
       case "create": {
         return prisma.$transaction(async (tx) => {
+          await holdDeployment(tx, d.id);
           const made = await tx.deploymentInstance.createMany({
             data: [
               {
@@ -246,6 +247,7 @@ export class DeploymentController {
 
   private async move(d: WithInstances, i: DeploymentInstance, action: Extract<Action, { kind: "move" }>, now: Date): Promise<boolean> {
     const moved = await this.deps.prisma.$transaction(async (tx) => {
+      await holdDeployment(tx, d.id);
       const moved = await tx.deploymentInstance.updateMany({
         where: {
           deploymentId: d.id,
@@ -397,7 +399,8 @@ export class DeploymentController {
       if (isDatabaseUnavailable(err) || (err instanceof ConnectError && err.code === Code.Unavailable)) throw err;
       const reason = `${step} could not start: ${err instanceof ConnectError ? err.rawMessage : String(err)}`;
       const failed = await prisma.$transaction(async (tx) => {
-          const moved = await tx.deploymentInstance.updateMany({
+        await holdDeployment(tx, d.id);
+        const moved = await tx.deploymentInstance.updateMany({
           where: { deploymentId: d.id, revision: i.revision, replica: i.replica, jobId },
           data: { phase: "failed", step: null, jobId: null, claimedAt: null, reason, updatedAt: now },
         });
@@ -502,6 +505,16 @@ function instanceOf(d: WithInstances, at: { revision: bigint; replica: number })
 }
 
 /** One row of a deployment's state history, in the transaction that made the change. */
+/**
+ * Every transaction that writes a deployment's replicas takes its deployment's row first. Placement
+ * holds that row (FOR UPDATE) while it writes the replica it places; a transaction that wrote a
+ * replica and then waited for the row (its event's foreign key does) deadlocked with it. KEY SHARE,
+ * so moves and creates do not wait for each other, only for a placement.
+ */
+export async function holdDeployment(tx: Prisma.TransactionClient, deploymentId: string): Promise<void> {
+  await tx.$queryRaw`SELECT id FROM "Deployment" WHERE id = ${deploymentId}::uuid FOR KEY SHARE`;
+}
+
 export async function event(
   tx: Prisma.TransactionClient,
   d: Pick<Deployment, "id">,

@@ -7,7 +7,7 @@ import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
 import type { CreateJobInput } from "../jobs/create.js";
 import { unloadOnNode } from "./specs.js";
-import { event } from "./controller.js";
+import { event, holdDeployment } from "./controller.js";
 
 export interface HeldDeps {
   prisma: PrismaClient;
@@ -78,6 +78,7 @@ export async function reconcileHeld(deps: HeldDeps, nodeId: string, held: HeldDe
     const reason = "the node no longer holds the runtime (it exited, or the agent restarted): loading it again";
     // The runtime id stays: it says the replica served, so a reload that fails places it elsewhere.
     const moved = await prisma.$transaction(async (tx) => {
+      await holdDeployment(tx, l.deploymentId);
       const m = await tx.deploymentInstance.updateMany({
         where: { deploymentId: l.deploymentId, revision: l.revision, replica: l.replica, nodeId, phase: "ready", jobId: null },
         data: { phase: "loading", step: "load", reason, updatedAt: now },
