@@ -71,8 +71,13 @@ describe("generateRequestOf", () => {
 
 describe("answers and their usage", () => {
   it("names an answer by the deployment", () => {
-    expect(JSON.parse(renamed(bytes({ model: "runtime-uuid", id: "x" }), "tiny")!)).toEqual({ model: "tiny", id: "x" });
-    expect(renamed(bytes("[]"), "tiny")).toBeUndefined();
+    expect(JSON.parse(renamed({ payload: bytes({ model: "runtime-uuid", id: "x" }) }, "tiny")!)).toEqual({ model: "tiny", id: "x" });
+    expect(renamed({ payload: bytes("[]") }, "tiny")).toBeUndefined();
+  });
+
+  it("names an answer the relay already read from that object, without reading its bytes again", () => {
+    const answer = { model: "runtime-uuid", id: "x" };
+    expect(JSON.parse(renamed({ payload: bytes("not read"), answer }, "tiny")!)).toEqual({ model: "tiny", id: "x" });
   });
 
   it("reads a whole answer's usage", () => {
@@ -108,6 +113,8 @@ describe("answers and their usage", () => {
           : "as is";
     expect(shown).toBe(seen);
     expect(t.delivered).toBe(tokens);
+    // The object the OpenAI API names is the one a gRPC caller gets as bytes.
+    if (passed !== undefined) expect(passed.answer).toEqual(JSON.parse(Buffer.from(passed.payload).toString()));
   });
 
   it("counts a stream by the runtime's running usage: a stream cut short to its last delivered chunk", () => {

@@ -4,7 +4,7 @@
 import type { Clock } from "../../common/clock.js";
 import type { ServingMetrics } from "../observability/metrics.js";
 import type { UsageLedger } from "../usage/ledger.js";
-import { emptyTally, tallyPiece, tokensOf } from "../usage/tally.js";
+import { emptyTally, type Passed, tallyPiece, tokensOf } from "../usage/tally.js";
 import { callerWantsUsage } from "./rules.js";
 
 export interface MeterDeps {
@@ -31,7 +31,7 @@ export class InvokeMeter {
   }
 
   /** One answer piece from the node: what the caller gets of it (nothing for usage it did not ask for). */
-  pass(payload: Uint8Array): Uint8Array | undefined {
+  pass(payload: Uint8Array): Passed {
     if (payload.length === 0) return undefined;
     const passed = tallyPiece(this.tally, payload, this.request.stream, this.wants);
     if (passed?.token) {
@@ -40,7 +40,7 @@ export class InvokeMeter {
       else this.deps.metrics?.interToken(this.request.deployment, now - this.lastTokenAt);
       this.lastTokenAt = now;
     }
-    return passed?.payload;
+    return passed;
   }
 
   /** The request ended: "ok" or its Connect code name. Its tokens, prompt and completion. */

@@ -70,7 +70,9 @@ export interface InvokeCall {
 
 /** One piece of an answer: the whole body for a unary call, one chunk for a stream. */
 export interface AnswerPiece {
-  payload: Uint8Array;
+  readonly payload: Uint8Array;
+  /** The JSON object the payload holds, when the relay here read it (a forwarded answer's is not). */
+  answer?: Record<string, unknown>;
   contentType: string;
   revision: bigint;
   /** The replica slot that answered. */
@@ -283,7 +285,10 @@ export class InvokeRelay {
         const passed = meter.pass(answer.payload);
         if (passed !== undefined) {
           yield {
-            payload: passed,
+            get payload() {
+              return passed.payload;
+            },
+            ...(passed.answer !== undefined ? { answer: passed.answer } : {}),
             contentType: answer.contentType || "application/json",
             revision: answer.revision || replica.revision,
             replica: replica.replica,

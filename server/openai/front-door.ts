@@ -13,7 +13,7 @@ import { refuseForeignCredentials } from "../identity/service-keys-auth.js";
 import { bearerServiceKey, type ServiceKeys, type ServicePrincipal } from "../identity/service-keys.js";
 import type { Logger } from "../observability/logger.js";
 import { MAX_INVOKE_PAYLOAD_BYTES } from "../jobs/spec.js";
-import type { InvokeRelay } from "../invoke/relay.js";
+import type { AnswerPiece, InvokeRelay } from "../invoke/relay.js";
 import type { DeploymentRoutes } from "../invoke/routes.js";
 import { openAiFailure, openAiFailureOf, type OpenAiFailure } from "./errors.js";
 import { endpointOf, generateRequestOf, type GenerateRequest } from "./request.js";
@@ -145,10 +145,11 @@ function embeddingsUnsupported(model: string): OpenAiFailure {
   );
 }
 
-async function unary(pieces: AsyncGenerator<{ payload: Uint8Array }>, request: GenerateRequest, res: HttpResponse): Promise<undefined> {
-  const parts: Uint8Array[] = [];
-  for await (const piece of pieces) parts.push(piece.payload);
-  const answer = renamed(Buffer.concat(parts), request.model);
+async function unary(pieces: AsyncGenerator<AnswerPiece>, request: GenerateRequest, res: HttpResponse): Promise<undefined> {
+  const parts: AnswerPiece[] = [];
+  for await (const piece of pieces) parts.push(piece);
+  // An answer in one piece was read by the relay already; one in several is read whole here.
+  const answer = renamed(parts.length === 1 ? parts[0]! : { payload: Buffer.concat(parts.map((p) => p.payload)) }, request.model);
   if (answer === undefined)
     throw new ConnectError(`deployment ${request.model}'s runtime answered something other than JSON`, Code.Internal);
   sendJson(res, 200, answer);
@@ -160,11 +161,11 @@ async function unary(pieces: AsyncGenerator<{ payload: Uint8Array }>, request: G
  * a refusal before it (no replica, limits, a runtime's 4xx) is an ordinary error status; after it a
  * failure can only be told in the stream, as OpenAI does, and the stream then ends without [DONE].
  */
-async function stream(pieces: AsyncGenerator<{ payload: Uint8Array }>, request: GenerateRequest, res: HttpResponse): Promise<undefined> {
+async function stream(pieces: AsyncGenerator<AnswerPiece>, request: GenerateRequest, res: HttpResponse): Promise<undefined> {
   let started = false;
   try {
     for await (const piece of pieces) {
-      const chunk = renamed(piece.payload, request.model);
+      const chunk = renamed(piece, request.model);
       if (chunk === undefined) throw new ConnectError(`deployment ${request.model}'s runtime sent a chunk that is not JSON`, Code.Internal);
       if (!started) {
         res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });

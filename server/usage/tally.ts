@@ -16,8 +16,13 @@ export interface Tally {
 
 export const emptyTally = (): Tally => ({ promptTokens: 0, completionTokens: 0, delivered: 0, reported: false });
 
-/** What to pass on of one answer piece: its bytes, or nothing (a usage-only chunk the client did not ask for). */
-export type Passed = { payload: Uint8Array; token: boolean } | undefined;
+/**
+ * What to pass on of one answer piece, or nothing (a usage-only chunk the client did not ask for):
+ * its bytes, and the JSON object they hold when they are one, so the OpenAI API names the answer
+ * after its deployment without parsing it again. Bytes of an object changed here are written only
+ * when read (a gRPC caller reads them; the OpenAI API writes its own).
+ */
+export type Passed = { readonly payload: Uint8Array; answer?: Record<string, unknown>; token: boolean } | undefined;
 
 /**
  * Reads one piece into the tally and says what of it the caller gets. `stream`: the piece is one
@@ -33,14 +38,22 @@ export function tallyPiece(tally: Tally, payload: Uint8Array, stream: boolean, c
     tally.completionTokens = count(u.completion_tokens);
     tally.reported = true;
   }
-  if (!stream) return { payload, token: false };
+  if (!stream) return { payload, answer, token: false };
   const token = carriesToken(answer);
   if (token) tally.delivered += 1;
   const usageOnly = Array.isArray(answer.choices) && answer.choices.length === 0;
-  if (!("usage" in answer) || clientWants.every || (usageOnly && clientWants.last)) return { payload, token };
+  if (!("usage" in answer) || clientWants.every || (usageOnly && clientWants.last)) return { payload, answer, token };
   if (usageOnly) return undefined;
   delete answer.usage;
-  return { payload: Buffer.from(JSON.stringify(answer)), token };
+  let written: Uint8Array | undefined;
+  return {
+    get payload() {
+      written ??= Buffer.from(JSON.stringify(answer));
+      return written;
+    },
+    answer,
+    token,
+  };
 }
 
 /** The request's tokens: the runtime's count when it gave one, else what was delivered. */
