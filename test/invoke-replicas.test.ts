@@ -14,7 +14,7 @@ import pg from "pg";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 import { plainDeploymentService } from "./support/plain-grpc.js";
-import { startTestServer, type TestServer } from "./support/server.js";
+import { startTwoPlanes, type TestServer } from "./support/server.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { enrollTestNode, eventually, type TestNode } from "./support/node.js";
 import { spawnAgent, type AgentProcess } from "./support/process.js";
@@ -44,15 +44,7 @@ beforeAll(async () => {
   const path = join(root, "tiny.gguf");
   const model = await writeTinyLlamaGguf(path, { contextLength: 8192 });
   db = await createTestDatabase("postgres");
-  // Replicas share the certificates and the artifact store (shared storage in production).
-  const common = {
-    DATABASE_URL: db.databaseUrl!,
-    MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
-    MODELFORGE_APPROVED_ROOTS: root,
-    MODELFORGE_ARTIFACT_DIR: join(root, "store"),
-  };
-  a = await startTestServer(common);
-  b = await startTestServer({ ...common, MODELFORGE_CERTS_DIR: a.config.certsDir });
+  [a, b] = await startTwoPlanes(db.databaseUrl!, root);
   node = await enrollTestNode(a, "serving-on-a");
   agent = spawnAgent(node.statePath, {
     MODELFORGE_AGENT_RUNTIMES: "on",

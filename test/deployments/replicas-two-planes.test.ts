@@ -18,7 +18,7 @@ import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { tinyLlamaGguf } from "../../scripts/gguf.js";
 import { createTestDatabase, testBackend, type TestDatabase } from "../support/db.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import { startTwoPlanes, type TestServer } from "../support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "../support/node.js";
 import { scriptedDeploymentAgent } from "../support/scripted-agent.js";
 import { startAgent, type InProcessAgent } from "../support/agent.js";
@@ -87,15 +87,7 @@ describe.skipIf(testBackend() !== "postgres")("replicas placed by two control pl
   beforeAll(async () => {
     root = mkdtempSync(join(tmpdir(), "mf-two-planes-"));
     db = await createTestDatabase("postgres");
-    // Replicas share the certificates and the artifact store (shared storage in production).
-    const common = {
-      DATABASE_URL: db.databaseUrl!,
-      MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
-      MODELFORGE_APPROVED_ROOTS: root,
-      MODELFORGE_ARTIFACT_DIR: join(root, "store"),
-    };
-    a = await startTestServer(common);
-    b = await startTestServer({ ...common, MODELFORGE_CERTS_DIR: a.config.certsDir });
+    [a, b] = await startTwoPlanes(db.databaseUrl!, root);
     for (const [i, server] of [a, a, b, b].entries()) {
       const node = await enrollTestNode(server, `node-${i}`);
       await a.admin.updateNode({ nodeId: node.nodeId, labels: { pool: "cpu" }, updateMask: { paths: ["labels"] } });
