@@ -12,6 +12,7 @@ import {
 import { DeploymentSchema, DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { Deployment, DeploymentEvent, DeploymentInstance } from "../../gen/prisma/client.js";
 import { stringMap, ts } from "../rpc/convert.js";
+import { newestRevisionFirst } from "./rules.js";
 import { assignedGpus } from "./specs.js";
 
 const stateOf: Record<string, DeploymentState> = {
@@ -43,7 +44,7 @@ function replicasOf(d: Row, inFlight: InFlightOf) {
   const running = (i: DeploymentInstance) => i.phase === "loading" || i.phase === "ready" || i.phase === "draining";
   return d.instances
     .filter((i) => wanted(i) || running(i))
-    .sort((a, b) => (a.revision !== b.revision ? (a.revision > b.revision ? -1 : 1) : a.replica - b.replica))
+    .sort(newestRevisionFirst)
     .map((i) =>
       create(DeploymentReplicaSchema, {
         index: i.replica,
@@ -90,24 +91,22 @@ export function recordToProto(d: Row, inFlight: InFlightOf = () => 0): Deploymen
     desiredReplicas: d.replicas,
     maxPerNode: d.maxPerNode,
     readyReplicas: d.instances.filter((i) => i.phase === "ready").length,
-    instances: [...d.instances]
-      .sort((a, b) => (a.revision !== b.revision ? (a.revision > b.revision ? -1 : 1) : a.replica - b.replica))
-      .map((i) =>
-        create(DeploymentInstanceSchema, {
-          revision: i.revision,
-          replica: i.replica,
-          nodeId: i.nodeId ?? "",
-          state: deploymentStateOf(i.phase),
-          step: i.step ?? "",
-          jobId: i.jobId ?? "",
-          runtimeId: i.runtimeId ?? "",
-          reason: i.reason ?? "",
-          runtimeProfile: i.runtimeProfile,
-          commit: i.commit,
-          modelFile: i.modelFile,
-          updatedAt: ts(i.updatedAt),
-        }),
-      ),
+    instances: [...d.instances].sort(newestRevisionFirst).map((i) =>
+      create(DeploymentInstanceSchema, {
+        revision: i.revision,
+        replica: i.replica,
+        nodeId: i.nodeId ?? "",
+        state: deploymentStateOf(i.phase),
+        step: i.step ?? "",
+        jobId: i.jobId ?? "",
+        runtimeId: i.runtimeId ?? "",
+        reason: i.reason ?? "",
+        runtimeProfile: i.runtimeProfile,
+        commit: i.commit,
+        modelFile: i.modelFile,
+        updatedAt: ts(i.updatedAt),
+      }),
+    ),
   });
 }
 

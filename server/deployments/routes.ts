@@ -2,7 +2,7 @@
 // controller keeps. Only instances of a deployment the operator wants serving take new invokes.
 import type { Deployment, DeploymentInstance, PrismaClient } from "../../gen/prisma/client.js";
 import { isUuid } from "../../common/x509.js";
-import { overallPhase, type Desired, type Phase } from "./rules.js";
+import { newestRevisionFirst, overallPhase, type Desired, type Phase } from "./rules.js";
 
 export type DeploymentPhase = "PENDING" | "LOADING" | "READY" | "DEGRADED" | "DRAINING" | "UNLOADED" | "FAILED";
 export interface DeploymentInstanceRoute {
@@ -51,7 +51,7 @@ export function targetOf(d: Deployment & { instances: DeploymentInstance[] }, en
     desired === "serving"
       ? d.instances
           .filter((i): i is DeploymentInstance & { nodeId: string } => i.phase === "ready" && i.nodeId !== null)
-          .sort((a, b) => (a.revision !== b.revision ? (a.revision > b.revision ? -1 : 1) : a.replica - b.replica))
+          .sort(newestRevisionFirst)
           .map((i) => ({
             revision: i.revision,
             replica: i.replica,

@@ -245,6 +245,11 @@ export function plan(d: DeploymentView, instances: InstanceView[], now: number):
   return actions;
 }
 
+/** The order replicas are listed and routed in: the newest revision first, then by slot. */
+export function newestRevisionFirst(a: { revision: bigint; replica: number }, b: { revision: bigint; replica: number }): number {
+  return a.revision !== b.revision ? (a.revision > b.revision ? -1 : 1) : a.replica - b.replica;
+}
+
 /** The deployment's overall state, shown to operators and used for typed invoke errors. */
 export type OverallPhase = Phase | "degraded";
 

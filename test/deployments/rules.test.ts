@@ -9,6 +9,7 @@ import {
   type Action,
   type DeploymentView,
   type InstanceView,
+  newestRevisionFirst,
 } from "../../server/deployments/rules.js";
 import { nodeLoss } from "../../server/deployments/node-loss.js";
 import { compareHeld } from "../../server/deployments/held.js";
@@ -370,5 +371,18 @@ describe("healthOf", () => {
     ],
   ] as const)("case %#", (job, expected) => {
     expect(healthOf(job as never)).toEqual(expected);
+  });
+});
+
+describe("newestRevisionFirst", () => {
+  it("lists the newest revision's replicas first, each revision's by slot", () => {
+    const replicas = [
+      { revision: 1n, replica: 1 },
+      { revision: 2n, replica: 1 },
+      { revision: 1n, replica: 0 },
+      { revision: 10n, replica: 0 },
+      { revision: 2n, replica: 0 },
+    ];
+    expect(replicas.sort(newestRevisionFirst).map((r) => `${r.revision}/${r.replica}`)).toEqual(["10/0", "2/0", "2/1", "1/0", "1/1"]);
   });
 });
