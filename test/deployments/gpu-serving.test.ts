@@ -94,7 +94,8 @@ beforeAll(async () => {
 }, 180_000);
 
 afterAll(async () => {
-  await agent?.kill();
+  // Stopped, not killed: a killed agent leaves its runtimes running (nothing restarts it here to reap them).
+  await agent?.stop().catch(() => agent?.kill());
   await ts?.stop();
   if (base) rmSync(base, { recursive: true, force: true });
 });
