@@ -1,7 +1,7 @@
 // How the agent reaches the control plane: gRPC over HTTP/2 with mutual TLS, trusting only the
 // CA it pinned at enrollment.
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { SteadySessionManager, grpcTransport } from "../common/http2-sessions.js";
 import { AgentService, type SessionRequest, type SessionResponse } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { AgentState } from "./state.js";
 import { isIP } from "node:net";
@@ -13,7 +13,7 @@ export type AgentClient = Client<typeof AgentService>;
 export function nodeClient(state: Pick<AgentState, "serverUrl" | "caPem" | "certPem" | "keyPem">): AgentClient {
   return createClient(
     AgentService,
-    createGrpcTransport({
+    grpcTransport({
       baseUrl: state.serverUrl,
       nodeOptions: { ca: state.caPem, cert: state.certPem, key: state.keyPem },
       ...pings,
@@ -43,10 +43,10 @@ const pings = { pingIntervalMs: 15_000, pingTimeoutMs: 10_000 };
  * leave one behind on the new server.)
  */
 export function nodeConnection(state: Pick<AgentState, "serverUrl" | "caPem" | "certPem" | "keyPem">): NodeConnection {
-  const manager = new Http2SessionManager(state.serverUrl, pings, {
+  const manager = new SteadySessionManager(state.serverUrl, pings, {
     createConnection: resumingTls({ ca: state.caPem, cert: state.certPem, key: state.keyPem }, state.certPem),
   });
-  const client = createClient(AgentService, createGrpcTransport({ baseUrl: state.serverUrl, sessionManager: manager }));
+  const client = createClient(AgentService, grpcTransport({ baseUrl: state.serverUrl, sessionManager: manager }));
   return {
     session: (requests, options) => client.session(requests, options),
     renewCredential: (request, options) => client.renewCredential(request, options),
@@ -105,7 +105,7 @@ export function resumingTls(credentials: tls.ConnectionOptions, certificate: str
 
 /** Before enrollment: a server whose CA is pinned but which has issued us nothing yet. */
 export function pinnedClient(serverUrl: string, caPem: string): AgentClient {
-  return createClient(AgentService, createGrpcTransport({ baseUrl: serverUrl, nodeOptions: { ca: caPem } }));
+  return createClient(AgentService, grpcTransport({ baseUrl: serverUrl, nodeOptions: { ca: caPem } }));
 }
 
 /**
@@ -114,5 +114,5 @@ export function pinnedClient(serverUrl: string, caPem: string): AgentClient {
  * later call verifies the server against that CA.
  */
 export function unverifiedClient(serverUrl: string): AgentClient {
-  return createClient(AgentService, createGrpcTransport({ baseUrl: serverUrl, nodeOptions: { rejectUnauthorized: false } }));
+  return createClient(AgentService, grpcTransport({ baseUrl: serverUrl, nodeOptions: { rejectUnauthorized: false } }));
 }

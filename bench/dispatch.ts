@@ -15,7 +15,7 @@ import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { createClient, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { AdminService, JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { Liveness } from "../gen/proto/modelforge/common/v1/common_pb.js";
 import type { JobCancel } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
@@ -64,7 +64,7 @@ try {
   };
   const admin = createClient(
     AdminService,
-    createGrpcTransport({ baseUrl: front.url, nodeOptions: { ca: front.ca.certPem }, interceptors: [auth] }),
+    grpcTransport({ baseUrl: front.url, nodeOptions: { ca: front.ca.certPem }, interceptors: [auth] }),
   );
   const quiet = pino({ level: "warn" });
 

@@ -23,7 +23,7 @@ import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { createClient, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { buildCsrPem } from "../agent/pki/keys.js";
@@ -78,12 +78,9 @@ try {
     req.header.set("x-modelforge-admin-token", adminKey);
     return next(req);
   };
-  const admin = createClient(
-    AdminService,
-    createGrpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors: [auth] }),
-  );
+  const admin = createClient(AdminService, grpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors: [auth] }));
   const agents = Array.from({ length: CONNECTIONS }, () =>
-    createClient(AgentService, createGrpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem } })),
+    createClient(AgentService, grpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem } })),
   );
 
   let t0 = performance.now();

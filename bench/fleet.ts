@@ -25,7 +25,7 @@ import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentService, DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -71,8 +71,7 @@ children.add(serverChild);
 const server = new Rpc(serverChild, "server");
 await server.waitFor("ready");
 const info = await server.call<{ url: string; caPem: string; fingerprint: string }>("info");
-const transport = (interceptors: Interceptor[] = []) =>
-  createGrpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors });
+const transport = (interceptors: Interceptor[] = []) => grpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors });
 const admin = createClient(AdminService, transport([header("x-modelforge-admin-token", adminKey)]));
 type Admin = Client<typeof AdminService>;
 

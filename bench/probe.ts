@@ -21,7 +21,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import { createClient, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { AdminService, JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { JobCancel } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { EngineKind, ProbeInput, type JobLease } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -101,7 +101,7 @@ try {
   };
   const admin = createClient(
     AdminService,
-    createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.ca.certPem }, interceptors: [auth] }),
+    grpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.ca.certPem }, interceptors: [auth] }),
   );
   const log = pino({ level: "warn" });
   const leasedAt = new Map<string, number>();

@@ -19,7 +19,7 @@ import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { createClient, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { runCli } from "../cli/cli.js";
 import { createTestDatabase } from "../test/support/db.js";
@@ -106,10 +106,7 @@ try {
     req.header.set("x-modelforge-admin-token", adminKey);
     return next(req);
   };
-  const admin = createClient(
-    AdminService,
-    createGrpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors: [auth] }),
-  );
+  const admin = createClient(AdminService, grpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors: [auth] }));
 
   const rates: number[] = [];
   const floors: number[] = [];

@@ -2,7 +2,7 @@
 // certificate, and the operator API key sent in the admin header. Flags win over environment.
 import { readFileSync } from "node:fs";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { UsageError } from "./usage-error.js";
 
@@ -72,7 +72,7 @@ export function createAdminClient(config: ConnectionConfig): AdminClient {
   };
   return createClient(
     AdminService,
-    createGrpcTransport({
+    grpcTransport({
       baseUrl: config.server,
       nodeOptions: { ca: config.caPem },
       interceptors: [auth],

@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { create, type DescMessage, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { requestViolation } from "../server/edge/validate.js";
 import { defaultRules, fieldRules } from "../server/edge/field-rules.js";
 import {
@@ -248,7 +248,7 @@ describe("edge answers of a real server", () => {
     const st = await node.state();
     const roomy = createClient(
       AgentService,
-      createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem, cert: st.certPem, key: st.keyPem, maxSessionMemory: 64 } }),
+      grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem, cert: st.certPem, key: st.keyPem, maxSessionMemory: 64 } }),
     );
     expect(await refusal(roomy.heartbeat({ capabilities: junk }))).toMatch(
       /^(InvalidArgument: capabilities: has 256 entries|ResourceExhausted)/,

@@ -3,7 +3,7 @@
 // in a concurrent burst with a real CSR, held to the documented five.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { generateNodeKeyAndCsr } from "../agent/pki/keys.js";
 import { FailureLimiter, peerKey } from "../server/identity/enrollment/failure-limit.js";
@@ -103,7 +103,7 @@ describe("enrollment guessing against the real server", () => {
 
   // The connection's source address (any of 127/8 on loopback); net.connect takes it, the TLS types omit it.
   const clientFrom = (localAddress: string) =>
-    createClient(AgentService, createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem, ...({ localAddress } as object) } }));
+    createClient(AgentService, grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem, ...({ localAddress } as object) } }));
 
   it("refuses a guessing peer with resource_exhausted after a few, logs it briefly, and lets others and the penalty's end through", async () => {
     const { csrPem } = generateNodeKeyAndCsr("guesser");

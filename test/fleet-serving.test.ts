@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeploymentService, DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -128,7 +128,7 @@ beforeAll(async () => {
     return next(req);
   };
   forge = forgeAt(ts.url, ts.caPem, root, testAdminKey);
-  client = createClient(DeploymentService, createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem }, interceptors: [bearer] }));
+  client = createClient(DeploymentService, grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem }, interceptors: [bearer] }));
 }, 180_000);
 
 afterAll(async () => {

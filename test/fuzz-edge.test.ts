@@ -21,7 +21,7 @@ import {
   type Message,
 } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { startTestServer, testAdminKey, type TestServer } from "./support/server.js";
 import { enrollTestNode, type TestNode } from "./support/node.js";
 import { AsyncQueue } from "../common/queue.js";
@@ -416,7 +416,7 @@ describe("edge fuzzing from the descriptors", () => {
   it("answers every hostile Session message with a typed refusal and keeps the stream", async () => {
     const client = createClient(
       AgentService,
-      createGrpcTransport({
+      grpcTransport({
         baseUrl: ts.url,
         nodeOptions: { ca: ts.caPem, cert: (await node.state()).certPem, key: (await node.state()).keyPem },
       }),
@@ -511,10 +511,7 @@ describe("invoke payload fuzzing through a real agent and runtime", () => {
       req.header.set("authorization", `Bearer ${secret}`);
       return next(req);
     };
-    client = createClient(
-      DeploymentService,
-      createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem }, interceptors: [bearer] }),
-    );
+    client = createClient(DeploymentService, grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem }, interceptors: [bearer] }));
   }, 180_000);
   afterAll(async () => {
     await agent?.stop();

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { DeploymentService, DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind, type JobSpecSchema } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -176,7 +176,7 @@ describe("DeploymentService through a real agent", () => {
     const state = await node.state();
     const withCert = createClient(
       DeploymentService,
-      createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem, cert: state.certPem, key: state.keyPem } }),
+      grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem, cert: state.certPem, key: state.keyPem } }),
     );
     await expect(withCert.listDeployments({})).rejects.toMatchObject({ code: Code.PermissionDenied });
     const adminHeader = new grpc.Metadata();
@@ -202,13 +202,13 @@ describe("DeploymentService through a real agent", () => {
     };
     const admin = createClient(
       (await import("../gen/proto/modelforge/admin/v1/admin_pb.js")).AdminService,
-      createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem }, interceptors: [bearer] }),
+      grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem }, interceptors: [bearer] }),
     );
     await expect(admin.listNodes({})).rejects.toMatchObject({ code: Code.PermissionDenied });
     const state = await node.state();
     const agentSvc = createClient(
       (await import("../gen/proto/modelforge/agent/v1/agent_pb.js")).AgentService,
-      createGrpcTransport({
+      grpcTransport({
         baseUrl: ts.url,
         nodeOptions: { ca: ts.caPem, cert: state.certPem, key: state.keyPem },
         interceptors: [bearer],

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { PassThrough } from "node:stream";
 import { Code, createClient, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli } from "../cli/cli.js";
 import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
@@ -77,10 +77,7 @@ async function answer(name: string): Promise<{ text: string; revision: bigint }>
     req.header.set("authorization", `Bearer ${secret}`);
     return next(req);
   };
-  const client = createClient(
-    DeploymentService,
-    createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem }, interceptors: [bearer] }),
-  );
+  const client = createClient(DeploymentService, grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem }, interceptors: [bearer] }));
   const prompt = { prompt: "The quick brown fox", max_tokens: 12, temperature: 0 };
   const res = await client.invoke({ deploymentId: name, contentType: "application/json", payload: Buffer.from(JSON.stringify(prompt)) });
   const body = JSON.parse(Buffer.from(res.payload).toString("utf8")) as { choices: { text: string }[] };

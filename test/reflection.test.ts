@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import {
@@ -65,7 +65,7 @@ describe("server reflection", () => {
   });
 
   it("answers a file with its dependencies once per stream, and not-found for unknown symbols", async () => {
-    const client = createClient(ServerReflection, createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.caPem } }));
+    const client = createClient(ServerReflection, grpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.caPem } }));
     async function* questions() {
       yield create(ServerReflectionRequestSchema, {
         messageRequest: { case: "fileContainingSymbol", value: "modelforge.agent.v1.AgentService.Enroll" },
@@ -100,7 +100,7 @@ describe("server reflection", () => {
   });
 
   it("bounds each question: an over-long name is invalid_argument, an oversized message resource_exhausted", async () => {
-    const client = createClient(ServerReflectionAlpha, createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.caPem } }));
+    const client = createClient(ServerReflectionAlpha, grpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.caPem } }));
     const ask = async (value: string) => {
       async function* one() {
         yield { messageRequest: { case: "fileContainingSymbol" as const, value } };

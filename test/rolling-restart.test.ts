@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { codeName } from "../common/codes.js";
 import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -132,7 +132,7 @@ function startLoad(urls: readonly Promise<string>[]) {
     errors: [],
   };
   const clients = Promise.all(
-    urls.map(async (u) => createClient(DeploymentService, createGrpcTransport({ baseUrl: await u, nodeOptions: { ca: caPem() } }))),
+    urls.map(async (u) => createClient(DeploymentService, grpcTransport({ baseUrl: await u, nodeOptions: { ca: caPem() } }))),
   );
   let streaming = 0;
   let stopped = false;

@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../gen/proto/grpc/health/v1/health_pb.js";
 import { DeploymentService } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -53,7 +53,7 @@ function servingWithGrace(grace: string): void {
     agent = await spawnServingAgent(ts.admin, node, root);
     deploymentId = await serveTiny(ts.admin, { nodeId: node.nodeId, commit: "d".repeat(40), root, file: path, sha256: model.sha256 });
     headers = { authorization: `Bearer ${(await ts.admin.createServiceKey({ name: "svc", deployments: ["tiny"] })).secret}` };
-    deployments = createClient(DeploymentService, createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem } }));
+    deployments = createClient(DeploymentService, grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem } }));
   }, 180_000);
 
   afterAll(async () => {
@@ -77,7 +77,7 @@ describe("stop() with a streaming invoke in flight", () => {
     const openAiCall = () =>
       call(openAi, "/v1/completions", "application/json", { bytes: body.length, data: body }, { authorization: headers.authorization! });
     expect((await openAiCall()).code).toBe("ok");
-    const health = createClient(Health, createGrpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem } }));
+    const health = createClient(Health, grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem } }));
     const watching = new AbortController();
     const statuses: Status[] = [];
     const watched = (async () => {

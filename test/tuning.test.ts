@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { serverNodeFlags } from "../server/tuning.js";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../common/http2-sessions.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { resumingTls } from "../agent/transport.js";
 import { sessionTicketKeys, ticketEpochMs } from "../server/identity/pki/session-tickets.js";
@@ -46,7 +46,7 @@ async function heartbeatOnce(server: TestServer, caPem = server.caPem): Promise<
   let ticketed = false;
   const client = createClient(
     AgentService,
-    createGrpcTransport({
+    grpcTransport({
       baseUrl: server.url,
       nodeOptions: {
         createConnection: (authority: URL) => {

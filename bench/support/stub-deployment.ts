@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../../common/http2-sessions.js";
 import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -61,7 +61,7 @@ export async function startStubDeployment(step: (what: string) => void, stubArgs
   await server.waitFor("ready");
   const info = await server.call<{ url: string; caPem: string; fingerprint: string; pid: number }>("info");
   const transport = (interceptors: Interceptor[] = []) =>
-    createGrpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors });
+    grpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors });
   const admin = createClient(AdminService, transport([header("x-modelforge-admin-token", adminKey)]));
 
   const token = await admin.createEnrollmentToken({ nodeName: "bench" });

@@ -7,7 +7,7 @@
 // forwarded on).
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { SteadySessionManager, grpcTransport } from "../../common/http2-sessions.js";
 import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { Clock } from "../../common/clock.js";
 import { LookupCache } from "../../common/lookup-cache.js";
@@ -33,7 +33,7 @@ export interface ReplicaForwarderDeps {
 }
 
 export class ReplicaForwarder implements InvokeForwarder {
-  private readonly clients = new Map<string, { client: Client<typeof DeploymentService>; sessions: Http2SessionManager }>();
+  private readonly clients = new Map<string, { client: Client<typeof DeploymentService>; sessions: SteadySessionManager }>();
   private readonly holders: LookupCache<SessionHolder | undefined>;
 
   constructor(private readonly deps: ReplicaForwarderDeps) {
@@ -91,8 +91,8 @@ export class ReplicaForwarder implements InvokeForwarder {
     if (entry === undefined) {
       // One HTTP/2 connection per replica, kept while in use; TLS verified against the shared CA
       // and the replica URL's host name, like any client of the control plane.
-      const sessions = new Http2SessionManager(url, { pingIntervalMs: 15_000, idleConnectionTimeoutMs: 60_000 }, { ca: this.deps.caPem });
-      const transport = createGrpcTransport({ baseUrl: url, sessionManager: sessions });
+      const sessions = new SteadySessionManager(url, { pingIntervalMs: 15_000, idleConnectionTimeoutMs: 60_000 }, { ca: this.deps.caPem });
+      const transport = grpcTransport({ baseUrl: url, sessionManager: sessions });
       entry = { client: createClient(DeploymentService, transport), sessions };
       this.clients.set(url, entry);
     }

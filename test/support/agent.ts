@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { Writable } from "node:stream";
 import { pino } from "pino";
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../../common/http2-sessions.js";
 import type { JobCancel } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -182,6 +182,6 @@ export function adminClientAt(url: string, caPath: string, key: string): Client<
   };
   return createClient(
     AdminService,
-    createGrpcTransport({ baseUrl: url, nodeOptions: { ca: readFileSync(caPath, "utf8") }, interceptors: [auth] }),
+    grpcTransport({ baseUrl: url, nodeOptions: { ca: readFileSync(caPath, "utf8") }, interceptors: [auth] }),
   );
 }

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../../common/http2-sessions.js";
 import { loadConfig, type Config } from "../../server/config.js";
 import { createLogger } from "../../server/observability/logger.js";
 import { startServer, type RunningServer, type StartOptions } from "../../server/app.js";
@@ -56,7 +56,7 @@ export async function startTestServer(env: Record<string, string> = {}, options:
   });
   const server = await startServer(config, createLogger("debug", sink), options);
   const admin = createClient(AdminService, adminTransport(server.url, server.ca.certPem, testAdminKey));
-  const anonymousAgent = createClient(AgentService, createGrpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.ca.certPem } }));
+  const anonymousAgent = createClient(AgentService, grpcTransport({ baseUrl: server.url, nodeOptions: { ca: server.ca.certPem } }));
   let stopped = false;
   return {
     server,
@@ -89,7 +89,7 @@ export function adminTransport(url: string, caPem: string, key: string | undefin
     if (key !== undefined) req.header.set("x-modelforge-admin-token", key);
     return next(req);
   };
-  return createGrpcTransport({ baseUrl: url, nodeOptions: { ca: caPem }, interceptors: [auth] });
+  return grpcTransport({ baseUrl: url, nodeOptions: { ca: caPem }, interceptors: [auth] });
 }
 
 /**

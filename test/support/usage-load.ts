@@ -1,7 +1,7 @@
 // Service clients invoking "tiny" in a loop and noting what each answer said it used, so an
 // accounting drill can compare the usage the control plane recorded with what clients were given.
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { grpcTransport } from "../../common/http2-sessions.js";
 import type { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { UsageGrouping } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
@@ -26,7 +26,7 @@ export function serviceClient(url: string, caPem: string, key: () => string): Cl
     req.header.set("authorization", `Bearer ${key()}`);
     return next(req);
   };
-  return createClient(DeploymentService, createGrpcTransport({ baseUrl: url, nodeOptions: { ca: caPem }, interceptors: [auth] }));
+  return createClient(DeploymentService, grpcTransport({ baseUrl: url, nodeOptions: { ca: caPem }, interceptors: [auth] }));
 }
 
 /** A greedy completion of at most `max` tokens; a stream asks for its usage in the last chunk. */
