@@ -253,7 +253,6 @@ export class InvokeRelay {
     const session = this.deps.sessions.get(replica.nodeId);
     const invokeId = ++this.nextId;
     const answers = new AsyncQueue<InvokeAnswer>();
-    const stop = new AbortController();
     let finished = false;
     let began = false;
     const cancelOnNode = () => {
@@ -261,8 +260,7 @@ export class InvokeRelay {
     };
     const timeoutMs = Math.max(1, request.deadlineAt - this.deps.clock.now());
     // The deadline and the caller's going away end the wait here and the runtime's work there.
-    void this.deps.clock.sleep(timeoutMs, stop.signal).then(() => {
-      if (stop.signal.aborted) return;
+    const stopDeadline = this.deps.clock.after(timeoutMs, () => {
       cancelOnNode();
       answers.fail(new ConnectError(`deployment ${deployment.name} did not answer within ${timeoutMs} ms`, Code.DeadlineExceeded));
     });
@@ -310,7 +308,7 @@ export class InvokeRelay {
       // Ended early (an error, or the consumer stopped): the node's work ends too.
       if (!finished) cancelOnNode();
       finished = true;
-      stop.abort(finishedReason);
+      stopDeadline();
       forgetCaller();
       this.pending.delete(invokeId);
       this.inFlight.release(key);
@@ -422,9 +420,6 @@ function invokeMessage(
     },
   });
 }
-
-/** Why a request's deadline timer is stopped: one reason for all, since abort() makes a DOMException each time. */
-const finishedReason = new Error("the request finished");
 
 function cancelMessage(invokeId: bigint): SessionResponse {
   return create(SessionResponseSchema, { message: { case: "invokeCancel", value: { invokeId } } });

@@ -43,8 +43,8 @@ export interface OpenAiDeps {
 }
 
 /**
- * Why a request's signal aborts once its response closed (every request's does, answered or not):
- * one AbortError for all, since abort() without a reason makes a DOMException each time.
+ * Why a request's signal aborts when its response closed before it was all written (the client
+ * went away): one AbortError for all, since abort() without a reason makes a DOMException each time.
  */
 const callerGone = new DOMException("the response closed", "AbortError");
 
@@ -66,7 +66,11 @@ export function openAiFrontDoor(deps: OpenAiDeps): FrontDoor {
     if (!isOpenAiPath(req.url)) return false;
     res.setHeader("x-request-id", correlationId);
     const caller = new AbortController();
-    res.once("close", () => caller.abort(callerGone));
+    // Not after a whole answer: the relay has let go of the signal by then, and an abort builds
+    // and dispatches an Event for nobody.
+    res.once("close", () => {
+      if (!res.writableFinished) caller.abort(callerGone);
+    });
     serve(deps, req, res, correlationId, caller.signal).then(
       (failure) => {
         if (failure !== undefined) fail(deps.log, req, res, correlationId, failure);
