@@ -78,8 +78,8 @@ export class ManualClock implements Clock {
     this.current += ms;
     const due = [...this.sleepers].filter((s) => s.at <= this.current).sort((a, b) => a.at - b.at);
     for (const s of due) {
-      this.sleepers.delete(s);
-      s.wake();
+      // One woken before it may have cancelled it (`after`'s promise): skip it then.
+      if (this.sleepers.delete(s)) s.wake();
     }
   }
 
