@@ -99,6 +99,10 @@ export class DeploymentController {
 
   /** Passes over one deployment until nothing more happens at once (a few moves at most). */
   async reconcile(deploymentId: string): Promise<void> {
+    // A change made outside a pass (a node's Hello found its runtime lost) is stored as the state
+    // before this pass starts a step: a node could otherwise finish that step while the
+    // deployment still reads as it was (READY while its only replica reloads).
+    if (await this.refreshState(deploymentId)) this.changed(deploymentId);
     const d = await this.deps.prisma.deployment.findUnique({ where: { id: deploymentId }, include: { instances: true } });
     if (d === null) return;
     await this.reconcileRow(d);

@@ -21,18 +21,20 @@ beforeAll(async () => {
   });
 }, 60_000);
 
-/** A controller whose jobs are never created: these passes must not start any step. */
-function controller() {
+type CreateJob = ConstructorParameters<typeof DeploymentController>[0]["jobs"]["createJob"];
+
+/** A controller whose jobs, by default, are never created: those passes must not start any step. */
+function controller(
+  createJob: CreateJob = () => {
+    throw new Error("no step may start here");
+  },
+) {
   const changed: string[] = [];
   const c = new DeploymentController({
     prisma: t.db.prisma,
     clock: new ManualClock(Date.parse("2026-12-02T00:00:00Z")),
     log: pino({ level: "silent" }),
-    jobs: {
-      createJob: () => {
-        throw new Error("no step may start here");
-      },
-    },
+    jobs: { createJob },
     announce: (id) => changed.push(`announce ${id}`),
   });
   c.onChange((id) => changed.push(`local ${id}`));
@@ -77,5 +79,30 @@ describe("an explicit reconcile settles the deployment's state", () => {
     await c.reconcile(id);
     expect(await t.db.prisma.deployment.findUniqueOrThrow({ where: { id } })).toEqual(before);
     expect(changed).toEqual([]);
+  });
+});
+
+// A node's Hello that finds a ready replica's runtime gone moves the replica to loading outside any
+// pass, then kicks a reconcile. Seen in CI: that pass sent the load before it stored the state, the
+// agent loaded at once, and a caller saw the deployment READY while its only replica was loading.
+describe("a reconcile after an outside change", () => {
+  it("stores the state the change implies before it starts any step on a node", async () => {
+    const id = randomUUID();
+    const commit = randomUUID().replaceAll("-", "");
+    await t.db.prisma.deployment.create({
+      data: { id, name: `d-${id.slice(0, 8)}`, nodeId, state: "ready", repository: "r", commit, runtimeProfile: "p" },
+    });
+    await t.db.prisma.storedArtifact.create({ data: { repository: "r", commit, path: "m.gguf", sizeBytes: 1n, sha256: "0".repeat(64) } });
+    // As reconcileHeld leaves it: loading, its load step not yet started.
+    await t.db.prisma.deploymentInstance.create({
+      data: { deploymentId: id, revision: 1n, nodeId, runtimeProfile: "p", repository: "r", commit, phase: "loading", step: "load" },
+    });
+    const stateWhenSent: string[] = [];
+    const { c } = controller(async (input) => {
+      stateWhenSent.push((await t.db.prisma.deployment.findUniqueOrThrow({ where: { id } })).state);
+      return { id: input.id ?? randomUUID() };
+    });
+    await c.reconcile(id);
+    expect(stateWhenSent).toEqual(["loading"]);
   });
 });
