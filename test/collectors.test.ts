@@ -15,6 +15,7 @@ import {
   type Inventory,
   type NvidiaSmiInventoryRow,
 } from "../agent/collectors/inventory.js";
+import { findOnPath } from "../agent/collectors/nvidia-smi.js";
 import { collectTelemetry, parseNvidiaSmiTelemetry, type NvidiaSmiTelemetryRow } from "../agent/collectors/telemetry.js";
 
 const MIB = 1024n * 1024n;
@@ -280,8 +281,19 @@ function expectHostFacts(inv: Inventory): void {
   }
 }
 
+describe("findOnPath", () => {
+  it("finds nvidia-smi where a spawn would, without starting one", async () => {
+    const fake = [FAKE_BIN_DIR, savedEnv.PATH ?? ""].join(path.delimiter);
+    expect(await findOnPath("nvidia-smi", fake)).toBe(path.join(FAKE_BIN_DIR, "nvidia-smi"));
+    expect(await findOnPath("nvidia-smi", pathWithoutNvidiaSmi())).toBeUndefined();
+    expect(await findOnPath("nvidia-smi", "")).toBeUndefined();
+    expect(await findOnPath("/opt/nvidia/bin/nvidia-smi", "")).toBe("/opt/nvidia/bin/nvidia-smi");
+    expect(await findOnPath("nvidia-smi", undefined)).toBe("nvidia-smi");
+  });
+});
+
 describe("collectInventory", () => {
-  it("reads the OS's and the CPU's facts once (systeminformation blocks the event loop for them), the rest every time", async () => {
+  it("reads the OS's and the CPU's facts once and mounts without fsSize (systeminformation blocks the event loop for them), the rest every time", async () => {
     useFakeNvidiaSmi(await scenario());
     await collectInventory();
     const osInfo = vi.spyOn(si, "osInfo");
@@ -289,7 +301,13 @@ describe("collectInventory", () => {
     const fsSize = vi.spyOn(si, "fsSize");
     try {
       const [first, second] = [await collectInventory(), await collectInventory()];
-      expect([osInfo.mock.calls.length, cpu.mock.calls.length, fsSize.mock.calls.length]).toEqual([0, 0, 2]);
+      // Mounts come from /proc/mounts and statfs on Linux (agent/collectors/mounts.ts), not fsSize's execSync.
+      expect([osInfo.mock.calls.length, cpu.mock.calls.length, fsSize.mock.calls.length]).toEqual([
+        0,
+        0,
+        process.platform === "linux" ? 0 : 2,
+      ]);
+      expect(second.host.disks.some((d) => d.mount === "/" && d.sizeBytes > 0n)).toBe(true);
       expect(second.host).toEqual(first.host);
       expectHostFacts(second);
     } finally {

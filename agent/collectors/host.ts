@@ -1,4 +1,4 @@
-// Host facts and usage from systeminformation, with node:os fallbacks.
+// Host facts and usage from systeminformation (mounts from ./mounts.ts), with node:os fallbacks.
 //
 // systeminformation resolves with placeholder values ("unknown", 0, []) rather than rejecting when
 // it cannot read something; we still guard against rejections so one failing probe cannot fail a
@@ -6,6 +6,7 @@
 
 import os from "node:os";
 import si from "systeminformation";
+import { readFsUsage, type FsUsage } from "./mounts.js";
 import { create } from "@bufbuild/protobuf";
 import {
   DiskSchema,
@@ -74,10 +75,7 @@ export async function collectHostInfo(): Promise<HostInfo> {
       () => si.mem(),
       () => undefined,
     ),
-    orFallback(
-      () => si.fsSize(),
-      () => [],
-    ),
+    readFsUsage(),
   ]);
   return create(HostInfoSchema, {
     hostname: os.hostname() || known(osData?.hostname),
@@ -103,23 +101,16 @@ function cpuModel(cpu: { manufacturer: string; brand: string } | undefined): str
   return joined || (os.cpus()[0]?.model.trim() ?? "");
 }
 
-interface FsEntry {
-  mount: string;
-  type: string;
-  size: number;
-  used: number;
-}
-
 /** One entry per mount point, sorted by mount point. */
-function byMount(entries: readonly FsEntry[]): FsEntry[] {
-  const seen = new Map<string, FsEntry>();
+function byMount(entries: readonly FsUsage[]): FsUsage[] {
+  const seen = new Map<string, FsUsage>();
   for (const e of entries) {
     if (e.mount && !seen.has(e.mount)) seen.set(e.mount, e);
   }
   return [...seen.values()].sort((a, b) => (a.mount < b.mount ? -1 : a.mount > b.mount ? 1 : 0));
 }
 
-function disksOf(entries: readonly FsEntry[]): Disk[] {
+function disksOf(entries: readonly FsUsage[]): Disk[] {
   return byMount(entries).map((e) => create(DiskSchema, { mount: e.mount, filesystem: e.type, sizeBytes: toUint64(e.size) }));
 }
 
@@ -140,11 +131,7 @@ export async function collectMemoryUsage(): Promise<MemoryUsage> {
 }
 
 export async function collectMountUsage(): Promise<MountUsage[]> {
-  const fsData = await orFallback(
-    () => si.fsSize(),
-    () => [],
-  );
-  return byMount(fsData).map((e) =>
+  return byMount(await readFsUsage()).map((e) =>
     create(MountUsageSchema, {
       mount: e.mount,
       sizeBytes: toUint64(e.size),

@@ -6,6 +6,9 @@
 // tested without a GPU; the runner looks the binary up on PATH so tests can put a fake in front.
 
 import { execFile, type ExecFileException } from "node:child_process";
+import { constants } from "node:fs";
+import { access } from "node:fs/promises";
+import { delimiter, resolve } from "node:path";
 
 /** How long one nvidia-smi invocation may take before it is killed. */
 export const DEFAULT_NVIDIA_SMI_TIMEOUT_MS = 10_000;
@@ -238,15 +241,37 @@ export interface RunNvidiaSmiOptions {
   command?: string;
 }
 
+/**
+ * Where a spawn of `command` would find it: `command` itself when it names a path or PATH is
+ * unset (the spawn decides), the first PATH directory holding it executable, else undefined.
+ * Looked up with async access(2) because a CPU-only node asks every telemetry round, and a spawn
+ * that fails to find the binary still forks the agent, on its event loop.
+ */
+export async function findOnPath(command: string, pathVar: string | undefined): Promise<string | undefined> {
+  if (command.includes("/") || pathVar === undefined) return command;
+  for (const dir of pathVar.split(delimiter)) {
+    const candidate = resolve(dir === "" ? "." : dir, command);
+    try {
+      await access(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // Not here: the next directory.
+    }
+  }
+  return undefined;
+}
+
 /** Runs nvidia-smi with `args`. Never rejects. */
-export function runNvidiaSmi(args: readonly string[], options: RunNvidiaSmiOptions = {}): Promise<NvidiaSmiRun> {
+export async function runNvidiaSmi(args: readonly string[], options: RunNvidiaSmiOptions = {}): Promise<NvidiaSmiRun> {
   const command = options.command ?? NVIDIA_SMI_COMMAND;
   const timeoutMs = options.timeoutMs ?? DEFAULT_NVIDIA_SMI_TIMEOUT_MS;
+  const found = await findOnPath(command, process.env.PATH);
+  if (found === undefined) return { kind: "not-found" };
   return new Promise((resolve) => {
     let child: ReturnType<typeof execFile>;
     try {
       child = execFile(
-        command,
+        found,
         [...args],
         {
           encoding: "utf8",
