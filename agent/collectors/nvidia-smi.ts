@@ -8,7 +8,7 @@
 import { execFile, type ExecFileException } from "node:child_process";
 import { constants } from "node:fs";
 import { access } from "node:fs/promises";
-import { delimiter, resolve } from "node:path";
+import { delimiter, resolve as resolvePath } from "node:path";
 
 /** How long one nvidia-smi invocation may take before it is killed. */
 export const DEFAULT_NVIDIA_SMI_TIMEOUT_MS = 10_000;
@@ -250,7 +250,7 @@ export interface RunNvidiaSmiOptions {
 export async function findOnPath(command: string, pathVar: string | undefined): Promise<string | undefined> {
   if (command.includes("/") || pathVar === undefined) return command;
   for (const dir of pathVar.split(delimiter)) {
-    const candidate = resolve(dir === "" ? "." : dir, command);
+    const candidate = resolvePath(dir === "" ? "." : dir, command);
     try {
       await access(candidate, constants.X_OK);
       return candidate;
