@@ -61,7 +61,9 @@ describe.skipIf(testBackend() !== "postgres")("deployment locks", () => {
     // Another control plane's placement: the deployment's row first, as the controller's own does.
     await placing.query("BEGIN");
     await placing.query(`SELECT id FROM "Deployment" WHERE id = $1::uuid FOR UPDATE`, [id]);
-    const pass = controller.reconcile(id);
+    // The sweep's pass, which plans from the rows it read before any lock (an explicit reconcile
+    // settles the state first, under the deployment's row, so its pass would read after the placement).
+    const pass = controller.sweep();
     const waiting = async () =>
       (
         await placing.query<{ n: number }>(
