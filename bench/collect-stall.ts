@@ -2,7 +2,7 @@
 // each telemetry round takes them) holds the agent's event loop: the longest event-loop delay seen
 // during a round, over ROUNDS rounds, in a process holding BALLAST_MIB of heap (a fork's cost grows
 // with the parent's memory, and an agent relaying requests holds buffers). The floor, measured in
-// the same run: the longest delay over a round that only waits (a timer of the same length), so a
+// the same run: the longest delay over a round that only waits (a 5 ms timer, then the same 20 ms), so a
 // figure can be judged as a ratio on another machine. Run it twice, idle and with both cores busy
 // (e.g. two `sha256sum /dev/zero`): a synchronous spawn waits for its child to be scheduled, so the
 // busy machine is where a stall shows.
