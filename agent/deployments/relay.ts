@@ -57,7 +57,7 @@ export class DeploymentRelay {
     }
   }
 
-  /** Not awaited: answers go out in order on the stream. False when the session has closed. */
+  /** Not awaited: log lines go out in order on the stream. False when the session has closed. */
   private send(link: SessionLink, message: SessionMessage): Promise<boolean> {
     return link.send(message).then(
       () => true,
@@ -68,8 +68,9 @@ export class DeploymentRelay {
   private async invoke(start: InvokeStart, link: SessionLink): Promise<void> {
     const id = start.invokeId;
     const spec = start.invoke;
+    // Answers are told, not sent: the server would only acknowledge them, and nothing here waits on that.
     const fail = (code: string, message: string) =>
-      void this.send(link, { case: "invokeAnswer", value: { invokeId: id, done: true, error: { code, message } } });
+      void link.tell({ case: "invokeAnswer", value: { invokeId: id, done: true, error: { code, message } } });
     if (spec === undefined) return fail("invalid_argument", "the invoke names no request");
     const held = this.host.forInvoke(spec);
     if (held === undefined) return fail("unavailable", notHeld(spec));
@@ -102,7 +103,7 @@ export class DeploymentRelay {
     }, timeoutMs);
     const signal = controller.signal;
     const answer = (payload: Uint8Array, done: boolean) =>
-      void this.send(link, {
+      void link.tell({
         case: "invokeAnswer",
         value: { invokeId: id, contentType: "application/json", payload, done, revision: held.revision },
       });

@@ -10,9 +10,12 @@ import type {
 
 export type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 
-/** The open session as the relay uses it: send one message, resolved when the server acknowledged it. */
+/** The open session as the relay uses it. */
 export interface RelayLink {
+  /** One message, resolved when the server acknowledged it. */
   send(message: SessionMessage): Promise<unknown>;
+  /** One message the server does not acknowledge (an invoke answer); false when the session has closed. */
+  tell(message: SessionMessage): boolean;
 }
 
 export interface SessionDeployments {

@@ -156,6 +156,17 @@ function sameHello(node: Node, said: Pick<Node, "agentVersion" | "protocolVersio
   );
 }
 
+/** The last answer to an invoke whose own answer the edge refused: the node's fault, so internal to the caller. */
+function refusedAnswer(invokeId: bigint, refusal: Result): SessionRequest {
+  const reason = refusal.case === "error" ? refusal.value.message : "refused";
+  return create(SessionRequestSchema, {
+    message: {
+      case: "invokeAnswer",
+      value: { invokeId, done: true, error: { code: "internal", message: `the node's answer was refused: ${reason}` } },
+    },
+  });
+}
+
 function replyTo(messageId: bigint, result: Result): SessionResponse {
   return create(SessionResponseSchema, { message: { case: "reply", value: create(ReplySchema, { messageId, result }) } });
 }
@@ -325,11 +336,21 @@ export class AgentSession implements LiveSession {
     this.sink.send(replyTo(messageId, { case: "heartbeat", value: create(HeartbeatResponseSchema, { serverTime: timestampNow() }) }));
   }
 
-  /** An invoke answer or log lines: checked at the edge like every message, handed on, acknowledged. */
+  /**
+   * An invoke answer or log lines: checked at the edge like every message, handed on, and
+   * acknowledged unless numbered 0 (no reply wanted). A refused answer fails its request at once:
+   * an agent that wants no reply never hears of the refusal, and the caller would wait out its deadline.
+   */
   private relayed(message: SessionRequest): void {
     const invalid = requestViolation(SessionRequestSchema, message);
-    if (invalid !== undefined) return this.sink.send(replyTo(message.messageId, this.refusal(message, invalid)));
+    if (invalid !== undefined) {
+      const refusal = this.refusal(message, invalid);
+      if (message.message.case === "invokeAnswer") this.deps.relay?.fromAgent(this, refusedAnswer(message.message.value.invokeId, refusal));
+      if (message.messageId !== 0n) this.sink.send(replyTo(message.messageId, refusal));
+      return;
+    }
     this.deps.relay?.fromAgent(this, message);
+    if (message.messageId === 0n) return;
     if (this.sink.sendEncoded !== undefined) return this.sink.sendEncoded(emptyReplyBytes(message.messageId));
     this.sink.send(replyTo(message.messageId, { case: undefined }));
   }

@@ -1135,6 +1135,8 @@ export const WelcomeSchema: GenMessage<Welcome> = /*@__PURE__*/
 export type SessionRequest = Message<"modelforge.agent.v1.SessionRequest"> & {
   /**
    * Chosen by the agent; the server's Reply carries it back so the agent can match answers.
+   * 0 on an invoke_answer or log_lines asks for no Reply: the server answers them with nothing
+   * but an acknowledgement, which cost a stream as much per chunk as the chunk itself.
    *
    * @generated from field: uint64 message_id = 1;
    */
@@ -1203,7 +1205,8 @@ export type SessionRequest = Message<"modelforge.agent.v1.SessionRequest"> & {
     case: "jobFail";
   } | {
     /**
-     * Part or all of the answer to a relayed invoke. The server's Reply carries no result.
+     * Part or all of the answer to a relayed invoke. The server's Reply carries no result; one the
+     * server refuses fails the request it answers.
      *
      * @generated from field: modelforge.agent.v1.InvokeAnswer invoke_answer = 9;
      */
