@@ -13,8 +13,9 @@
 //     BENCH_STREAM_CONCURRENCY at once: tokens/s through the API over tokens/s direct, and the time
 //     to the first token, added at p99.
 // Beside them, the CPU ms per request of the control plane, the agent and this client in the open
-// loop (the figure a busy machine moves least); before the runs, `openssl speed -seconds 3
-// rsa2048`'s sign time; the load average per run.
+// loop, and the write system calls per request of the control plane and the agent (a count: the
+// figure a busy machine does not move); the same per chunk for the API's streams; before the runs,
+// `openssl speed -seconds 3 rsa2048`'s sign time; the load average per run.
 //
 //   npx tsx bench/openai.ts    BENCH_RUNS=3 BENCH_RATE=1000 BENCH_SECONDS=5 BENCH_SWEEP=100,250,500,750,1000,1500,2000
 //                              BENCH_SWEEP_SECONDS=2 BENCH_STREAMS=160 BENCH_CHUNKS=100 BENCH_PACE_MS=5
@@ -24,7 +25,7 @@
 import { cpus, loadavg } from "node:os";
 import { Agent, request } from "undici";
 import { openLoop } from "./support/open-loop.js";
-import { ms, numParam, param, processCpuMs, rsaSignMs, summarize, type Summary } from "./support/stats.js";
+import { ms, numParam, param, processCpuMs, processWrites, rsaSignMs, summarize, type Summary } from "./support/stats.js";
 import { startStubDeployment } from "./support/stub-deployment.js";
 
 const runs = numParam("BENCH_RUNS", 3);
@@ -133,6 +134,10 @@ interface Run {
   api: Fixed;
   /** CPU ms per request through the API: the control plane's, the agent's, this client's. */
   cpu: number[];
+  /** Write system calls per request through the API: the control plane's, the agent's. */
+  writes: number[];
+  /** Per chunk of the API's streams: CPU ms of the control plane and the agent, then their write calls. */
+  perChunk: number[];
   most: number;
   steps: string[];
   ratio: number;
@@ -148,20 +153,28 @@ async function oneRun(): Promise<Run> {
   const d = await fixedRate(direct, rate, seconds);
   // What each request through the API costs the control plane and the agent: the load-independent figure.
   const cpuNow = () => [processCpuMs(setup.pids.server), processCpuMs(setup.pids.agent), processCpuMs(process.pid)];
-  const cpu0 = cpuNow();
+  const writesNow = () => [processWrites(setup.pids.server), processWrites(setup.pids.agent)];
+  const [cpu0, writes0] = [cpuNow(), writesNow()];
   const from = monotonicUs();
   const a = await fixedRate(api, rate, seconds);
   const cpu = cpuNow().map((c, i) => (c - cpu0[i]!) / (rate * seconds));
+  const writes = writesNow().map((w, i) => (w - writes0[i]!) / (rate * seconds));
   // The window to read the processes' CPU profiles in (bench/support/read-profile.ts).
   if (process.env.BENCH_CPU_PROF) step(`API open loop: monotonic µs ${from}-${monotonicUs()}`);
   const { most, steps } = await sweep();
   const sd = await streaming(direct);
+  const [streamCpu0, streamWrites0] = [cpuNow(), writesNow()];
   const sa = await streaming(api);
+  const [streamCpu1, streamWrites1] = [cpuNow(), writesNow()];
+  const perChunk = [0, 1].map((i) => (streamCpu1[i]! - streamCpu0[i]!) / (streams * chunks));
+  perChunk.push(...[0, 1].map((i) => (streamWrites1[i]! - streamWrites0[i]!) / (streams * chunks)));
   const ratio = sa.tokensPerSecond / sd.tokensPerSecond;
-  return { direct: d, api: a, cpu, most, steps, ratio, ttftDirect: sd.ttft, ttftApi: sa.ttft, load: loadavg()[0]! };
+  return { direct: d, api: a, cpu, writes, perChunk, most, steps, ratio, ttftDirect: sd.ttft, ttftApi: sa.ttft, load: loadavg()[0]! };
 }
 
 const monotonicUs = () => process.hrtime.bigint() / 1000n;
+const count = (v: number) => v.toFixed(2);
+const ms3 = (v: number) => v.toFixed(3);
 const pcts = (s: Summary) => `${ms(s.p50)}/${ms(s.p95)}/${ms(s.p99)}`;
 const added = (r: Run, p: "p50" | "p95" | "p99") => r.api.summary[p] - r.direct.summary[p];
 const spread = (xs: number[], f = ms) => {
@@ -176,7 +189,9 @@ function report(all: Run[], loadBefore: number[]): string {
       `(${r.direct.failed + r.api.failed} failed${r.api.firstError ? `: ${r.api.firstError}` : ""});`,
       `added ${ms(added(r, "p50"))}/${ms(added(r, "p95"))}/${ms(added(r, "p99"))} ms;`,
       `CPU per request: control plane ${ms(r.cpu[0]!)} ms, agent ${ms(r.cpu[1]!)} ms, client ${ms(r.cpu[2]!)} ms;`,
+      `writes per request: control plane ${r.writes[0]!.toFixed(2)}, agent ${r.writes[1]!.toFixed(2)};`,
       `sweep ${r.steps.join(", ")}; streams ${ms(r.ratio)} of direct tokens/s,`,
+      `per chunk: CPU control plane ${ms(r.perChunk[0]!)} ms, agent ${ms(r.perChunk[1]!)} ms, writes ${r.perChunk[2]!.toFixed(2)} and ${r.perChunk[3]!.toFixed(2)};`,
       `TTFT p99 direct ${ms(r.ttftDirect.p99)} API ${ms(r.ttftApi.p99)} ms; load ${r.load.toFixed(1)}`,
     ].join(" "),
   );
@@ -189,6 +204,8 @@ function report(all: Run[], loadBefore: number[]): string {
     `added at ${rate}/s, median (range) of runs: p50 ${each((r) => added(r, "p50"))} ms, p95 ${each((r) => added(r, "p95"))} ms, p99 ${each((r) => added(r, "p99"))} ms (target p99 <= ${addedP99Target})`,
     `direct (the floor) p50 ${each((r) => r.direct.summary.p50)}, p99 ${each((r) => r.direct.summary.p99)} ms`,
     `CPU ms per request through the API: control plane ${each((r) => r.cpu[0]!)}, agent ${each((r) => r.cpu[1]!)}, this client ${each((r) => r.cpu[2]!)}`,
+    `write system calls per request: control plane ${each((r) => r.writes[0]!, count)}, agent ${each((r) => r.writes[1]!, count)}`,
+    `per stream chunk through the API: CPU ms control plane ${each((r) => r.perChunk[0]!, ms3)}, agent ${each((r) => r.perChunk[1]!, ms3)}; writes control plane ${each((r) => r.perChunk[2]!, count)}, agent ${each((r) => r.perChunk[3]!, count)}`,
     `most requests/s at added p99 <= ${addedP99Target} ms: ${each(
       (r) => r.most,
       (v) => (v === 0 ? `under ${sweepRates[0]}` : String(v)),

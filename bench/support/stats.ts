@@ -171,3 +171,17 @@ export function processCpuMs(pid: number): number {
     return Number.NaN;
   }
 }
+
+/**
+ * Write system calls a process has made so far (syscw in /proc/<pid>/io); NaN where there is none.
+ * A count, not a time: it does not move with the machine's load, so a change to what crosses the
+ * processes shows in it when the latencies are lost in a busy machine's noise.
+ */
+export function processWrites(pid: number): number {
+  try {
+    const io = readFileSync(`/proc/${pid}/io`, "utf8");
+    return Number(/^syscw: (\d+)$/m.exec(io)?.[1] ?? Number.NaN);
+  } catch {
+    return Number.NaN;
+  }
+}
