@@ -1,5 +1,5 @@
 // What the invoke path answers from its caches while the database is away: the rule (table), the
-// cache over a manual clock, and service keys over the real test database and an unreachable one:
+// cache over a manual clock (and its shared reads), and service keys over the real test database and an unreachable one:
 // a key read within MODELFORGE_SERVICE_KEY_OUTAGE_TRUST is accepted, one read longer ago is not,
 // 0 fails closed, and a revocation while the database is up still takes effect at once.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -107,6 +107,80 @@ describe("LookupCache with stale answers", () => {
     expect(stale.known()).toBe(true);
     expect(heard).toEqual([unreachable]);
     expect(staleWhileDatabaseAway(60_000).unreachable(new Error("other"))).toBe(false);
+  });
+});
+
+describe("LookupCache: reads in progress", () => {
+  /** A source whose reads wait until the test lets each one finish. */
+  const setup = () => {
+    const clock = new ManualClock(0);
+    const cache = new LookupCache<string>(clock, 1_000);
+    let version = "v1";
+    const reads: { finish(fail?: Error): void }[] = [];
+    const get = (key: string) =>
+      cache.get(
+        key,
+        () =>
+          new Promise<string>((resolve, reject) => {
+            const read = `${key}:${version}@${clock.now()}`;
+            reads.push({ finish: (fail) => (fail ? reject(fail) : resolve(read)) });
+          }),
+      );
+    return { clock, cache, get, reads, publish: (v: string) => (version = v) };
+  };
+
+  it("shares one read among the callers of a key not held, and of one expired", async () => {
+    const s = setup();
+    const both = Promise.all([s.get("a"), s.get("a")]);
+    expect(s.reads).toHaveLength(1);
+    s.reads[0]!.finish();
+    expect(await both).toEqual(["a:v1@0", "a:v1@0"]);
+    s.clock.advance(1_000);
+    const burst = Promise.all([s.get("a"), s.get("a"), s.get("a")]);
+    expect(s.reads).toHaveLength(2);
+    s.reads[1]!.finish();
+    expect(await burst).toEqual(["a:v1@1000", "a:v1@1000", "a:v1@1000"]);
+    expect(await s.get("a")).toBe("a:v1@1000");
+    expect(s.reads).toHaveLength(2);
+  });
+
+  it("a failed read fails every caller sharing it, and is not kept", async () => {
+    const s = setup();
+    const both = Promise.allSettled([s.get("a"), s.get("a")]);
+    const broken = new Error("column does not exist");
+    s.reads[0]!.finish(broken);
+    expect((await both).map((r) => r.status)).toEqual(["rejected", "rejected"]);
+    const again = s.get("a");
+    expect(s.reads).toHaveLength(2);
+    s.reads[1]!.finish();
+    expect(await again).toBe("a:v1@0");
+  });
+
+  it("keeps nothing a read begun before a deletion returns, and does not share that read after it", async () => {
+    const s = setup();
+    const before = s.get("a"); // a read in progress...
+    s.cache.delete("a"); // ...when a change drops the key
+    s.publish("v2");
+    const after = s.get("a");
+    expect(s.reads).toHaveLength(2);
+    s.reads[0]!.finish(); // the old read ends: its caller gets v1, and v1 is not stored
+    expect(await before).toBe("a:v1@0");
+    s.reads[1]!.finish();
+    expect(await after).toBe("a:v2@0");
+    expect(await s.get("a")).toBe("a:v2@0");
+    expect(s.reads).toHaveLength(2);
+  });
+
+  it("a routing change dropping other keys also stops reads in progress from being kept", async () => {
+    const s = setup();
+    const before = s.get("b");
+    s.cache.deleteWhere((key) => key === "a");
+    s.reads[0]!.finish();
+    await before;
+    const after = s.get("b");
+    expect(s.reads).toHaveLength(2);
+    s.reads[1]!.finish();
+    expect(await after).toBe("b:v1@0");
   });
 });
 
