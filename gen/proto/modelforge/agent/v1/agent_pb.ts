@@ -1136,7 +1136,7 @@ export type SessionRequest = Message<"modelforge.agent.v1.SessionRequest"> & {
   /**
    * Chosen by the agent; the server's Reply carries it back so the agent can match answers.
    * 0 on an invoke_answer or log_lines asks for no Reply: the server answers them with nothing
-   * but an acknowledgement, which cost a stream as much per chunk as the chunk itself.
+   * but an acknowledgement, which cost both sides about a third of what each stream chunk did.
    *
    * @generated from field: uint64 message_id = 1;
    */
