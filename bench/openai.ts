@@ -166,8 +166,8 @@ async function oneRun(): Promise<Run> {
   const [streamCpu0, streamWrites0] = [cpuNow(), writesNow()];
   const sa = await streaming(api);
   const [streamCpu1, streamWrites1] = [cpuNow(), writesNow()];
-  const perChunk = [0, 1].map((i) => (streamCpu1[i]! - streamCpu0[i]!) / (streams * chunks));
-  perChunk.push(...[0, 1].map((i) => (streamWrites1[i]! - streamWrites0[i]!) / (streams * chunks)));
+  const delta = (after: number[], before: number[]) => [0, 1].map((i) => (after[i]! - before[i]!) / (streams * chunks));
+  const perChunk = [...delta(streamCpu1, streamCpu0), ...delta(streamWrites1, streamWrites0)];
   const ratio = sa.tokensPerSecond / sd.tokensPerSecond;
   return { direct: d, api: a, cpu, writes, perChunk, most, steps, ratio, ttftDirect: sd.ttft, ttftApi: sa.ttft, load: loadavg()[0]! };
 }
@@ -189,9 +189,9 @@ function report(all: Run[], loadBefore: number[]): string {
       `(${r.direct.failed + r.api.failed} failed${r.api.firstError ? `: ${r.api.firstError}` : ""});`,
       `added ${ms(added(r, "p50"))}/${ms(added(r, "p95"))}/${ms(added(r, "p99"))} ms;`,
       `CPU per request: control plane ${ms(r.cpu[0]!)} ms, agent ${ms(r.cpu[1]!)} ms, client ${ms(r.cpu[2]!)} ms;`,
-      `writes per request: control plane ${r.writes[0]!.toFixed(2)}, agent ${r.writes[1]!.toFixed(2)};`,
+      `writes per request: control plane ${count(r.writes[0]!)}, agent ${count(r.writes[1]!)};`,
       `sweep ${r.steps.join(", ")}; streams ${ms(r.ratio)} of direct tokens/s,`,
-      `per chunk: CPU control plane ${ms(r.perChunk[0]!)} ms, agent ${ms(r.perChunk[1]!)} ms, writes ${r.perChunk[2]!.toFixed(2)} and ${r.perChunk[3]!.toFixed(2)};`,
+      `per chunk: CPU control plane ${ms(r.perChunk[0]!)} ms, agent ${ms(r.perChunk[1]!)} ms, writes ${count(r.perChunk[2]!)} and ${count(r.perChunk[3]!)};`,
       `TTFT p99 direct ${ms(r.ttftDirect.p99)} API ${ms(r.ttftApi.p99)} ms; load ${r.load.toFixed(1)}`,
     ].join(" "),
   );
