@@ -2,6 +2,7 @@
 // controller keeps. Only instances of a deployment the operator wants serving take new invokes.
 import type { Deployment, DeploymentInstance, PrismaClient } from "../../gen/prisma/client.js";
 import { isUuid } from "../../common/x509.js";
+import type { DirectQuery, DirectStatement } from "../db/direct.js";
 import { newestRevisionFirst, overallPhase, type Desired, type Phase } from "./rules.js";
 
 export type DeploymentPhase = "PENDING" | "LOADING" | "READY" | "DEGRADED" | "DRAINING" | "UNLOADED" | "FAILED";
@@ -41,24 +42,28 @@ export function whereIdOrName(idOrName: string): { id: string } | { name: string
 }
 const upper = (p: string) => p.toUpperCase() as DeploymentPhase;
 
-/** Engines by runtime profile name. */
-type ProfileEngines = ReadonlyMap<string, string>;
+/** What a route is made from: a deployment and each of its instances with its profile's engine. */
+export interface RoutedDeployment {
+  id: string;
+  name: string;
+  desired: string;
+  revision: bigint;
+  replicas: number;
+  createdAt: Date;
+  maxInFlight: number;
+  invokeTimeoutMs: number;
+  instances: { revision: bigint; replica: number; phase: string; nodeId: string | null; engine: string }[];
+}
 
-export function targetOf(d: Deployment & { instances: DeploymentInstance[] }, engines: ProfileEngines = new Map()): DeploymentTarget {
+export function targetOf(d: RoutedDeployment): DeploymentTarget {
   const desired = d.desired as Desired;
   const phases = d.instances.map((i) => ({ revision: i.revision, replica: i.replica, phase: i.phase as Phase }));
   const ready =
     desired === "serving"
       ? d.instances
-          .filter((i): i is DeploymentInstance & { nodeId: string } => i.phase === "ready" && i.nodeId !== null)
+          .filter((i): i is RoutedDeployment["instances"][number] & { nodeId: string } => i.phase === "ready" && i.nodeId !== null)
           .sort(newestRevisionFirst)
-          .map((i) => ({
-            revision: i.revision,
-            replica: i.replica,
-            nodeId: i.nodeId,
-            phase: "READY" as const,
-            engine: engines.get(i.runtimeProfile) ?? "",
-          }))
+          .map((i) => ({ revision: i.revision, replica: i.replica, nodeId: i.nodeId, phase: "READY" as const, engine: i.engine }))
       : [];
   return {
     deploymentId: d.id,
@@ -73,15 +78,15 @@ export function targetOf(d: Deployment & { instances: DeploymentInstance[] }, en
 
 export function deploymentRoutes(
   prisma: PrismaClient,
+  direct: DirectQuery,
   changes: { onChange(listener: (deploymentId: string) => void): () => void },
 ): DeploymentRoutes {
   return {
     async find(idOrName) {
-      const d = await prisma.deployment.findFirst({
-        where: { ...whereIdOrName(idOrName), desired: { not: "deleted" } },
-        include: { instances: true },
-      });
-      return d === null ? undefined : targetOf(d, await profileEngines(prisma, [d]));
+      const rows = isUuid(idOrName)
+        ? await direct<RouteRow>(routeById, [idOrName.toLowerCase()])
+        : await direct<RouteRow>(routeByName, [idOrName]);
+      return rows.length === 0 ? undefined : targetOf(routedOf(rows));
     },
     async list(names, offset, take) {
       const rows = await prisma.deployment.findMany({
@@ -92,10 +97,78 @@ export function deploymentRoutes(
         take,
       });
       const engines = await profileEngines(prisma, rows);
-      return rows.map((d) => targetOf(d, engines));
+      return rows.map((d) => targetOf(withEngines(d, engines)));
     },
     onChange: (listener) => changes.onChange(listener),
   };
+}
+
+// The relay reads a route on its request path (when its cached copy has expired, every second per
+// deployment), so the read goes straight on the driver (../db/direct.ts) as one statement: through
+// Prisma it was three queries and, on PGlite, about 2.5 ms of the event loop that serves requests
+// against 0.13 ms here (on PostgreSQL about 1.2 ms of CPU against 0.13). One row per instance (one
+// row of nulls for a deployment without any); int8 goes as text, which both drivers parse alike.
+const routeColumns = `d.id::text AS id, d.name, d.desired, d.revision::text AS revision, d.replicas, d."createdAt",
+       d."maxInFlight", d."invokeTimeoutMs", i.revision::text AS "instanceRevision", i.replica AS "instanceReplica",
+       i.phase AS "instancePhase", i."nodeId"::text AS "instanceNodeId", p.engine AS "instanceEngine"
+  FROM "Deployment" AS d
+  LEFT JOIN "DeploymentInstance" AS i ON i."deploymentId" = d.id
+  LEFT JOIN "RuntimeProfile" AS p ON p.name = i."runtimeProfile"`;
+const routeById: DirectStatement = {
+  name: "mf_route_by_id",
+  text: `SELECT ${routeColumns}\n WHERE d.id = $1::uuid AND d.desired <> 'deleted'`,
+};
+const routeByName: DirectStatement = {
+  name: "mf_route_by_name",
+  text: `SELECT ${routeColumns}\n WHERE d.name = $1 AND d.desired <> 'deleted'`,
+};
+
+interface RouteRow {
+  id: string;
+  name: string;
+  desired: string;
+  revision: string;
+  replicas: number;
+  createdAt: Date;
+  maxInFlight: number;
+  invokeTimeoutMs: number;
+  instanceRevision: string | null;
+  instanceReplica: number | null;
+  instancePhase: string | null;
+  instanceNodeId: string | null;
+  instanceEngine: string | null;
+}
+
+/** One deployment's rows (at least one) as the deployment they describe. */
+function routedOf(rows: RouteRow[]): RoutedDeployment {
+  const d = rows[0]!;
+  return {
+    id: d.id,
+    name: d.name,
+    desired: d.desired,
+    revision: BigInt(d.revision),
+    replicas: d.replicas,
+    createdAt: d.createdAt,
+    maxInFlight: d.maxInFlight,
+    invokeTimeoutMs: d.invokeTimeoutMs,
+    instances: rows
+      .filter((r) => r.instanceRevision !== null)
+      .map((r) => ({
+        revision: BigInt(r.instanceRevision!),
+        replica: r.instanceReplica!,
+        phase: r.instancePhase!,
+        nodeId: r.instanceNodeId,
+        // A profile deleted since (or never stored) names no engine.
+        engine: r.instanceEngine ?? "",
+      })),
+  };
+}
+
+/** Engines by runtime profile name. */
+type ProfileEngines = ReadonlyMap<string, string>;
+
+function withEngines(d: Deployment & { instances: DeploymentInstance[] }, engines: ProfileEngines): RoutedDeployment {
+  return { ...d, instances: d.instances.map((i) => ({ ...i, engine: engines.get(i.runtimeProfile) ?? "" })) };
 }
 
 /** The engines of the runtime profiles these deployments' instances name, in one query. */

@@ -50,7 +50,7 @@ export function openDeployments(deps: DeploymentsDeps) {
   return {
     artifacts,
     controller,
-    routes: deploymentRoutes(prisma, controller),
+    routes: deploymentRoutes(prisma, db.direct, controller),
     loops,
     /** A node's session opened, saying which deployment runtimes it holds. */
     held(nodeId: string, held: HeldDeployment[]) {

@@ -3,7 +3,7 @@
 // the controller's jobs, their order, the states and history operators see, revision changes
 // without a gap, drain, unload, delete, failures, and reloading after the agent restarts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -164,12 +164,16 @@ describe("deployments through a real server", () => {
       expect(load.spec!.kind.value.profile?.contextSize).toBe(1024);
       expect(load.spec!.kind.value.artifacts[0]!.path).toBe(join(root, repository, commitA, "model.gguf"));
     }
-    const routes = deploymentRoutes(ts.server.db.prisma, { onChange: () => () => undefined });
+    const routes = deploymentRoutes(ts.server.db.prisma, ts.server.db.direct, { onChange: () => () => undefined });
     expect(await routes.find("chat")).toMatchObject({ deploymentId: id, phase: "READY", maxInFlight: 8, invokeTimeoutMs: 60_000 });
     expect((await routes.find(id))!.ready).toEqual([
       { revision: 1n, replica: 0, nodeId: node.nodeId, phase: "READY", engine: "llama.cpp" },
     ]);
     expect(await routes.find("no-such")).toBeUndefined();
+    // The request path's read (one statement on the driver) builds what the listing (Prisma) does.
+    const byName = await routes.find("chat");
+    expect(await routes.find(id.toUpperCase())).toEqual(byName);
+    expect(await routes.list(["chat"], 0, 10)).toEqual([byName]);
     const listed = await ts.admin.listDeploymentRecords({});
     expect(listed.deployments.map((d) => d.deployment!.name)).toContain("chat");
   });
@@ -259,7 +263,7 @@ describe("deployments through a real server", () => {
     expect(drained.deployment!.desired).toBe(DeploymentDesiredState.DRAINED);
     expect(drained.deployment!.deployment!.state).toBe(DeploymentState.DRAINING);
     // The relay's view: no instance takes new invokes from the moment the RPC answered.
-    const routes = deploymentRoutes(ts.server.db.prisma, { onChange: () => () => undefined });
+    const routes = deploymentRoutes(ts.server.db.prisma, ts.server.db.direct, { onChange: () => () => undefined });
     expect(await routes.find("drainme")).toMatchObject({ phase: "DRAINING", ready: [] });
     const id = drained.deployment!.deployment!.id;
     await eventually(async () => (calls.includes(`drain ${id}#1`) ? true : undefined), 20_000, "drain job running");
@@ -280,6 +284,8 @@ describe("deployments through a real server", () => {
     await ts.admin.unloadDeployment({ deployment: "gone" });
     await until("gone", DeploymentState.UNLOADED);
     expect(calls.filter((c) => c.includes(id))).toEqual([`load ${id}#1`, `unload ${id}#1`]);
+    const routes = deploymentRoutes(ts.server.db.prisma, ts.server.db.direct, { onChange: () => () => undefined });
+    expect(await routes.find(id)).toMatchObject({ name: "gone", phase: "UNLOADED", ready: [] });
     await ts.admin.deleteDeployment({ deployment: "gone" });
     await eventually(
       async () =>
@@ -290,6 +296,13 @@ describe("deployments through a real server", () => {
       20_000,
       "deleted",
     );
+    expect(await routes.find(id)).toBeUndefined();
+    // A record kept while its delete is carried out routes nothing either.
+    const kept = randomUUID();
+    await ts.server.db.prisma.deployment.create({ data: { id: kept, name: "being-deleted", desired: "deleted" } });
+    expect(await routes.find("being-deleted")).toBeUndefined();
+    expect(await routes.find(kept)).toBeUndefined();
+    await ts.server.db.prisma.deployment.delete({ where: { id: kept } });
     const audit = await ts.admin.listAuditEvents({ targetId: id });
     expect(audit.events.map((e) => e.action)).toEqual(
       expect.arrayContaining(["deployment.created", "deployment.unload_requested", "deployment.delete_requested", "deployment.removed"]),
