@@ -22,7 +22,10 @@ interface Prepared {
 const preparedOn = new WeakMap<PGlite, Map<string, Prepared>>();
 
 /** PGlite is one session: a statement waits behind any transaction in progress, as `query()` does. */
-export function pgliteDirect(db: PGlite, { failed }: Pick<DirectOptions, "failed">): DirectQuery {
+export function pgliteDirect(
+  db: PGlite,
+  { failed, before }: Pick<DirectOptions, "failed"> & { before?: () => Promise<void> },
+): DirectQuery {
   const prepared = preparedOn.get(db) ?? new Map<string, Prepared>();
   preparedOn.set(db, prepared);
 
@@ -63,6 +66,7 @@ export function pgliteDirect(db: PGlite, { failed }: Pick<DirectOptions, "failed
   }
 
   return async <Row>(statement: DirectStatement, values: readonly unknown[]) => {
+    if (before !== undefined) await before();
     try {
       await db._checkReady();
       // Both of PGlite's locks, as `query()` takes them: the transaction lock keeps the statement

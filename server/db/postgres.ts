@@ -77,7 +77,7 @@ export async function openPostgres(rawUrl: string, opts: OpenDatabaseOptions): P
 
   const pool = new pg.Pool({ ...clientConfig, max: 10, idleTimeoutMillis: 30_000 });
   const statementNameGenerator = statementNames({ limit: opts.preparedStatements ?? 0 });
-  const prisma = new PrismaClient({ adapter: watchQueries(new PrismaPg(pool, { statementNameGenerator }), opts.queryFailed) });
+  const prisma = new PrismaClient({ adapter: watchQueries(new PrismaPg(pool, { statementNameGenerator }), { failed: opts.queryFailed }) });
   const outage = new OutageMonitor(() => prisma.$queryRaw`SELECT 1`, opts.log, describe);
   pool.on("error", (err) => {
     // An idle connection died (server restart, network). The pool replaces it on demand; without
