@@ -173,7 +173,14 @@ async function assemble(deps: AssembleDeps) {
   const jobs = openJobs({ config, clock, log, db, cluster, sessions, shutdown, metrics });
   const deployments = openDeployments({ config, clock, log, db, cluster, jobs });
   followCluster(cluster.bus, { sessions: sessions.registry, jobs: jobs.engine, deployments: deployments.controller });
-  const serviceKeys = openServiceKeys({ prisma: db.prisma, clock, log, outage: db.outage, outageTrustMs: config.serviceKeyOutageTrustMs });
+  const serviceKeys = openServiceKeys({
+    prisma: db.prisma,
+    direct: db.direct,
+    clock,
+    log,
+    outage: db.outage,
+    outageTrustMs: config.serviceKeyOutageTrustMs,
+  });
   const serving = await openServing({
     config,
     clock,

@@ -9,6 +9,7 @@ import { ManualClock } from "../common/clock.js";
 import { isDatabaseUnavailable, staleWhileDatabaseAway } from "../server/db/availability.js";
 import { ServiceKeys } from "../server/identity/service-keys.js";
 import type { PrismaClient } from "../gen/prisma/client.js";
+import type { DirectQuery } from "../server/db/direct.js";
 import { unreachableDatabase, useTestDatabase } from "./support/db.js";
 
 describe("cachedAnswer", () => {
@@ -200,13 +201,27 @@ describe("service keys while the database is away", () => {
     const prisma = new Proxy(test.db.prisma, {
       get: (real, name) => Reflect.get(state.down ? away.prisma : real, name),
     }) as PrismaClient;
-    return { keys: new ServiceKeys({ prisma, clock, outageTrustMs }), state };
+    const direct: DirectQuery = (statement, values) => (state.down ? away.direct : test.db.direct)(statement, values);
+    return { keys: new ServiceKeys({ prisma, direct, clock, outageTrustMs }), state };
   };
   const refusal = (p: Promise<unknown>) =>
     p.then(
       () => "accepted",
       (err: unknown) => (err instanceof ConnectError ? Code[err.code] : isDatabaseUnavailable(err) ? "database unavailable" : String(err)),
     );
+
+  it("reads a key as stored: its scope and its limits, past 32 bits too", async () => {
+    const clock = new ManualClock(Date.now());
+    const { keys } = replica(clock, 0);
+    const limits = { rpm: 7, tpm: 700, dailyTokens: 5_000_000_000, monthlyTokens: 90_000_000_000 };
+    const { row, secret } = await keys.create({ name: "limited", deployments: ["tiny", "chat"], ttlMs: 60_000, limits }, "c0");
+    expect(await keys.authenticate(secret)).toEqual({ keyId: row.id, deployments: new Set(["chat", "tiny"]), limits });
+    const { secret: open } = await keys.create({ name: "unlimited", deployments: ["tiny"], ttlMs: undefined }, "c0b");
+    expect((await keys.authenticate(open)).limits).toEqual({ rpm: null, tpm: null, dailyTokens: null, monthlyTokens: null });
+    // Its expiry came from the database too.
+    clock.advance(60_000);
+    expect(await refusal(keys.authenticate(secret))).toBe("Unauthenticated");
+  });
 
   it("accepts a key read within the trust window, refuses it after, and never one not read", async () => {
     const clock = new ManualClock(Date.now());

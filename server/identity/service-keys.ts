@@ -9,7 +9,8 @@
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 import type { KeyLimits } from "../usage/limit-rules.js";
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { PrismaClient, ServiceKey } from "../../gen/prisma/client.js";
+import { Prisma, type PrismaClient, type ServiceKey } from "../../gen/prisma/client.js";
+import type { DirectQuery, DirectStatement } from "../db/direct.js";
 import type { Clock } from "../../common/clock.js";
 import { operatorActor, recordAudit } from "../audit/audit.js";
 import { LookupCache } from "../../common/lookup-cache.js";
@@ -118,6 +119,8 @@ const limitsDetail = (l: KeyLimits) =>
 
 export interface ServiceKeysDeps {
   prisma: PrismaClient;
+  /** The database straight through its driver, for the read on the request path. */
+  direct: DirectQuery;
   clock: Clock;
   /** How long a looked-up key is trusted before it is read again (default 5 s). */
   cacheMs?: number;
@@ -277,6 +280,31 @@ export class ServiceKeys {
   }
 
   private lookup(hash: string): Promise<ServiceKey | undefined> {
-    return this.cache.get(hash, async () => (await this.deps.prisma.serviceKey.findUnique({ where: { secretHash: hash } })) ?? undefined);
+    return this.cache.get(hash, async () => {
+      const [row] = await this.deps.direct<KeyRow>(keyBySecretHash, [hash]);
+      return row === undefined ? undefined : keyOf(row);
+    });
   }
+}
+
+// A request whose key's cached copy has expired (every 5 s per key) reads it on its own path, so
+// the read goes straight on the driver (../db/direct.ts): through Prisma it took 0.7-0.9 ms of the
+// event loop on PGlite, against 0.15 ms for the whole authentication here. Columns are named (a
+// newer replica may add one); int8 goes as text, which both drivers parse alike.
+const keyBySecretHash: DirectStatement = {
+  name: "mf_service_key_by_hash",
+  text: `SELECT ${Object.values(Prisma.ServiceKeyScalarFieldEnum)
+    .map((column) => (column === "dailyTokens" || column === "monthlyTokens" ? `"${column}"::text AS "${column}"` : `"${column}"`))
+    .join(", ")}
+  FROM "ServiceKey" WHERE "secretHash" = $1`,
+};
+
+type KeyRow = Omit<ServiceKey, "dailyTokens" | "monthlyTokens"> & { dailyTokens: string | null; monthlyTokens: string | null };
+
+function keyOf(row: KeyRow): ServiceKey {
+  return {
+    ...row,
+    dailyTokens: row.dailyTokens === null ? null : BigInt(row.dailyTokens),
+    monthlyTokens: row.monthlyTokens === null ? null : BigInt(row.monthlyTokens),
+  };
 }

@@ -10,6 +10,7 @@ import { ServiceKeys } from "../identity/service-keys.js";
 import { adminServiceKeys } from "../identity/service-keys-rpc.js";
 import { serviceKeyInterceptor } from "../identity/service-keys-auth.js";
 import type { OutageWatch } from "../db/availability.js";
+import type { DirectQuery } from "../db/direct.js";
 
 export interface Identity {
   ca: Ca;
@@ -25,8 +26,16 @@ export async function loadIdentity(config: Pick<Config, "certsDir" | "serverName
 }
 
 /** Service keys: their admin RPCs and the interceptor that authenticates a service call. */
-export function openServiceKeys(deps: { prisma: PrismaClient; clock: Clock; log: Logger; outage: OutageWatch; outageTrustMs: number }) {
-  const keys = new ServiceKeys({ prisma: deps.prisma, clock: deps.clock, outage: deps.outage, outageTrustMs: deps.outageTrustMs });
+export function openServiceKeys(deps: {
+  prisma: PrismaClient;
+  direct: DirectQuery;
+  clock: Clock;
+  log: Logger;
+  outage: OutageWatch;
+  outageTrustMs: number;
+}) {
+  const { prisma, direct, clock, outage, outageTrustMs } = deps;
+  const keys = new ServiceKeys({ prisma, direct, clock, outage, outageTrustMs });
   return {
     keys,
     rpcs: adminServiceKeys(keys),

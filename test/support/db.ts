@@ -20,6 +20,7 @@ import type { TemplateLocation } from "./template.js";
 import { freePort } from "./ports.js";
 import { openDatabase, type Database, type OpenDatabaseOptions } from "../../server/db/client.js";
 import { createLogger } from "../../server/observability/logger.js";
+import { pgDirect, type DirectQuery } from "../../server/db/direct.js";
 
 export type TestBackend = "pglite" | "postgres";
 
@@ -136,13 +137,14 @@ export function useTestDatabase(options: Omit<OpenDatabaseOptions, "databaseUrl"
  * a loopback port nothing listens on): a database outage for code that takes a client. `close`
  * ends its pool.
  */
-export async function unreachableDatabase(): Promise<{ prisma: PrismaClient; close(): Promise<void> }> {
+export async function unreachableDatabase(): Promise<{ prisma: PrismaClient; direct: DirectQuery; close(): Promise<void> }> {
   const port = await freePort();
   const pool = new pg.Pool({ connectionString: `postgresql://postgres@127.0.0.1:${port}/none`, max: 1, connectionTimeoutMillis: 1_000 });
   pool.on("error", () => undefined);
   const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
   return {
     prisma,
+    direct: pgDirect(pool, { prepare: false }),
     close: async () => {
       await prisma.$disconnect();
       await pool.end();
