@@ -44,6 +44,8 @@ export interface Config {
   reclaimGraceMs: number;
   approvedRoots: string[];
   shutdownGraceMs: number;
+  /** How long an idle HTTP/1.1 connection (the OpenAI SDKs' kind) is kept for its next request. */
+  http1IdleTimeoutMs: number;
   /** While the database cannot be reached, how long after its last read a service key is still accepted (0: not beyond its 5 s cache). */
   serviceKeyOutageTrustMs: number;
   /** How often service clients' usage is added to the database; a kill -9 loses at most this much. */
@@ -90,6 +92,7 @@ export const defaults = {
   MODELFORGE_RECLAIM_GRACE: "60s",
   MODELFORGE_APPROVED_ROOTS: "/var/lib/modelforge/artifacts",
   MODELFORGE_SHUTDOWN_GRACE: "5s",
+  MODELFORGE_HTTP1_IDLE_TIMEOUT: "60s",
   MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "5m",
   MODELFORGE_USAGE_FLUSH: "5s",
   MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
@@ -169,6 +172,7 @@ export function loadConfig(env: Env): Config {
     reclaimGraceMs: duration("MODELFORGE_RECLAIM_GRACE"),
     approvedRoots: list("MODELFORGE_APPROVED_ROOTS"),
     shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
+    http1IdleTimeoutMs: duration("MODELFORGE_HTTP1_IDLE_TIMEOUT"),
     serviceKeyOutageTrustMs: durationOrOff("MODELFORGE_SERVICE_KEY_OUTAGE_TRUST", 24 * 3_600_000),
     usageFlushMs: duration("MODELFORGE_USAGE_FLUSH"),
     artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,

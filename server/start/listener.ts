@@ -25,7 +25,7 @@ export type RequestHandler = (req: http2.Http2ServerRequest, res: http2.Http2Ser
 export type SessionStreamHandler = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => void;
 
 export interface ListenerDeps {
-  config: Pick<Config, "port" | "listenAddress">;
+  config: Pick<Config, "port" | "listenAddress" | "http1IdleTimeoutMs">;
   log: Logger;
   clock: Clock;
   ca: Ca;
@@ -80,6 +80,10 @@ export async function openListener(deps: ListenerDeps): Promise<Listener> {
       handle(req, res, id);
     },
   );
+  // The HTTP/1.1 fallback keeps a connection between requests for the HTTP/1 server's
+  // keepAliveTimeout, which an Http2SecureServer leaves unset: an idle keep-alive connection then
+  // stayed open until its client closed it. Clients learn the bound from the Keep-Alive header.
+  (server as unknown as { keepAliveTimeout: number }).keepAliveTimeout = deps.config.http1IdleTimeoutMs;
   // gRPC Session streams skip the compatibility layer (one request/response pair per stream) and
   // are served on the core stream API; every other stream goes on to it as before.
   const compat = server.listeners("stream") as ((...args: unknown[]) => void)[];
