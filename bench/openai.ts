@@ -54,12 +54,15 @@ const setup = await startStubDeployment(step, ["--pace-ms", String(paceMs)]);
 const pool = (ca?: string) =>
   new Agent({ connections: 64, headersTimeout: 30_000, bodyTimeout: 30_000, ...(ca ? { connect: { ca } } : {}) });
 const json = { "content-type": "application/json" };
+/** TLS connections the client opened to the API: each is a full or resumed handshake on the control plane. */
+let apiConnections = 0;
 const direct: Target = { url: `${setup.stubOrigin}/v1/completions`, dispatcher: pool(), headers: json };
 const api: Target = {
   url: `${setup.info.url}/v1/completions`,
   dispatcher: pool(setup.info.caPem),
   headers: { ...json, authorization: `Bearer ${setup.secret}` },
 };
+api.dispatcher.on("connect", () => void apiConnections++);
 const completion = JSON.stringify({ model: "bench", prompt: "The quick brown fox", max_tokens: 1 });
 
 /** One whole completion; anything but a 200 is a failure. */
@@ -143,10 +146,13 @@ interface Run {
   ratio: number;
   ttftDirect: Summary;
   ttftApi: Summary;
+  /** TLS connections opened to the API during the run, warm-up included. */
+  connections: number;
   load: number;
 }
 
 async function oneRun(): Promise<Run> {
+  const connectionsBefore = apiConnections;
   // Warm both paths' connections and code first, unrecorded.
   await fixedRate(direct, rate / 2, 1);
   await fixedRate(api, rate / 2, 1);
@@ -169,7 +175,20 @@ async function oneRun(): Promise<Run> {
   const delta = (after: number[], before: number[]) => [0, 1].map((i) => (after[i]! - before[i]!) / (streams * chunks));
   const perChunk = [...delta(streamCpu1, streamCpu0), ...delta(streamWrites1, streamWrites0)];
   const ratio = sa.tokensPerSecond / sd.tokensPerSecond;
-  return { direct: d, api: a, cpu, writes, perChunk, most, steps, ratio, ttftDirect: sd.ttft, ttftApi: sa.ttft, load: loadavg()[0]! };
+  return {
+    direct: d,
+    api: a,
+    cpu,
+    writes,
+    perChunk,
+    most,
+    steps,
+    ratio,
+    ttftDirect: sd.ttft,
+    ttftApi: sa.ttft,
+    connections: apiConnections - connectionsBefore,
+    load: loadavg()[0]!,
+  };
 }
 
 const monotonicUs = () => process.hrtime.bigint() / 1000n;
@@ -192,7 +211,7 @@ function report(all: Run[], loadBefore: number[]): string {
       `writes per request: control plane ${count(r.writes[0]!)}, agent ${count(r.writes[1]!)};`,
       `sweep ${r.steps.join(", ")}; streams ${ms(r.ratio)} of direct tokens/s,`,
       `per chunk: CPU control plane ${ms(r.perChunk[0]!)} ms, agent ${ms(r.perChunk[1]!)} ms, writes ${count(r.perChunk[2]!)} and ${count(r.perChunk[3]!)};`,
-      `TTFT p99 direct ${ms(r.ttftDirect.p99)} API ${ms(r.ttftApi.p99)} ms; load ${r.load.toFixed(1)}`,
+      `TTFT p99 direct ${ms(r.ttftDirect.p99)} API ${ms(r.ttftApi.p99)} ms; ${r.connections} TLS connections opened; load ${r.load.toFixed(1)}`,
     ].join(" "),
   );
   const each = (f: (r: Run) => number, fmt = ms) => spread(all.map(f), fmt);
