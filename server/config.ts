@@ -110,12 +110,12 @@ export function loadConfig(env: Env): Config {
       throw new ConfigError(`${name}: ${(err as Error).message}`);
     }
   };
-  // "0" turns off what the duration allows; at most `maxMs`.
-  const durationOrOff = (name: keyof typeof defaults, maxMs: number): number => {
-    const ms = get(name) === "0" ? 0 : duration(name);
+  const atMost = (name: keyof typeof defaults, ms: number, maxMs: number): number => {
     if (ms > maxMs) throw new ConfigError(`${name}: at most ${maxMs / 3_600_000}h, got "${get(name)}"`);
     return ms;
   };
+  // "0" turns off what the duration allows; at most `maxMs`.
+  const durationOrOff = (name: keyof typeof defaults, maxMs: number): number => atMost(name, get(name) === "0" ? 0 : duration(name), maxMs);
   const integer = (name: keyof typeof defaults, min: number, max: number): number => {
     const raw = get(name);
     const n = Number(raw);
@@ -172,7 +172,8 @@ export function loadConfig(env: Env): Config {
     reclaimGraceMs: duration("MODELFORGE_RECLAIM_GRACE"),
     approvedRoots: list("MODELFORGE_APPROVED_ROOTS"),
     shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
-    http1IdleTimeoutMs: duration("MODELFORGE_HTTP1_IDLE_TIMEOUT"),
+    // A timer: Node fires one set past 2^31 - 1 ms (24.8 days) after 1 ms instead.
+    http1IdleTimeoutMs: atMost("MODELFORGE_HTTP1_IDLE_TIMEOUT", duration("MODELFORGE_HTTP1_IDLE_TIMEOUT"), 3_600_000),
     serviceKeyOutageTrustMs: durationOrOff("MODELFORGE_SERVICE_KEY_OUTAGE_TRUST", 24 * 3_600_000),
     usageFlushMs: duration("MODELFORGE_USAGE_FLUSH"),
     artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,

@@ -33,6 +33,7 @@ describe("configuration", () => {
     expect(c.serviceKeyOutageTrustMs).toBe(300_000);
     expect(loadConfig({ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "0" }).serviceKeyOutageTrustMs).toBe(0);
     expect(loadConfig({ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "90s" }).serviceKeyOutageTrustMs).toBe(90_000);
+    expect(c.http1IdleTimeoutMs).toBe(60_000);
   });
   it.each([
     [{ MODELFORGE_PORT: "99999" }, /MODELFORGE_PORT/],
@@ -50,6 +51,8 @@ describe("configuration", () => {
     [{ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "-1s" }, /MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: expected a duration/],
     [{ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "5" }, /MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: expected a duration/],
     [{ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "2d" }, /MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: at most 24h/],
+    [{ MODELFORGE_HTTP1_IDLE_TIMEOUT: "0" }, /MODELFORGE_HTTP1_IDLE_TIMEOUT: expected a duration/],
+    [{ MODELFORGE_HTTP1_IDLE_TIMEOUT: "30d" }, /MODELFORGE_HTTP1_IDLE_TIMEOUT: at most 1h/],
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);
