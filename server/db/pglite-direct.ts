@@ -8,7 +8,8 @@
 // Messages go in one buffer (one call into WebAssembly); results are read with PGlite's own
 // parsers, so rows come back exactly as `query()` gives them.
 import { type PGlite, parse, protocol } from "@electric-sql/pglite";
-import type { DirectOptions, DirectQuery, DirectStatement } from "./direct.js";
+import type { DirectQuery, DirectStatement } from "./direct.js";
+import type { QueryWatch } from "./query-watch.js";
 
 const { serialize } = protocol;
 
@@ -22,10 +23,7 @@ interface Prepared {
 const preparedOn = new WeakMap<PGlite, Map<string, Prepared>>();
 
 /** PGlite is one session: a statement waits behind any transaction in progress, as `query()` does. */
-export function pgliteDirect(
-  db: PGlite,
-  { failed, before }: Pick<DirectOptions, "failed"> & { before?: () => Promise<void> },
-): DirectQuery {
+export function pgliteDirect(db: PGlite, { failed, before }: QueryWatch): DirectQuery {
   const prepared = preparedOn.get(db) ?? new Map<string, Prepared>();
   preparedOn.set(db, prepared);
 
