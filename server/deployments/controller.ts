@@ -44,6 +44,19 @@ export interface DeploymentControllerDeps {
 
 type WithInstances = Deployment & { instances: DeploymentInstance[] };
 
+/**
+ * What applying an action did: stored its change, had nothing to store (no node fits), or lost its
+ * conditional write to a concurrent pass (the sweep, another control plane), whose rows are then
+ * read again: that pass may stop before the next step (a replica it created, not yet placed).
+ */
+type Applied = "changed" | "idle" | "raced";
+
+/** Of a round's actions: changed if any did, else raced if any lost a write, else idle. */
+const roundOf = (applied: Applied[]): Applied => (applied.includes("changed") ? "changed" : applied.includes("raced") ? "raced" : "idle");
+
+/** A conditional write that matched its one row changed it; none matched: another pass got there first. */
+const wrote = (count: number): Applied => (count === 1 ? "changed" : "raced");
+
 /** Deployments read (with their instances) per statement of a pass. */
 const sweepBatch = 500;
 
@@ -116,14 +129,13 @@ export class DeploymentController {
   private async reconcileRow(first: WithInstances): Promise<void> {
     let d: WithInstances | null = first;
     for (let round = 0; round < 6 && d !== null; round++) {
-      const changed = await this.step(d);
-      if (!changed) break;
+      if ((await this.step(d)) === "idle") break;
       d = await this.deps.prisma.deployment.findUnique({ where: { id: d.id }, include: { instances: true } });
     }
   }
 
-  /** Plans and applies one round; true when anything changed. */
-  private async step(d: WithInstances): Promise<boolean> {
+  /** Plans and applies one round. */
+  private async step(d: WithInstances): Promise<Applied> {
     const { prisma, clock } = this.deps;
     const jobIds = d.instances.map((i) => i.jobId).filter((id): id is string => id !== null);
     const jobs =
@@ -172,20 +184,21 @@ export class DeploymentController {
     }));
     const view = { desired: d.desired as Desired, revision: d.revision, replicas: d.replicas, surge: d.surgeForNodeId === null ? 0 : 1 };
     const actions = plan(view, views, now);
-    let changed = false;
+    const applied: Applied[] = [];
     for (const action of actions) {
       try {
-        if (await this.apply(d, action)) changed = true;
+        applied.push(await this.apply(d, action));
       } catch (err) {
         if (isDatabaseUnavailable(err)) throw err;
         this.deps.log.error({ err, deploymentId: d.id, action: action.kind }, "deployment step failed");
       }
     }
-    if (changed) {
+    const round = roundOf(applied);
+    if (round === "changed") {
       await this.refreshState(d.id);
       this.changed(d.id);
     }
-    return changed;
+    return round;
   }
 
   /** Routing may have changed: the relay here and the other replicas are told. */
@@ -194,7 +207,7 @@ export class DeploymentController {
     this.deps.announce?.(deploymentId);
   }
 
-  private async apply(d: WithInstances, action: Action): Promise<boolean> {
+  private async apply(d: WithInstances, action: Action): Promise<Applied> {
     const { prisma, clock } = this.deps;
     const now = new Date(clock.now());
     switch (action.kind) {
@@ -219,10 +232,10 @@ export class DeploymentController {
             ],
             skipDuplicates: true,
           });
-          if (made.count !== 1) return false;
+          if (made.count !== 1) return "raced";
           const what = `revision ${action.revision} of ${d.repository}@${d.commit}`;
           await event(tx, d, { revision: action.revision, replica: action.replica, nodeId: null }, null, "pending", what, now);
-          return true;
+          return "changed";
         });
       }
       case "place":
@@ -244,12 +257,12 @@ export class DeploymentController {
           return gone.count === 1;
         });
         if (removed) this.deps.log.info({ deploymentId: d.id, name: d.name }, "deployment removed");
-        return removed;
+        return wrote(removed ? 1 : 0);
       }
     }
   }
 
-  private async move(d: WithInstances, i: DeploymentInstance, action: Extract<Action, { kind: "move" }>, now: Date): Promise<boolean> {
+  private async move(d: WithInstances, i: DeploymentInstance, action: Extract<Action, { kind: "move" }>, now: Date): Promise<Applied> {
     const moved = await this.deps.prisma.$transaction(async (tx) => {
       await holdDeployment(tx, d.id);
       const moved = await tx.deploymentInstance.updateMany({
@@ -288,7 +301,7 @@ export class DeploymentController {
     if (moved && action.stopOnNode === true && i.nodeId !== null) {
       await this.deps.jobs.createJob(unloadOnNode(i.nodeId, { deploymentId: d.id, revision: i.revision, replica: i.replica }));
     }
-    return moved;
+    return wrote(moved ? 1 : 0);
   }
 
   /**
@@ -297,7 +310,7 @@ export class DeploymentController {
    * it (another control-plane replica may have placed a sibling there meanwhile). Nothing fits: the
    * reason is kept on the replica for operators, and the next pass (or a change in the fleet) tries again.
    */
-  private async place(d: WithInstances, i: DeploymentInstance, now: Date): Promise<boolean> {
+  private async place(d: WithInstances, i: DeploymentInstance, now: Date): Promise<Applied> {
     const { prisma } = this.deps;
     const profile = await prisma.runtimeProfile.findUnique({ where: { name: i.runtimeProfile }, select: { engine: true } });
     const placement =
@@ -329,7 +342,7 @@ export class DeploymentController {
         });
         await this.refreshState(d.id);
       }
-      return false;
+      return "idle";
     }
     const { nodeId, gpus } = placement;
     const gpuUuids = gpus.map((g) => g.uuid);
@@ -360,20 +373,21 @@ export class DeploymentController {
         { deploymentId: d.id, replica: i.replica, revision: String(i.revision), nodeId, gpus: gpuUuids },
         "deployment replica placed",
       );
-    return placed;
+    // Not placed: a concurrent pass placed this replica, or a sibling took the room the snapshot saw.
+    return wrote(placed ? 1 : 0);
   }
 
   /** Claims the step's job id on the instance, then creates the job under it. */
-  private async start(d: WithInstances, i: DeploymentInstance, step: Step, now: Date): Promise<boolean> {
+  private async start(d: WithInstances, i: DeploymentInstance, step: Step, now: Date): Promise<Applied> {
     const { prisma, jobs, log } = this.deps;
     const jobId = randomUUID();
-    if (i.nodeId === null) return false;
+    if (i.nodeId === null) return "idle";
     const nodeId = i.nodeId;
     const claimed = await prisma.deploymentInstance.updateMany({
       where: { deploymentId: d.id, revision: i.revision, replica: i.replica, nodeId, step, jobId: null },
       data: { jobId, claimedAt: now },
     });
-    if (claimed.count !== 1) return false;
+    if (claimed.count !== 1) return "raced";
     const files = await prisma.storedArtifact.findMany({
       where: { repository: i.repository, commit: i.commit },
       select: { path: true, sizeBytes: true, sha256: true },
@@ -413,7 +427,7 @@ export class DeploymentController {
       });
       if (failed) log.warn({ deploymentId: d.id, revision: String(i.revision), step, reason }, "deployment step refused");
     }
-    return true;
+    return "changed";
   }
 
   /**

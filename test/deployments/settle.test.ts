@@ -106,3 +106,82 @@ describe("a reconcile after an outside change", () => {
     expect(stateWhenSent).toEqual(["loading"]);
   });
 });
+
+// A create that returns the deployment answers with its replicas placed where a node fits. Seen in
+// CI: the sweep created the new deployment's replica first, the create's own pass lost that write,
+// took it for "nothing to do" and stopped, and CreateDeployment answered with the replica unplaced.
+describe("a reconcile whose write a concurrent pass won", () => {
+  it("reads again and goes on: the replica another pass created is placed before the reconcile returns", async () => {
+    const placeOn = randomUUID();
+    await t.db.prisma.node.create({
+      data: {
+        id: placeOn,
+        name: `n-${placeOn.slice(0, 8)}`,
+        lastHeartbeatAt: new Date(Date.parse("2026-12-02T00:00:00Z")),
+        sessionReplica: "r1",
+        engines: ["openai-http"],
+        capabilities: ["artifact.acquire.v1", "deployment.load.v1", "deployment.drain.v1", "deployment.unload.v1"],
+        telemetry: {
+          create: {
+            sequence: 1n,
+            observedAt: new Date(0),
+            receivedAt: new Date(0),
+            data: {
+              memoryTotalBytes: String(2 ** 30),
+              memoryUsedBytes: "0",
+              mounts: [{ mount: "/", sizeBytes: String(2 ** 40), usedBytes: "0" }],
+            },
+          },
+        },
+      },
+    });
+    const profile = `remote-${placeOn.slice(0, 8)}`;
+    await t.db.prisma.runtimeProfile.create({
+      data: { name: profile, engine: "openai-http", contextSize: 0, threads: 0, contentHash: "h" },
+    });
+    const id = randomUUID();
+    const served = { runtimeProfile: profile, repository: "r", commit: placeOn.replaceAll("-", "") };
+    await t.db.prisma.storedArtifact.create({
+      data: { repository: "r", commit: served.commit, path: "m.gguf", sizeBytes: 1n, sha256: "0".repeat(64) },
+    });
+    await t.db.prisma.deployment.create({
+      data: { id, name: `d-${id.slice(0, 8)}`, nodeId: placeOn, state: "pending", targetRoot: "/srv", ...served },
+    });
+    const started: unknown[] = [];
+    // The concurrent pass creates replica 0 just after this pass read the deployment without it.
+    let raced = false;
+    const deployment = new Proxy(t.db.prisma.deployment, {
+      get(target, key, receiver) {
+        if (key !== "findUnique") return Reflect.get(target, key, receiver);
+        return async (args: Parameters<typeof target.findUnique>[0]) => {
+          const read = await target.findUnique(args);
+          if (!raced) {
+            raced = true;
+            await t.db.prisma.deploymentInstance.create({
+              data: { deploymentId: id, revision: 1n, replica: 0, phase: "pending", ...served },
+            });
+          }
+          return read;
+        };
+      },
+    });
+    const prisma = new Proxy(t.db.prisma, {
+      get: (target, key, receiver) => (key === "deployment" ? deployment : Reflect.get(target, key, receiver)),
+    });
+    const c = new DeploymentController({
+      prisma,
+      clock: new ManualClock(Date.parse("2026-12-02T00:00:00Z")),
+      log: pino({ level: "silent" }),
+      jobs: { createJob: async (input) => started.push(input.spec?.kind.case) },
+    });
+    await c.reconcile(id);
+    expect(raced).toBe(true);
+    const replica = await t.db.prisma.deploymentInstance.findFirstOrThrow({ where: { deploymentId: id } });
+    expect({ nodeId: replica.nodeId, phase: replica.phase, reason: replica.reason }).toEqual({
+      nodeId: placeOn,
+      phase: "loading",
+      reason: null,
+    });
+    expect(started).toEqual(["artifactAcquire"]);
+  });
+});
