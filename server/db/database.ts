@@ -17,7 +17,10 @@ export interface OpenDatabaseOptions {
   migrationsDir?: string | URL;
   /** PostgreSQL connect timeout in milliseconds (default 5000). */
   connectTimeoutMs?: number;
-  /** PostgreSQL: how many statement texts may be kept prepared on each connection (./statement-names.ts; 0: none). */
+  /**
+   * How many statement texts may be kept prepared on each PostgreSQL connection, or on the embedded
+   * database (./statement-names.ts; 0: none). Unset: none on PostgreSQL, 100 on PGlite (no pooler there).
+   */
   preparedStatements?: number | undefined;
   /** Hears of every statement that fails (the query error metrics). */
   queryFailed?: ((err: unknown) => void) | undefined;

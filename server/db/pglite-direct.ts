@@ -3,11 +3,12 @@
 // parses and plans the text every time; here each statement is parsed once per instance under its
 // name, and each call is one message (Bind, Describe, Execute, Sync) into WebAssembly. The new
 // node's enrollment statement costs a fraction of what it did through `query()` (bench/enroll.ts
-// on PGlite measures the enrollment it is part of).
+// on PGlite measures the enrollment it is part of). Prisma's repeated statements run the same way
+// (./pglite-prepared.ts).
 //
 // Messages go in one buffer (one call into WebAssembly); results are read with PGlite's own
 // parsers, so rows come back exactly as `query()` gives them.
-import { type PGlite, parse, protocol } from "@electric-sql/pglite";
+import { type PGlite, type QueryOptions, type Results, parse, protocol } from "@electric-sql/pglite";
 import type { DirectQuery, DirectStatement } from "./direct.js";
 import type { QueryWatch } from "./query-watch.js";
 
@@ -22,12 +23,21 @@ interface Prepared {
 /** What each PGlite instance (one PostgreSQL session) has prepared, whoever asked it to. */
 const preparedOn = new WeakMap<PGlite, Map<string, Prepared>>();
 
-/** PGlite is one session: a statement waits behind any transaction in progress, as `query()` does. */
-export function pgliteDirect(db: PGlite, { failed, before }: QueryWatch): DirectQuery {
+/**
+ * Runs `statement` on `db` prepared under its name (parsed once per instance, whoever asked), as
+ * one message into WebAssembly; the result is what `query()` returns for the same text, values and
+ * options. The caller holds PGlite's locks (outside a transaction both, inside one the query lock).
+ */
+export async function runPrepared(
+  db: PGlite,
+  statement: DirectStatement,
+  values: readonly unknown[],
+  options?: QueryOptions,
+): Promise<Results> {
   const prepared = preparedOn.get(db) ?? new Map<string, Prepared>();
   preparedOn.set(db, prepared);
-
-  async function prepare(statement: DirectStatement): Promise<Prepared> {
+  let entry = prepared.get(statement.name);
+  if (entry === undefined) {
     const { messages } = await db.execProtocol(
       Buffer.concat([
         serialize.parse({ name: statement.name, text: statement.text }),
@@ -35,41 +45,41 @@ export function pgliteDirect(db: PGlite, { failed, before }: QueryWatch): Direct
         serialize.sync(),
       ]),
     );
-    const entry = { text: statement.text, parameterTypes: parse.parseDescribeStatementResults(messages) };
+    entry = { text: statement.text, parameterTypes: parse.parseDescribeStatementResults(messages) };
     prepared.set(statement.name, entry);
-    return entry;
   }
-
-  async function run<Row>(statement: DirectStatement, values: readonly unknown[]): Promise<Row[]> {
-    const entry = prepared.get(statement.name) ?? (await prepare(statement));
-    if (entry.text !== statement.text) {
-      throw new Error(`statement name ${statement.name} is already prepared with another text`);
-    }
-    const serialized = values.map((value, i) => {
-      if (value === null || value === undefined) return null;
-      const serializer = db.serializers[entry.parameterTypes[i] ?? 0];
-      return serializer ? serializer(value) : String(value);
-    });
-    // Sync in the same message: after an error PostgreSQL skips to it, so the session is idle again
-    // whatever happened, and a statement outside a transaction commits at it.
-    const { messages } = await db.execProtocol(
-      Buffer.concat([
-        serialize.bind({ statement: statement.name, values: serialized }),
-        serialize.describe({ type: "P" }),
-        serialize.execute({}),
-        serialize.sync(),
-      ]),
-    );
-    return (parse.parseResults(messages, db.parsers)[0]?.rows ?? []) as Row[];
+  if (entry.text !== statement.text) {
+    throw new Error(`statement name ${statement.name} is already prepared with another text`);
   }
+  const types = entry.parameterTypes;
+  const serialized = values.map((value, i) => {
+    if (value === null || value === undefined) return null;
+    const serializer = options?.serializers?.[types[i] ?? 0] ?? db.serializers[types[i] ?? 0];
+    return serializer ? serializer(value) : String(value);
+  });
+  // Sync in the same message: after an error PostgreSQL skips to it, so the session is idle again
+  // whatever happened, and a statement outside a transaction commits at it.
+  const { messages } = await db.execProtocol(
+    Buffer.concat([
+      serialize.bind({ statement: statement.name, values: serialized }),
+      serialize.describe({ type: "P" }),
+      serialize.execute({}),
+      serialize.sync(),
+    ]),
+  );
+  return parse.parseResults(messages, db.parsers, options)[0] ?? { rows: [], fields: [] };
+}
 
+/** PGlite is one session: a statement waits behind any transaction in progress, as `query()` does. */
+export function pgliteDirect(db: PGlite, { failed, before }: QueryWatch): DirectQuery {
   return async <Row>(statement: DirectStatement, values: readonly unknown[]) => {
     if (before !== undefined) await before();
     try {
       await db._checkReady();
       // Both of PGlite's locks, as `query()` takes them: the transaction lock keeps the statement
       // out of a transaction another caller has open, the query lock out of any other statement.
-      return await db._runExclusiveTransaction(() => db._runExclusiveQuery(() => run<Row>(statement, values)));
+      const result = await db._runExclusiveTransaction(() => db._runExclusiveQuery(() => runPrepared(db, statement, values)));
+      return result.rows as Row[];
     } catch (err) {
       failed?.(err);
       throw err;

@@ -19,6 +19,11 @@ import { lockDataDir, preflightPgliteDir } from "./pglite-dir.js";
 import { ServerLog } from "./pglite-log.js";
 import { watchQueries } from "./query-watch.js";
 import { pgliteDirect } from "./pglite-direct.js";
+import { preparedPglite } from "./pglite-prepared.js";
+import { statementNames } from "./statement-names.js";
+
+/** Texts kept prepared when the caller sets no number (the server passes its configured one). */
+const DEFAULT_PREPARED = 100;
 
 /**
  * Awaited before each statement. PGlite runs a statement in this thread, and the statements of a
@@ -90,7 +95,8 @@ export async function openPglite(opts: OpenDatabaseOptions): Promise<Database> {
       throw damaged(cause ?? describeCause(err), err);
     }
 
-    const prisma = new PrismaClient({ adapter: watchQueries(new PrismaPGlite(db), { failed: opts.queryFailed, before: turn }) });
+    const prepared = preparedPglite(db, statementNames({ limit: opts.preparedStatements ?? DEFAULT_PREPARED }));
+    const prisma = new PrismaClient({ adapter: watchQueries(new PrismaPGlite(prepared), { failed: opts.queryFailed, before: turn }) });
     try {
       await checkConnection(prisma, opts.log, describe);
     } catch (err) {
