@@ -17,6 +17,7 @@ import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { enrollNode } from "../../agent/enroll.js";
 import { forkTs, Rpc } from "./ipc.js";
 import { benchServerEnv } from "./server-env.js";
+import { serverNodeFlags } from "../../server/tuning.js";
 
 const adminKey = "bench-admin-key-0123456789abcdef";
 
@@ -49,7 +50,8 @@ export const header =
 export async function startStubDeployment(step: (what: string) => void, stubArgs: string[] = []): Promise<StubDeployment> {
   const dir = mkdtempSync(join(tmpdir(), "mf-bench-stub-"));
   const serverChild = forkTs(new URL("./invoke-server.ts", import.meta.url), {
-    nodeFlags: profileFlags,
+    // The control plane as `npm start` runs it: its young generation sized as in production.
+    nodeFlags: [...serverNodeFlags, ...profileFlags],
     env: benchServerEnv(dir, adminKey, { MODELFORGE_LOG_LEVEL: "warn", MODELFORGE_APPROVED_ROOTS: dir }),
   });
   // Whatever happens, the children end with this process.
