@@ -70,15 +70,21 @@ export async function runPrepared(
   return parse.parseResults(messages, db.parsers, options)[0] ?? { rows: [], fields: [] };
 }
 
+/**
+ * Runs `run` under both of PGlite's locks, as `query()` takes them: the transaction lock keeps the
+ * statement out of a transaction another caller has open, the query lock out of any other statement.
+ */
+export async function outsideTransactions<T>(db: PGlite, run: () => Promise<T>): Promise<T> {
+  await db._checkReady();
+  return db._runExclusiveTransaction(() => db._runExclusiveQuery(run));
+}
+
 /** PGlite is one session: a statement waits behind any transaction in progress, as `query()` does. */
 export function pgliteDirect(db: PGlite, { failed, before }: QueryWatch): DirectQuery {
   return async <Row>(statement: DirectStatement, values: readonly unknown[]) => {
     if (before !== undefined) await before();
     try {
-      await db._checkReady();
-      // Both of PGlite's locks, as `query()` takes them: the transaction lock keeps the statement
-      // out of a transaction another caller has open, the query lock out of any other statement.
-      const result = await db._runExclusiveTransaction(() => db._runExclusiveQuery(() => runPrepared(db, statement, values)));
+      const result = await outsideTransactions(db, () => runPrepared(db, statement, values));
       return result.rows as Row[];
     } catch (err) {
       failed?.(err);

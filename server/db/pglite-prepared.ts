@@ -9,7 +9,7 @@
 // without a name (seen once, or past the limit) and a call with options this path does not carry
 // (parameter types given, a blob) take `query()` as before.
 import type { PGlite, QueryOptions, Results, Transaction } from "@electric-sql/pglite";
-import { runPrepared } from "./pglite-direct.js";
+import { outsideTransactions, runPrepared } from "./pglite-direct.js";
 
 type NameOf = (query: { sql: string }) => string;
 
@@ -20,9 +20,7 @@ export function preparedPglite(db: PGlite, nameOf: NameOf): PGlite {
   const query = async (sql: string, params: unknown[] = [], options?: QueryOptions): Promise<Results> => {
     const name = simple(options) ? nameOf({ sql }) : "";
     if (name === "") return db.query(sql, params, options);
-    await db._checkReady();
-    // Both locks, as `query()` takes them (./pglite-direct.ts says why).
-    return db._runExclusiveTransaction(() => db._runExclusiveQuery(() => runPrepared(db, { name, text: sql }, params, options)));
+    return outsideTransactions(db, () => runPrepared(db, { name, text: sql }, params, options));
   };
   const transaction = <T>(callback: (tx: Transaction) => Promise<T>): Promise<T> =>
     db.transaction((tx) => callback(preparedTransaction(db, tx, nameOf)));

@@ -54,8 +54,8 @@ type Applied = "changed" | "idle" | "raced";
 /** Of a round's actions: changed if any did, else raced if any lost a write, else idle. */
 const roundOf = (applied: Applied[]): Applied => (applied.includes("changed") ? "changed" : applied.includes("raced") ? "raced" : "idle");
 
-/** A conditional write that matched its one row changed it; none matched: another pass got there first. */
-const wrote = (count: number): Applied => (count === 1 ? "changed" : "raced");
+/** A conditional write that matched its row changed it; one that matched none lost to another pass. */
+const wrote = (matched: boolean): Applied => (matched ? "changed" : "raced");
 
 /** Deployments read (with their instances) per statement of a pass. */
 const sweepBatch = 500;
@@ -257,7 +257,7 @@ export class DeploymentController {
           return gone.count === 1;
         });
         if (removed) this.deps.log.info({ deploymentId: d.id, name: d.name }, "deployment removed");
-        return wrote(removed ? 1 : 0);
+        return wrote(removed);
       }
     }
   }
@@ -301,7 +301,7 @@ export class DeploymentController {
     if (moved && action.stopOnNode === true && i.nodeId !== null) {
       await this.deps.jobs.createJob(unloadOnNode(i.nodeId, { deploymentId: d.id, revision: i.revision, replica: i.replica }));
     }
-    return wrote(moved ? 1 : 0);
+    return wrote(moved);
   }
 
   /**
@@ -374,7 +374,7 @@ export class DeploymentController {
         "deployment replica placed",
       );
     // Not placed: a concurrent pass placed this replica, or a sibling took the room the snapshot saw.
-    return wrote(placed ? 1 : 0);
+    return wrote(placed);
   }
 
   /** Claims the step's job id on the instance, then creates the job under it. */
