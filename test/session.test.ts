@@ -2,7 +2,7 @@
 // liveness from server time, strict ordering of samples, bad clocks that cannot poison state, and
 // GPU reconciliation that tells a missing GPU from a failed collection.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cpSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from "node:fs";
+import { cpSync, mkdtempSync, renameSync, rmSync, writeFileSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -101,9 +101,20 @@ describe("a real agent process", () => {
     await moved("pending", "online");
   });
 
+  /**
+   * Replaces one of the fake nvidia-smi's files whole. Written in place, the agent's collection
+   * could read it truncated: an empty inventory with exit 0 is a complete one with no GPUs, and
+   * marked all three missing (seen under a loaded CI run).
+   */
+  const put = (name: string, text: string) => {
+    const tmp = join(gpuDir, `.${name}.tmp`);
+    writeFileSync(tmp, text);
+    renameSync(tmp, join(gpuDir, name));
+  };
+
   it("marks a GPU missing when a complete inventory omits it", async () => {
     const lines = readFileSync(join(fixture, "inventory.csv"), "utf8").trim().split("\n");
-    writeFileSync(join(gpuDir, "inventory.csv"), `${lines.slice(0, 2).join("\n")}\n`);
+    put("inventory.csv", `${lines.slice(0, 2).join("\n")}\n`);
     const got = await waitFor(
       async () => {
         const n = await getNode();
@@ -119,18 +130,20 @@ describe("a real agent process", () => {
 
   it("keeps last-good GPU state when the collection fails, and a returning GPU is present again", async () => {
     const before = (await cursor("inventory"))!.appliedSequence;
-    writeFileSync(join(gpuDir, "exit_code"), "9\n");
-    writeFileSync(join(gpuDir, "inventory.csv"), "");
-    writeFileSync(join(gpuDir, "stderr"), "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n");
+    // The exit status first: from then on every collection fails, whatever else it reads.
+    put("exit_code", "9\n");
+    put("stderr", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n");
+    put("inventory.csv", "");
     // The failed collection is a change, so the agent sends it; it applies but marks nothing missing.
     await waitFor(async () => (await cursor("inventory"))!.appliedSequence > before, { what: "incomplete inventory applied" });
     const during = await getNode();
     expect(during.gpus.filter((g) => g.state === GpuState.PRESENT)).toHaveLength(2);
     expect(during.gpus.filter((g) => g.state === GpuState.MISSING)).toHaveLength(1);
 
-    rmSync(join(gpuDir, "exit_code"));
+    // The inventory back before the exit status: no collection reads an empty one with exit 0.
+    put("inventory.csv", readFileSync(join(fixture, "inventory.csv"), "utf8"));
     rmSync(join(gpuDir, "stderr"));
-    cpSync(join(fixture, "inventory.csv"), join(gpuDir, "inventory.csv"));
+    rmSync(join(gpuDir, "exit_code"));
     await waitFor(async () => (await getNode()).gpus.every((g) => g.state === GpuState.PRESENT), { what: "GPU returned" });
     expect((await actions()).some((e) => e.action === "gpu.returned")).toBe(true);
   });
