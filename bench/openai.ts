@@ -15,15 +15,18 @@
 // Beside them, the CPU ms per request of the control plane, the agent and this client in the open
 // loop, and the write system calls per request of the control plane and the agent (a count: the
 // figure a busy machine does not move); the same per chunk for the API's streams; before the runs,
-// `openssl speed -seconds 3 rsa2048`'s sign time; the load average per run.
+// `openssl speed -seconds 3 rsa2048`'s sign time; the load average per run; and before each run the
+// machine's own pauses (bench/support/machine-pauses.ts): a busy core taken away for 5 ms or more
+// is a stall no process of the bench can avoid, and one such stall fails a sweep step.
 //
 //   npx tsx bench/openai.ts    BENCH_RUNS=3 BENCH_RATE=1000 BENCH_SECONDS=5 BENCH_SWEEP=100,250,500,750,1000,1500,2000
 //                              BENCH_SWEEP_SECONDS=2 BENCH_STREAMS=160 BENCH_CHUNKS=100 BENCH_PACE_MS=5
-//                              BENCH_STREAM_CONCURRENCY=16
+//                              BENCH_STREAM_CONCURRENCY=16 BENCH_PAUSE_SECONDS=5
 // BENCH_CPU_PROF=<dir> has the control plane and the agent write CPU profiles there, and prints the
 // open loop's window to read them in: npx tsx bench/support/read-profile.ts FILE 40 FROM-TO.
 import { cpus, loadavg } from "node:os";
 import { Agent, request } from "undici";
+import { describePauses, machinePauses, type MachinePauses } from "./support/machine-pauses.js";
 import { openLoop } from "./support/open-loop.js";
 import { ms, numParam, param, processCpuMs, processWrites, rsaSignMs, summarize, type Summary } from "./support/stats.js";
 import { startStubDeployment } from "./support/stub-deployment.js";
@@ -38,6 +41,7 @@ const streams = numParam("BENCH_STREAMS", 160);
 const chunks = numParam("BENCH_CHUNKS", 100);
 const paceMs = numParam("BENCH_PACE_MS", 5);
 const streamConcurrency = numParam("BENCH_STREAM_CONCURRENCY", 16);
+const pauseSeconds = numParam("BENCH_PAUSE_SECONDS", 5);
 /** The issue's bound on added p99, for the sweep. */
 const addedP99Target = 10;
 
@@ -149,9 +153,12 @@ interface Run {
   /** TLS connections opened to the API during the run, after its warm-up. */
   connections: number;
   load: number;
+  pauses: MachinePauses;
 }
 
 async function oneRun(): Promise<Run> {
+  // The floor of the tail: measured with the bench's processes idle, so it is the machine's alone.
+  const pauses = await machinePauses(cpus().length, pauseSeconds);
   // Warm both paths first, unrecorded, at the rate measured: the client's pool grows to the
   // connections that rate keeps busy (at half the rate the first measured second opened dozens
   // more, each a TLS handshake on the control plane), as a long-running client's pool already has.
@@ -190,6 +197,7 @@ async function oneRun(): Promise<Run> {
     ttftApi: sa.ttft,
     connections: apiConnections - connectionsBefore,
     load: loadavg()[0]!,
+    pauses,
   };
 }
 
@@ -213,7 +221,8 @@ function report(all: Run[], loadBefore: number[]): string {
       `writes per request: control plane ${count(r.writes[0]!)}, agent ${count(r.writes[1]!)};`,
       `sweep ${r.steps.join(", ")}; streams ${ms(r.ratio)} of direct tokens/s,`,
       `per chunk: CPU control plane ${ms(r.perChunk[0]!)} ms, agent ${ms(r.perChunk[1]!)} ms, writes ${count(r.perChunk[2]!)} and ${count(r.perChunk[3]!)};`,
-      `TTFT p99 direct ${ms(r.ttftDirect.p99)} API ${ms(r.ttftApi.p99)} ms; ${r.connections} TLS connections opened after warm-up; load ${r.load.toFixed(1)}`,
+      `TTFT p99 direct ${ms(r.ttftDirect.p99)} API ${ms(r.ttftApi.p99)} ms; ${r.connections} TLS connections opened after warm-up; load ${r.load.toFixed(1)};`,
+      `${describePauses(r.pauses)}`,
     ].join(" "),
   );
   const each = (f: (r: Run) => number, fmt = ms) => spread(all.map(f), fmt);
@@ -236,6 +245,10 @@ function report(all: Run[], loadBefore: number[]): string {
       (v) => v.toFixed(3),
     )} (target >= 0.98)`,
     `TTFT added at p99: ${each((r) => r.ttftApi.p99 - r.ttftDirect.p99)} ms`,
+    `the machine alone, before each run (${pauseSeconds} s, one spinner per core): pauses >= 5 ms, all cores ${each(
+      (r) => r.pauses.cores.reduce((n, c) => n + c.pauses, 0),
+      String,
+    )}, longest ${each((r) => Math.max(...r.pauses.cores.map((c) => c.longestMs)))} ms, on two cores at once ${each((r) => r.pauses.together, String)}`,
     `openssl speed rsa2048 sign: ${ms(signMs)} ms; loadavg before ${loadBefore.map((l) => l.toFixed(2)).join(" ")}, after ${loadavg()
       .map((l) => l.toFixed(2))
       .join(" ")} (${cpus().length} cores)`,
