@@ -31,7 +31,7 @@ process.stdout.write(gaps.join(" "));`;
 const hasTaskset = spawnSync("taskset", ["--version"]).status === 0;
 
 /** Spins one process per core for `seconds` (pinned where taskset exists) and counts the gaps. */
-export async function machinePauses(cores: number, seconds = 5, thresholdMs = 5): Promise<MachinePauses> {
+export async function machinePauses(cores: number, seconds: number, thresholdMs: number): Promise<MachinePauses> {
   const runs = Array.from({ length: cores }, (_, core) => spin(core, seconds, thresholdMs));
   const gaps = await Promise.all(runs);
   return { seconds, thresholdMs, cores: gaps.map(coreSummary), together: together(gaps) };
