@@ -1,5 +1,5 @@
 // Reacting to an AbortSignal that may already have fired: a listener added after the abort is
-// never called, which once left a stopped agent running a new session (test/agent-watchdog.test.ts
+// never called, which once left a stopped agent running a new session (test/integration/agent-watchdog.test.ts
 // "agent stop"). Every such listener goes through here.
 
 /** Calls `fn` when `signal` aborts, or now if it already has; returns what removes the listener. */

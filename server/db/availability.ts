@@ -5,7 +5,7 @@
 // path has read recently (service keys, routes, session holders) is answered from its caches
 // instead, through `staleWhileDatabaseAway`.
 //
-// The shapes differ by layer, and all were seen on these machines (test/db-availability.test.ts
+// The shapes differ by layer, and all were seen on these machines (test/database/db-availability.test.ts
 // produces them): Prisma wraps most driver failures in PrismaClientKnownRequestError (P1001
 // "Can't reach database server", P2010 with `meta.driverAdapterError.cause` naming a kind or a
 // SQLSTATE such as 57P01 "terminating connection due to administrator command"); pg and pg-pool

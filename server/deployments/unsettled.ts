@@ -7,7 +7,7 @@
 // unloaded, nor failed after serving with restarts left; and no instance holding memory on a node
 // lost to it, or assigned a GPU its node reports missing (./node-loss.ts, the same rules in SQL).
 // ./rules.ts plan has nothing to do for such a deployment;
-// everything else is read, a superset of what plan acts on (test/deployments/unsettled.test.ts
+// everything else is read, a superset of what plan acts on (test/database/deployments/unsettled.test.ts
 // checks that over every shape of instances on a real database). Decided from the instances, not
 // from the stored overall state. A change made elsewhere reconciles its deployment at once
 // (./controller.ts reconcile); this pass is the net.

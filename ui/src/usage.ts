@@ -1,5 +1,5 @@
 // Usage figures the console charts and exports, from GetUsage rows. Pure (no DOM), so the rules have
-// table tests of their own (test/console-usage-rules.test.ts).
+// table tests of their own (test/unit/console-usage-rules.test.ts).
 import { durationMs, timestampDate } from "@bufbuild/protobuf/wkt";
 import type { UsageRow } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 
