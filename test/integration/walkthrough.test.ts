@@ -28,8 +28,11 @@ describe("the README's quick start", () => {
     expect(start).toMatch(/^npm ci && .*\bnpm start\b/);
     expect(test).toMatch(/^npm test\b/);
     const ci = readFileSync(join(repoRoot, ".ci/run"), "utf8");
+    // The whole suite on the embedded database, and the database project again on PostgreSQL.
     expect(ci).toMatch(/MODELFORGE_TEST_DB=pglite npm test\n/);
-    expect(ci).toMatch(/MODELFORGE_TEST_DB=postgres npm test\n/);
+    expect(ci).toMatch(/MODELFORGE_TEST_DB=postgres npm run test:database\n/);
+    const scripts = (JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts;
+    expect(scripts["test:database"]).toBe("vitest run --project database");
   });
 
   it("is followed by a walk-through with commands", () => {
