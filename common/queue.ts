@@ -1,13 +1,33 @@
-// A minimal unbounded async queue: producers push, one consumer iterates; `fail` ends iteration
-// with an error, `end` ends it cleanly. Used to merge server pushes into a stream's responses.
+// An async queue: producers push, one consumer iterates; `fail` ends iteration with an error
+// (what was not taken yet is dropped), `end` ends it once the rest is taken; whichever comes first
+// holds. Unbounded, or bounded
+// by the weight of what the consumer has not taken yet (a stream's unread bytes, say): a push past
+// the bound is refused, and the caller decides what a consumer that far behind means.
+
+export interface QueueBound<T> {
+  /** The most weight left untaken; one item alone is always taken, however heavy. */
+  max: number;
+  weigh: (item: T) => number;
+}
+
 export class AsyncQueue<T> implements AsyncIterable<T> {
   private readonly items: T[] = [];
+  private untaken = 0;
   private waiter: (() => void) | undefined;
   private done = false;
   private error: unknown;
+  private failed = false;
 
+  constructor(private readonly bound?: QueueBound<T>) {}
+
+  /** Adds an item; false once the queue has ended, or when the bound would be passed. */
   push(item: T): boolean {
     if (this.done) return false;
+    if (this.bound !== undefined) {
+      const weight = this.bound.weigh(item);
+      if (this.items.length > 0 && this.untaken + weight > this.bound.max) return false;
+      this.untaken += weight;
+    }
     this.items.push(item);
     this.wake();
     return true;
@@ -19,11 +39,22 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
   fail(error: unknown): void {
     if (this.done) return;
     this.error = error;
+    this.failed = true;
     this.done = true;
+    this.items.length = 0;
+    this.untaken = 0;
     this.wake();
   }
   get closed(): boolean {
     return this.done;
+  }
+  /** The weight of what the consumer has not taken yet (bounded queues). */
+  get untakenWeight(): number {
+    return this.untaken;
+  }
+  /** Whether the consumer waits for an item: it has taken everything so far. */
+  get consumerWaiting(): boolean {
+    return this.waiter !== undefined;
   }
   private wake(): void {
     const w = this.waiter;
@@ -32,14 +63,17 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
   }
   async *[Symbol.asyncIterator](): AsyncIterator<T> {
     for (;;) {
-      if (this.error !== undefined) throw this.error;
-      const item = this.items.shift();
-      if (item !== undefined) {
+      if (this.failed) throw this.error;
+      if (this.items.length > 0) {
+        const item = this.items.shift() as T;
+        if (this.bound !== undefined) this.untaken -= this.bound.weigh(item);
         yield item;
         continue;
       }
       if (this.done) return;
-      await new Promise<void>((resolve) => (this.waiter = resolve));
+      await new Promise<void>((resolve) => {
+        this.waiter = resolve;
+      });
     }
   }
 }

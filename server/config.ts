@@ -1,6 +1,7 @@
 // Control-plane configuration, read from environment variables only. Pure: `loadConfig(env)` never
 // touches the process, so tests build configs the same way `main` does.
 import { parseDuration } from "../common/duration.js";
+import { parseByteSize } from "../common/byte-size.js";
 import { parseListenAddress, type ListenAddress } from "../common/listen-address.js";
 import { parseVersion } from "./agent-version.js";
 import { defaultMinAgentVersion } from "./version.js";
@@ -46,6 +47,8 @@ export interface Config {
   shutdownGraceMs: number;
   /** How long an idle HTTP/1.1 connection (the OpenAI SDKs' kind) is kept for its next request. */
   http1IdleTimeoutMs: number;
+  /** The most of a streamed answer held for a caller that has not read it before its request ends as client_stalled. */
+  invokeMaxUnreadBytes: number;
   /** While the database cannot be reached, how long after its last read a service key is still accepted (0: not beyond its 5 s cache). */
   serviceKeyOutageTrustMs: number;
   /** How often service clients' usage is added to the database; a kill -9 loses at most this much. */
@@ -66,7 +69,7 @@ export class ConfigError extends Error {
 
 type Env = Record<string, string | undefined>;
 
-/** One row per variable: docs/configuration.md states the same defaults (test/configuration.test.ts). */
+/** One row per variable: docs/configuration.md states the same defaults (test/integration/configuration.test.ts). */
 export const defaults = {
   MODELFORGE_LISTEN_ADDRESS: "127.0.0.1",
   MODELFORGE_PORT: "8443",
@@ -93,94 +96,125 @@ export const defaults = {
   MODELFORGE_APPROVED_ROOTS: "/var/lib/modelforge/artifacts",
   MODELFORGE_SHUTDOWN_GRACE: "5s",
   MODELFORGE_HTTP1_IDLE_TIMEOUT: "60s",
+  MODELFORGE_INVOKE_MAX_UNREAD: "1MiB",
   MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "5m",
   MODELFORGE_USAGE_FLUSH: "5s",
   MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
 } as const;
 
-export function loadConfig(env: Env): Config {
-  const get = (name: keyof typeof defaults): string => {
-    const v = env[name];
+type Name = keyof typeof defaults;
+
+/** Reads one variable each, in its type, or throws a ConfigError naming it. */
+class Variables {
+  constructor(private readonly env: Env) {}
+
+  get(name: Name): string {
+    const v = this.env[name];
     return v === undefined || v.trim() === "" ? defaults[name] : v.trim();
-  };
-  const duration = (name: keyof typeof defaults): number => {
-    try {
-      return parseDuration(get(name));
-    } catch (err) {
-      throw new ConfigError(`${name}: ${(err as Error).message}`);
-    }
-  };
-  const atMost = (name: keyof typeof defaults, ms: number, maxMs: number): number => {
-    if (ms > maxMs) throw new ConfigError(`${name}: at most ${maxMs / 3_600_000}h, got "${get(name)}"`);
+  }
+
+  duration(name: Name): number {
+    return this.parsed(name, parseDuration);
+  }
+
+  durationAtMost(name: Name, maxMs: number): number {
+    const ms = this.duration(name);
+    if (ms > maxMs) throw new ConfigError(`${name}: at most ${maxMs / 3_600_000}h, got "${this.get(name)}"`);
     return ms;
-  };
-  // "0" turns off what the duration allows; at most `maxMs`.
-  const durationOrOff = (name: keyof typeof defaults, maxMs: number): number => atMost(name, get(name) === "0" ? 0 : duration(name), maxMs);
-  const integer = (name: keyof typeof defaults, min: number, max: number): number => {
-    const raw = get(name);
+  }
+
+  /** "0" turns off what the duration allows; at most `maxMs`. */
+  durationOrOff(name: Name, maxMs: number): number {
+    return this.get(name) === "0" ? 0 : this.durationAtMost(name, maxMs);
+  }
+
+  integer(name: Name, min: number, max: number): number {
+    const raw = this.get(name);
     const n = Number(raw);
-    if (!Number.isInteger(n) || n < min || n > max) {
+    if (!Number.isInteger(n) || n < min || n > max)
       throw new ConfigError(`${name}: expected an integer from ${min} to ${max}, got "${raw}"`);
-    }
     return n;
-  };
-  const list = (name: keyof typeof defaults): string[] =>
-    get(name)
+  }
+
+  byteSize(name: Name, min: number, max: number): number {
+    const bytes = this.parsed(name, parseByteSize);
+    if (bytes < min || bytes > max)
+      throw new ConfigError(`${name}: expected from ${min} bytes to ${max / 1024 ** 2}MiB, got "${this.get(name)}"`);
+    return bytes;
+  }
+
+  list(name: Name): string[] {
+    return this.get(name)
       .split(",")
       .map((s) => s.trim())
       .filter((s) => s !== "");
+  }
 
-  const port = integer("MODELFORGE_PORT", 0, 65535);
-  const serverNames = list("MODELFORGE_SERVER_NAMES");
+  private parsed(name: Name, parse: (text: string) => number): number {
+    try {
+      return parse(this.get(name));
+    } catch (err) {
+      throw new ConfigError(`${name}: ${(err as Error).message}`);
+    }
+  }
+}
+
+export function loadConfig(env: Env): Config {
+  const v = new Variables(env);
+  const serverNames = v.list("MODELFORGE_SERVER_NAMES");
   if (serverNames.length === 0) throw new ConfigError("MODELFORGE_SERVER_NAMES: at least one name is needed");
-  const fraction = Number(get("MODELFORGE_RENEW_REMAINING_FRACTION"));
-  if (!(fraction > 0 && fraction < 1)) {
-    throw new ConfigError("MODELFORGE_RENEW_REMAINING_FRACTION: expected a number between 0 and 1");
-  }
+  const fraction = Number(v.get("MODELFORGE_RENEW_REMAINING_FRACTION"));
+  if (!(fraction > 0 && fraction < 1)) throw new ConfigError("MODELFORGE_RENEW_REMAINING_FRACTION: expected a number between 0 and 1");
   const databaseUrl = env.DATABASE_URL?.trim() || undefined;
-  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl))
     throw new ConfigError("DATABASE_URL: expected a postgresql:// URL");
-  }
   const config: Config = {
-    listenAddress: get("MODELFORGE_LISTEN_ADDRESS"),
-    port,
+    listenAddress: v.get("MODELFORGE_LISTEN_ADDRESS"),
+    port: v.integer("MODELFORGE_PORT", 0, 65535),
     serverNames,
     publicUrl: env.MODELFORGE_PUBLIC_URL?.trim() || undefined,
     replicaUrl: httpsUrl(env, "MODELFORGE_REPLICA_URL"),
-    dataDir: get("MODELFORGE_DATA_DIR"),
-    certsDir: get("MODELFORGE_CERTS_DIR"),
+    dataDir: v.get("MODELFORGE_DATA_DIR"),
+    certsDir: v.get("MODELFORGE_CERTS_DIR"),
     databaseUrl,
-    preparedStatements: integer("MODELFORGE_DATABASE_PREPARED_STATEMENTS", 0, 10_000),
+    preparedStatements: v.integer("MODELFORGE_DATABASE_PREPARED_STATEMENTS", 0, 10_000),
     operatorApiKey: env.MODELFORGE_OPERATOR_API_KEY?.trim() || undefined,
     operatorReadonlyKey: env.MODELFORGE_OPERATOR_READONLY_KEY?.trim() || undefined,
     uiDir: env.MODELFORGE_UI_DIR?.trim() || "./ui/dist",
-    logLevel: get("MODELFORGE_LOG_LEVEL"),
-    enrollmentTokenTtlMs: duration("MODELFORGE_ENROLLMENT_TOKEN_TTL"),
-    credentialTtlMs: duration("MODELFORGE_CREDENTIAL_TTL"),
+    logLevel: v.get("MODELFORGE_LOG_LEVEL"),
+    enrollmentTokenTtlMs: v.duration("MODELFORGE_ENROLLMENT_TOKEN_TTL"),
+    credentialTtlMs: v.duration("MODELFORGE_CREDENTIAL_TTL"),
     renewRemainingFraction: fraction,
-    heartbeatIntervalMs: duration("MODELFORGE_HEARTBEAT_INTERVAL"),
-    telemetryIntervalMs: duration("MODELFORGE_TELEMETRY_INTERVAL"),
-    inventoryIntervalMs: duration("MODELFORGE_INVENTORY_INTERVAL"),
-    staleAfterMs: duration("MODELFORGE_STALE_AFTER"),
-    offlineAfterMs: duration("MODELFORGE_OFFLINE_AFTER"),
-    replaceAfterMs: duration("MODELFORGE_REPLACE_AFTER"),
-    maxFutureSkewMs: duration("MODELFORGE_MAX_FUTURE_SKEW"),
-    livenessFlushIntervalMs: duration("MODELFORGE_LIVENESS_FLUSH_INTERVAL"),
-    reconcileIntervalMs: duration("MODELFORGE_RECONCILE_INTERVAL"),
-    leaseDurationMs: duration("MODELFORGE_LEASE_DURATION"),
-    defaultMaxAttempts: integer("MODELFORGE_MAX_ATTEMPTS", 1, 100),
-    reclaimGraceMs: duration("MODELFORGE_RECLAIM_GRACE"),
-    approvedRoots: list("MODELFORGE_APPROVED_ROOTS"),
-    shutdownGraceMs: duration("MODELFORGE_SHUTDOWN_GRACE"),
+    heartbeatIntervalMs: v.duration("MODELFORGE_HEARTBEAT_INTERVAL"),
+    telemetryIntervalMs: v.duration("MODELFORGE_TELEMETRY_INTERVAL"),
+    inventoryIntervalMs: v.duration("MODELFORGE_INVENTORY_INTERVAL"),
+    staleAfterMs: v.duration("MODELFORGE_STALE_AFTER"),
+    offlineAfterMs: v.duration("MODELFORGE_OFFLINE_AFTER"),
+    replaceAfterMs: v.duration("MODELFORGE_REPLACE_AFTER"),
+    maxFutureSkewMs: v.duration("MODELFORGE_MAX_FUTURE_SKEW"),
+    livenessFlushIntervalMs: v.duration("MODELFORGE_LIVENESS_FLUSH_INTERVAL"),
+    reconcileIntervalMs: v.duration("MODELFORGE_RECONCILE_INTERVAL"),
+    leaseDurationMs: v.duration("MODELFORGE_LEASE_DURATION"),
+    defaultMaxAttempts: v.integer("MODELFORGE_MAX_ATTEMPTS", 1, 100),
+    reclaimGraceMs: v.duration("MODELFORGE_RECLAIM_GRACE"),
+    approvedRoots: v.list("MODELFORGE_APPROVED_ROOTS"),
+    shutdownGraceMs: v.duration("MODELFORGE_SHUTDOWN_GRACE"),
     // A timer: Node fires one set past 2^31 - 1 ms (24.8 days) after 1 ms instead.
-    http1IdleTimeoutMs: atMost("MODELFORGE_HTTP1_IDLE_TIMEOUT", duration("MODELFORGE_HTTP1_IDLE_TIMEOUT"), 3_600_000),
-    serviceKeyOutageTrustMs: durationOrOff("MODELFORGE_SERVICE_KEY_OUTAGE_TRUST", 24 * 3_600_000),
-    usageFlushMs: duration("MODELFORGE_USAGE_FLUSH"),
-    artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,
+    http1IdleTimeoutMs: v.durationAtMost("MODELFORGE_HTTP1_IDLE_TIMEOUT", 3_600_000),
+    invokeMaxUnreadBytes: v.byteSize("MODELFORGE_INVOKE_MAX_UNREAD", 4096, 64 * 1024 ** 2),
+    serviceKeyOutageTrustMs: v.durationOrOff("MODELFORGE_SERVICE_KEY_OUTAGE_TRUST", 24 * 3_600_000),
+    usageFlushMs: v.duration("MODELFORGE_USAGE_FLUSH"),
+    artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${v.get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,
     metricsAddress: optionalAddress(env, "MODELFORGE_METRICS_ADDRESS"),
-    minAgentVersion: get("MODELFORGE_MIN_AGENT_VERSION"),
+    minAgentVersion: v.get("MODELFORGE_MIN_AGENT_VERSION"),
     agentReleaseKeyFile: env.MODELFORGE_AGENT_RELEASE_KEY?.trim() || undefined,
   };
+  checkConfig(config);
+  return config;
+}
+
+/** What holds between variables. */
+function checkConfig(config: Config): void {
   if (parseVersion(config.minAgentVersion) === undefined) {
     throw new ConfigError(`MODELFORGE_MIN_AGENT_VERSION: expected a version such as 1.4.0, got "${config.minAgentVersion}"`);
   }
@@ -196,7 +230,6 @@ export function loadConfig(env: Env): Config {
   if (config.offlineAfterMs <= config.staleAfterMs) {
     throw new ConfigError("MODELFORGE_OFFLINE_AFTER must be longer than MODELFORGE_STALE_AFTER");
   }
-  return config;
 }
 
 /** The URL agents dial: the configured one, else the first server name on the bound port. */

@@ -1,6 +1,7 @@
 // What every handler learns about its caller: the correlation id, a logger bound to it, its IP
 // address, and the TLS client certificate if one was presented. Handlers read it with `callOf(ctx)`.
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
+import http2 from "node:http2";
 import type { TLSSocket } from "node:tls";
 import type { Logger } from "pino";
 
@@ -23,6 +24,28 @@ export interface Caller {
   certificateError: string | undefined;
   /** The peer's IP address (what limits and log lines about unauthenticated callers key on). */
   peerAddress?: string | undefined;
+  /** Ends this call's transport stream at once (./invoke/relay.ts: a caller that stopped reading). */
+  abandon?: (reason: AbandonReason) => void;
+}
+
+/** Why a call's stream is ended under it: its client left too much unread, or is still not done past the deadline. */
+export type AbandonReason = "stalled" | "deadline";
+
+/**
+ * Ends a request's stream without waiting on its client: on HTTP/2 a reset of that stream alone
+ * (CANCEL: the only code after which node:http2 destroys the stream without an error, so the
+ * write it was blocked on ends as the client's doing, not ours); on HTTP/1.1, where a response
+ * cannot be cut short otherwise, the connection closes.
+ */
+export function abandonerOf(
+  req: { socket: { destroy(): void } } | { stream: { close(code: number): void } },
+): (reason: AbandonReason) => void {
+  if ("stream" in req) {
+    const stream = req.stream;
+    return () => stream.close(http2.constants.NGHTTP2_CANCEL);
+  }
+  const socket = req.socket;
+  return () => socket.destroy();
 }
 
 export const callerKey = createContextKey<Caller | undefined>(undefined, { description: "caller" });
@@ -65,5 +88,6 @@ export function withoutCertificate(caller: Caller): Caller {
     certificate: undefined,
     certificateError: undefined,
     peerAddress: caller.peerAddress,
+    ...(caller.abandon !== undefined ? { abandon: caller.abandon } : {}),
   };
 }

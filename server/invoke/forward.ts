@@ -11,10 +11,13 @@ import { SteadySessionManager, grpcTransport } from "../../common/http2-sessions
 import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { Clock } from "../../common/clock.js";
 import { LookupCache } from "../../common/lookup-cache.js";
+import { onAbort } from "../../common/abort.js";
 import { correlationHeader } from "../observability/correlation.js";
 import { staleWhileDatabaseAway, type OutageWatch } from "../db/availability.js";
 import type { ReplicaDirectory, SessionHolder } from "../cluster/replicas.js";
 import type { AnswerPiece, InvokeCall, InvokeForwarder } from "./relay.js";
+import { CallerStalled } from "./outbox.js";
+import { limitHeader } from "../usage/limits.js";
 
 /** Names the replica that forwarded a call; a call that carries it is served here or refused. */
 export const forwardedFromHeader = "x-modelforge-forwarded-from";
@@ -46,6 +49,8 @@ export class ReplicaForwarder implements InvokeForwarder {
 
   async *forward(holder: SessionHolder, call: InvokeCall): AsyncGenerator<AnswerPiece> {
     const client = this.clientOf(holder.url);
+    const stop = new AbortController();
+    const forgetCaller = onAbort(call.signal, () => stop.abort(forwardCanceled));
     const request = {
       deploymentId: call.deployment,
       contentType: call.contentType,
@@ -59,7 +64,7 @@ export class ReplicaForwarder implements InvokeForwarder {
         [forwardedFromHeader]: this.deps.replicaId,
         [correlationHeader]: call.requestId,
       },
-      signal: call.signal,
+      signal: stop.signal,
       timeoutMs: call.timeoutMs,
     };
     try {
@@ -68,16 +73,27 @@ export class ReplicaForwarder implements InvokeForwarder {
         let replica = 0;
         for await (const piece of client.invokeStream(request, options)) {
           if (piece.revision !== 0n) [revision, replica] = [piece.revision, piece.replica];
-          yield { payload: piece.payload, contentType: piece.contentType, revision, replica };
+          try {
+            yield { payload: piece.payload, contentType: piece.contentType, revision, replica };
+          } catch (err) {
+            // The relay ends the request (its caller stopped reading): the holder hears a cancel,
+            // not the internal error an abort without a reason resets the stream with.
+            stop.abort(forwardCanceled);
+            throw err;
+          }
         }
       } else {
         const answer = await client.invoke(request, options);
         yield { payload: answer.payload, contentType: answer.contentType, revision: answer.revision, replica: answer.replica };
       }
     } catch (err) {
+      // Thrown in by the relay, not by the holder: the caller stopped reading.
+      if (err instanceof CallerStalled) throw err;
       // The holder moved or died since the lookup: the next call looks again.
       this.holders.clear();
       throw forwardError(err, holder);
+    } finally {
+      forgetCaller();
     }
   }
 
@@ -100,6 +116,9 @@ export class ReplicaForwarder implements InvokeForwarder {
   }
 }
 
+/** Why a forwarded call is cancelled: its caller here went away or stopped reading. */
+const forwardCanceled = new ConnectError("the caller went away", Code.Canceled);
+
 /** The holder's own refusal passes through; failing to reach it at all says which replica. */
 function forwardError(err: unknown, holder: SessionHolder): ConnectError {
   const e = ConnectError.from(err);
@@ -109,5 +128,14 @@ function forwardError(err: unknown, holder: SessionHolder): ConnectError {
       Code.Unavailable,
     );
   }
-  return new ConnectError(e.rawMessage, e.code);
+  // A limit's refusal says when to come back and which limit it was, whichever replica answers.
+  const passed = new Headers();
+  for (const name of passedOn) {
+    const value = e.metadata.get(name);
+    if (value !== null) passed.set(name, value);
+  }
+  return new ConnectError(e.rawMessage, e.code, passed);
 }
+
+/** What of a holder's refusal reaches the caller besides its code and message. */
+const passedOn = ["retry-after", limitHeader];

@@ -41,24 +41,43 @@ export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   return body as Record<string, unknown>;
 }
 
+/** Where a value sits in the body, kept as links to its parent: the path is spelled only for a refusal. */
+interface At {
+  parent: At | undefined;
+  key: string | number;
+}
+
+/** "messages[2].content", as OpenAI's errors name a field. */
+function pathOf(at: At | undefined): string {
+  const parts: (string | number)[] = [];
+  for (let a = at; a !== undefined; a = a.parent) parts.unshift(a.key);
+  return parts.map((p, i) => (typeof p === "number" ? `[${p}]` : i === 0 ? p : `.${p}`)).join("");
+}
+
 /** Walks the value without recursion (its depth is what is being checked). */
 function checkShape(root: object): void {
-  const stack: { value: unknown; depth: number }[] = [{ value: root, depth: 1 }];
+  const stack: { value: unknown; depth: number; at: At | undefined }[] = [{ value: root, depth: 1, at: undefined }];
   for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
-    const { value, depth } = item;
+    const { value, depth, at } = item;
     if (typeof value === "string") {
       if (!wellFormed(value)) throw new RequestError("body", "a string holds an unpaired UTF-16 surrogate");
+      continue;
+    }
+    // JSON has no infinity, but a number past double's range (1e400) parses as one, and goes on
+    // as null once serialised again: refused as out of range, not served as if absent.
+    if (typeof value === "number") {
+      if (!Number.isFinite(value)) throw new RequestError(pathOf(at) || "body", `${pathOf(at)}: the number is out of range`);
       continue;
     }
     if (typeof value !== "object" || value === null) continue;
     if (depth > maxJsonDepth) throw new RequestError("body", `the body nests deeper than ${maxJsonDepth} levels`);
     if (Array.isArray(value)) {
-      for (const v of value) stack.push({ value: v, depth: depth + 1 });
+      for (let i = 0; i < value.length; i++) stack.push({ value: value[i], depth: depth + 1, at: { parent: at, key: i } });
       continue;
     }
     for (const [k, v] of Object.entries(value)) {
       if (!wellFormed(k)) throw new RequestError("body", "a key holds an unpaired UTF-16 surrogate");
-      stack.push({ value: v, depth: depth + 1 });
+      stack.push({ value: v, depth: depth + 1, at: { parent: at, key: k } });
     }
   }
 }

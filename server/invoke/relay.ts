@@ -41,13 +41,16 @@ import {
   unreachable,
 } from "./rules.js";
 import { InvokeMeter } from "./meter.js";
+import { CallerStalled, callerStalledOutcome, outboxOf } from "./outbox.js";
 import type { UsageLedger } from "../usage/ledger.js";
 import type { ServingMetrics } from "../observability/metrics.js";
 import type { Charge, KeyLimiter } from "../usage/limits.js";
+import type { LimitedRequest } from "../usage/limit-rules.js";
 import type { InvokeCounts } from "./counts.js";
 import type { LogWatches } from "./logs.js";
 import type { SessionHolder } from "../cluster/replicas.js";
 import type { Drain } from "./drain.js";
+import type { AbandonReason } from "../context.js";
 
 export interface InvokeCall {
   /** By id or name. */
@@ -66,6 +69,11 @@ export interface InvokeCall {
   credential?: string;
   /** The replica that forwarded this call here; such a call is served here or refused, never forwarded again. */
   forwardedFrom?: string;
+  /**
+   * Ends the caller's transport stream at once (an HTTP/2 reset; on HTTP/1.1 the connection
+   * closes): for a caller that stopped reading, whose transport would otherwise wait on it forever.
+   */
+  abandon?: (reason: AbandonReason) => void;
 }
 
 /** One piece of an answer: the whole body for a unary call, one chunk for a stream. */
@@ -111,7 +119,14 @@ export interface InvokeRelayDeps {
   limits?: Pick<KeyLimiter, "admit">;
   /** Draws in [0, 1) for choosing replicas; Math.random unless a test fixes it. */
   random?: () => number;
+  /** The most answer bytes held for a caller that has not read them (default `defaultMaxUnreadBytes`). */
+  maxUnreadBytes?: number;
 }
+
+/** What a stream's caller may leave unread before the request ends as client_stalled. */
+export const defaultMaxUnreadBytes = 1024 * 1024;
+/** How long a caller that is not reading is given to take a failure before its stream is ended. */
+const abandonGraceMs = 2_000;
 
 interface Pending {
   session: LiveSession;
@@ -143,22 +158,72 @@ export class InvokeRelay {
   /**
    * The answer pieces of one relayed request, in order; throws the contract's typed errors. A
    * replica that is stopping refuses it first, forwarded or not, before any byte reaches a node.
+   *
+   * The request runs apart from its caller's reading: pieces wait in an outbox, and the request's
+   * slot, deadline and cancellation never depend on the caller taking them. A caller that leaves
+   * more than `maxUnreadBytes` unread has stalled: its request ends (client_stalled) and its
+   * transport stream is ended. One still not done past the deadline has its stream ended too.
    */
   async *invoke(principal: ServicePrincipal, call: InvokeCall): AsyncGenerator<AnswerPiece> {
     const release = this.deps.drain.enter();
+    const outbox = outboxOf<AnswerPiece>(this.deps.maxUnreadBytes ?? defaultMaxUnreadBytes);
+    // Aborted when the caller goes away or stops taking pieces: the request's own signal.
+    const running = new AbortController();
+    const forgetCaller = onAbort(call.signal, () => running.abort(callerWentAway));
+    const state: RunState = { deadlineAt: undefined, pumping: true, taken: false, forgetTimer: undefined };
+    void this.pump(principal, { ...call, signal: running.signal }, outbox, state).finally(release);
     try {
-      yield* this.relay(principal, call);
+      yield* outbox;
     } finally {
-      release();
+      state.taken = true;
+      state.forgetTimer?.();
+      forgetCaller();
+      if (state.pumping) running.abort(callerStopped);
     }
   }
 
-  private async *relay(principal: ServicePrincipal, call: InvokeCall): AsyncGenerator<AnswerPiece> {
+  /** Runs one request to its end, its pieces into the outbox; then ends the caller's stream if the caller is not taking them. */
+  private async pump(principal: ServicePrincipal, call: InvokeCall, outbox: AsyncQueue<AnswerPiece>, state: RunState): Promise<void> {
+    const pieces = this.relay(principal, call, state);
+    let ended: "whole" | "failed" | "stalled" = "whole";
+    let failure: unknown;
+    try {
+      let next = await pieces.next();
+      while (next.done !== true) {
+        if (outbox.push(next.value)) next = await pieces.next();
+        else {
+          ended = "stalled";
+          next = await pieces.throw(new CallerStalled(outbox.untakenWeight));
+        }
+      }
+    } catch (err) {
+      if (ended === "whole") ended = "failed";
+      failure = err;
+    }
+    // Before the caller can see the end, so that its side does not stop a request already over.
+    state.pumping = false;
+    // A caller waiting for the next piece has taken the rest and takes the end at once.
+    const waiting = outbox.consumerWaiting;
+    if (ended === "whole") outbox.end();
+    else outbox.fail(failure instanceof CallerStalled ? failure.refusal : failure);
+    const abandon = call.abandon;
+    if (state.taken || waiting || abandon === undefined) return;
+    if (ended === "stalled") return abandon("stalled");
+    // A failure is the caller's to take in a moment; a whole answer, until the deadline.
+    const deadlineMs = state.deadlineAt === undefined ? 0 : state.deadlineAt - this.deps.clock.now();
+    const waitMs = ended === "whole" ? Math.max(abandonGraceMs, deadlineMs) : abandonGraceMs;
+    state.forgetTimer = this.deps.clock.after(waitMs, () => {
+      if (!state.taken) abandon("deadline");
+    });
+  }
+
+  private async *relay(principal: ServicePrincipal, call: InvokeCall, state: RunState): AsyncGenerator<AnswerPiece> {
     // Before routing: bad input is the caller's mistake, refused here and never relayed.
     const checked = checkPayload(call.contentType, call.payload, call.api, call.stream);
     const target = await this.target(call.deployment);
     const route = routeInvoke(target, principal.deployments, call.deployment, (n) => this.deps.sessions.isConnected(n));
     const deployment = target!;
+    state.deadlineAt = this.deps.clock.now() + invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs);
     if ("elsewhere" in route) {
       yield* this.elsewhere(deployment.name, route.elsewhere, call);
       return;
@@ -167,7 +232,7 @@ export class InvokeRelay {
       const first = route.here[0]!;
       checkEmbeddings(deployment.name, first.engine, this.deps.sessions.get(first.nodeId)?.embeddingEngines ?? []);
     }
-    const charge = await this.admitKey(principal, deployment, checked.body);
+    const charge = await this.admitKey(principal, deployment, { body: checked.body, bodyBytes: checked.payload.byteLength });
     const meter = new InvokeMeter(
       this.deps,
       { keyId: principal.keyId, deploymentId: deployment.deploymentId, deployment: deployment.name, stream: call.stream },
@@ -178,7 +243,7 @@ export class InvokeRelay {
       checked,
       deployment,
       meter,
-      deadlineAt: this.deps.clock.now() + invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs),
+      deadlineAt: state.deadlineAt,
       finished: false,
     };
     let outcome = "ok";
@@ -207,7 +272,7 @@ export class InvokeRelay {
         }
       }
     } catch (err) {
-      outcome = err instanceof ConnectError ? codeName(err.code) : "internal";
+      outcome = err instanceof CallerStalled ? callerStalledOutcome : err instanceof ConnectError ? codeName(err.code) : "internal";
       throw err;
     } finally {
       // A consumer that stopped early (its caller went away mid-stream) ended the node's work too.
@@ -316,13 +381,9 @@ export class InvokeRelay {
   }
 
   /** Admits a request within its key's limits (shared by every replica); else resource_exhausted, counted as refused. */
-  private async admitKey(
-    principal: ServicePrincipal,
-    deployment: DeploymentTarget,
-    body: Record<string, unknown>,
-  ): Promise<Charge | undefined> {
+  private async admitKey(principal: ServicePrincipal, deployment: DeploymentTarget, request: LimitedRequest): Promise<Charge | undefined> {
     try {
-      return await this.deps.limits?.admit(principal, body);
+      return await this.deps.limits?.admit(principal, request);
     } catch (err) {
       if (err instanceof ConnectError && err.code === Code.ResourceExhausted) {
         this.deps.counts.record(deployment.deploymentId, "resource_exhausted");
@@ -368,6 +429,23 @@ export class InvokeRelay {
     return this.routeCache.get(idOrName, () => this.deps.routes.find(idOrName));
   }
 }
+
+/** One request's run as its caller's side sees it. */
+interface RunState {
+  /** The request's deadline on the relay's clock, once its deployment is known. */
+  deadlineAt: number | undefined;
+  /** Until the request has ended. */
+  pumping: boolean;
+  /** The caller's side has ended: it took the whole answer, or stopped. */
+  taken: boolean;
+  /** Cancels the timer that ends a caller's stream left waiting. */
+  forgetTimer: (() => void) | undefined;
+}
+
+/** Why a request ends when its caller goes away: a cancel, which a forwarded call passes on as one. */
+const callerWentAway = new ConnectError("the caller went away", Code.Canceled);
+/** Why a request ends when its caller's side ends before the answer did. */
+const callerStopped = new ConnectError("the caller stopped reading the answer", Code.Canceled);
 
 /** A request across its tries: what was checked, its meter and deadline, and whether it ended whole. */
 interface Attempted {

@@ -59,6 +59,7 @@ export function deploymentService(relay: InvokeRelay, routes: DeploymentRoutes):
     signal: ctx.signal,
     credential: ctx.requestHeader.get(serviceKeyHeader) ?? undefined,
     forwardedFrom: ctx.requestHeader.get(forwardedFromHeader) ?? undefined,
+    abandon: callOf(ctx).abandon,
   });
   return {
     async invoke(req, ctx) {

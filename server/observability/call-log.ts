@@ -31,11 +31,19 @@ export interface PublicError {
   detail?: { name: string; message: string; stack?: string };
 }
 
-/** `outage`, when the database is open, hears of every connectivity failure (it logs the outage once). */
-export function publicError(err: unknown, correlationId: string | undefined, outage?: OutageSink): PublicError {
+/**
+ * `outage`, when the database is open, hears of every connectivity failure (it logs the outage
+ * once). `callerGone`: the caller had already gone away (reset its stream, closed its connection),
+ * so whatever failed after is its doing, `canceled`, not ours: a write to a stream it destroyed,
+ * a forwarded call it abandoned.
+ */
+export function publicError(err: unknown, correlationId: string | undefined, outage?: OutageSink, callerGone = false): PublicError {
   const internal = () => new ConnectError(`internal error (request ${correlationId ?? "unknown"})`, Code.Internal);
+  if (callerGone) return { error: err instanceof ConnectError && err.code === Code.Canceled ? err : callerWentAway(), level: "debug" };
   if (err instanceof ConnectError) {
     if (err.code === Code.Unknown) return { error: internal(), level: "error", detail: describe(err) };
+    // Nothing for an operator to act on: the caller cancelled.
+    if (err.code === Code.Canceled) return { error: err, level: "debug" };
     // A refusal its handler already logged (or counted, under a flood) is one debug line here.
     return { error: err, level: err.code === Code.Internal ? "error" : selfLogged.has(err) ? "debug" : "warn" };
   }
@@ -58,7 +66,7 @@ export function callLogInterceptor(outage?: OutageSink): Interceptor {
     });
     // Returns the error to send, so database or library messages never reach the caller.
     const failed = (err: unknown): ConnectError => {
-      const { error, level, detail } = publicError(err, caller?.correlationId, outage);
+      const { error, level, detail } = publicError(err, caller?.correlationId, outage, callerGone(req.signal));
       const line = { ...fields(), code: codeName(error.code), message: error.rawMessage, ...(detail ? { err: detail } : {}) };
       caller?.log[level](line, level === "error" ? "rpc failed" : "rpc refused");
       return error;
@@ -86,6 +94,15 @@ export function callLogInterceptor(outage?: OutageSink): Interceptor {
     }
   };
 }
+
+/** Whether the call's signal says its caller went away (and not that its deadline passed). */
+function callerGone(signal: AbortSignal): boolean {
+  if (!signal.aborted) return false;
+  const reason: unknown = signal.reason;
+  return !(reason instanceof ConnectError && reason.code === Code.DeadlineExceeded);
+}
+
+const callerWentAway = () => new ConnectError("the caller went away", Code.Canceled);
 
 function describe(err: unknown): { name: string; message: string; stack?: string } {
   if (err instanceof Error) return { name: err.name, message: err.message, stack: err.stack };

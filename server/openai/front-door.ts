@@ -7,7 +7,7 @@ import type http2 from "node:http2";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { TLSSocket } from "node:tls";
 import { ConnectError, Code } from "@connectrpc/connect";
-import { peerOf } from "../context.js";
+import { abandonerOf, peerOf } from "../context.js";
 import { adminTokenHeader } from "../identity/admin-token.js";
 import { refuseForeignCredentials } from "../identity/service-keys-auth.js";
 import { bearerServiceKey, type ServiceKeys, type ServicePrincipal } from "../identity/service-keys.js";
@@ -48,6 +48,9 @@ export interface OpenAiDeps {
  */
 const callerGone = new DOMException("the response closed", "AbortError");
 
+/** A request whose client went away: logged as the client's, and not answered (there is no one to answer). */
+const callerLeft = openAiFailure(499, "the client went away", "canceled", "canceled");
+
 /** Before the database is open: every OpenAI path answers 503, in OpenAI's shape. */
 export function startingFrontDoor(): FrontDoor {
   return (req, res) => {
@@ -75,7 +78,8 @@ export function openAiFrontDoor(deps: OpenAiDeps): FrontDoor {
       (failure) => {
         if (failure !== undefined) fail(deps.log, req, res, correlationId, failure);
       },
-      (err: unknown) => fail(deps.log, req, res, correlationId, openAiFailureOf(err), err),
+      // Whatever failed once the client had gone (a write to its closed stream) is its doing.
+      (err: unknown) => fail(deps.log, req, res, correlationId, caller.signal.aborted ? callerLeft : openAiFailureOf(err), err),
     );
     return true;
   };
@@ -108,6 +112,7 @@ async function serve(
     requestId: correlationId,
     signal,
     credential: single(req.headers.authorization),
+    abandon: abandonerOf(req as Parameters<typeof abandonerOf>[0]),
   };
   const pieces = deps.relay.invoke(principal, call);
   if (request.stream) return stream(pieces, request, res);
@@ -175,7 +180,9 @@ async function stream(pieces: AsyncGenerator<AnswerPiece>, request: GenerateRequ
         res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
         started = true;
       }
-      (res as ServerResponse).write(`data: ${chunk}\n\n`);
+      // The next piece is taken only once this one is on its way: what the client has not read
+      // waits in the relay's outbox, which bounds it, not in this response's buffer, which would not.
+      if (!(res as ServerResponse).write(`data: ${chunk}\n\n`) && !(await drained(res))) return undefined;
     }
   } catch (err) {
     if (!started) throw err;
@@ -187,6 +194,22 @@ async function stream(pieces: AsyncGenerator<AnswerPiece>, request: GenerateRequ
   return undefined;
 }
 
+/** Resolves when the response can take more (true), or has closed (false). */
+function drained(res: HttpResponse): Promise<boolean> {
+  if (res.destroyed || res.writableEnded) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const done = (more: boolean) => () => {
+      res.off("drain", onDrain);
+      res.off("close", onClose);
+      resolve(more);
+    };
+    const onDrain = done(true);
+    const onClose = done(false);
+    res.once("drain", onDrain);
+    res.once("close", onClose);
+  });
+}
+
 /** The body, bounded; 413 without reading on when it declares or reaches more. */
 async function readBody(req: HttpRequest): Promise<Uint8Array | OpenAiFailure> {
   const tooLarge = () =>
@@ -195,10 +218,16 @@ async function readBody(req: HttpRequest): Promise<Uint8Array | OpenAiFailure> {
   if (declared !== undefined && declared > maxBodyBytes) return tooLarge();
   const chunks: Buffer[] = [];
   let bytes = 0;
-  for await (const chunk of req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
-    bytes += chunk.byteLength;
-    if (bytes > maxBodyBytes) return tooLarge();
-    chunks.push(chunk);
+  try {
+    for await (const chunk of req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
+      bytes += chunk.byteLength;
+      if (bytes > maxBodyBytes) return tooLarge();
+      chunks.push(chunk);
+    }
+  } catch {
+    // The client's doing: it reset the stream or closed the connection mid-body, or sent a body
+    // HTTP/1.1's parser refused (Node answers that one 400 itself). Nothing of ours failed.
+    return callerLeft;
   }
   return Buffer.concat(chunks);
 }

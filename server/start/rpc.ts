@@ -8,7 +8,7 @@ import { correlationIdFrom } from "../observability/correlation.js";
 import { callLogInterceptor } from "../observability/call-log.js";
 import type { ServerMetrics } from "../observability/metrics.js";
 import type { OutageSink } from "../db/availability.js";
-import { callerKey, peerOf, type Caller } from "../context.js";
+import { abandonerOf, callerKey, peerOf, type Caller } from "../context.js";
 import { adminAuthInterceptor } from "../identity/admin-token.js";
 import type { OperatorKeys } from "../identity/roles.js";
 import type { Ca } from "../identity/pki/ca.js";
@@ -108,6 +108,6 @@ function contextValuesOf(log: Logger): ConnectNodeAdapterOptions["contextValues"
   };
 }
 
-function callerOf(req: { socket: unknown }, correlationId: string, log: Logger): Caller {
-  return { correlationId, log: log.child({ correlationId }), ...peerOf(req.socket as TLSSocket) };
+function callerOf(req: Parameters<typeof abandonerOf>[0] & { socket: unknown }, correlationId: string, log: Logger): Caller {
+  return { correlationId, log: log.child({ correlationId }), ...peerOf(req.socket as TLSSocket), abandon: abandonerOf(req) };
 }

@@ -22,7 +22,7 @@ import type { Core } from "./core.js";
 import type { ServerMetrics } from "../observability/metrics.js";
 
 export interface ServingDeps extends Core {
-  config: Pick<Config, "databaseUrl" | "replicaUrl" | "serverNames" | "usageFlushMs">;
+  config: Pick<Config, "databaseUrl" | "replicaUrl" | "serverNames" | "usageFlushMs" | "invokeMaxUnreadBytes">;
   ca: Ca;
   cluster: Cluster;
   sessions: Sessions;
@@ -75,6 +75,7 @@ export async function openServing(deps: ServingDeps) {
     usage,
     metrics: deps.metrics?.serving,
     limits,
+    maxUnreadBytes: deps.config.invokeMaxUnreadBytes,
   });
   const loops: Loop[] = [
     {

@@ -1,7 +1,7 @@
 // A service key's limits, pure: requests and tokens per minute, tokens per UTC day and month.
-// A request reserves its max_tokens before it is routed and settles what it really used when it
-// ends, so completion tokens never overshoot a limit; prompt tokens are known only at the end, so a
-// token limit can be passed by at most the prompts of the requests in flight when it was reached.
+// A request reserves an upper bound of what it can use before it is routed (its body's bytes bound
+// its prompt's tokens, and max_tokens its completion) and settles what it really used when it
+// ends, so a request admitted against the shared counters never takes a token limit past itself.
 
 export interface KeyLimits {
   rpm: number | null;
@@ -95,14 +95,34 @@ export function settle(spend: Spend | undefined, admittedAt: number, reserved: n
   };
 }
 
-/** What a request reserves: its max_tokens (bounded), else the OpenAI default of 16. */
-export function reservationOf(body: Record<string, unknown>, most: number): number {
+/** A request as its limits see it: the checked body, and its length in bytes as it goes to the runtime. */
+export interface LimitedRequest {
+  body: Record<string, unknown>;
+  bodyBytes: number;
+}
+
+/**
+ * What a request reserves: at most its prompt's tokens plus at most its completion's. Every
+ * tokenizer served here makes a token of at least one byte of the text it renders (byte-level BPE,
+ * SentencePiece with byte fallback), and every byte of prompt text, chat message or tool comes in
+ * the body, whose JSON framing also covers the tokens a chat template adds per message; so the
+ * body's bytes bound the prompt. The completion: max_tokens (at most `mostCompletion`), else the
+ * OpenAI default of 16.
+ */
+export function reservationOf(request: LimitedRequest, mostCompletion: number): number {
+  const { body } = request;
   const asked = body.max_tokens ?? body.max_completion_tokens;
-  return typeof asked === "number" && Number.isSafeInteger(asked) && asked > 0 ? Math.min(asked, most) : 16;
+  const completion = typeof asked === "number" && Number.isSafeInteger(asked) && asked > 0 ? Math.min(asked, mostCompletion) : 16;
+  return Math.max(0, request.bodyBytes) + completion;
 }
 
 /** The refusal's words: what was reached, in the caller's terms. */
-export function refusalText(kind: LimitKind, limits: KeyLimits): string {
+export function refusalText(kind: LimitKind, limits: KeyLimits, reserved: number): string {
+  const limit = limits[kind] ?? 0;
+  if (kind !== "rpm" && reserved > limit) {
+    const per = kind === "tpm" ? "per minute" : kind === "dailyTokens" ? "per day" : "per month";
+    return `this request may use up to ${reserved} tokens (its body's bytes bound its prompt, plus max_tokens), more than this key's ${limit} tokens ${per}: send a shorter request`;
+  }
   switch (kind) {
     case "rpm":
       return `this key's limit of ${limits.rpm} requests per minute is reached`;

@@ -8,12 +8,22 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import { isDatabaseUnavailable } from "../db/availability.js";
-import { admit, hasLimits, refusalText, reservationOf, settle, type KeyLimits, type LimitKind, type Spend } from "./limit-rules.js";
+import {
+  admit,
+  hasLimits,
+  refusalText,
+  reservationOf,
+  settle,
+  type KeyLimits,
+  type LimitedRequest,
+  type LimitKind,
+  type Spend,
+} from "./limit-rules.js";
 
 /** The header a refusal names its limit in, beside retry-after. */
 export const limitHeader = "x-modelforge-limit";
-/** The most tokens one request reserves (the llama.cpp runtime's own bound on max_tokens). */
-const mostReserved = 4096;
+/** The most completion tokens one request reserves (the llama.cpp runtime's own bound on max_tokens). */
+const mostCompletion = 4096;
 
 export interface LimitedKey {
   keyId: string;
@@ -47,9 +57,9 @@ export class KeyLimiter {
   constructor(private readonly deps: KeyLimiterDeps) {}
 
   /** Admits a request of `key`, or throws resource_exhausted naming the limit, with retry-after. No limits: nothing to charge. */
-  async admit(key: LimitedKey, body: Record<string, unknown>): Promise<Charge | undefined> {
+  async admit(key: LimitedKey, request: LimitedRequest): Promise<Charge | undefined> {
     if (!hasLimits(key.limits)) return undefined;
-    const reserve = reservationOf(body, mostReserved);
+    const reserve = reservationOf(request, mostCompletion);
     const now = this.deps.clock.now();
     let outcome: ReturnType<typeof admit>;
     let shared = true;
@@ -60,7 +70,7 @@ export class KeyLimiter {
       shared = false;
       outcome = this.admitLocal(key, reserve, now);
     }
-    if (!outcome.admitted) throw refusal(outcome.kind, outcome.retryAfterS, key.limits);
+    if (!outcome.admitted) throw refusal(outcome.kind, outcome.retryAfterS, key.limits, reserve);
     return {
       settle: (used) => {
         if (!shared) this.local.set(key.keyId, settle(this.local.get(key.keyId), now, reserve, used, this.deps.clock.now()));
@@ -157,9 +167,9 @@ async function writeSpend(tx: Tx, keyId: string, s: Spend): Promise<void> {
     "monthStart" = ${new Date(s.monthStart)}, "monthTokens" = ${s.monthTokens}::bigint WHERE "keyId" = ${keyId}::uuid`;
 }
 
-function refusal(kind: LimitKind, retryAfterS: number, limits: KeyLimits): ConnectError {
+function refusal(kind: LimitKind, retryAfterS: number, limits: KeyLimits, reserved: number): ConnectError {
   return new ConnectError(
-    refusalText(kind, limits),
+    refusalText(kind, limits, reserved),
     Code.ResourceExhausted,
     new Headers({ "retry-after": String(Math.max(1, retryAfterS)), [limitHeader]: kind }),
   );

@@ -13,6 +13,7 @@ import { unreachableDatabase, useTestDatabase } from "../support/db.js";
 const none: KeyLimits = { rpm: null, tpm: null, dailyTokens: null, monthlyTokens: null };
 const t0 = Date.parse("2026-12-04T10:00:30Z");
 const spend = (over: Partial<Spend> = {}): Spend => ({ ...current(undefined, t0), ...over });
+const request = (body: Record<string, unknown>) => ({ body, bodyBytes: Buffer.byteLength(JSON.stringify(body)) });
 
 describe("admit", () => {
   it.each([
@@ -56,13 +57,16 @@ describe("settle", () => {
   });
 
   it.each([
-    [{ max_tokens: 100 }, 100],
-    [{ max_completion_tokens: 50 }, 50],
-    [{ max_tokens: 1_000_000 }, 4096],
-    [{ max_tokens: "many" }, 16],
-    [{}, 16],
-  ])("reserves %j as %i", (body, reserved) => {
-    expect(reservationOf(body, 4096)).toBe(reserved);
+    [{ max_tokens: 100 }, 0, 100],
+    [{ max_completion_tokens: 50 }, 0, 50],
+    [{ max_tokens: 1_000_000 }, 0, 4096],
+    [{ max_tokens: "many" }, 0, 16],
+    [{}, 0, 16],
+    // The body's bytes bound the prompt's tokens: 900 bytes and max_tokens 1.
+    [{ max_tokens: 1 }, 900, 901],
+    [{}, 2, 18],
+  ])("reserves %j of %i bytes as %i", (body, bodyBytes, reserved) => {
+    expect(reservationOf({ body, bodyBytes }, 4096)).toBe(reserved);
   });
 });
 
@@ -79,7 +83,7 @@ describe("two replicas sharing a key's limits", () => {
     const key = { keyId: randomUUID(), limits: { ...none, rpm: 10 } };
     const outcomes = await Promise.all(
       Array.from({ length: 30 }, (_, i) =>
-        replicas[i % 2]!.admit(key, { max_tokens: 1 }).then(
+        replicas[i % 2]!.admit(key, request({ max_tokens: 1 })).then(
           () => "admitted",
           (err: unknown) => err,
         ),
@@ -92,18 +96,19 @@ describe("two replicas sharing a key's limits", () => {
     expect(refusals[0]!.metadata.get(limitHeader)).toBe("rpm");
     // The next minute admits again.
     clock.advance(60_000);
-    await expect(replicas[0]!.admit(key, {})).resolves.toBeDefined();
+    await expect(replicas[0]!.admit(key, request({}))).resolves.toBeDefined();
   });
 
-  it("hold a token limit to the tokens settled, passing it by no more than the prompts in flight", async () => {
+  it("hold a token limit to the tokens settled, never passing it: the prompt is reserved by its bytes", async () => {
     const clock = new ManualClock(t0);
     const replicas = [0, 1].map(() => new KeyLimiter({ prisma: test.db.prisma, clock, replicas: () => 2 }));
     const key = { keyId: randomUUID(), limits: { ...none, tpm: 1000 } };
-    // Each request asks for 50 completion tokens and uses them all, with a 10-token prompt.
+    // Each request asks for 50 completion tokens and uses them all, with a 10-token prompt in a 40-byte body.
     let admitted = 0;
     let spent = 0;
     for (let round = 0; round < 20; round++) {
-      const charges = await Promise.all([0, 1].map((r) => replicas[r]!.admit(key, { max_tokens: 50 }).catch(() => undefined)));
+      const asked = { body: { max_tokens: 50 }, bodyBytes: 40 };
+      const charges = await Promise.all([0, 1].map((r) => replicas[r]!.admit(key, asked).catch(() => undefined)));
       for (const c of charges) {
         if (c === undefined) continue;
         admitted++;
@@ -112,10 +117,9 @@ describe("two replicas sharing a key's limits", () => {
       }
       await Promise.all(replicas.map((r) => r.flush()));
     }
-    const overshoot = spent - 1000;
-    // The measured overshoot: at most each replica's request in flight's prompt (10 tokens each).
-    expect(overshoot).toBeLessThanOrEqual(2 * 10);
-    expect(admitted).toBeGreaterThanOrEqual(16);
+    expect(spent).toBeLessThanOrEqual(1000);
+    // Settling gives back what the bound over-reserved: 16 of 1000 / 60 requests fit, not 1000 / 90.
+    expect(admitted).toBe(16);
     const row = await test.db.prisma.serviceKeySpend.findUnique({ where: { keyId: key.keyId } });
     expect(Number(row!.minuteTokens)).toBe(spent);
   });
@@ -128,7 +132,7 @@ describe("two replicas sharing a key's limits", () => {
     const key = { keyId: randomUUID(), limits: { ...none, rpm: 10 } };
     const outcomes = await Promise.all(
       Array.from({ length: 8 }, () =>
-        replica.admit(key, {}).then(
+        replica.admit(key, request({})).then(
           () => true,
           () => false,
         ),

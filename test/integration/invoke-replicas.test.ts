@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import http2 from "node:http2";
 import * as grpc from "@grpc/grpc-js";
 import pg from "pg";
 import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -18,7 +19,7 @@ import { startTwoPlanes, type TestServer } from "../support/server.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { enrollTestNode, eventually, type TestNode } from "../support/node.js";
 import { spawnAgent, type AgentProcess } from "../support/process.js";
-import { deployReady, serveTiny } from "../support/serving.js";
+import { deployReady, errorLines, serveTiny } from "../support/serving.js";
 
 const commit = "c".repeat(40);
 
@@ -211,6 +212,73 @@ describe("an invoke at the replica without the node's session", () => {
       await sql.end();
     }
   }, 30_000);
+
+  it("a limit's refusal says when its window ends and which limit it is, as the holder counted it", async () => {
+    const limited = (await b.admin.createServiceKey({ name: "forwarded-limit", deployments: ["tiny"], limits: { requestsPerMinute: 2 } }))
+      .secret;
+    const viaA = plainDeploymentService(a.url, a.caPem);
+    try {
+      const refusal = (via: unknown) =>
+        unary("Invoke", { deploymentId: "tiny", payload: completion(1) }, via, limited).then(
+          () => undefined,
+          (err) => err as grpc.ServiceError,
+        );
+      // Two admitted (forwarded to A, which counts them), then refused: first at A, then at B.
+      // Retried in the next minute when the window is about to end (a refusal then says 1 s either way).
+      const [fromA, fromB] = await eventually(
+        async () => {
+          while ((await refusal(viaB)) === undefined);
+          const [atA, atB] = [await refusal(viaA), await refusal(viaB)];
+          const seconds = (e: grpc.ServiceError | undefined) => Number(e?.metadata.get("retry-after")[0]);
+          return seconds(atA) > 2 ? [atA!, atB!] : undefined;
+        },
+        70_000,
+        "a refusal well inside the minute",
+      );
+      expect(fromB.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+      expect(fromB.metadata.get("x-modelforge-limit")).toEqual(["rpm"]);
+      const [secondsA, secondsB] = [fromA, fromB].map((e) => Number(e.metadata.get("retry-after")[0]));
+      expect(Math.abs(secondsA! - secondsB!)).toBeLessThanOrEqual(1);
+    } finally {
+      viaA.close();
+    }
+  }, 90_000);
+
+  it("streams cancelled at B mid-answer, by gRPC and by the OpenAI API, are never an error-level line at A or B", async () => {
+    const long = { prompt: "Hello", max_tokens: 2000, temperature: 0 };
+    const md = new grpc.Metadata();
+    md.set("authorization", `Bearer ${secret}`);
+    const ended = (at: TestServer) =>
+      at
+        .logs()
+        .split("\n")
+        .filter((l) => l.includes('"InvokeStream"') || l.includes("/v1/completions")).length;
+    const endedBefore = ended(a);
+    for (let chunks = 1; chunks <= 3; chunks++) {
+      // A gRPC client cancelling after its first chunks (RST_STREAM CANCEL at B).
+      const call = viaB.InvokeStream({ deploymentId: "tiny", payload: Buffer.from(JSON.stringify(long)) }, md);
+      call.on("error", () => undefined);
+      for (let n = 0; n < chunks; n++) await new Promise((resolve) => call.once("data", resolve));
+      call.cancel();
+      // An OpenAI client that goes away mid-stream: its connection closes under the answer.
+      const session = http2.connect(b.url, { ca: b.caPem });
+      session.on("error", () => undefined);
+      const req = session.request({
+        ":method": "POST",
+        ":path": "/v1/completions",
+        authorization: `Bearer ${secret}`,
+        "content-type": "application/json",
+      });
+      req.on("error", () => undefined);
+      req.end(JSON.stringify({ model: "tiny", stream: true, ...long }));
+      for (let n = 0; n < chunks; n++) await new Promise((resolve) => req.once("data", resolve));
+      session.destroy();
+    }
+    // A ends each of the six forwarded streams (cancelled, its node's work with it).
+    await eventually(async () => ended(a) - endedBefore >= 6, 20_000, "A ending the six forwarded streams");
+    expect(errorLines(a.logs())).toEqual([]);
+    expect(errorLines(b.logs())).toEqual([]);
+  }, 60_000);
 
   it("a drain on A refuses new invokes arriving at B at once", async () => {
     await a.admin.drainDeployment({ deployment: "tiny" });

@@ -7,28 +7,33 @@ export interface JsonResponse {
   body: unknown;
 }
 
-export function postJson(
+export async function postJson(
   url: string,
   caPem: string,
   body: unknown,
   headers: Record<string, string> = {},
   clientCert?: { certPem: string; keyPem: string },
 ): Promise<JsonResponse> {
+  const res = await postText(url, caPem, JSON.stringify(body), { "content-type": "application/json", ...headers }, clientCert);
+  return { status: res.status, headers: res.headers, body: res.text === "" ? undefined : JSON.parse(res.text) };
+}
+
+/** A POST of `body` as it is (bytes JSON.stringify cannot write, such as 1e400), over HTTP/1.1. */
+export function postText(
+  url: string,
+  caPem: string,
+  body: string,
+  headers: Record<string, string> = {},
+  clientCert?: { certPem: string; keyPem: string },
+): Promise<{ status: number; headers: JsonResponse["headers"]; text: string }> {
   return new Promise((resolve, reject) => {
     const tls = clientCert ? { cert: clientCert.certPem, key: clientCert.keyPem } : {};
-    const req = https.request(
-      url,
-      { method: "POST", ca: caPem, ...tls, headers: { "content-type": "application/json", ...headers } },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => {
-          const text = Buffer.concat(chunks).toString("utf8");
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text === "" ? undefined : JSON.parse(text) });
-        });
-      },
-    );
+    const req = https.request(url, { method: "POST", ca: caPem, ...tls, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString("utf8") }));
+    });
     req.on("error", reject);
-    req.end(JSON.stringify(body));
+    req.end(body);
   });
 }

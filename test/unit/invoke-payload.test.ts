@@ -37,6 +37,11 @@ describe("a JSON body", () => {
     ["an unpaired surrogate in a key", '{"\\udc00":1}', "body"],
     ["a surrogate pair", '{"prompt":"\\ud83d\\ude00"}', "ok"],
     ["NUL and emoji", '{"prompt":"a\\u0000😀"}', "ok"],
+    // Past double's range it parses as Infinity, and would go on as null (absent) once serialised.
+    ["a number past double's range", '{"prompt":"x","max_tokens":1e400}', "max_tokens"],
+    ["one past it, negative, in a nested value", '{"logit_bias":{"5":-1e999}}', "logit_bias.5"],
+    ["in an array", '{"prompt":[1,2,1e309]}', "prompt[2]"],
+    ["a large number in range", '{"prompt":"x","seed":1e300}', "ok"],
   ])("%s", (_what, body, want) => {
     expect(verdict(() => parseJsonObject(typeof body === "string" ? bytes(body) : body))).toBe(want);
   });

@@ -261,7 +261,7 @@ class FakeForwarder implements InvokeForwarder {
   close() {}
 }
 
-function setup(t: DeploymentTarget | undefined, forwarder?: InvokeForwarder) {
+function setup(t: DeploymentTarget | undefined, forwarder?: InvokeForwarder, maxUnreadBytes?: number) {
   const clock = new ManualClock(0);
   const sessions = new SessionRegistry();
   const node = new FakeSession("n1");
@@ -290,6 +290,7 @@ function setup(t: DeploymentTarget | undefined, forwarder?: InvokeForwarder) {
     logs: new LogWatches(sessions),
     forwarder,
     drain: new Drain(),
+    ...(maxUnreadBytes !== undefined ? { maxUnreadBytes } : {}),
   });
   const principal = { keyId: "k", deployments: new Set(["tiny"]), limits: noLimits };
   const call = (over: Partial<InvokeCall> = {}): InvokeCall => ({
@@ -424,6 +425,62 @@ describe("the relay over a fake node session", () => {
     await expect(call).rejects.toMatchObject({ code: Code.Unavailable });
   });
 
+  it("a caller that stops reading holds no slot: past the unread bound its request ends and its stream is ended", async () => {
+    const s = setup(target({ maxInFlight: 1 }), undefined, 10);
+    const abandoned: string[] = [];
+    const pieces = s.relay.invoke(s.principal, s.call({ stream: true, abandon: (why) => abandoned.push(why) }));
+    // The caller takes the first piece, then reads no more (its transport is blocked on the client).
+    const first = pieces.next();
+    await tick();
+    const id = s.lastInvokeId();
+    for (let i = 0; i < 3; i++) s.answer(id, { payload: Buffer.from("aaaa") });
+    expect(Buffer.from((await first).value!.payload).toString()).toBe("aaaa");
+    expect(abandoned).toEqual([]);
+    // 8 bytes unread; 4 more would pass the bound of 10.
+    s.answer(id, { payload: Buffer.from("aaaa") });
+    await tick();
+    expect(abandoned).toEqual(["stalled"]);
+    expect(s.node.sent.at(-1)?.message.case).toBe("invokeCancel");
+    expect(s.relay.inFlightOf("d1", 2n, 0)).toBe(0);
+    expect(s.counts.take().get("d1")?.get("client_stalled")).toBe(1);
+    // What was held for it is dropped; if it reads again it learns why.
+    await expect(pieces.next()).rejects.toMatchObject({ code: Code.ResourceExhausted });
+    // The slot is free for the next caller at once.
+    const next = s.collect(s.relay.invoke(s.principal, s.call()));
+    await tick();
+    s.answer(s.lastInvokeId(), { payload: Buffer.from("served"), done: true });
+    expect(await next).toEqual(["served"]);
+  });
+
+  it("a whole answer left unread ends the caller's stream at the deadline, not before; one read to its end never", async () => {
+    const s = setup(target());
+    const abandoned: string[] = [];
+    const pieces = s.relay.invoke(s.principal, s.call({ stream: true, timeoutMs: 5_000, abandon: (why) => abandoned.push(why) }));
+    const first = pieces.next();
+    await tick();
+    const id = s.lastInvokeId();
+    s.answer(id, { payload: Buffer.from("a") });
+    s.answer(id, { payload: Buffer.from("b") });
+    s.answer(id, { done: true });
+    await first;
+    await tick();
+    // The node is done: the request's slot is free and it counts as answered, though "b" is unread.
+    expect(s.relay.inFlightOf("d1", 2n, 0)).toBe(0);
+    expect(s.counts.take().get("d1")?.get("ok")).toBe(1);
+    s.clock.advance(4_999);
+    expect(abandoned).toEqual([]);
+    s.clock.advance(1);
+    expect(abandoned).toEqual(["deadline"]);
+
+    const read: string[] = [];
+    const whole = s.collect(s.relay.invoke(s.principal, s.call({ stream: true, timeoutMs: 5_000, abandon: (why) => read.push(why) })));
+    await tick();
+    s.answer(s.lastInvokeId(), { payload: Buffer.from("c"), done: true });
+    expect(await whole).toEqual(["c"]);
+    s.clock.advance(10_000);
+    expect(read).toEqual([]);
+  });
+
   it("caches routing briefly, and a routing change drops it at once", async () => {
     const s = setup(target());
     const one = async () => {
@@ -449,7 +506,8 @@ describe("the relay over a fake node session", () => {
     const call = s.call({ credential: "Bearer mfsk_x", stream: true });
     expect(await s.collect(s.relay.invoke(s.principal, call))).toEqual(["from r-a"]);
     expect(forwarder.lookups).toEqual([["n9"]]);
-    expect(forwarder.forwarded).toEqual([{ holder, call }]);
+    // The caller's call, with the request's own signal (it also ends when the caller stops reading).
+    expect(forwarder.forwarded).toEqual([{ holder, call: { ...call, signal: expect.any(AbortSignal) } }]);
     expect(s.node.sent).toEqual([]); // nothing went down this replica's session
     // A call another replica forwarded here is never forwarded on.
     await expect(s.collect(s.relay.invoke(s.principal, s.call({ forwardedFrom: "r-b" })))).rejects.toMatchObject({

@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { loadConfig, ConfigError, publicUrlOf, replicaUrlOf } from "../../server/config.js";
 import { parseDuration } from "../../common/duration.js";
+import { parseByteSize } from "../../common/byte-size.js";
 import { correlationIdFrom } from "../../server/observability/correlation.js";
 import { codeName } from "../../common/codes.js";
 import { Code } from "@connectrpc/connect";
@@ -53,6 +54,9 @@ describe("configuration", () => {
     [{ MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "2d" }, /MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: at most 24h/],
     [{ MODELFORGE_HTTP1_IDLE_TIMEOUT: "0" }, /MODELFORGE_HTTP1_IDLE_TIMEOUT: expected a duration/],
     [{ MODELFORGE_HTTP1_IDLE_TIMEOUT: "30d" }, /MODELFORGE_HTTP1_IDLE_TIMEOUT: at most 1h/],
+    [{ MODELFORGE_INVOKE_MAX_UNREAD: "1MB" }, /MODELFORGE_INVOKE_MAX_UNREAD: expected a size/],
+    [{ MODELFORGE_INVOKE_MAX_UNREAD: "1KiB" }, /MODELFORGE_INVOKE_MAX_UNREAD: expected from 4096 bytes to 64MiB/],
+    [{ MODELFORGE_INVOKE_MAX_UNREAD: "65MiB" }, /MODELFORGE_INVOKE_MAX_UNREAD: expected from 4096 bytes to 64MiB/],
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);
@@ -69,6 +73,22 @@ describe("durations", () => {
     ["30d", 2_592_000_000],
   ])("%s = %d ms", (text, ms) => expect(parseDuration(text)).toBe(ms));
   it.each(["", "10", "s", "-1s", "0s", "1w", "1 s"])("refuses %j", (text) => expect(() => parseDuration(text)).toThrow());
+});
+
+describe("sizes", () => {
+  it.each([
+    ["65536", 65_536],
+    ["64KiB", 65_536],
+    ["1MiB", 1_048_576],
+    ["2GiB", 2_147_483_648],
+  ])("%s = %d bytes", (text, bytes) => expect(parseByteSize(text)).toBe(bytes));
+  it.each(["", "0", "1MB", "1 MiB", "-1", "1.5MiB", "99999999999999999GiB"])("refuses %j", (text) =>
+    expect(() => parseByteSize(text)).toThrow(),
+  );
+  it("reads MODELFORGE_INVOKE_MAX_UNREAD, 1 MiB by default", () => {
+    expect(loadConfig({}).invokeMaxUnreadBytes).toBe(1_048_576);
+    expect(loadConfig({ MODELFORGE_INVOKE_MAX_UNREAD: "16KiB" }).invokeMaxUnreadBytes).toBe(16_384);
+  });
 });
 
 describe("correlation ids", () => {
