@@ -1,5 +1,6 @@
 // The agent's one client for every engine's OpenAI-compatible API (the llama.cpp worker and any
 // external server alike). Bounded: every call has a deadline and a stream's events a size limit.
+import { createParser } from "eventsource-parser";
 import type {
   ChatCompletionChunk,
   ChatCompletionResponse,
@@ -177,25 +178,38 @@ function refusal(status: number, text: string): OpenAiClientError {
   return new OpenAiClientError(status, error.type, error.code ?? undefined, error.message ?? `HTTP ${status}`);
 }
 
-/** The data of each server-sent event, until [DONE]; an event over the size limit is refused. */
+/**
+ * The data of each server-sent event, until [DONE]; an event over the size limit is refused. The
+ * framing is eventsource-parser's, as the spec has it (LF, CRLF or CR line ends, multi-line data,
+ * comments), so a proxy in front of an upstream may frame events its own way.
+ */
 async function* eventData(status: number, body: AsyncIterable<Uint8Array>): AsyncGenerator<string> {
   const decoder = new TextDecoder();
-  let buffered = "";
-  for await (const bytes of body) {
-    buffered += decoder.decode(bytes, { stream: true });
-    for (let end = buffered.indexOf("\n\n"); end >= 0; end = buffered.indexOf("\n\n")) {
-      const event = buffered.slice(0, end);
-      buffered = buffered.slice(end + 2);
-      const data = event
-        .split("\n")
-        .filter((l) => l.startsWith("data:"))
-        .map((l) => l.slice(5).trimStart())
-        .join("\n");
+  const parsed: string[] = [];
+  let failure: Error | undefined;
+  const parser = createParser({
+    maxBufferSize: maxEventBytes,
+    onEvent: (event) => parsed.push(event.data),
+    onError: (err) => {
+      failure ??=
+        err.type === "max-buffer-size-exceeded"
+          ? new OpenAiClientError(status, undefined, undefined, "a stream event exceeds the size limit")
+          : undefined;
+    },
+  });
+  const chunks = body[Symbol.asyncIterator]();
+  for (let done = false; !done; ) {
+    const next = await chunks.next();
+    done = next.done === true;
+    // At the end, a CR the parser holds (it cannot yet tell a lone CR from the start of a CRLF)
+    // still ends its line: an LF completes it, and adds no event where there was none.
+    parser.feed(done ? "\n" : decoder.decode(next.value, { stream: true }));
+    if (failure !== undefined) throw failure;
+    for (const data of parsed.splice(0)) {
       if (data === "") continue;
       if (data === "[DONE]") return;
       yield data;
     }
-    if (buffered.length > maxEventBytes) throw new OpenAiClientError(status, undefined, undefined, "a stream event exceeds the size limit");
   }
   throw new OpenAiClientError(status, undefined, undefined, "the stream ended without [DONE]");
 }

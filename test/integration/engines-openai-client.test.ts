@@ -113,3 +113,50 @@ describe("closedBeforeAnswer", () => {
     expect(closedBeforeAnswer(err)).toBe(expected);
   });
 });
+
+describe("a runtime's server-sent events, however framed", () => {
+  // As a proxy in front of an openai-http upstream may frame them: each event written in pieces
+  // split anywhere, so the parser meets every line ending across writes too.
+  it.each([
+    ["LF", "\n"],
+    ["CRLF", "\r\n"],
+    ["CR", "\r"],
+  ])("reads events whose lines end in %s, written a few bytes at a time", async (_what, eol) => {
+    const events = [
+      `data: {"n":1}${eol}${eol}`,
+      `: a comment${eol}data: {"n":2}${eol}${eol}`,
+      `event: x${eol}data: {"n":3}${eol}${eol}`,
+      `data: [DONE]${eol}${eol}`,
+    ];
+    const text = events.join("");
+    const rt = await runtime(async (_n, _req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      for (let at = 0; at < text.length; at += 3) {
+        res.write(text.slice(at, at + 3));
+        await new Promise((r) => setImmediate(r));
+      }
+      res.end();
+    });
+    const seen: string[] = [];
+    for await (const data of new OpenAiClient(rt.url).streamRaw("/v1/completions", "{}")) seen.push(data);
+    expect(seen).toEqual(['{"n":1}', '{"n":2}', '{"n":3}']);
+  });
+
+  it("refuses an event past the size limit, and a stream that ends without [DONE]", async () => {
+    const huge = await runtime((_n, _req, res) =>
+      res.writeHead(200, { "content-type": "text/event-stream" }).end(`data: ${"x".repeat(1024 * 1024 + 1)}`),
+    );
+    await expect(
+      (async () => {
+        for await (const _ of new OpenAiClient(huge.url).streamRaw("/v1/completions", "{}"));
+      })(),
+    ).rejects.toThrow(/exceeds the size limit/);
+    await new Promise<void>((resolve) => server!.close(() => resolve()));
+    const cut = await runtime((_n, _req, res) => res.writeHead(200, { "content-type": "text/event-stream" }).end('data: {"n":1}\r\n\r\n'));
+    await expect(
+      (async () => {
+        for await (const _ of new OpenAiClient(cut.url).streamRaw("/v1/completions", "{}"));
+      })(),
+    ).rejects.toThrow(/without \[DONE\]/);
+  });
+});
