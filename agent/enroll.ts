@@ -4,7 +4,7 @@ import { X509Certificate, createPublicKey } from "node:crypto";
 import { fingerprintOfPem, nodeIdFromCertificate } from "../common/x509.js";
 import { generateNodeKeyAndCsr } from "./pki/keys.js";
 import { readState, writeState, type AgentState } from "./state.js";
-import { pinnedClient, unverifiedClient } from "./transport.js";
+import { pinnedClient, unverifiedClient } from "./session/transport.js";
 import { agentVersion } from "./version.js";
 
 export interface EnrollOptions {

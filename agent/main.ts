@@ -5,7 +5,7 @@ import { X509Certificate } from "node:crypto";
 import { pino } from "pino";
 import { enrollNode, EnrollError } from "./enroll.js";
 import { readState, StateError } from "./state.js";
-import { runAgent } from "./session.js";
+import { runAgent } from "./session/run.js";
 import { openJobRunner } from "./jobs/index.js";
 import { capabilityRegistry } from "./capabilities/index.js";
 import { Supervisor } from "./engines/supervisor.js";

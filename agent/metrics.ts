@@ -19,7 +19,7 @@ export interface JobRunMetrics {
   jobRun(capability: string, outcome: JobRunOutcome): void;
 }
 
-/** What the session loop counts (./session.ts). */
+/** What the session loop counts (./session/run.ts). */
 export interface SessionLoopMetrics {
   /**
    * A session ended and the agent dials again: "renewed" (a new certificate), "ended" (the server

@@ -24,7 +24,7 @@ import { loadConfig } from "../server/config.js";
 import { createLogger } from "../server/observability/logger.js";
 import { startServer } from "../server/app.js";
 import { enrollNode } from "../agent/enroll.js";
-import { runAgent, type SessionJobs, type SessionLink } from "../agent/session.js";
+import { runAgent, type SessionJobs, type SessionLink } from "../agent/session/run.js";
 import { CapabilityRegistry, openJobRunner } from "../agent/jobs/index.js";
 import { createTestDatabase } from "../test/support/db.js";
 import { numParam, param } from "./support/stats.js";

@@ -706,7 +706,7 @@ try {
   const targets = [
     ["connected agents >= 5000", connected >= 5000],
     // Said as checked: beats the load generator's loop holds past a whole interval are not made
-    // up (agent/cadence.ts), so 2 % below the offered rate counts (bench/README.md gives the
+    // up (agent/session/cadence.ts), so 2 % below the offered rate counts (bench/README.md gives the
     // acknowledged figures themselves).
     ["heartbeats/s >= 4900 (5000 less 2 % timer lateness)", hbRate >= 5000 * 0.98],
     ["ack p99 <= 50 ms", lat.p99 <= 50],

@@ -29,7 +29,7 @@ import { loadConfig } from "../server/config.js";
 import { createLogger } from "../server/observability/logger.js";
 import { startServer } from "../server/app.js";
 import { enrollNode } from "../agent/enroll.js";
-import { runAgent, type SessionJobs, type SessionLink } from "../agent/session.js";
+import { runAgent, type SessionJobs, type SessionLink } from "../agent/session/run.js";
 import { openJobRunner } from "../agent/jobs/index.js";
 import { capabilityRegistry } from "../agent/capabilities/index.js";
 import { Supervisor } from "../agent/engines/supervisor.js";

@@ -17,7 +17,7 @@ import { sessionOpenTuning } from "./tuning.js";
 import { openingDatabase } from "./start/database.js";
 import { loadIdentity, openServiceKeys, type Identity } from "./start/identity.js";
 import { openListener, type Listener } from "./start/listener.js";
-import { publicFace, servingRoutes, startingRoutes } from "./start/rpc.js";
+import { publicFace, servingRoutes, startingRoutes } from "./start/routes.js";
 import { openCluster } from "./start/cluster.js";
 import { openSessions } from "./start/sessions.js";
 import { openJobs } from "./start/jobs.js";
@@ -87,7 +87,8 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const shutdown = new AbortController();
   const drain = new Drain();
   const parts = await assemble({ config, log, clock, options, identity, db, listener, metrics, shutdown: shutdown.signal, drain });
-  listener.serve(servingRoutes(face, parts.services), parts.serveSession, parts.openAi);
+  listener.serve(servingRoutes(face, parts.services), config.sessionFastPath ? parts.serveSession : undefined, parts.openAi);
+  if (!config.sessionFastPath) log.info("gRPC Sessions served by Connect's generic path (MODELFORGE_SESSION_FAST_PATH=off)");
   face.health.setServing();
   log.info({ url: listener.url, database: db.describe, replica: parts.cluster.bus.replicaId }, "control plane ready");
   const stopLoops = runLoops(clock, log, parts.loops);

@@ -49,6 +49,8 @@ export interface Config {
   http1IdleTimeoutMs: number;
   /** The most of a streamed answer held for a caller that has not read it before its request ends as client_stalled. */
   invokeMaxUnreadBytes: number;
+  /** gRPC Sessions on the raw HTTP/2 stream with the heartbeat wire codec (docs/architecture.md, fast paths); off: Connect's generic path. */
+  sessionFastPath: boolean;
   /** While the database cannot be reached, how long after its last read a service key is still accepted (0: not beyond its 5 s cache). */
   serviceKeyOutageTrustMs: number;
   /** How often service clients' usage is added to the database; a kill -9 loses at most this much. */
@@ -97,6 +99,7 @@ export const defaults = {
   MODELFORGE_SHUTDOWN_GRACE: "5s",
   MODELFORGE_HTTP1_IDLE_TIMEOUT: "60s",
   MODELFORGE_INVOKE_MAX_UNREAD: "1MiB",
+  MODELFORGE_SESSION_FAST_PATH: "on",
   MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "5m",
   MODELFORGE_USAGE_FLUSH: "5s",
   MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
@@ -141,6 +144,12 @@ class Variables {
     if (bytes < min || bytes > max)
       throw new ConfigError(`${name}: expected from ${min} bytes to ${max / 1024 ** 2}MiB, got "${this.get(name)}"`);
     return bytes;
+  }
+
+  onOff(name: Name): boolean {
+    const value = this.get(name);
+    if (value !== "on" && value !== "off") throw new ConfigError(`${name}: expected on or off, got "${value}"`);
+    return value === "on";
   }
 
   list(name: Name): string[] {
@@ -202,6 +211,7 @@ export function loadConfig(env: Env): Config {
     // A timer: Node fires one set past 2^31 - 1 ms (24.8 days) after 1 ms instead.
     http1IdleTimeoutMs: v.durationAtMost("MODELFORGE_HTTP1_IDLE_TIMEOUT", 3_600_000),
     invokeMaxUnreadBytes: v.byteSize("MODELFORGE_INVOKE_MAX_UNREAD", 4096, 64 * 1024 ** 2),
+    sessionFastPath: v.onOff("MODELFORGE_SESSION_FAST_PATH"),
     serviceKeyOutageTrustMs: v.durationOrOff("MODELFORGE_SERVICE_KEY_OUTAGE_TRUST", 24 * 3_600_000),
     usageFlushMs: v.duration("MODELFORGE_USAGE_FLUSH"),
     artifactDir: env.MODELFORGE_ARTIFACT_DIR?.trim() || `${v.get("MODELFORGE_DATA_DIR").replace(/\/+$/, "")}/artifacts`,

@@ -1,5 +1,5 @@
 // HTTP/2, TLS and socket options for one port holding thousands of long-lived agent connections.
-// server/app.ts spreads them into http2.createSecureServer. bench/heartbeats.ts measures their
+// server/start/listener.ts spreads them into http2.createSecureServer. bench/heartbeats.ts measures their
 // effect (BENCH_TUNING=off runs the untuned baseline).
 //
 // What a connection costs (bench/heartbeats.ts prints the RSS per agent): a small share is
@@ -40,7 +40,7 @@ export const http2ServerTuning: SecureServerOptions = {
   // reconnect storm stuck handshakes would otherwise hold sockets for two minutes.
   handshakeTimeout: 10_000,
   // Sessions resume (TLS 1.3 tickets; see identity/pki/session-tickets.ts for the keys, which
-  // server/app.ts sets): a client certificate is asked for, so OpenSSL resumes only sessions of the
+  // server/start/listener.ts sets): a client certificate is asked for, so OpenSSL resumes only sessions of the
   // same context, and Node's default context differs per process; a fixed one lets a ticket from
   // one replica, or from before a restart, resume on another.
   sessionIdContext: "modelforge",

@@ -8,7 +8,7 @@ import https from "node:https";
 import { readFile } from "node:fs/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { onAbort } from "../../common/abort.js";
-import type { AgentClient } from "../transport.js";
+import type { AgentClient } from "../session/transport.js";
 import { plainGet, type MirrorResponse } from "./mirror-http.js";
 
 /** What went wrong at one source: "unavailable" is worth another source or attempt. */
@@ -114,7 +114,8 @@ export class MirrorSource implements ArtifactSource {
   readonly label: string;
 
   constructor(
-    private readonly config: { baseUrl: string; tokenFile?: string },
+    /** `plainHttp` false: every download through node:http (MODELFORGE_AGENT_MIRROR_FAST_PATH=off). */
+    private readonly config: { baseUrl: string; tokenFile?: string; plainHttp?: boolean },
     private readonly idleTimeoutMs = IDLE_TIMEOUT_MS,
   ) {
     this.label = `mirror:${new URL(config.baseUrl).host}`;
@@ -186,7 +187,7 @@ export class MirrorSource implements ArtifactSource {
 
   private async get(url: URL, headers: Record<string, string>, signal: AbortSignal): Promise<MirrorResponse> {
     try {
-      if (url.protocol === "http:") {
+      if (url.protocol === "http:" && this.config.plainHttp !== false) {
         const fast = await plainGet(url, headers, signal, this.idleTimeoutMs);
         if (fast !== "unsupported") return fast;
       }

@@ -3,7 +3,7 @@
 import type { Logger } from "pino";
 import { CapabilityRegistry } from "../jobs/registry.js";
 import { readState, StateError } from "../state.js";
-import { nodeClient } from "../transport.js";
+import { nodeClient } from "../session/transport.js";
 import { artifactAcquireHandler } from "./artifact-acquire.js";
 import { runtimeHealthHandler, runtimeProbeHandler, runtimeUnloadHandler } from "./runtime.js";
 import type { Supervisor } from "../engines/supervisor.js";
@@ -42,16 +42,24 @@ function durationSetting(env: CapabilityConfig["env"], name: string, fallback: s
 }
 
 /** The sources named by MODELFORGE_AGENT_ARTIFACT_SOURCES, in order. */
-export function artifactSourcesFrom(text: string, statePath: string): ArtifactSource[] {
+export function artifactSourcesFrom(text: string, statePath: string, mirrorFastPath = true): ArtifactSource[] {
   return parseSourceList(text).map((config) =>
     config.kind === "mirror"
-      ? new MirrorSource(config)
+      ? new MirrorSource({ ...config, plainHttp: mirrorFastPath })
       : new ControlPlaneSource(async () => {
           const state = await readState(statePath);
           if (state === undefined) throw new StateError(`no agent state at ${statePath}`);
           return nodeClient(state);
         }),
   );
+}
+
+/** MODELFORGE_AGENT_MIRROR_FAST_PATH: "on" (the default) or "off". */
+function mirrorFastPath(text: string | undefined): boolean {
+  const value = (text ?? "").trim() || "on";
+  if (value !== "on" && value !== "off")
+    throw new SourceConfigError(`MODELFORGE_AGENT_MIRROR_FAST_PATH: expected on or off, got "${value}"`);
+  return value === "on";
 }
 
 /** Roots from MODELFORGE_AGENT_ARTIFACT_ROOTS: absolute, comma-separated. */
@@ -79,7 +87,7 @@ export async function capabilityRegistry(config: CapabilityConfig): Promise<Capa
     let sources: ArtifactSource[];
     let roots: string[];
     try {
-      sources = artifactSourcesFrom(sourcesText, config.statePath);
+      sources = artifactSourcesFrom(sourcesText, config.statePath, mirrorFastPath(config.env.MODELFORGE_AGENT_MIRROR_FAST_PATH));
       roots = artifactRootsFrom(config.env.MODELFORGE_AGENT_ARTIFACT_ROOTS ?? DEFAULT_ARTIFACT_ROOTS);
     } catch (err) {
       if (err instanceof SourceConfigError) throw new SourceConfigError(`MODELFORGE_AGENT_ARTIFACT_SOURCES: ${err.message}`);

@@ -1,4 +1,4 @@
-// How deployments plug into the agent's Session (agent/session.ts): what Hello reports as held,
+// How deployments plug into the agent's Session (agent/session/run.ts): what Hello reports as held,
 // and the server's pushes that are not jobs (invokes, their cancellations, log watches).
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type {

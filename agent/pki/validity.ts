@@ -1,4 +1,4 @@
-// The validity period of the agent's certificate, for the renewal rule (../rules.ts renewalDue).
+// The validity period of the agent's certificate, for the renewal rule (../session/timing.ts renewalDue).
 import { X509Certificate } from "node:crypto";
 
 export interface Validity {

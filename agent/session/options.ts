@@ -9,7 +9,7 @@ import type { Clock } from "../../common/clock.js";
 import type { SessionDeployments } from "../deployments/session-hook.js";
 import type { SessionLoopMetrics } from "../metrics.js";
 import type { AgentState } from "../state.js";
-import type { NodeConnection } from "../transport.js";
+import type { NodeConnection } from "./transport.js";
 import type { SessionLink } from "./link.js";
 import type { Reporters } from "./reporters.js";
 

@@ -10,9 +10,9 @@ import { codeName } from "../../common/codes.js";
 import { checkIssued } from "../enroll.js";
 import { generateNodeKeyAndCsr } from "../pki/keys.js";
 import type { Validity } from "../pki/validity.js";
-import { renewalDue } from "../rules.js";
+import { renewalDue } from "./timing.js";
 import type { AgentState, StateStore } from "../state.js";
-import type { NodeConnection } from "../transport.js";
+import type { NodeConnection } from "./transport.js";
 
 /** Renew once no more than this fraction of the lifetime remains, unless the server sets another. */
 const defaultRenewFraction = 1 / 3;

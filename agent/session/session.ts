@@ -10,10 +10,10 @@ import type { AgentConfig, SessionResponse, Welcome } from "../../gen/proto/mode
 import type { AgentUpdateReport } from "../../gen/proto/modelforge/agent/v1/agent_update_pb.js";
 import { systemClock, type Clock } from "../../common/clock.js";
 import { onAbort } from "../../common/abort.js";
-import { repeat } from "../cadence.js";
+import { repeat } from "./cadence.js";
 import type { Validity } from "../pki/validity.js";
 import type { StateStore } from "../state.js";
-import { nodeConnection, type NodeConnection } from "../transport.js";
+import { nodeConnection, type NodeConnection } from "./transport.js";
 import { agentVersion, protocolVersion } from "../version.js";
 import { sendHeartbeat, type HeartbeatDeps } from "./heartbeat.js";
 import { Outbox, publish, type SessionMessage } from "./link.js";

@@ -5,7 +5,7 @@ import { createReadStream } from "node:fs";
 import { mkdir, open, stat, truncate } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentUpdateInstruction } from "../../gen/proto/modelforge/agent/v1/agent_update_pb.js";
-import type { AgentClient } from "../transport.js";
+import type { AgentClient } from "../session/transport.js";
 
 /** A release bigger than this is refused before a byte is fetched (the control plane's own bound). */
 export const MAX_RELEASE_BYTES = 512 * 1024 * 1024;

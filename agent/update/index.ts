@@ -5,7 +5,7 @@ import type { Logger } from "pino";
 import { loadReleaseKey } from "../../common/release-key.js";
 import { parseDuration } from "../../common/duration.js";
 import { readState } from "../state.js";
-import { nodeClient } from "../transport.js";
+import { nodeClient } from "../session/transport.js";
 import { updateLayout } from "./layout.js";
 import { prepareStart } from "./prepare.js";
 import { Updater } from "./updater.js";

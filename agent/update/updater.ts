@@ -17,7 +17,7 @@ import {
   type AgentUpdateReport,
 } from "../../gen/proto/modelforge/agent/v1/agent_update_pb.js";
 import { signatureValid } from "../../common/release-key.js";
-import type { AgentClient } from "../transport.js";
+import type { AgentClient } from "../session/transport.js";
 import { agentVersion } from "../version.js";
 import { downloadRelease } from "./download.js";
 import { pointCurrent, readJson, writeJson, type PendingUpdate, type UpdateLayout, type UpdateReport } from "./layout.js";

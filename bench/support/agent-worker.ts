@@ -1,11 +1,11 @@
 // Bench-only load generator process: agents, each with its own state file, certificate, HTTP/2 +
-// TLS connection and Session stream, each run by the agent's own loop (agent/session.ts runAgent:
+// TLS connection and Session stream, each run by the agent's own loop (agent/session/run.ts runAgent:
 // Hello, Welcome, heartbeats at the server's interval with their reply deadline, reconnect with
 // the agent's backoff and jitter, forever). No inventory or telemetry: heartbeats only. Driven
 // over IPC by bench/heartbeats.ts.
 //
 // Two transports under the same loop, same bytes on the wire (gRPC over HTTP/2):
-// - "connect": what `agent run` uses (agent/transport.ts nodeConnection);
+// - "connect": what `agent run` uses (agent/session/transport.ts nodeConnection);
 // - "raw" (default): node:http2 with gRPC's 5-byte framing done here, about a third of the CPU per
 //   message, so the load generator leaves more of the two cores to the server.
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
@@ -23,9 +23,9 @@ import {
   type SessionResponse,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AsyncQueue } from "../../common/queue.js";
-import { runAgent } from "../../agent/session.js";
+import { runAgent } from "../../agent/session/run.js";
 import { agentVersion, protocolVersion } from "../../agent/version.js";
-import { nodeConnection, resumingTls, type NodeConnection } from "../../agent/transport.js";
+import { nodeConnection, resumingTls, type NodeConnection } from "../../agent/session/transport.js";
 import { writeState, type AgentState } from "../../agent/state.js";
 import { emit, serve } from "./ipc.js";
 import tls from "node:tls";

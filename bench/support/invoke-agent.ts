@@ -4,7 +4,7 @@
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
-import { runAgent } from "../../agent/session.js";
+import { runAgent } from "../../agent/session/run.js";
 import { openJobRunner } from "../../agent/jobs/index.js";
 import { capabilityRegistry } from "../../agent/capabilities/index.js";
 import { Supervisor } from "../../agent/engines/supervisor.js";

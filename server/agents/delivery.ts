@@ -5,7 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import { InstructionSchema, SessionResponseSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AgentUpdateInstructionSchema } from "../../gen/proto/modelforge/agent/v1/agent_update_pb.js";
 import type { PrismaClient } from "../../gen/prisma/client.js";
-import type { NodeSessions } from "../ports/node-sessions.js";
+import type { NodeSessions } from "../node-sessions.js";
 import type { Logger } from "../observability/logger.js";
 import { platformOf } from "./rollout-input.js";
 

@@ -79,12 +79,19 @@ export async function outsideTransactions<T>(db: PGlite, run: () => Promise<T>):
   return db._runExclusiveTransaction(() => db._runExclusiveQuery(run));
 }
 
-/** PGlite is one session: a statement waits behind any transaction in progress, as `query()` does. */
-export function pgliteDirect(db: PGlite, { failed, before }: QueryWatch): DirectQuery {
+/**
+ * PGlite is one session: a statement waits behind any transaction in progress, as `query()` does.
+ * `prepare` false runs each statement through PGlite's own `query()` instead, past none of its
+ * private methods (MODELFORGE_DATABASE_PREPARED_STATEMENTS=0: for a PGlite version this path was
+ * not tested against).
+ */
+export function pgliteDirect(db: PGlite, { failed, before }: QueryWatch, prepare = true): DirectQuery {
   return async <Row>(statement: DirectStatement, values: readonly unknown[]) => {
     if (before !== undefined) await before();
     try {
-      const result = await outsideTransactions(db, () => runPrepared(db, statement, values));
+      const result = prepare
+        ? await outsideTransactions(db, () => runPrepared(db, statement, values))
+        : await db.query(statement.text, [...values]);
       return result.rows as Row[];
     } catch (err) {
       failed?.(err);

@@ -95,7 +95,8 @@ export async function openPglite(opts: OpenDatabaseOptions): Promise<Database> {
       throw damaged(cause ?? describeCause(err), err);
     }
 
-    const prepared = preparedPglite(db, statementNames({ limit: opts.preparedStatements ?? DEFAULT_PREPARED }));
+    const limit = opts.preparedStatements ?? DEFAULT_PREPARED;
+    const prepared = preparedPglite(db, statementNames({ limit }));
     const prisma = new PrismaClient({ adapter: watchQueries(new PrismaPGlite(prepared), { failed: opts.queryFailed, before: turn }) });
     try {
       await checkConnection(prisma, opts.log, describe);
@@ -117,7 +118,7 @@ export async function openPglite(opts: OpenDatabaseOptions): Promise<Database> {
     opts.log?.info({ backend: "pglite", db: describe, migrationsApplied, ms: Date.now() - started }, "database ready");
     return {
       prisma,
-      direct: pgliteDirect(pglite, { failed: opts.queryFailed, before: turn }),
+      direct: pgliteDirect(pglite, { failed: opts.queryFailed, before: turn }, limit > 0),
       kind: "pglite",
       describe,
       migrationsApplied,

@@ -522,7 +522,6 @@ function instanceOf(d: WithInstances, at: { revision: bigint; replica: number })
   return d.instances.find((x) => x.revision === at.revision && x.replica === at.replica)!;
 }
 
-/** One row of a deployment's state history, in the transaction that made the change. */
 /**
  * Every transaction that writes a deployment's replicas takes its deployment's row first. Placement
  * holds that row (FOR UPDATE) while it writes the replica it places; a transaction that wrote a

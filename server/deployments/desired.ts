@@ -21,7 +21,7 @@ import {
   MAX_TIMEOUT_MS,
   type Desired,
 } from "./rules.js";
-import { whereIdOrName } from "./routes.js";
+import { whereIdOrName } from "../rpc/id-or-name.js";
 
 export interface DesiredDeps {
   prisma: PrismaClient;

@@ -36,10 +36,6 @@ export interface DeploymentRoutes {
   onChange(listener: (deploymentId: string) => void): () => void;
 }
 
-/** A deployment named by its id (a UUID) or by its name. */
-export function whereIdOrName(idOrName: string): { id: string } | { name: string } {
-  return isUuid(idOrName) ? { id: idOrName.toLowerCase() } : { name: idOrName };
-}
 const upper = (p: string) => p.toUpperCase() as DeploymentPhase;
 
 /** What a route is made from: a deployment and each of its instances with its profile's engine. */

@@ -1,4 +1,4 @@
-// The edge every request passes before the Connect adapter (server/app.ts): it applies
+// The edge every request passes before the Connect adapter (server/start/listener.ts): it applies
 // ./admission.ts and ./limits.ts to the request as it arrives. A refused request is answered by
 // Connect itself, in whichever protocol it came (Connect, gRPC, gRPC-Web), because the body the
 // adapter reads is replaced by one that fails with the refusal before a byte is used. An admitted
@@ -26,6 +26,7 @@ import {
   type NodeRequest,
   type NodeResponse,
 } from "./drain.js";
+import { headerValue } from "./headers.js";
 
 /**
  * For every Connect adapter: the adapter's own limit on a message, as a backstop to the edge's
@@ -54,8 +55,8 @@ export function edgeGuard(operatorKeys: OperatorKeys, log: Logger): EdgeGuard {
         path,
         contentType: req.headers["content-type"] ?? "",
         contentLength,
-        adminToken: single(req.headers[adminTokenHeader]),
-        authorization: single(req.headers.authorization),
+        adminToken: headerValue(req.headers[adminTokenHeader]),
+        authorization: headerValue(req.headers.authorization),
         peer: () => peerOf(req.socket as TLSSocket),
       },
       operatorKeys,
@@ -139,10 +140,6 @@ function checkedBody(req: NodeRequest, rules: BodyRules): () => AsyncGenerator<B
       if (!ended) await discardRest(chunks, rules.leftToDrain(bytes));
     }
   };
-}
-
-function single(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value[0] : value;
 }
 
 /** The Connect adapter reads a request's body by iterating the request; it gets this body instead. */

@@ -225,7 +225,7 @@ async function* checked(desc: DescMessage, messages: AsyncIterable<Message>, val
 /**
  * The edge check as a Connect interceptor: unary and server-streaming requests are refused before
  * the handler runs. A bidirectional stream (the Session) answers each bad message itself, keeping
- * the stream open (see ../services/session.ts); here only its undecodable frames are mapped.
+ * the stream open (see ../sessions/session.ts); here only its undecodable frames are mapped.
  */
 export function validationInterceptor(): Interceptor {
   return (next) => async (req) => {

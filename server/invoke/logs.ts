@@ -8,7 +8,7 @@ import { SessionResponseSchema, type DeploymentLogLines } from "../../gen/proto/
 import type { RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { onAbort } from "../../common/abort.js";
-import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
+import type { LiveSession, NodeSessions } from "../node-sessions.js";
 
 export interface LogBatch {
   nodeId: string;

@@ -23,7 +23,7 @@ import { onAbort } from "../../common/abort.js";
 import { LookupCache } from "../../common/lookup-cache.js";
 import { codeName } from "../../common/codes.js";
 import { staleWhileDatabaseAway, type OutageWatch } from "../db/availability.js";
-import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
+import type { LiveSession, NodeSessions } from "../node-sessions.js";
 import type { Logger } from "../observability/logger.js";
 import type { ServicePrincipal } from "../identity/service-keys.js";
 import type { DeploymentRoutes, DeploymentTarget } from "./routes.js";
@@ -396,7 +396,8 @@ export class InvokeRelay {
   /** A node whose Session is not here: forwarded to the replica holding it, once. */
   private async *elsewhere(name: string, candidates: DeploymentTarget["ready"], call: InvokeCall): AsyncGenerator<AnswerPiece> {
     const forwarder = this.deps.forwarder;
-    if (forwarder === undefined) throw unreachable(name, "its session is not on this control plane");
+    // One control plane (no forwarder): no other holds the session; the node is not connected.
+    if (forwarder === undefined) throw unreachable(name, "its node is not connected");
     if (call.forwardedFrom !== undefined) throw unreachable(name, "the replica that forwarded the call expected its session here");
     const holder = await forwarder.holderOf(candidates.map((i) => i.nodeId));
     if (holder === undefined) throw unreachable(name, "no replica holds its session");

@@ -73,6 +73,41 @@ function checkNodeTakes(node: NodeFacts, capability: string, engine: string | un
   }
 }
 
+/** What a job's creation reads of its node. */
+const targetNodeColumns = {
+  id: true,
+  lastHeartbeatAt: true,
+  disabledAt: true,
+  disabledReason: true,
+  decommissionedAt: true,
+  capabilities: true,
+  engines: true,
+} as const;
+
+/** The row just inserted, as the database now holds it: leased at once (its first attempt), or pending. */
+function newJobRow(
+  row: Pick<JobRow, "id" | "nodeId" | "capability" | "orderingKey" | "maxAttempts" | "leaseExpiresAt"> & { spec: unknown; now: Date },
+  seq: JobRow["seq"],
+  leased: boolean,
+): JobRow {
+  const { now, ...fields } = row;
+  return {
+    ...fields,
+    seq,
+    spec: row.spec as Prisma.JsonValue,
+    state: leased ? "leased" : "pending",
+    attempt: leased ? 1 : 0,
+    progress: null,
+    result: null,
+    failure: null,
+    cancelRequested: false,
+    cancelReason: null,
+    createdAt: now,
+    updatedAt: now,
+    finishedAt: null,
+  };
+}
+
 export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<JobRow> {
   const config = ctx.settings;
   if (input.spec === undefined) throw new ConnectError("spec: is required: exactly one capability must be set", Code.InvalidArgument);
@@ -83,18 +118,7 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
   const { orderingKey, maxAttempts } = keyAndAttempts(input, config.defaultMaxAttempts);
   const nodeId = jobIdOf(input.nodeId, "node_id");
   const create = async (tx: Pick<Tx, "node" | "job" | "$queryRaw">): Promise<JobRow> => {
-    const node = await tx.node.findUnique({
-      where: { id: nodeId },
-      select: {
-        id: true,
-        lastHeartbeatAt: true,
-        disabledAt: true,
-        disabledReason: true,
-        decommissionedAt: true,
-        capabilities: true,
-        engines: true,
-      },
-    });
+    const node = await tx.node.findUnique({ where: { id: nodeId }, select: targetNodeColumns });
     if (node === null) throw new ConnectError(`node ${nodeId} not found`, Code.NotFound);
     checkNodeTakes(node, capability, engineOfSpec(spec));
     // The fast path: a job for a node that is online with a session here, and first in its
@@ -136,21 +160,7 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
         },
       },
     });
-    return {
-      ...row,
-      seq,
-      spec: row.spec as Prisma.JsonValue,
-      state: leaseNow ? "leased" : "pending",
-      attempt: leaseNow ? 1 : 0,
-      progress: null,
-      result: null,
-      failure: null,
-      cancelRequested: false,
-      cancelReason: null,
-      createdAt: now,
-      updatedAt: now,
-      finishedAt: null,
-    };
+    return newJobRow(row, seq, leaseNow);
   };
   // A keyed job needs its advisory lock held across the check and the insert; an unkeyed one
   // is a read and one atomic statement.

@@ -27,7 +27,7 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
-import type { NodeSessions } from "../ports/node-sessions.js";
+import type { NodeSessions } from "../node-sessions.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
 import { afterLeaseExpiry, leaseExpiry, LEASE_LOST } from "./lease.js";
 import { leaseOf, recordOf } from "./codec.js";
@@ -190,7 +190,7 @@ export class JobEngine implements JobDispatch {
   }
 
   // -------------------------------------------------------------------------------------------
-  // Sweeps (run periodically on every replica by the jobs loop server/app.ts starts; expiry and
+  // Sweeps (run periodically on every replica by the jobs loop server/start/jobs.ts starts; expiry and
   // reclaim only on the replica leading the reconcilers, server/cluster/leadership.ts)
 
   async sweep(leader = true): Promise<void> {

@@ -1,4 +1,4 @@
-// The periodic sweeps (run by the jobs loop server/app.ts starts on every replica): leases that lapsed on online
+// The periodic sweeps (run by the jobs loop server/start/jobs.ts starts on every replica): leases that lapsed on online
 // nodes, and work on nodes unreachable past the reclaim grace. Also the expiry rule applied when
 // a reconnecting agent no longer holds a lease.
 import type { Job as JobRow, Prisma, PrismaClient } from "../../gen/prisma/client.js";

@@ -8,7 +8,7 @@ import { JobCancelSchema, SessionResponseSchema } from "../../gen/proto/modelfor
 import type { JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
-import type { NodeSessions } from "../ports/node-sessions.js";
+import type { NodeSessions } from "../node-sessions.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
 import { claimLease, nextLeasable, type LeaseCandidate } from "./lease.js";
 import { candidateOf, leaseOf } from "./codec.js";

@@ -2,7 +2,7 @@
 // at the node's next heartbeat or session start (from the node's persisted renewal request).
 import { create } from "@bufbuild/protobuf";
 import { InstructionSchema, SessionResponseSchema, type Instruction } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import type { NodeSessions } from "../ports/node-sessions.js";
+import type { NodeSessions } from "../node-sessions.js";
 
 export function renewalInstruction(reason: string): Instruction {
   return create(InstructionSchema, { kind: { case: "renewCredential", value: { reason } } });

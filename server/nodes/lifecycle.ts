@@ -6,7 +6,7 @@ import { recordAudit, nodeActor, operatorActor } from "../audit/audit.js";
 import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { Ca, IssuedNodeCertificate } from "../identity/pki/ca.js";
-import type { NodeSessions } from "../ports/node-sessions.js";
+import type { NodeSessions } from "../node-sessions.js";
 import type { NodeIdentity } from "../identity/node-auth.js";
 import { findNodeOrThrow } from "../identity/node-record.js";
 import { pushRenewal } from "./instructions.js";

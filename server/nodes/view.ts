@@ -3,7 +3,7 @@
 import type { Node, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { LivenessTracker } from "../liveness/tracker.js";
-import type { NodeSessions } from "../ports/node-sessions.js";
+import type { NodeSessions } from "../node-sessions.js";
 import { nodeToProto, type NodeView } from "./codec.js";
 import { isAgentOutdated } from "../agent-version.js";
 

@@ -2,7 +2,7 @@
 // request's correlation id. Never a body, header value or credential.
 //
 // `publicError` decides what any failure becomes on the wire, for unary calls, Connect streams
-// and the Session (./services/session.ts, ./services/session-grpc.ts) alike: a ConnectError as
+// and the Session (../sessions/session.ts, ../sessions/session-grpc.ts) alike: a ConnectError as
 // thrown; a database connectivity failure `unavailable` (server/db/availability.ts), logged by
 // the outage monitor rather than per call; anything else a bare `internal` with the details in
 // the log only. Nothing ever answers `unknown`.

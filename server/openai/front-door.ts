@@ -20,6 +20,7 @@ import { endpointOf, generateRequestOf, type GenerateRequest } from "./request.j
 import { renamed } from "./answer.js";
 import { answerAfterBody, declaredLength } from "../edge/drain.js";
 import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { headerValue } from "../edge/headers.js";
 
 type HttpRequest = http2.Http2ServerRequest | IncomingMessage;
 type HttpResponse = http2.Http2ServerResponse | ServerResponse;
@@ -111,7 +112,7 @@ async function serve(
     stream: request.stream,
     requestId: correlationId,
     signal,
-    credential: single(req.headers.authorization),
+    credential: headerValue(req.headers.authorization),
     abandon: abandonerOf(req as Parameters<typeof abandonerOf>[0]),
   };
   const pieces = deps.relay.invoke(principal, call);
@@ -129,9 +130,9 @@ async function authenticate(keys: OpenAiDeps["keys"], req: HttpRequest): Promise
   const peer = peerOf(req.socket as TLSSocket);
   refuseForeignCredentials({
     certificatePresented: peer.certificate !== undefined || peer.certificateError !== undefined,
-    adminToken: single(req.headers[adminTokenHeader]) ?? null,
+    adminToken: headerValue(req.headers[adminTokenHeader]) ?? null,
   });
-  const secret = bearerServiceKey(single(req.headers.authorization));
+  const secret = bearerServiceKey(headerValue(req.headers.authorization));
   if (secret === undefined) throw new ConnectError('a service key is required: "Authorization: Bearer mfsk_..."', Code.Unauthenticated);
   return keys.authenticate(secret);
 }
@@ -266,8 +267,4 @@ function send(res: HttpResponse, failure: OpenAiFailure): void {
 function sendJson(res: HttpResponse, status: number, body: string): void {
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
   res.end(body);
-}
-
-function single(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value[0] : value;
 }

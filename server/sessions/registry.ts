@@ -5,7 +5,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { loggedByHandler } from "../observability/call-log.js";
 import type { ClusterEvent } from "../cluster/bus.js";
-import type { LiveSession, NodeSessions } from "../ports/node-sessions.js";
+import type { LiveSession, NodeSessions } from "../node-sessions.js";
 
 /**
  * Why sessions end when the server stops: unavailable, which the agent retries. The server logs

@@ -37,7 +37,7 @@ import type { Caller } from "../context.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { pendingInstructions } from "../nodes/instructions.js";
 import { shuttingDown, type SessionRegistry } from "./registry.js";
-import type { LiveSession } from "../ports/node-sessions.js";
+import type { LiveSession } from "../node-sessions.js";
 import type { Admission } from "./admission.js";
 import type { HeartbeatBook } from "../liveness/heartbeats.js";
 import type { JobDispatch } from "../jobs/dispatch.js";
@@ -81,14 +81,14 @@ export interface SessionDeps {
   deployments?: { held(nodeId: string, held: HeldDeployment[]): Promise<void> };
   /** Told of each session open, with the outcome of the agent's last self-update (server/agents/). */
   upgrades?: { sessionOpened(nodeId: string, lastUpdate: AgentUpdateReport | undefined): void };
-  /** Aborted when shutdown begins; the server then ends every attached session (server/app.ts). */
+  /** Aborted when shutdown begins; the server then ends every attached session (server/start/sessions.ts). */
   shutdown: AbortSignal;
   /** Hears of database connectivity failures (logged once per outage, answered unavailable). */
   outage?: OutageSink;
   /** Relayed invokes and log watches (server/invoke/): their agent messages need no I/O. */
   relay?: SessionRelay;
   metrics?: SessionMetrics | undefined;
-  /** The oldest agent version accepted at Hello (./agent-version.ts). */
+  /** The oldest agent version accepted at Hello (../agent-version.ts). */
   minAgentVersion: string;
 }
 
@@ -137,7 +137,7 @@ function acceptHello(first: SessionRequest, minAgentVersion: string): { hello: H
     );
   }
   // Before the database: an agent this server would refuse costs it nothing. failed_precondition, so
-  // the agent knows retrying soon will not help (agent/version-refusal.ts).
+  // the agent knows retrying soon will not help (agent/session/version-refusal.ts).
   const tooOld = agentVersionRefusal(hello.agentVersion, minAgentVersion, serverVersion);
   if (tooOld !== undefined) throw new ConnectError(tooOld, Code.FailedPrecondition);
   // The edge has bounded the names; only those of the contract are recorded, the rest reported back.
@@ -387,7 +387,7 @@ export class AgentSession implements LiveSession {
     this.deps.heartbeats.record(node.id, this.deps.clock.now());
     this.embeddingEngines = knownEngines(hello.embeddingEngines);
     this.phase = "open";
-    // Sessions attached before shutdown are ended by it (server/app.ts); this one came too late.
+    // Sessions attached before shutdown are ended by it (server/start/sessions.ts); this one came too late.
     if (this.deps.shutdown.aborted) return this.close(shuttingDown());
     this.deps.sessions.attach(this);
     this.deps.metrics?.opened();

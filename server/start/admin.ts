@@ -4,7 +4,7 @@ import { publicUrlOf, type Config } from "../config.js";
 import type { Clock } from "../../common/clock.js";
 import type { Database } from "../db/client.js";
 import type { Ca } from "../identity/pki/ca.js";
-import { adminService } from "../services/admin.js";
+import { adminService } from "../api/admin.js";
 import type { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { Sessions } from "./sessions.js";
 

@@ -4,7 +4,7 @@ import type http2 from "node:http2";
 import type { Config } from "../config.js";
 import type { Ca } from "../identity/pki/ca.js";
 import type { ServerMetrics } from "../observability/metrics.js";
-import { agentConfigOf, agentService, type AgentServiceDeps } from "../services/agent.js";
+import { agentConfigOf, agentService, type AgentServiceDeps } from "../api/agent.js";
 import { serveGrpcSession } from "../sessions/session-grpc.js";
 import { OpeningReads } from "../sessions/open.js";
 import type { Sessions } from "./sessions.js";

@@ -40,8 +40,8 @@ export interface Listener {
   /** e.g. https://127.0.0.1:8443 */
   url: string;
   port: number;
-  /** Replaces the starting routes with the full ones (and the OpenAI API's), and starts serving Session streams. */
-  serve(handler: RequestHandler, session: SessionStreamHandler, openAi: FrontDoor): void;
+  /** Replaces the starting routes with the full ones (and the OpenAI API's), and serves gRPC Session streams on `session` (without it, through `handler`). */
+  serve(handler: RequestHandler, session: SessionStreamHandler | undefined, openAi: FrontDoor): void;
   /** Stops taking connections; resolves once every open one has closed. */
   stopAccepting(): Promise<void>;
   /** Asks every connection to finish its streams (GOAWAY), destroying what is left after `graceMs`; resolves when `closed` does. */

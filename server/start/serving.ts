@@ -9,7 +9,7 @@ import type { Drain } from "../invoke/drain.js";
 import { InvokeCounts } from "../invoke/counts.js";
 import { LogWatches } from "../invoke/logs.js";
 import { ReplicaForwarder } from "../invoke/forward.js";
-import { deploymentService } from "../invoke/service.js";
+import { deploymentService } from "../api/deployment.js";
 import { adminDeploymentLogs } from "../invoke/admin-rpc.js";
 import { UsageLedger } from "../usage/ledger.js";
 import { adminUsage } from "../usage/report.js";

@@ -13,7 +13,7 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { Clock } from "../../common/clock.js";
 import { isUuid } from "../../common/x509.js";
-import { whereIdOrName } from "../deployments/routes.js";
+import { whereIdOrName } from "../rpc/id-or-name.js";
 import { ts } from "../rpc/convert.js";
 
 /** Most rows one answer carries. */

@@ -17,7 +17,7 @@ import { OutageMonitor } from "../../server/db/outage-monitor.js";
 import { publicError } from "../../server/observability/call-log.js";
 import { createLogger } from "../../server/observability/logger.js";
 import { refusalVerdict } from "../../agent/jobs/runner.js";
-import { retryAfterDelay } from "../../agent/rules.js";
+import { retryAfterDelay } from "../../agent/session/timing.js";
 import { eventually } from "../support/node.js";
 
 const closers: (() => Promise<unknown>)[] = [];

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import pg from "pg";
 import { JobState } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import { nodeClient } from "../../agent/transport.js";
+import { nodeClient } from "../../agent/session/transport.js";
 import { CapabilityRegistry, type JobHandler } from "../../agent/jobs/index.js";
 import { createTestDatabase, DEFAULT_TEST_POSTGRES_URL, type TestDatabase } from "../support/db.js";
 import { eventually } from "../support/node.js";

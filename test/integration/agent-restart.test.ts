@@ -9,7 +9,7 @@ import net from "node:net";
 import { setMaxListeners } from "node:events";
 import { readFileSync, writeFileSync } from "node:fs";
 import { pino } from "pino";
-import { runAgent } from "../../agent/session.js";
+import { runAgent } from "../../agent/session/run.js";
 import { startServer, type RunningServer } from "../../server/app.js";
 import { createLogger } from "../../server/observability/logger.js";
 import { startTestServer, type TestServer } from "../support/server.js";

@@ -12,7 +12,7 @@ import { pino } from "pino";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { SessionResponseSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { runAgent } from "../../agent/session.js";
+import { runAgent } from "../../agent/session/run.js";
 import { frame } from "../../server/sessions/session-grpc.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { enrollTestNode, eventually } from "../support/node.js";

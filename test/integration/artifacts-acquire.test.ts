@@ -372,6 +372,26 @@ describe("the agent's own path rules, whatever the lease says", () => {
     }
   });
 
+  it("downloads through node:http, byte for byte the same, with the mirror fast path off", async () => {
+    const content = randomBytes(3 * 1024 * 1024 + 5);
+    const commit = commitOf("node-http");
+    mirror.put(repository, commit, "plain.bin", { content });
+    const read = async (plainHttp: boolean) => {
+      const body = await new MirrorSource({ baseUrl: mirror.url, plainHttp }).open({
+        repository,
+        commit,
+        path: "plain.bin",
+        offset: 0,
+        signal: new AbortController().signal,
+      });
+      const hash = createHash("sha256");
+      for await (const chunk of body.chunks) hash.update(chunk);
+      return { sha: hash.digest("hex"), connection: mirror.requests.at(-1)!.connection };
+    };
+    expect(await read(true)).toEqual({ sha: sha256(content), connection: "close" });
+    expect(await read(false)).toEqual({ sha: sha256(content), connection: "keep-alive" });
+  });
+
   it("a slow reader pauses the mirror client and loses no byte when it resumes", async () => {
     const big = randomBytes(9 * 1024 * 1024 + 777);
     const commit = commitOf("slow-reader");

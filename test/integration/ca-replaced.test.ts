@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { X509Certificate } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { readState, writeState } from "../../agent/state.js";
-import { CredentialRefusals, credentialRefusalOf, refusalAdvice } from "../../agent/credential-refusal.js";
+import { CredentialRefusals, credentialRefusalOf, refusalAdvice } from "../../agent/session/credential-refusal.js";
 import { judgeHandshakeFailure, NOT_TRUSTED } from "../../server/observability/tls-handshake.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "../support/node.js";

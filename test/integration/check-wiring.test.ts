@@ -23,9 +23,18 @@ function tree(files: Record<string, string>): string {
   return root;
 }
 
-function check(root?: string) {
-  const r = spawnSync(process.execPath, root === undefined ? [script] : [script, root], { cwd: repository, encoding: "utf8" });
+function check(root?: string, layers?: string) {
+  const args = root === undefined ? [script] : layers === undefined ? [script, root] : [script, root, layers];
+  const r = spawnSync(process.execPath, args, { cwd: repository, encoding: "utf8" });
   return { status: r.status, stderr: r.stderr };
+}
+
+/** A layers document as docs/architecture.md writes it: `| N name | \`part\`, ... |` under the heading. */
+function layersDoc(rows: string[][]): string {
+  const path = join(trees, `layers-${count++}.md`);
+  const table = rows.map((parts, i) => `| ${i + 1} layer | ${parts.map((p) => `\`${p}\``).join(", ")} |`).join("\n");
+  writeFileSync(path, `# x\n\n## Layers of server/\n\n| layer | parts |\n|---|---|\n${table}\n`);
+  return path;
 }
 
 describe("check-wiring", () => {
@@ -83,5 +92,35 @@ describe("check-wiring", () => {
     const { status, stderr } = check(root);
     expect(status).toBe(1);
     expect(stderr).toContain(`which only main.ts may (and start/, which only app.ts may): ${join(root, "jobs/engine.ts")}`);
+  });
+
+  describe("layers", () => {
+    const files = {
+      "db/client.ts": "export const db = 1;\n",
+      "jobs/engine.ts": 'import { db } from "../db/client.js";\n',
+      "invoke/relay.ts": 'import { engine } from "../jobs/engine.js";\nimport { c } from "../config.js";\n',
+      "config.ts": "export const c = 1;\n",
+    };
+
+    it("passes a tree whose imports run down the layers, or within one", () => {
+      const root = tree(files);
+      expect(check(root, layersDoc([["db/", "config.ts"], ["jobs/"], ["invoke/"]]))).toEqual({ status: 0, stderr: "" });
+      expect(check(root, layersDoc([["db/", "config.ts", "jobs/", "invoke/"]]))).toEqual({ status: 0, stderr: "" });
+    });
+
+    it("fails on an import up from a lower layer, naming the files and their layers", () => {
+      const root = tree({ ...files, "db/client.ts": 'import { engine } from "../jobs/engine.js";\n' });
+      const { status, stderr } = check(root, layersDoc([["db/", "config.ts"], ["jobs/"], ["invoke/"]]));
+      expect(status).toBe(1);
+      expect(stderr).toContain(`${join(root, "db/client.ts")} (layer 1) -> ${join(root, "jobs/engine.ts")} (layer 2)`);
+    });
+
+    it("fails on a folder or top-level file that no layer lists", () => {
+      const root = tree(files);
+      const { status, stderr } = check(root, layersDoc([["db/"], ["jobs/"], ["invoke/"]]));
+      expect(status).toBe(1);
+      expect(stderr).toContain("in no layer");
+      expect(stderr).toContain("config.ts");
+    });
   });
 });

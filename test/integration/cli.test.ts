@@ -14,7 +14,7 @@ import { pino } from "pino";
 import { startTestServer, testAdminKey } from "../support/server.js";
 import { generousMs, waitFor } from "../support/wait.js";
 import { enrollNode } from "../../agent/enroll.js";
-import { runAgent, type SessionJobs, type SessionLink } from "../../agent/session.js";
+import { runAgent, type SessionJobs, type SessionLink } from "../../agent/session/run.js";
 import { JobFailureCode, type JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { Liveness } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import {

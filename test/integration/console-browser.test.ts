@@ -74,7 +74,8 @@ async function controls(): Promise<{ buttons: string[]; forms: string[] }> {
 }
 
 // A busy machine (load 16 on two cores was seen) makes a browser slow, not wrong.
-describe("the console with the admin key", { timeout: 120_000 }, () => {
+// In order: the pages follow one operator's session (sign in, a node enrolled from the page, its job).
+describe.sequential("the console with the admin key", { timeout: 120_000 }, () => {
   it("signs in, keeping the key in session storage only", async () => {
     await web.signIn(testAdminKey);
     expect(await web.text("role")).toBe("admin");

@@ -114,7 +114,8 @@ afterAll(async () => {
   if (root) rmSync(root, { recursive: true, force: true });
 });
 
-describe("DeploymentService through a real agent", () => {
+// In order: the deployment "tiny" and its agent go through revisions, a drain, an unload and a restart.
+describe.sequential("DeploymentService through a real agent", () => {
   it("answers a unary completion with real generated tokens, by name or id", async () => {
     for (const target of ["tiny", deploymentId]) {
       const res = await unary("Invoke", { deploymentId: target, contentType: "application/json", payload: completion() }, keyMetadata());

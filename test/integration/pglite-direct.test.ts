@@ -46,6 +46,13 @@ describe("direct statements on PGlite", () => {
     expect(rows).toEqual([row, row].map((r) => ({ ...r, yes: true, n: 7, word: "x" })));
   });
 
+  it("with preparing off, runs each statement through query() and prepares nothing", async () => {
+    const plain = pgliteDirect(db, {}, false);
+    const statement = { name: "mf_test_plain", text: "SELECT $1::int + 1 AS n" };
+    expect(await plain(statement, [41])).toEqual([{ n: 42 }]);
+    expect(await prepared()).not.toContain(statement.name);
+  });
+
   it("prepares a statement once per instance, however many callers run it", async () => {
     expect(await prepared()).not.toContain(insert.name);
     expect(await direct(insert, [1, "one"])).toEqual([{ id: 1 }]);

@@ -154,7 +154,8 @@ afterAll(async () => {
   if (base) rmSync(base, { recursive: true, force: true });
 });
 
-describe("an acquired model, probed through a real server and agent process", { timeout: 180_000 }, () => {
+// In order: the model is acquired, then probed, held and unloaded by the same agent.
+describe.sequential("an acquired model, probed through a real server and agent process", { timeout: 180_000 }, () => {
   it("removes the staging of an abandoned acquisition when the agent starts, and keeps a young one", async () => {
     await eventually(() => !existsSync(oldStaging), 30_000, "the abandoned staging removed");
     expect(existsSync(freshStaging)).toBe(true);

@@ -76,7 +76,8 @@ afterAll(async () => {
   rmSync(gpuDir, { recursive: true, force: true });
 });
 
-describe("a real agent process", () => {
+// In order: the first test starts the agent the others go on with (killed, restarted, its clock moved).
+describe.sequential("a real agent process", () => {
   it("comes online with its inventory, GPUs and telemetry", async () => {
     start();
     const got = await waitFor(
@@ -89,7 +90,8 @@ describe("a real agent process", () => {
     expect(got.node?.connected).toBe(true);
     expect(got.node?.gpuCount).toBe(3);
     expect(got.node?.host?.hostname).not.toBe("");
-    expect(got.node?.capabilities).toBeDefined();
+    // No artifact source and no runtimes: this agent offers no job capability at all.
+    expect(got.node?.capabilities).toEqual([]);
     expect(got.gpus.map((g) => g.info?.uuid)).toContain("GPU-c3d4e5f6-a7b8-49c0-d1e2-f3a4b5c6d7e8");
     expect(got.gpus.every((g) => g.state === GpuState.PRESENT)).toBe(true);
     expect(got.telemetry?.telemetry?.gpus).toHaveLength(3);
@@ -454,5 +456,27 @@ describe("Session over the Connect protocol", () => {
       }
     }
     expect(seen).toEqual(["welcome", "reply"]);
+  });
+
+  it("serves a real agent's gRPC Session through Connect's generic path with the fast path off", async () => {
+    const generic = await startTestServer({ MODELFORGE_SESSION_FAST_PATH: "off", MODELFORGE_HEARTBEAT_INTERVAL: "200ms" });
+    try {
+      const other = await enrollTestNode(generic, "generic-path");
+      const proc = spawnAgent(other.statePath, { FAKE_NVIDIA_SMI_DIR: gpuDir });
+      try {
+        // Heartbeats (the wire codec's shape) answered and flushed: the node goes online.
+        await waitFor(
+          async () => ((await generic.admin.getNode({ nodeId: other.nodeId })).node?.liveness === Liveness.ONLINE ? true : undefined),
+          {
+            what: "the node online through the generic path",
+          },
+        );
+        expect(generic.logs()).toContain("gRPC Sessions served by Connect's generic path");
+      } finally {
+        await proc.stop();
+      }
+    } finally {
+      await generic.stop();
+    }
   });
 });

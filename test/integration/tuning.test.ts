@@ -13,7 +13,7 @@ import { serverNodeFlags } from "../../server/tuning.js";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { grpcTransport } from "../../common/http2-sessions.js";
 import { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { resumingTls } from "../../agent/transport.js";
+import { resumingTls } from "../../agent/session/transport.js";
 import { sessionTicketKeys, ticketEpochMs } from "../../server/identity/pki/session-tickets.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { enrollTestNode, type TestNode } from "../support/node.js";

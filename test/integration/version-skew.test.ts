@@ -13,7 +13,7 @@ import {
 import { loadConfig, ConfigError } from "../../server/config.js";
 import { serverVersion } from "../../server/version.js";
 import { agentVersion } from "../../agent/version.js";
-import { VersionRefusals, versionRefusalDelay, versionRefusalOf } from "../../agent/version-refusal.js";
+import { VersionRefusals, versionRefusalDelay, versionRefusalOf } from "../../agent/session/version-refusal.js";
 import { renderNodeDetail, renderNodeTable } from "../../cli/commands/nodes-render.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { startTestServer, type TestServer } from "../support/server.js";

@@ -13,7 +13,7 @@ import type { JobCancel } from "../../gen/proto/modelforge/agent/v1/agent_pb.js"
 import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { enrollNode } from "../../agent/enroll.js";
-import { runAgent, type SessionJobs, type SessionLink } from "../../agent/session.js";
+import { runAgent, type SessionJobs, type SessionLink } from "../../agent/session/run.js";
 import type { Reporters } from "../../agent/session/reporters.js";
 import type { SessionDeployments } from "../../agent/deployments/session-hook.js";
 import { CapabilityRegistry, openJobRunner, type JobRunner } from "../../agent/jobs/index.js";

@@ -31,6 +31,8 @@ export interface MirrorRequest {
   path: string;
   range: string | undefined;
   authorization: string | undefined;
+  /** The request's Connection header: "close" from the agent's own client, "keep-alive" from node:http's. */
+  connection: string | undefined;
 }
 
 export interface Mirror {
@@ -48,7 +50,7 @@ export async function startMirror(): Promise<Mirror> {
   const requests: MirrorRequest[] = [];
   const server = http.createServer((req, res) => {
     const path = decodeURIComponent(new URL(req.url ?? "/", "http://x").pathname);
-    requests.push({ path, range: req.headers.range, authorization: req.headers.authorization });
+    requests.push({ path, range: req.headers.range, authorization: req.headers.authorization, connection: req.headers.connection });
     const file = files.get(path);
     if (file === undefined) {
       res.writeHead(404).end();

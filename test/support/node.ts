@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { enrollNode } from "../../agent/enroll.js";
 import { readState, type AgentState } from "../../agent/state.js";
-import { nodeClient, type AgentClient } from "../../agent/transport.js";
+import { nodeClient, type AgentClient } from "../../agent/session/transport.js";
 import type { TestServer } from "./server.js";
 import { waitFor } from "./wait.js";
 

@@ -1,7 +1,7 @@
-// The agent's periodic work (agent/cadence.ts) on a manual clock: runs stay on their own grid when
+// The agent's periodic work (agent/session/cadence.ts) on a manual clock: runs stay on their own grid when
 // the event loop is late, so agents sharing a loop do not fall into step as under setInterval.
 import { describe, expect, it } from "vitest";
-import { type CadenceTimers, repeat } from "../../agent/cadence.js";
+import { type CadenceTimers, repeat } from "../../agent/session/cadence.js";
 
 /** Timers on a clock the test moves; `advance` fires what falls due, in order, each at its time or when the loop gets to it. */
 function manualTimers() {

@@ -14,7 +14,7 @@ import { LogWatches } from "../../server/invoke/logs.js";
 import type { DeploymentRoutes, DeploymentTarget } from "../../server/invoke/routes.js";
 import type { SessionHolder } from "../../server/cluster/replicas.js";
 import { SessionRegistry } from "../../server/sessions/registry.js";
-import type { LiveSession } from "../../server/ports/node-sessions.js";
+import type { LiveSession } from "../../server/node-sessions.js";
 import { ManualClock } from "../../common/clock.js";
 import {
   bearerServiceKey,
@@ -522,7 +522,10 @@ describe("the relay over a fake node session", () => {
       rawMessage: expect.stringContaining("no replica holds its session"),
     });
     const single = setup(elsewhere);
-    await expect(single.collect(single.relay.invoke(single.principal, single.call()))).rejects.toMatchObject({ code: Code.Unavailable });
+    await expect(single.collect(single.relay.invoke(single.principal, single.call()))).rejects.toMatchObject({
+      code: Code.Unavailable,
+      rawMessage: "the node serving deployment tiny is not reachable: its node is not connected",
+    });
   });
 
   it("a local session is preferred over forwarding", async () => {

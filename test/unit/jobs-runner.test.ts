@@ -9,7 +9,7 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { JobCancelSchema, type Reply } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { JobFailureCode, JobLeaseSchema, JobSpecSchema, type JobLease } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import type { SessionLink } from "../../agent/session.js";
+import type { SessionLink } from "../../agent/session/run.js";
 import { CapabilityRegistry, JobCancelled, JobRunner, LeaseLost, ReceiptStore, type JobHandler } from "../../agent/jobs/index.js";
 import { eventually } from "../support/node.js";
 import { ManualClock, systemClock, type Clock } from "../../common/clock.js";

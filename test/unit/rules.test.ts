@@ -8,7 +8,7 @@ import { codeName } from "../../common/codes.js";
 import { Code } from "@connectrpc/connect";
 import { secretsEqual, operatorRoleOf } from "../../server/identity/admin-token.js";
 import { tokenState } from "../../server/identity/enrollment/token.js";
-import { backoffDelay, nextRunAt, renewalDue } from "../../agent/rules.js";
+import { backoffDelay, nextRunAt, renewalDue } from "../../agent/session/timing.js";
 
 describe("configuration", () => {
   it("has working defaults", () => {

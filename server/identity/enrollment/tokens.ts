@@ -6,7 +6,7 @@ import { newEnrollmentSecret, hashEnrollmentSecret } from "./token.js";
 import { findNodeOrThrow } from "../node-record.js";
 import type { PrismaClient } from "../../../gen/prisma/client.js";
 import type { Clock } from "../../../common/clock.js";
-import type { NodeSessions } from "../../ports/node-sessions.js";
+import type { NodeSessions } from "../../node-sessions.js";
 
 /** What the operator side of enrollment tokens works with. */
 export interface TokenDeps {

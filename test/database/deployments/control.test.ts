@@ -127,7 +127,8 @@ afterAll(async () => {
   if (root) rmSync(root, { recursive: true, force: true });
 });
 
-describe("deployments through a real server", () => {
+// In order: each test goes on with the deployment "chat" the first one created, and the agent.
+describe.sequential("deployments through a real server", () => {
   it("creates a deployment, acquires then loads it under its ordering key, and shows READY with history", async () => {
     const created = await ts.admin.createDeployment({
       name: "chat",

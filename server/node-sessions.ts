@@ -2,8 +2,8 @@
 // enrollment, invoke). server/sessions/registry.ts implements it. Those features depend on this
 // interface rather than on sessions/, which uses them in turn.
 import type { ConnectError } from "@connectrpc/connect";
-import type { SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import type { ClusterEvent } from "../cluster/bus.js";
+import type { SessionResponse } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { ClusterEvent } from "./cluster/bus.js";
 
 export interface LiveSession {
   readonly nodeId: string;

@@ -1,19 +1,19 @@
-// The agent's main loop: keep one Session open (./session/session.ts), and reconnect after any
+// The agent's main loop: keep one Session open (./session.ts), and reconnect after any
 // failure with exponential backoff and jitter, always on the identity persisted in the state file.
 import { Code, ConnectError } from "@connectrpc/connect";
-import { codeName } from "../common/codes.js";
-import { readState, StateStore, StateError, type AgentState } from "./state.js";
-import { backoffDelay, retryAfterDelay } from "./rules.js";
-import { validityReader } from "./pki/validity.js";
-import { systemClock } from "../common/clock.js";
+import { codeName } from "../../common/codes.js";
+import { readState, StateStore, StateError, type AgentState } from "../state.js";
+import { backoffDelay, retryAfterDelay } from "./timing.js";
+import { validityReader } from "../pki/validity.js";
+import { systemClock } from "../../common/clock.js";
 import { CredentialRefusals, refusalAdvice } from "./credential-refusal.js";
 import { VersionRefusals, versionRefusalDelay, versionRefusalOf } from "./version-refusal.js";
-import { agentVersion } from "./version.js";
-import { AgentSession, Reconnect } from "./session/session.js";
-import type { RunOptions } from "./session/options.js";
+import { agentVersion } from "../version.js";
+import { AgentSession, Reconnect } from "./session.js";
+import type { RunOptions } from "./options.js";
 
-export type { SessionLink } from "./session/link.js";
-export type { RunOptions, SessionJobs } from "./session/options.js";
+export type { SessionLink } from "./link.js";
+export type { RunOptions, SessionJobs } from "./options.js";
 
 /**
  * The longest reconnect delay (full jitter under it). It bounds how long a fleet takes to come

@@ -12,11 +12,11 @@ import {
 } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { callOf } from "../context.js";
 import { serviceKeyHeader, servicePrincipalOf } from "../identity/service-keys-auth.js";
-import { forwardedFromHeader } from "./forward.js";
+import { forwardedFromHeader } from "../invoke/forward.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
-import type { InvokeRelay, InvokeCall } from "./relay.js";
-import { callerWaitMs, requestedTimeoutMs } from "./rules.js";
-import type { DeploymentPhase, DeploymentRoutes, DeploymentTarget } from "./routes.js";
+import type { InvokeRelay, InvokeCall } from "../invoke/relay.js";
+import { callerWaitMs, requestedTimeoutMs } from "../invoke/rules.js";
+import type { DeploymentPhase, DeploymentRoutes, DeploymentTarget } from "../invoke/routes.js";
 
 const stateOf: Record<DeploymentPhase, DeploymentState> = {
   PENDING: DeploymentState.PENDING,

@@ -6,10 +6,10 @@
 // so the mean stays the server's. bench/heartbeats.ts prints how evenly the agents send (the share
 // of sends in the busiest tenth of 10 ms slices) and how many were sent: on setInterval, fewer and
 // burstier (what is left on the grid is the load generator's own stalls: thousands of agents share
-// each of its loops). Cadences one stall held are spread out again by ./rules.ts nextRunAt: in the
+// each of its loops). Cadences one stall held are spread out again by ./timing.ts nextRunAt: in the
 // bench, load-generator loops held for a second or more during the ramp had left each worker's
 // heartbeats bunched in a fraction of every second.
-import { nextRunAt } from "./rules.js";
+import { nextRunAt } from "./timing.js";
 
 /** How far each run may fall either side of its interval, as a fraction of it. */
 export const cadenceJitter = 0.05;

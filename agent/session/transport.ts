@@ -1,12 +1,12 @@
 // How the agent reaches the control plane: gRPC over HTTP/2 with mutual TLS, trusting only the
 // CA it pinned at enrollment.
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { SteadySessionManager, grpcTransport } from "../common/http2-sessions.js";
-import { AgentService, type SessionRequest, type SessionResponse } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
-import type { AgentState } from "./state.js";
+import { SteadySessionManager, grpcTransport } from "../../common/http2-sessions.js";
+import { AgentService, type SessionRequest, type SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { AgentState } from "../state.js";
 import { isIP } from "node:net";
 import tls from "node:tls";
-import { dialHost } from "../common/url-host.js";
+import { dialHost } from "../../common/url-host.js";
 
 export type AgentClient = Client<typeof AgentService>;
 

@@ -14,7 +14,7 @@ function coreRpcs(deps: AdminServiceDeps) {
   return { ...adminEnrollmentTokens(deps), ...adminNodes(deps), ...adminAudit(deps.prisma), ...adminOperatorRole() };
 }
 
-/** The RPCs of the features app.ts builds (jobs, artifacts, runtime profiles, ...): together, exactly the rest. */
+/** The RPCs of the features server/start/ builds (jobs, artifacts, runtime profiles, ...): together, exactly the rest. */
 export type FeatureRpcs = Omit<ServiceImpl<typeof AdminService>, keyof ReturnType<typeof coreRpcs>>;
 
 export function adminService(deps: AdminServiceDeps, features: FeatureRpcs): ServiceImpl<typeof AdminService> {
