@@ -14,14 +14,17 @@
 //   HeartbeatResponse{ server_time = 3 (Timestamp) }
 //   Timestamp        { seconds = 1 (varint); nanos = 2 (varint) }
 
-import { defaultRules, fieldRules } from "../edge/field-rules.js";
+import { boundsOf } from "../edge/bounds.js";
+import { HeartbeatRequestSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { timestampSeconds } from "../edge/validate.js";
 
 /** Tags (field number << 3 | wire type) of the fields read and written here. */
 const tag = { varint1: 0x08, varint2: 0x10, bytes1: 0x0a, bytes2: 0x12, bytes3: 0x1a } as const;
 
-/** The edge check's own bounds on agent_version and on a timestamp, so the two cannot drift apart. */
-const maxAgentVersionBytes = fieldRules["modelforge.agent.v1.HeartbeatRequest.agent_version"]?.maxBytes ?? defaultRules.string.maxBytes;
+/** The contract's bound on agent_version (its annotation) and the edge's on a timestamp, so the reader cannot drift from them. */
+const agentVersionBound = boundsOf(HeartbeatRequestSchema.field.agentVersion).string?.maxBytes;
+if (agentVersionBound === undefined) throw new Error("HeartbeatRequest.agent_version has no max_bytes in proto/");
+const maxAgentVersionBytes = agentVersionBound;
 const maxTimestampSeconds = Number(timestampSeconds[1]);
 const maxNanos = 999_999_999;
 

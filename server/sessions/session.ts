@@ -44,7 +44,7 @@ import type { JobDispatch } from "../jobs/dispatch.js";
 import { putInventory, putTelemetry, type ReportDeps } from "../nodes/reports.js";
 import { publicError } from "../observability/call-log.js";
 import type { OutageSink } from "../db/availability.js";
-import { requestViolation } from "../edge/validate.js";
+import { sessionMessageViolation } from "../edge/validate.js";
 import { partitionCapabilities } from "../../common/capabilities.js";
 import { knownEngines, knownEnginesAndBackends } from "../../common/engines.js";
 import type { SessionMetrics } from "../observability/metrics.js";
@@ -291,7 +291,7 @@ export class AgentSession implements LiveSession {
   private handle(message: SessionRequest): void {
     // The edge check every request gets: a bad Hello ends the stream, any other bad message is
     // refused alone and the stream stays open.
-    const invalid = requestViolation(SessionRequestSchema, message);
+    const invalid = sessionMessageViolation(SessionRequestSchema, message);
     if (invalid !== undefined) {
       return this.phase === "hello" ? this.close(invalid) : this.sink.send(replyTo(message.messageId, this.refusal(message, invalid)));
     }
@@ -342,7 +342,7 @@ export class AgentSession implements LiveSession {
    * an agent that wants no reply never hears of the refusal, and the caller would wait out its deadline.
    */
   private relayed(message: SessionRequest): void {
-    const invalid = requestViolation(SessionRequestSchema, message);
+    const invalid = sessionMessageViolation(SessionRequestSchema, message);
     if (invalid !== undefined) {
       const refusal = this.refusal(message, invalid);
       if (message.message.case === "invokeAnswer") this.deps.relay?.fromAgent(this, refusedAnswer(message.message.value.invokeId, refusal));

@@ -66,6 +66,20 @@ describe.skipIf(!available && process.env.CI === undefined)("the Python example 
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
 
+  it("sees every field's bounds in the code generated from proto/ (buf.validate annotations)", () => {
+    const read = [
+      "from buf.validate import validate_pb2 as v",
+      "from modelforge.agent.v1 import agent_pb2 as agent",
+      "from modelforge.admin.v1 import admin_pb2 as admin",
+      "rules = lambda m, f: m.DESCRIPTOR.fields_by_name[f].GetOptions().Extensions[v.field]",
+      'print(rules(agent.EnrollRequest, "node_name").string.max_bytes)',
+      'print(rules(agent.HeartbeatRequest, "capabilities").repeated.max_items, rules(agent.HeartbeatRequest, "capabilities").repeated.items.string.max_bytes)',
+      'print(rules(admin.GetNodeRequest, "node_id").string.uuid)',
+    ].join("\n");
+    const out = execFileSync(python, ["-c", read], { env: { PATH: process.env.PATH ?? "", PYTHONPATH: stubs }, encoding: "utf8" });
+    expect(out.trim().split("\n")).toEqual(["128", "64 64", "True"]);
+  });
+
   it("refuses a server whose CA does not match the pinned fingerprint", async () => {
     const token = await server.admin.createEnrollmentToken({ nodeName: "py-wrong-ca" });
     const p = runPython([

@@ -72,7 +72,8 @@ describe("server reflection", () => {
       });
       yield create(ServerReflectionRequestSchema, { messageRequest: { case: "fileByFilename", value: "modelforge/admin/v1/admin.proto" } });
       yield create(ServerReflectionRequestSchema, { messageRequest: { case: "fileContainingSymbol", value: "nope.Nothing" } });
-      // The contract's one extension: the capability option on job spec fields.
+      // The contract's extensions of FieldOptions: the capability option on job spec fields, and
+      // protovalidate's rules (buf.validate.field) on bounded fields.
       yield create(ServerReflectionRequestSchema, {
         messageRequest: { case: "allExtensionNumbersOfType", value: "google.protobuf.FieldOptions" },
       });
@@ -95,7 +96,7 @@ describe("server reflection", () => {
     expect(names(1)[0]).toBe("modelforge/admin/v1/admin.proto");
     expect(names(1)).not.toContain("modelforge/common/v1/common.proto"); // sent on this stream already
     expect(answers[2]!.messageResponse).toMatchObject({ case: "errorResponse", value: { errorCode: Code.NotFound } });
-    expect(answers[3]!.messageResponse).toMatchObject({ case: "allExtensionNumbersResponse", value: { extensionNumber: [50001] } });
+    expect(answers[3]!.messageResponse).toMatchObject({ case: "allExtensionNumbersResponse", value: { extensionNumber: [1159, 50001] } });
     expect(names(4)[0]).toBe("modelforge/jobs/v1/jobs.proto");
   });
 

@@ -12,7 +12,7 @@ import {
   type SessionRequest,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { emptyReplyBytes, heartbeatReplyBytes, plainHeartbeatId } from "../../server/sessions/heartbeat-wire.js";
-import { requestViolation } from "../../server/edge/validate.js";
+import { sessionMessageViolation } from "../../server/edge/validate.js";
 import { mulberry32 } from "../../common/random.js";
 
 const ids = [0n, 1n, 127n, 128n, 300n, 16_383n, 16_384n, 2n ** 32n, 2n ** 49n - 1n];
@@ -34,7 +34,7 @@ function generalId(bytes: Uint8Array): bigint | undefined {
   }
   if (m.message.case !== "heartbeat" || m.message.value.capabilities.length > 0 || m.message.value.replicaLoads.length > 0)
     return undefined;
-  return requestViolation(SessionRequestSchema, m) === undefined ? m.messageId : undefined;
+  return sessionMessageViolation(SessionRequestSchema, m) === undefined ? m.messageId : undefined;
 }
 
 describe("reading a heartbeat off the wire", () => {

@@ -128,7 +128,7 @@ describe("runtime profiles through the server", () => {
       [{ name: "x", engine: EngineKind.UNSPECIFIED }, "engine"],
       [{ name: "x", engine: EngineKind.LLAMA_CPP, threads: 5000 }, "threads"],
       [{ name: "x".repeat(65), engine: EngineKind.LLAMA_CPP }, "name"],
-      // Bounded at the edge (field-rules.ts), before any rule of meaning.
+      // Bounded at the edge (the annotations in proto/), before any rule of meaning.
       [{ name: "x", engine: EngineKind.LLAMA_CPP, gpuLayers: 1025, gpuCount: 1 }, "gpu_layers: must be from 0 to 1024"],
       [{ name: "x", engine: EngineKind.OPENAI_HTTP, gpuCount: 65 }, "gpu_count: must be from 0 to 64"],
       [{ name: "x", engine: EngineKind.OPENAI_HTTP, gpuCount: 1, gpuMemoryBytes: 2n ** 50n + 1n }, "gpu_memory_bytes: must be from 0 to"],

@@ -9,13 +9,14 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../../buf/validate/validate_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file grpc/reflection/v1/reflection.proto.
  */
 export const file_grpc_reflection_v1_reflection: GenFile = /*@__PURE__*/
-  fileDesc("CiNncnBjL3JlZmxlY3Rpb24vdjEvcmVmbGVjdGlvbi5wcm90bxISZ3JwYy5yZWZsZWN0aW9uLnYxIoUCChdTZXJ2ZXJSZWZsZWN0aW9uUmVxdWVzdBIMCgRob3N0GAEgASgJEhoKEGZpbGVfYnlfZmlsZW5hbWUYAyABKAlIABIgChZmaWxlX2NvbnRhaW5pbmdfc3ltYm9sGAQgASgJSAASSQoZZmlsZV9jb250YWluaW5nX2V4dGVuc2lvbhgFIAEoCzIkLmdycGMucmVmbGVjdGlvbi52MS5FeHRlbnNpb25SZXF1ZXN0SAASJwodYWxsX2V4dGVuc2lvbl9udW1iZXJzX29mX3R5cGUYBiABKAlIABIXCg1saXN0X3NlcnZpY2VzGAcgASgJSABCEQoPbWVzc2FnZV9yZXF1ZXN0IkUKEEV4dGVuc2lvblJlcXVlc3QSFwoPY29udGFpbmluZ190eXBlGAEgASgJEhgKEGV4dGVuc2lvbl9udW1iZXIYAiABKAUiuAMKGFNlcnZlclJlZmxlY3Rpb25SZXNwb25zZRISCgp2YWxpZF9ob3N0GAEgASgJEkUKEG9yaWdpbmFsX3JlcXVlc3QYAiABKAsyKy5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlcXVlc3QSTgoYZmlsZV9kZXNjcmlwdG9yX3Jlc3BvbnNlGAQgASgLMiouZ3JwYy5yZWZsZWN0aW9uLnYxLkZpbGVEZXNjcmlwdG9yUmVzcG9uc2VIABJVCh5hbGxfZXh0ZW5zaW9uX251bWJlcnNfcmVzcG9uc2UYBSABKAsyKy5ncnBjLnJlZmxlY3Rpb24udjEuRXh0ZW5zaW9uTnVtYmVyUmVzcG9uc2VIABJJChZsaXN0X3NlcnZpY2VzX3Jlc3BvbnNlGAYgASgLMicuZ3JwYy5yZWZsZWN0aW9uLnYxLkxpc3RTZXJ2aWNlUmVzcG9uc2VIABI7Cg5lcnJvcl9yZXNwb25zZRgHIAEoCzIhLmdycGMucmVmbGVjdGlvbi52MS5FcnJvclJlc3BvbnNlSABCEgoQbWVzc2FnZV9yZXNwb25zZSI3ChZGaWxlRGVzY3JpcHRvclJlc3BvbnNlEh0KFWZpbGVfZGVzY3JpcHRvcl9wcm90bxgBIAMoDCJLChdFeHRlbnNpb25OdW1iZXJSZXNwb25zZRIWCg5iYXNlX3R5cGVfbmFtZRgBIAEoCRIYChBleHRlbnNpb25fbnVtYmVyGAIgAygFIksKE0xpc3RTZXJ2aWNlUmVzcG9uc2USNAoHc2VydmljZRgBIAMoCzIjLmdycGMucmVmbGVjdGlvbi52MS5TZXJ2aWNlUmVzcG9uc2UiHwoPU2VydmljZVJlc3BvbnNlEgwKBG5hbWUYASABKAkiOgoNRXJyb3JSZXNwb25zZRISCgplcnJvcl9jb2RlGAEgASgFEhUKDWVycm9yX21lc3NhZ2UYAiABKAkyiQEKEFNlcnZlclJlZmxlY3Rpb24SdQoUU2VydmVyUmVmbGVjdGlvbkluZm8SKy5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlcXVlc3QaLC5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlc3BvbnNlKAEwAWIGcHJvdG8z");
+  fileDesc("CiNncnBjL3JlZmxlY3Rpb24vdjEvcmVmbGVjdGlvbi5wcm90bxISZ3JwYy5yZWZsZWN0aW9uLnYxIrcCChdTZXJ2ZXJSZWZsZWN0aW9uUmVxdWVzdBIWCgRob3N0GAEgASgJQgi6SAVyAyiAAhIkChBmaWxlX2J5X2ZpbGVuYW1lGAMgASgJQgi6SAVyAyiAAkgAEioKFmZpbGVfY29udGFpbmluZ19zeW1ib2wYBCABKAlCCLpIBXIDKIACSAASSQoZZmlsZV9jb250YWluaW5nX2V4dGVuc2lvbhgFIAEoCzIkLmdycGMucmVmbGVjdGlvbi52MS5FeHRlbnNpb25SZXF1ZXN0SAASMQodYWxsX2V4dGVuc2lvbl9udW1iZXJzX29mX3R5cGUYBiABKAlCCLpIBXIDKIACSAASIQoNbGlzdF9zZXJ2aWNlcxgHIAEoCUIIukgFcgMogAJIAEIRCg9tZXNzYWdlX3JlcXVlc3QiTwoQRXh0ZW5zaW9uUmVxdWVzdBIhCg9jb250YWluaW5nX3R5cGUYASABKAlCCLpIBXIDKIACEhgKEGV4dGVuc2lvbl9udW1iZXIYAiABKAUiuAMKGFNlcnZlclJlZmxlY3Rpb25SZXNwb25zZRISCgp2YWxpZF9ob3N0GAEgASgJEkUKEG9yaWdpbmFsX3JlcXVlc3QYAiABKAsyKy5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlcXVlc3QSTgoYZmlsZV9kZXNjcmlwdG9yX3Jlc3BvbnNlGAQgASgLMiouZ3JwYy5yZWZsZWN0aW9uLnYxLkZpbGVEZXNjcmlwdG9yUmVzcG9uc2VIABJVCh5hbGxfZXh0ZW5zaW9uX251bWJlcnNfcmVzcG9uc2UYBSABKAsyKy5ncnBjLnJlZmxlY3Rpb24udjEuRXh0ZW5zaW9uTnVtYmVyUmVzcG9uc2VIABJJChZsaXN0X3NlcnZpY2VzX3Jlc3BvbnNlGAYgASgLMicuZ3JwYy5yZWZsZWN0aW9uLnYxLkxpc3RTZXJ2aWNlUmVzcG9uc2VIABI7Cg5lcnJvcl9yZXNwb25zZRgHIAEoCzIhLmdycGMucmVmbGVjdGlvbi52MS5FcnJvclJlc3BvbnNlSABCEgoQbWVzc2FnZV9yZXNwb25zZSI3ChZGaWxlRGVzY3JpcHRvclJlc3BvbnNlEh0KFWZpbGVfZGVzY3JpcHRvcl9wcm90bxgBIAMoDCJLChdFeHRlbnNpb25OdW1iZXJSZXNwb25zZRIWCg5iYXNlX3R5cGVfbmFtZRgBIAEoCRIYChBleHRlbnNpb25fbnVtYmVyGAIgAygFIksKE0xpc3RTZXJ2aWNlUmVzcG9uc2USNAoHc2VydmljZRgBIAMoCzIjLmdycGMucmVmbGVjdGlvbi52MS5TZXJ2aWNlUmVzcG9uc2UiHwoPU2VydmljZVJlc3BvbnNlEgwKBG5hbWUYASABKAkiOgoNRXJyb3JSZXNwb25zZRISCgplcnJvcl9jb2RlGAEgASgFEhUKDWVycm9yX21lc3NhZ2UYAiABKAkyiQEKEFNlcnZlclJlZmxlY3Rpb24SdQoUU2VydmVyUmVmbGVjdGlvbkluZm8SKy5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlcXVlc3QaLC5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlc3BvbnNlKAEwAWIGcHJvdG8z", [file_buf_validate_validate]);
 
 /**
  * One question.
@@ -24,7 +25,7 @@ export const file_grpc_reflection_v1_reflection: GenFile = /*@__PURE__*/
  */
 export type ServerReflectionRequest = Message<"grpc.reflection.v1.ServerReflectionRequest"> & {
   /**
-   * Ignored (one host here). Bounds: at most 256 bytes.
+   * Ignored (one host here).
    *
    * @generated from field: string host = 1;
    */
@@ -38,7 +39,6 @@ export type ServerReflectionRequest = Message<"grpc.reflection.v1.ServerReflecti
   messageRequest: {
     /**
      * The file with this name, e.g. "modelforge/agent/v1/agent.proto", and its dependencies.
-     * Bounds: at most 256 bytes.
      *
      * @generated from field: string file_by_filename = 3;
      */
@@ -47,7 +47,7 @@ export type ServerReflectionRequest = Message<"grpc.reflection.v1.ServerReflecti
   } | {
     /**
      * The file that defines this fully qualified symbol (service, method, message, enum, field),
-     * and its dependencies. Bounds: at most 256 bytes.
+     * and its dependencies.
      *
      * @generated from field: string file_containing_symbol = 4;
      */
@@ -63,7 +63,7 @@ export type ServerReflectionRequest = Message<"grpc.reflection.v1.ServerReflecti
     case: "fileContainingExtension";
   } | {
     /**
-     * The extension numbers of a message type. Bounds: at most 256 bytes.
+     * The extension numbers of a message type.
      *
      * @generated from field: string all_extension_numbers_of_type = 6;
      */
@@ -71,7 +71,7 @@ export type ServerReflectionRequest = Message<"grpc.reflection.v1.ServerReflecti
     case: "allExtensionNumbersOfType";
   } | {
     /**
-     * Lists every service; the value is ignored. Bounds: at most 256 bytes.
+     * Lists every service; the value is ignored.
      *
      * @generated from field: string list_services = 7;
      */
@@ -94,7 +94,7 @@ export const ServerReflectionRequestSchema: GenMessage<ServerReflectionRequest> 
  */
 export type ExtensionRequest = Message<"grpc.reflection.v1.ExtensionRequest"> & {
   /**
-   * Fully qualified name of the extended message. Bounds: at most 256 bytes.
+   * Fully qualified name of the extended message.
    *
    * @generated from field: string containing_type = 1;
    */

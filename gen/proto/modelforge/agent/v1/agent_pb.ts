@@ -7,16 +7,18 @@
 //
 // Input bounds. The server checks every request message at the edge, before anything else reads
 // it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
-// control character (U+0000)"); an undecodable body is invalid_argument too. A field's comment
-// states its own bounds ("Bounds: ..."); unless it says otherwise: a string is at most 256 bytes
-// of UTF-8 with no control characters (U+0000-U+001F, U+007F-U+009F) and no unpaired surrogates,
-// a repeated field has at most 100 entries, a bytes field at most 64 KiB, a uint64 is at most
-// 9223372036854775807 (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores,
-// a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
-// and a Duration is at most 10,000 years.
+// control character (U+0000)"); an undecodable body is invalid_argument too. Each field's own
+// bounds (lengths in bytes of UTF-8, counts, ranges, UUIDs) are its buf.validate annotation, which
+// protovalidate checks in any language. For every field besides: a string has no control
+// characters (U+0000-U+001F, U+007F-U+009F; a field whose annotation gives a pattern may carry
+// line breaks and tabs) and no unpaired surrogates, a uint64 is at most 9223372036854775807
+// (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores, a double is finite,
+// an enum value is one listed here, a Timestamp lies in the years 1 to 9999, a Duration is at most
+// 10,000 years, and a FieldMask names at most 16 paths of at most 64 bytes.
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../../buf/validate/validate_pb.js";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_protobuf_wrappers } from "@bufbuild/protobuf/wkt";
 import type { AgentUpdateInstruction, AgentUpdateReport, DownloadAgentReleaseRequestSchema, DownloadAgentReleaseResponseSchema } from "./agent_update_pb.js";
@@ -33,7 +35,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/agent/v1/agent.proto.
  */
 export const file_modelforge_agent_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("Ch9tb2RlbGZvcmdlL2FnZW50L3YxL2FnZW50LnByb3RvEhNtb2RlbGZvcmdlLmFnZW50LnYxIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IpkBChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USFgoOc2VydmVyX3ZlcnNpb24YASABKAkSGQoRcHJvdG9jb2xfdmVyc2lvbnMYAiADKA0SGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEhYKDmNhX2ZpbmdlcnByaW50GAQgASgJEhkKEW1pbl9hZ2VudF92ZXJzaW9uGAUgASgJIlkKDUVucm9sbFJlcXVlc3QSDQoFdG9rZW4YASABKAkSDwoHY3NyX3BlbRgCIAEoCRIRCglub2RlX25hbWUYAyABKAkSFQoNYWdlbnRfdmVyc2lvbhgEIAEoCSKGAQoORW5yb2xsUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9jZXJ0aWZpY2F0ZV9wZW0YAiABKAkSGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKFlJlbmV3Q3JlZGVudGlhbFJlcXVlc3QSDwoHY3NyX3BlbRgBIAEoCSJiChdSZW5ld0NyZWRlbnRpYWxSZXNwb25zZRIXCg9jZXJ0aWZpY2F0ZV9wZW0YASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgMKC0FnZW50Q29uZmlnEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJ0ZWxlbWV0cnlfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaW52ZW50b3J5X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KC3N0YWxlX2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDW9mZmxpbmVfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X2Z1dHVyZV9za2V3GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiAKGHJlbmV3X3JlbWFpbmluZ19mcmFjdGlvbhgHIAEoARIiChptYXhfcHJvZ3Jlc3NfbWVzc2FnZV9ieXRlcxgIIAEoDSKnAQoLSW5zdHJ1Y3Rpb24SSwoQcmVuZXdfY3JlZGVudGlhbBgBIAEoCzIvLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVuZXdDcmVkZW50aWFsSW5zdHJ1Y3Rpb25IABJDCgxhZ2VudF91cGRhdGUYAiABKAsyKy5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50VXBkYXRlSW5zdHJ1Y3Rpb25IAEIGCgRraW5kIiwKGlJlbmV3Q3JlZGVudGlhbEluc3RydWN0aW9uEg4KBnJlYXNvbhgBIAEoCSKlAQoQSGVhcnRiZWF0UmVxdWVzdBIVCg1hZ2VudF92ZXJzaW9uGAEgASgJEisKB3NlbnRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGNhcGFiaWxpdGllcxgDIAMoCRI3Cg1yZXBsaWNhX2xvYWRzGAQgAygLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBsaWNhTG9hZCJqCgtSZXBsaWNhTG9hZBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEEg8KB3JlcGxpY2EYAyABKA0SEQoJaW5fZmxpZ2h0GAQgASgNEg4KBnF1ZXVlZBgFIAEoDSLMAQoRSGVhcnRiZWF0UmVzcG9uc2USMAoGY29uZmlnGAEgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5BZ2VudENvbmZpZxI2CgxpbnN0cnVjdGlvbnMYAiADKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkluc3RydWN0aW9uEi8KC3NlcnZlcl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRpZ25vcmVkX2NhcGFiaWxpdGllcxgEIAMoCSLuAQoPSW52ZW50b3J5UmVwb3J0EhAKCHNlcXVlbmNlGAEgASgEEi8KC29ic2VydmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgRob3N0GAMgASgLMh4ubW9kZWxmb3JnZS5jb21tb24udjEuSG9zdEluZm8SKwoEZ3B1cxgEIAMoCzIdLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkdwdUluZm8SHwoXZ3B1X2NvbGxlY3Rpb25fY29tcGxldGUYBSABKAgSHAoUZ3B1X2NvbGxlY3Rpb25fZXJyb3IYBiABKAkiSwoTUHV0SW52ZW50b3J5UmVxdWVzdBI0CgZyZXBvcnQYASABKAsyJC5tb2RlbGZvcmdlLmFnZW50LnYxLkludmVudG9yeVJlcG9ydCJjChRQdXRJbnZlbnRvcnlSZXNwb25zZRI7CgtkaXNwb3NpdGlvbhgBIAEoDjImLm1vZGVsZm9yZ2UuYWdlbnQudjEuU2FtcGxlRGlzcG9zaXRpb24SDgoGcmVhc29uGAIgASgJIogBCg9UZWxlbWV0cnlSZXBvcnQSEAoIc2VxdWVuY2UYASABKAQSLwoLb2JzZXJ2ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKCXRlbGVtZXRyeRgDIAEoCzIfLm1vZGVsZm9yZ2UuY29tbW9uLnYxLlRlbGVtZXRyeSJLChNQdXRUZWxlbWV0cnlSZXF1ZXN0EjQKBnJlcG9ydBgBIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuVGVsZW1ldHJ5UmVwb3J0ImMKFFB1dFRlbGVtZXRyeVJlc3BvbnNlEjsKC2Rpc3Bvc2l0aW9uGAEgASgOMiYubW9kZWxmb3JnZS5hZ2VudC52MS5TYW1wbGVEaXNwb3NpdGlvbhIOCgZyZWFzb24YAiABKAkiEQoPQ2xhaW1Kb2JSZXF1ZXN0Ij8KEENsYWltSm9iUmVzcG9uc2USKwoFbGVhc2UYASABKAsyHC5tb2RlbGZvcmdlLmpvYnMudjEuSm9iTGVhc2UibgoYUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEjEKCHByb2dyZXNzGAMgASgLMh8ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYlByb2dyZXNzImUKGVJlcG9ydEpvYlByb2dyZXNzUmVzcG9uc2USLgoKZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQY2FuY2VsX3JlcXVlc3RlZBgCIAEoCCJkChJDb21wbGV0ZUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SLQoGcmVzdWx0GAMgASgLMh0ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYlJlc3VsdCIVChNDb21wbGV0ZUpvYlJlc3BvbnNlImIKDkZhaWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi8KB2ZhaWx1cmUYAyABKAsyHi5tb2RlbGZvcmdlLmpvYnMudjEuSm9iRmFpbHVyZSIlCg9GYWlsSm9iUmVzcG9uc2USEgoKd2lsbF9yZXRyeRgBIAEoCCKPAgoFSGVsbG8SGAoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoDRIVCg1hZ2VudF92ZXJzaW9uGAIgASgJEhQKDGNhcGFiaWxpdGllcxgDIAMoCRIXCg9ydW5uaW5nX2pvYl9pZHMYBCADKAkSPQoQaGVsZF9kZXBsb3ltZW50cxgFIAMoCzIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVsZERlcGxveW1lbnQSDwoHZW5naW5lcxgGIAMoCRIZChFlbWJlZGRpbmdfZW5naW5lcxgHIAMoCRI7CgtsYXN0X3VwZGF0ZRgIIAEoCzImLm1vZGVsZm9yZ2UuYWdlbnQudjEuQWdlbnRVcGRhdGVSZXBvcnQijQEKDkhlbGREZXBsb3ltZW50EhUKDWRlcGxveW1lbnRfaWQYASABKAkSEAoIcmV2aXNpb24YAiABKAQSEgoKcnVudGltZV9pZBgDIAEoCRIPCgdoZWFsdGh5GAQgASgIEi0KB3JlcGxpY2EYBSABKAsyHC5nb29nbGUucHJvdG9idWYuVUludDMyVmFsdWUiSwoPSGVsZERlcGxveW1lbnRzEjgKC2RlcGxveW1lbnRzGAEgAygLMiMubW9kZWxmb3JnZS5hZ2VudC52MS5IZWxkRGVwbG95bWVudCK/AgoHV2VsY29tZRIPCgdub2RlX2lkGAEgASgJEhYKDnNlcnZlcl92ZXJzaW9uGAIgASgJEjAKBmNvbmZpZxgDIAEoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuQWdlbnRDb25maWcSNgoMaW5zdHJ1Y3Rpb25zGAQgAygLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnN0cnVjdGlvbhJLChBzdHJlYW1fc2VxdWVuY2VzGAUgAygLMjEubW9kZWxmb3JnZS5hZ2VudC52MS5XZWxjb21lLlN0cmVhbVNlcXVlbmNlc0VudHJ5EhwKFGlnbm9yZWRfY2FwYWJpbGl0aWVzGAYgAygJGjYKFFN0cmVhbVNlcXVlbmNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEikwUKDlNlc3Npb25SZXF1ZXN0EhIKCm1lc3NhZ2VfaWQYASABKAQSKwoFaGVsbG8YAiABKAsyGi5tb2RlbGZvcmdlLmFnZW50LnYxLkhlbGxvSAASOgoJaGVhcnRiZWF0GAMgASgLMiUubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXF1ZXN0SAASPQoJaW52ZW50b3J5GAQgASgLMigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRJbnZlbnRvcnlSZXF1ZXN0SAASPQoJdGVsZW1ldHJ5GAUgASgLMigubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRUZWxlbWV0cnlSZXF1ZXN0SAASRQoMam9iX3Byb2dyZXNzGAYgASgLMi0ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBvcnRKb2JQcm9ncmVzc1JlcXVlc3RIABI/Cgxqb2JfY29tcGxldGUYByABKAsyJy5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVxdWVzdEgAEjcKCGpvYl9mYWlsGAggASgLMiMubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVxdWVzdEgAEjoKDWludm9rZV9hbnN3ZXIYCSABKAsyIS5tb2RlbGZvcmdlLmFnZW50LnYxLkludm9rZUFuc3dlckgAEjwKCWxvZ19saW5lcxgKIAEoCzInLm1vZGVsZm9yZ2UuYWdlbnQudjEuRGVwbG95bWVudExvZ0xpbmVzSAASQAoQaGVsZF9kZXBsb3ltZW50cxgLIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVsZERlcGxveW1lbnRzSABCCQoHbWVzc2FnZSIrCgpSZXBseUVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSLYAwoFUmVwbHkSEgoKbWVzc2FnZV9pZBgBIAEoBBIwCgVlcnJvchgCIAEoCzIfLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwbHlFcnJvckgAEjsKCWhlYXJ0YmVhdBgDIAEoCzImLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVzcG9uc2VIABI+CglpbnZlbnRvcnkYBCABKAsyKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dEludmVudG9yeVJlc3BvbnNlSAASPgoJdGVsZW1ldHJ5GAUgASgLMikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRUZWxlbWV0cnlSZXNwb25zZUgAEkYKDGpvYl9wcm9ncmVzcxgGIAEoCzIuLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXNwb25zZUgAEkAKDGpvYl9jb21wbGV0ZRgHIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ29tcGxldGVKb2JSZXNwb25zZUgAEjgKCGpvYl9mYWlsGAggASgLMiQubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVzcG9uc2VIAEIICgZyZXN1bHQiUAoJSm9iQ2FuY2VsEg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEg4KBnJlYXNvbhgDIAEoCRISCgpsZWFzZV9sb3N0GAQgASgIIuwDCg9TZXNzaW9uUmVzcG9uc2USLwoHd2VsY29tZRgBIAEoCzIcLm1vZGVsZm9yZ2UuYWdlbnQudjEuV2VsY29tZUgAEisKBXJlcGx5GAIgASgLMhoubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBseUgAEi0KBWxlYXNlGAMgASgLMhwubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkxlYXNlSAASMAoGY2FuY2VsGAQgASgLMh4ubW9kZWxmb3JnZS5hZ2VudC52MS5Kb2JDYW5jZWxIABIyCgZjb25maWcYBSABKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50Q29uZmlnSAASNwoLaW5zdHJ1Y3Rpb24YBiABKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkluc3RydWN0aW9uSAASMgoGaW52b2tlGAcgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZva2VTdGFydEgAEjoKDWludm9rZV9jYW5jZWwYCCABKAsyIS5tb2RlbGZvcmdlLmFnZW50LnYxLkludm9rZUNhbmNlbEgAEjIKCWxvZ193YXRjaBgJIAEoCzIdLm1vZGVsZm9yZ2UuYWdlbnQudjEuTG9nV2F0Y2hIAEIJCgdtZXNzYWdlIl8KG0Rvd25sb2FkQXJ0aWZhY3RGaWxlUmVxdWVzdBISCgpyZXBvc2l0b3J5GAEgASgJEg4KBmNvbW1pdBgCIAEoCRIMCgRwYXRoGAMgASgJEg4KBm9mZnNldBgEIAEoBCJQChxEb3dubG9hZEFydGlmYWN0RmlsZVJlc3BvbnNlEhIKCnNpemVfYnl0ZXMYASABKAQSDgoGc2hhMjU2GAIgASgJEgwKBGRhdGEYAyABKAwimAEKC0ludm9rZVN0YXJ0EhEKCWludm9rZV9pZBgBIAEoBBI0CgZpbnZva2UYAiABKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudEludm9rZRIwCgNhcGkYAyABKA4yIy5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuSW52b2tlQXBpEg4KBnN0cmVhbRgEIAEoCCIhCgxJbnZva2VDYW5jZWwSEQoJaW52b2tlX2lkGAEgASgEIpgBCgxJbnZva2VBbnN3ZXISEQoJaW52b2tlX2lkGAEgASgEEhQKDGNvbnRlbnRfdHlwZRgCIAEoCRIPCgdwYXlsb2FkGAMgASgMEgwKBGRvbmUYBCABKAgSLgoFZXJyb3IYBSABKAsyHy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlcGx5RXJyb3ISEAoIcmV2aXNpb24YBiABKAQiVgoITG9nV2F0Y2gSEAoId2F0Y2hfaWQYASABKAQSFQoNZGVwbG95bWVudF9pZBgCIAEoCRINCgVzdGFydBgDIAEoCBISCgp0YWlsX2xpbmVzGAQgASgNIoUBChJEZXBsb3ltZW50TG9nTGluZXMSEAoId2F0Y2hfaWQYASABKAQSNwoFbGluZXMYAiADKAsyKC5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuUnVudGltZUxvZ0xpbmUSFQoNZHJvcHBlZF9saW5lcxgDIAEoBBINCgVlbmRlZBgEIAEoCCqvAQoRU2FtcGxlRGlzcG9zaXRpb24SIgoeU0FNUExFX0RJU1BPU0lUSU9OX1VOU1BFQ0lGSUVEEAASHgoaU0FNUExFX0RJU1BPU0lUSU9OX0FQUExJRUQQARIoCiRTQU1QTEVfRElTUE9TSVRJT05fT0JTRVJWQVRJT05fT0xERVIQAhIsCihTQU1QTEVfRElTUE9TSVRJT05fT0JTRVJWQVRJT05fSU5fRlVUVVJFEAMyugoKDEFnZW50U2VydmljZRJmCg1HZXRTZXJ2ZXJJbmZvEikubW9kZWxmb3JnZS5hZ2VudC52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBoqLm1vZGVsZm9yZ2UuYWdlbnQudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlElEKBkVucm9sbBIiLm1vZGVsZm9yZ2UuYWdlbnQudjEuRW5yb2xsUmVxdWVzdBojLm1vZGVsZm9yZ2UuYWdlbnQudjEuRW5yb2xsUmVzcG9uc2USWAoHU2Vzc2lvbhIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuU2Vzc2lvblJlcXVlc3QaJC5tb2RlbGZvcmdlLmFnZW50LnYxLlNlc3Npb25SZXNwb25zZSgBMAESWgoJSGVhcnRiZWF0EiUubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXF1ZXN0GiYubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXNwb25zZRJjCgxQdXRJbnZlbnRvcnkSKC5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dEludmVudG9yeVJlcXVlc3QaKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dEludmVudG9yeVJlc3BvbnNlEmMKDFB1dFRlbGVtZXRyeRIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVxdWVzdBopLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVzcG9uc2USVwoIQ2xhaW1Kb2ISJC5tb2RlbGZvcmdlLmFnZW50LnYxLkNsYWltSm9iUmVxdWVzdBolLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ2xhaW1Kb2JSZXNwb25zZRJyChFSZXBvcnRKb2JQcm9ncmVzcxItLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0Gi4ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBvcnRKb2JQcm9ncmVzc1Jlc3BvbnNlEmAKC0NvbXBsZXRlSm9iEicubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlcXVlc3QaKC5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVzcG9uc2USVAoHRmFpbEpvYhIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlcXVlc3QaJC5tb2RlbGZvcmdlLmFnZW50LnYxLkZhaWxKb2JSZXNwb25zZRJsCg9SZW5ld0NyZWRlbnRpYWwSKy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlbmV3Q3JlZGVudGlhbFJlcXVlc3QaLC5tb2RlbGZvcmdlLmFnZW50LnYxLlJlbmV3Q3JlZGVudGlhbFJlc3BvbnNlEn0KFERvd25sb2FkQXJ0aWZhY3RGaWxlEjAubW9kZWxmb3JnZS5hZ2VudC52MS5Eb3dubG9hZEFydGlmYWN0RmlsZVJlcXVlc3QaMS5tb2RlbGZvcmdlLmFnZW50LnYxLkRvd25sb2FkQXJ0aWZhY3RGaWxlUmVzcG9uc2UwARJ9ChREb3dubG9hZEFnZW50UmVsZWFzZRIwLm1vZGVsZm9yZ2UuYWdlbnQudjEuRG93bmxvYWRBZ2VudFJlbGVhc2VSZXF1ZXN0GjEubW9kZWxmb3JnZS5hZ2VudC52MS5Eb3dubG9hZEFnZW50UmVsZWFzZVJlc3BvbnNlMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_protobuf_wrappers, file_modelforge_agent_v1_agent_update, file_modelforge_common_v1_common, file_modelforge_deployment_v1_deployment, file_modelforge_jobs_v1_jobs]);
+  fileDesc("Ch9tb2RlbGZvcmdlL2FnZW50L3YxL2FnZW50LnByb3RvEhNtb2RlbGZvcmdlLmFnZW50LnYxIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IpkBChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USFgoOc2VydmVyX3ZlcnNpb24YASABKAkSGQoRcHJvdG9jb2xfdmVyc2lvbnMYAiADKA0SGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEhYKDmNhX2ZpbmdlcnByaW50GAQgASgJEhkKEW1pbl9hZ2VudF92ZXJzaW9uGAUgASgJIqwBCg1FbnJvbGxSZXF1ZXN0EhcKBXRva2VuGAEgASgJQgi6SAVyAyiAARJFCgdjc3JfcGVtGAIgASgJQjS6SDFyLyiAgAEyKV5bXlx4MDAtXHgwOFx4MEJceDBDXHgwRS1ceDFGXHg3Ri1ceDlGXSokEhsKCW5vZGVfbmFtZRgDIAEoCUIIukgFcgMogAESHgoNYWdlbnRfdmVyc2lvbhgEIAEoCUIHukgEcgIoQCKGAQoORW5yb2xsUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9jZXJ0aWZpY2F0ZV9wZW0YAiABKAkSGgoSY2FfY2VydGlmaWNhdGVfcGVtGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl8KFlJlbmV3Q3JlZGVudGlhbFJlcXVlc3QSRQoHY3NyX3BlbRgBIAEoCUI0ukgxci8ogIABMileW15ceDAwLVx4MDhceDBCXHgwQ1x4MEUtXHgxRlx4N0YtXHg5Rl0qJCJiChdSZW5ld0NyZWRlbnRpYWxSZXNwb25zZRIXCg9jZXJ0aWZpY2F0ZV9wZW0YASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgMKC0FnZW50Q29uZmlnEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJ0ZWxlbWV0cnlfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaW52ZW50b3J5X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KC3N0YWxlX2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDW9mZmxpbmVfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X2Z1dHVyZV9za2V3GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiAKGHJlbmV3X3JlbWFpbmluZ19mcmFjdGlvbhgHIAEoARIiChptYXhfcHJvZ3Jlc3NfbWVzc2FnZV9ieXRlcxgIIAEoDSKnAQoLSW5zdHJ1Y3Rpb24SSwoQcmVuZXdfY3JlZGVudGlhbBgBIAEoCzIvLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVuZXdDcmVkZW50aWFsSW5zdHJ1Y3Rpb25IABJDCgxhZ2VudF91cGRhdGUYAiABKAsyKy5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50VXBkYXRlSW5zdHJ1Y3Rpb25IAEIGCgRraW5kIiwKGlJlbmV3Q3JlZGVudGlhbEluc3RydWN0aW9uEg4KBnJlYXNvbhgBIAEoCSLJAQoQSGVhcnRiZWF0UmVxdWVzdBIeCg1hZ2VudF92ZXJzaW9uGAEgASgJQge6SARyAihAEisKB3NlbnRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiQKDGNhcGFiaWxpdGllcxgDIAMoCUIOukgLkgEIEEAiBHICKEASQgoNcmVwbGljYV9sb2FkcxgEIAMoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwbGljYUxvYWRCCbpIBpIBAxCAAiJzCgtSZXBsaWNhTG9hZBIeCg1kZXBsb3ltZW50X2lkGAEgASgJQge6SARyAihAEhAKCHJldmlzaW9uGAIgASgEEg8KB3JlcGxpY2EYAyABKA0SEQoJaW5fZmxpZ2h0GAQgASgNEg4KBnF1ZXVlZBgFIAEoDSLMAQoRSGVhcnRiZWF0UmVzcG9uc2USMAoGY29uZmlnGAEgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5BZ2VudENvbmZpZxI2CgxpbnN0cnVjdGlvbnMYAiADKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkluc3RydWN0aW9uEi8KC3NlcnZlcl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRpZ25vcmVkX2NhcGFiaWxpdGllcxgEIAMoCSKCAgoPSW52ZW50b3J5UmVwb3J0EhAKCHNlcXVlbmNlGAEgASgEEi8KC29ic2VydmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgRob3N0GAMgASgLMh4ubW9kZWxmb3JnZS5jb21tb24udjEuSG9zdEluZm8SNQoEZ3B1cxgEIAMoCzIdLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkdwdUluZm9CCLpIBZIBAhBAEh8KF2dwdV9jb2xsZWN0aW9uX2NvbXBsZXRlGAUgASgIEiYKFGdwdV9jb2xsZWN0aW9uX2Vycm9yGAYgASgJQgi6SAVyAyiACCJLChNQdXRJbnZlbnRvcnlSZXF1ZXN0EjQKBnJlcG9ydBgBIAEoCzIkLm1vZGVsZm9yZ2UuYWdlbnQudjEuSW52ZW50b3J5UmVwb3J0ImMKFFB1dEludmVudG9yeVJlc3BvbnNlEjsKC2Rpc3Bvc2l0aW9uGAEgASgOMiYubW9kZWxmb3JnZS5hZ2VudC52MS5TYW1wbGVEaXNwb3NpdGlvbhIOCgZyZWFzb24YAiABKAkiiAEKD1RlbGVtZXRyeVJlcG9ydBIQCghzZXF1ZW5jZRgBIAEoBBIvCgtvYnNlcnZlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoJdGVsZW1ldHJ5GAMgASgLMh8ubW9kZWxmb3JnZS5jb21tb24udjEuVGVsZW1ldHJ5IksKE1B1dFRlbGVtZXRyeVJlcXVlc3QSNAoGcmVwb3J0GAEgASgLMiQubW9kZWxmb3JnZS5hZ2VudC52MS5UZWxlbWV0cnlSZXBvcnQiYwoUUHV0VGVsZW1ldHJ5UmVzcG9uc2USOwoLZGlzcG9zaXRpb24YASABKA4yJi5tb2RlbGZvcmdlLmFnZW50LnYxLlNhbXBsZURpc3Bvc2l0aW9uEg4KBnJlYXNvbhgCIAEoCSIRCg9DbGFpbUpvYlJlcXVlc3QiPwoQQ2xhaW1Kb2JSZXNwb25zZRIrCgVsZWFzZRgBIAEoCzIcLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JMZWFzZSJ7ChhSZXBvcnRKb2JQcm9ncmVzc1JlcXVlc3QSGwoGam9iX2lkGAEgASgJQgu6SAjYAQFyA7ABARIPCgdhdHRlbXB0GAIgASgNEjEKCHByb2dyZXNzGAMgASgLMh8ubW9kZWxmb3JnZS5qb2JzLnYxLkpvYlByb2dyZXNzImUKGVJlcG9ydEpvYlByb2dyZXNzUmVzcG9uc2USLgoKZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQY2FuY2VsX3JlcXVlc3RlZBgCIAEoCCJxChJDb21wbGV0ZUpvYlJlcXVlc3QSGwoGam9iX2lkGAEgASgJQgu6SAjYAQFyA7ABARIPCgdhdHRlbXB0GAIgASgNEi0KBnJlc3VsdBgDIAEoCzIdLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JSZXN1bHQiFQoTQ29tcGxldGVKb2JSZXNwb25zZSJvCg5GYWlsSm9iUmVxdWVzdBIbCgZqb2JfaWQYASABKAlCC7pICNgBAXIDsAEBEg8KB2F0dGVtcHQYAiABKA0SLwoHZmFpbHVyZRgDIAEoCzIeLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JGYWlsdXJlIiUKD0ZhaWxKb2JSZXNwb25zZRISCgp3aWxsX3JldHJ5GAEgASgIIugCCgVIZWxsbxIYChBwcm90b2NvbF92ZXJzaW9uGAEgASgNEh4KDWFnZW50X3ZlcnNpb24YAiABKAlCB7pIBHICKEASJAoMY2FwYWJpbGl0aWVzGAMgAygJQg66SAuSAQgQQCIEcgIoQBIsCg9ydW5uaW5nX2pvYl9pZHMYBCADKAlCE7pIEJIBDRCAICII2AEBcgOwAQESSAoQaGVsZF9kZXBsb3ltZW50cxgFIAMoCzIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVsZERlcGxveW1lbnRCCbpIBpIBAxCAAhIfCgdlbmdpbmVzGAYgAygJQg66SAuSAQgQECIEcgIoQBIpChFlbWJlZGRpbmdfZW5naW5lcxgHIAMoCUIOukgLkgEIEBAiBHICKEASOwoLbGFzdF91cGRhdGUYCCABKAsyJi5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50VXBkYXRlUmVwb3J0IqABCg5IZWxkRGVwbG95bWVudBIeCg1kZXBsb3ltZW50X2lkGAEgASgJQge6SARyAihAEhAKCHJldmlzaW9uGAIgASgEEhwKCnJ1bnRpbWVfaWQYAyABKAlCCLpIBXIDKIABEg8KB2hlYWx0aHkYBCABKAgSLQoHcmVwbGljYRgFIAEoCzIcLmdvb2dsZS5wcm90b2J1Zi5VSW50MzJWYWx1ZSJWCg9IZWxkRGVwbG95bWVudHMSQwoLZGVwbG95bWVudHMYASADKAsyIy5tb2RlbGZvcmdlLmFnZW50LnYxLkhlbGREZXBsb3ltZW50Qgm6SAaSAQMQgAIivwIKB1dlbGNvbWUSDwoHbm9kZV9pZBgBIAEoCRIWCg5zZXJ2ZXJfdmVyc2lvbhgCIAEoCRIwCgZjb25maWcYAyABKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50Q29uZmlnEjYKDGluc3RydWN0aW9ucxgEIAMoCzIgLm1vZGVsZm9yZ2UuYWdlbnQudjEuSW5zdHJ1Y3Rpb24SSwoQc3RyZWFtX3NlcXVlbmNlcxgFIAMoCzIxLm1vZGVsZm9yZ2UuYWdlbnQudjEuV2VsY29tZS5TdHJlYW1TZXF1ZW5jZXNFbnRyeRIcChRpZ25vcmVkX2NhcGFiaWxpdGllcxgGIAMoCRo2ChRTdHJlYW1TZXF1ZW5jZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBIpMFCg5TZXNzaW9uUmVxdWVzdBISCgptZXNzYWdlX2lkGAEgASgEEisKBWhlbGxvGAIgASgLMhoubW9kZWxmb3JnZS5hZ2VudC52MS5IZWxsb0gAEjoKCWhlYXJ0YmVhdBgDIAEoCzIlLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVxdWVzdEgAEj0KCWludmVudG9yeRgEIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0SW52ZW50b3J5UmVxdWVzdEgAEj0KCXRlbGVtZXRyeRgFIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVxdWVzdEgAEkUKDGpvYl9wcm9ncmVzcxgGIAEoCzItLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0SAASPwoMam9iX2NvbXBsZXRlGAcgASgLMicubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlcXVlc3RIABI3Cghqb2JfZmFpbBgIIAEoCzIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlcXVlc3RIABI6Cg1pbnZva2VfYW5zd2VyGAkgASgLMiEubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZva2VBbnN3ZXJIABI8Cglsb2dfbGluZXMYCiABKAsyJy5tb2RlbGZvcmdlLmFnZW50LnYxLkRlcGxveW1lbnRMb2dMaW5lc0gAEkAKEGhlbGRfZGVwbG95bWVudHMYCyABKAsyJC5tb2RlbGZvcmdlLmFnZW50LnYxLkhlbGREZXBsb3ltZW50c0gAQgkKB21lc3NhZ2UiPwoKUmVwbHlFcnJvchIWCgRjb2RlGAEgASgJQgi6SAVyAyiAAhIZCgdtZXNzYWdlGAIgASgJQgi6SAVyAyiAAiLYAwoFUmVwbHkSEgoKbWVzc2FnZV9pZBgBIAEoBBIwCgVlcnJvchgCIAEoCzIfLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwbHlFcnJvckgAEjsKCWhlYXJ0YmVhdBgDIAEoCzImLm1vZGVsZm9yZ2UuYWdlbnQudjEuSGVhcnRiZWF0UmVzcG9uc2VIABI+CglpbnZlbnRvcnkYBCABKAsyKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dEludmVudG9yeVJlc3BvbnNlSAASPgoJdGVsZW1ldHJ5GAUgASgLMikubW9kZWxmb3JnZS5hZ2VudC52MS5QdXRUZWxlbWV0cnlSZXNwb25zZUgAEkYKDGpvYl9wcm9ncmVzcxgGIAEoCzIuLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXNwb25zZUgAEkAKDGpvYl9jb21wbGV0ZRgHIAEoCzIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ29tcGxldGVKb2JSZXNwb25zZUgAEjgKCGpvYl9mYWlsGAggASgLMiQubW9kZWxmb3JnZS5hZ2VudC52MS5GYWlsSm9iUmVzcG9uc2VIAEIICgZyZXN1bHQiUAoJSm9iQ2FuY2VsEg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEg4KBnJlYXNvbhgDIAEoCRISCgpsZWFzZV9sb3N0GAQgASgIIuwDCg9TZXNzaW9uUmVzcG9uc2USLwoHd2VsY29tZRgBIAEoCzIcLm1vZGVsZm9yZ2UuYWdlbnQudjEuV2VsY29tZUgAEisKBXJlcGx5GAIgASgLMhoubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBseUgAEi0KBWxlYXNlGAMgASgLMhwubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkxlYXNlSAASMAoGY2FuY2VsGAQgASgLMh4ubW9kZWxmb3JnZS5hZ2VudC52MS5Kb2JDYW5jZWxIABIyCgZjb25maWcYBSABKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkFnZW50Q29uZmlnSAASNwoLaW5zdHJ1Y3Rpb24YBiABKAsyIC5tb2RlbGZvcmdlLmFnZW50LnYxLkluc3RydWN0aW9uSAASMgoGaW52b2tlGAcgASgLMiAubW9kZWxmb3JnZS5hZ2VudC52MS5JbnZva2VTdGFydEgAEjoKDWludm9rZV9jYW5jZWwYCCABKAsyIS5tb2RlbGZvcmdlLmFnZW50LnYxLkludm9rZUNhbmNlbEgAEjIKCWxvZ193YXRjaBgJIAEoCzIdLm1vZGVsZm9yZ2UuYWdlbnQudjEuTG9nV2F0Y2hIAEIJCgdtZXNzYWdlIn0KG0Rvd25sb2FkQXJ0aWZhY3RGaWxlUmVxdWVzdBIcCgpyZXBvc2l0b3J5GAEgASgJQgi6SAVyAyiAAhIYCgZjb21taXQYAiABKAlCCLpIBXIDKIACEhYKBHBhdGgYAyABKAlCCLpIBXIDKIAIEg4KBm9mZnNldBgEIAEoBCJQChxEb3dubG9hZEFydGlmYWN0RmlsZVJlc3BvbnNlEhIKCnNpemVfYnl0ZXMYASABKAQSDgoGc2hhMjU2GAIgASgJEgwKBGRhdGEYAyABKAwimAEKC0ludm9rZVN0YXJ0EhEKCWludm9rZV9pZBgBIAEoBBI0CgZpbnZva2UYAiABKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudEludm9rZRIwCgNhcGkYAyABKA4yIy5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuSW52b2tlQXBpEg4KBnN0cmVhbRgEIAEoCCIhCgxJbnZva2VDYW5jZWwSEQoJaW52b2tlX2lkGAEgASgEIq4BCgxJbnZva2VBbnN3ZXISEQoJaW52b2tlX2lkGAEgASgEEh4KDGNvbnRlbnRfdHlwZRgCIAEoCUIIukgFcgMogAESGwoHcGF5bG9hZBgDIAEoDEIKukgHegUYgICAAhIMCgRkb25lGAQgASgIEi4KBWVycm9yGAUgASgLMh8ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBseUVycm9yEhAKCHJldmlzaW9uGAYgASgEIlYKCExvZ1dhdGNoEhAKCHdhdGNoX2lkGAEgASgEEhUKDWRlcGxveW1lbnRfaWQYAiABKAkSDQoFc3RhcnQYAyABKAgSEgoKdGFpbF9saW5lcxgEIAEoDSKQAQoSRGVwbG95bWVudExvZ0xpbmVzEhAKCHdhdGNoX2lkGAEgASgEEkIKBWxpbmVzGAIgAygLMigubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLlJ1bnRpbWVMb2dMaW5lQgm6SAaSAQMQ6AcSFQoNZHJvcHBlZF9saW5lcxgDIAEoBBINCgVlbmRlZBgEIAEoCCqvAQoRU2FtcGxlRGlzcG9zaXRpb24SIgoeU0FNUExFX0RJU1BPU0lUSU9OX1VOU1BFQ0lGSUVEEAASHgoaU0FNUExFX0RJU1BPU0lUSU9OX0FQUExJRUQQARIoCiRTQU1QTEVfRElTUE9TSVRJT05fT0JTRVJWQVRJT05fT0xERVIQAhIsCihTQU1QTEVfRElTUE9TSVRJT05fT0JTRVJWQVRJT05fSU5fRlVUVVJFEAMyugoKDEFnZW50U2VydmljZRJmCg1HZXRTZXJ2ZXJJbmZvEikubW9kZWxmb3JnZS5hZ2VudC52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBoqLm1vZGVsZm9yZ2UuYWdlbnQudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlElEKBkVucm9sbBIiLm1vZGVsZm9yZ2UuYWdlbnQudjEuRW5yb2xsUmVxdWVzdBojLm1vZGVsZm9yZ2UuYWdlbnQudjEuRW5yb2xsUmVzcG9uc2USWAoHU2Vzc2lvbhIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuU2Vzc2lvblJlcXVlc3QaJC5tb2RlbGZvcmdlLmFnZW50LnYxLlNlc3Npb25SZXNwb25zZSgBMAESWgoJSGVhcnRiZWF0EiUubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXF1ZXN0GiYubW9kZWxmb3JnZS5hZ2VudC52MS5IZWFydGJlYXRSZXNwb25zZRJjCgxQdXRJbnZlbnRvcnkSKC5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dEludmVudG9yeVJlcXVlc3QaKS5tb2RlbGZvcmdlLmFnZW50LnYxLlB1dEludmVudG9yeVJlc3BvbnNlEmMKDFB1dFRlbGVtZXRyeRIoLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVxdWVzdBopLm1vZGVsZm9yZ2UuYWdlbnQudjEuUHV0VGVsZW1ldHJ5UmVzcG9uc2USVwoIQ2xhaW1Kb2ISJC5tb2RlbGZvcmdlLmFnZW50LnYxLkNsYWltSm9iUmVxdWVzdBolLm1vZGVsZm9yZ2UuYWdlbnQudjEuQ2xhaW1Kb2JSZXNwb25zZRJyChFSZXBvcnRKb2JQcm9ncmVzcxItLm1vZGVsZm9yZ2UuYWdlbnQudjEuUmVwb3J0Sm9iUHJvZ3Jlc3NSZXF1ZXN0Gi4ubW9kZWxmb3JnZS5hZ2VudC52MS5SZXBvcnRKb2JQcm9ncmVzc1Jlc3BvbnNlEmAKC0NvbXBsZXRlSm9iEicubW9kZWxmb3JnZS5hZ2VudC52MS5Db21wbGV0ZUpvYlJlcXVlc3QaKC5tb2RlbGZvcmdlLmFnZW50LnYxLkNvbXBsZXRlSm9iUmVzcG9uc2USVAoHRmFpbEpvYhIjLm1vZGVsZm9yZ2UuYWdlbnQudjEuRmFpbEpvYlJlcXVlc3QaJC5tb2RlbGZvcmdlLmFnZW50LnYxLkZhaWxKb2JSZXNwb25zZRJsCg9SZW5ld0NyZWRlbnRpYWwSKy5tb2RlbGZvcmdlLmFnZW50LnYxLlJlbmV3Q3JlZGVudGlhbFJlcXVlc3QaLC5tb2RlbGZvcmdlLmFnZW50LnYxLlJlbmV3Q3JlZGVudGlhbFJlc3BvbnNlEn0KFERvd25sb2FkQXJ0aWZhY3RGaWxlEjAubW9kZWxmb3JnZS5hZ2VudC52MS5Eb3dubG9hZEFydGlmYWN0RmlsZVJlcXVlc3QaMS5tb2RlbGZvcmdlLmFnZW50LnYxLkRvd25sb2FkQXJ0aWZhY3RGaWxlUmVzcG9uc2UwARJ9ChREb3dubG9hZEFnZW50UmVsZWFzZRIwLm1vZGVsZm9yZ2UuYWdlbnQudjEuRG93bmxvYWRBZ2VudFJlbGVhc2VSZXF1ZXN0GjEubW9kZWxmb3JnZS5hZ2VudC52MS5Eb3dubG9hZEFnZW50UmVsZWFzZVJlc3BvbnNlMAFiBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_protobuf_wrappers, file_modelforge_agent_v1_agent_update, file_modelforge_common_v1_common, file_modelforge_deployment_v1_deployment, file_modelforge_jobs_v1_jobs]);
 
 /**
  * Asks for the server's description.
@@ -108,7 +110,6 @@ export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*
 export type EnrollRequest = Message<"modelforge.agent.v1.EnrollRequest"> & {
   /**
    * The one-time enrollment token. Never logged.
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string token = 1;
    */
@@ -117,7 +118,6 @@ export type EnrollRequest = Message<"modelforge.agent.v1.EnrollRequest"> & {
   /**
    * A PKCS#10 certificate signing request, PEM, for a key generated on the node (RSA, 2048 bits or
    * more). The subject is ignored: the server names the node.
-   * Bounds: at most 16384 bytes of UTF-8, line breaks allowed but no other control characters.
    *
    * @generated from field: string csr_pem = 2;
    */
@@ -125,7 +125,6 @@ export type EnrollRequest = Message<"modelforge.agent.v1.EnrollRequest"> & {
 
   /**
    * A display name for the node; defaults to the token's node name.
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string node_name = 3;
    */
@@ -133,7 +132,6 @@ export type EnrollRequest = Message<"modelforge.agent.v1.EnrollRequest"> & {
 
   /**
    * The agent's version.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string agent_version = 4;
    */
@@ -197,7 +195,6 @@ export const EnrollResponseSchema: GenMessage<EnrollResponse> = /*@__PURE__*/
 export type RenewCredentialRequest = Message<"modelforge.agent.v1.RenewCredentialRequest"> & {
   /**
    * A CSR for a freshly generated key, PEM.
-   * Bounds: at most 16384 bytes of UTF-8, line breaks allowed but no other control characters.
    *
    * @generated from field: string csr_pem = 1;
    */
@@ -375,7 +372,6 @@ export const RenewCredentialInstructionSchema: GenMessage<RenewCredentialInstruc
 export type HeartbeatRequest = Message<"modelforge.agent.v1.HeartbeatRequest"> & {
   /**
    * The agent's version.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string agent_version = 1;
    */
@@ -394,7 +390,6 @@ export type HeartbeatRequest = Message<"modelforge.agent.v1.HeartbeatRequest"> &
    * Session; empty leaves the recorded capabilities unchanged. Names this server does not know
    * (for example from a newer agent) are not recorded; the reply lists them in
    * ignored_capabilities, and the call still succeeds.
-   * Bounds: at most 64 entries, each at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: repeated string capabilities = 3;
    */
@@ -403,7 +398,6 @@ export type HeartbeatRequest = Message<"modelforge.agent.v1.HeartbeatRequest"> &
   /**
    * The requests at each deployment replica the agent holds, as of sending (Session heartbeats
    * only). The control plane routes by them: its own requests in flight plus the node's queue.
-   * Bounds: at most 256 entries.
    *
    * @generated from field: repeated modelforge.agent.v1.ReplicaLoad replica_loads = 4;
    */
@@ -425,7 +419,6 @@ export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*
 export type ReplicaLoad = Message<"modelforge.agent.v1.ReplicaLoad"> & {
   /**
    * The deployment's id.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -539,7 +532,6 @@ export type InventoryReport = Message<"modelforge.agent.v1.InventoryReport"> & {
 
   /**
    * The GPUs found.
-   * Bounds: at most 64 entries.
    *
    * @generated from field: repeated modelforge.common.v1.GpuInfo gpus = 4;
    */
@@ -555,7 +547,6 @@ export type InventoryReport = Message<"modelforge.agent.v1.InventoryReport"> & {
 
   /**
    * Why GPU collection was incomplete, when it was.
-   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string gpu_collection_error = 6;
    */
@@ -746,7 +737,6 @@ export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*
 export type ReportJobProgressRequest = Message<"modelforge.agent.v1.ReportJobProgressRequest"> & {
   /**
    * The job.
-   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string job_id = 1;
    */
@@ -810,7 +800,6 @@ export const ReportJobProgressResponseSchema: GenMessage<ReportJobProgressRespon
 export type CompleteJobRequest = Message<"modelforge.agent.v1.CompleteJobRequest"> & {
   /**
    * The job.
-   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string job_id = 1;
    */
@@ -861,7 +850,6 @@ export const CompleteJobResponseSchema: GenMessage<CompleteJobResponse> = /*@__P
 export type FailJobRequest = Message<"modelforge.agent.v1.FailJobRequest"> & {
   /**
    * The job.
-   * Bounds: a UUID (8-4-4-4-12 hex digits) when set.
    *
    * @generated from field: string job_id = 1;
    */
@@ -928,7 +916,6 @@ export type Hello = Message<"modelforge.agent.v1.Hello"> & {
    * The agent's version, a semantic version (MAJOR.MINOR.PATCH). One older than the server's
    * GetServerInfoResponse.min_agent_version (or not a semantic version, unless that is "0.0.0") is
    * refused with failed_precondition naming both versions: upgrade the agent, retrying cannot help.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string agent_version = 2;
    */
@@ -937,7 +924,6 @@ export type Hello = Message<"modelforge.agent.v1.Hello"> & {
   /**
    * The capabilities the agent implements, e.g. "artifact.acquire.v1". Names this server does not
    * know are not recorded; Welcome lists them in ignored_capabilities.
-   * Bounds: at most 64 entries, each at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: repeated string capabilities = 3;
    */
@@ -945,7 +931,6 @@ export type Hello = Message<"modelforge.agent.v1.Hello"> & {
 
   /**
    * What the agent is running now (job ids), so the server can reconcile after a partition.
-   * Bounds: at most 4096 entries, each a UUID (8-4-4-4-12 hex digits).
    *
    * @generated from field: repeated string running_job_ids = 4;
    */
@@ -955,7 +940,6 @@ export type Hello = Message<"modelforge.agent.v1.Hello"> & {
    * The deployments the agent holds a runtime for, so the server can reconcile after an agent
    * restart or a partition: a deployment the server does not expect on this node is unloaded, one
    * it expects but the agent lost is loaded again.
-   * Bounds: at most 256 entries.
    *
    * @generated from field: repeated modelforge.agent.v1.HeldDeployment held_deployments = 5;
    */
@@ -965,7 +949,6 @@ export type Hello = Message<"modelforge.agent.v1.Hello"> & {
    * The runtime engines the agent runs ("llama.cpp", "openai-http"), a closed set like the
    * capabilities: a runtime.probe.v1 or deployment.load.v1 whose profile names another engine is
    * refused at CreateJob. Names this server does not know are not recorded.
-   * Bounds: at most 16 entries, each at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: repeated string engines = 6;
    */
@@ -975,7 +958,6 @@ export type Hello = Message<"modelforge.agent.v1.Hello"> & {
    * The engines among `engines` whose runtimes serve POST /v1/embeddings, so an agent that
    * relays INVOKE_API_EMBEDDINGS says so; the server sends an embeddings invoke to no other.
    * Names this server does not know are not recorded.
-   * Bounds: at most 16 entries, each at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: repeated string embedding_engines = 7;
    */
@@ -1004,7 +986,6 @@ export const HelloSchema: GenMessage<Hello> = /*@__PURE__*/
 export type HeldDeployment = Message<"modelforge.agent.v1.HeldDeployment"> & {
   /**
    * The deployment's id.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -1019,7 +1000,6 @@ export type HeldDeployment = Message<"modelforge.agent.v1.HeldDeployment"> & {
 
   /**
    * The agent's id for the runtime.
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_id = 3;
    */
@@ -1056,7 +1036,6 @@ export const HeldDeploymentSchema: GenMessage<HeldDeployment> = /*@__PURE__*/
 export type HeldDeployments = Message<"modelforge.agent.v1.HeldDeployments"> & {
   /**
    * Every runtime held.
-   * Bounds: at most 256 entries.
    *
    * @generated from field: repeated modelforge.agent.v1.HeldDeployment deployments = 1;
    */
@@ -1511,7 +1490,6 @@ export type DownloadArtifactFileRequest = Message<"modelforge.agent.v1.DownloadA
 
   /**
    * Path of the file relative to the commit's directory.
-   * Bounds: at most 1024 bytes.
    *
    * @generated from field: string path = 3;
    */
@@ -1647,7 +1625,6 @@ export type InvokeAnswer = Message<"modelforge.agent.v1.InvokeAnswer"> & {
 
   /**
    * MIME type of the payload.
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string content_type = 2;
    */
@@ -1655,7 +1632,6 @@ export type InvokeAnswer = Message<"modelforge.agent.v1.InvokeAnswer"> & {
 
   /**
    * The whole answer, or one stream chunk. Never logged.
-   * Bounds: at most 4194304 bytes.
    *
    * @generated from field: bytes payload = 3;
    */
@@ -1749,7 +1725,6 @@ export type DeploymentLogLines = Message<"modelforge.agent.v1.DeploymentLogLines
 
   /**
    * The lines, oldest first.
-   * Bounds: at most 1000 entries.
    *
    * @generated from field: repeated modelforge.deployment.v1.RuntimeLogLine lines = 2;
    */

@@ -7,13 +7,14 @@
 
 import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../../buf/validate/validate_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file modelforge/agent/v1/agent_update.proto.
  */
 export const file_modelforge_agent_v1_agent_update: GenFile = /*@__PURE__*/
-  fileDesc("CiZtb2RlbGZvcmdlL2FnZW50L3YxL2FnZW50X3VwZGF0ZS5wcm90bxITbW9kZWxmb3JnZS5hZ2VudC52MSKGAQoWQWdlbnRVcGRhdGVJbnN0cnVjdGlvbhISCgpyb2xsb3V0X2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSEAoIcGxhdGZvcm0YAyABKAkSDgoGc2hhMjU2GAQgASgJEhIKCnNpemVfYnl0ZXMYBSABKAQSEQoJc2lnbmF0dXJlGAYgASgMIlsKEUFnZW50VXBkYXRlUmVwb3J0EhIKCnJvbGxvdXRfaWQYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIRCglzdWNjZWVkZWQYAyABKAgSDgoGcmVhc29uGAQgASgJIlAKG0Rvd25sb2FkQWdlbnRSZWxlYXNlUmVxdWVzdBIPCgd2ZXJzaW9uGAEgASgJEhAKCHBsYXRmb3JtGAIgASgJEg4KBm9mZnNldBgDIAEoBCJQChxEb3dubG9hZEFnZW50UmVsZWFzZVJlc3BvbnNlEhIKCnNpemVfYnl0ZXMYASABKAQSDgoGc2hhMjU2GAIgASgJEgwKBGRhdGEYAyABKAxiBnByb3RvMw");
+  fileDesc("CiZtb2RlbGZvcmdlL2FnZW50L3YxL2FnZW50X3VwZGF0ZS5wcm90bxITbW9kZWxmb3JnZS5hZ2VudC52MSKGAQoWQWdlbnRVcGRhdGVJbnN0cnVjdGlvbhISCgpyb2xsb3V0X2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSEAoIcGxhdGZvcm0YAyABKAkSDgoGc2hhMjU2GAQgASgJEhIKCnNpemVfYnl0ZXMYBSABKAQSEQoJc2lnbmF0dXJlGAYgASgMInkKEUFnZW50VXBkYXRlUmVwb3J0EhwKCnJvbGxvdXRfaWQYASABKAlCCLpIBXIDKIACEhkKB3ZlcnNpb24YAiABKAlCCLpIBXIDKIACEhEKCXN1Y2NlZWRlZBgDIAEoCBIYCgZyZWFzb24YBCABKAlCCLpIBXIDKIACImQKG0Rvd25sb2FkQWdlbnRSZWxlYXNlUmVxdWVzdBIZCgd2ZXJzaW9uGAEgASgJQgi6SAVyAyiAAhIaCghwbGF0Zm9ybRgCIAEoCUIIukgFcgMogAISDgoGb2Zmc2V0GAMgASgEIlAKHERvd25sb2FkQWdlbnRSZWxlYXNlUmVzcG9uc2USEgoKc2l6ZV9ieXRlcxgBIAEoBBIOCgZzaGEyNTYYAiABKAkSDAoEZGF0YRgDIAEoDGIGcHJvdG8z", [file_buf_validate_validate]);
 
 /**
  * Update the agent to a recorded release. Typed data only: never a command. The agent downloads it
@@ -82,7 +83,6 @@ export const AgentUpdateInstructionSchema: GenMessage<AgentUpdateInstruction> = 
 export type AgentUpdateReport = Message<"modelforge.agent.v1.AgentUpdateReport"> & {
   /**
    * The rollout that asked.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string rollout_id = 1;
    */
@@ -90,7 +90,6 @@ export type AgentUpdateReport = Message<"modelforge.agent.v1.AgentUpdateReport">
 
   /**
    * The version it tried.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string version = 2;
    */
@@ -127,7 +126,6 @@ export const AgentUpdateReportSchema: GenMessage<AgentUpdateReport> = /*@__PURE_
 export type DownloadAgentReleaseRequest = Message<"modelforge.agent.v1.DownloadAgentReleaseRequest"> & {
   /**
    * The release's version.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string version = 1;
    */
@@ -135,7 +133,6 @@ export type DownloadAgentReleaseRequest = Message<"modelforge.agent.v1.DownloadA
 
   /**
    * The release's platform.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string platform = 2;
    */

@@ -7,16 +7,18 @@
 //
 // Input bounds. The server checks every request message at the edge, before anything else reads
 // it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
-// control character (U+0000)"); an undecodable body is invalid_argument too. A field's comment
-// states its own bounds ("Bounds: ..."); unless it says otherwise: a string is at most 256 bytes
-// of UTF-8 with no control characters (U+0000-U+001F, U+007F-U+009F) and no unpaired surrogates,
-// a repeated field has at most 100 entries, a bytes field at most 64 KiB, a uint64 is at most
-// 9223372036854775807 (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores,
-// a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
-// and a Duration is at most 10,000 years.
+// control character (U+0000)"); an undecodable body is invalid_argument too. Each field's own
+// bounds (lengths in bytes of UTF-8, counts, ranges, UUIDs) are its buf.validate annotation, which
+// protovalidate checks in any language. For every field besides: a string has no control
+// characters (U+0000-U+001F, U+007F-U+009F; a field whose annotation gives a pattern may carry
+// line breaks and tabs) and no unpaired surrogates, a uint64 is at most 9223372036854775807
+// (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores, a double is finite,
+// an enum value is one listed here, a Timestamp lies in the years 1 to 9999, a Duration is at most
+// 10,000 years, and a FieldMask names at most 16 paths of at most 64 bytes.
 
 import type { GenEnum, GenExtension, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, extDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../../buf/validate/validate_pb.js";
 import type { MethodOptions } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_descriptor, file_google_protobuf_wrappers } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -25,7 +27,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/common/v1/common.proto.
  */
 export const file_modelforge_common_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("CiFtb2RlbGZvcmdlL2NvbW1vbi92MS9jb21tb24ucHJvdG8SFG1vZGVsZm9yZ2UuY29tbW9uLnYxItQBCghIb3N0SW5mbxIQCghob3N0bmFtZRgBIAEoCRIPCgdvc19uYW1lGAIgASgJEhIKCm9zX3ZlcnNpb24YAyABKAkSDgoGa2VybmVsGAQgASgJEhQKDGFyY2hpdGVjdHVyZRgFIAEoCRIRCgljcHVfbW9kZWwYBiABKAkSEQoJY3B1X2NvcmVzGAcgASgNEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgIIAEoBBIpCgVkaXNrcxgJIAMoCzIaLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkRpc2siPQoERGlzaxINCgVtb3VudBgBIAEoCRISCgpmaWxlc3lzdGVtGAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAQijQEKB0dwdUluZm8SDAoEdXVpZBgBIAEoCRINCgVpbmRleBgCIAEoDRISCgpwY2lfYnVzX2lkGAMgASgJEg0KBW1vZGVsGAQgASgJEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgFIAEoBBIWCg5kcml2ZXJfdmVyc2lvbhgGIAEoCRIOCgZ2ZW5kb3IYByABKAkisQIKCVRlbGVtZXRyeRIZChFtZW1vcnlfdXNlZF9ieXRlcxgBIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYAiABKAQSMAoGbW91bnRzGAMgAygLMiAubW9kZWxmb3JnZS5jb21tb24udjEuTW91bnRVc2FnZRIwCgRncHVzGAQgAygLMiIubW9kZWxmb3JnZS5jb21tb24udjEuR3B1VGVsZW1ldHJ5Ej0KF2NwdV91dGlsaXphdGlvbl9wZXJjZW50GAUgASgLMhwuZ29vZ2xlLnByb3RvYnVmLkRvdWJsZVZhbHVlEhcKD2xvYWRfYXZlcmFnZV8xbRgGIAEoARIXCg9sb2FkX2F2ZXJhZ2VfNW0YByABKAESGAoQbG9hZF9hdmVyYWdlXzE1bRgIIAEoASJDCgpNb3VudFVzYWdlEg0KBW1vdW50GAEgASgJEhIKCnNpemVfYnl0ZXMYAiABKAQSEgoKdXNlZF9ieXRlcxgDIAEoBCKGAQoMR3B1VGVsZW1ldHJ5EgwKBHV1aWQYASABKAkSGwoTdXRpbGl6YXRpb25fcGVyY2VudBgCIAEoARIZChFtZW1vcnlfdXNlZF9ieXRlcxgDIAEoBBIbChN0ZW1wZXJhdHVyZV9jZWxzaXVzGAQgASgBEhMKC3Bvd2VyX3dhdHRzGAUgASgBKq0BCghMaXZlbmVzcxIYChRMSVZFTkVTU19VTlNQRUNJRklFRBAAEhQKEExJVkVORVNTX1BFTkRJTkcQARITCg9MSVZFTkVTU19PTkxJTkUQAhISCg5MSVZFTkVTU19TVEFMRRADEhQKEExJVkVORVNTX09GRkxJTkUQBBIVChFMSVZFTkVTU19ESVNBQkxFRBAFEhsKF0xJVkVORVNTX0RFQ09NTUlTU0lPTkVEEAYqQwoGQWNjZXNzEhYKEkFDQ0VTU19VTlNQRUNJRklFRBAAEg8KC0FDQ0VTU19SRUFEEAESEAoMQUNDRVNTX1dSSVRFEAI6VgoGYWNjZXNzEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMY2oYDIAEoDjIcLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkFjY2Vzc1IGYWNjZXNzYgZwcm90bzM", [file_google_protobuf_descriptor, file_google_protobuf_wrappers]);
+  fileDesc("CiFtb2RlbGZvcmdlL2NvbW1vbi92MS9jb21tb24ucHJvdG8SFG1vZGVsZm9yZ2UuY29tbW9uLnYxIpoCCghIb3N0SW5mbxIaCghob3N0bmFtZRgBIAEoCUIIukgFcgMo/QESGQoHb3NfbmFtZRgCIAEoCUIIukgFcgMogAESHAoKb3NfdmVyc2lvbhgDIAEoCUIIukgFcgMogAESGAoGa2VybmVsGAQgASgJQgi6SAVyAyiAARIdCgxhcmNoaXRlY3R1cmUYBSABKAlCB7pIBHICKCASGwoJY3B1X21vZGVsGAYgASgJQgi6SAVyAyiAARIRCgljcHVfY29yZXMYByABKA0SGgoSbWVtb3J5X3RvdGFsX2J5dGVzGAggASgEEjQKBWRpc2tzGAkgAygLMhoubW9kZWxmb3JnZS5jb21tb24udjEuRGlza0IJukgGkgEDEIAIIlAKBERpc2sSFwoFbW91bnQYASABKAlCCLpIBXIDKIAIEhsKCmZpbGVzeXN0ZW0YAiABKAlCB7pIBHICKEASEgoKc2l6ZV9ieXRlcxgDIAEoBCK7AQoHR3B1SW5mbxIVCgR1dWlkGAEgASgJQge6SARyAihAEg0KBWluZGV4GAIgASgNEhsKCnBjaV9idXNfaWQYAyABKAlCB7pIBHICKCASFwoFbW9kZWwYBCABKAlCCLpIBXIDKIABEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgFIAEoBBIfCg5kcml2ZXJfdmVyc2lvbhgGIAEoCUIHukgEcgIoQBIXCgZ2ZW5kb3IYByABKAlCB7pIBHICKEAiqgMKCVRlbGVtZXRyeRIZChFtZW1vcnlfdXNlZF9ieXRlcxgBIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYAiABKAQSOwoGbW91bnRzGAMgAygLMiAubW9kZWxmb3JnZS5jb21tb24udjEuTW91bnRVc2FnZUIJukgGkgEDEIAIEjoKBGdwdXMYBCADKAsyIi5tb2RlbGZvcmdlLmNvbW1vbi52MS5HcHVUZWxlbWV0cnlCCLpIBZIBAhBAElYKF2NwdV91dGlsaXphdGlvbl9wZXJjZW50GAUgASgLMhwuZ29vZ2xlLnByb3RvYnVmLkRvdWJsZVZhbHVlQhe6SBQSEhkAAAAAAABZQCkAAAAAAAAAABIwCg9sb2FkX2F2ZXJhZ2VfMW0YBiABKAFCF7pIFBISGQAAAACAhC5BKQAAAAAAAAAAEjAKD2xvYWRfYXZlcmFnZV81bRgHIAEoAUIXukgUEhIZAAAAAICELkEpAAAAAAAAAAASMQoQbG9hZF9hdmVyYWdlXzE1bRgIIAEoAUIXukgUEhIZAAAAAICELkEpAAAAAAAAAAAiTQoKTW91bnRVc2FnZRIXCgVtb3VudBgBIAEoCUIIukgFcgMogAgSEgoKc2l6ZV9ieXRlcxgCIAEoBBISCgp1c2VkX2J5dGVzGAMgASgEIo8BCgxHcHVUZWxlbWV0cnkSFQoEdXVpZBgBIAEoCUIHukgEcgIoQBIbChN1dGlsaXphdGlvbl9wZXJjZW50GAIgASgBEhkKEW1lbW9yeV91c2VkX2J5dGVzGAMgASgEEhsKE3RlbXBlcmF0dXJlX2NlbHNpdXMYBCABKAESEwoLcG93ZXJfd2F0dHMYBSABKAEqrQEKCExpdmVuZXNzEhgKFExJVkVORVNTX1VOU1BFQ0lGSUVEEAASFAoQTElWRU5FU1NfUEVORElORxABEhMKD0xJVkVORVNTX09OTElORRACEhIKDkxJVkVORVNTX1NUQUxFEAMSFAoQTElWRU5FU1NfT0ZGTElORRAEEhUKEUxJVkVORVNTX0RJU0FCTEVEEAUSGwoXTElWRU5FU1NfREVDT01NSVNTSU9ORUQQBipDCgZBY2Nlc3MSFgoSQUNDRVNTX1VOU1BFQ0lGSUVEEAASDwoLQUNDRVNTX1JFQUQQARIQCgxBQ0NFU1NfV1JJVEUQAjpWCgZhY2Nlc3MSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxjahgMgASgOMhwubW9kZWxmb3JnZS5jb21tb24udjEuQWNjZXNzUgZhY2Nlc3NiBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_descriptor, file_google_protobuf_wrappers]);
 
 /**
  * The host facts of a node, reported in its inventory.
@@ -35,7 +37,6 @@ export const file_modelforge_common_v1_common: GenFile = /*@__PURE__*/
 export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
   /**
    * Host name as the node reports it. A mutable fact, never an identity.
-   * Bounds: at most 253 bytes of UTF-8, no control characters.
    *
    * @generated from field: string hostname = 1;
    */
@@ -43,7 +44,6 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * Operating system distribution, e.g. "Ubuntu".
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string os_name = 2;
    */
@@ -51,7 +51,6 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * Operating system release, e.g. "24.04".
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string os_version = 3;
    */
@@ -59,7 +58,6 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * Kernel release, e.g. "6.8.0-45-generic".
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string kernel = 4;
    */
@@ -67,7 +65,6 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * CPU architecture, e.g. "x64" or "arm64".
-   * Bounds: at most 32 bytes of UTF-8, no control characters.
    *
    * @generated from field: string architecture = 5;
    */
@@ -75,7 +72,6 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * CPU model name.
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string cpu_model = 6;
    */
@@ -97,7 +93,6 @@ export type HostInfo = Message<"modelforge.common.v1.HostInfo"> & {
 
   /**
    * Block devices and file systems.
-   * Bounds: at most 1024 entries.
    *
    * @generated from field: repeated modelforge.common.v1.Disk disks = 9;
    */
@@ -119,7 +114,6 @@ export const HostInfoSchema: GenMessage<HostInfo> = /*@__PURE__*/
 export type Disk = Message<"modelforge.common.v1.Disk"> & {
   /**
    * Mount point, e.g. "/var/lib/modelforge".
-   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string mount = 1;
    */
@@ -127,7 +121,6 @@ export type Disk = Message<"modelforge.common.v1.Disk"> & {
 
   /**
    * File system type, e.g. "ext4".
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string filesystem = 2;
    */
@@ -156,7 +149,6 @@ export const DiskSchema: GenMessage<Disk> = /*@__PURE__*/
 export type GpuInfo = Message<"modelforge.common.v1.GpuInfo"> & {
   /**
    * Vendor UUID of the device, e.g. "GPU-5d3e...". The reconciliation key (with the node id).
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string uuid = 1;
    */
@@ -171,7 +163,6 @@ export type GpuInfo = Message<"modelforge.common.v1.GpuInfo"> & {
 
   /**
    * PCI bus id, e.g. "00000000:3B:00.0". Mutable.
-   * Bounds: at most 32 bytes of UTF-8, no control characters.
    *
    * @generated from field: string pci_bus_id = 3;
    */
@@ -179,7 +170,6 @@ export type GpuInfo = Message<"modelforge.common.v1.GpuInfo"> & {
 
   /**
    * Model name, e.g. "NVIDIA A100-SXM4-80GB".
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string model = 4;
    */
@@ -194,7 +184,6 @@ export type GpuInfo = Message<"modelforge.common.v1.GpuInfo"> & {
 
   /**
    * Driver version, e.g. "550.54.15".
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string driver_version = 6;
    */
@@ -202,7 +191,6 @@ export type GpuInfo = Message<"modelforge.common.v1.GpuInfo"> & {
 
   /**
    * Vendor, e.g. "NVIDIA".
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string vendor = 7;
    */
@@ -238,7 +226,6 @@ export type Telemetry = Message<"modelforge.common.v1.Telemetry"> & {
 
   /**
    * Usage per mounted file system.
-   * Bounds: at most 1024 entries.
    *
    * @generated from field: repeated modelforge.common.v1.MountUsage mounts = 3;
    */
@@ -246,7 +233,6 @@ export type Telemetry = Message<"modelforge.common.v1.Telemetry"> & {
 
   /**
    * Per-GPU measurements.
-   * Bounds: at most 64 entries.
    *
    * @generated from field: repeated modelforge.common.v1.GpuTelemetry gpus = 4;
    */
@@ -256,7 +242,6 @@ export type Telemetry = Message<"modelforge.common.v1.Telemetry"> & {
    * Share of all logical CPUs' time spent busy (not idle) since the agent's previous sample, in
    * percent; unset when the agent has no earlier sample to compare with. (A wrapper rather than
    * proto3 `optional`, so that older protoc releases, such as Debian 12's, still compile this file.)
-   * Bounds: from 0 to 100.
    *
    * @generated from field: google.protobuf.DoubleValue cpu_utilization_percent = 5;
    */
@@ -264,7 +249,6 @@ export type Telemetry = Message<"modelforge.common.v1.Telemetry"> & {
 
   /**
    * System load average over 1 minute (runnable and uninterruptible tasks, as in /proc/loadavg).
-   * Bounds: from 0 to 1000000.
    *
    * @generated from field: double load_average_1m = 6;
    */
@@ -272,7 +256,6 @@ export type Telemetry = Message<"modelforge.common.v1.Telemetry"> & {
 
   /**
    * System load average over 5 minutes.
-   * Bounds: from 0 to 1000000.
    *
    * @generated from field: double load_average_5m = 7;
    */
@@ -280,7 +263,6 @@ export type Telemetry = Message<"modelforge.common.v1.Telemetry"> & {
 
   /**
    * System load average over 15 minutes.
-   * Bounds: from 0 to 1000000.
    *
    * @generated from field: double load_average_15m = 8;
    */
@@ -302,7 +284,6 @@ export const TelemetrySchema: GenMessage<Telemetry> = /*@__PURE__*/
 export type MountUsage = Message<"modelforge.common.v1.MountUsage"> & {
   /**
    * Mount point.
-   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string mount = 1;
    */
@@ -338,7 +319,6 @@ export const MountUsageSchema: GenMessage<MountUsage> = /*@__PURE__*/
 export type GpuTelemetry = Message<"modelforge.common.v1.GpuTelemetry"> & {
   /**
    * UUID of the GPU these measurements belong to.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string uuid = 1;
    */

@@ -28,16 +28,18 @@
 //
 // Input bounds. The server checks every request message at the edge, before anything else reads
 // it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
-// control character (U+0000)"); an undecodable body is invalid_argument too. A field's comment
-// states its own bounds ("Bounds: ..."); unless it says otherwise: a string is at most 256 bytes
-// of UTF-8 with no control characters (U+0000-U+001F, U+007F-U+009F) and no unpaired surrogates,
-// a repeated field has at most 100 entries, a bytes field at most 64 KiB, a uint64 is at most
-// 9223372036854775807 (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores,
-// a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
-// and a Duration is at most 10,000 years.
+// control character (U+0000)"); an undecodable body is invalid_argument too. Each field's own
+// bounds (lengths in bytes of UTF-8, counts, ranges, UUIDs) are its buf.validate annotation, which
+// protovalidate checks in any language. For every field besides: a string has no control
+// characters (U+0000-U+001F, U+007F-U+009F; a field whose annotation gives a pattern may carry
+// line breaks and tabs) and no unpaired surrogates, a uint64 is at most 9223372036854775807
+// (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores, a double is finite,
+// an enum value is one listed here, a Timestamp lies in the years 1 to 9999, a Duration is at most
+// 10,000 years, and a FieldMask names at most 16 paths of at most 64 bytes.
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../../buf/validate/validate_pb.js";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -46,7 +48,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/deployment/v1/deployment.proto.
  */
 export const file_modelforge_deployment_v1_deployment: GenFile = /*@__PURE__*/
-  fileDesc("Ciltb2RlbGZvcmdlL2RlcGxveW1lbnQvdjEvZGVwbG95bWVudC5wcm90bxIYbW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxIvsBCgpEZXBsb3ltZW50EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHbm9kZV9pZBgDIAEoCRI4CgVzdGF0ZRgEIAEoDjIpLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5EZXBsb3ltZW50U3RhdGUSEAoIcmV2aXNpb24YBSABKAQSFgoOZmFpbHVyZV9yZWFzb24YBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiqwEKDUludm9rZVJlcXVlc3QSFQoNZGVwbG95bWVudF9pZBgBIAEoCRIUCgxjb250ZW50X3R5cGUYAiABKAkSDwoHcGF5bG9hZBgDIAEoDBIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKA2FwaRgFIAEoDjIjLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5JbnZva2VBcGkiagoOSW52b2tlUmVzcG9uc2USFAoMY29udGVudF90eXBlGAEgASgJEg8KB3BheWxvYWQYAiABKAwSDgoGam9iX2lkGAMgASgJEhAKCHJldmlzaW9uGAQgASgEEg8KB3JlcGxpY2EYBSABKA0iPwoWTGlzdERlcGxveW1lbnRzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCSJtChdMaXN0RGVwbG95bWVudHNSZXNwb25zZRI5CgtkZXBsb3ltZW50cxgBIAMoCzIkLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5EZXBsb3ltZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKxAQoTSW52b2tlU3RyZWFtUmVxdWVzdBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhQKDGNvbnRlbnRfdHlwZRgCIAEoCRIPCgdwYXlsb2FkGAMgASgMEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoDYXBpGAUgASgOMiMubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkludm9rZUFwaSJgChRJbnZva2VTdHJlYW1SZXNwb25zZRIUCgxjb250ZW50X3R5cGUYASABKAkSDwoHcGF5bG9hZBgCIAEoDBIQCghyZXZpc2lvbhgDIAEoBBIPCgdyZXBsaWNhGAQgASgNIpYBCg5SdW50aW1lTG9nTGluZRIzCgZzdHJlYW0YASABKA4yIy5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuTG9nU3RyZWFtEgwKBHRleHQYAiABKAkSLwoLb2JzZXJ2ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHJldmlzaW9uGAQgASgEKoUCCg9EZXBsb3ltZW50U3RhdGUSIAocREVQTE9ZTUVOVF9TVEFURV9VTlNQRUNJRklFRBAAEhwKGERFUExPWU1FTlRfU1RBVEVfTE9BRElORxABEhoKFkRFUExPWU1FTlRfU1RBVEVfUkVBRFkQAhIdChlERVBMT1lNRU5UX1NUQVRFX0RSQUlOSU5HEAMSHQoZREVQTE9ZTUVOVF9TVEFURV9VTkxPQURFRBAEEhsKF0RFUExPWU1FTlRfU1RBVEVfRkFJTEVEEAUSHQoZREVQTE9ZTUVOVF9TVEFURV9ERUdSQURFRBAGEhwKGERFUExPWU1FTlRfU1RBVEVfUEVORElORxAHKn8KCUludm9rZUFwaRIaChZJTlZPS0VfQVBJX1VOU1BFQ0lGSUVEEAASGgoWSU5WT0tFX0FQSV9DT01QTEVUSU9OUxABEh8KG0lOVk9LRV9BUElfQ0hBVF9DT01QTEVUSU9OUxACEhkKFUlOVk9LRV9BUElfRU1CRURESU5HUxADKlUKCUxvZ1N0cmVhbRIaChZMT0dfU1RSRUFNX1VOU1BFQ0lGSUVEEAASFQoRTE9HX1NUUkVBTV9TVERPVVQQARIVChFMT0dfU1RSRUFNX1NUREVSUhACMtkCChFEZXBsb3ltZW50U2VydmljZRJbCgZJbnZva2USJy5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuSW52b2tlUmVxdWVzdBooLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5JbnZva2VSZXNwb25zZRJ2Cg9MaXN0RGVwbG95bWVudHMSMC5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuTGlzdERlcGxveW1lbnRzUmVxdWVzdBoxLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5MaXN0RGVwbG95bWVudHNSZXNwb25zZRJvCgxJbnZva2VTdHJlYW0SLS5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuSW52b2tlU3RyZWFtUmVxdWVzdBouLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5JbnZva2VTdHJlYW1SZXNwb25zZTABYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ciltb2RlbGZvcmdlL2RlcGxveW1lbnQvdjEvZGVwbG95bWVudC5wcm90bxIYbW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxIvsBCgpEZXBsb3ltZW50EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHbm9kZV9pZBgDIAEoCRI4CgVzdGF0ZRgEIAEoDjIpLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5EZXBsb3ltZW50U3RhdGUSEAoIcmV2aXNpb24YBSABKAQSFgoOZmFpbHVyZV9yZWFzb24YBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiygEKDUludm9rZVJlcXVlc3QSHgoNZGVwbG95bWVudF9pZBgBIAEoCUIHukgEcgIoQBIeCgxjb250ZW50X3R5cGUYAiABKAlCCLpIBXIDKIABEhsKB3BheWxvYWQYAyABKAxCCrpIB3oFGICAgAISKgoHdGltZW91dBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIwCgNhcGkYBSABKA4yIy5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuSW52b2tlQXBpImoKDkludm9rZVJlc3BvbnNlEhQKDGNvbnRlbnRfdHlwZRgBIAEoCRIPCgdwYXlsb2FkGAIgASgMEg4KBmpvYl9pZBgDIAEoCRIQCghyZXZpc2lvbhgEIAEoBBIPCgdyZXBsaWNhGAUgASgNIkkKFkxpc3REZXBsb3ltZW50c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhwKCnBhZ2VfdG9rZW4YAiABKAlCCLpIBXIDKIAEIm0KF0xpc3REZXBsb3ltZW50c1Jlc3BvbnNlEjkKC2RlcGxveW1lbnRzGAEgAygLMiQubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkRlcGxveW1lbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJItABChNJbnZva2VTdHJlYW1SZXF1ZXN0Eh4KDWRlcGxveW1lbnRfaWQYASABKAlCB7pIBHICKEASHgoMY29udGVudF90eXBlGAIgASgJQgi6SAVyAyiAARIbCgdwYXlsb2FkGAMgASgMQgq6SAd6BRiAgIACEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoDYXBpGAUgASgOMiMubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkludm9rZUFwaSJgChRJbnZva2VTdHJlYW1SZXNwb25zZRIUCgxjb250ZW50X3R5cGUYASABKAkSDwoHcGF5bG9hZBgCIAEoDBIQCghyZXZpc2lvbhgDIAEoBBIPCgdyZXBsaWNhGAQgASgNIssBCg5SdW50aW1lTG9nTGluZRIzCgZzdHJlYW0YASABKA4yIy5tb2RlbGZvcmdlLmRlcGxveW1lbnQudjEuTG9nU3RyZWFtEkEKBHRleHQYAiABKAlCM7pIMHIuKIAgMileW15ceDAwLVx4MDhceDBCXHgwQ1x4MEUtXHgxRlx4N0YtXHg5Rl0qJBIvCgtvYnNlcnZlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcmV2aXNpb24YBCABKAQqhQIKD0RlcGxveW1lbnRTdGF0ZRIgChxERVBMT1lNRU5UX1NUQVRFX1VOU1BFQ0lGSUVEEAASHAoYREVQTE9ZTUVOVF9TVEFURV9MT0FESU5HEAESGgoWREVQTE9ZTUVOVF9TVEFURV9SRUFEWRACEh0KGURFUExPWU1FTlRfU1RBVEVfRFJBSU5JTkcQAxIdChlERVBMT1lNRU5UX1NUQVRFX1VOTE9BREVEEAQSGwoXREVQTE9ZTUVOVF9TVEFURV9GQUlMRUQQBRIdChlERVBMT1lNRU5UX1NUQVRFX0RFR1JBREVEEAYSHAoYREVQTE9ZTUVOVF9TVEFURV9QRU5ESU5HEAcqfwoJSW52b2tlQXBpEhoKFklOVk9LRV9BUElfVU5TUEVDSUZJRUQQABIaChZJTlZPS0VfQVBJX0NPTVBMRVRJT05TEAESHwobSU5WT0tFX0FQSV9DSEFUX0NPTVBMRVRJT05TEAISGQoVSU5WT0tFX0FQSV9FTUJFRERJTkdTEAMqVQoJTG9nU3RyZWFtEhoKFkxPR19TVFJFQU1fVU5TUEVDSUZJRUQQABIVChFMT0dfU1RSRUFNX1NURE9VVBABEhUKEUxPR19TVFJFQU1fU1RERVJSEAIy2QIKEURlcGxveW1lbnRTZXJ2aWNlElsKBkludm9rZRInLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5JbnZva2VSZXF1ZXN0GigubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkludm9rZVJlc3BvbnNlEnYKD0xpc3REZXBsb3ltZW50cxIwLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5MaXN0RGVwbG95bWVudHNSZXF1ZXN0GjEubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkxpc3REZXBsb3ltZW50c1Jlc3BvbnNlEm8KDEludm9rZVN0cmVhbRItLm1vZGVsZm9yZ2UuZGVwbG95bWVudC52MS5JbnZva2VTdHJlYW1SZXF1ZXN0Gi4ubW9kZWxmb3JnZS5kZXBsb3ltZW50LnYxLkludm9rZVN0cmVhbVJlc3BvbnNlMAFiBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A deployed model on one node.
@@ -126,7 +128,6 @@ export const DeploymentSchema: GenMessage<Deployment> = /*@__PURE__*/
 export type InvokeRequest = Message<"modelforge.deployment.v1.InvokeRequest"> & {
   /**
    * The deployment to call, by id or name.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -134,7 +135,6 @@ export type InvokeRequest = Message<"modelforge.deployment.v1.InvokeRequest"> & 
 
   /**
    * MIME type of the payload.
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string content_type = 2;
    */
@@ -142,7 +142,6 @@ export type InvokeRequest = Message<"modelforge.deployment.v1.InvokeRequest"> & 
 
   /**
    * The request body. Never logged.
-   * Bounds: at most 4194304 bytes.
    *
    * @generated from field: bytes payload = 3;
    */
@@ -236,7 +235,6 @@ export type ListDeploymentsRequest = Message<"modelforge.deployment.v1.ListDeplo
 
   /**
    * The next_page_token of a previous call.
-   * Bounds: at most 512 bytes of UTF-8, no control characters.
    *
    * @generated from field: string page_token = 2;
    */
@@ -286,7 +284,6 @@ export const ListDeploymentsResponseSchema: GenMessage<ListDeploymentsResponse> 
 export type InvokeStreamRequest = Message<"modelforge.deployment.v1.InvokeStreamRequest"> & {
   /**
    * The deployment to call, by id or name.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -294,7 +291,6 @@ export type InvokeStreamRequest = Message<"modelforge.deployment.v1.InvokeStream
 
   /**
    * MIME type of the payload: "application/json" (the default when empty).
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string content_type = 2;
    */
@@ -303,7 +299,6 @@ export type InvokeStreamRequest = Message<"modelforge.deployment.v1.InvokeStream
   /**
    * The request body, an OpenAI-compatible JSON request; "stream" is set by the relay. Never
    * logged.
-   * Bounds: at most 4194304 bytes.
    *
    * @generated from field: bytes payload = 3;
    */
@@ -391,8 +386,6 @@ export type RuntimeLogLine = Message<"modelforge.deployment.v1.RuntimeLogLine"> 
 
   /**
    * The line, without its line break; longer lines are cut at 4096 bytes.
-   * Bounds: at most 4096 bytes of UTF-8, line breaks and tabs allowed but no other control
-   * characters.
    *
    * @generated from field: string text = 2;
    */

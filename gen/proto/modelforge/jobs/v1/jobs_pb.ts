@@ -7,16 +7,18 @@
 //
 // Input bounds. The server checks every request message at the edge, before anything else reads
 // it, and refuses a breach with invalid_argument naming the field (e.g. "node_name: contains a
-// control character (U+0000)"); an undecodable body is invalid_argument too. A field's comment
-// states its own bounds ("Bounds: ..."); unless it says otherwise: a string is at most 256 bytes
-// of UTF-8 with no control characters (U+0000-U+001F, U+007F-U+009F) and no unpaired surrogates,
-// a repeated field has at most 100 entries, a bytes field at most 64 KiB, a uint64 is at most
-// 9223372036854775807 (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores,
-// a double is finite, an enum value is one listed here, a Timestamp lies in the years 1 to 9999,
-// and a Duration is at most 10,000 years.
+// control character (U+0000)"); an undecodable body is invalid_argument too. Each field's own
+// bounds (lengths in bytes of UTF-8, counts, ranges, UUIDs) are its buf.validate annotation, which
+// protovalidate checks in any language. For every field besides: a string has no control
+// characters (U+0000-U+001F, U+007F-U+009F; a field whose annotation gives a pattern may carry
+// line breaks and tabs) and no unpaired surrogates, a uint64 is at most 9223372036854775807
+// (2^63-1) and a uint32 at most 2147483647 (2^31-1), what PostgreSQL stores, a double is finite,
+// an enum value is one listed here, a Timestamp lies in the years 1 to 9999, a Duration is at most
+// 10,000 years, and a FieldMask names at most 16 paths of at most 64 bytes.
 
 import type { GenEnum, GenExtension, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, extDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../../buf/validate/validate_pb.js";
 import type { Duration, FieldOptions, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_protobuf_wrappers } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -25,7 +27,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/jobs/v1/jobs.proto.
  */
 export const file_modelforge_jobs_v1_jobs: GenFile = /*@__PURE__*/
-  fileDesc("Ch1tb2RlbGZvcmdlL2pvYnMvdjEvam9icy5wcm90bxISbW9kZWxmb3JnZS5qb2JzLnYxIqwGCgdKb2JTcGVjElgKEGFydGlmYWN0X2FjcXVpcmUYASABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RBY3F1aXJlQheKtRgTYXJ0aWZhY3QuYWNxdWlyZS52MUgAEk8KDXJ1bnRpbWVfcHJvYmUYAiABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2JlQhSKtRgQcnVudGltZS5wcm9iZS52MUgAElIKDnJ1bnRpbWVfaGVhbHRoGAMgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVIZWFsdGhCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElIKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVVbmxvYWRCFYq1GBFydW50aW1lLnVubG9hZC52MUgAElUKD2RlcGxveW1lbnRfbG9hZBgFIAEoCzIiLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50TG9hZEIWirUYEmRlcGxveW1lbnQubG9hZC52MUgAElsKEWRlcGxveW1lbnRfaW52b2tlGAYgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2VCGIq1GBRkZXBsb3ltZW50Lmludm9rZS52MUgAElsKEWRlcGxveW1lbnRfaGVhbHRoGAcgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRIZWFsdGhCGIq1GBRkZXBsb3ltZW50LmhlYWx0aC52MUgAElgKEGRlcGxveW1lbnRfZHJhaW4YCCABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudERyYWluQheKtRgTZGVwbG95bWVudC5kcmFpbi52MUgAElsKEWRlcGxveW1lbnRfdW5sb2FkGAkgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRVbmxvYWRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQgYKBGtpbmQiQAoMQXJ0aWZhY3RGaWxlEgwKBHBhdGgYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoBBIOCgZzaGEyNTYYAyABKAkiRQoRRGlza1Jlc2VydmVQb2xpY3kSFgoObWluX2ZyZWVfYnl0ZXMYASABKAQSGAoQbWluX2ZyZWVfcGVyY2VudBgCIAEoDSKzAQoPQXJ0aWZhY3RBY3F1aXJlEhIKCnJlcG9zaXRvcnkYASABKAkSDgoGY29tbWl0GAIgASgJEi8KBWZpbGVzGAMgAygLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0RmlsZRITCgt0YXJnZXRfcm9vdBgEIAEoCRI2CgdyZXNlcnZlGAUgASgLMiUubW9kZWxmb3JnZS5qb2JzLnYxLkRpc2tSZXNlcnZlUG9saWN5IjAKEFJlc29sdmVkQXJ0aWZhY3QSDAoEcGF0aBgBIAEoCRIOCgZzaGEyNTYYAiABKAkirAIKDFJ1bnRpbWVQcm9iZRIXCg9ydW50aW1lX3Byb2ZpbGUYASABKAkSGwoTcnVudGltZV9lbnZpcm9ubWVudBgCIAEoCRI3CglhcnRpZmFjdHMYAyADKAsyJC5tb2RlbGZvcmdlLmpvYnMudjEuUmVzb2x2ZWRBcnRpZmFjdBIWCg5wcm9iZV9pbnB1dF9pZBgEIAEoCRI3Cgdwcm9maWxlGAUgASgLMiYubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVQcm9maWxlU3BlYxIzCgtwcm9iZV9pbnB1dBgGIAEoDjIeLm1vZGVsZm9yZ2Uuam9icy52MS5Qcm9iZUlucHV0EhMKC2tlZXBfbG9hZGVkGAcgASgIEhIKCm1vZGVsX2ZpbGUYCCABKAkihAIKElJ1bnRpbWVQcm9maWxlU3BlYxIuCgZlbmdpbmUYASABKA4yHi5tb2RlbGZvcmdlLmpvYnMudjEuRW5naW5lS2luZBIUCgxjb250ZXh0X3NpemUYAiABKA0SDwoHdGhyZWFkcxgDIAEoDRIUCgxjb250ZW50X2hhc2gYBCABKAkSFAoMbWVtb3J5X2J5dGVzGAUgASgEEhIKCmdwdV9sYXllcnMYBiABKA0SFgoOZ3B1X2xheWVyc19hbGwYByABKAgSEQoJZ3B1X2NvdW50GAggASgNEhgKEGdwdV9tZW1vcnlfYnl0ZXMYCSABKAQSEgoKZ3B1X3NoYXJlZBgKIAEoCCIqCgtBc3NpZ25lZEdwdRIMCgR1dWlkGAEgASgJEg0KBWluZGV4GAIgASgNIiMKDVJ1bnRpbWVIZWFsdGgSEgoKcnVudGltZV9pZBgBIAEoCSIjCg1SdW50aW1lVW5sb2FkEhIKCnJ1bnRpbWVfaWQYASABKAkitgIKDkRlcGxveW1lbnRMb2FkEhUKDWRlcGxveW1lbnRfaWQYASABKAkSEAoIcmV2aXNpb24YAiABKAQSFwoPcnVudGltZV9wcm9maWxlGAMgASgJEjcKCWFydGlmYWN0cxgEIAMoCzIkLm1vZGVsZm9yZ2Uuam9icy52MS5SZXNvbHZlZEFydGlmYWN0EjcKB3Byb2ZpbGUYBSABKAsyJi5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2ZpbGVTcGVjEhIKCm1vZGVsX2ZpbGUYBiABKAkSLQoHcmVwbGljYRgHIAEoCzIcLmdvb2dsZS5wcm90b2J1Zi5VSW50MzJWYWx1ZRItCgRncHVzGBAgAygLMh8ubW9kZWxmb3JnZS5qb2JzLnYxLkFzc2lnbmVkR3B1ItEBChBEZXBsb3ltZW50SW52b2tlEhUKDWRlcGxveW1lbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIUCgxjb250ZW50X3R5cGUYAyABKAkSDwoHcGF5bG9hZBgEIAEoDBIqCgd0aW1lb3V0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHJldmlzaW9uGAYgASgEEi0KB3JlcGxpY2EYByABKAsyHC5nb29nbGUucHJvdG9idWYuVUludDMyVmFsdWUiOwoQRGVwbG95bWVudEhlYWx0aBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEIpUBCg9EZXBsb3ltZW50RHJhaW4SFQoNZGVwbG95bWVudF9pZBgBIAEoCRIqCgd0aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHJldmlzaW9uGAMgASgEEi0KB3JlcGxpY2EYBCABKAsyHC5nb29nbGUucHJvdG9idWYuVUludDMyVmFsdWUiagoQRGVwbG95bWVudFVubG9hZBIVCg1kZXBsb3ltZW50X2lkGAEgASgJEhAKCHJldmlzaW9uGAIgASgEEi0KB3JlcGxpY2EYAyABKAsyHC5nb29nbGUucHJvdG9idWYuVUludDMyVmFsdWUixAYKCUpvYlJlc3VsdBJeChBhcnRpZmFjdF9hY3F1aXJlGAEgASgLMikubW9kZWxmb3JnZS5qb2JzLnYxLkFydGlmYWN0QWNxdWlyZVJlc3VsdEIXirUYE2FydGlmYWN0LmFjcXVpcmUudjFIABJVCg1ydW50aW1lX3Byb2JlGAIgASgLMiYubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVQcm9iZVJlc3VsdEIUirUYEHJ1bnRpbWUucHJvYmUudjFIABJRCg5ydW50aW1lX2hlYWx0aBgDIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5IZWFsdGhSZXN1bHRCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElEKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiAubW9kZWxmb3JnZS5qb2JzLnYxLlVubG9hZFJlc3VsdEIVirUYEXJ1bnRpbWUudW5sb2FkLnYxSAASWwoPZGVwbG95bWVudF9sb2FkGAUgASgLMigubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRMb2FkUmVzdWx0QhaKtRgSZGVwbG95bWVudC5sb2FkLnYxSAASYQoRZGVwbG95bWVudF9pbnZva2UYBiABKAsyKi5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudEludm9rZVJlc3VsdEIYirUYFGRlcGxveW1lbnQuaW52b2tlLnYxSAASVwoRZGVwbG95bWVudF9oZWFsdGgYByABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuSGVhbHRoUmVzdWx0QhiKtRgUZGVwbG95bWVudC5oZWFsdGgudjFIABJeChBkZXBsb3ltZW50X2RyYWluGAggASgLMikubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnREcmFpblJlc3VsdEIXirUYE2RlcGxveW1lbnQuZHJhaW4udjFIABJXChFkZXBsb3ltZW50X3VubG9hZBgJIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5VbmxvYWRSZXN1bHRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQggKBnJlc3VsdCKTAQoVQXJ0aWZhY3RBY3F1aXJlUmVzdWx0EgwKBHBhdGgYASABKAkSFQoNYnl0ZXNfd3JpdHRlbhgCIAEoBBIvCgVmaWxlcxgDIAMoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5BcnRpZmFjdEZpbGUSFAoMYnl0ZXNfcmV1c2VkGAQgASgEEg4KBnNvdXJjZRgFIAEoCSL/AgoSUnVudGltZVByb2JlUmVzdWx0EhIKCnJ1bnRpbWVfaWQYASABKAkSMAoNbG9hZF9kdXJhdGlvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIwCg1wcm9iZV9sYXRlbmN5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh0KFXBlYWtfZ3B1X21lbW9yeV9ieXRlcxgEIAEoBBIXCg9wcm9jZXNzX3N0YXJ0ZWQYBSABKAgSGAoQZW5kcG9pbnRfaGVhbHRoeRgGIAEoCBIaChJpbmZlcmVuY2VfYW5zd2VyZWQYByABKAgSNgoTdGltZV90b19maXJzdF90b2tlbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChB0b2tlbnNfZ2VuZXJhdGVkGAkgASgNEhkKEXRva2Vuc19wZXJfc2Vjb25kGAogASgBEhYKDnBlYWtfcnNzX2J5dGVzGAsgASgEIi8KDEhlYWx0aFJlc3VsdBIPCgdoZWFsdGh5GAEgASgIEg4KBmRldGFpbBgCIAEoCSIjCgxVbmxvYWRSZXN1bHQSEwoLZnJlZWRfYnl0ZXMYASABKAQiPAoURGVwbG95bWVudExvYWRSZXN1bHQSEgoKcnVudGltZV9pZBgBIAEoCRIQCghyZXZpc2lvbhgCIAEoBCI/ChZEZXBsb3ltZW50SW52b2tlUmVzdWx0EhQKDGNvbnRlbnRfdHlwZRgBIAEoCRIPCgdwYXlsb2FkGAIgASgMIjQKFURlcGxveW1lbnREcmFpblJlc3VsdBIbChNjb21wbGV0ZWRfaW5fZmxpZ2h0GAEgASgNImIKCkpvYkZhaWx1cmUSMAoEY29kZRgBIAEoDjIiLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JGYWlsdXJlQ29kZRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCJYCgtKb2JQcm9ncmVzcxIPCgdwZXJjZW50GAEgASgBEhIKCmJ5dGVzX2RvbmUYAiABKAQSEwoLYnl0ZXNfdG90YWwYAyABKAQSDwoHbWVzc2FnZRgEIAEoCSKcAQoISm9iTGVhc2USDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKA0SLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoEc3BlYxgEIAEoCzIbLm1vZGVsZm9yZ2Uuam9icy52MS5Kb2JTcGVjEhQKDG9yZGVyaW5nX2tleRgFIAEoCSphCgpFbmdpbmVLaW5kEhsKF0VOR0lORV9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVRU5HSU5FX0tJTkRfTExBTUFfQ1BQEAESGwoXRU5HSU5FX0tJTkRfT1BFTkFJX0hUVFAQAipICgpQcm9iZUlucHV0EhsKF1BST0JFX0lOUFVUX1VOU1BFQ0lGSUVEEAASHQoZUFJPQkVfSU5QVVRfQ09NUExFVElPTl9WMRABKs0GCg5Kb2JGYWlsdXJlQ29kZRIgChxKT0JfRkFJTFVSRV9DT0RFX1VOU1BFQ0lGSUVEEAASKwonSk9CX0ZBSUxVUkVfQ09ERV9VTlNVUFBPUlRFRF9DQVBBQklMSVRZEAESIQodSk9CX0ZBSUxVUkVfQ09ERV9JTlZBTElEX1NQRUMQAhImCiJKT0JfRkFJTFVSRV9DT0RFX0NIRUNLU1VNX01JU01BVENIEAMSJgoiSk9CX0ZBSUxVUkVfQ09ERV9JTlNVRkZJQ0lFTlRfRElTSxAEEh4KGkpPQl9GQUlMVVJFX0NPREVfTk9UX0ZPVU5EEAUSIgoeSk9CX0ZBSUxVUkVfQ09ERV9SVU5USU1FX0VSUk9SEAYSHAoYSk9CX0ZBSUxVUkVfQ09ERV9USU1FT1VUEAcSHgoaSk9CX0ZBSUxVUkVfQ09ERV9DQU5DRUxMRUQQCBInCiNKT0JfRkFJTFVSRV9DT0RFX0FUVEVNUFRTX0VYSEFVU1RFRBAJEiUKIUpPQl9GQUlMVVJFX0NPREVfTk9ERV9VTlJFQUNIQUJMRRAKEh0KGUpPQl9GQUlMVVJFX0NPREVfSU5URVJOQUwQCxIiCh5KT0JfRkFJTFVSRV9DT0RFX1BBVEhfUkVKRUNURUQQDBIiCh5KT0JfRkFJTFVSRV9DT0RFX1NJWkVfTUlTTUFUQ0gQDRInCiNKT0JfRkFJTFVSRV9DT0RFX1NPVVJDRV9VTkFWQUlMQUJMRRAOEikKJUpPQl9GQUlMVVJFX0NPREVfRU5HSU5FX05PVF9TVVBQT1JURUQQDxIkCiBKT0JfRkFJTFVSRV9DT0RFX1BST0ZJTEVfSU5WQUxJRBAQEiYKIkpPQl9GQUlMVVJFX0NPREVfTU9ERUxfTE9BRF9GQUlMRUQQERItCilKT0JfRkFJTFVSRV9DT0RFX0hFQUxUSF9ERUFETElORV9FWENFRURFRBASEiUKIUpPQl9GQUlMVVJFX0NPREVfSU5GRVJFTkNFX0ZBSUxFRBATEiIKHkpPQl9GQUlMVVJFX0NPREVfT1VUX09GX01FTU9SWRAUEiQKIEpPQl9GQUlMVVJFX0NPREVfR1BVX1VOQVZBSUxBQkxFEBU6PwoKY2FwYWJpbGl0eRIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMY0YYDIAEoCVIKY2FwYWJpbGl0eWIGcHJvdG8z", [file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_protobuf_wrappers]);
+  fileDesc("Ch1tb2RlbGZvcmdlL2pvYnMvdjEvam9icy5wcm90bxISbW9kZWxmb3JnZS5qb2JzLnYxIqwGCgdKb2JTcGVjElgKEGFydGlmYWN0X2FjcXVpcmUYASABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RBY3F1aXJlQheKtRgTYXJ0aWZhY3QuYWNxdWlyZS52MUgAEk8KDXJ1bnRpbWVfcHJvYmUYAiABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2JlQhSKtRgQcnVudGltZS5wcm9iZS52MUgAElIKDnJ1bnRpbWVfaGVhbHRoGAMgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVIZWFsdGhCFYq1GBFydW50aW1lLmhlYWx0aC52MUgAElIKDnJ1bnRpbWVfdW5sb2FkGAQgASgLMiEubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVVbmxvYWRCFYq1GBFydW50aW1lLnVubG9hZC52MUgAElUKD2RlcGxveW1lbnRfbG9hZBgFIAEoCzIiLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50TG9hZEIWirUYEmRlcGxveW1lbnQubG9hZC52MUgAElsKEWRlcGxveW1lbnRfaW52b2tlGAYgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRJbnZva2VCGIq1GBRkZXBsb3ltZW50Lmludm9rZS52MUgAElsKEWRlcGxveW1lbnRfaGVhbHRoGAcgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRIZWFsdGhCGIq1GBRkZXBsb3ltZW50LmhlYWx0aC52MUgAElgKEGRlcGxveW1lbnRfZHJhaW4YCCABKAsyIy5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudERyYWluQheKtRgTZGVwbG95bWVudC5kcmFpbi52MUgAElsKEWRlcGxveW1lbnRfdW5sb2FkGAkgASgLMiQubW9kZWxmb3JnZS5qb2JzLnYxLkRlcGxveW1lbnRVbmxvYWRCGIq1GBRkZXBsb3ltZW50LnVubG9hZC52MUgAQgYKBGtpbmQiUwoMQXJ0aWZhY3RGaWxlEhYKBHBhdGgYASABKAlCCLpIBXIDKIAIEhIKCnNpemVfYnl0ZXMYAiABKAQSFwoGc2hhMjU2GAMgASgJQge6SARyAihAIkUKEURpc2tSZXNlcnZlUG9saWN5EhYKDm1pbl9mcmVlX2J5dGVzGAEgASgEEhgKEG1pbl9mcmVlX3BlcmNlbnQYAiABKA0i2wEKD0FydGlmYWN0QWNxdWlyZRIcCgpyZXBvc2l0b3J5GAEgASgJQgi6SAVyAyiAAhIXCgZjb21taXQYAiABKAlCB7pIBHICKEASOgoFZmlsZXMYAyADKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RGaWxlQgm6SAaSAQMQ6AcSHQoLdGFyZ2V0X3Jvb3QYBCABKAlCCLpIBXIDKIAgEjYKB3Jlc2VydmUYBSABKAsyJS5tb2RlbGZvcmdlLmpvYnMudjEuRGlza1Jlc2VydmVQb2xpY3kiQwoQUmVzb2x2ZWRBcnRpZmFjdBIWCgRwYXRoGAEgASgJQgi6SAVyAyiAIBIXCgZzaGEyNTYYAiABKAlCB7pIBHICKEAi3wIKDFJ1bnRpbWVQcm9iZRIhCg9ydW50aW1lX3Byb2ZpbGUYASABKAlCCLpIBXIDKIABEiUKE3J1bnRpbWVfZW52aXJvbm1lbnQYAiABKAlCCLpIBXIDKIABEkIKCWFydGlmYWN0cxgDIAMoCzIkLm1vZGVsZm9yZ2Uuam9icy52MS5SZXNvbHZlZEFydGlmYWN0Qgm6SAaSAQMQ6AcSIAoOcHJvYmVfaW5wdXRfaWQYBCABKAlCCLpIBXIDKIABEjcKB3Byb2ZpbGUYBSABKAsyJi5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2ZpbGVTcGVjEjMKC3Byb2JlX2lucHV0GAYgASgOMh4ubW9kZWxmb3JnZS5qb2JzLnYxLlByb2JlSW5wdXQSEwoLa2VlcF9sb2FkZWQYByABKAgSHAoKbW9kZWxfZmlsZRgIIAEoCUIIukgFcgMogCAijgIKElJ1bnRpbWVQcm9maWxlU3BlYxIuCgZlbmdpbmUYASABKA4yHi5tb2RlbGZvcmdlLmpvYnMudjEuRW5naW5lS2luZBIUCgxjb250ZXh0X3NpemUYAiABKA0SDwoHdGhyZWFkcxgDIAEoDRIeCgxjb250ZW50X2hhc2gYBCABKAlCCLpIBXIDKIACEhQKDG1lbW9yeV9ieXRlcxgFIAEoBBISCgpncHVfbGF5ZXJzGAYgASgNEhYKDmdwdV9sYXllcnNfYWxsGAcgASgIEhEKCWdwdV9jb3VudBgIIAEoDRIYChBncHVfbWVtb3J5X2J5dGVzGAkgASgEEhIKCmdwdV9zaGFyZWQYCiABKAgiMwoLQXNzaWduZWRHcHUSFQoEdXVpZBgBIAEoCUIHukgEcgIoQBINCgVpbmRleBgCIAEoDSIsCg1SdW50aW1lSGVhbHRoEhsKCnJ1bnRpbWVfaWQYASABKAlCB7pIBHICKEAiLAoNUnVudGltZVVubG9hZBIbCgpydW50aW1lX2lkGAEgASgJQge6SARyAihAIugCCg5EZXBsb3ltZW50TG9hZBIeCg1kZXBsb3ltZW50X2lkGAEgASgJQge6SARyAihAEhAKCHJldmlzaW9uGAIgASgEEiEKD3J1bnRpbWVfcHJvZmlsZRgDIAEoCUIIukgFcgMogAESQgoJYXJ0aWZhY3RzGAQgAygLMiQubW9kZWxmb3JnZS5qb2JzLnYxLlJlc29sdmVkQXJ0aWZhY3RCCbpIBpIBAxDoBxI3Cgdwcm9maWxlGAUgASgLMiYubW9kZWxmb3JnZS5qb2JzLnYxLlJ1bnRpbWVQcm9maWxlU3BlYxIcCgptb2RlbF9maWxlGAYgASgJQgi6SAVyAyiAIBItCgdyZXBsaWNhGAcgASgLMhwuZ29vZ2xlLnByb3RvYnVmLlVJbnQzMlZhbHVlEjcKBGdwdXMYECADKAsyHy5tb2RlbGZvcmdlLmpvYnMudjEuQXNzaWduZWRHcHVCCLpIBZIBAhBAIvoBChBEZXBsb3ltZW50SW52b2tlEh4KDWRlcGxveW1lbnRfaWQYASABKAlCB7pIBHICKEASHAoKcmVxdWVzdF9pZBgCIAEoCUIIukgFcgMogAESHgoMY29udGVudF90eXBlGAMgASgJQgi6SAVyAyiAARIbCgdwYXlsb2FkGAQgASgMQgq6SAd6BRiAgIACEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcmV2aXNpb24YBiABKAQSLQoHcmVwbGljYRgHIAEoCzIcLmdvb2dsZS5wcm90b2J1Zi5VSW50MzJWYWx1ZSJEChBEZXBsb3ltZW50SGVhbHRoEh4KDWRlcGxveW1lbnRfaWQYASABKAlCB7pIBHICKEASEAoIcmV2aXNpb24YAiABKAQingEKD0RlcGxveW1lbnREcmFpbhIeCg1kZXBsb3ltZW50X2lkGAEgASgJQge6SARyAihAEioKB3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEAoIcmV2aXNpb24YAyABKAQSLQoHcmVwbGljYRgEIAEoCzIcLmdvb2dsZS5wcm90b2J1Zi5VSW50MzJWYWx1ZSJzChBEZXBsb3ltZW50VW5sb2FkEh4KDWRlcGxveW1lbnRfaWQYASABKAlCB7pIBHICKEASEAoIcmV2aXNpb24YAiABKAQSLQoHcmVwbGljYRgDIAEoCzIcLmdvb2dsZS5wcm90b2J1Zi5VSW50MzJWYWx1ZSLEBgoJSm9iUmVzdWx0El4KEGFydGlmYWN0X2FjcXVpcmUYASABKAsyKS5tb2RlbGZvcmdlLmpvYnMudjEuQXJ0aWZhY3RBY3F1aXJlUmVzdWx0QheKtRgTYXJ0aWZhY3QuYWNxdWlyZS52MUgAElUKDXJ1bnRpbWVfcHJvYmUYAiABKAsyJi5tb2RlbGZvcmdlLmpvYnMudjEuUnVudGltZVByb2JlUmVzdWx0QhSKtRgQcnVudGltZS5wcm9iZS52MUgAElEKDnJ1bnRpbWVfaGVhbHRoGAMgASgLMiAubW9kZWxmb3JnZS5qb2JzLnYxLkhlYWx0aFJlc3VsdEIVirUYEXJ1bnRpbWUuaGVhbHRoLnYxSAASUQoOcnVudGltZV91bmxvYWQYBCABKAsyIC5tb2RlbGZvcmdlLmpvYnMudjEuVW5sb2FkUmVzdWx0QhWKtRgRcnVudGltZS51bmxvYWQudjFIABJbCg9kZXBsb3ltZW50X2xvYWQYBSABKAsyKC5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudExvYWRSZXN1bHRCFoq1GBJkZXBsb3ltZW50LmxvYWQudjFIABJhChFkZXBsb3ltZW50X2ludm9rZRgGIAEoCzIqLm1vZGVsZm9yZ2Uuam9icy52MS5EZXBsb3ltZW50SW52b2tlUmVzdWx0QhiKtRgUZGVwbG95bWVudC5pbnZva2UudjFIABJXChFkZXBsb3ltZW50X2hlYWx0aBgHIAEoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5IZWFsdGhSZXN1bHRCGIq1GBRkZXBsb3ltZW50LmhlYWx0aC52MUgAEl4KEGRlcGxveW1lbnRfZHJhaW4YCCABKAsyKS5tb2RlbGZvcmdlLmpvYnMudjEuRGVwbG95bWVudERyYWluUmVzdWx0QheKtRgTZGVwbG95bWVudC5kcmFpbi52MUgAElcKEWRlcGxveW1lbnRfdW5sb2FkGAkgASgLMiAubW9kZWxmb3JnZS5qb2JzLnYxLlVubG9hZFJlc3VsdEIYirUYFGRlcGxveW1lbnQudW5sb2FkLnYxSABCCAoGcmVzdWx0IrIBChVBcnRpZmFjdEFjcXVpcmVSZXN1bHQSFgoEcGF0aBgBIAEoCUIIukgFcgMogCASFQoNYnl0ZXNfd3JpdHRlbhgCIAEoBBI6CgVmaWxlcxgDIAMoCzIgLm1vZGVsZm9yZ2Uuam9icy52MS5BcnRpZmFjdEZpbGVCCbpIBpIBAxDoBxIUCgxieXRlc19yZXVzZWQYBCABKAQSGAoGc291cmNlGAUgASgJQgi6SAVyAyiAAiKIAwoSUnVudGltZVByb2JlUmVzdWx0EhsKCnJ1bnRpbWVfaWQYASABKAlCB7pIBHICKEASMAoNbG9hZF9kdXJhdGlvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIwCg1wcm9iZV9sYXRlbmN5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh0KFXBlYWtfZ3B1X21lbW9yeV9ieXRlcxgEIAEoBBIXCg9wcm9jZXNzX3N0YXJ0ZWQYBSABKAgSGAoQZW5kcG9pbnRfaGVhbHRoeRgGIAEoCBIaChJpbmZlcmVuY2VfYW5zd2VyZWQYByABKAgSNgoTdGltZV90b19maXJzdF90b2tlbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChB0b2tlbnNfZ2VuZXJhdGVkGAkgASgNEhkKEXRva2Vuc19wZXJfc2Vjb25kGAogASgBEhYKDnBlYWtfcnNzX2J5dGVzGAsgASgEIjkKDEhlYWx0aFJlc3VsdBIPCgdoZWFsdGh5GAEgASgIEhgKBmRldGFpbBgCIAEoCUIIukgFcgMogAgiIwoMVW5sb2FkUmVzdWx0EhMKC2ZyZWVkX2J5dGVzGAEgASgEIkUKFERlcGxveW1lbnRMb2FkUmVzdWx0EhsKCnJ1bnRpbWVfaWQYASABKAlCB7pIBHICKEASEAoIcmV2aXNpb24YAiABKAQiVQoWRGVwbG95bWVudEludm9rZVJlc3VsdBIeCgxjb250ZW50X3R5cGUYASABKAlCCLpIBXIDKIABEhsKB3BheWxvYWQYAiABKAxCCrpIB3oFGICAgAIiNAoVRGVwbG95bWVudERyYWluUmVzdWx0EhsKE2NvbXBsZXRlZF9pbl9mbGlnaHQYASABKA0ibAoKSm9iRmFpbHVyZRIwCgRjb2RlGAEgASgOMiIubW9kZWxmb3JnZS5qb2JzLnYxLkpvYkZhaWx1cmVDb2RlEhkKB21lc3NhZ2UYAiABKAlCCLpIBXIDKIAIEhEKCXJldHJ5YWJsZRgDIAEoCCJiCgtKb2JQcm9ncmVzcxIPCgdwZXJjZW50GAEgASgBEhIKCmJ5dGVzX2RvbmUYAiABKAQSEwoLYnl0ZXNfdG90YWwYAyABKAQSGQoHbWVzc2FnZRgEIAEoCUIIukgFcgMogAIinAEKCEpvYkxlYXNlEg4KBmpvYl9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgNEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKBHNwZWMYBCABKAsyGy5tb2RlbGZvcmdlLmpvYnMudjEuSm9iU3BlYxIUCgxvcmRlcmluZ19rZXkYBSABKAkqYQoKRW5naW5lS2luZBIbChdFTkdJTkVfS0lORF9VTlNQRUNJRklFRBAAEhkKFUVOR0lORV9LSU5EX0xMQU1BX0NQUBABEhsKF0VOR0lORV9LSU5EX09QRU5BSV9IVFRQEAIqSAoKUHJvYmVJbnB1dBIbChdQUk9CRV9JTlBVVF9VTlNQRUNJRklFRBAAEh0KGVBST0JFX0lOUFVUX0NPTVBMRVRJT05fVjEQASrNBgoOSm9iRmFpbHVyZUNvZGUSIAocSk9CX0ZBSUxVUkVfQ09ERV9VTlNQRUNJRklFRBAAEisKJ0pPQl9GQUlMVVJFX0NPREVfVU5TVVBQT1JURURfQ0FQQUJJTElUWRABEiEKHUpPQl9GQUlMVVJFX0NPREVfSU5WQUxJRF9TUEVDEAISJgoiSk9CX0ZBSUxVUkVfQ09ERV9DSEVDS1NVTV9NSVNNQVRDSBADEiYKIkpPQl9GQUlMVVJFX0NPREVfSU5TVUZGSUNJRU5UX0RJU0sQBBIeChpKT0JfRkFJTFVSRV9DT0RFX05PVF9GT1VORBAFEiIKHkpPQl9GQUlMVVJFX0NPREVfUlVOVElNRV9FUlJPUhAGEhwKGEpPQl9GQUlMVVJFX0NPREVfVElNRU9VVBAHEh4KGkpPQl9GQUlMVVJFX0NPREVfQ0FOQ0VMTEVEEAgSJwojSk9CX0ZBSUxVUkVfQ09ERV9BVFRFTVBUU19FWEhBVVNURUQQCRIlCiFKT0JfRkFJTFVSRV9DT0RFX05PREVfVU5SRUFDSEFCTEUQChIdChlKT0JfRkFJTFVSRV9DT0RFX0lOVEVSTkFMEAsSIgoeSk9CX0ZBSUxVUkVfQ09ERV9QQVRIX1JFSkVDVEVEEAwSIgoeSk9CX0ZBSUxVUkVfQ09ERV9TSVpFX01JU01BVENIEA0SJwojSk9CX0ZBSUxVUkVfQ09ERV9TT1VSQ0VfVU5BVkFJTEFCTEUQDhIpCiVKT0JfRkFJTFVSRV9DT0RFX0VOR0lORV9OT1RfU1VQUE9SVEVEEA8SJAogSk9CX0ZBSUxVUkVfQ09ERV9QUk9GSUxFX0lOVkFMSUQQEBImCiJKT0JfRkFJTFVSRV9DT0RFX01PREVMX0xPQURfRkFJTEVEEBESLQopSk9CX0ZBSUxVUkVfQ09ERV9IRUFMVEhfREVBRExJTkVfRVhDRUVERUQQEhIlCiFKT0JfRkFJTFVSRV9DT0RFX0lORkVSRU5DRV9GQUlMRUQQExIiCh5KT0JfRkFJTFVSRV9DT0RFX09VVF9PRl9NRU1PUlkQFBIkCiBKT0JfRkFJTFVSRV9DT0RFX0dQVV9VTkFWQUlMQUJMRRAVOj8KCmNhcGFiaWxpdHkSHS5nb29nbGUucHJvdG9idWYuRmllbGRPcHRpb25zGNGGAyABKAlSCmNhcGFiaWxpdHliBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_descriptor, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_protobuf_wrappers]);
 
 /**
  * What a node is asked to do: exactly one typed capability.
@@ -140,7 +142,6 @@ export type ArtifactFile = Message<"modelforge.jobs.v1.ArtifactFile"> & {
    * nothing Unicode normalisation could change. Absolute paths on a node (approved roots and
    * resolved artifact paths) are "/" followed by segments of the same grammar (at most 4096 bytes
    * and 64 segments).
-   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string path = 1;
    */
@@ -155,7 +156,6 @@ export type ArtifactFile = Message<"modelforge.jobs.v1.ArtifactFile"> & {
 
   /**
    * SHA-256 of the content, 64 lowercase hex digits.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string sha256 = 3;
    */
@@ -205,7 +205,6 @@ export const DiskReservePolicySchema: GenMessage<DiskReservePolicy> = /*@__PURE_
 export type ArtifactAcquire = Message<"modelforge.jobs.v1.ArtifactAcquire"> & {
   /**
    * Repository the files come from, e.g. "org/model".
-   * Bounds: at most 256 bytes of UTF-8, no control characters.
    *
    * @generated from field: string repository = 1;
    */
@@ -213,7 +212,6 @@ export type ArtifactAcquire = Message<"modelforge.jobs.v1.ArtifactAcquire"> & {
 
   /**
    * The exact commit: 40 lowercase hex digits. Branches and tags are not accepted.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string commit = 2;
    */
@@ -222,7 +220,6 @@ export type ArtifactAcquire = Message<"modelforge.jobs.v1.ArtifactAcquire"> & {
   /**
    * The files to fetch, with sizes and digests. The artifact store holds at most this many files
    * in a commit, so a deployment's acquisition of a stored commit always fits.
-   * Bounds: at most 1000 entries.
    *
    * @generated from field: repeated modelforge.jobs.v1.ArtifactFile files = 3;
    */
@@ -230,7 +227,6 @@ export type ArtifactAcquire = Message<"modelforge.jobs.v1.ArtifactAcquire"> & {
 
   /**
    * The approved target root the files land under; one of the server's approved roots.
-   * Bounds: at most 4096 bytes of UTF-8, no control characters.
    *
    * @generated from field: string target_root = 4;
    */
@@ -260,7 +256,6 @@ export type ResolvedArtifact = Message<"modelforge.jobs.v1.ResolvedArtifact"> & 
   /**
    * Absolute path on the node, inside an approved root: "/" and segments of the artifact path
    * grammar (see ArtifactFile.path).
-   * Bounds: at most 4096 bytes of UTF-8, no control characters.
    *
    * @generated from field: string path = 1;
    */
@@ -268,7 +263,6 @@ export type ResolvedArtifact = Message<"modelforge.jobs.v1.ResolvedArtifact"> & 
 
   /**
    * SHA-256 of the file, 64 lowercase hex digits.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string sha256 = 2;
    */
@@ -290,7 +284,6 @@ export const ResolvedArtifactSchema: GenMessage<ResolvedArtifact> = /*@__PURE__*
 export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
   /**
    * Immutable runtime profile identity, e.g. "vllm-0.6-fp16".
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_profile = 1;
    */
@@ -298,7 +291,6 @@ export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
 
   /**
    * Immutable runtime environment identity, e.g. "cuda12.4-py3.11".
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_environment = 2;
    */
@@ -306,7 +298,6 @@ export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
 
   /**
    * The artifacts the runtime loads.
-   * Bounds: at most 1000 entries.
    *
    * @generated from field: repeated modelforge.jobs.v1.ResolvedArtifact artifacts = 3;
    */
@@ -314,7 +305,6 @@ export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
 
   /**
    * Identifier of the fixed probe input; never free text from a user.
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string probe_input_id = 4;
    */
@@ -345,7 +335,6 @@ export type RuntimeProbe = Message<"modelforge.jobs.v1.RuntimeProbe"> & {
   /**
    * The artifact the runtime loads: exactly the path of one of artifacts; the others sit beside
    * it. Empty: the single artifact ending in .gguf (or the only artifact); several is a failed job.
-   * Bounds: at most 4096 bytes of UTF-8, no control characters.
    *
    * @generated from field: string model_file = 8;
    */
@@ -388,7 +377,6 @@ export type RuntimeProfileSpec = Message<"modelforge.jobs.v1.RuntimeProfileSpec"
 
   /**
    * SHA-256 of the profile's canonical content, 64 lowercase hex digits.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string content_hash = 4;
    */
@@ -455,7 +443,6 @@ export const RuntimeProfileSpecSchema: GenMessage<RuntimeProfileSpec> = /*@__PUR
 export type AssignedGpu = Message<"modelforge.jobs.v1.AssignedGpu"> & {
   /**
    * The GPU's vendor UUID, e.g. "GPU-5d3e...".
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string uuid = 1;
    */
@@ -484,7 +471,6 @@ export const AssignedGpuSchema: GenMessage<AssignedGpu> = /*@__PURE__*/
 export type RuntimeHealth = Message<"modelforge.jobs.v1.RuntimeHealth"> & {
   /**
    * The runtime to check.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_id = 1;
    */
@@ -506,7 +492,6 @@ export const RuntimeHealthSchema: GenMessage<RuntimeHealth> = /*@__PURE__*/
 export type RuntimeUnload = Message<"modelforge.jobs.v1.RuntimeUnload"> & {
   /**
    * The runtime to stop.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_id = 1;
    */
@@ -528,7 +513,6 @@ export const RuntimeUnloadSchema: GenMessage<RuntimeUnload> = /*@__PURE__*/
 export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
   /**
    * The deployment to load.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -543,7 +527,6 @@ export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
 
   /**
    * Runtime profile identity.
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_profile = 3;
    */
@@ -551,7 +534,6 @@ export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
 
   /**
    * The artifacts the deployment serves.
-   * Bounds: at most 1000 entries.
    *
    * @generated from field: repeated modelforge.jobs.v1.ResolvedArtifact artifacts = 4;
    */
@@ -568,7 +550,6 @@ export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
    * The artifact the runtime loads, resolved by the control plane from the deployment's model
    * file: exactly the path of one of artifacts. Empty (older servers): the single artifact ending
    * in .gguf (or the only artifact); several is a failed job.
-   * Bounds: at most 4096 bytes of UTF-8, no control characters.
    *
    * @generated from field: string model_file = 6;
    */
@@ -585,7 +566,6 @@ export type DeploymentLoad = Message<"modelforge.jobs.v1.DeploymentLoad"> & {
   /**
    * The GPUs placement assigned this replica; empty for a CPU replica. The agent refuses the lease
    * (GPU_UNAVAILABLE) unless it has each of them, by UUID, at the same index.
-   * Bounds: at most 64 entries.
    *
    * @generated from field: repeated modelforge.jobs.v1.AssignedGpu gpus = 16;
    */
@@ -607,7 +587,6 @@ export const DeploymentLoadSchema: GenMessage<DeploymentLoad> = /*@__PURE__*/
 export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & {
   /**
    * The deployment to call.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -615,7 +594,6 @@ export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & 
 
   /**
    * Request id of the service client's call, for tracing.
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string request_id = 2;
    */
@@ -623,7 +601,6 @@ export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & 
 
   /**
    * MIME type of the payload, e.g. "application/json".
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string content_type = 3;
    */
@@ -631,7 +608,6 @@ export type DeploymentInvoke = Message<"modelforge.jobs.v1.DeploymentInvoke"> & 
 
   /**
    * The request body. Never logged.
-   * Bounds: at most 4194304 bytes.
    *
    * @generated from field: bytes payload = 4;
    */
@@ -676,7 +652,6 @@ export const DeploymentInvokeSchema: GenMessage<DeploymentInvoke> = /*@__PURE__*
 export type DeploymentHealth = Message<"modelforge.jobs.v1.DeploymentHealth"> & {
   /**
    * The deployment to check.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -706,7 +681,6 @@ export const DeploymentHealthSchema: GenMessage<DeploymentHealth> = /*@__PURE__*
 export type DeploymentDrain = Message<"modelforge.jobs.v1.DeploymentDrain"> & {
   /**
    * The deployment to drain.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -750,7 +724,6 @@ export const DeploymentDrainSchema: GenMessage<DeploymentDrain> = /*@__PURE__*/
 export type DeploymentUnload = Message<"modelforge.jobs.v1.DeploymentUnload"> & {
   /**
    * The deployment to unload.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string deployment_id = 1;
    */
@@ -880,7 +853,6 @@ export const JobResultSchema: GenMessage<JobResult> = /*@__PURE__*/
 export type ArtifactAcquireResult = Message<"modelforge.jobs.v1.ArtifactAcquireResult"> & {
   /**
    * Directory the verified files are in.
-   * Bounds: at most 4096 bytes of UTF-8, no control characters.
    *
    * @generated from field: string path = 1;
    */
@@ -895,7 +867,6 @@ export type ArtifactAcquireResult = Message<"modelforge.jobs.v1.ArtifactAcquireR
 
   /**
    * The files, as verified.
-   * Bounds: at most 1000 entries.
    *
    * @generated from field: repeated modelforge.jobs.v1.ArtifactFile files = 3;
    */
@@ -932,7 +903,6 @@ export const ArtifactAcquireResultSchema: GenMessage<ArtifactAcquireResult> = /*
 export type RuntimeProbeResult = Message<"modelforge.jobs.v1.RuntimeProbeResult"> & {
   /**
    * Identifier of the runtime started for the probe.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_id = 1;
    */
@@ -1031,7 +1001,6 @@ export type HealthResult = Message<"modelforge.jobs.v1.HealthResult"> & {
 
   /**
    * A short human-readable detail.
-   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string detail = 2;
    */
@@ -1074,7 +1043,6 @@ export const UnloadResultSchema: GenMessage<UnloadResult> = /*@__PURE__*/
 export type DeploymentLoadResult = Message<"modelforge.jobs.v1.DeploymentLoadResult"> & {
   /**
    * The runtime now serving the deployment.
-   * Bounds: at most 64 bytes of UTF-8, no control characters.
    *
    * @generated from field: string runtime_id = 1;
    */
@@ -1103,7 +1071,6 @@ export const DeploymentLoadResultSchema: GenMessage<DeploymentLoadResult> = /*@_
 export type DeploymentInvokeResult = Message<"modelforge.jobs.v1.DeploymentInvokeResult"> & {
   /**
    * MIME type of the payload.
-   * Bounds: at most 128 bytes of UTF-8, no control characters.
    *
    * @generated from field: string content_type = 1;
    */
@@ -1111,7 +1078,6 @@ export type DeploymentInvokeResult = Message<"modelforge.jobs.v1.DeploymentInvok
 
   /**
    * The response body. Never logged.
-   * Bounds: at most 4194304 bytes.
    *
    * @generated from field: bytes payload = 2;
    */
@@ -1161,7 +1127,6 @@ export type JobFailure = Message<"modelforge.jobs.v1.JobFailure"> & {
 
   /**
    * A short human-readable message. Never contains secrets or payloads.
-   * Bounds: at most 1024 bytes of UTF-8, no control characters.
    *
    * @generated from field: string message = 2;
    */
@@ -1211,7 +1176,6 @@ export type JobProgress = Message<"modelforge.jobs.v1.JobProgress"> & {
 
   /**
    * A short status line (at most 256 bytes).
-   * Bounds: at most 256 bytes of UTF-8, no control characters.
    *
    * @generated from field: string message = 4;
    */
