@@ -23,6 +23,8 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
     "gpu-count": valueOption("N", "GPUs each replica is assigned (default 0)"),
     "gpu-memory-bytes": valueOption("BYTES", "openai-http only: device memory its server takes on each GPU (default 0)"),
     "gpu-shared": switchOption("replicas may share a GPU with others that allow it (default: GPUs of their own)"),
+    parallel: valueOption("N", "llama.cpp only: requests each replica generates at once (default: chosen from the model, 1 to 8)"),
+    "batch-size": valueOption("TOKENS", "llama.cpp only: tokens per decode batch (default: the engine's)"),
   },
   notes: "A profile never changes: to run with other parameters, create a profile under a new name.",
   async run(ctx, values, positionals) {
@@ -41,6 +43,8 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
       gpuCount: intOption(values, "gpu-count", 0, 64, 0),
       gpuMemoryBytes: BigInt(intOption(values, "gpu-memory-bytes", 1, 2 ** 50, 0)),
       gpuShared: values["gpu-shared"] === true,
+      parallel: intOption(values, "parallel", 1, 256, 0),
+      batchSize: intOption(values, "batch-size", 1, 65_536, 0),
     });
     return printReply(ctx, CreateRuntimeProfileResponseSchema, res, ({ profile, created }) => {
       const spec = profile!.spec;
@@ -52,6 +56,12 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
           ["Threads", spec?.threads ? String(spec.threads) : "engine default"],
           ["Memory", spec?.memoryBytes ? formatBytes(spec.memoryBytes) : "none declared"],
           ["GPUs", gpuSummary(spec)],
+          ...(spec?.engine === EngineKind.LLAMA_CPP
+            ? ([
+                ["Parallel", spec.parallel ? String(spec.parallel) : "chosen from the model"],
+                ["Batch size", spec.batchSize ? String(spec.batchSize) : "engine default"],
+              ] as [string, string][])
+            : []),
           ["Content hash", spec?.contentHash],
         ])
       );
@@ -73,12 +83,13 @@ function gpuSummary(spec: RuntimeProfile["spec"]): string {
 /** The profile table. Pure. */
 function profileTable(profiles: RuntimeProfile[], now: Date): string {
   return table(
-    ["NAME", "ENGINE", "CONTEXT", "THREADS", "GPUS", "HASH", "CREATED"],
+    ["NAME", "ENGINE", "CONTEXT", "THREADS", "PARALLEL", "GPUS", "HASH", "CREATED"],
     profiles.map((p) => [
       p.name,
       engineLabel(p.spec?.engine),
       p.spec?.contextSize ? String(p.spec.contextSize) : "default",
       p.spec?.threads ? String(p.spec.threads) : "default",
+      p.spec?.engine !== EngineKind.LLAMA_CPP ? "-" : p.spec.parallel ? String(p.spec.parallel) : "auto",
       p.spec?.gpuCount ? String(p.spec.gpuCount) : "-",
       (p.spec?.contentHash ?? "").slice(0, 12),
       formatAge(dateOf(p.createdAt), now),

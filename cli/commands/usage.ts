@@ -22,12 +22,13 @@ export function renderUsageTable(rows: UsageRow[], by: UsageGrouping): string {
         ? "FROM"
         : "DEPLOYMENT";
   return table(
-    [first, "REQUESTS", "FAILED", "PROMPT TOKENS", "COMPLETION TOKENS", "MEAN TTFT"],
+    [first, "REQUESTS", "FAILED", "PROMPT TOKENS", "CACHED", "COMPLETION TOKENS", "MEAN TTFT"],
     rows.map((r) => [
       first === "KEY" ? r.keyId : first === "FROM" ? formatTime(dateOf(r.start)) : r.deploymentName || r.deploymentId,
       String(r.requests),
       String(r.failedRequests),
       String(r.promptTokens),
+      String(r.cachedPromptTokens),
       String(r.completionTokens),
       r.meanTimeToFirstToken === undefined ? "-" : formatDuration(durationMs(r.meanTimeToFirstToken)),
     ]),

@@ -126,11 +126,32 @@ export function estimateGguf(shape: GgufShape): MemoryEstimate {
   return { weightsBytes, ...kvOf(shape) };
 }
 
-/** What a deployment needs in RAM at a context size (0: the model's own), with the margin. */
-export function memoryNeed(estimate: MemoryEstimate, contextSize: number): number {
+/**
+ * What a replica needs in RAM at a context size (0: the model's own) for each of its `parallel`
+ * sequences (each holds a KV cache of the whole context), with the margin.
+ */
+export function memoryNeed(estimate: MemoryEstimate, contextSize: number, parallel = 1): number {
   const context = contextSize === 0 ? estimate.contextLength : contextSize;
-  const need = estimate.weightsBytes + estimate.kvBytesPerToken * context;
+  const need = estimate.weightsBytes + estimate.kvBytesPerToken * context * parallel;
   return Math.ceil(need * (1 + MARGIN_FRACTION)) + MARGIN_FIXED_BYTES;
+}
+
+/** The most sequences the default gives a llama.cpp replica. */
+export const DEFAULT_PARALLEL_MAX = 8;
+
+/**
+ * How many requests a llama.cpp replica generates at once when its profile leaves it to the model
+ * (parallel 0): as many sequences as keep their KV caches together within the size of the
+ * weights, from 1 to DEFAULT_PARALLEL_MAX. Batching pays while the step is bound by reading the
+ * weights; past that the caches cost as much memory as the model again for little more speed.
+ * Without an estimate: 1. Pure.
+ */
+export function replicaParallel(profileParallel: number, estimate: MemoryEstimate | undefined, contextSize: number): number {
+  if (profileParallel > 0) return profileParallel;
+  if (estimate === undefined) return 1;
+  const perSequence = estimate.kvBytesPerToken * (contextSize === 0 ? estimate.contextLength : contextSize);
+  if (perSequence <= 0) return DEFAULT_PARALLEL_MAX;
+  return Math.min(DEFAULT_PARALLEL_MAX, Math.max(1, Math.floor(estimate.weightsBytes / perSequence)));
 }
 
 /** The estimate stored with an artifact row, if it has one. */

@@ -29,7 +29,7 @@ import {
 import { assignedGpus, capabilityOfStep, specOfStep, unloadOnNode } from "./specs.js";
 import { unsettledDeployments } from "./unsettled.js";
 import { gpuLoss, nodeLoss, type LossBounds } from "./node-loss.js";
-import { placeReplica } from "./placement-snapshot.js";
+import { placeReplica, replicaParallelOf } from "./placement-snapshot.js";
 
 export interface DeploymentControllerDeps {
   prisma: PrismaClient;
@@ -409,6 +409,7 @@ export class DeploymentController {
         drainTimeoutMs: d.drainTimeoutMs,
         files,
         gpus: assignedGpus(i),
+        ...(step === "load" ? { parallel: await replicaParallelOf(prisma, i) } : {}),
       });
       await jobs.createJob({ id: jobId, nodeId, spec, orderingKey: d.id, maxAttempts: 0, correlationId: `deployment:${d.id}` });
       log.info({ deploymentId: d.id, revision: String(i.revision), replica: i.replica, step, jobId }, "deployment step started");

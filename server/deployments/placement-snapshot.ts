@@ -4,7 +4,7 @@ import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import type { PrismaClient } from "../../gen/prisma/client.js";
 import { TelemetrySchema } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import type { Clock } from "../../common/clock.js";
-import { commitEstimate, memoryNeed, storedEstimate } from "../artifacts/memory.js";
+import { commitEstimate, memoryNeed, replicaParallel, storedEstimate, type MemoryEstimate } from "../artifacts/memory.js";
 import { nodeLoss, type LossBounds } from "./node-loss.js";
 import { place, type NodeTelemetryView, type NodeView, type Placement } from "./placement.js";
 import type { GpuNeed } from "./gpu-fit.js";
@@ -39,7 +39,7 @@ export interface PlacementInput {
   targetRoot: string;
 }
 
-interface Served {
+export interface Served {
   repository: string;
   commit: string;
   modelFile: string;
@@ -75,8 +75,13 @@ async function needs(prisma: PrismaClient, wanted: Served[]): Promise<(key: Serv
   };
 }
 
-/** What each (repository, commit, model file, profile) needs in RAM; undefined when unknown. */
-async function memoryNeeds(prisma: PrismaClient, wanted: Served[]): Promise<(key: Served) => number | undefined> {
+type ProfileRow = Awaited<ReturnType<PrismaClient["runtimeProfile"]["findMany"]>>[number];
+
+/** Each served (repository, commit, model file, profile)'s profile row and its model's estimate. */
+async function estimatesOf(
+  prisma: PrismaClient,
+  wanted: Served[],
+): Promise<(key: Served) => { profile: ProfileRow; estimate: MemoryEstimate | undefined } | undefined> {
   const [files, profiles] = await Promise.all([
     prisma.storedArtifact.findMany({
       where: { OR: wanted.map((w) => ({ repository: w.repository, commit: w.commit })) },
@@ -95,16 +100,38 @@ async function memoryNeeds(prisma: PrismaClient, wanted: Served[]): Promise<(key
   return (key) => {
     const p = profile.get(key.runtimeProfile);
     if (p === undefined) return undefined;
-    // An openai-http runtime's model lives in a server of its own: it takes what its profile
-    // declares (0 when that server runs elsewhere).
-    if (p.engine === "openai-http") return Number(p.memoryBytes);
     const ofCommit = files.filter((f) => f.repository === key.repository && f.commit === key.commit);
     const estimate = commitEstimate(
       ofCommit.map((f) => ({ path: f.path, estimate: storedEstimate(f) })),
       key.modelFile,
     );
-    return estimate === undefined ? undefined : memoryNeed(estimate, p.contextSize);
+    return { profile: p, estimate };
   };
+}
+
+/** What each (repository, commit, model file, profile) needs in RAM; undefined when unknown. */
+async function memoryNeeds(prisma: PrismaClient, wanted: Served[]): Promise<(key: Served) => number | undefined> {
+  const of = await estimatesOf(prisma, wanted);
+  return (key) => {
+    const found = of(key);
+    if (found === undefined) return undefined;
+    const { profile: p, estimate } = found;
+    // An openai-http runtime's model lives in a server of its own: it takes what its profile
+    // declares (0 when that server runs elsewhere).
+    if (p.engine === "openai-http") return Number(p.memoryBytes);
+    return estimate === undefined ? undefined : memoryNeed(estimate, p.contextSize, replicaParallel(p.parallel, estimate, p.contextSize));
+  };
+}
+
+/**
+ * The requests a replica generates at once, as placement priced it: the profile's parallel, or
+ * the rule's choice for the model (deployment.load.v1 carries it to the agent). 0 for an engine
+ * that schedules its own (openai-http) or a profile that is gone.
+ */
+export async function replicaParallelOf(prisma: PrismaClient, served: Served): Promise<number> {
+  const found = (await estimatesOf(prisma, [served]))(served);
+  if (found === undefined || found.profile.engine !== "llama.cpp") return 0;
+  return replicaParallel(found.profile.parallel, found.estimate, found.profile.contextSize);
 }
 
 /** RAM available and free bytes per mount from the stored common.v1.Telemetry; undefined when unusable. */

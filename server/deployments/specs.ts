@@ -22,6 +22,8 @@ export interface StepInput {
   files: { path: string; sizeBytes: bigint; sha256: string }[];
   /** The GPUs placement assigned the replica (UUID and index); empty for a CPU replica. */
   gpus?: { uuid: string; index: number }[];
+  /** Requests the replica generates at once (placement's choice); 0 for the engine's own scheduling. */
+  parallel?: number;
 }
 
 /** The GPUs recorded on a replica, each UUID with its index (two columns, in step). */
@@ -63,6 +65,7 @@ export function specOfStep(step: Step, i: StepInput): JobSpec {
             // Empty for an instance from before the model file was stored: the agent applies the rule.
             modelFile: i.modelFile === "" ? "" : onNode(i.modelFile),
             gpus: i.gpus ?? [],
+            parallel: i.parallel ?? 0,
           },
         },
       });

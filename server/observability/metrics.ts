@@ -41,6 +41,7 @@ export interface ServedRequest {
   outcome: string;
   durationMs: number;
   promptTokens: number;
+  cachedPromptTokens: number;
   completionTokens: number;
   firstTokenMs: number | undefined;
 }
@@ -266,6 +267,13 @@ function servingMetrics(registers: Registry[]): ServingMetrics {
     labelNames: ["deployment", "kind"] as const,
     registers,
   });
+  // Apart from modelforge_tokens_total, whose kinds add up to the tokens processed: these are a part of its prompt tokens.
+  const cachedPrompt = new Counter({
+    name: "modelforge_cached_prompt_tokens_total",
+    help: "Of the prompt tokens, those the runtimes reused from their prompt caches instead of evaluating.",
+    labelNames: deployment,
+    registers,
+  });
   const requests = new Counter({
     name: "modelforge_requests_total",
     help: 'Service clients\' requests that ended, by deployment and outcome ("ok" or the status code).',
@@ -306,6 +314,7 @@ function servingMetrics(registers: Registry[]): ServingMetrics {
       inFlight.dec(labels);
       requests.inc({ ...labels, outcome: r.outcome });
       if (r.promptTokens > 0) tokens.inc({ ...labels, kind: "prompt" }, r.promptTokens);
+      if (r.cachedPromptTokens > 0) cachedPrompt.inc(labels, r.cachedPromptTokens);
       if (r.completionTokens > 0) tokens.inc({ ...labels, kind: "completion" }, r.completionTokens);
       if (r.firstTokenMs !== undefined) firstToken.observe(labels, r.firstTokenMs / 1000);
       duration.observe(labels, r.durationMs / 1000);

@@ -33,6 +33,8 @@ export function adminRuntimeProfiles(profiles: RuntimeProfiles): RuntimeProfileR
           gpuCount: req.gpuCount,
           gpuMemoryBytes: req.gpuMemoryBytes,
           gpuShared: req.gpuShared,
+          parallel: req.parallel,
+          batchSize: req.batchSize,
         },
         callOf(ctx).correlationId,
       );

@@ -18,6 +18,8 @@ export const MAX_THREADS = 1024;
 export const MAX_MEMORY_BYTES = 2n ** 50n;
 export const MAX_GPU_LAYERS = 1024;
 export const MAX_GPU_COUNT = 64;
+export const MAX_PARALLEL = 256;
+export const MAX_BATCH_SIZE = 65_536;
 const NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 
 export interface ProfileContent {
@@ -36,6 +38,10 @@ export interface ProfileContent {
   gpuMemoryBytes?: bigint;
   /** Replicas may share a GPU with others that allow it too. */
   gpuShared?: boolean;
+  /** llama.cpp: requests generated at once; absent or 0 for the control plane's choice per model. */
+  parallel?: number;
+  /** llama.cpp: tokens per decode batch; absent or 0 for the engine's default. */
+  batchSize?: number;
 }
 
 export function checkProfileName(name: string, field = "name"): void {
@@ -58,6 +64,23 @@ export function checkProfileContent(p: ProfileContent): void {
     throw new ProfileRuleError("memory_bytes", "only an openai-http profile declares memory; llama.cpp's is estimated from the model");
   }
   checkGpuNeed(p);
+  checkBatching(p);
+}
+
+/** The batching fields: bounded, and only for the built-in engine (an openai-http server batches itself). */
+function checkBatching(p: ProfileContent): void {
+  const parallel = p.parallel ?? 0;
+  const batchSize = p.batchSize ?? 0;
+  if (!Number.isInteger(parallel) || parallel < 0 || parallel > MAX_PARALLEL) {
+    throw new ProfileRuleError("parallel", `must be from 0 (chosen from the model) to ${MAX_PARALLEL}`);
+  }
+  if (!Number.isInteger(batchSize) || batchSize < 0 || batchSize > MAX_BATCH_SIZE) {
+    throw new ProfileRuleError("batch_size", `must be from 0 (the engine's default) to ${MAX_BATCH_SIZE}`);
+  }
+  const llama = engineNameOfKind[p.engine] === "llama.cpp";
+  if (!llama && parallel > 0)
+    throw new ProfileRuleError("parallel", "only a llama.cpp profile sets parallel; an openai-http server schedules its own");
+  if (!llama && batchSize > 0) throw new ProfileRuleError("batch_size", "only a llama.cpp profile sets batch_size");
 }
 
 /** The GPU fields: bounded, and consistent with the engine and with each other. */
@@ -121,6 +144,8 @@ export function profileContentHash(p: ProfileContent): string {
     ...((p.gpuCount ?? 0) > 0 ? { gpuCount: p.gpuCount } : {}),
     ...((p.gpuMemoryBytes ?? 0n) > 0n ? { gpuMemoryBytes: String(p.gpuMemoryBytes) } : {}),
     ...(p.gpuShared === true ? { gpuShared: true } : {}),
+    ...((p.parallel ?? 0) > 0 ? { parallel: p.parallel } : {}),
+    ...((p.batchSize ?? 0) > 0 ? { batchSize: p.batchSize } : {}),
   });
   return createHash("sha256").update(canonical).digest("hex");
 }

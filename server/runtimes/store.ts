@@ -37,6 +37,8 @@ export function specOf(row: ProfileRow): RuntimeProfileSpec {
     gpuCount: row.gpuCount,
     gpuMemoryBytes: row.gpuMemoryBytes,
     gpuShared: row.gpuShared,
+    parallel: row.parallel,
+    batchSize: row.batchSize,
   });
 }
 
@@ -78,6 +80,8 @@ export class RuntimeProfiles {
       gpuCount: input.gpuCount ?? 0,
       gpuMemoryBytes: input.gpuMemoryBytes ?? 0n,
       gpuShared: input.gpuShared ?? false,
+      parallel: input.parallel ?? 0,
+      batchSize: input.batchSize ?? 0,
       contentHash,
       createdAt: now,
     };

@@ -1,4 +1,4 @@
-// Service clients' usage: requests, prompt and completion tokens and time to first token, per
+// Service clients' usage: requests, prompt (and of them cached) and completion tokens and time to first token, per
 // service key, deployment, minute and outcome. Counted in memory on the request path and added to
 // the database every few seconds in one statement, so accounting costs a row per key, deployment
 // and minute, never a write per request (the contention LiteLLM's spend logs cause). A flush that
@@ -21,6 +21,8 @@ export interface UsageEntry {
   /** "ok" or the Connect code name it ended with. */
   outcome: string;
   promptTokens: number;
+  /** Of the prompt tokens, those the runtime reused from its cache. */
+  cachedPromptTokens: number;
   completionTokens: number;
   /** A stream's time to its first token, in milliseconds. */
   firstTokenMs?: number;
@@ -29,6 +31,7 @@ export interface UsageEntry {
 export interface UsageCell {
   requests: number;
   promptTokens: number;
+  cachedPromptTokens: number;
   completionTokens: number;
   firstTokenMsSum: number;
   firstTokenCount: number;
@@ -38,7 +41,7 @@ export interface UsageCell {
 type Cells = Map<string, UsageCell>;
 
 const minuteMs = 60_000;
-/** Cells per INSERT: 9 parameters a row, well under PostgreSQL's 65,535 a statement. */
+/** Cells per INSERT: 10 parameters a row, well under PostgreSQL's 65,535 a statement. */
 const rowsPerStatement = 1000;
 const sep = "\u0000";
 
@@ -46,10 +49,18 @@ const sep = "\u0000";
 export function addEntry(cells: Cells, entry: UsageEntry, at: number): void {
   const minute = Math.floor(at / minuteMs) * minuteMs;
   const key = [entry.keyId, entry.deploymentId, minute, entry.outcome].join(sep);
-  const cell = cells.get(key) ?? { requests: 0, promptTokens: 0, completionTokens: 0, firstTokenMsSum: 0, firstTokenCount: 0 };
+  const cell = cells.get(key) ?? {
+    requests: 0,
+    promptTokens: 0,
+    cachedPromptTokens: 0,
+    completionTokens: 0,
+    firstTokenMsSum: 0,
+    firstTokenCount: 0,
+  };
   cells.set(key, cell);
   cell.requests += 1;
   cell.promptTokens += entry.promptTokens;
+  cell.cachedPromptTokens += entry.cachedPromptTokens;
   cell.completionTokens += entry.completionTokens;
   if (entry.firstTokenMs !== undefined) {
     cell.firstTokenMsSum += Math.max(0, Math.round(entry.firstTokenMs));
@@ -65,6 +76,7 @@ export function mergeCells(into: Cells, from: Cells): void {
     else {
       cell.requests += c.requests;
       cell.promptTokens += c.promptTokens;
+      cell.cachedPromptTokens += c.cachedPromptTokens;
       cell.completionTokens += c.completionTokens;
       cell.firstTokenMsSum += c.firstTokenMsSum;
       cell.firstTokenCount += c.firstTokenCount;
@@ -112,17 +124,18 @@ export class UsageLedger {
 function upsert(cells: Cells): Prisma.Sql {
   const rows = [...cells].map(([key, c]) => {
     const [keyId, deploymentId, minute, outcome] = key.split(sep) as [string, string, string, string];
-    return Prisma.sql`(${keyId}::uuid, ${deploymentId}::uuid, ${new Date(Number(minute))}::timestamptz, ${outcome}, ${c.requests}::bigint, ${c.promptTokens}::bigint, ${c.completionTokens}::bigint, ${c.firstTokenMsSum}::bigint, ${c.firstTokenCount}::bigint)`;
+    return Prisma.sql`(${keyId}::uuid, ${deploymentId}::uuid, ${new Date(Number(minute))}::timestamptz, ${outcome}, ${c.requests}::bigint, ${c.promptTokens}::bigint, ${c.cachedPromptTokens}::bigint, ${c.completionTokens}::bigint, ${c.firstTokenMsSum}::bigint, ${c.firstTokenCount}::bigint)`;
   });
   // One statement, so the counts and the last use land together or not at all. A key's last use
   // only moves forward: a replica flushing an older minute late leaves a newer one alone.
   return Prisma.sql`
     WITH written AS (
-      INSERT INTO "UsageMinute" ("keyId", "deploymentId", "minute", "outcome", "requests", "promptTokens", "completionTokens", "firstTokenMsSum", "firstTokenCount")
+      INSERT INTO "UsageMinute" ("keyId", "deploymentId", "minute", "outcome", "requests", "promptTokens", "cachedPromptTokens", "completionTokens", "firstTokenMsSum", "firstTokenCount")
       VALUES ${Prisma.join(rows)}
       ON CONFLICT ("keyId", "deploymentId", "minute", "outcome") DO UPDATE SET
         "requests" = "UsageMinute"."requests" + EXCLUDED."requests",
         "promptTokens" = "UsageMinute"."promptTokens" + EXCLUDED."promptTokens",
+        "cachedPromptTokens" = "UsageMinute"."cachedPromptTokens" + EXCLUDED."cachedPromptTokens",
         "completionTokens" = "UsageMinute"."completionTokens" + EXCLUDED."completionTokens",
         "firstTokenMsSum" = "UsageMinute"."firstTokenMsSum" + EXCLUDED."firstTokenMsSum",
         "firstTokenCount" = "UsageMinute"."firstTokenCount" + EXCLUDED."firstTokenCount"

@@ -51,6 +51,7 @@ interface Grouped {
   requests: bigint;
   failed: bigint;
   prompt: bigint;
+  cached: bigint;
   completion: bigint;
   ttftSum: bigint;
   ttftCount: bigint;
@@ -73,7 +74,8 @@ export function adminUsage(prisma: PrismaClient, clock: Clock): Pick<ServiceImpl
       const rows = await prisma.$queryRaw<Grouped[]>`
         SELECT ${group} AS g, sum(u."requests")::bigint AS requests,
           coalesce(sum(u."requests") FILTER (WHERE u."outcome" <> 'ok'), 0)::bigint AS failed,
-          sum(u."promptTokens")::bigint AS prompt, sum(u."completionTokens")::bigint AS completion,
+          sum(u."promptTokens")::bigint AS prompt, sum(u."cachedPromptTokens")::bigint AS cached,
+          sum(u."completionTokens")::bigint AS completion,
           sum(u."firstTokenMsSum")::bigint AS "ttftSum", sum(u."firstTokenCount")::bigint AS "ttftCount",
           max(d."name") AS name
         FROM "UsageMinute" u LEFT JOIN "Deployment" d ON d."id" = u."deploymentId"
@@ -103,6 +105,7 @@ function rowOf(r: Grouped, by: UsageGrouping) {
     requests: r.requests,
     failedRequests: r.failed,
     promptTokens: r.prompt,
+    cachedPromptTokens: r.cached,
     completionTokens: r.completion,
     meanTimeToFirstToken: r.ttftCount > 0n ? durationFromMs(Number(r.ttftSum / r.ttftCount)) : undefined,
   });

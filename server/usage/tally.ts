@@ -7,6 +7,8 @@
 
 export interface Tally {
   promptTokens: number;
+  /** Of the prompt tokens, those the runtime reused from its cache (`usage.prompt_tokens_details.cached_tokens`). */
+  cachedPromptTokens: number;
   completionTokens: number;
   /** Token chunks passed on so far. */
   delivered: number;
@@ -14,7 +16,7 @@ export interface Tally {
   reported: boolean;
 }
 
-export const emptyTally = (): Tally => ({ promptTokens: 0, completionTokens: 0, delivered: 0, reported: false });
+export const emptyTally = (): Tally => ({ promptTokens: 0, cachedPromptTokens: 0, completionTokens: 0, delivered: 0, reported: false });
 
 /**
  * What to pass on of one answer piece, or nothing (a usage-only chunk the client did not ask for):
@@ -35,6 +37,10 @@ export function tallyPiece(tally: Tally, payload: Uint8Array, stream: boolean, c
   if (typeof usage === "object" && usage !== null) {
     const u = usage as Record<string, unknown>;
     tally.promptTokens = count(u.prompt_tokens);
+    const details = u.prompt_tokens_details;
+    const cached = typeof details === "object" && details !== null ? count((details as Record<string, unknown>).cached_tokens) : 0;
+    // Never more than the prompt: a runtime's odd count cannot make reused tokens out of nothing.
+    tally.cachedPromptTokens = Math.min(cached, tally.promptTokens);
     tally.completionTokens = count(u.completion_tokens);
     tally.reported = true;
   }
@@ -56,11 +62,18 @@ export function tallyPiece(tally: Tally, payload: Uint8Array, stream: boolean, c
   };
 }
 
+export interface RequestTokens {
+  promptTokens: number;
+  /** Of the prompt tokens, those reused from the runtime's cache. */
+  cachedPromptTokens: number;
+  completionTokens: number;
+}
+
 /** The request's tokens: the runtime's count when it gave one, else what was delivered. */
-export function tokensOf(tally: Tally): { promptTokens: number; completionTokens: number } {
+export function tokensOf(tally: Tally): RequestTokens {
   return tally.reported
-    ? { promptTokens: tally.promptTokens, completionTokens: tally.completionTokens }
-    : { promptTokens: 0, completionTokens: tally.delivered };
+    ? { promptTokens: tally.promptTokens, cachedPromptTokens: tally.cachedPromptTokens, completionTokens: tally.completionTokens }
+    : { promptTokens: 0, cachedPromptTokens: 0, completionTokens: tally.delivered };
 }
 
 /** A chunk of generated text: a completion's `text`, or a chat delta's `content` (not the role-only opening chunk). */

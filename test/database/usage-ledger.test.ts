@@ -25,9 +25,25 @@ describe("the usage ledger", () => {
   it("adds entries up by key, deployment, minute and outcome, and keeps a failed flush's counts", async () => {
     const clock = new ManualClock(t0);
     const ledger = new UsageLedger(() => clock.now());
-    ledger.record({ keyId: keyA, deploymentId: dep, outcome: "ok", promptTokens: 5, completionTokens: 7, firstTokenMs: 40 });
-    ledger.record({ keyId: keyA, deploymentId: dep, outcome: "ok", promptTokens: 3, completionTokens: 2, firstTokenMs: 20 });
-    ledger.record({ keyId: keyB, deploymentId: dep, outcome: "canceled", promptTokens: 0, completionTokens: 4 });
+    ledger.record({
+      keyId: keyA,
+      deploymentId: dep,
+      outcome: "ok",
+      promptTokens: 5,
+      cachedPromptTokens: 4,
+      completionTokens: 7,
+      firstTokenMs: 40,
+    });
+    ledger.record({
+      keyId: keyA,
+      deploymentId: dep,
+      outcome: "ok",
+      promptTokens: 3,
+      cachedPromptTokens: 0,
+      completionTokens: 2,
+      firstTokenMs: 20,
+    });
+    ledger.record({ keyId: keyB, deploymentId: dep, outcome: "canceled", promptTokens: 0, cachedPromptTokens: 0, completionTokens: 4 });
     const away = await unreachableDatabase();
     closers.push(away.close);
     const failure = await ledger.flush(away.prisma).then(
@@ -37,13 +53,13 @@ describe("the usage ledger", () => {
     expect(isDatabaseUnavailable(failure), String(failure)).toBe(true);
     expect(ledger.pending).toBe(2);
     // Counted while the database was away, in the same minute and the next.
-    ledger.record({ keyId: keyA, deploymentId: dep, outcome: "ok", promptTokens: 1, completionTokens: 1 });
+    ledger.record({ keyId: keyA, deploymentId: dep, outcome: "ok", promptTokens: 1, cachedPromptTokens: 1, completionTokens: 1 });
     clock.advance(60_000);
-    ledger.record({ keyId: keyA, deploymentId: dep, outcome: "ok", promptTokens: 1, completionTokens: 10 });
+    ledger.record({ keyId: keyA, deploymentId: dep, outcome: "ok", promptTokens: 1, cachedPromptTokens: 0, completionTokens: 10 });
     await ledger.flush(test.db.prisma);
     expect(ledger.pending).toBe(0);
     // A later flush adds to the row of its minute.
-    ledger.record({ keyId: keyA, deploymentId: dep, outcome: "ok", promptTokens: 2, completionTokens: 3 });
+    ledger.record({ keyId: keyA, deploymentId: dep, outcome: "ok", promptTokens: 2, cachedPromptTokens: 2, completionTokens: 3 });
     await ledger.flush(test.db.prisma);
     const rows = await test.db.prisma.usageMinute.findMany({ orderBy: [{ minute: "asc" }, { keyId: "asc" }] });
     const plain = rows.map((r) => [
@@ -52,15 +68,16 @@ describe("the usage ledger", () => {
       r.outcome,
       Number(r.requests),
       Number(r.promptTokens),
+      Number(r.cachedPromptTokens),
       Number(r.completionTokens),
       Number(r.firstTokenMsSum),
       Number(r.firstTokenCount),
     ]);
     expect(plain).toEqual(
       expect.arrayContaining([
-        ["A", "2026-12-04T10:00:00.000Z", "ok", 3, 9, 10, 60, 2],
-        ["B", "2026-12-04T10:00:00.000Z", "canceled", 1, 0, 4, 0, 0],
-        ["A", "2026-12-04T10:01:00.000Z", "ok", 2, 3, 13, 0, 0],
+        ["A", "2026-12-04T10:00:00.000Z", "ok", 3, 9, 5, 10, 60, 2],
+        ["B", "2026-12-04T10:00:00.000Z", "canceled", 1, 0, 0, 4, 0, 0],
+        ["A", "2026-12-04T10:01:00.000Z", "ok", 2, 3, 2, 13, 0, 0],
       ]),
     );
     expect(plain).toHaveLength(3);
@@ -69,12 +86,21 @@ describe("the usage ledger", () => {
     const since = timestampFromMs(t0 - 3_600_000);
     const ask = (by: UsageGrouping, filter: { keyId?: string } = {}) =>
       getUsage({ keyId: filter.keyId ?? "", deployment: "", since, by } as never, {} as never) as Promise<{
-        rows: { keyId: string; requests: bigint; failedRequests: bigint; completionTokens: bigint; start?: { seconds: bigint } }[];
+        rows: {
+          keyId: string;
+          requests: bigint;
+          failedRequests: bigint;
+          cachedPromptTokens: bigint;
+          completionTokens: bigint;
+          start?: { seconds: bigint };
+        }[];
       }>;
     const byKey = await ask(UsageGrouping.KEY);
-    expect(byKey.rows.map((r) => [r.keyId === keyA ? "A" : "B", Number(r.requests), Number(r.completionTokens)])).toEqual([
-      ["A", 5, 23],
-      ["B", 1, 4],
+    expect(
+      byKey.rows.map((r) => [r.keyId === keyA ? "A" : "B", Number(r.requests), Number(r.cachedPromptTokens), Number(r.completionTokens)]),
+    ).toEqual([
+      ["A", 5, 7, 23],
+      ["B", 1, 0, 4],
     ]);
     const byMinute = await ask(UsageGrouping.MINUTE, { keyId: keyA });
     expect(byMinute.rows.map((r) => Number(r.completionTokens))).toEqual([10, 13]);
@@ -90,17 +116,17 @@ describe("the usage ledger", () => {
     const lastUse = async (id: string) => (await test.db.prisma.serviceKey.findUniqueOrThrow({ where: { id } })).lastUsedAt?.toISOString();
     const clock = new ManualClock(t0);
     const ledger = new UsageLedger(() => clock.now());
-    ledger.record({ keyId: used, deploymentId: dep, outcome: "ok", promptTokens: 1, completionTokens: 1 });
+    ledger.record({ keyId: used, deploymentId: dep, outcome: "ok", promptTokens: 1, cachedPromptTokens: 1, completionTokens: 1 });
     await ledger.flush(test.db.prisma);
     expect(await lastUse(used)).toBe("2026-12-04T10:00:00.000Z");
     clock.advance(2 * 60_000);
-    ledger.record({ keyId: used, deploymentId: dep, outcome: "unavailable", promptTokens: 0, completionTokens: 0 });
+    ledger.record({ keyId: used, deploymentId: dep, outcome: "unavailable", promptTokens: 0, cachedPromptTokens: 0, completionTokens: 0 });
     await ledger.flush(test.db.prisma);
     expect(await lastUse(used)).toBe("2026-12-04T10:02:00.000Z");
     // Another replica flushing an older minute late adds its counts and leaves the last use alone.
     const lateClock = new ManualClock(t0);
     const late = new UsageLedger(() => lateClock.now());
-    late.record({ keyId: used, deploymentId: dep, outcome: "ok", promptTokens: 1, completionTokens: 1 });
+    late.record({ keyId: used, deploymentId: dep, outcome: "ok", promptTokens: 1, cachedPromptTokens: 1, completionTokens: 1 });
     await late.flush(test.db.prisma);
     expect(await lastUse(used)).toBe("2026-12-04T10:02:00.000Z");
     const first = await test.db.prisma.usageMinute.findUniqueOrThrow({

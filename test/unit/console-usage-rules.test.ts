@@ -50,15 +50,16 @@ describe("usageCsv", () => {
         requests: 3n,
         failedRequests: 1n,
         promptTokens: 10n,
+        cachedPromptTokens: 6n,
         completionTokens: 20n,
         meanTimeToFirstToken: create(DurationSchema, { seconds: 0n, nanos: 250_000_000 }),
       }),
     ];
     const byKey = [create(UsageRowSchema, { keyId: "k1", requests: 3n, promptTokens: 10n, completionTokens: 20n })];
     expect(usageCsv(byDeployment, byKey, (id) => (id === "k1" ? "svc,main" : id))).toBe(
-      "group,id,name,requests,failed_requests,prompt_tokens,completion_tokens,mean_ttft_ms\r\n" +
-        "deployment,d1,tiny,3,1,10,20,250\r\n" +
-        'key,k1,"svc,main",3,0,10,20,\r\n',
+      "group,id,name,requests,failed_requests,prompt_tokens,cached_prompt_tokens,completion_tokens,mean_ttft_ms\r\n" +
+        "deployment,d1,tiny,3,1,10,6,20,250\r\n" +
+        'key,k1,"svc,main",3,0,10,0,20,\r\n',
     );
   });
 });

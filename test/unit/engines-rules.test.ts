@@ -1,14 +1,8 @@
-// The engine layer's pure rules, table-tested: OpenAI request validation, streamed text deltas
+// The engine layer's pure rules, table-tested: embeddings request validation, streamed text deltas
 // and stop strings, the openai-http argv template, /proc parsing, the GGUF header check, engine
 // parameters, and the tiny model fixture's stable bytes.
 import { describe, expect, it } from "vitest";
-import {
-  embeddingLimits,
-  OpenAiError,
-  parseChatRequest,
-  parseCompletionRequest,
-  parseEmbeddingRequest,
-} from "../../agent/engines/openai-protocol.js";
+import { embeddingLimits, OpenAiError, parseEmbeddingRequest } from "../../agent/engines/openai-protocol.js";
 import { TextStream } from "../../agent/engines/llama-cpp/text-stream.js";
 import { buildArgv, parseTemplateConfig, validateTemplate, type OpenAiHttpTemplate } from "../../agent/engines/openai-http.js";
 import { gpuEnv, hasLlamaCudaBuild, unavailableGpus } from "../../agent/engines/gpus.js";
@@ -27,28 +21,7 @@ const refusal = (f: () => unknown) => {
   return "accepted";
 };
 
-describe("OpenAI request validation", () => {
-  it.each([
-    [{ prompt: "hi" }, "accepted"],
-    [{ prompt: "hi", max_tokens: 4096, temperature: 0, stop: ["\n"], seed: 7, stream: true }, "accepted"],
-    [null, "400 body"],
-    [[], "400 body"],
-    [{ prompt: ["a", "b"] }, "400 prompt"],
-    [{ prompt: "hi", max_tokens: 0 }, "400 max_tokens"],
-    [{ prompt: "hi", max_tokens: 4097 }, "400 max_tokens"],
-    [{ prompt: "hi", max_tokens: 1.5 }, "400 max_tokens"],
-    [{ prompt: "hi", temperature: -0.1 }, "400 temperature"],
-    [{ prompt: "hi", temperature: "0" }, "400 temperature"],
-    [{ prompt: "hi", seed: -1 }, "400 seed"],
-    [{ prompt: "hi", stop: ["a", "b", "c", "d", "e"] }, "400 stop"],
-    [{ prompt: "hi", stop: [""] }, "400 stop"],
-    [{ prompt: "hi", stop: "x".repeat(65) }, "400 stop"],
-    [{ prompt: "hi", stream: "yes" }, "400 stream"],
-    [{ prompt: "hi", model: 3 }, "400 model"],
-  ])("completion %j -> %s", (body, want) => {
-    expect(refusal(() => parseCompletionRequest(body))).toBe(want);
-  });
-
+describe("OpenAI embeddings request validation", () => {
   it.each([
     [{ input: "hi" }, "accepted"],
     [{ input: ["a", "b"], encoding_format: "base64", model: "m" }, "accepted"],
@@ -68,77 +41,35 @@ describe("OpenAI request validation", () => {
     expect(refusal(() => parseEmbeddingRequest(body))).toBe(want);
   });
 
-  it("defaults: 16 tokens, temperature 1, no stream, usage only when asked", () => {
-    expect(parseCompletionRequest({ prompt: "p" })).toEqual({
-      kind: "completion",
-      prompt: "p",
-      model: undefined,
-      maxTokens: 16,
-      temperature: 1,
-      seed: undefined,
-      stop: [],
-      stream: false,
-      includeUsage: false,
-      continuousUsage: false,
-    });
-    expect(parseCompletionRequest({ prompt: "p", stream: true, stream_options: { include_usage: true } }).includeUsage).toBe(true);
-    const running = { prompt: "p", stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } };
-    expect(parseCompletionRequest(running).continuousUsage).toBe(true);
-    expect(parseCompletionRequest({ ...running, stream_options: { continuous_usage_stats: true } }).continuousUsage).toBe(false);
-  });
-
-  it.each([
-    [{ messages: [{ role: "user", content: "hi" }] }, "accepted"],
-    [
-      {
-        messages: [
-          { role: "system", content: "s" },
-          { role: "assistant", content: "a" },
-          { role: "user", content: "u" },
-        ],
-      },
-      "accepted",
-    ],
-    [{ messages: [] }, "400 messages"],
-    [{ messages: "hi" }, "400 messages"],
-    [{ messages: Array.from({ length: 257 }, () => ({ role: "user", content: "x" })) }, "400 messages"],
-    [{ messages: [{ role: "tool", content: "x" }] }, "400 messages[0].role"],
-    [{ messages: [{ role: "user", content: [{ type: "text", text: "x" }] }] }, "400 messages[0].content"],
-    [{ messages: [null] }, "400 messages[0].role"],
-  ])("chat %j -> %s", (body, want) => {
-    expect(refusal(() => parseChatRequest(body))).toBe(want);
-  });
 });
 
 describe("streamed text", () => {
-  /** Feeds successive full texts; returns the deltas, whether it stopped, and the final text. */
-  const run = (stops: string[], fulls: string[]) => {
+  /** Feeds text piece by piece; returns the deltas, whether it stopped, and the final text. */
+  const run = (stops: string[], pieces: string[]) => {
     const s = new TextStream(stops);
     const deltas: string[] = [];
     let stopped = false;
-    let last = "";
-    for (const full of fulls) {
-      last = full;
-      const step = s.next(full);
+    for (const piece of pieces) {
+      const step = s.push(piece);
       deltas.push(step.delta);
       if (step.stopped) {
         stopped = true;
         break;
       }
     }
-    deltas.push(s.finish(last));
-    return { deltas, stopped, text: s.text(last) };
+    deltas.push(s.finish());
+    return { deltas, stopped, text: s.whole };
   };
 
   it.each([
-    ["plain growth", [], ["a", "ab", "abc"], ["a", "b", "c", ""], false, "abc"],
-    ["incomplete UTF-8 held until complete", [], ["a\uFFFD", "aé", "aéb"], ["a", "é", "b", ""], false, "aéb"],
-    ["a trailing replacement flushed at the end", [], ["a\uFFFD"], ["a", "\uFFFD"], false, "a\uFFFD"],
-    ["stop string cuts the text", ["END"], ["x", "xE", "xEN", "xEND", "xENDy"], ["x", "", "", "", ""], true, "x"],
-    ["a false start of a stop is released", ["END"], ["x", "xE", "xEx"], ["x", "", "Ex", ""], false, "xEx"],
+    ["plain growth", [], ["a", "b", "c"], ["a", "b", "c", ""], false, "abc"],
+    ["stop string cuts the text", ["END"], ["x", "E", "N", "D", "y"], ["x", "", "", "", ""], true, "x"],
+    ["a stop string across pieces", ["END"], ["xE", "ND!"], ["x", "", ""], true, "x"],
+    ["a false start of a stop is released", ["END"], ["x", "E", "x"], ["x", "", "Ex", ""], false, "xEx"],
     ["the earliest of several stops wins", ["b", "cd"], ["acdb"], ["a", ""], true, "a"],
-  ])("%s", (_, stops, fulls, deltas, stopped, text) => {
-    const got = run(stops, fulls);
+    ["a held tail is sent at the end", ["END"], ["xEN"], ["x", "EN"], false, "xEN"],
+  ])("%s", (_, stops, pieces, deltas, stopped, text) => {
+    const got = run(stops, pieces);
     expect(got).toEqual({ deltas, stopped, text });
     expect(got.deltas.join("")).toBe(text);
   });

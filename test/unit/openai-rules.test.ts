@@ -84,7 +84,19 @@ describe("answers and their usage", () => {
     const t = emptyTally();
     const passed = tallyPiece(t, bytes({ usage: { prompt_tokens: 3, completion_tokens: 5 } }), false, none);
     expect(passed?.token).toBe(false);
-    expect(tokensOf(t)).toEqual({ promptTokens: 3, completionTokens: 5 });
+    expect(tokensOf(t)).toEqual({ promptTokens: 3, cachedPromptTokens: 0, completionTokens: 5 });
+  });
+
+  it.each([
+    ["reused tokens", { cached_tokens: 2 }, 2],
+    ["more than the prompt: capped at it", { cached_tokens: 9 }, 3],
+    ["not a count", { cached_tokens: -1 }, 0],
+    ["no details", undefined, 0],
+    ["details not an object", "x", 0],
+  ])("reads the cached prompt tokens: %s", (_what, details, cached) => {
+    const t = emptyTally();
+    tallyPiece(t, bytes({ usage: { prompt_tokens: 3, completion_tokens: 5, prompt_tokens_details: details } }), false, none);
+    expect(tokensOf(t)).toEqual({ promptTokens: 3, cachedPromptTokens: cached, completionTokens: 5 });
   });
 
   const none = { last: false, every: false };
@@ -127,15 +139,15 @@ describe("answers and their usage", () => {
         none,
       );
     }
-    expect(tokensOf(t)).toEqual({ promptTokens: 7, completionTokens: 8 });
+    expect(tokensOf(t)).toEqual({ promptTokens: 7, cachedPromptTokens: 0, completionTokens: 8 });
   });
 
   it("counts a stream without running usage by its token chunks, until its usage comes", () => {
     const t = emptyTally();
     for (let i = 0; i < 4; i++) tallyPiece(t, bytes({ choices: [{ text: "a", finish_reason: null }] }), true, none);
-    expect(tokensOf(t)).toEqual({ promptTokens: 0, completionTokens: 4 });
+    expect(tokensOf(t)).toEqual({ promptTokens: 0, cachedPromptTokens: 0, completionTokens: 4 });
     tallyPiece(t, bytes(usageOnly), true, none);
-    expect(tokensOf(t)).toEqual({ promptTokens: 1, completionTokens: 2 });
+    expect(tokensOf(t)).toEqual({ promptTokens: 1, cachedPromptTokens: 0, completionTokens: 2 });
   });
 });
 

@@ -57,11 +57,21 @@ export function csvField(value: string | number | bigint): string {
 /** The usage table as CSV: one line per deployment row and per key row, with a header. */
 export function usageCsv(byDeployment: UsageRow[], byKey: UsageRow[], keyName: (id: string) => string): string {
   const line = (group: string, id: string, name: string, r: UsageRow) =>
-    [group, id, name, r.requests, r.failedRequests, r.promptTokens, r.completionTokens, r.meanTimeToFirstToken ? ttftMs(r) : ""]
+    [
+      group,
+      id,
+      name,
+      r.requests,
+      r.failedRequests,
+      r.promptTokens,
+      r.cachedPromptTokens,
+      r.completionTokens,
+      r.meanTimeToFirstToken ? ttftMs(r) : "",
+    ]
       .map(csvField)
       .join(",");
   return [
-    "group,id,name,requests,failed_requests,prompt_tokens,completion_tokens,mean_ttft_ms",
+    "group,id,name,requests,failed_requests,prompt_tokens,cached_prompt_tokens,completion_tokens,mean_ttft_ms",
     ...byDeployment.map((r) => line("deployment", r.deploymentId, r.deploymentName, r)),
     ...byKey.map((r) => line("key", r.keyId, keyName(r.keyId), r)),
   ]

@@ -301,6 +301,8 @@ export const RuntimeProfileScalarFieldEnum = {
   gpuCount: 'gpuCount',
   gpuMemoryBytes: 'gpuMemoryBytes',
   gpuShared: 'gpuShared',
+  parallel: 'parallel',
+  batchSize: 'batchSize',
   contentHash: 'contentHash',
   createdAt: 'createdAt'
 } as const
@@ -387,6 +389,7 @@ export const UsageMinuteScalarFieldEnum = {
   outcome: 'outcome',
   requests: 'requests',
   promptTokens: 'promptTokens',
+  cachedPromptTokens: 'cachedPromptTokens',
   completionTokens: 'completionTokens',
   firstTokenMsSum: 'firstTokenMsSum',
   firstTokenCount: 'firstTokenCount'

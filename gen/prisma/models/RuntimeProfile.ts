@@ -33,6 +33,8 @@ export type RuntimeProfileAvgAggregateOutputType = {
   gpuLayers: number | null
   gpuCount: number | null
   gpuMemoryBytes: number | null
+  parallel: number | null
+  batchSize: number | null
 }
 
 export type RuntimeProfileSumAggregateOutputType = {
@@ -42,6 +44,8 @@ export type RuntimeProfileSumAggregateOutputType = {
   gpuLayers: number | null
   gpuCount: number | null
   gpuMemoryBytes: bigint | null
+  parallel: number | null
+  batchSize: number | null
 }
 
 export type RuntimeProfileMinAggregateOutputType = {
@@ -55,6 +59,8 @@ export type RuntimeProfileMinAggregateOutputType = {
   gpuCount: number | null
   gpuMemoryBytes: bigint | null
   gpuShared: boolean | null
+  parallel: number | null
+  batchSize: number | null
   contentHash: string | null
   createdAt: Date | null
 }
@@ -70,6 +76,8 @@ export type RuntimeProfileMaxAggregateOutputType = {
   gpuCount: number | null
   gpuMemoryBytes: bigint | null
   gpuShared: boolean | null
+  parallel: number | null
+  batchSize: number | null
   contentHash: string | null
   createdAt: Date | null
 }
@@ -85,6 +93,8 @@ export type RuntimeProfileCountAggregateOutputType = {
   gpuCount: number
   gpuMemoryBytes: number
   gpuShared: number
+  parallel: number
+  batchSize: number
   contentHash: number
   createdAt: number
   _all: number
@@ -98,6 +108,8 @@ export type RuntimeProfileAvgAggregateInputType = {
   gpuLayers?: true
   gpuCount?: true
   gpuMemoryBytes?: true
+  parallel?: true
+  batchSize?: true
 }
 
 export type RuntimeProfileSumAggregateInputType = {
@@ -107,6 +119,8 @@ export type RuntimeProfileSumAggregateInputType = {
   gpuLayers?: true
   gpuCount?: true
   gpuMemoryBytes?: true
+  parallel?: true
+  batchSize?: true
 }
 
 export type RuntimeProfileMinAggregateInputType = {
@@ -120,6 +134,8 @@ export type RuntimeProfileMinAggregateInputType = {
   gpuCount?: true
   gpuMemoryBytes?: true
   gpuShared?: true
+  parallel?: true
+  batchSize?: true
   contentHash?: true
   createdAt?: true
 }
@@ -135,6 +151,8 @@ export type RuntimeProfileMaxAggregateInputType = {
   gpuCount?: true
   gpuMemoryBytes?: true
   gpuShared?: true
+  parallel?: true
+  batchSize?: true
   contentHash?: true
   createdAt?: true
 }
@@ -150,6 +168,8 @@ export type RuntimeProfileCountAggregateInputType = {
   gpuCount?: true
   gpuMemoryBytes?: true
   gpuShared?: true
+  parallel?: true
+  batchSize?: true
   contentHash?: true
   createdAt?: true
   _all?: true
@@ -252,6 +272,8 @@ export type RuntimeProfileGroupByOutputType = {
   gpuCount: number
   gpuMemoryBytes: bigint
   gpuShared: boolean
+  parallel: number
+  batchSize: number
   contentHash: string
   createdAt: Date
   _count: RuntimeProfileCountAggregateOutputType | null
@@ -290,6 +312,8 @@ export type RuntimeProfileWhereInput = {
   gpuCount?: Prisma.IntFilter<"RuntimeProfile"> | number
   gpuMemoryBytes?: Prisma.BigIntFilter<"RuntimeProfile"> | bigint | number
   gpuShared?: Prisma.BoolFilter<"RuntimeProfile"> | boolean
+  parallel?: Prisma.IntFilter<"RuntimeProfile"> | number
+  batchSize?: Prisma.IntFilter<"RuntimeProfile"> | number
   contentHash?: Prisma.StringFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeFilter<"RuntimeProfile"> | Date | string
 }
@@ -305,6 +329,8 @@ export type RuntimeProfileOrderByWithRelationInput = {
   gpuCount?: Prisma.SortOrder
   gpuMemoryBytes?: Prisma.SortOrder
   gpuShared?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  batchSize?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -323,6 +349,8 @@ export type RuntimeProfileWhereUniqueInput = Prisma.AtLeast<{
   gpuCount?: Prisma.IntFilter<"RuntimeProfile"> | number
   gpuMemoryBytes?: Prisma.BigIntFilter<"RuntimeProfile"> | bigint | number
   gpuShared?: Prisma.BoolFilter<"RuntimeProfile"> | boolean
+  parallel?: Prisma.IntFilter<"RuntimeProfile"> | number
+  batchSize?: Prisma.IntFilter<"RuntimeProfile"> | number
   contentHash?: Prisma.StringFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeFilter<"RuntimeProfile"> | Date | string
 }, "name">
@@ -338,6 +366,8 @@ export type RuntimeProfileOrderByWithAggregationInput = {
   gpuCount?: Prisma.SortOrder
   gpuMemoryBytes?: Prisma.SortOrder
   gpuShared?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  batchSize?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   _count?: Prisma.RuntimeProfileCountOrderByAggregateInput
@@ -361,6 +391,8 @@ export type RuntimeProfileScalarWhereWithAggregatesInput = {
   gpuCount?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
   gpuMemoryBytes?: Prisma.BigIntWithAggregatesFilter<"RuntimeProfile"> | bigint | number
   gpuShared?: Prisma.BoolWithAggregatesFilter<"RuntimeProfile"> | boolean
+  parallel?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
+  batchSize?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
   contentHash?: Prisma.StringWithAggregatesFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"RuntimeProfile"> | Date | string
 }
@@ -376,6 +408,8 @@ export type RuntimeProfileCreateInput = {
   gpuCount?: number
   gpuMemoryBytes?: bigint | number
   gpuShared?: boolean
+  parallel?: number
+  batchSize?: number
   contentHash: string
   createdAt?: Date | string
 }
@@ -391,6 +425,8 @@ export type RuntimeProfileUncheckedCreateInput = {
   gpuCount?: number
   gpuMemoryBytes?: bigint | number
   gpuShared?: boolean
+  parallel?: number
+  batchSize?: number
   contentHash: string
   createdAt?: Date | string
 }
@@ -406,6 +442,8 @@ export type RuntimeProfileUpdateInput = {
   gpuCount?: Prisma.IntFieldUpdateOperationsInput | number
   gpuMemoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  batchSize?: Prisma.IntFieldUpdateOperationsInput | number
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -421,6 +459,8 @@ export type RuntimeProfileUncheckedUpdateInput = {
   gpuCount?: Prisma.IntFieldUpdateOperationsInput | number
   gpuMemoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  batchSize?: Prisma.IntFieldUpdateOperationsInput | number
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -436,6 +476,8 @@ export type RuntimeProfileCreateManyInput = {
   gpuCount?: number
   gpuMemoryBytes?: bigint | number
   gpuShared?: boolean
+  parallel?: number
+  batchSize?: number
   contentHash: string
   createdAt?: Date | string
 }
@@ -451,6 +493,8 @@ export type RuntimeProfileUpdateManyMutationInput = {
   gpuCount?: Prisma.IntFieldUpdateOperationsInput | number
   gpuMemoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  batchSize?: Prisma.IntFieldUpdateOperationsInput | number
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -466,6 +510,8 @@ export type RuntimeProfileUncheckedUpdateManyInput = {
   gpuCount?: Prisma.IntFieldUpdateOperationsInput | number
   gpuMemoryBytes?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  batchSize?: Prisma.IntFieldUpdateOperationsInput | number
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -481,6 +527,8 @@ export type RuntimeProfileCountOrderByAggregateInput = {
   gpuCount?: Prisma.SortOrder
   gpuMemoryBytes?: Prisma.SortOrder
   gpuShared?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  batchSize?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -492,6 +540,8 @@ export type RuntimeProfileAvgOrderByAggregateInput = {
   gpuLayers?: Prisma.SortOrder
   gpuCount?: Prisma.SortOrder
   gpuMemoryBytes?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  batchSize?: Prisma.SortOrder
 }
 
 export type RuntimeProfileMaxOrderByAggregateInput = {
@@ -505,6 +555,8 @@ export type RuntimeProfileMaxOrderByAggregateInput = {
   gpuCount?: Prisma.SortOrder
   gpuMemoryBytes?: Prisma.SortOrder
   gpuShared?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  batchSize?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -520,6 +572,8 @@ export type RuntimeProfileMinOrderByAggregateInput = {
   gpuCount?: Prisma.SortOrder
   gpuMemoryBytes?: Prisma.SortOrder
   gpuShared?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  batchSize?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -531,6 +585,8 @@ export type RuntimeProfileSumOrderByAggregateInput = {
   gpuLayers?: Prisma.SortOrder
   gpuCount?: Prisma.SortOrder
   gpuMemoryBytes?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  batchSize?: Prisma.SortOrder
 }
 
 
@@ -546,6 +602,8 @@ export type RuntimeProfileSelect<ExtArgs extends runtime.Types.Extensions.Intern
   gpuCount?: boolean
   gpuMemoryBytes?: boolean
   gpuShared?: boolean
+  parallel?: boolean
+  batchSize?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -561,6 +619,8 @@ export type RuntimeProfileSelectCreateManyAndReturn<ExtArgs extends runtime.Type
   gpuCount?: boolean
   gpuMemoryBytes?: boolean
   gpuShared?: boolean
+  parallel?: boolean
+  batchSize?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -576,6 +636,8 @@ export type RuntimeProfileSelectUpdateManyAndReturn<ExtArgs extends runtime.Type
   gpuCount?: boolean
   gpuMemoryBytes?: boolean
   gpuShared?: boolean
+  parallel?: boolean
+  batchSize?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -591,11 +653,13 @@ export type RuntimeProfileSelectScalar = {
   gpuCount?: boolean
   gpuMemoryBytes?: boolean
   gpuShared?: boolean
+  parallel?: boolean
+  batchSize?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }
 
-export type RuntimeProfileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"name" | "engine" | "contextSize" | "threads" | "memoryBytes" | "gpuLayers" | "gpuLayersAll" | "gpuCount" | "gpuMemoryBytes" | "gpuShared" | "contentHash" | "createdAt", ExtArgs["result"]["runtimeProfile"]>
+export type RuntimeProfileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"name" | "engine" | "contextSize" | "threads" | "memoryBytes" | "gpuLayers" | "gpuLayersAll" | "gpuCount" | "gpuMemoryBytes" | "gpuShared" | "parallel" | "batchSize" | "contentHash" | "createdAt", ExtArgs["result"]["runtimeProfile"]>
 
 export type $RuntimeProfilePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "RuntimeProfile"
@@ -629,6 +693,14 @@ export type $RuntimeProfilePayload<ExtArgs extends runtime.Types.Extensions.Inte
      * Whether replicas may share a GPU (with replicas whose profile also allows it).
      */
     gpuShared: boolean
+    /**
+     * llama.cpp: requests generated at once (0: chosen per deployment from the model).
+     */
+    parallel: number
+    /**
+     * llama.cpp: tokens per decode batch (0: the engine's default).
+     */
+    batchSize: number
     /**
      * SHA-256 of the canonical content (engine and parameters).
      */
@@ -1067,6 +1139,8 @@ export interface RuntimeProfileFieldRefs {
   readonly gpuCount: Prisma.FieldRef<"RuntimeProfile", 'Int'>
   readonly gpuMemoryBytes: Prisma.FieldRef<"RuntimeProfile", 'BigInt'>
   readonly gpuShared: Prisma.FieldRef<"RuntimeProfile", 'Boolean'>
+  readonly parallel: Prisma.FieldRef<"RuntimeProfile", 'Int'>
+  readonly batchSize: Prisma.FieldRef<"RuntimeProfile", 'Int'>
   readonly contentHash: Prisma.FieldRef<"RuntimeProfile", 'String'>
   readonly createdAt: Prisma.FieldRef<"RuntimeProfile", 'DateTime'>
 }

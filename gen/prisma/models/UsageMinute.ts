@@ -30,6 +30,7 @@ export type AggregateUsageMinute = {
 export type UsageMinuteAvgAggregateOutputType = {
   requests: number | null
   promptTokens: number | null
+  cachedPromptTokens: number | null
   completionTokens: number | null
   firstTokenMsSum: number | null
   firstTokenCount: number | null
@@ -38,6 +39,7 @@ export type UsageMinuteAvgAggregateOutputType = {
 export type UsageMinuteSumAggregateOutputType = {
   requests: bigint | null
   promptTokens: bigint | null
+  cachedPromptTokens: bigint | null
   completionTokens: bigint | null
   firstTokenMsSum: bigint | null
   firstTokenCount: bigint | null
@@ -50,6 +52,7 @@ export type UsageMinuteMinAggregateOutputType = {
   outcome: string | null
   requests: bigint | null
   promptTokens: bigint | null
+  cachedPromptTokens: bigint | null
   completionTokens: bigint | null
   firstTokenMsSum: bigint | null
   firstTokenCount: bigint | null
@@ -62,6 +65,7 @@ export type UsageMinuteMaxAggregateOutputType = {
   outcome: string | null
   requests: bigint | null
   promptTokens: bigint | null
+  cachedPromptTokens: bigint | null
   completionTokens: bigint | null
   firstTokenMsSum: bigint | null
   firstTokenCount: bigint | null
@@ -74,6 +78,7 @@ export type UsageMinuteCountAggregateOutputType = {
   outcome: number
   requests: number
   promptTokens: number
+  cachedPromptTokens: number
   completionTokens: number
   firstTokenMsSum: number
   firstTokenCount: number
@@ -84,6 +89,7 @@ export type UsageMinuteCountAggregateOutputType = {
 export type UsageMinuteAvgAggregateInputType = {
   requests?: true
   promptTokens?: true
+  cachedPromptTokens?: true
   completionTokens?: true
   firstTokenMsSum?: true
   firstTokenCount?: true
@@ -92,6 +98,7 @@ export type UsageMinuteAvgAggregateInputType = {
 export type UsageMinuteSumAggregateInputType = {
   requests?: true
   promptTokens?: true
+  cachedPromptTokens?: true
   completionTokens?: true
   firstTokenMsSum?: true
   firstTokenCount?: true
@@ -104,6 +111,7 @@ export type UsageMinuteMinAggregateInputType = {
   outcome?: true
   requests?: true
   promptTokens?: true
+  cachedPromptTokens?: true
   completionTokens?: true
   firstTokenMsSum?: true
   firstTokenCount?: true
@@ -116,6 +124,7 @@ export type UsageMinuteMaxAggregateInputType = {
   outcome?: true
   requests?: true
   promptTokens?: true
+  cachedPromptTokens?: true
   completionTokens?: true
   firstTokenMsSum?: true
   firstTokenCount?: true
@@ -128,6 +137,7 @@ export type UsageMinuteCountAggregateInputType = {
   outcome?: true
   requests?: true
   promptTokens?: true
+  cachedPromptTokens?: true
   completionTokens?: true
   firstTokenMsSum?: true
   firstTokenCount?: true
@@ -227,6 +237,7 @@ export type UsageMinuteGroupByOutputType = {
   outcome: string
   requests: bigint
   promptTokens: bigint
+  cachedPromptTokens: bigint
   completionTokens: bigint
   firstTokenMsSum: bigint
   firstTokenCount: bigint
@@ -262,6 +273,7 @@ export type UsageMinuteWhereInput = {
   outcome?: Prisma.StringFilter<"UsageMinute"> | string
   requests?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   promptTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
+  cachedPromptTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   completionTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   firstTokenMsSum?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   firstTokenCount?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
@@ -274,6 +286,7 @@ export type UsageMinuteOrderByWithRelationInput = {
   outcome?: Prisma.SortOrder
   requests?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
+  cachedPromptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
   firstTokenMsSum?: Prisma.SortOrder
   firstTokenCount?: Prisma.SortOrder
@@ -290,6 +303,7 @@ export type UsageMinuteWhereUniqueInput = Prisma.AtLeast<{
   outcome?: Prisma.StringFilter<"UsageMinute"> | string
   requests?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   promptTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
+  cachedPromptTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   completionTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   firstTokenMsSum?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   firstTokenCount?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
@@ -302,6 +316,7 @@ export type UsageMinuteOrderByWithAggregationInput = {
   outcome?: Prisma.SortOrder
   requests?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
+  cachedPromptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
   firstTokenMsSum?: Prisma.SortOrder
   firstTokenCount?: Prisma.SortOrder
@@ -322,6 +337,7 @@ export type UsageMinuteScalarWhereWithAggregatesInput = {
   outcome?: Prisma.StringWithAggregatesFilter<"UsageMinute"> | string
   requests?: Prisma.BigIntWithAggregatesFilter<"UsageMinute"> | bigint | number
   promptTokens?: Prisma.BigIntWithAggregatesFilter<"UsageMinute"> | bigint | number
+  cachedPromptTokens?: Prisma.BigIntWithAggregatesFilter<"UsageMinute"> | bigint | number
   completionTokens?: Prisma.BigIntWithAggregatesFilter<"UsageMinute"> | bigint | number
   firstTokenMsSum?: Prisma.BigIntWithAggregatesFilter<"UsageMinute"> | bigint | number
   firstTokenCount?: Prisma.BigIntWithAggregatesFilter<"UsageMinute"> | bigint | number
@@ -334,6 +350,7 @@ export type UsageMinuteCreateInput = {
   outcome: string
   requests?: bigint | number
   promptTokens?: bigint | number
+  cachedPromptTokens?: bigint | number
   completionTokens?: bigint | number
   firstTokenMsSum?: bigint | number
   firstTokenCount?: bigint | number
@@ -346,6 +363,7 @@ export type UsageMinuteUncheckedCreateInput = {
   outcome: string
   requests?: bigint | number
   promptTokens?: bigint | number
+  cachedPromptTokens?: bigint | number
   completionTokens?: bigint | number
   firstTokenMsSum?: bigint | number
   firstTokenCount?: bigint | number
@@ -358,6 +376,7 @@ export type UsageMinuteUpdateInput = {
   outcome?: Prisma.StringFieldUpdateOperationsInput | string
   requests?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   promptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  cachedPromptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   completionTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   firstTokenMsSum?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   firstTokenCount?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
@@ -370,6 +389,7 @@ export type UsageMinuteUncheckedUpdateInput = {
   outcome?: Prisma.StringFieldUpdateOperationsInput | string
   requests?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   promptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  cachedPromptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   completionTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   firstTokenMsSum?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   firstTokenCount?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
@@ -382,6 +402,7 @@ export type UsageMinuteCreateManyInput = {
   outcome: string
   requests?: bigint | number
   promptTokens?: bigint | number
+  cachedPromptTokens?: bigint | number
   completionTokens?: bigint | number
   firstTokenMsSum?: bigint | number
   firstTokenCount?: bigint | number
@@ -394,6 +415,7 @@ export type UsageMinuteUpdateManyMutationInput = {
   outcome?: Prisma.StringFieldUpdateOperationsInput | string
   requests?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   promptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  cachedPromptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   completionTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   firstTokenMsSum?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   firstTokenCount?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
@@ -406,6 +428,7 @@ export type UsageMinuteUncheckedUpdateManyInput = {
   outcome?: Prisma.StringFieldUpdateOperationsInput | string
   requests?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   promptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  cachedPromptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   completionTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   firstTokenMsSum?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   firstTokenCount?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
@@ -425,6 +448,7 @@ export type UsageMinuteCountOrderByAggregateInput = {
   outcome?: Prisma.SortOrder
   requests?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
+  cachedPromptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
   firstTokenMsSum?: Prisma.SortOrder
   firstTokenCount?: Prisma.SortOrder
@@ -433,6 +457,7 @@ export type UsageMinuteCountOrderByAggregateInput = {
 export type UsageMinuteAvgOrderByAggregateInput = {
   requests?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
+  cachedPromptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
   firstTokenMsSum?: Prisma.SortOrder
   firstTokenCount?: Prisma.SortOrder
@@ -445,6 +470,7 @@ export type UsageMinuteMaxOrderByAggregateInput = {
   outcome?: Prisma.SortOrder
   requests?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
+  cachedPromptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
   firstTokenMsSum?: Prisma.SortOrder
   firstTokenCount?: Prisma.SortOrder
@@ -457,6 +483,7 @@ export type UsageMinuteMinOrderByAggregateInput = {
   outcome?: Prisma.SortOrder
   requests?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
+  cachedPromptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
   firstTokenMsSum?: Prisma.SortOrder
   firstTokenCount?: Prisma.SortOrder
@@ -465,6 +492,7 @@ export type UsageMinuteMinOrderByAggregateInput = {
 export type UsageMinuteSumOrderByAggregateInput = {
   requests?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
+  cachedPromptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
   firstTokenMsSum?: Prisma.SortOrder
   firstTokenCount?: Prisma.SortOrder
@@ -479,6 +507,7 @@ export type UsageMinuteSelect<ExtArgs extends runtime.Types.Extensions.InternalA
   outcome?: boolean
   requests?: boolean
   promptTokens?: boolean
+  cachedPromptTokens?: boolean
   completionTokens?: boolean
   firstTokenMsSum?: boolean
   firstTokenCount?: boolean
@@ -491,6 +520,7 @@ export type UsageMinuteSelectCreateManyAndReturn<ExtArgs extends runtime.Types.E
   outcome?: boolean
   requests?: boolean
   promptTokens?: boolean
+  cachedPromptTokens?: boolean
   completionTokens?: boolean
   firstTokenMsSum?: boolean
   firstTokenCount?: boolean
@@ -503,6 +533,7 @@ export type UsageMinuteSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.E
   outcome?: boolean
   requests?: boolean
   promptTokens?: boolean
+  cachedPromptTokens?: boolean
   completionTokens?: boolean
   firstTokenMsSum?: boolean
   firstTokenCount?: boolean
@@ -515,12 +546,13 @@ export type UsageMinuteSelectScalar = {
   outcome?: boolean
   requests?: boolean
   promptTokens?: boolean
+  cachedPromptTokens?: boolean
   completionTokens?: boolean
   firstTokenMsSum?: boolean
   firstTokenCount?: boolean
 }
 
-export type UsageMinuteOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"keyId" | "deploymentId" | "minute" | "outcome" | "requests" | "promptTokens" | "completionTokens" | "firstTokenMsSum" | "firstTokenCount", ExtArgs["result"]["usageMinute"]>
+export type UsageMinuteOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"keyId" | "deploymentId" | "minute" | "outcome" | "requests" | "promptTokens" | "cachedPromptTokens" | "completionTokens" | "firstTokenMsSum" | "firstTokenCount", ExtArgs["result"]["usageMinute"]>
 
 export type $UsageMinutePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "UsageMinute"
@@ -538,6 +570,10 @@ export type $UsageMinutePayload<ExtArgs extends runtime.Types.Extensions.Interna
     outcome: string
     requests: bigint
     promptTokens: bigint
+    /**
+     * Of the prompt tokens, those the runtime reused from its prompt cache.
+     */
+    cachedPromptTokens: bigint
     completionTokens: bigint
     /**
      * Sum and count of the times to first token of the streams among them, in milliseconds.
@@ -973,6 +1009,7 @@ export interface UsageMinuteFieldRefs {
   readonly outcome: Prisma.FieldRef<"UsageMinute", 'String'>
   readonly requests: Prisma.FieldRef<"UsageMinute", 'BigInt'>
   readonly promptTokens: Prisma.FieldRef<"UsageMinute", 'BigInt'>
+  readonly cachedPromptTokens: Prisma.FieldRef<"UsageMinute", 'BigInt'>
   readonly completionTokens: Prisma.FieldRef<"UsageMinute", 'BigInt'>
   readonly firstTokenMsSum: Prisma.FieldRef<"UsageMinute", 'BigInt'>
   readonly firstTokenCount: Prisma.FieldRef<"UsageMinute", 'BigInt'>

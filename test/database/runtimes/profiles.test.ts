@@ -63,6 +63,14 @@ describe("profile rules", () => {
     [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, gpuMemoryBytes: 1n }, "gpu_count"],
     [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, gpuCount: 1, gpuLayers: 4 }, "gpu_layers"],
     [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, gpuCount: 1, gpuLayersAll: true }, "gpu_layers"],
+    // Batching: the built-in engine's, bounded; an openai-http server schedules its own.
+    [{ ...llama(), parallel: 256, batchSize: 65_536 }, undefined],
+    [{ ...llama(), parallel: 257 }, "parallel"],
+    [{ ...llama(), parallel: 1.5 }, "parallel"],
+    [{ ...llama(), parallel: -1 }, "parallel"],
+    [{ ...llama(), batchSize: 65_537 }, "batch_size"],
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, parallel: 4 }, "parallel"],
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, batchSize: 512 }, "batch_size"],
   ])("content %o refused on: %s", (content, field) => {
     if (field === undefined) expect(() => checkProfileContent(content)).not.toThrow();
     else expect(() => checkProfileContent(content)).toThrow(expect.objectContaining({ field }));
@@ -93,6 +101,14 @@ describe("profile rules", () => {
       { ...remote, gpuCount: 1, gpuMemoryBytes: 1n },
     ].map(profileContentHash);
     expect(new Set([base, ...gpuHashes]).size).toBe(8);
+    // And the batching fields.
+    expect(profileContentHash({ ...llama(1024, 1), parallel: 0, batchSize: 0 })).toBe(base);
+    const batching = [
+      { ...llama(1024, 1), parallel: 4 },
+      { ...llama(1024, 1), parallel: 8 },
+      { ...llama(1024, 1), batchSize: 256 },
+    ];
+    expect(new Set([base, ...batching.map(profileContentHash)]).size).toBe(4);
   });
 });
 
@@ -159,6 +175,22 @@ describe("runtime profiles through the server", () => {
     expect(offload.profile?.spec).toMatchObject({ gpuLayersAll: true, gpuCount: 1, gpuShared: false });
     const listed = (await ts.admin.listRuntimeProfiles({})).profiles.find((p) => p.name === "llama-all");
     expect(listed?.spec?.contentHash).toBe(profileContentHash({ ...llama(), gpuLayersAll: true, gpuCount: 1 }));
+  });
+
+  it("stores parallel and batch size and resolves them into the spec; openai-http refuses them", async () => {
+    const made = await ts.admin.createRuntimeProfile({ name: "batched", engine: EngineKind.LLAMA_CPP, parallel: 8, batchSize: 1024 });
+    expect(made.profile?.spec).toMatchObject({ parallel: 8, batchSize: 1024 });
+    expect(made.profile?.spec?.contentHash).toBe(profileContentHash({ ...llama(), parallel: 8, batchSize: 1024 }));
+    await expect(
+      ts.admin.createRuntimeProfile({ name: "remote-batched", engine: EngineKind.OPENAI_HTTP, parallel: 2 }),
+    ).rejects.toMatchObject({
+      code: Code.InvalidArgument,
+      message: expect.stringContaining("parallel: only a llama.cpp profile"),
+    });
+    await expect(ts.admin.createRuntimeProfile({ name: "too-many", engine: EngineKind.LLAMA_CPP, parallel: 300 })).rejects.toMatchObject({
+      code: Code.InvalidArgument,
+      message: expect.stringContaining("parallel"),
+    });
   });
 
   it("racing creators of one name end with one profile and one audit event", async () => {

@@ -121,6 +121,15 @@ describe("placement through the real server", () => {
     expect(await pendingReason("pinned")).toBe(`no node fits: node ${small}: has ${size(100 * MiB)} of memory free, needs ${size(need1k)}`);
   });
 
+  it("prices the KV cache of every sequence a profile's parallel asks for", async () => {
+    const small = nodes.small!.nodeId;
+    await ts.admin.createRuntimeProfile({ name: "ctx-1k-x8", engine: EngineKind.LLAMA_CPP, contextSize: 1024, parallel: 8 });
+    const need8 = memoryNeed(estimate, 1024, 8);
+    expect(need8 - need1k).toBeGreaterThanOrEqual(7 * 1024 * estimate.kvBytesPerToken);
+    await deploy("pinned-x8", { nodeId: small, runtimeProfile: "ctx-1k-x8" });
+    expect(await pendingReason("pinned-x8")).toBe(`no node fits: node ${small}: has ${size(100 * MiB)} of memory free, needs ${size(need8)}`);
+  });
+
   it("counts what placed deployments hold: fits nowhere, and says why with the numbers", async () => {
     const need1m = memoryNeed(estimate, 1_048_576);
     // Alone, the big node would hold it; with "first" and "remote" placed there, it does not.

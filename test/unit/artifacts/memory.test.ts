@@ -6,10 +6,12 @@ import { afterAll, describe, expect, it } from "vitest";
 import { estimateFile } from "../../../server/artifacts/gguf-header.js";
 import {
   commitEstimate,
+  DEFAULT_PARALLEL_MAX,
   EstimateError,
   estimateGguf,
   MARGIN_FIXED_BYTES,
   memoryNeed,
+  replicaParallel,
   type GgufShape,
 } from "../../../server/artifacts/memory.js";
 import { tinyLlamaGguf } from "../../../scripts/gguf.js";
@@ -97,6 +99,24 @@ describe("memoryNeed", () => {
     ["the profile's context size", 50, Math.ceil(1500 * 1.1) + MARGIN_FIXED_BYTES],
     ["0: the model's own context length", 0, Math.ceil(2000 * 1.1) + MARGIN_FIXED_BYTES],
   ])("at %s", (_, context, need) => expect(memoryNeed(e, context)).toBe(need));
+  it("counts the KV cache of every parallel sequence", () => {
+    expect(memoryNeed(e, 50, 4)).toBe(Math.ceil((1000 + 4 * 500) * 1.1) + MARGIN_FIXED_BYTES);
+  });
+});
+
+describe("replicaParallel", () => {
+  // 1000 bytes of weights; 10 bytes of KV cache per token.
+  const e = { weightsBytes: 1000, kvBytesPerToken: 10, contextLength: 100 };
+  it.each<[string, number, typeof e | undefined, number, number]>([
+    ["the profile's own number wins", 3, e, 50, 3],
+    ["the profile's own number past the default's cap", 32, e, 50, 32],
+    ["caches within the weights: 1000 / (10 × 50)", 0, e, 50, 2],
+    ["the model's own context: 1000 / (10 × 100)", 0, e, 0, 1],
+    ["a cache larger than the weights still gets one", 0, e, 1000, 1],
+    ["a small context is capped at 8", 0, e, 1, DEFAULT_PARALLEL_MAX],
+    ["no KV cache at all (no attention layers): the cap", 0, { ...e, kvBytesPerToken: 0 }, 50, DEFAULT_PARALLEL_MAX],
+    ["no estimate: one", 0, undefined, 50, 1],
+  ])("%s", (_, profile, estimate, context, want) => expect(replicaParallel(profile, estimate, context)).toBe(want));
 });
 
 describe("estimateFile", () => {

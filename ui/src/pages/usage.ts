@@ -159,12 +159,13 @@ export async function usagePage(main: HTMLElement, signal: AbortSignal, params: 
 function usageTable(first: string, rows: UsageRow[], name: (r: UsageRow) => string, testId: string): HTMLElement {
   if (rows.length === 0) return h("p", { "data-testid": testId }, "No usage in this range.");
   return table(
-    [first, "Requests", "Failed", "Prompt tokens", "Completion tokens", "Mean time to first token"],
+    [first, "Requests", "Failed", "Prompt tokens", "Cached", "Completion tokens", "Mean time to first token"],
     rows.map((r) => [
       name(r),
       String(r.requests),
       String(r.failedRequests),
       String(r.promptTokens),
+      String(r.cachedPromptTokens),
       String(r.completionTokens),
       r.meanTimeToFirstToken === undefined ? "-" : `${ttftMs(r).toFixed(0)} ms`,
     ]),

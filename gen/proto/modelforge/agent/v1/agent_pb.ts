@@ -446,7 +446,8 @@ export type ReplicaLoad = Message<"modelforge.agent.v1.ReplicaLoad"> & {
   inFlight: number;
 
   /**
-   * Of those, the ones waiting for the runtime (a llama.cpp runtime answers one at a time).
+   * Of those, the ones waiting for the runtime (a llama.cpp runtime generates for its parallel at
+   * once); in_flight less queued are running.
    *
    * @generated from field: uint32 queued = 5;
    */

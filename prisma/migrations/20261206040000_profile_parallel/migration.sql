@@ -1,0 +1,4 @@
+-- AlterTable
+ALTER TABLE "RuntimeProfile" ADD COLUMN     "batchSize" INTEGER NOT NULL DEFAULT 0,
+ADD COLUMN     "parallel" INTEGER NOT NULL DEFAULT 0;
+

@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "UsageMinute" ADD COLUMN     "cachedPromptTokens" BIGINT NOT NULL DEFAULT 0;
