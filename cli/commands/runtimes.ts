@@ -25,6 +25,7 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
     "gpu-shared": switchOption("replicas may share a GPU with others that allow it (default: GPUs of their own)"),
     parallel: valueOption("N", "llama.cpp only: requests each replica generates at once (default: chosen from the model, 1 to 8)"),
     "batch-size": valueOption("TOKENS", "llama.cpp only: tokens per decode batch (default: the engine's)"),
+    embeddings: switchOption("llama.cpp only: serve /v1/embeddings too (costs generation about a quarter of its speed)"),
   },
   notes: "A profile never changes: to run with other parameters, create a profile under a new name.",
   async run(ctx, values, positionals) {
@@ -45,6 +46,7 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
       gpuShared: values["gpu-shared"] === true,
       parallel: intOption(values, "parallel", 1, 256, 0),
       batchSize: intOption(values, "batch-size", 1, 65_536, 0),
+      embeddings: values.embeddings === true,
     });
     return printReply(ctx, CreateRuntimeProfileResponseSchema, res, ({ profile, created }) => {
       const spec = profile!.spec;
@@ -60,6 +62,7 @@ const createCommand = command("create NAME", "Create an immutable runtime profil
             ? ([
                 ["Parallel", spec.parallel ? String(spec.parallel) : "chosen from the model"],
                 ["Batch size", spec.batchSize ? String(spec.batchSize) : "engine default"],
+                ["Embeddings", spec.embeddings ? "served" : "not served"],
               ] as [string, string][])
             : []),
           ["Content hash", spec?.contentHash],

@@ -13,6 +13,8 @@ export interface DeploymentInstanceRoute {
   phase: DeploymentPhase;
   /** Its runtime profile's engine ("llama.cpp", "openai-http"); "" when the profile is gone. */
   engine: string;
+  /** Whether its profile turns the built-in engine's embeddings on (llama.cpp's `embeddings`). */
+  embeddings: boolean;
 }
 export interface DeploymentTarget {
   deploymentId: string;
@@ -48,7 +50,7 @@ export interface RoutedDeployment {
   createdAt: Date;
   maxInFlight: number;
   invokeTimeoutMs: number;
-  instances: { revision: bigint; replica: number; phase: string; nodeId: string | null; engine: string }[];
+  instances: { revision: bigint; replica: number; phase: string; nodeId: string | null; engine: string; embeddings: boolean }[];
 }
 
 export function targetOf(d: RoutedDeployment): DeploymentTarget {
@@ -59,7 +61,14 @@ export function targetOf(d: RoutedDeployment): DeploymentTarget {
       ? d.instances
           .filter((i): i is RoutedDeployment["instances"][number] & { nodeId: string } => i.phase === "ready" && i.nodeId !== null)
           .sort(newestRevisionFirst)
-          .map((i) => ({ revision: i.revision, replica: i.replica, nodeId: i.nodeId, phase: "READY" as const, engine: i.engine }))
+          .map((i) => ({
+            revision: i.revision,
+            replica: i.replica,
+            nodeId: i.nodeId,
+            phase: "READY" as const,
+            engine: i.engine,
+            embeddings: i.embeddings,
+          }))
       : [];
   return {
     deploymentId: d.id,
@@ -106,7 +115,8 @@ export function deploymentRoutes(
 // row of nulls for a deployment without any); int8 goes as text, which both drivers parse alike.
 const routeColumns = `d.id::text AS id, d.name, d.desired, d.revision::text AS revision, d.replicas, d."createdAt",
        d."maxInFlight", d."invokeTimeoutMs", i.revision::text AS "instanceRevision", i.replica AS "instanceReplica",
-       i.phase AS "instancePhase", i."nodeId"::text AS "instanceNodeId", p.engine AS "instanceEngine"
+       i.phase AS "instancePhase", i."nodeId"::text AS "instanceNodeId", p.engine AS "instanceEngine",
+       p.embeddings AS "instanceEmbeddings"
   FROM "Deployment" AS d
   LEFT JOIN "DeploymentInstance" AS i ON i."deploymentId" = d.id
   LEFT JOIN "RuntimeProfile" AS p ON p.name = i."runtimeProfile"`;
@@ -133,6 +143,7 @@ interface RouteRow {
   instancePhase: string | null;
   instanceNodeId: string | null;
   instanceEngine: string | null;
+  instanceEmbeddings: boolean | null;
 }
 
 /** One deployment's rows (at least one) as the deployment they describe. */
@@ -156,21 +167,31 @@ function routedOf(rows: RouteRow[]): RoutedDeployment {
         nodeId: r.instanceNodeId,
         // A profile deleted since (or never stored) names no engine.
         engine: r.instanceEngine ?? "",
+        embeddings: r.instanceEmbeddings === true,
       })),
   };
 }
 
-/** Engines by runtime profile name. */
-type ProfileEngines = ReadonlyMap<string, string>;
+/** Engines (and whether embeddings are on) by runtime profile name. */
+type ProfileEngines = ReadonlyMap<string, { engine: string; embeddings: boolean }>;
 
 function withEngines(d: Deployment & { instances: DeploymentInstance[] }, engines: ProfileEngines): RoutedDeployment {
-  return { ...d, instances: d.instances.map((i) => ({ ...i, engine: engines.get(i.runtimeProfile) ?? "" })) };
+  return {
+    ...d,
+    instances: d.instances.map((i) => {
+      const p = engines.get(i.runtimeProfile);
+      return { ...i, engine: p?.engine ?? "", embeddings: p?.embeddings === true };
+    }),
+  };
 }
 
 /** The engines of the runtime profiles these deployments' instances name, in one query. */
 async function profileEngines(prisma: PrismaClient, rows: { instances: DeploymentInstance[] }[]): Promise<ProfileEngines> {
   const names = [...new Set(rows.flatMap((d) => d.instances.map((i) => i.runtimeProfile)))];
   if (names.length === 0) return new Map();
-  const profiles = await prisma.runtimeProfile.findMany({ where: { name: { in: names } }, select: { name: true, engine: true } });
-  return new Map(profiles.map((p) => [p.name, p.engine]));
+  const profiles = await prisma.runtimeProfile.findMany({
+    where: { name: { in: names } },
+    select: { name: true, engine: true, embeddings: true },
+  });
+  return new Map(profiles.map((p) => [p.name, { engine: p.engine, embeddings: p.embeddings }]));
 }

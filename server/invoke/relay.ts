@@ -230,7 +230,7 @@ export class InvokeRelay {
     }
     if (checked.api === InvokeApi.EMBEDDINGS) {
       const first = route.here[0]!;
-      checkEmbeddings(deployment.name, first.engine, this.deps.sessions.get(first.nodeId)?.embeddingEngines ?? []);
+      checkEmbeddings(deployment.name, first, this.deps.sessions.get(first.nodeId)?.embeddingEngines ?? []);
     }
     const charge = await this.admitKey(principal, deployment, { body: checked.body, bodyBytes: checked.payload.byteLength });
     const meter = new InvokeMeter(

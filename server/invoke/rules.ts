@@ -81,12 +81,18 @@ export function refusedBeforeStart(code: Code): boolean {
 
 /**
  * Whether an instance may be sent an embeddings request: its engine (by its runtime profile) is one
- * its node's agent advertised as serving them. Else unimplemented, which the OpenAI API answers
- * as 400 embeddings_unsupported.
+ * its node's agent advertised as serving them, and for the built-in engine its profile turned them
+ * on. Else unimplemented, which the OpenAI API answers as 400 embeddings_unsupported.
  */
-export function checkEmbeddings(name: string, engine: string, advertised: readonly string[]): void {
-  if (engine === "" || !advertised.includes(engine)) {
+export function checkEmbeddings(name: string, instance: { engine: string; embeddings: boolean }, advertised: readonly string[]): void {
+  if (instance.engine === "" || !advertised.includes(instance.engine)) {
     throw new ConnectError(`deployment ${name}'s engine serves no embeddings`, Code.Unimplemented);
+  }
+  if (instance.engine === "llama.cpp" && !instance.embeddings) {
+    throw new ConnectError(
+      `deployment ${name}'s runtime profile does not serve embeddings (create one with embeddings on: forge runtimes create --embeddings)`,
+      Code.Unimplemented,
+    );
   }
 }
 

@@ -119,7 +119,7 @@ async function serve(
   if (request.stream) return stream(pieces, request, res);
   return unary(pieces, request, res).catch((err: unknown) => {
     if (endpoint.api === InvokeApi.EMBEDDINGS && err instanceof ConnectError && err.code === Code.Unimplemented) {
-      return embeddingsUnsupported(request.model);
+      return embeddingsUnsupported(err.rawMessage);
     }
     throw err;
   });
@@ -145,14 +145,8 @@ async function listModels(routes: OpenAiDeps["routes"], principal: ServicePrinci
 }
 
 /** A deployment whose engine (or node) serves no embeddings: 400, as OpenAI answers a model without the endpoint. */
-function embeddingsUnsupported(model: string): OpenAiFailure {
-  return openAiFailure(
-    400,
-    `deployment ${model}'s engine serves no embeddings`,
-    "invalid_request_error",
-    "embeddings_unsupported",
-    "model",
-  );
+function embeddingsUnsupported(why: string): OpenAiFailure {
+  return openAiFailure(400, why, "invalid_request_error", "embeddings_unsupported", "model");
 }
 
 async function unary(pieces: AsyncGenerator<AnswerPiece>, request: GenerateRequest, res: HttpResponse): Promise<undefined> {

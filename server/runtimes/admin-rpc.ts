@@ -35,6 +35,7 @@ export function adminRuntimeProfiles(profiles: RuntimeProfiles): RuntimeProfileR
           gpuShared: req.gpuShared,
           parallel: req.parallel,
           batchSize: req.batchSize,
+          embeddings: req.embeddings,
         },
         callOf(ctx).correlationId,
       );

@@ -42,6 +42,8 @@ export interface ProfileContent {
   parallel?: number;
   /** llama.cpp: tokens per decode batch; absent or 0 for the engine's default. */
   batchSize?: number;
+  /** llama.cpp: the runtime serves /v1/embeddings too. */
+  embeddings?: boolean;
 }
 
 export function checkProfileName(name: string, field = "name"): void {
@@ -81,6 +83,9 @@ function checkBatching(p: ProfileContent): void {
   if (!llama && parallel > 0)
     throw new ProfileRuleError("parallel", "only a llama.cpp profile sets parallel; an openai-http server schedules its own");
   if (!llama && batchSize > 0) throw new ProfileRuleError("batch_size", "only a llama.cpp profile sets batch_size");
+  if (!llama && p.embeddings === true) {
+    throw new ProfileRuleError("embeddings", "only a llama.cpp profile turns embeddings on; an openai-http server serves what it serves");
+  }
 }
 
 /** The GPU fields: bounded, and consistent with the engine and with each other. */
@@ -146,6 +151,7 @@ export function profileContentHash(p: ProfileContent): string {
     ...(p.gpuShared === true ? { gpuShared: true } : {}),
     ...((p.parallel ?? 0) > 0 ? { parallel: p.parallel } : {}),
     ...((p.batchSize ?? 0) > 0 ? { batchSize: p.batchSize } : {}),
+    ...(p.embeddings === true ? { embeddings: true } : {}),
   });
   return createHash("sha256").update(canonical).digest("hex");
 }

@@ -39,6 +39,7 @@ export function specOf(row: ProfileRow): RuntimeProfileSpec {
     gpuShared: row.gpuShared,
     parallel: row.parallel,
     batchSize: row.batchSize,
+    embeddings: row.embeddings,
   });
 }
 
@@ -82,6 +83,7 @@ export class RuntimeProfiles {
       gpuShared: input.gpuShared ?? false,
       parallel: input.parallel ?? 0,
       batchSize: input.batchSize ?? 0,
+      embeddings: input.embeddings ?? false,
       contentHash,
       createdAt: now,
     };

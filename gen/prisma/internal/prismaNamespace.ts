@@ -2243,6 +2243,7 @@ export const RuntimeProfileScalarFieldEnum = {
   gpuShared: 'gpuShared',
   parallel: 'parallel',
   batchSize: 'batchSize',
+  embeddings: 'embeddings',
   contentHash: 'contentHash',
   createdAt: 'createdAt'
 } as const

@@ -303,6 +303,7 @@ export const RuntimeProfileScalarFieldEnum = {
   gpuShared: 'gpuShared',
   parallel: 'parallel',
   batchSize: 'batchSize',
+  embeddings: 'embeddings',
   contentHash: 'contentHash',
   createdAt: 'createdAt'
 } as const

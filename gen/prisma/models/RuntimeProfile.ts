@@ -61,6 +61,7 @@ export type RuntimeProfileMinAggregateOutputType = {
   gpuShared: boolean | null
   parallel: number | null
   batchSize: number | null
+  embeddings: boolean | null
   contentHash: string | null
   createdAt: Date | null
 }
@@ -78,6 +79,7 @@ export type RuntimeProfileMaxAggregateOutputType = {
   gpuShared: boolean | null
   parallel: number | null
   batchSize: number | null
+  embeddings: boolean | null
   contentHash: string | null
   createdAt: Date | null
 }
@@ -95,6 +97,7 @@ export type RuntimeProfileCountAggregateOutputType = {
   gpuShared: number
   parallel: number
   batchSize: number
+  embeddings: number
   contentHash: number
   createdAt: number
   _all: number
@@ -136,6 +139,7 @@ export type RuntimeProfileMinAggregateInputType = {
   gpuShared?: true
   parallel?: true
   batchSize?: true
+  embeddings?: true
   contentHash?: true
   createdAt?: true
 }
@@ -153,6 +157,7 @@ export type RuntimeProfileMaxAggregateInputType = {
   gpuShared?: true
   parallel?: true
   batchSize?: true
+  embeddings?: true
   contentHash?: true
   createdAt?: true
 }
@@ -170,6 +175,7 @@ export type RuntimeProfileCountAggregateInputType = {
   gpuShared?: true
   parallel?: true
   batchSize?: true
+  embeddings?: true
   contentHash?: true
   createdAt?: true
   _all?: true
@@ -274,6 +280,7 @@ export type RuntimeProfileGroupByOutputType = {
   gpuShared: boolean
   parallel: number
   batchSize: number
+  embeddings: boolean
   contentHash: string
   createdAt: Date
   _count: RuntimeProfileCountAggregateOutputType | null
@@ -314,6 +321,7 @@ export type RuntimeProfileWhereInput = {
   gpuShared?: Prisma.BoolFilter<"RuntimeProfile"> | boolean
   parallel?: Prisma.IntFilter<"RuntimeProfile"> | number
   batchSize?: Prisma.IntFilter<"RuntimeProfile"> | number
+  embeddings?: Prisma.BoolFilter<"RuntimeProfile"> | boolean
   contentHash?: Prisma.StringFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeFilter<"RuntimeProfile"> | Date | string
 }
@@ -331,6 +339,7 @@ export type RuntimeProfileOrderByWithRelationInput = {
   gpuShared?: Prisma.SortOrder
   parallel?: Prisma.SortOrder
   batchSize?: Prisma.SortOrder
+  embeddings?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -351,6 +360,7 @@ export type RuntimeProfileWhereUniqueInput = Prisma.AtLeast<{
   gpuShared?: Prisma.BoolFilter<"RuntimeProfile"> | boolean
   parallel?: Prisma.IntFilter<"RuntimeProfile"> | number
   batchSize?: Prisma.IntFilter<"RuntimeProfile"> | number
+  embeddings?: Prisma.BoolFilter<"RuntimeProfile"> | boolean
   contentHash?: Prisma.StringFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeFilter<"RuntimeProfile"> | Date | string
 }, "name">
@@ -368,6 +378,7 @@ export type RuntimeProfileOrderByWithAggregationInput = {
   gpuShared?: Prisma.SortOrder
   parallel?: Prisma.SortOrder
   batchSize?: Prisma.SortOrder
+  embeddings?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   _count?: Prisma.RuntimeProfileCountOrderByAggregateInput
@@ -393,6 +404,7 @@ export type RuntimeProfileScalarWhereWithAggregatesInput = {
   gpuShared?: Prisma.BoolWithAggregatesFilter<"RuntimeProfile"> | boolean
   parallel?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
   batchSize?: Prisma.IntWithAggregatesFilter<"RuntimeProfile"> | number
+  embeddings?: Prisma.BoolWithAggregatesFilter<"RuntimeProfile"> | boolean
   contentHash?: Prisma.StringWithAggregatesFilter<"RuntimeProfile"> | string
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"RuntimeProfile"> | Date | string
 }
@@ -410,6 +422,7 @@ export type RuntimeProfileCreateInput = {
   gpuShared?: boolean
   parallel?: number
   batchSize?: number
+  embeddings?: boolean
   contentHash: string
   createdAt?: Date | string
 }
@@ -427,6 +440,7 @@ export type RuntimeProfileUncheckedCreateInput = {
   gpuShared?: boolean
   parallel?: number
   batchSize?: number
+  embeddings?: boolean
   contentHash: string
   createdAt?: Date | string
 }
@@ -444,6 +458,7 @@ export type RuntimeProfileUpdateInput = {
   gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   parallel?: Prisma.IntFieldUpdateOperationsInput | number
   batchSize?: Prisma.IntFieldUpdateOperationsInput | number
+  embeddings?: Prisma.BoolFieldUpdateOperationsInput | boolean
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -461,6 +476,7 @@ export type RuntimeProfileUncheckedUpdateInput = {
   gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   parallel?: Prisma.IntFieldUpdateOperationsInput | number
   batchSize?: Prisma.IntFieldUpdateOperationsInput | number
+  embeddings?: Prisma.BoolFieldUpdateOperationsInput | boolean
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -478,6 +494,7 @@ export type RuntimeProfileCreateManyInput = {
   gpuShared?: boolean
   parallel?: number
   batchSize?: number
+  embeddings?: boolean
   contentHash: string
   createdAt?: Date | string
 }
@@ -495,6 +512,7 @@ export type RuntimeProfileUpdateManyMutationInput = {
   gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   parallel?: Prisma.IntFieldUpdateOperationsInput | number
   batchSize?: Prisma.IntFieldUpdateOperationsInput | number
+  embeddings?: Prisma.BoolFieldUpdateOperationsInput | boolean
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -512,6 +530,7 @@ export type RuntimeProfileUncheckedUpdateManyInput = {
   gpuShared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   parallel?: Prisma.IntFieldUpdateOperationsInput | number
   batchSize?: Prisma.IntFieldUpdateOperationsInput | number
+  embeddings?: Prisma.BoolFieldUpdateOperationsInput | boolean
   contentHash?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -529,6 +548,7 @@ export type RuntimeProfileCountOrderByAggregateInput = {
   gpuShared?: Prisma.SortOrder
   parallel?: Prisma.SortOrder
   batchSize?: Prisma.SortOrder
+  embeddings?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -557,6 +577,7 @@ export type RuntimeProfileMaxOrderByAggregateInput = {
   gpuShared?: Prisma.SortOrder
   parallel?: Prisma.SortOrder
   batchSize?: Prisma.SortOrder
+  embeddings?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -574,6 +595,7 @@ export type RuntimeProfileMinOrderByAggregateInput = {
   gpuShared?: Prisma.SortOrder
   parallel?: Prisma.SortOrder
   batchSize?: Prisma.SortOrder
+  embeddings?: Prisma.SortOrder
   contentHash?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
@@ -604,6 +626,7 @@ export type RuntimeProfileSelect<ExtArgs extends runtime.Types.Extensions.Intern
   gpuShared?: boolean
   parallel?: boolean
   batchSize?: boolean
+  embeddings?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -621,6 +644,7 @@ export type RuntimeProfileSelectCreateManyAndReturn<ExtArgs extends runtime.Type
   gpuShared?: boolean
   parallel?: boolean
   batchSize?: boolean
+  embeddings?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -638,6 +662,7 @@ export type RuntimeProfileSelectUpdateManyAndReturn<ExtArgs extends runtime.Type
   gpuShared?: boolean
   parallel?: boolean
   batchSize?: boolean
+  embeddings?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["runtimeProfile"]>
@@ -655,11 +680,12 @@ export type RuntimeProfileSelectScalar = {
   gpuShared?: boolean
   parallel?: boolean
   batchSize?: boolean
+  embeddings?: boolean
   contentHash?: boolean
   createdAt?: boolean
 }
 
-export type RuntimeProfileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"name" | "engine" | "contextSize" | "threads" | "memoryBytes" | "gpuLayers" | "gpuLayersAll" | "gpuCount" | "gpuMemoryBytes" | "gpuShared" | "parallel" | "batchSize" | "contentHash" | "createdAt", ExtArgs["result"]["runtimeProfile"]>
+export type RuntimeProfileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"name" | "engine" | "contextSize" | "threads" | "memoryBytes" | "gpuLayers" | "gpuLayersAll" | "gpuCount" | "gpuMemoryBytes" | "gpuShared" | "parallel" | "batchSize" | "embeddings" | "contentHash" | "createdAt", ExtArgs["result"]["runtimeProfile"]>
 
 export type $RuntimeProfilePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "RuntimeProfile"
@@ -701,6 +727,10 @@ export type $RuntimeProfilePayload<ExtArgs extends runtime.Types.Extensions.Inte
      * llama.cpp: tokens per decode batch (0: the engine's default).
      */
     batchSize: number
+    /**
+     * llama.cpp: the runtime serves /v1/embeddings too.
+     */
+    embeddings: boolean
     /**
      * SHA-256 of the canonical content (engine and parameters).
      */
@@ -1141,6 +1171,7 @@ export interface RuntimeProfileFieldRefs {
   readonly gpuShared: Prisma.FieldRef<"RuntimeProfile", 'Boolean'>
   readonly parallel: Prisma.FieldRef<"RuntimeProfile", 'Int'>
   readonly batchSize: Prisma.FieldRef<"RuntimeProfile", 'Int'>
+  readonly embeddings: Prisma.FieldRef<"RuntimeProfile", 'Boolean'>
   readonly contentHash: Prisma.FieldRef<"RuntimeProfile", 'String'>
   readonly createdAt: Prisma.FieldRef<"RuntimeProfile", 'DateTime'>
 }

@@ -71,6 +71,8 @@ describe("profile rules", () => {
     [{ ...llama(), batchSize: 65_537 }, "batch_size"],
     [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, parallel: 4 }, "parallel"],
     [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, batchSize: 512 }, "batch_size"],
+    [{ ...llama(), embeddings: true }, undefined],
+    [{ engine: EngineKind.OPENAI_HTTP, contextSize: 0, threads: 0, embeddings: true }, "embeddings"],
   ])("content %o refused on: %s", (content, field) => {
     if (field === undefined) expect(() => checkProfileContent(content)).not.toThrow();
     else expect(() => checkProfileContent(content)).toThrow(expect.objectContaining({ field }));
@@ -107,8 +109,10 @@ describe("profile rules", () => {
       { ...llama(1024, 1), parallel: 4 },
       { ...llama(1024, 1), parallel: 8 },
       { ...llama(1024, 1), batchSize: 256 },
+      { ...llama(1024, 1), embeddings: true },
     ];
-    expect(new Set([base, ...batching.map(profileContentHash)]).size).toBe(4);
+    expect(new Set([base, ...batching.map(profileContentHash)]).size).toBe(5);
+    expect(profileContentHash({ ...llama(1024, 1), embeddings: false })).toBe(base);
   });
 });
 

@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "RuntimeProfile" ADD COLUMN     "embeddings" BOOLEAN NOT NULL DEFAULT false;
