@@ -8,8 +8,8 @@
 //              token + the remaining tokens at the measured rate;
 //   overhead   job time - engine: digest re-check, progress messages, memory and GPU readings,
 //              unload (SIGTERM and wait), the completion's trip to the server.
-// In the same rounds, the floor: the llama.cpp worker started bare (spawn, its announced port,
-// /health), the same fixed probe input streamed, then killed: no supervisor, no job, no server.
+// In the same rounds, the floor: llama-server started bare (spawn, its announced port, /health),
+// the same fixed probe input streamed, then killed: no supervisor, no job, no server.
 // Prints each round, the spread (min-median-max) over the rounds, and the load average.
 //
 //   npx tsx bench/probe.ts [rounds=6]        (DATABASE_URL=postgresql://... for PostgreSQL)
@@ -18,7 +18,6 @@ import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { grpcTransport } from "../common/http2-sessions.js";
@@ -32,15 +31,13 @@ import { enrollNode } from "../agent/enroll.js";
 import { runAgent, type SessionJobs, type SessionLink } from "../agent/session/run.js";
 import { openJobRunner } from "../agent/jobs/index.js";
 import { capabilityRegistry } from "../agent/capabilities/index.js";
-import { Supervisor } from "../agent/engines/supervisor.js";
+import { llamaServerPath, Supervisor } from "../agent/engines/supervisor.js";
 import { OpenAiClient } from "../agent/engines/openai-client.js";
 import { probeInputs } from "../agent/capabilities/runtime.js";
 import { writeTinyLlamaGguf } from "../scripts/gguf.js";
 
 const rounds = Math.max(5, Number(process.argv[2] ?? 6));
 const key = "bench-admin-key-0123456789abcdef";
-const workerPath = fileURLToPath(new URL("../agent/engines/llama-cpp/worker.ts", import.meta.url));
-const repoRoot = fileURLToPath(new URL("..", import.meta.url));
 const input = probeInputs[ProbeInput.COMPLETION_V1];
 
 const dir = mkdtempSync(join(tmpdir(), "mf-bench-probe-"));
@@ -60,30 +57,21 @@ const config = loadConfig({
 const server = await startServer(config, createLogger("error"));
 const stop = new AbortController();
 
-/** The floor: the worker alone, started, asked the probe input, killed. */
+/** The floor: llama-server alone, started, asked the probe input, killed. */
 async function bare(): Promise<{ loadMs: number; totalMs: number }> {
   const t0 = performance.now();
   const child = spawn(
-    process.execPath,
-    ["--import", "tsx", workerPath, "--model", modelPath, "--port", "0", "--threads", "1", "--context-size", "1024"],
-    {
-      cwd: repoRoot,
-      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true" },
-      stdio: ["ignore", "pipe", "inherit"],
-      detached: true,
-    },
+    llamaServerPath,
+    ["--model", modelPath, "--host", "127.0.0.1", "--port", "0", "--threads", "1", "--ctx-size", "1024", "--parallel", "1", "--no-webui"],
+    { env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp" }, stdio: ["ignore", "ignore", "pipe"], detached: true },
   );
   const exited = new Promise((resolve) => child.once("exit", resolve));
   const port = await new Promise<number>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      try {
-        const parsed = JSON.parse(line) as { event?: string; port?: number };
-        if (parsed.event === "listening") resolve(parsed.port!);
-      } catch {
-        /* not the announcement */
-      }
+    createInterface({ input: child.stderr! }).on("line", (line) => {
+      const listening = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(line);
+      if (listening) resolve(Number(listening[1]));
     });
-    child.once("exit", () => reject(new Error("the worker exited before listening")));
+    child.once("exit", () => reject(new Error("llama-server exited before listening")));
   });
   const client = new OpenAiClient(`http://127.0.0.1:${port}`);
   while (!(await client.healthy())) await new Promise((r) => setTimeout(r, 20));

@@ -5,9 +5,9 @@
 //
 //   node deploy/install.mjs [--root DIR] [--prefix /usr/local] [--node PATH] [--with-llama | --gpu] [--allocator jemalloc|system] agent|server
 //
-// agent:  <prefix>/lib/modelforge-agent/ (the standalone bundle, the llama.cpp worker, their manifest;
-//         with --with-llama node-llama-cpp's CPU prebuilt in node_modules/; with --gpu the GPU agent,
-//         dist/agent-gpu/, whole: the CPU and CUDA prebuilts and gpu-check.mjs), <prefix>/bin/modelforge-agent
+// agent:  <prefix>/lib/modelforge-agent/ (the standalone bundle and its manifest; with --with-llama
+//         llama-server/, the llama.cpp engine's runtime and its libraries; with --gpu the GPU agent,
+//         dist/agent-gpu/, whole: llama-server/, the CUDA prebuilts and gpu-check.mjs), <prefix>/bin/modelforge-agent
 // server: <prefix>/lib/modelforge/ (the server and CLI bundles, the database template, migrations, the
 //         packages its manifest names and nothing else), <prefix>/bin/modelforge-server, <prefix>/bin/modelforge
 // both:   /etc/systemd/system/modelforge-<part>.service, /usr/lib/sysusers.d/modelforge-<part>.conf,
@@ -178,17 +178,14 @@ function installAgent(layout, opts) {
   const scripts = ["modelforge-agent.mjs", ...(opts.gpu ? ["gpu-check.mjs"] : [])];
   // A gpu-check.mjs of an earlier GPU install would outlive a CPU install.
   rmSync(layout.at(join(lib, "gpu-check.mjs")), { force: true });
-  for (const name of [...scripts, "llama-worker.mjs", "package.json"]) {
+  for (const name of [...scripts, "package.json"]) {
     layout.file(join(lib, name), readFileSync(here(from, name)), scripts.includes(name) ? 0o755 : 0o644);
   }
-  layout.tree(join(lib, "node-llama-cpp"), here(from, "node-llama-cpp"));
+  // What an earlier install carried and this one may not: the engine, the CUDA packages.
   rmSync(layout.at(join(lib, "node_modules")), { recursive: true, force: true });
+  rmSync(layout.at(join(lib, "llama-server")), { recursive: true, force: true });
   if (opts.gpu) layout.tree(join(lib, "node_modules"), here(from, "node_modules"));
-  if (opts.withLlama) {
-    const prebuilt = "@node-llama-cpp/linux-x64";
-    if (!existsSync(here("node_modules", prebuilt))) throw new Error(`--with-llama: ${prebuilt} is not installed in this checkout`);
-    layout.tree(join(lib, "node_modules", prebuilt), here("node_modules", prebuilt));
-  }
+  if (opts.gpu || opts.withLlama) layout.tree(join(lib, "llama-server"), here(from, "llama-server"));
   layout.link(join(opts.prefix, "bin/modelforge-agent"), join(lib, "modelforge-agent.mjs"));
   return { lib, stateDirs: ["/var/lib/modelforge/agent", "/var/lib/modelforge/artifacts"] };
 }
@@ -224,7 +221,9 @@ function run(command, args) {
 function main(argv) {
   const opts = options(argv);
   // --gpu fetches the CUDA packages from the registry only if dist/.cache lacks them (scripts/build-gpu.mjs).
-  const build = opts.part === "agent" ? ["--bundles", ...(opts.gpu ? ["--gpu"] : [])] : [];
+  // llama-server is compiled only for an agent that carries it (the build machine's compiler).
+  const engine = opts.part === "agent" && (opts.gpu || opts.withLlama) ? [] : ["--no-engine"];
+  const build = [...(opts.part === "agent" ? ["--bundles", ...(opts.gpu ? ["--gpu"] : [])] : []), ...engine];
   execFileSync(process.execPath, [here("scripts/build.mjs"), "--if-stale", ...build], {
     stdio: "inherit",
   });

@@ -1,8 +1,8 @@
-// `npm run build -- --gpu`: dist/agent-gpu/, the node agent for GPU nodes. It is dist/agent/ plus
-// node-llama-cpp's prebuilt binaries carried beside the bundles, where the worker's imports of
-// @node-llama-cpp/* resolve at run time:
+// `npm run build -- --gpu`: dist/agent-gpu/, the node agent for GPU nodes. It is dist/agent/ (the
+// bundle and llama-server/) plus node-llama-cpp's prebuilt CUDA backends of ggml, built from the
+// same llama.cpp release as llama-server's, which loads one of them for a GPU replica
+// (agent/engines/gpus.ts finds them by module resolution):
 //
-//   node_modules/@node-llama-cpp/linux-x64           the CPU build (from this checkout's node_modules)
 //   node_modules/@node-llama-cpp/linux-x64-cuda      CUDA 13 (from the registry)
 //   node_modules/@node-llama-cpp/linux-x64-cuda-ext  CUDA 12, the fallback (from the registry)
 //   gpu-check.mjs                                    scripts/gpu-check.ts, for an operator on the node
@@ -17,9 +17,8 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, 
 import { dirname, join } from "node:path";
 
 const cudaPackages = ["@node-llama-cpp/linux-x64-cuda", "@node-llama-cpp/linux-x64-cuda-ext"];
-const cpuPackage = "@node-llama-cpp/linux-x64";
 // What dist/agent/ holds that the GPU artefact carries as it is.
-const agentFiles = ["modelforge-agent.mjs", "llama-worker.mjs", "node-llama-cpp"];
+const agentFiles = ["modelforge-agent.mjs", "llama-server"];
 
 /** The sha512 integrity (npm's `dist.integrity` form) of a file. */
 function integrityOf(path) {
@@ -94,7 +93,7 @@ export async function buildGpuAgent({ root, dist, bundle }) {
     for (const name of agentFiles) cpSync(join(dist, "agent", name), join(staging, name), { recursive: true });
 
     const manifest = JSON.parse(readFileSync(join(dist, "agent/package.json"), "utf8"));
-    const packages = [cpuPackage, ...cudaPackages];
+    const packages = cudaPackages;
     writeFileSync(
       join(staging, "package.json"),
       `${JSON.stringify(
@@ -112,11 +111,6 @@ export async function buildGpuAgent({ root, dist, bundle }) {
       )}\n`,
     );
     for (const file of await bundle("gpu-check.mjs")) writeFileSync(join(staging, "gpu-check.mjs"), file.contents, { mode: 0o755 });
-
-    const cpuFrom = join(root, "node_modules", cpuPackage);
-    const cpuVersion = JSON.parse(readFileSync(join(cpuFrom, "package.json"), "utf8")).version;
-    if (cpuVersion !== version) throw new Error(`build --gpu: node_modules has ${cpuPackage} ${cpuVersion}, node-llama-cpp is ${version}: run npm ci`);
-    cpSync(cpuFrom, join(staging, "node_modules", cpuPackage), { recursive: true });
 
     const previous = JSON.parse(existsSync(join(target, carriedStamp)) ? readFileSync(join(target, carriedStamp), "utf8") : "{}");
     for (const name of cudaPackages) {

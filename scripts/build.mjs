@@ -7,22 +7,24 @@
 //   dist/cli/main.mjs                 the operator CLI, standalone like the agent
 //   dist/agent/modelforge-agent.mjs   the node agent, standalone: every dependency inlined, runs with
 //                                     nothing but Node.js
-//   dist/agent/llama-worker.mjs       the llama.cpp runtime process the agent supervises: node-llama-cpp
-//                                     inlined; only its native prebuilt (@node-llama-cpp/linux-x64)
-//                                     is looked up at run time, beside the bundle or in the checkout
+//   dist/agent/llama-server/          the llama.cpp engine's runtime the agent supervises: llama.cpp's
+//                                     llama-server and the prebuilt ggml libraries it loads
+//                                     (scripts/build-llama-server.mjs compiles it once per checkout)
 //   dist/agent-gpu/                   with --gpu: the agent for GPU nodes, dist/agent/ carrying
-//                                     node-llama-cpp's CPU and CUDA prebuilts (scripts/build-gpu.mjs)
+//                                     node-llama-cpp's CUDA prebuilts too (scripts/build-gpu.mjs)
 //
 // `node scripts/build.mjs --if-stale` builds only what a source newer than the last build makes
 // stale, so `npm start` on a fresh clone builds once and then starts in plain node; `--bundles`
-// leaves out the database template (for the CLI and the agent); `--sea` adds the agent as a single
+// leaves out the database template (for the CLI and the agent); `--no-engine` leaves out
+// llama-server (the control plane alone needs no compiler); `--sea` adds the agent as a single
 // executable (dist/agent/modelforge-agent); `--gpu` adds dist/agent-gpu/ and prints its size.
 import { execFileSync, spawn } from "node:child_process";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { isBuiltin } from "node:module";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { buildGpuAgent } from "./build-gpu.mjs";
+import { ensureLlamaServer } from "./build-llama-server.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const dist = join(root, "dist");
@@ -30,6 +32,7 @@ const dist = join(root, "dist");
 const bundleInputs = [
   ...["server", "agent", "cli", "common", "gen", "package.json", "package-lock.json"],
   ...["scripts/build.mjs", "scripts/build-gpu.mjs", "scripts/gpu-check.ts", "scripts/gguf.ts", "scripts/llama-cuda-prebuilts.json"],
+  ...["scripts/build-llama-server.mjs"],
 ];
 // The embedded database template depends on the migrations, the PGlite version and the build.
 const templateInputs = ["prisma/migrations", "package-lock.json", "scripts/build.mjs"];
@@ -98,27 +101,6 @@ const inlineVersion = {
   },
 };
 
-// node-llama-cpp reads a few data files relative to its modules (its package.json, llama/*.json)
-// and forks one of its modules to test the native binary before loading it. In the bundle, its
-// modules' import.meta.url point into a node-llama-cpp/ directory beside the bundle, which the
-// build fills with exactly those files and that module, bundled on its own.
-// Its real path: esbuild resolves symbolic links (a node_modules linked from elsewhere).
-const llamaPackage = realpathSync(join(root, "node_modules/node-llama-cpp"));
-const llamaDataFiles = ["package.json", "llama/binariesGithubRelease.json"];
-const llamaTester = "dist/bindings/utils/testBindingBinary.js";
-const llamaUrls = (bundleToPackage) => ({
-  name: "llama-urls",
-  setup(b) {
-    b.onLoad({ filter: /[\\/]node_modules[\\/]node-llama-cpp[\\/].*\.js$/ }, (args) => {
-      const text = readFileSync(args.path, "utf8");
-      if (!text.includes("import.meta.url")) return undefined;
-      const fromPackage = relative(llamaPackage, args.path).split("\\").join("/");
-      const contents = text.replaceAll("import.meta.url", `new URL(${JSON.stringify(bundleToPackage + fromPackage)}, import.meta.url).href`);
-      return { contents, loader: "js" };
-    });
-  },
-});
-
 const common = {
   bundle: true,
   platform: "node",
@@ -157,22 +139,8 @@ function targets() {
       plugins: [inlineVersion],
       // Executable as it is (installed as `modelforge-agent` on PATH).
       banner: { js: `#!/usr/bin/env node\n${requireBanner}` },
-      // The supervisor starts this file (beside the agent) for the llama.cpp engine.
-      define: { MODELFORGE_LLAMA_WORKER: JSON.stringify("./llama-worker.mjs") },
-    },
-    {
-      entryPoints: [join(root, "agent/engines/llama-cpp/worker.ts")],
-      outfile: join(dist, "agent/llama-worker.mjs"),
-      // The native engine: a directory of shared libraries found by module resolution at run time.
-      // (@reflink serves node-llama-cpp's model downloader, which the worker never uses.)
-      external: ["@node-llama-cpp/*", "@reflink/*"],
-      plugins: [llamaUrls("./node-llama-cpp/")],
-    },
-    {
-      entryPoints: [join(llamaPackage, llamaTester)],
-      outfile: join(dist, "agent/node-llama-cpp", llamaTester),
-      external: ["@node-llama-cpp/*", "@reflink/*"],
-      plugins: [llamaUrls("../../../")],
+      // The supervisor starts this binary (beside the agent) for the llama.cpp engine.
+      define: { MODELFORGE_LLAMA_SERVER: JSON.stringify("./llama-server/llama-server") },
     },
   ];
 }
@@ -191,11 +159,6 @@ async function buildBundles() {
     writeFileSync(tmp, file.contents, { mode: executables.some((e) => file.path.endsWith(e)) ? 0o755 : 0o644 });
     renameSync(tmp, file.path);
   }
-  for (const file of llamaDataFiles) {
-    const to = join(dist, "agent/node-llama-cpp", file);
-    mkdirSync(dirname(to), { recursive: true });
-    copyFileSync(join(llamaPackage, file), to);
-  }
   // Chunks of earlier builds (their names carry a content hash) go.
   const written = new Set(results.flatMap((r) => r.outputFiles.map((f) => f.path)));
   for (const name of readdirSync(join(dist, "server")).filter((n) => n.endsWith(".mjs"))) {
@@ -208,7 +171,7 @@ async function buildBundles() {
 /**
  * What each installed part needs besides Node.js, declared apart: the server's manifest names
  * exactly the packages its bundle leaves as imports (pinned from the lockfile); the agent's names
- * no dependency at all, only node-llama-cpp's CPU prebuilt as optional (the llama.cpp engine).
+ * none (its engine, llama-server and its libraries, is carried beside it).
  * deploy/install.mjs installs each part from its own manifest.
  */
 function writeManifests(serverMetafile) {
@@ -229,7 +192,6 @@ function writeManifests(serverMetafile) {
       name: "modelforge-agent",
       ...base,
       bin: { "modelforge-agent": "modelforge-agent.mjs" },
-      optionalDependencies: { "@node-llama-cpp/linux-x64": pinned("@node-llama-cpp/linux-x64") },
     },
   };
   for (const [path, manifest] of Object.entries(manifests)) writeFileSync(join(dist, path), `${JSON.stringify(manifest, null, 2)}\n`);
@@ -290,9 +252,8 @@ async function buildTemplate() {
 
 /**
  * `--sea`: the agent as one executable (Node's single executable application): the bundle, as
- * CommonJS since Node 20 runs only that, injected into a copy of this node binary. It cannot start
- * the llama.cpp worker (the executable runs only its own script), so nodes with that engine use the
- * .mjs bundle.
+ * CommonJS since Node 20 runs only that, injected into a copy of this node binary. It starts
+ * llama-server from the llama-server/ directory beside it, as the .mjs bundle does.
  */
 async function buildSea() {
   const { build } = await import("esbuild");
@@ -306,7 +267,7 @@ async function buildSea() {
       entryPoints: [join(root, "agent/main.ts")],
       outfile: join(work, "agent.cjs"),
       plugins: [inlineVersion],
-      define: { "import.meta.url": "__mfSeaUrl", MODELFORGE_LLAMA_WORKER: JSON.stringify("./llama-worker.mjs") },
+      define: { "import.meta.url": "__mfSeaUrl", MODELFORGE_LLAMA_SERVER: JSON.stringify("./llama-server/llama-server") },
       banner: { js: 'const __mfSeaUrl = require("node:url").pathToFileURL(process.execPath).href;' },
     });
     writeFileSync(
@@ -375,6 +336,7 @@ async function main() {
     await buildTemplate();
     steps.push("embedded database template");
   }
+  if (!process.argv.includes("--no-engine") && (await copyLlamaServer())) steps.push("llama-server");
   if (process.argv.includes("--sea") && (!ifStale || steps.includes("bundles") || !existsSync(join(dist, "agent/modelforge-agent")))) {
     await buildSea();
     steps.push("single-executable agent");
@@ -390,15 +352,31 @@ async function main() {
   if (gpuBytes !== undefined) process.stderr.write(`build: the GPU agent dist/agent-gpu/ is ${Math.round(gpuBytes / 1e6)} MB\n`);
 }
 
-/** scripts/gpu-check.ts as the GPU artefact carries it: built like the worker, beside the same node-llama-cpp/ files. */
+/**
+ * dist/agent/llama-server/: llama-server (compiled first when missing or stale) and copies of the
+ * prebuilt libraries it loads, so the directory installs anywhere. False when it was current.
+ */
+async function copyLlamaServer() {
+  const built = await ensureLlamaServer(root);
+  const to = join(dist, "agent/llama-server");
+  const current = (dir) => readFileSync(join(dir, "build.json"), { encoding: "utf8", flag: "r" });
+  if (existsSync(join(to, "build.json")) && current(to) === current(built)) return false;
+  const staging = `${to}.${process.pid}.tmp`;
+  rmSync(staging, { recursive: true, force: true });
+  cpSync(built, staging, { recursive: true, dereference: true });
+  rmSync(to, { recursive: true, force: true });
+  renameSync(staging, to);
+  return true;
+}
+
+/** scripts/gpu-check.ts as the GPU artefact carries it: it starts llama-server through the agent's supervisor. */
 async function bundleGpuCheck(outName) {
   const { build } = await import("esbuild");
   const result = await build({
     ...common,
     entryPoints: [join(root, "scripts/gpu-check.ts")],
     outfile: join(dist, "agent-gpu", outName),
-    external: ["@node-llama-cpp/*", "@reflink/*"],
-    plugins: [llamaUrls("./node-llama-cpp/")],
+    define: { MODELFORGE_LLAMA_SERVER: JSON.stringify("./llama-server/llama-server") },
     banner: { js: `#!/usr/bin/env node\n${requireBanner}` },
   });
   return result.outputFiles;

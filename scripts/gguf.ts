@@ -11,7 +11,26 @@ export interface TinyModelOptions {
   /** Seeds the weights; a different seed is a different file. */
   seed?: number;
   contextLength?: number;
+  /** The network's size; the default is the tiny one tests load in about a second. */
+  shape?: ModelShape;
+  /**
+   * Byte-fallback tokens (default false). Without them every token is printable ASCII or the
+   * newline, so random weights never write a byte sequence that is not UTF-8, which llama-server
+   * refuses to answer with (a real model writes whole characters). With them, the vocabulary has
+   * all 256 bytes, for tests of what a runtime does with such an answer.
+   */
+  byteFallback?: boolean;
 }
+
+export interface ModelShape {
+  embedding: number;
+  blocks: number;
+  heads: number;
+  feedForward: number;
+}
+
+/** About 26M parameters (99 MiB of f32): big enough that decoding is bound by memory, not by the HTTP around it. */
+export const benchShape: ModelShape = { embedding: 512, blocks: 8, heads: 8, feedForward: 1408 };
 
 export interface TinyModel {
   bytes: Buffer;
@@ -19,10 +38,7 @@ export interface TinyModel {
 }
 
 const alignment = 32;
-const embedding = 64;
-const blocks = 2;
-const heads = 4;
-const feedForward = 128;
+const tinyShape: ModelShape = { embedding: 64, blocks: 2, heads: 4, feedForward: 128 };
 
 // GGUF metadata value types (the subset this file uses).
 enum ValueType {
@@ -53,7 +69,8 @@ type Value =
 /** Builds the model file in memory. */
 export function tinyLlamaGguf(options: TinyModelOptions = {}): TinyModel {
   const random = mulberry32(options.seed ?? 1);
-  const vocab = vocabulary();
+  const { embedding, blocks, heads, feedForward } = options.shape ?? tinyShape;
+  const vocab = vocabulary(options.byteFallback ?? false);
   const metadata: [string, Value][] = [
     ["general.architecture", { type: ValueType.String, value: "llama" }],
     ["general.name", { type: ValueType.String, value: "modelforge-tiny" }],
@@ -132,15 +149,17 @@ export async function writeTinyLlamaGguf(path: string, options?: TinyModelOption
   return { sha256: model.sha256, size: model.bytes.length };
 }
 
-/** <unk>, <s>, </s>, the 256 byte fallbacks, then printable ASCII (space as SentencePiece's ▁). */
-function vocabulary(): { text: string; score: number; type: TokenType }[] {
+/** <unk>, <s>, </s>, the 256 byte fallbacks (unless left out), then printable ASCII (space as SentencePiece's ▁). */
+function vocabulary(byteFallback: boolean): { text: string; score: number; type: TokenType }[] {
   const tokens = [
     { text: "<unk>", score: 0, type: TokenType.Unknown },
     { text: "<s>", score: 0, type: TokenType.Control },
     { text: "</s>", score: 0, type: TokenType.Control },
   ];
+  // Without byte fallback, the newline's byte token alone (llama.cpp's SPM vocabulary needs one).
   for (let b = 0; b < 256; b++)
-    tokens.push({ text: `<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`, score: 0, type: TokenType.Byte });
+    if (byteFallback || b === 0x0a)
+      tokens.push({ text: `<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`, score: 0, type: TokenType.Byte });
   tokens.push({ text: "\u2581", score: -1, type: TokenType.Normal });
   for (let c = 0x21; c <= 0x7e; c++) tokens.push({ text: String.fromCharCode(c), score: -1, type: TokenType.Normal });
   return tokens;

@@ -35,8 +35,8 @@ export interface HeldRuntime {
 }
 
 /**
- * A counting gate: the llama.cpp worker generates for one request at a time and refuses a second,
- * so the agent queues them (the control plane bounds how many are in flight per deployment).
+ * A counting gate: the llama.cpp worker generates for `parallel` requests at once and refuses more,
+ * so the agent queues the rest (the control plane bounds how many are in flight per deployment).
  */
 export class Gate {
   private running = 0;
@@ -277,6 +277,8 @@ export class DeploymentHost {
       if (unavailable !== undefined) throw new JobFailureError(JobFailureCode.GPU_UNAVAILABLE, unavailable, false);
     }
     const modelPath = await verifiedModelPath(spec);
+    // The control plane's choice (priced by placement), else the profile's (a server before it), else 1.
+    const parallel = spec.parallel || profile.parallel || 1;
     const lines = new LogTail(
       spec.revision,
       this.logLimits,
@@ -292,6 +294,9 @@ export class DeploymentHost {
           ...(profile.contextSize > 0 ? { contextSize: profile.contextSize } : {}),
           ...(profile.threads > 0 ? { threads: profile.threads } : {}),
           ...(profile.gpuLayersAll ? { gpuLayers: "all" as const } : profile.gpuLayers > 0 ? { gpuLayers: profile.gpuLayers } : {}),
+          ...(engine === "llama.cpp" ? { parallel } : {}),
+          ...(engine === "llama.cpp" && profile.batchSize > 0 ? { batchSize: profile.batchSize } : {}),
+          ...(engine === "llama.cpp" && profile.embeddings ? { embeddings: true } : {}),
         },
         gpus,
         healthDeadlineMs: this.opts.healthDeadlineMs ?? 120_000,
@@ -307,8 +312,9 @@ export class DeploymentHost {
       draining: false,
       inFlight: new Set(),
       logs: lines,
-      // External servers (vLLM, llama-server) batch concurrent requests themselves.
-      gate: new Gate(engine === "llama.cpp" ? 1 : Number.POSITIVE_INFINITY),
+      // The llama.cpp worker generates for `parallel` requests at once; external servers (vLLM,
+      // llama-server) schedule concurrent requests themselves.
+      gate: new Gate(engine === "llama.cpp" ? parallel : Number.POSITIVE_INFINITY),
     };
     this.held.set(key, held);
     // A runtime that dies is no longer held: the session tells the control plane at once (and

@@ -6,7 +6,10 @@ import { durationMs } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
 import type { InvokeStart, LogWatch, SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { InvokeApi, type RuntimeLogLine } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
-import { refusalCode, refusalMessage } from "./refusal.js";
+import { fitMessage, refusalCode, refusalMessage } from "./refusal.js";
+import { OpenAiError } from "../engines/openai-protocol.js";
+import { prepareChat, prepareCompletion, prepareEmbeddings, type Prepared } from "../engines/llama-cpp/request.js";
+import { shapeAnswer, StreamShaper } from "../engines/llama-cpp/answer.js";
 import { embeddingEngineNames } from "../../common/engines.js";
 import type { RelayLink as SessionLink, SessionMessage } from "./session-hook.js";
 import { notHeld, type DeploymentHost } from "./host.js";
@@ -46,7 +49,14 @@ export class DeploymentRelay {
   onMessage(message: SessionResponse["message"], link: SessionLink): void {
     switch (message.case) {
       case "invoke":
-        void this.invoke(message.value, link);
+        // invoke() answers every failure it expects; anything else is ours, told as internal.
+        this.invoke(message.value, link).catch((err: unknown) => {
+          this.log.error({ err, deploymentId: message.value.invoke?.deploymentId }, "invoke failed unexpectedly");
+          void link.tell({
+            case: "invokeAnswer",
+            value: { invokeId: message.value.invokeId, done: true, error: { code: "internal", message: "internal error" } },
+          });
+        });
         break;
       case "invokeCancel":
         this.invokes.get(link)?.get(message.value.invokeId)?.abort(cancelledByServer);
@@ -87,6 +97,23 @@ export class DeploymentRelay {
       return fail("unimplemented", `deployment ${spec.deploymentId}'s engine ${held.runtime.engine} serves no embeddings`);
     }
     const path = paths[start.api as keyof typeof paths] ?? paths[InvokeApi.COMPLETIONS];
+    // The built-in engine's fields are checked and put in llama-server's terms here; an external
+    // server (openai-http) gets the caller's body as it is.
+    let prepared: Prepared | undefined;
+    if (held.runtime.engine === "llama.cpp") {
+      try {
+        const limits = { contextSize: held.runtime.contextSize };
+        const asked = embeddings ? body : { ...body, stream: start.stream };
+        prepared = (embeddings ? prepareEmbeddings : start.api === InvokeApi.CHAT_COMPLETIONS ? prepareChat : prepareCompletion)(
+          asked,
+          limits,
+        );
+      } catch (err) {
+        if (err instanceof OpenAiError) return fail("invalid_argument", fitMessage(err.message));
+        throw err;
+      }
+      body = prepared.body;
+    }
     const controller = new AbortController();
     const running = this.invokes.get(link) ?? new Map<bigint, AbortController>();
     this.invokes.set(link, running);
@@ -112,11 +139,21 @@ export class DeploymentRelay {
       release = await held.gate.acquire(signal);
       if (start.stream && !embeddings) {
         const text = JSON.stringify({ ...body, stream: true });
-        for await (const data of held.runtime.client.streamRaw(path, text, signal, timeoutMs)) answer(Buffer.from(data), false);
+        const shaper = prepared === undefined ? undefined : new StreamShaper(prepared);
+        for await (const data of held.runtime.client.streamRaw(path, text, signal, timeoutMs)) {
+          // Only chunks to rewrite are parsed: tools, logprobs, or the usage llama-server puts on
+          // its last token chunk (OpenAI's comes in a chunk of its own).
+          if (shaper === undefined || (!shaper.active && !data.includes('"usage"'))) answer(Buffer.from(data), false);
+          else
+            for (const chunk of shaper.chunk(JSON.parse(data) as Record<string, unknown>))
+              answer(Buffer.from(JSON.stringify(chunk)), false);
+        }
         answer(new Uint8Array(), true);
       } else {
         const text = JSON.stringify(embeddings ? body : { ...body, stream: false });
-        answer(await held.runtime.client.postRaw(path, text, signal, timeoutMs), true);
+        const whole = await held.runtime.client.postRaw(path, text, signal, timeoutMs);
+        const shaped = prepared?.tools !== undefined || prepared?.completionLogprobs === true;
+        answer(shaped ? Buffer.from(JSON.stringify(shapeAnswer(prepared!, JSON.parse(whole.toString("utf8"))))) : whole, true);
       }
     } catch (err) {
       // Cancelled by the server: it has stopped listening.

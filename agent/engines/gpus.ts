@@ -36,26 +36,62 @@ export function gpuEnv(assigned: readonly AssignedDevice[]): Record<string, stri
 }
 
 /**
- * Whether this install carries node-llama-cpp's prebuilt CUDA binaries: the CPU install points the
- * package at an empty stand-in (package.json overrides), which has no binaries. The package is
- * looked for where module resolution would find it (its exports do not include package.json).
+ * node-llama-cpp's prebuilt CUDA packages this install carries (the GPU agent), nearest first, each
+ * with its ggml CUDA backend and the CUDA major it links against. The CPU install points the
+ * packages at an empty stand-in (package.json overrides), which has no binaries.
  */
-export async function hasLlamaCudaBuild(): Promise<boolean> {
-  for (const name of ["@node-llama-cpp/linux-x64-cuda", "@node-llama-cpp/linux-x64-cuda-ext"]) {
+const cudaPackages = [
+  { name: "@node-llama-cpp/linux-x64-cuda", library: "bins/linux-x64-cuda/libggml-cuda.so", cuda: 13 },
+  { name: "@node-llama-cpp/linux-x64-cuda-ext", library: "bins/linux-x64-cuda/fallback/libggml-cuda.so", cuda: 12 },
+];
+
+/** The CUDA backend libraries this install carries, by CUDA major. */
+async function carriedCudaBackends(): Promise<{ library: string; cuda: number }[]> {
+  const found: { library: string; cuda: number }[] = [];
+  for (const p of cudaPackages) {
     try {
       // Inside the try: a single-executable agent may have no module URL to resolve from.
-      const dirs = createRequire(import.meta.url).resolve.paths(name) ?? [];
-      for (const dir of dirs) {
-        const manifest = await readFile(join(dir, name, "package.json"), "utf8").catch(() => undefined);
-        if (manifest !== undefined) {
-          // The nearest one is what node-llama-cpp imports.
-          if ((JSON.parse(manifest) as { name?: string }).name === name) return true;
-          break;
-        }
+      for (const dir of createRequire(import.meta.url).resolve.paths(p.name) ?? []) {
+        const manifest = await readFile(join(dir, p.name, "package.json"), "utf8").catch(() => undefined);
+        if (manifest === undefined) continue;
+        // The nearest one is what module resolution would give.
+        if ((JSON.parse(manifest) as { name?: string }).name === p.name)
+          found.push({ library: join(dir, p.name, p.library), cuda: p.cuda });
+        break;
       }
     } catch {
       /* no module URL */
     }
   }
-  return false;
+  return found;
+}
+
+/** Whether this install carries a CUDA build of llama.cpp at all (the agent advertises llama.cpp+cuda). */
+export async function hasLlamaCudaBuild(): Promise<boolean> {
+  return (await carriedCudaBackends()).length > 0;
+}
+
+/** Whether the dynamic loader finds `library` (a bare soname: the loader path decides). */
+function loaderFinds(library: string): boolean {
+  try {
+    process.dlopen({ exports: {} } as NodeJS.Module, library);
+    return true;
+  } catch (err) {
+    // Opened, but not a Node addon: it is there.
+    return !(err as Error).message.includes("cannot open shared object file");
+  }
+}
+
+/**
+ * The CUDA backend llama-server loads for a GPU replica: the carried build whose CUDA runtime this
+ * node has (13 before 12), or why there is none (docs/gpus.md), for the runtime's log.
+ */
+export async function cudaBackend(): Promise<{ library: string; reason?: undefined } | { library?: undefined; reason: string }> {
+  const carried = await carriedCudaBackends();
+  if (carried.length === 0) return { reason: "no CUDA build in this install" };
+  if (!loaderFinds("libcuda.so.1")) return { reason: "no NVIDIA driver (libcuda.so.1 is not found)" };
+  for (const c of carried) {
+    if (loaderFinds(`libcudart.so.${c.cuda}`) && loaderFinds(`libcublas.so.${c.cuda}`)) return { library: c.library };
+  }
+  return { reason: `no CUDA ${carried.map((c) => c.cuda).join(" or ")} runtime (libcudart and libcublas) is found` };
 }

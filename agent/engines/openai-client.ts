@@ -17,6 +17,8 @@ export interface GenerationParams {
   temperature?: number;
   seed?: number;
   stop?: string[];
+  /** Token id to the value added to its logit (-100 bans it). */
+  logit_bias?: Record<string, number>;
 }
 
 /** A refusal or failure from the engine, with OpenAI's error type and code when it gave them. */

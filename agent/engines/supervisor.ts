@@ -4,18 +4,18 @@
 // recorded in a registry so a later agent can stop the ones an earlier agent left behind.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { existsSync } from "node:fs";
 import { lstat } from "node:fs/promises";
 import { createServer } from "node:net";
-import { dirname, isAbsolute, normalize } from "node:path";
-import { createInterface } from "node:readline";
+import { isAbsolute, normalize } from "node:path";
 import { fileURLToPath } from "node:url";
 import { systemClock, type Clock } from "../../common/clock.js";
 import { OpenAiClient } from "./openai-client.js";
 import { buildArgv, TemplateError, validateTemplate, type OpenAiHttpTemplate } from "./openai-http.js";
 import { readMemory, readStat, type ProcessMemory } from "./proc.js";
-import { gpuEnv, type AssignedDevice } from "./gpus.js";
+import { cudaBackend, gpuEnv, type AssignedDevice } from "./gpus.js";
 import { RuntimeRegistry, type RuntimeRecord } from "./registry.js";
-import type { ListeningLine } from "./llama-cpp/worker.js";
+import { checkGgufFile, trainedContextLength } from "./llama-cpp/gguf-header.js";
 
 import { embeddingEngineNames, engineNames as engineKinds, type EngineName } from "../../common/engines.js";
 
@@ -24,6 +24,12 @@ export type EngineKind = EngineName;
 export interface EngineParams {
   contextSize?: number;
   threads?: number;
+  /** llama.cpp: requests generated at once, each in a sequence of its own with `contextSize` tokens. */
+  parallel?: number;
+  /** llama.cpp: tokens per decode batch. */
+  batchSize?: number;
+  /** llama.cpp: serve /v1/embeddings too (mean-pooled); it slows generation, so only when asked. */
+  embeddings?: boolean;
   /** llama.cpp: layers offloaded to the GPUs, or every one; absent for the CPU. */
   gpuLayers?: number | "all";
 }
@@ -64,10 +70,10 @@ export interface Runtime {
   readonly startedAt: Date;
   /** From spawning the process to its first healthy answer. */
   readonly loadMs: number;
-  /** The engine's own model load time, when it reports one (the llama.cpp worker does). */
-  readonly modelLoadMs: number | undefined;
-  /** Where the model runs, when the engine says (the llama.cpp worker does): "cpu" or "cuda". */
+  /** Where the model runs, when the engine is ours (llama.cpp): "cpu" or "cuda". */
   readonly backend: "cpu" | "cuda" | undefined;
+  /** Tokens each sequence holds, prompt and answer together, when the engine is ours (llama.cpp). */
+  readonly contextSize: number | undefined;
   /** The same OpenAI-compatible client for every engine. */
   readonly client: OpenAiClient;
   /** Resolves when the process ends, for whatever reason. */
@@ -109,23 +115,25 @@ export interface SupervisorOptions {
   llamaCuda?: boolean;
 }
 
-// The built agent (scripts/build.mjs defines MODELFORGE_LLAMA_WORKER) starts the bundled worker
-// beside it with plain node; from source the worker runs through tsx from the repository root.
-declare const MODELFORGE_LLAMA_WORKER: string | undefined;
-const builtWorker =
-  typeof MODELFORGE_LLAMA_WORKER === "string" ? fileURLToPath(new URL(MODELFORGE_LLAMA_WORKER, import.meta.url)) : undefined;
-const worker =
-  builtWorker !== undefined
-    ? { cwd: dirname(builtWorker), args: [builtWorker] }
-    : {
-        cwd: fileURLToPath(new URL("../..", import.meta.url)),
-        args: ["--import", "tsx", fileURLToPath(new URL("./llama-cpp/worker.ts", import.meta.url))],
-      };
+// The llama.cpp engine's runtime is llama.cpp's own llama-server (scripts/build-llama-server.mjs):
+// beside the built agent (scripts/build.mjs defines MODELFORGE_LLAMA_SERVER), or in the checkout's
+// build/ when the agent runs from source.
+declare const MODELFORGE_LLAMA_SERVER: string | undefined;
+export const llamaServerPath = fileURLToPath(
+  typeof MODELFORGE_LLAMA_SERVER === "string"
+    ? new URL(MODELFORGE_LLAMA_SERVER, import.meta.url)
+    : new URL("../../build/llama-server/llama-server", import.meta.url),
+);
+/** What llama-server logs once it listens: the port it was given (it binds port 0 itself, so no other process can take it first). */
+const llamaServerListening = /listening on http:\/\/127\.0\.0\.1:(\d{1,5})\b/;
 const loopback = "127.0.0.1";
 /** How the agent advertises that its llama.cpp engine can offload to CUDA GPUs (placement asks for it). */
 export const llamaCudaBackend = "llama.cpp+cuda";
 const pollMs = 100;
 const tailBytes = 4096;
+
+/** The most requests one llama.cpp runtime generates at once (the contract's bound on a profile's parallel). */
+export const maxParallel = 256;
 
 /** Pure check of engine parameters from a runtime profile. */
 export function validateParams(params: EngineParams): EngineParams {
@@ -133,6 +141,9 @@ export function validateParams(params: EngineParams): EngineParams {
   if (!within(params.contextSize, 16, 1 << 20))
     throw new EngineError("invalid_params", "contextSize must be an integer from 16 to 1048576");
   if (!within(params.threads, 1, 1024)) throw new EngineError("invalid_params", "threads must be an integer from 1 to 1024");
+  if (!within(params.parallel, 1, maxParallel))
+    throw new EngineError("invalid_params", `parallel must be an integer from 1 to ${maxParallel}`);
+  if (!within(params.batchSize, 1, 65_536)) throw new EngineError("invalid_params", "batchSize must be an integer from 1 to 65536");
   if (params.gpuLayers !== "all" && !within(params.gpuLayers, 1, 1024))
     throw new EngineError("invalid_params", "gpuLayers must be an integer from 1 to 1024, or all");
   return params;
@@ -159,9 +170,9 @@ export class Supervisor {
     if (options.openAiHttp) validateTemplate(options.openAiHttp);
   }
 
-  /** The engines this agent can run, to advertise. */
+  /** The engines this agent can run, to advertise: llama.cpp when its llama-server is installed, openai-http when configured. */
   engines(): EngineKind[] {
-    return engineKinds.filter((k) => k !== "openai-http" || this.options.openAiHttp !== undefined);
+    return engineKinds.filter((k) => (k === "openai-http" ? this.options.openAiHttp !== undefined : existsSync(llamaServerPath)));
   }
 
   /** What the agent advertises: the engines, and llama.cpp's CUDA backend when it has one. */
@@ -212,7 +223,7 @@ export class Supervisor {
     // It may have ended while being recorded, its removal queued before the record.
     if (proc.exit) await this.registry.remove(id);
     try {
-      const { client, modelLoadMs, backend } = await this.untilReady(plan, proc, this.clock.now() + (options.healthDeadlineMs ?? 120_000));
+      const client = await this.untilReady(plan, proc, this.clock.now() + (options.healthDeadlineMs ?? 120_000));
       const runtime: Held = {
         id,
         engine,
@@ -221,8 +232,8 @@ export class Supervisor {
         modelPath: options.modelPath,
         startedAt,
         loadMs: performance.now() - began,
-        modelLoadMs,
-        backend,
+        backend: plan.backend,
+        contextSize: plan.contextSize,
         client,
         exited: proc.exited,
         exitStatus: () => proc.exit,
@@ -245,18 +256,12 @@ export class Supervisor {
   }
 
   /** Waits for the runtime's port, then its health: its client once it answers healthy by the deadline. */
-  private async untilReady(
-    plan: LaunchPlan,
-    proc: RuntimeProcess,
-    deadline: number,
-  ): Promise<{ client: OpenAiClient; modelLoadMs: number | undefined; backend: "cpu" | "cuda" | undefined }> {
-    const ready = await this.waitForPort(plan, proc.child, deadline, proc.gone.signal);
-    // Only now: a listener set earlier would start the flow before the port announcement is read.
-    proc.forwardStdout();
-    const client = new OpenAiClient(`http://${loopback}:${ready.port}`);
+  private async untilReady(plan: LaunchPlan, proc: RuntimeProcess, deadline: number): Promise<OpenAiClient> {
+    const port = plan.port === "announced" ? await this.waitForPort(proc, deadline) : plan.port;
+    const client = new OpenAiClient(`http://${loopback}:${port}`);
     await this.waitForHealth(client, plan.healthPath, deadline, proc.gone.signal);
     if (proc.exit) throw new Error("exited");
-    return { client, modelLoadMs: ready.modelLoadMs, backend: ready.backend };
+    return client;
   }
 
   /** Asks a held runtime's health endpoint; a crashed runtime reports how it ended. */
@@ -335,21 +340,7 @@ export class Supervisor {
 
   private async plan(engine: EngineKind, id: string, modelPath: string, params: EngineParams, gpus: AssignedDevice[]): Promise<LaunchPlan> {
     const base = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp" };
-    if (engine === "llama.cpp") {
-      const args = [...worker.args, "--model", modelPath, "--model-id", id, "--port", "0"];
-      if (params.contextSize !== undefined) args.push("--context-size", String(params.contextSize));
-      if (params.threads !== undefined) args.push("--threads", String(params.threads));
-      // Layers go to GPUs only when it was given some: without an assignment it stays on the CPU.
-      if (params.gpuLayers !== undefined && gpus.length > 0) args.push("--gpu-layers", String(params.gpuLayers));
-      // Belt and braces with build: "never": node-llama-cpp must never fetch or compile anything.
-      const env = {
-        ...base,
-        NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true",
-        ...(gpus.length === 0 ? { NODE_LLAMA_CPP_GPU: "false" } : {}),
-        ...gpuEnv(gpus),
-      };
-      return { command: process.execPath, args, env, port: "announced", healthPath: "/health" };
-    }
+    if (engine === "llama.cpp") return llamaServerPlan(id, modelPath, params, gpus, base);
     const template = this.options.openAiHttp!;
     const port = await freePort();
     let argv: string[];
@@ -363,38 +354,31 @@ export class Supervisor {
     const [command, ...args] = argv;
     // The assignment overrides whatever the template's env says about devices.
     const env = { ...base, ...template.env, ...gpuEnv(gpus) };
-    return { command: command!, args, env, port, healthPath: template.healthPath ?? "/health" };
+    return {
+      command: command!,
+      args,
+      env,
+      port,
+      healthPath: template.healthPath ?? "/health",
+      backend: undefined,
+      contextSize: undefined,
+      notes: [],
+    };
   }
 
-  private async waitForPort(
-    plan: LaunchPlan,
-    child: ChildProcess,
-    deadline: number,
-    gone: AbortSignal,
-  ): Promise<{ port: number; modelLoadMs?: number; backend?: "cpu" | "cuda" }> {
-    if (plan.port !== "announced") return { port: plan.port };
-    const lines = createInterface({ input: child.stdout! });
-    const announced = new Promise<ListeningLine>((resolve) => {
-      lines.on("line", (line) => {
-        try {
-          const parsed = JSON.parse(line) as Partial<ListeningLine>;
-          if (parsed.event === "listening" && Number.isInteger(parsed.port)) resolve(parsed as ListeningLine);
-        } catch {
-          /* not the announcement */
-        }
-      });
-    });
+  /** The port the runtime announced in its output, by the deadline. */
+  private async waitForPort(proc: RuntimeProcess, deadline: number): Promise<number> {
     const timer = new AbortController();
-    const line = await Promise.race([
-      announced,
-      this.clock.sleep(Math.max(0, deadline - this.clock.now()), gone, timer.signal).then(() => undefined),
+    const port = await Promise.race([
+      proc.announced,
+      this.clock.sleep(Math.max(0, deadline - this.clock.now()), proc.gone.signal, timer.signal).then(() => undefined),
     ]);
     timer.abort();
-    if (line === undefined) {
-      if (gone.aborted) throw new Error("exited");
+    if (port === undefined) {
+      if (proc.gone.signal.aborted) throw new Error("exited");
       throw new EngineError("health_deadline_exceeded", "the runtime did not announce its port before the deadline");
     }
-    return { port: line.port, modelLoadMs: line.loadMs, ...(line.backend !== undefined ? { backend: line.backend } : {}) };
+    return port;
   }
 
   private async waitForHealth(client: OpenAiClient, path: string, deadline: number, gone: AbortSignal): Promise<void> {
@@ -419,34 +403,35 @@ export class Supervisor {
 
 /**
  * One spawned runtime process, in its own process group: the tail of its output (for the reason it
- * failed), its output handed on by stream, and how it ended. A process whose spawn failed ends at
- * once, with no pid.
+ * failed), its output handed on by stream, the port it announces (when it chooses its own), and how
+ * it ended. A process whose spawn failed ends at once, with no pid.
  */
 class RuntimeProcess {
   readonly child: ChildProcess;
   readonly exited: Promise<ExitStatus>;
   /** Aborted once the process has ended. */
   readonly gone = new AbortController();
+  /** The port the process announced in its output (a plan with port "announced"). */
+  readonly announced: Promise<number>;
   /** Set before stopping it: its end is then not a crash. */
   stopping = false;
   exit: ExitStatus | undefined;
   tail = "";
   private readonly keepTail = (c: Buffer) => (this.tail = (this.tail + c.toString()).slice(-tailBytes));
 
-  constructor(
-    private readonly plan: LaunchPlan,
-    private readonly onOutput: StartOptions["onOutput"],
-    forget: () => Promise<unknown>,
-  ) {
+  constructor(plan: LaunchPlan, onOutput: StartOptions["onOutput"], forget: () => Promise<unknown>) {
     this.child = spawn(plan.command, plan.args, {
-      cwd: worker.cwd,
       env: plan.env,
       // Its own process group: stop() reaches every process the engine starts.
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],
     });
-    this.child.stderr!.on("data", this.keepTail);
-    if (onOutput !== undefined) this.child.stderr!.on("data", (c: Buffer) => onOutput("stderr", c));
+    for (const note of plan.notes) onOutput?.("stderr", Buffer.from(`modelforge: ${note}\n`));
+    for (const stream of ["stdout", "stderr"] as const) {
+      this.child[stream]!.on("data", this.keepTail);
+      if (onOutput !== undefined) this.child[stream]!.on("data", (c: Buffer) => onOutput(stream, c));
+    }
+    this.announced = plan.port === "announced" ? announcedPort(this.child) : new Promise<number>(() => undefined);
     this.exited = new Promise<ExitStatus>((resolve) => {
       const done = (code: number | null, signal: NodeJS.Signals | null) => {
         if (this.exit) return;
@@ -468,26 +453,90 @@ class RuntimeProcess {
   get pid(): number | undefined {
     return this.child.pid;
   }
+}
 
-  /**
-   * Hands on standard output once the port is known: a process that announces its port on it is
-   * read line by line until then, and that announcement is not the runtime's log.
-   */
-  forwardStdout(): void {
-    if (this.plan.port !== "announced") this.child.stdout!.on("data", this.keepTail);
-    const onOutput = this.onOutput;
-    if (onOutput !== undefined) this.child.stdout!.on("data", (c: Buffer) => onOutput("stdout", c));
-  }
+/** The port llama-server says it listens on, from the first of its output lines that says so. */
+function announcedPort(child: ChildProcess): Promise<number> {
+  return new Promise((resolve) => {
+    const readers = ([child.stdout!, child.stderr!] as const).map((stream) => {
+      let partial = "";
+      const read = (chunk: Buffer) => {
+        // Only whole lines, and only until the port is known: the output itself flows on untouched.
+        const lines = (partial + chunk.toString("utf8")).split("\n");
+        partial = lines.pop()!.slice(-4096);
+        for (const line of lines) {
+          const port = Number(llamaServerListening.exec(line)?.[1]);
+          if (port > 0 && port < 65_536) {
+            for (const r of readers) r.stream.off("data", r.read);
+            resolve(port);
+            return;
+          }
+        }
+      };
+      stream.on("data", read);
+      return { stream, read };
+    });
+  });
 }
 
 interface LaunchPlan {
   command: string;
   args: string[];
   env: Record<string, string>;
-  /** A fixed port, or "announced": the process prints it (the llama.cpp worker). */
+  /** A fixed port, or "announced": the process binds one itself and logs it (llama-server). */
   port: number | "announced";
   healthPath: string;
+  /** Where the model runs, when the engine is ours. */
+  backend: "cpu" | "cuda" | undefined;
+  /** Tokens per sequence, when the engine is ours. */
+  contextSize: number | undefined;
+  /** Lines for the runtime's log before its own (why it runs on the CPU though GPUs were asked for). */
+  notes: string[];
 }
+
+/**
+ * llama-server for a profile's parameters. Every sequence gets the profile's context (llama-server
+ * splits its context among them), the layers go to the GPUs only with an assignment and a CUDA
+ * backend this node can load, and nothing is left for llama-server to fit on its own: placement
+ * already priced what the profile asks for.
+ */
+async function llamaServerPlan(
+  id: string,
+  modelPath: string,
+  params: EngineParams,
+  gpus: AssignedDevice[],
+  base: Record<string, string>,
+): Promise<LaunchPlan> {
+  try {
+    await checkGgufFile(modelPath);
+  } catch (err) {
+    throw new EngineError("exited_before_ready", `the model cannot be loaded: ${(err as Error).message}`);
+  }
+  const parallel = params.parallel ?? 1;
+  const context = params.contextSize ?? (await trainedContextLength(modelPath).catch(() => undefined)) ?? defaultContext;
+  const args = ["--model", modelPath, "--alias", id, "--host", loopback, "--port", "0", "--no-webui", "--fit", "off"];
+  args.push("--parallel", String(parallel), "--ctx-size", String(context * parallel));
+  if (params.threads !== undefined) args.push("--threads", String(params.threads), "--threads-batch", String(params.threads));
+  if (params.batchSize !== undefined) args.push("--batch-size", String(params.batchSize), "--ubatch-size", String(params.batchSize));
+  // /v1/embeddings from the same runtime, mean-pooled (a generative model has no pooling of its own).
+  if (params.embeddings === true) args.push("--embeddings", "--pooling", "mean");
+  const notes: string[] = [];
+  let backend: "cpu" | "cuda" = "cpu";
+  let cuda: string | undefined;
+  if (params.gpuLayers !== undefined && gpus.length > 0) {
+    const found = await cudaBackend();
+    if (found.library !== undefined) {
+      cuda = found.library;
+      backend = "cuda";
+    } else notes.push(`running on the CPU: ${found.reason}`);
+  }
+  args.push("--gpu-layers", cuda === undefined ? "0" : String(params.gpuLayers));
+  const env = { ...base, ...(cuda !== undefined ? { GGML_BACKEND_PATH: cuda, ...gpuEnv(gpus) } : { CUDA_VISIBLE_DEVICES: "" }) };
+  return { command: llamaServerPath, args, env, port: "announced", healthPath: "/health", backend, contextSize: context, notes };
+}
+
+/** The context per sequence of a model whose header names none. */
+const defaultContext = 4096;
 
 /** The model must be a real file (llama.cpp) or a file or directory (external servers), not a link. */
 async function checkModelPath(path: string, engine: EngineKind): Promise<void> {

@@ -26,11 +26,11 @@ import { contentRefusal, versionRefusal } from "./rules.js";
 /** The exit status that asks the service manager for a restart into the new agent (EX_TEMPFAIL). */
 export const UPDATE_EXIT_CODE = 75;
 /**
- * The files beside the bundle that a release shares with the agent that installed it: node_modules
- * holds llama.cpp's prebuilts (the GPU agent's CUDA builds among them, which the agent looks for
- * from its own directory to advertise llama.cpp+cuda).
+ * The files beside the bundle that a release shares with the agent that installed it: llama-server/
+ * is the llama.cpp engine, and node_modules holds the GPU agent's CUDA builds (which the agent
+ * looks for from its own directory to advertise llama.cpp+cuda).
  */
-const SIBLINGS = ["llama-worker.mjs", "node-llama-cpp", "node_modules"];
+const SIBLINGS = ["llama-server", "node_modules"];
 
 export interface UpdaterDeps {
   layout: UpdateLayout;

@@ -18,7 +18,7 @@ import { RolloutState } from "../../gen/proto/modelforge/admin/v1/agent_upgrades
 import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { writeTinyLlamaGguf } from "../../scripts/gguf.js";
-import { deployReady, storeArtifact, writeWorkerTemplate } from "../support/serving.js";
+import { deployReady, storeArtifact, writeLlamaServerTemplate } from "../support/serving.js";
 import { startTestServer, testAdminKey, type TestServer } from "../support/server.js";
 import { enrollTestNode, type TestNode } from "../support/node.js";
 import { repoRoot } from "../support/process.js";
@@ -117,7 +117,7 @@ beforeAll(async () => {
   // The runtime is the llama.cpp worker from source through the openai-http engine: the built
   // agent's own llama.cpp engine needs its worker file beside it, which a release does not carry.
   const template = join(work, "openai-http.json");
-  writeWorkerTemplate(template);
+  writeLlamaServerTemplate(template);
   const serving = {
     MODELFORGE_AGENT_RUNTIMES: "on",
     MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",

@@ -75,7 +75,7 @@ describe("forge artifacts", () => {
     const listed = await forge(["artifacts", "list", "--repository", repository, "--commit", commit, "--json"]);
     const files = (JSON.parse(listed.stdout) as { files: { path: string; memoryEstimate?: { [k: string]: unknown } }[] }).files;
     // The tiny model: f32 tensors, 2 layers of 4 heads 16 wide (KV 512 B a token), 1024 tokens.
-    const weightsBytes = (2 * 64 * 354 + 64 + 2 * (64 + 4 * 64 * 64 + 64 + 3 * 64 * 128)) * 4;
+    const weightsBytes = (2 * 64 * 99 + 64 + 2 * (64 + 4 * 64 * 64 + 64 + 3 * 64 * 128)) * 4;
     const need = memoryNeed({ weightsBytes, kvBytesPerToken: 512, contextLength: 1024 }, 0);
     expect(files).toEqual(
       [
@@ -96,7 +96,7 @@ describe("forge artifacts", () => {
     );
     const table = await forge(["artifacts", "list", "--repository", repository, "--commit", commit]);
     expect(table.stdout).toMatch(/EST\. MEMORY/);
-    expect(table.stdout).toMatch(/tiny\.gguf\s+507 KiB\s+257 MiB\s/);
+    expect(table.stdout).toMatch(/tiny\.gguf\s+374 KiB\s+256 MiB\s/);
 
     // A file stored before estimates existed (none in its row) gets one when pushed again.
     const where = { repository, commit, path: "tiny.gguf" };

@@ -1,8 +1,8 @@
 // The build's artefacts, run the way operators run them: the built control plane with plain node
 // (a first start seeded from the build's database template), and the standalone agent (the bundle,
 // and the single executable) copied alone into a directory with no node_modules, configured from an environment file, which
-// enrolls and completes an artifact.acquire.v1 job from a loopback mirror. The llama.cpp worker
-// bundle serves a completion with only the native prebuilt package beside it.
+// enrolls and completes an artifact.acquire.v1 job from a loopback mirror. The bundle's
+// llama-server/, copied alone, serves a completion with nothing of the checkout.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFile, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
@@ -11,8 +11,10 @@ import {
   copyFileSync,
   cpSync,
   existsSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -20,7 +22,6 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { createInterface } from "node:readline";
 import { promisify } from "node:util";
 import { JobState } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { OpenAiClient } from "../../agent/engines/openai-client.js";
@@ -28,6 +29,7 @@ import { adminClientAt } from "../support/agent.js";
 import { writeTinyLlamaGguf } from "../../scripts/gguf.js";
 import { startMirror, type Mirror } from "../support/mirror.js";
 import { eventually } from "../support/node.js";
+import { waitFor } from "../support/wait.js";
 import { freePort } from "../support/ports.js";
 import { repoRoot, spawnServer, type ServerProcess } from "../support/process.js";
 
@@ -181,38 +183,37 @@ describe("the standalone agent", () => {
     90_000,
   );
 
-  it("runs llama.cpp from the worker bundle with only the native prebuilt package beside it", async () => {
+  it("runs llama.cpp from the bundle's llama-server/ copied anywhere: the binary and its libraries, nothing else", async () => {
     const home = mkdtempSync(join(tmpdir(), "mf-standalone-llama-"));
     cleanups.push(() => rmSync(home, { recursive: true, force: true }));
-    cpSync(join(repoRoot, "dist/agent"), home, { recursive: true });
-    mkdirSync(join(home, "node_modules/@node-llama-cpp"), { recursive: true });
-    cpSync(join(repoRoot, "node_modules/@node-llama-cpp/linux-x64"), join(home, "node_modules/@node-llama-cpp/linux-x64"), {
-      recursive: true,
-    });
+    cpSync(join(repoRoot, "dist/agent/llama-server"), join(home, "llama-server"), { recursive: true });
+    // Real files, not links into this checkout.
+    for (const name of readdirSync(join(home, "llama-server")))
+      expect(lstatSync(join(home, "llama-server", name)).isSymbolicLink()).toBe(false);
     const modelPath = join(home, "tiny.gguf");
     await writeTinyLlamaGguf(modelPath);
-    const worker = spawn(process.execPath, [join(home, "llama-worker.mjs"), "--model", modelPath, "--port", "0"], {
-      cwd: home,
-      env: { PATH: process.env.PATH ?? "", HOME: home, NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true", NODE_LLAMA_CPP_GPU: "false" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const server = spawn(
+      join(home, "llama-server/llama-server"),
+      ["--model", modelPath, "--host", "127.0.0.1", "--port", "0", "--ctx-size", "512", "--parallel", "1", "--no-webui"],
+      { cwd: home, env: { PATH: "/usr/bin:/bin", HOME: home }, stdio: ["ignore", "ignore", "pipe"] },
+    );
     let stderr = "";
-    worker.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
-    const exited = new Promise<void>((resolve) => worker.on("exit", () => resolve()));
+    const exited = new Promise<void>((resolve) => server.on("exit", () => resolve()));
     cleanups.push(async () => {
-      worker.kill("SIGKILL");
+      server.kill("SIGKILL");
       await exited;
     });
     const port = await new Promise<number>((resolve, reject) => {
-      createInterface({ input: worker.stdout }).on("line", (line) => {
-        // The announcement is the JSON line; access lines ("runtime: ...") follow it on stdout.
-        if (!line.startsWith("{")) return;
-        const m = JSON.parse(line) as { event?: string; port?: number };
-        if (m.event === "listening") resolve(m.port!);
+      server.stderr.on("data", (c: Buffer) => {
+        stderr += c.toString();
+        const listening = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(stderr);
+        if (listening) resolve(Number(listening[1]));
       });
-      void exited.then(() => reject(new Error(`llama worker exited: ${stderr}`)));
+      void exited.then(() => reject(new Error(`llama-server exited: ${stderr.slice(-2000)}`)));
     });
-    const completion = await new OpenAiClient(`http://127.0.0.1:${port}`).completion("Hello", { max_tokens: 4, temperature: 0 });
+    const client = new OpenAiClient(`http://127.0.0.1:${port}`);
+    await waitFor(() => client.healthy(), { what: "llama-server healthy" });
+    const completion = await client.completion("Hello", { max_tokens: 4, temperature: 0 });
     expect(completion.usage!.completion_tokens).toBeGreaterThan(0);
   }, 120_000);
 });

@@ -711,6 +711,14 @@ describe("forge runtimes", () => {
     expect(made.stdout).toContain("Runtime profile cli-tiny created.");
     expect(made.stdout).toMatch(/Engine:\s+llama\.cpp/);
     expect(made.stdout).toMatch(/Content hash:\s+[0-9a-f]{64}/);
+    expect(made.stdout).toMatch(/Parallel:\s+chosen from the model/);
+    const batched = await forge(["runtimes", "create", "cli-batched", "--engine", "llama.cpp", "--parallel", "8", "--batch-size", "1024"]);
+    expect(batched.code, batched.stderr).toBe(0);
+    expect(batched.stdout).toMatch(/Parallel:\s+8\n/);
+    expect(batched.stdout).toMatch(/Batch size:\s+1024\n/);
+    expect((await forge(["runtimes", "create", "x", "--engine", "llama.cpp", "--parallel", "0"])).code).toBe(2);
+    const remoteParallel = await forge(["runtimes", "create", "x", "--engine", "openai-http", "--parallel", "2"]);
+    expect(remoteParallel.stderr).toMatch(/^error: invalid_argument: parallel: only a llama\.cpp profile sets parallel/);
 
     const again = await forge(["runtimes", "create", "cli-tiny", "--engine", "llama.cpp", "--context-size", "2048", "--threads", "2"]);
     expect(again.code).toBe(0);
@@ -754,8 +762,9 @@ describe("forge runtimes", () => {
 
     const list = await forge(["runtimes", "list"]);
     expect(list.code).toBe(0);
-    expect(list.stdout).toMatch(/cli-tiny\s+llama\.cpp\s+2048\s+2\s+-\s+[0-9a-f]{12}/);
-    expect(list.stdout).toMatch(/cli-vllm\s+openai-http\s+default\s+default\s+2\s+[0-9a-f]{12}/);
+    expect(list.stdout).toMatch(/cli-tiny\s+llama\.cpp\s+2048\s+2\s+auto\s+-\s+[0-9a-f]{12}/);
+    expect(list.stdout).toMatch(/cli-batched\s+llama\.cpp\s+default\s+default\s+8\s+-\s+[0-9a-f]{12}/);
+    expect(list.stdout).toMatch(/cli-vllm\s+openai-http\s+default\s+default\s+-\s+2\s+[0-9a-f]{12}/);
     const json = await forgeJson<{ profiles: { name: string; spec: { engine: string; contentHash: string } }[] }>(["runtimes", "list"]);
     const profile = json.profiles.find((p) => p.name === "cli-tiny")!;
     expect(profile.spec.engine).toBe("ENGINE_KIND_LLAMA_CPP");

@@ -233,7 +233,7 @@ describe("the serving pages with the admin key", { timeout: 150_000 }, () => {
     expect(await page.getByTestId("quota-month").count()).toBe(0);
 
     await page.goto(`${ts.url}/ui/#/deployments/web-tiny`);
-    await page.getByTestId("logs").getByText("POST /v1/completions 200").first().waitFor();
+    await page.getByTestId("logs").getByText("prompt eval time").first().waitFor();
     // The chart's caption counts the current UTC minute's requests: both of them only while it is
     // still the minute they were sent in; once it has passed, none, and the line shows them earlier.
     await web.until("the last hour's requests chart shows them", async () => {

@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { EngineError, Supervisor } from "../../agent/engines/supervisor.js";
+import { EngineError, llamaServerPath, Supervisor } from "../../agent/engines/supervisor.js";
 import { readStat } from "../../agent/engines/proc.js";
 import type { OpenAiHttpTemplate } from "../../agent/engines/openai-http.js";
 import { tinyLlamaGguf, writeTinyLlamaGguf } from "../../scripts/gguf.js";
@@ -19,7 +19,6 @@ import { waitFor } from "../support/wait.js";
 const dir = mkdtempSync(join(tmpdir(), "mf-supervisor-"));
 const modelPath = join(dir, "tiny.gguf");
 let registryPath = "";
-const worker = fileURLToPath(new URL("../../agent/engines/llama-cpp/worker.ts", import.meta.url));
 const supervisors: Supervisor[] = [];
 const load = { healthDeadlineMs: 120_000 };
 
@@ -71,17 +70,17 @@ describe("supervisor", { timeout: 180_000 }, () => {
   });
 
   it("runs an external OpenAI-compatible server from the operator's argv template", async () => {
+    // llama-server itself, as an operator would run it: any OpenAI-compatible server will do.
     const template: OpenAiHttpTemplate = {
-      command: [process.execPath, "--import", "tsx", worker, "--model", "{model}", "--port", "{port}", "--threads", "{threads}"],
-      env: { NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true" },
+      command: [llamaServerPath, "--model", "{model}", "--host", "{host}", "--port", "{port}", "--threads", "{threads}", "--no-webui"],
     };
     const s = supervisor({ openAiHttp: template });
     expect(s.engines()).toEqual(["llama.cpp", "openai-http"]);
     const r = await s.start("openai-http", { modelPath, params: { threads: 1 }, ...load });
-    expect(r.modelLoadMs).toBeUndefined();
+    expect(r.backend).toBeUndefined();
     expect(await s.health(r.id)).toEqual({ state: "healthy" });
     const models = await r.client.models();
-    expect(models.data[0]!.id).toBe("tiny.gguf");
+    expect(models.data[0]!.id).toBe(modelPath);
     const out = await r.client.completion("external", { max_tokens: 4, temperature: 0 });
     expect(out.usage!.completion_tokens).toBeGreaterThan(0);
     await s.stop(r.id);
@@ -107,16 +106,18 @@ describe("supervisor", { timeout: 180_000 }, () => {
       ["STDOUT", "listening, on stdout"],
     ]);
 
-    // The llama.cpp runtime's access lines are its ordinary output.
+    // The llama.cpp runtime's log is llama-server's own, each line under the stream it wrote it to.
     lines.length = 0;
     const r = await s.start("llama.cpp", { modelPath, onOutput, ...load });
-    await r.client.completion("access line", { max_tokens: 1, temperature: 0 });
-    await waitFor(() => lines.find((l) => l.text.startsWith("runtime: POST /v1/completions 200")), { what: "the access line" });
-    expect(lines.filter((l) => l.text.startsWith("runtime: POST")).map((l) => LogStream[l.stream])).toEqual(["STDOUT"]);
+    await r.client.completion("a logged request", { max_tokens: 1, temperature: 0 });
+    await waitFor(() => lines.find((l) => /listening on http:\/\/127\.0\.0\.1:\d+/.test(l.text)), {
+      what: "llama-server's listening line",
+    });
+    await waitFor(() => lines.find((l) => l.text.includes("prompt eval time")), { what: "the request's timing line" });
   });
 
   it("a llama.cpp runtime given GPUs where CUDA is not usable runs on the CPU, and says so once", async () => {
-    // This install carries no CUDA build (package.json overrides): the worker falls back.
+    // This install carries no CUDA build (package.json overrides): the runtime falls back.
     const stderr: string[] = [];
     const onOutput = (stream: "stdout" | "stderr", chunk: Buffer) => stream === "stderr" && stderr.push(chunk.toString());
     const s = supervisor();
@@ -126,8 +127,8 @@ describe("supervisor", { timeout: 180_000 }, () => {
     const fallbacks = stderr
       .join("")
       .split("\n")
-      .filter((l) => l.includes("CUDA is not usable here"));
-    expect(fallbacks).toEqual(["llama.cpp: CUDA is not usable here (no CUDA build in this install); running on the CPU"]);
+      .filter((l) => l.includes("running on the CPU"));
+    expect(fallbacks).toEqual(["modelforge: running on the CPU: no CUDA build in this install"]);
     const out = await r.client.completion("on the cpu", { max_tokens: 2, temperature: 0 });
     expect(out.usage!.completion_tokens).toBeGreaterThan(0);
     // Without GPUs it never asks for CUDA.
@@ -164,13 +165,13 @@ describe("supervisor", { timeout: 180_000 }, () => {
 
   it("reports a model that fails to load, and leaves no process behind", async () => {
     const { bytes } = tinyLlamaGguf();
-    // Counts that cannot fit the file: node-llama-cpp's reader spun on such a header; refused fast.
+    // Counts that cannot fit the file: llama.cpp's reader spun on such a header; refused fast.
     const impossible = Buffer.alloc(64);
     impossible.write("GGUF", 0, "latin1");
     impossible.writeUInt32LE(3, 4);
     impossible.writeBigUInt64LE(1n << 40n, 8);
     const cases: [string, Buffer, RegExp][] = [
-      ["truncated", bytes.subarray(0, bytes.length >> 1), /failed to load model/i],
+      ["truncated", bytes.subarray(0, bytes.length >> 1), /model loading error/i],
       ["not gguf", Buffer.from("not a model at all, not even close"), /not GGUF/],
       ["impossible header", impossible, /cannot fit/],
     ];

@@ -1,8 +1,9 @@
 // The GPU agent artefact (dist/agent-gpu/, `npm run build -- --gpu`) on this CPU machine: its own
 // agent bundle runs against a real control plane with a fake nvidia-smi listing one GPU, so it
 // advertises llama.cpp+cuda (it finds the CUDA packages it carries), placement gives the replica
-// that GPU, and the worker it starts tries CUDA, finds no driver (this machine has no libcuda),
-// says so in one line in the deployment's logs and serves the tiny model on the CPU. The test
+// that GPU, and the llama-server it starts would load the CUDA backend but finds no driver (this
+// machine has no libcuda), says so in one line in the deployment's logs and serves the tiny model
+// on the CPU. The test
 // builds nothing and downloads nothing: CI builds the artefact first (.ci/run); without it, it is
 // skipped, saying so.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -98,7 +99,7 @@ describe.skipIf(!built)(
         try {
           for await (const batch of ts.admin.watchDeploymentLogs({ deploymentId: "tiny", tailLines: 100 }, { signal: abort.signal })) {
             lines.push(...batch.lines.map((l) => l.text));
-            if (lines.some((l) => l.startsWith("llama.cpp: CUDA is not usable here"))) return;
+            if (lines.some((l) => l.startsWith("modelforge: running on the CPU"))) return;
           }
         } catch (err) {
           if (ConnectError.from(err).code !== Code.Canceled) throw err;
@@ -108,8 +109,8 @@ describe.skipIf(!built)(
       await fallback;
       clearTimeout(deadline);
       abort.abort();
-      expect(lines.filter((l) => l.includes("CUDA is not usable"))).toEqual([
-        "llama.cpp: CUDA is not usable here (the CUDA build failed to load libcuda.so.1: no NVIDIA driver); running on the CPU",
+      expect(lines.filter((l) => l.includes("running on the CPU"))).toEqual([
+        "modelforge: running on the CPU: no NVIDIA driver (libcuda.so.1 is not found)",
       ]);
     }, 60_000);
 
@@ -129,7 +130,7 @@ describe.skipIf(!built)(
       });
       expect(run.status, run.stderr).toBe(0);
       expect(run.stdout).toContain("GPU 0: NVIDIA L4, 24576 MiB, driver 550.54.15\n");
-      expect(run.stdout).toContain("gpu-check: CUDA is not usable here (the CUDA build failed to load libcuda.so.1: no NVIDIA driver)");
+      expect(run.stdout).toContain("gpu-check: CUDA is not usable here (no NVIDIA driver (libcuda.so.1 is not found))");
     });
   },
 );

@@ -52,7 +52,7 @@ describe("install agent", () => {
   it("lays down the bundle, its command, unit, user, configuration and private state directories", () => {
     const lib = "usr/local/lib/modelforge-agent";
     expect(mode(`${lib}/modelforge-agent.mjs`)).toBe(0o755);
-    expect(mode(`${lib}/llama-worker.mjs`)).toBe(0o644);
+    expect(mode(`${lib}/llama-server/llama-server`)).toBe(0o755);
     expect(lstatSync(at("usr/local/bin/modelforge-agent")).isSymbolicLink()).toBe(true);
     expect(realpathSync(at("usr/local/bin/modelforge-agent"))).toBe(realpathSync(at(`${lib}/modelforge-agent.mjs`)));
     expect(mode("etc/systemd/system/modelforge-agent.service")).toBe(0o644);
@@ -95,13 +95,15 @@ describe("install agent", () => {
     rmSync(state, { recursive: true, force: true });
   });
 
-  it("carries only node-llama-cpp's CPU prebuilt: no Prisma, no PGlite, no other package", () => {
-    const modules = at("usr/local/lib/modelforge-agent/node_modules");
-    expect(readdirSync(modules)).toEqual(["@node-llama-cpp"]);
-    expect(readdirSync(join(modules, "@node-llama-cpp"))).toEqual(["linux-x64"]);
-    const manifest = JSON.parse(readFileSync(at("usr/local/lib/modelforge-agent/package.json"), "utf8"));
+  it("carries llama-server and its ggml libraries, and no package at all: no Prisma, no PGlite, no node_modules", () => {
+    const lib = at("usr/local/lib/modelforge-agent");
+    expect(existsSync(join(lib, "node_modules"))).toBe(false);
+    const engine = readdirSync(join(lib, "llama-server"));
+    expect(engine).toEqual(expect.arrayContaining(["llama-server", "libggml.v0.4.0.so", "libggml-base.so", "libggml-cpu-x64.so"]));
+    expect(engine.every((f) => f === "llama-server" || f === "build.json" || /^libggml.*\.so$/.test(f))).toBe(true);
+    const manifest = JSON.parse(readFileSync(join(lib, "package.json"), "utf8"));
     expect(manifest.dependencies).toBeUndefined();
-    expect(Object.keys(manifest.optionalDependencies)).toEqual(["@node-llama-cpp/linux-x64"]);
+    expect(manifest.optionalDependencies).toBeUndefined();
   });
 
   it("runs from PATH and reads its configuration file", async () => {
@@ -119,8 +121,8 @@ describe("install agent", () => {
     const { stdout } = await install("agent");
     expect(stdout).toContain("kept the existing /etc/modelforge/agent.env");
     expect(readFileSync(at("etc/modelforge/agent.env"), "utf8")).toBe("MODELFORGE_AGENT_LOG_LEVEL=debug\n");
-    // Without --with-llama the engine's prebuilt is gone, not left over from before.
-    expect(existsSync(at("usr/local/lib/modelforge-agent/node_modules"))).toBe(false);
+    // Without --with-llama the engine is gone, not left over from before.
+    expect(existsSync(at("usr/local/lib/modelforge-agent/llama-server"))).toBe(false);
   }, 60_000);
 });
 

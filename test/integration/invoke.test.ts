@@ -146,11 +146,11 @@ describe.sequential("DeploymentService through a real agent", () => {
       grpc.status.INVALID_ARGUMENT,
       "payload: the body nests deeper than 64 levels",
     ]);
-    // A value the edge lets through but llama.cpp refuses (its ceiling is 4,096 tokens): the
-    // runtime's 400 comes back as invalid_argument with its own bounded words.
-    const [code, message] = await refusal({ deploymentId: "tiny", payload: completion(5_000) });
+    // A value the edge lets through but the engine refuses (more tokens than a sequence holds):
+    // invalid_argument, naming the field and its bound.
+    const [code, message] = await refusal({ deploymentId: "tiny", payload: completion(10_000) });
     expect(code).toBe(grpc.status.INVALID_ARGUMENT);
-    expect(message).toMatch(/^the runtime refused the request: max_tokens must be an integer from 1 to 4096/);
+    expect(message).toMatch(/^max_tokens: must be an integer from 1 to 8192 \(the tokens a sequence holds/);
     expect(Buffer.byteLength(message)).toBeLessThanOrEqual(256);
     // A nanosecond is no timeout: refused, not taken as the 30 s default.
     expect(await refusal({ deploymentId: "tiny", payload: completion(), timeout: { seconds: "0", nanos: 1 } })).toEqual([
@@ -250,9 +250,9 @@ describe.sequential("DeploymentService through a real agent", () => {
     const before = seen.length;
     await unary("Invoke", { deploymentId: "tiny", payload: completion(2) }, keyMetadata());
     await eventually(
-      () => seen.slice(before).some((l) => l.includes("POST /v1/completions 200")),
+      () => seen.slice(before).some((l) => l.includes("prompt eval time")),
       20_000,
-      "the access line of the new request",
+      "llama-server's timing line of the new request",
     );
     abort.abort();
     await watching;
@@ -271,8 +271,8 @@ describe.sequential("DeploymentService through a real agent", () => {
     await expect(unary("ListDeployments", {}, keyMetadata(key))).rejects.toMatchObject({ code: grpc.status.UNAUTHENTICATED });
     const logs = await forge(["deployments", "logs", "tiny", "--tail", "20"]);
     expect(logs.code, logs.stderr).toBe(0);
-    // The runtime writes its access lines to standard output: they are labelled so.
-    expect(logs.stdout).toMatch(/ out r1 runtime: POST \/v1\/completions 200/);
+    // llama-server writes its log to standard error: its lines are labelled so.
+    expect(logs.stdout).toMatch(/ err r1 .*prompt eval time/);
   }, 60_000);
 
   it("changes the revision under continuous invokes with zero failed requests", async () => {

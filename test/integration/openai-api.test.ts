@@ -16,7 +16,7 @@ import { writeTinyLlamaGguf } from "../../scripts/gguf.js";
 import { startTestServer, testAdminKey, type TestServer } from "../support/server.js";
 import { enrollTestNode, eventually, type TestNode } from "../support/node.js";
 import type { AgentProcess } from "../support/process.js";
-import { deployReady, serveTiny, spawnServingAgent, writeWorkerTemplate } from "../support/serving.js";
+import { deployReady, serveTiny, spawnServingAgent, writeLlamaServerTemplate } from "../support/serving.js";
 import { scrape } from "../support/prometheus.js";
 import { forgeAt } from "../support/forge.js";
 import { oversizedThenNormal } from "../support/oversize.js";
@@ -54,12 +54,12 @@ beforeAll(async () => {
   });
   dispatcher = new Agent({ connect: { ca: ts.caPem } });
   node = await enrollTestNode(ts, "openai");
-  await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 8192, threads: 1 });
+  await ts.admin.createRuntimeProfile({ name: "tiny-cpu", engine: EngineKind.LLAMA_CPP, contextSize: 8192, threads: 1, embeddings: true });
   await ts.admin.createRuntimeProfile({ name: "tiny-http", engine: EngineKind.OPENAI_HTTP, contextSize: 1024, threads: 1 });
   // The openai-http engine runs the llama.cpp worker, which could embed: the control plane refuses
   // its embeddings all the same, because the engine is not advertised as serving them.
   const template = join(root, "openai-http.json");
-  writeWorkerTemplate(template);
+  writeLlamaServerTemplate(template);
   agent = await spawnServingAgent(ts.admin, node, root, { MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE: template });
   await serveTiny(ts.admin, { nodeId: node.nodeId, commit: "c".repeat(40), root, file: model.path, sha256: model.sha256 });
   await deployReady(ts.admin, {

@@ -21,7 +21,7 @@ import { enrollTestNode, eventually, type TestNode } from "../support/node.js";
 import { spawnAgent, type AgentProcess } from "../support/process.js";
 import { startMirror, type Mirror } from "../support/mirror.js";
 import { jobToEnd } from "../support/jobs.js";
-import { writeWorkerTemplate } from "../support/serving.js";
+import { writeLlamaServerTemplate } from "../support/serving.js";
 
 const MiB = 1024n * 1024n;
 const model = tinyLlamaGguf();
@@ -124,7 +124,7 @@ beforeAll(async () => {
   mirror = await startMirror();
   mirror.put(fromMirror.repository, fromMirror.commit, "tiny.gguf", { content: model.bytes });
   const templatePath = join(base, "openai-http.json");
-  writeWorkerTemplate(templatePath);
+  writeLlamaServerTemplate(templatePath);
   // The fake nvidia-smi lists every process as using 100 MiB: a runtime's evidence is its share.
   const gpuDir = join(base, "gpu");
   mkdirSync(gpuDir);

@@ -1,12 +1,12 @@
 // Serving a model in tests: a node whose real agent runs runtimes, a file put into the control
 // plane's artifact store in one chunk, and a deployment created and waited READY.
 import { readFileSync, writeFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import type { Client } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { AdminService, CreateDeploymentRequestSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { llamaServerPath } from "../../agent/engines/supervisor.js";
 import { enrollTestNode, eventually, type TestNode } from "./node.js";
 import { spawnAgent, type AgentProcess } from "./process.js";
 import type { TestServer } from "./server.js";
@@ -102,30 +102,15 @@ export async function spawnServingAgent(
   return agent;
 }
 
-const worker = fileURLToPath(new URL("../../agent/engines/llama-cpp/worker.ts", import.meta.url));
-
 /**
  * Writes an openai-http template (MODELFORGE_AGENT_OPENAI_HTTP_TEMPLATE) at `path` whose external
- * server is the llama.cpp worker itself, run from source.
+ * server is llama-server itself, run as an operator would run it.
  */
-export function writeWorkerTemplate(path: string): void {
+export function writeLlamaServerTemplate(path: string): void {
   writeFileSync(
     path,
     JSON.stringify({
-      // tsx by its URL: the runtime's working directory is not the repository's.
-      command: [
-        process.execPath,
-        "--import",
-        import.meta.resolve("tsx"),
-        worker,
-        "--model",
-        "{model}",
-        "--port",
-        "{port}",
-        "--threads",
-        "{threads}",
-      ],
-      env: { NODE_LLAMA_CPP_SKIP_DOWNLOAD: "true", NODE_LLAMA_CPP_GPU: "false" },
+      command: [llamaServerPath, "--model", "{model}", "--host", "{host}", "--port", "{port}", "--threads", "{threads}", "--no-webui"],
     }),
   );
 }

@@ -184,12 +184,13 @@ describe("an invoke payload", () => {
     });
   });
   it.each([
-    ["llama.cpp", ["llama.cpp"], "ok"],
-    ["openai-http", ["llama.cpp"], "Unimplemented"],
-    ["llama.cpp", [], "Unimplemented"],
-    ["", ["llama.cpp"], "Unimplemented"],
-  ])("embeddings on engine %j of a node advertising %j: %s", (engine, advertised, want) => {
-    expect(code(() => checkEmbeddings("tiny", engine, advertised))).toBe(want);
+    ["llama.cpp", true, ["llama.cpp"], "ok"],
+    ["llama.cpp", false, ["llama.cpp"], "Unimplemented"],
+    ["openai-http", false, ["llama.cpp"], "Unimplemented"],
+    ["llama.cpp", true, [], "Unimplemented"],
+    ["", true, ["llama.cpp"], "Unimplemented"],
+  ])("embeddings on engine %j (profile's embeddings %j) of a node advertising %j: %s", (engine, embeddings, advertised, want) => {
+    expect(code(() => checkEmbeddings("tiny", { engine, embeddings }, advertised))).toBe(want);
   });
   it("infers chat from messages, and names the field in the refusal", () => {
     expect(checkPayload("", bytes('{"messages":[{"role":"user","content":"x"}]}'), InvokeApi.UNSPECIFIED).api).toBe(

@@ -1,7 +1,9 @@
-// A cheap check of a GGUF file's header before node-llama-cpp reads it: a header whose counts
-// cannot fit in the file made its metadata reader spin for minutes instead of failing. Refusing
-// it here makes a corrupt model a quick "failed to load" rather than a burnt health deadline.
+// A cheap check of a GGUF file's header before llama.cpp reads it: a header whose counts cannot
+// fit in the file made its metadata reader spin for minutes instead of failing. Refusing it here
+// makes a corrupt model a quick "failed to load" rather than a burnt health deadline. And the
+// context length the model was trained with, which a profile's context size 0 means.
 import { open } from "node:fs/promises";
+import { gguf } from "@huggingface/gguf";
 
 /** Smallest possible encodings: a tensor info and a metadata key/value. */
 const minTensorInfoBytes = 33;
@@ -32,4 +34,16 @@ export async function checkGgufFile(path: string): Promise<void> {
   } finally {
     await fh.close();
   }
+}
+
+/**
+ * The context length the model was trained with (`<architecture>.context_length`), read by
+ * @huggingface/gguf, which bounds what a hostile header can cost; undefined when the header has none.
+ */
+export async function trainedContextLength(path: string): Promise<number | undefined> {
+  const { metadata } = await gguf(path, { allowLocalFile: true });
+  const architecture = metadata["general.architecture"];
+  const length = typeof architecture === "string" ? (metadata as Record<string, unknown>)[`${architecture}.context_length`] : undefined;
+  const n = typeof length === "bigint" ? Number(length) : length;
+  return typeof n === "number" && Number.isSafeInteger(n) && n > 0 ? n : undefined;
 }

@@ -27,7 +27,7 @@ const commit = "c".repeat(40);
 const model = tinyLlamaGguf();
 // The tiny model's header: f32 weights, 512 B of KV cache a token, trained at 1024 tokens.
 const estimate = {
-  weightsBytes: (2 * 64 * 354 + 64 + 2 * (64 + 4 * 64 * 64 + 64 + 3 * 64 * 128)) * 4,
+  weightsBytes: (2 * 64 * 99 + 64 + 2 * (64 + 4 * 64 * 64 + 64 + 3 * 64 * 128)) * 4,
   kvBytesPerToken: 512,
   contextLength: 1024,
 };
@@ -127,7 +127,9 @@ describe("placement through the real server", () => {
     const need8 = memoryNeed(estimate, 1024, 8);
     expect(need8 - need1k).toBeGreaterThanOrEqual(7 * 1024 * estimate.kvBytesPerToken);
     await deploy("pinned-x8", { nodeId: small, runtimeProfile: "ctx-1k-x8" });
-    expect(await pendingReason("pinned-x8")).toBe(`no node fits: node ${small}: has ${size(100 * MiB)} of memory free, needs ${size(need8)}`);
+    expect(await pendingReason("pinned-x8")).toBe(
+      `no node fits: node ${small}: has ${size(100 * MiB)} of memory free, needs ${size(need8)}`,
+    );
   });
 
   it("counts what placed deployments hold: fits nowhere, and says why with the numbers", async () => {

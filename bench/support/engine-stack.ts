@@ -1,0 +1,121 @@
+// Bench-only: the whole serving path around a real model. A control plane (its own process), the
+// real agent (`agent/main.ts run`, its own process, serving runtimes), the model pushed into the
+// artifact store, a llama.cpp runtime profile and deployment "bench" READY on the node, and a
+// service key: the OpenAI API at the control plane, reached over TLS with the key.
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { once } from "node:events";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createClient } from "@connectrpc/connect";
+import { Agent, setGlobalDispatcher } from "undici";
+import { grpcTransport } from "../../common/http2-sessions.js";
+import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
+import { enrollNode } from "../../agent/enroll.js";
+import { forkTs, Rpc } from "./ipc.js";
+import { benchServerEnv } from "./server-env.js";
+import { serverNodeFlags } from "../../server/tuning.js";
+import { header } from "./stub-deployment.js";
+
+const adminKey = "bench-admin-key-0123456789abcdef";
+const chunk = 1024 * 1024;
+
+export interface ApiStack {
+  url: string;
+  headers: Record<string, string>;
+  stop(): Promise<void>;
+}
+
+export async function startApiStack(o: { modelPath: string; threads: number; parallel: number; context: number }): Promise<ApiStack> {
+  const dir = mkdtempSync(join(tmpdir(), "mf-bench-api-"));
+  const root = join(dir, "artifacts");
+  const serverChild = forkTs(new URL("./invoke-server.ts", import.meta.url), {
+    nodeFlags: serverNodeFlags,
+    env: benchServerEnv(dir, adminKey, { MODELFORGE_LOG_LEVEL: "warn", MODELFORGE_APPROVED_ROOTS: root }),
+  });
+  const server = new Rpc(serverChild, "server");
+  await server.waitFor("ready");
+  const info = await server.call<{ url: string; caPem: string; fingerprint: string }>("info");
+  const admin = createClient(
+    AdminService,
+    grpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors: [header("x-modelforge-admin-token", adminKey)] }),
+  );
+  const token = await admin.createEnrollmentToken({ nodeName: "bench" });
+  const statePath = join(dir, "agent", "state.json");
+  const state = await enrollNode({ serverUrl: info.url, token: token.token, caFingerprint: info.fingerprint, statePath });
+  const agent = spawn(
+    process.execPath,
+    ["--import", "tsx", fileURLToPath(new URL("../../agent/main.ts", import.meta.url)), "run", "--state", statePath],
+    {
+      env: {
+        ...process.env,
+        MODELFORGE_AGENT_RUNTIMES: "on",
+        MODELFORGE_AGENT_ARTIFACT_SOURCES: "control-plane",
+        MODELFORGE_AGENT_ARTIFACT_ROOTS: root,
+        MODELFORGE_LOG_LEVEL: "warn",
+      },
+      stdio: ["ignore", "ignore", "inherit"],
+    },
+  );
+  await until(async () => {
+    const got = await admin.getNode({ nodeId: state.nodeId });
+    return got.node?.capabilities.includes("deployment.load.v1") && got.telemetry !== undefined ? true : undefined;
+  }, "the agent");
+
+  const data = readFileSync(o.modelPath);
+  const sha256 = createHash("sha256").update(data).digest("hex");
+  const at = { repository: "bench/model", commit: "b".repeat(40), path: "model.gguf" };
+  for (let offset = 0; offset < data.length; offset += chunk) {
+    const part = data.subarray(offset, offset + chunk);
+    await admin.uploadArtifactChunk({ ...at, sizeBytes: BigInt(data.length), sha256, offset: BigInt(offset), data: part });
+  }
+  await admin.createRuntimeProfile({
+    name: "bench",
+    engine: EngineKind.LLAMA_CPP,
+    contextSize: o.context,
+    threads: o.threads,
+    parallel: o.parallel,
+  });
+  await admin.createDeployment({
+    name: "bench",
+    nodeId: state.nodeId,
+    runtimeProfile: "bench",
+    repository: at.repository,
+    commit: at.commit,
+    targetRoot: root,
+    maxInFlight: 1024,
+  });
+  await until(
+    async () =>
+      (await admin.getDeployment({ deployment: "bench" })).deployment?.deployment?.state === DeploymentState.READY ? true : undefined,
+    "the deployment READY",
+    180_000,
+  );
+  const { secret } = await admin.createServiceKey({ name: "bench", deployments: ["bench"] });
+  setGlobalDispatcher(new Agent({ connect: { ca: info.caPem }, keepAliveTimeout: 30_000 }));
+  return {
+    url: info.url,
+    headers: { authorization: `Bearer ${secret}` },
+    async stop() {
+      agent.kill("SIGTERM");
+      await once(agent, "exit");
+      await server.call("stop").catch(() => undefined);
+      await server.exit();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function until<T>(check: () => Promise<T | undefined>, what: string, timeoutMs = 60_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check().catch(() => undefined);
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
