@@ -97,8 +97,21 @@ const correlationSymbol = Symbol("correlationId");
 function handlerOf(adapter: ReturnType<typeof connectNodeAdapter>): RequestHandler {
   return (req, res, correlationId) => {
     (req as unknown as Record<symbol, string>)[correlationSymbol] = correlationId;
+    res.once("close", () => releaseDrainWaiters(res));
     adapter(req, res);
   };
+}
+
+/**
+ * Connect's handler writes a streamed answer and, when the write says the buffer is full, waits
+ * for "drain" or "error". An HTTP/2 stream the peer resets with CANCEL while that write is queued
+ * closes with neither, and its write callback may never be called: the handler, and the call's
+ * log line, then waited for good (seen at the holder of a forwarded stream cancelled mid-answer
+ * on a busy machine). A closed response can take nothing more, so whoever waits to write is told
+ * to go on; the next write fails at once and the handler ends as cancelled.
+ */
+function releaseDrainWaiters(res: { listenerCount(event: string): number; emit(event: string): boolean }): void {
+  if (res.listenerCount("drain") > 0) res.emit("drain");
 }
 
 function contextValuesOf(log: Logger): ConnectNodeAdapterOptions["contextValues"] {
