@@ -35,7 +35,7 @@ import { fileURLToPath } from "node:url";
 
 const prebuiltPackage = "@node-llama-cpp/linux-x64";
 const prebuiltBins = "bins/linux-x64";
-/** How long a builder waits for another's lock before taking it as abandoned (a build takes about 5 minutes). */
+/** How long a builder waits for another's lock before taking it as abandoned (a build takes about 8 minutes on two cores). */
 const lockStaleMs = 30 * 60_000;
 
 /** Where the engine is built, under the checkout. */
