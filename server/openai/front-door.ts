@@ -71,9 +71,10 @@ export function openAiFrontDoor(deps: OpenAiDeps): FrontDoor {
     res.setHeader("x-request-id", correlationId);
     const caller = new AbortController();
     // Not after a whole answer: the relay has let go of the signal by then, and an abort builds
-    // and dispatches an Event for nobody.
+    // and dispatches an Event for nobody. writableEnded (we called end), not writableFinished: an
+    // HTTP/2 response whose client reset it reads as finished.
     res.once("close", () => {
-      if (!res.writableFinished) caller.abort(callerGone);
+      if (!res.writableEnded) caller.abort(callerGone);
     });
     serve(deps, req, res, correlationId, caller.signal).then(
       (failure) => {

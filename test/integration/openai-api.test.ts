@@ -185,8 +185,7 @@ describe("the OpenAI API through the official SDK", () => {
 
   it("answers 429 with Retry-After while the requests in flight are used up, and frees them when clients go away", async () => {
     // serveTiny allows 8 in flight. The runtime is paused (SIGSTOP), so eight streams stay in
-    // flight (the agent runs llama.cpp one generation at a time: one at the runtime, seven waiting
-    // on the node), and a ninth is refused at the control plane.
+    // flight (at the runtime or waiting on the node), and a ninth is refused at the control plane.
     const pid = runtimePid();
     process.kill(pid, "SIGSTOP");
     let resumed = false;
@@ -234,6 +233,42 @@ describe("the OpenAI API through the official SDK", () => {
       if (!resumed) process.kill(pid, "SIGCONT");
     }
   }, 120_000);
+
+  it("ends a stream at once when its HTTP/2 client leaves mid-answer, though the runtime has stopped answering", async () => {
+    const metrics = async () => scrape(ts.server.metricsUrl!);
+    const canceledBefore = (await metrics()).value("modelforge_requests_total", { deployment: "tiny", outcome: "canceled" }) ?? 0;
+    const session = http2.connect(ts.url, { ca: ts.caPem });
+    session.on("error", () => undefined);
+    const req = session.request({
+      ":method": "POST",
+      ":path": "/v1/completions",
+      authorization: `Bearer ${secret}`,
+      "content-type": "application/json",
+    });
+    req.on("error", () => undefined);
+    // The end of sequence banned: the answer runs far longer than the test.
+    req.end(JSON.stringify({ model: "tiny", stream: true, prompt: "Once upon a time", max_tokens: 4000, logit_bias: { "2": -100 } }));
+    await new Promise((resolve) => req.once("data", resolve));
+    // Paused, the runtime can neither finish the answer nor end it: only the client's leaving can.
+    const pid = runtimePid();
+    process.kill(pid, "SIGSTOP");
+    try {
+      session.destroy();
+      await eventually(
+        async () => {
+          const m = await metrics();
+          return (
+            m.value("modelforge_requests_in_flight", { deployment: "tiny" }) === 0 &&
+            m.value("modelforge_requests_total", { deployment: "tiny", outcome: "canceled" }) === canceledBefore + 1
+          );
+        },
+        15_000,
+        "the stream ended as canceled, its place in flight freed",
+      );
+    } finally {
+      process.kill(pid, "SIGCONT");
+    }
+  }, 60_000);
 
   it("records the tokens delivered per key: whole answers, streams, and a stream the client left", async () => {
     const { secret: acct, key } = await ts.admin.createServiceKey({ name: "acct", deployments: ["tiny"] });
@@ -370,7 +405,7 @@ describe("the OpenAI API through the official SDK", () => {
   }, 60_000);
 });
 
-/** The pid of the llama.cpp worker the agent started (its runtime registry beside the state). */
+/** The pid of the llama-server the agent started (its runtime registry beside the state). */
 function runtimePid(): number {
   const registry = JSON.parse(readFileSync(join(dirname(node.statePath), "runtimes.json"), "utf8")) as {
     runtimes: { pid: number; engine: string }[];
