@@ -14,7 +14,7 @@ import { ManualClock } from "../../common/clock.js";
 
 describe("FailureLimiter", () => {
   const policy = { burst: 3, refillMs: 1_000, maxPeers: 2 };
-  // Each step: [what, at (ms), action on peer "a" unless named, expected admit() answer (admit steps only)]
+  // Each step: [what, at (ms), action on peer "a" unless named, expected wait from admit() (admit steps only; 0: admitted)]
   const steps: [string, number, "admit" | "fail" | "ok", number | undefined, string?][] = [
     ["a stranger may try", 0, "admit", 0],
     ["first failure", 0, "fail", undefined],
@@ -34,20 +34,40 @@ describe("FailureLimiter", () => {
   it("follows the table", () => {
     const limiter = new FailureLimiter(policy);
     for (const [what, at, action, want, peer = "a"] of steps) {
-      if (action === "admit") expect(limiter.admit(peer, at), what).toBe(want);
+      if (action === "admit") expect(limiter.admit(peer, at)?.waitMs ?? 0, what).toBe(want);
       else limiter.settle(peer, at, action === "fail");
     }
   });
   it("holds attempts in flight to the bound: a sixth concurrent one waits a second, a guessing burst the full refill", () => {
     const limiter = new FailureLimiter({ burst: 5, refillMs: 5_000, maxPeers: 10 });
     const admitted = () => Array.from({ length: 7 }, () => limiter.admit("a", 0));
-    expect(admitted()).toEqual([0, 0, 0, 0, 0, 1_000, 1_000]);
+    const busy = { cause: "in_flight", waitMs: 1_000 };
+    expect(admitted()).toEqual([undefined, undefined, undefined, undefined, undefined, busy, busy]);
     for (let i = 0; i < 5; i++) limiter.settle("a", 0, false); // five real enrollments
     expect(limiter.size).toBe(0);
-    expect(admitted()).toEqual([0, 0, 0, 0, 0, 1_000, 1_000]);
+    expect(admitted()).toEqual([undefined, undefined, undefined, undefined, undefined, busy, busy]);
     for (let i = 0; i < 5; i++) limiter.settle("a", 0, true); // five guesses
-    expect(limiter.admit("a", 0)).toBe(5_000);
-    expect(limiter.admit("a", 5_000)).toBe(0);
+    expect(limiter.admit("a", 0)).toEqual({ cause: "failures", waitMs: 5_000 });
+    expect(limiter.admit("a", 5_000)).toBeUndefined();
+  });
+  it("tells attempts in flight from failures: a peer is refused for its failures only when it has no token of its own left", () => {
+    const limiter = new FailureLimiter({ burst: 3, refillMs: 1_000, maxPeers: 10 });
+    // [what, action, expected refusal of an admit() at that point]
+    const steps: [string, "admit" | "fail", ReturnType<FailureLimiter["admit"]>][] = [
+      ["a failure leaves two tokens", "fail", undefined],
+      ["both taken by attempts in flight", "admit", undefined],
+      ["", "admit", undefined],
+      ["a third waits on them, not on its failure", "admit", { cause: "in_flight", waitMs: 1_000 }],
+      ["one fails: one token left, held by the attempt still in flight", "fail", undefined],
+      ["refused for its attempt in flight", "admit", { cause: "in_flight", waitMs: 1_000 }],
+      ["the last attempt fails too: no token left", "fail", undefined],
+      ["refused for its failures, the whole refill", "admit", { cause: "failures", waitMs: 1_000 }],
+    ];
+    limiter.admit("a", 0);
+    for (const [what, action, want] of steps) {
+      if (action === "fail") limiter.settle("a", 0, true);
+      else expect(limiter.admit("a", 0), what).toEqual(want);
+    }
   });
   it("forgets the least recently active peer when full, and a recovered one at once", () => {
     const limiter = new FailureLimiter(policy);
@@ -58,10 +78,10 @@ describe("FailureLimiter", () => {
       }
     }
     expect(limiter.size).toBe(2);
-    expect(limiter.admit("a", 0)).toBe(0); // evicted, so a stranger again
-    expect(limiter.admit("c", 0)).toBe(1_000);
+    expect(limiter.admit("a", 0)).toBeUndefined(); // evicted, so a stranger again
+    expect(limiter.admit("c", 0)).toEqual({ cause: "failures", waitMs: 1_000 });
     limiter.settle("b", 10_000, false); // settling a forgotten or idle peer is harmless
-    expect(limiter.admit("c", 10_000)).toBe(0);
+    expect(limiter.admit("c", 10_000)).toBeUndefined();
     limiter.settle("c", 10_000, false);
     expect(limiter.size).toBe(1);
   });
@@ -186,8 +206,11 @@ describe("enrollment guessing against the real server", () => {
     const { csrPem } = generateNodeKeyAndCsr("burst");
     const codeOf = (p: Promise<unknown>) =>
       p.then(
-        () => ({ code: 0 as Code | 0, retryAfter: null as string | null }),
-        (e: unknown) => ({ code: ConnectError.from(e).code as Code | 0, retryAfter: ConnectError.from(e).metadata.get("retry-after") }),
+        () => ({ code: 0 as Code | 0, retryAfter: null as string | null, message: "" }),
+        (e: unknown) => {
+          const err = ConnectError.from(e);
+          return { code: err.code as Code | 0, retryAfter: err.metadata.get("retry-after"), message: err.rawMessage };
+        },
       );
     const guesses = await Promise.all(
       Array.from({ length: 40 }, (_, i) => codeOf(guessers[i % 8]!.enroll({ token: `mfet_burst-${i}`, csrPem }))),
@@ -205,7 +228,11 @@ describe("enrollment guessing against the real server", () => {
     const first = await Promise.all(requests.map((r) => codeOf(fleet.enroll(r))));
     const held = first.flatMap((r, i) => (r.code === 0 ? [] : [{ ...r, i }]));
     expect(count(first, 0)).toBeGreaterThanOrEqual(5);
-    for (const h of held) expect(h).toMatchObject({ code: Code.ResourceExhausted, retryAfter: "1" });
+    for (const h of held) {
+      expect(h).toMatchObject({ code: Code.ResourceExhausted, retryAfter: "1" });
+      // Said as what it is: nothing failed, the address has its five attempts running.
+      expect(h.message).toBe("too many enrollments in flight from this address (at most 5 at once); retry in 1 s");
+    }
     for (const h of held) expect((await fleet.enroll(requests[h.i]!)).nodeId).not.toBe("");
   }, 120_000);
 });

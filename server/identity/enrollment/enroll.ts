@@ -62,14 +62,16 @@ export function enroller(deps: EnrollDeps, clock: () => number = () => deps.cloc
   return async (input) => {
     const peer = peerKey(input.peerAddress);
     const peerAddress = input.peerAddress ?? "unknown";
-    const waitMs = limiter.admit(peer, clock());
-    if (waitMs > 0) {
-      const seconds = Math.ceil(waitMs / 1000);
-      refusals.warn(peerAddress, { reason: "too many failed enrollments", retryAfterSeconds: seconds, correlationId: input.correlationId });
+    const refused = limiter.admit(peer, clock());
+    if (refused !== undefined) {
+      const seconds = Math.ceil(refused.waitMs / 1000);
+      const reason =
+        refused.cause === "in_flight"
+          ? `too many enrollments in flight from this address (at most ${enrollmentFailureLimit.burst} at once)`
+          : "too many failed enrollments from this address";
+      refusals.warn(peerAddress, { reason, retryAfterSeconds: seconds, correlationId: input.correlationId });
       throw loggedByHandler(
-        new ConnectError(`too many failed enrollments from this address; retry in ${seconds} s`, Code.ResourceExhausted, {
-          "retry-after": String(seconds),
-        }),
+        new ConnectError(`${reason}; retry in ${seconds} s`, Code.ResourceExhausted, { "retry-after": String(seconds) }),
       );
     }
     let guessed = false;

@@ -4,8 +4,8 @@
 // token while it runs and gives it back unless it failed as a guess, so concurrent attempts hold
 // to the same bound as sequential ones (checking without reserving let a burst of slow attempts,
 // each with a real CSR, all through before the first failure was counted). Successful
-// enrollments cost nothing. A peer refused only because of its attempts in flight is told to
-// retry within a second. In memory, per replica: the point is to make guessing slow and cheap to
+// enrollments cost nothing. A peer refused only because of its attempts in flight is told so,
+// and to retry within a second. In memory, per replica: the point is to make guessing slow and cheap to
 // refuse, not to count exactly across replicas. The caller passes the clock (monotonic milliseconds).
 import { isIPv6 } from "node:net";
 
@@ -19,6 +19,15 @@ export interface FailureLimitPolicy {
 }
 
 export const enrollmentFailureLimit: FailureLimitPolicy = { burst: 5, refillMs: 5_000, maxPeers: 10_000 };
+
+/**
+ * Why a peer may not try now: it has failed too often (a guesser, or a node with a bad token), or
+ * it already has `burst` attempts running (many nodes behind one address, enrolling at once).
+ */
+export interface PeerRefusal {
+  cause: "failures" | "in_flight";
+  waitMs: number;
+}
 
 /** How soon a peer held back only by its own attempts in flight may try again. */
 const busyRetryMs = 1_000;
@@ -41,18 +50,20 @@ export class FailureLimiter {
     return this.buckets.size;
   }
 
-  /** 0 when `peer` may try now (a token is then reserved until `settle`), else how many milliseconds until it may. */
-  admit(peer: string, now: number): number {
+  /** Undefined when `peer` may try now (a token is then reserved until `settle`), else why not and how many milliseconds until it may. */
+  admit(peer: string, now: number): PeerRefusal | undefined {
     const bucket = this.buckets.get(peer);
     const credit = bucket === undefined ? this.full : this.creditAt(bucket, now);
     const reserved = bucket?.reserved ?? 0;
     const available = credit - reserved * this.policy.refillMs;
     if (available < this.policy.refillMs) {
       const waitMs = Math.ceil(this.policy.refillMs - available);
-      return reserved > 0 ? Math.min(waitMs, busyRetryMs) : waitMs;
+      // With a token of its own left, only the attempts it has running hold the peer back.
+      const cause = credit >= this.policy.refillMs ? "in_flight" : "failures";
+      return { cause, waitMs: reserved > 0 ? Math.min(waitMs, busyRetryMs) : waitMs };
     }
     this.store(peer, { credit, at: now, reserved: reserved + 1 });
-    return 0;
+    return undefined;
   }
 
   /** Ends an admitted attempt: its token is given back unless it `failed` (was a guess). */
