@@ -11,11 +11,13 @@ import { freePort } from "./ports.js";
 
 const run = promisify(execFile);
 const bin = "/usr/lib/postgresql/15/bin";
+// By its path: a PATH without the sbin directories (a CI runner's, `env -i`) would not find it.
+const runuser = ["/usr/sbin/runuser", "/sbin/runuser"].find((p) => existsSync(p));
 
 /** Why a private PostgreSQL cannot be started here, or undefined when it can. */
 export function privatePostgresProblem(): string | undefined {
   if (!existsSync(join(bin, "initdb"))) return `${bin}/initdb is not installed`;
-  if (!existsSync("/usr/sbin/runuser") && !existsSync("/sbin/runuser")) return "runuser is not installed";
+  if (runuser === undefined) return "runuser is not installed";
   if (process.getuid?.() !== 0) return "the test needs root to run PostgreSQL as the postgres user";
   return undefined;
 }
@@ -32,7 +34,7 @@ export interface PrivatePostgres {
 }
 
 async function asPostgres(tool: string, args: string[]): Promise<void> {
-  await run("runuser", ["-u", "postgres", "--", join(bin, tool), ...args], { timeout: 60_000 });
+  await run(runuser!, ["-u", "postgres", "--", join(bin, tool), ...args], { timeout: 60_000 });
 }
 
 export async function startPrivatePostgres(): Promise<PrivatePostgres> {
