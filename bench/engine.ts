@@ -7,11 +7,12 @@
 //   started by hand with the same parallel, context and threads ("llama-server");
 // - the time of a request sharing a 1,500-token prefix with the one before it, against one
 //   sharing nothing (warm / cold).
-// llama-server is the anchor: every figure is printed as a ratio to it, from the same run. It is
-// the engine's own binary unless LLAMA_SERVER names another, such as a native build of the same
-// source (git clone node_modules/node-llama-cpp/llama/gitRelease.bundle llama.cpp && cmake -S
-// llama.cpp -B llama.cpp/build -DCMAKE_BUILD_TYPE=Release && cmake --build llama.cpp/build
-// --target llama-server -j: about 7 minutes on 2 cores).
+// llama-server is the anchor: every figure is printed as a ratio to it, from the same rounds (the
+// three run at once and take turns). It is the engine's own binary unless LLAMA_SERVER names
+// another, such as a native build of the same source (git clone
+// node_modules/node-llama-cpp/llama/gitRelease.bundle llama.cpp && cmake -S llama.cpp -B
+// llama.cpp/build -DCMAKE_BUILD_TYPE=Release && cmake --build llama.cpp/build --target
+// llama-server -j: about 7 minutes on 2 cores).
 //   [LLAMA_SERVER=/path/to/llama-server] npx tsx bench/engine.ts
 //   (BENCH_RUNS=3, THREADS=2, PARALLEL=16, CONTEXT=2048, MAX_TOKENS=48, CONCURRENCY=1,4,8,16,
 //    TARGETS=llama-server,runtime,api)
@@ -167,25 +168,33 @@ async function main(): Promise<void> {
       .map((l) => l.toFixed(2))
       .join(" ")}`,
   );
+  // Every target runs at once (idle between its turns) and the rounds interleave them, so that a
+  // noisy minute of the machine falls on all of them rather than on whichever was measured then.
+  const started: Target[] = [];
   const results = new Map<string, { tps: Map<number, number[]>; warm: number[]; cold: number[] }>();
-  for (const name of targets) {
-    const t = name === "llama-server" ? await startLlamaServer() : name === "runtime" ? await startRuntime() : await startApi();
-    const r = { tps: new Map<number, number[]>(), warm: [] as number[], cold: [] as number[] };
-    try {
-      await throughput(t, 1, -1); // warm up
-      for (let round = 0; round < runs; round++) {
-        for (const c of concurrencies) {
-          if (!r.tps.has(c)) r.tps.set(c, []);
-          r.tps.get(c)!.push(await throughput(t, c, round));
-        }
-        const p = await prefixReuse(t, round);
-        r.warm.push(p.warm);
-        r.cold.push(p.cold);
-      }
-    } finally {
-      await t.stop();
+  try {
+    for (const name of targets) {
+      started.push(name === "llama-server" ? await startLlamaServer() : name === "runtime" ? await startRuntime() : await startApi());
+      results.set(name, { tps: new Map(concurrencies.map((c) => [c, []])), warm: [], cold: [] });
     }
-    results.set(name, r);
+    for (const t of started) await throughput(t, 1, -1); // warm up
+    for (let round = 0; round < runs; round++) {
+      for (const c of concurrencies)
+        for (const t of started)
+          results
+            .get(t.name)!
+            .tps.get(c)!
+            .push(await throughput(t, c, round));
+      for (const t of started) {
+        const p = await prefixReuse(t, round);
+        results.get(t.name)!.warm.push(p.warm);
+        results.get(t.name)!.cold.push(p.cold);
+      }
+    }
+  } finally {
+    for (const t of started) await t.stop();
+  }
+  for (const [name, r] of results) {
     console.log(
       `${name}: ${concurrencies.map((c) => `${c}: ${spread(r.tps.get(c)!)} tok/s`).join(", ")}; prefix warm ${spread(r.warm)} ms, cold ${spread(r.cold)} ms, warm/cold ${spread(
         r.warm.map((w, i) => w / r.cold[i]!),

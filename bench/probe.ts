@@ -95,6 +95,7 @@ try {
   const leasedAt = new Map<string, number>();
   const observe = (inner: SessionJobs): SessionJobs => ({
     capabilities: () => inner.capabilities(),
+    engines: () => inner.engines?.() ?? [],
     runningJobIds: () => inner.runningJobIds(),
     onLease(lease: JobLease, link: SessionLink) {
       if (!leasedAt.has(lease.jobId)) leasedAt.set(lease.jobId, performance.now());
@@ -111,7 +112,7 @@ try {
   void runAgent({ statePath, log, signal: stop.signal, jobs: observe(runner) });
   for (;;) {
     const n = (await admin.getNode({ nodeId: state.nodeId })).node!;
-    if (n.connected && n.capabilities.includes("runtime.probe.v1")) break;
+    if (n.connected && n.capabilities.includes("runtime.probe.v1") && n.engines.includes("llama.cpp")) break;
     await new Promise((r) => setTimeout(r, 50));
   }
 
@@ -167,7 +168,7 @@ try {
     rows.push({ ...p, bareLoadMs: b.loadMs, bareMs: b.totalMs });
     console.log(
       `round ${i}: job ${p.jobMs.toFixed(0)} ms = engine ${p.engineMs.toFixed(0)} ms (load ${p.loadMs.toFixed(0)}) + overhead ${(p.jobMs - p.engineMs).toFixed(0)} ms; ` +
-        `bare worker: load ${b.loadMs.toFixed(0)} ms, load+probe+stop ${b.totalMs.toFixed(0)} ms; job - bare ${(p.jobMs - b.totalMs).toFixed(0)} ms; ` +
+        `bare llama-server: load ${b.loadMs.toFixed(0)} ms, load+probe+stop ${b.totalMs.toFixed(0)} ms; job - bare ${(p.jobMs - b.totalMs).toFixed(0)} ms; ` +
         `load ${loadavg()[0]!.toFixed(2)}`,
     );
   }
@@ -179,8 +180,8 @@ try {
   console.log(`  job (lease at agent -> SUCCEEDED on the server)  ${spread(rows.map((r) => r.jobMs))}`);
   console.log(`  engine's own load + inference (from the result)   ${spread(rows.map((r) => r.engineMs))}`);
   console.log(`  overhead beyond the engine (job - engine)         ${spread(rows.map((r) => r.jobMs - r.engineMs))}`);
-  console.log(`  floor: bare worker load (spawn -> healthy)        ${spread(rows.map((r) => r.bareLoadMs))}`);
-  console.log(`  floor: bare worker load + probe + stop            ${spread(rows.map((r) => r.bareMs))}`);
+  console.log(`  floor: bare llama-server load (spawn -> healthy)        ${spread(rows.map((r) => r.bareLoadMs))}`);
+  console.log(`  floor: bare llama-server load + probe + stop            ${spread(rows.map((r) => r.bareMs))}`);
   console.log(`  job - bare floor                                  ${spread(rows.map((r) => r.jobMs - r.bareMs))}`);
   console.log(
     `load average before ${load0.map((l) => l.toFixed(2)).join(" ")}, after ${loadavg()
