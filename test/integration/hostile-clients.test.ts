@@ -16,7 +16,7 @@ import tls from "node:tls";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { UsageGrouping } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { eventually } from "../support/node.js";
-import { postText } from "../support/http.js";
+import { openAiStream, postText } from "../support/http.js";
 import { grpcTransport } from "../../common/http2-sessions.js";
 import { DeploymentService, InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { writeTinyLlamaGguf } from "../../scripts/gguf.js";
@@ -231,16 +231,7 @@ describe("a client's faults are its own", () => {
           await new Promise((r) => setTimeout(r, 50));
           socket.destroy();
         } else {
-          const session = http2.connect(ts.url, { ca: ts.caPem });
-          session.on("error", () => undefined);
-          const req = session.request({
-            ":method": "POST",
-            ":path": "/v1/completions",
-            authorization: `Bearer ${key}`,
-            "content-type": "application/json",
-            "content-length": String(body.length),
-          });
-          req.on("error", () => undefined);
+          const { session, req } = openAiStream(ts.url, ts.caPem, key, { "content-length": String(body.length) });
           req.write(body.slice(0, 100));
           await new Promise((r) => setTimeout(r, 50));
           req.close(http2.constants.NGHTTP2_CANCEL);

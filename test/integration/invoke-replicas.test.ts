@@ -9,7 +9,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import http2 from "node:http2";
 import * as grpc from "@grpc/grpc-js";
 import pg from "pg";
 import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
@@ -20,6 +19,7 @@ import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { enrollTestNode, eventually, type TestNode } from "../support/node.js";
 import { spawnAgent, type AgentProcess } from "../support/process.js";
 import { deployReady, errorLines, serveTiny } from "../support/serving.js";
+import { openAiStream } from "../support/http.js";
 
 const commit = "c".repeat(40);
 
@@ -261,15 +261,7 @@ describe("an invoke at the replica without the node's session", () => {
       for (let n = 0; n < chunks; n++) await new Promise((resolve) => call.once("data", resolve));
       call.cancel();
       // An OpenAI client that goes away mid-stream: its connection closes under the answer.
-      const session = http2.connect(b.url, { ca: b.caPem });
-      session.on("error", () => undefined);
-      const req = session.request({
-        ":method": "POST",
-        ":path": "/v1/completions",
-        authorization: `Bearer ${secret}`,
-        "content-type": "application/json",
-      });
-      req.on("error", () => undefined);
+      const { session, req } = openAiStream(b.url, b.caPem, secret);
       req.end(JSON.stringify({ model: "tiny", stream: true, ...long }));
       for (let n = 0; n < chunks; n++) await new Promise((resolve) => req.once("data", resolve));
       session.destroy();

@@ -18,6 +18,7 @@ import { enrollTestNode, eventually, type TestNode } from "../support/node.js";
 import type { AgentProcess } from "../support/process.js";
 import { deployReady, serveTiny, spawnServingAgent, writeLlamaServerTemplate } from "../support/serving.js";
 import { scrape } from "../support/prometheus.js";
+import { openAiStream } from "../support/http.js";
 import { forgeAt } from "../support/forge.js";
 import { oversizedThenNormal } from "../support/oversize.js";
 
@@ -237,15 +238,7 @@ describe("the OpenAI API through the official SDK", () => {
   it("ends a stream at once when its HTTP/2 client leaves mid-answer, though the runtime has stopped answering", async () => {
     const metrics = async () => scrape(ts.server.metricsUrl!);
     const canceledBefore = (await metrics()).value("modelforge_requests_total", { deployment: "tiny", outcome: "canceled" }) ?? 0;
-    const session = http2.connect(ts.url, { ca: ts.caPem });
-    session.on("error", () => undefined);
-    const req = session.request({
-      ":method": "POST",
-      ":path": "/v1/completions",
-      authorization: `Bearer ${secret}`,
-      "content-type": "application/json",
-    });
-    req.on("error", () => undefined);
+    const { session, req } = openAiStream(ts.url, ts.caPem, secret);
     // The end of sequence banned: the answer runs far longer than the test.
     req.end(JSON.stringify({ model: "tiny", stream: true, prompt: "Once upon a time", max_tokens: 4000, logit_bias: { "2": -100 } }));
     await new Promise((resolve) => req.once("data", resolve));

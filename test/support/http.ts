@@ -1,4 +1,6 @@
-// Plain HTTPS calls in the Connect protocol's JSON form, the way curl makes them.
+// Plain HTTPS calls in the Connect protocol's JSON form, the way curl makes them; and a bare
+// HTTP/2 request to the OpenAI API, for tests of clients that leave or cut their body short.
+import http2 from "node:http2";
 import https from "node:https";
 
 export interface JsonResponse {
@@ -36,4 +38,28 @@ export function postText(
     req.on("error", reject);
     req.end(body);
   });
+}
+
+/**
+ * A POST to `/v1/completions` over a fresh HTTP/2 session, its body not yet written: the caller
+ * writes, reads and leaves as the test needs. Errors of the session and stream are the test's own
+ * doing (a reset, a destroy) and are ignored.
+ */
+export function openAiStream(
+  url: string,
+  caPem: string,
+  key: string,
+  headers: Record<string, string> = {},
+): { session: http2.ClientHttp2Session; req: http2.ClientHttp2Stream } {
+  const session = http2.connect(url, { ca: caPem });
+  session.on("error", () => undefined);
+  const req = session.request({
+    ":method": "POST",
+    ":path": "/v1/completions",
+    authorization: `Bearer ${key}`,
+    "content-type": "application/json",
+    ...headers,
+  });
+  req.on("error", () => undefined);
+  return { session, req };
 }
