@@ -35,8 +35,9 @@ export interface HeldRuntime {
 }
 
 /**
- * A counting gate: the llama.cpp worker generates for `parallel` requests at once and refuses more,
- * so the agent queues the rest (the control plane bounds how many are in flight per deployment).
+ * A counting gate: llama-server generates for `parallel` requests at once (its slots), and the
+ * agent holds the rest here, where they count as waiting and a cancel reaches them before any
+ * slot does (the control plane bounds how many are in flight per deployment).
  */
 export class Gate {
   private running = 0;
@@ -312,8 +313,8 @@ export class DeploymentHost {
       draining: false,
       inFlight: new Set(),
       logs: lines,
-      // The llama.cpp worker generates for `parallel` requests at once; external servers (vLLM,
-      // llama-server) schedule concurrent requests themselves.
+      // The llama.cpp engine's llama-server has `parallel` slots; external servers (vLLM, a
+      // llama-server of the operator's) schedule concurrent requests themselves.
       gate: new Gate(engine === "llama.cpp" ? parallel : Number.POSITIVE_INFINITY),
     };
     this.held.set(key, held);
