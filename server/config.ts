@@ -63,6 +63,14 @@ export interface Config {
   minAgentVersion: string;
   /** An Ed25519 public key (PEM file) agent releases must be signed with; undefined: unsigned releases. */
   agentReleaseKeyFile: string | undefined;
+  /** How often each replica reports its deployments' load and the leader decides their replicas. */
+  autoscaleIntervalMs: number;
+  /** The window the autoscaler averages the load over. */
+  autoscaleWindowMs: number;
+  /** Requests held per deployment on one replica while a replica loads; more are refused. */
+  coldStartMaxHeld: number;
+  /** How often a held stream on the OpenAI API is sent an SSE comment. */
+  coldStartKeepAliveMs: number;
 }
 
 export class ConfigError extends Error {
@@ -102,6 +110,10 @@ export const defaults = {
   MODELFORGE_SESSION_FAST_PATH: "on",
   MODELFORGE_SERVICE_KEY_OUTAGE_TRUST: "5m",
   MODELFORGE_USAGE_FLUSH: "5s",
+  MODELFORGE_AUTOSCALE_INTERVAL: "5s",
+  MODELFORGE_AUTOSCALE_WINDOW: "30s",
+  MODELFORGE_COLD_START_MAX_HELD: "100",
+  MODELFORGE_COLD_START_KEEPALIVE: "5s",
   MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
 } as const;
 
@@ -218,6 +230,10 @@ export function loadConfig(env: Env): Config {
     metricsAddress: optionalAddress(env, "MODELFORGE_METRICS_ADDRESS"),
     minAgentVersion: v.get("MODELFORGE_MIN_AGENT_VERSION"),
     agentReleaseKeyFile: env.MODELFORGE_AGENT_RELEASE_KEY?.trim() || undefined,
+    autoscaleIntervalMs: v.durationAtMost("MODELFORGE_AUTOSCALE_INTERVAL", 3_600_000),
+    autoscaleWindowMs: v.durationAtMost("MODELFORGE_AUTOSCALE_WINDOW", 3_600_000),
+    coldStartMaxHeld: v.integer("MODELFORGE_COLD_START_MAX_HELD", 1, 100_000),
+    coldStartKeepAliveMs: v.durationAtMost("MODELFORGE_COLD_START_KEEPALIVE", 60_000),
   };
   checkConfig(config);
   return config;
@@ -236,6 +252,9 @@ function checkConfig(config: Config): void {
   }
   if (config.operatorReadonlyKey !== undefined && config.operatorReadonlyKey === config.operatorApiKey) {
     throw new ConfigError("MODELFORGE_OPERATOR_READONLY_KEY: must differ from MODELFORGE_OPERATOR_API_KEY");
+  }
+  if (config.autoscaleWindowMs < config.autoscaleIntervalMs) {
+    throw new ConfigError("MODELFORGE_AUTOSCALE_WINDOW must be at least MODELFORGE_AUTOSCALE_INTERVAL");
   }
   if (config.offlineAfterMs <= config.staleAfterMs) {
     throw new ConfigError("MODELFORGE_OFFLINE_AFTER must be longer than MODELFORGE_STALE_AFTER");

@@ -1,4 +1,4 @@
-// forge deployments create | list | get | revision | scale | start | drain | unload | delete
+// forge deployments create | list | get | revision | scale | autoscale | start | drain | unload | delete
 import {
   CheckDeploymentHealthResponseSchema,
   CreateDeploymentResponseSchema,
@@ -11,9 +11,13 @@ import {
   StartDeploymentResponseSchema,
   UnloadDeploymentResponseSchema,
   UpdateDeploymentRevisionResponseSchema,
+  UpdateDeploymentScalingResponseSchema,
+  type DeploymentAutoscaling,
   type DeploymentRecord,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { DeploymentAutoscalingSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import {
   command,
   durationOption,
@@ -52,6 +56,10 @@ function describe(ctx: Context, r: DeploymentRecord): string {
       ["Model file", r.modelFile || "(the commit's single .gguf)"],
       ["Target root", r.targetRoot],
       ["In flight", `at most ${r.maxInFlight}`],
+      [
+        "Autoscaling",
+        r.autoscaling !== undefined ? describeAutoscaling(r.autoscaling) : "off (a fixed count: forge deployments autoscale turns it on)",
+      ],
       ["Failure", d.failureReason || undefined],
       ["Updated", formatAge(dateOf(d.updatedAt), now)],
     ]) +
@@ -76,6 +84,50 @@ function describe(ctx: Context, r: DeploymentRecord): string {
 
 const nameArg = (positionals: string[]) => idArg(positionals, "deployment name or id");
 
+const seconds = (d: { seconds: bigint; nanos: number } | undefined) => (d === undefined ? 0 : Number(d.seconds) + d.nanos / 1e9);
+
+/** The settings in one line. Pure. */
+export function describeAutoscaling(a: DeploymentAutoscaling): string {
+  const s = (d: DeploymentAutoscaling["upscaleDelay"]) => formatSeconds(seconds(d));
+  const zero = a.minReplicas === 0 ? `, to zero after ${s(a.scaleToZeroAfter)} idle` : "";
+  return (
+    `${a.minReplicas} to ${a.maxReplicas} replicas, target ${a.targetInFlight} in flight per replica` +
+    `${zero} (up after ${s(a.upscaleDelay)}, down after ${s(a.downscaleDelay)}; cold start timeout ${s(a.coldStartTimeout)})`
+  );
+}
+
+function formatSeconds(total: number): string {
+  if (total < 120) return `${Math.round(total * 10) / 10}s`;
+  if (total < 7200) return `${Math.round(total / 60)}m`;
+  return `${Math.round(total / 3600)}h`;
+}
+
+/** The autoscaling flags, shared by create and autoscale. */
+const autoscaleOptions = {
+  min: valueOption("N", "the fewest replicas, 0 to 64 (0: scale to zero when idle)"),
+  max: valueOption("N", "the most replicas, 1 to 64"),
+  "target-in-flight": valueOption("N", "requests in flight plus held per replica to aim at (default: --max-in-flight)"),
+  "scale-to-zero-after": valueOption("DURATION", "with --min 0: no request for this long scales to zero (default 15m)"),
+  "upscale-delay": valueOption("DURATION", "how long the load stays above the target before replicas are added (default 30s)"),
+  "downscale-delay": valueOption("DURATION", "how long it stays below before replicas are removed (default 10m)"),
+  "cold-start-timeout": valueOption("DURATION", "the longest a request waits for a replica to load (default 2m)"),
+};
+
+/** The autoscaling the flags ask for; undefined when none of them was given. */
+function autoscalingOf(values: Parameters<Command["run"]>[1]): MessageInitShape<typeof DeploymentAutoscalingSchema> | undefined {
+  if (!Object.keys(autoscaleOptions).some((k) => values[k] !== undefined)) return undefined;
+  if (values.max === undefined) throw new UsageError("--max is required with autoscaling");
+  return {
+    minReplicas: intOption(values, "min", 0, 64, 0),
+    maxReplicas: intOption(values, "max", 1, 64, 1),
+    targetInFlight: intOption(values, "target-in-flight", 1, 1024, 0),
+    scaleToZeroAfter: durationOption(values, "scale-to-zero-after"),
+    upscaleDelay: durationOption(values, "upscale-delay"),
+    downscaleDelay: durationOption(values, "downscale-delay"),
+    coldStartTimeout: durationOption(values, "cold-start-timeout"),
+  };
+}
+
 const createCommand = command("create NAME", "Create a deployment: serve a pushed artifact commit with a runtime profile on a node", {
   options: {
     node: valueOption("NODE_ID", "the node to serve on (or --selector)"),
@@ -90,9 +142,10 @@ const createCommand = command("create NAME", "Create a deployment: serve a pushe
     "max-in-flight": valueOption("N", "invokes in flight at once on each replica (default 8)"),
     "invoke-timeout": valueOption("DURATION", "longest invoke (default 60s)"),
     "drain-timeout": valueOption("DURATION", "longest drain (default 30s)"),
+    ...autoscaleOptions,
   },
   notes:
-    "Push the files first: forge artifacts push DIR --repository ORG/NAME --commit HEX. A commit with several .gguf files needs --model-file; its other files are acquired beside it.",
+    "Push the files first: forge artifacts push DIR --repository ORG/NAME --commit HEX. A commit with several .gguf files needs --model-file; its other files are acquired beside it. With --max (and the other autoscaling flags) the autoscaler chooses the replicas instead of --replicas.",
   async run(ctx, values, positionals) {
     for (const required of ["profile", "repository", "commit"]) {
       if (values[required] === undefined) throw new UsageError(`--${required} is required`);
@@ -111,6 +164,7 @@ const createCommand = command("create NAME", "Create a deployment: serve a pushe
       maxPerNode: intOption(values, "max-per-node", 1, 64, 0),
       invokeTimeout: durationOption(values, "invoke-timeout"),
       drainTimeout: durationOption(values, "drain-timeout"),
+      autoscaling: autoscalingOf(values),
     });
     return printReply(
       ctx,
@@ -153,7 +207,7 @@ const getCommand = command("get NAME", "Show a deployment, its revisions and its
       ctx,
       GetDeploymentResponseSchema,
       res,
-      ({ deployment, events }) =>
+      ({ deployment, events, scalingEvents }) =>
         describe(ctx, deployment!) +
         (events.length > 0
           ? `\nHistory\n${table(
@@ -164,6 +218,18 @@ const getCommand = command("get NAME", "Show a deployment, its revisions and its
                 String(e.replica),
                 e.fromState === DeploymentState.UNSPECIFIED ? "-" : state(e.fromState),
                 state(e.toState),
+                e.reason || "-",
+              ]),
+            )}`
+          : "") +
+        (scalingEvents.length > 0
+          ? `\nScaling\n${table(
+              ["TIME", "FROM", "TO", "BY", "REASON"],
+              scalingEvents.map((e) => [
+                formatTime(dateOf(e.time)!),
+                String(e.fromReplicas),
+                String(e.toReplicas),
+                e.actor,
                 e.reason || "-",
               ]),
             )}`
@@ -198,14 +264,34 @@ const revisionCommand = command(
   },
 );
 
-const scaleCommand = command("scale NAME", "Set how many replicas serve: new ones are placed and loaded, surplus ones drained", {
-  options: { replicas: valueOption("N", "replicas to serve, 0 to 64 (required)") },
-  notes: "Scaling a drained or unloaded deployment above 0 starts it again.",
+const scaleCommand = command(
+  "scale NAME",
+  "Set how many replicas serve (autoscaling off): new ones are placed and loaded, surplus ones drained",
+  {
+    options: { replicas: valueOption("N", "replicas to serve, 0 to 64 (required)") },
+    notes: "Scaling a drained or unloaded deployment above 0 starts it again.",
+    async run(ctx, values, positionals) {
+      if (values.replicas === undefined) throw new UsageError("--replicas is required");
+      const res = await ctx
+        .client()
+        .scaleDeployment({ deployment: nameArg(positionals), replicas: intOption(values, "replicas", 0, 64, 1) });
+      return printReply(ctx, ScaleDeploymentResponseSchema, res, ({ deployment: r }) => {
+        return `Deployment ${r!.deployment!.name} wants ${r!.desiredReplicas} replicas (${r!.readyReplicas} ready): ${state(r!.deployment!.state)}.\n`;
+      });
+    },
+  },
+);
+
+const autoscaleCommand = command("autoscale NAME", "Let the load choose the replicas, between --min and --max", {
+  options: autoscaleOptions,
+  notes:
+    "The autoscaler aims at --target-in-flight requests in flight per replica, averaged over 30 s. With --min 0 an idle deployment goes to zero and the next request waits while a replica loads. forge deployments scale turns it off.",
   async run(ctx, values, positionals) {
-    if (values.replicas === undefined) throw new UsageError("--replicas is required");
-    const res = await ctx.client().scaleDeployment({ deployment: nameArg(positionals), replicas: intOption(values, "replicas", 0, 64, 1) });
-    return printReply(ctx, ScaleDeploymentResponseSchema, res, ({ deployment: r }) => {
-      return `Deployment ${r!.deployment!.name} wants ${r!.desiredReplicas} replicas (${r!.readyReplicas} ready): ${state(r!.deployment!.state)}.\n`;
+    const autoscaling = autoscalingOf(values);
+    if (autoscaling === undefined) throw new UsageError("--max is required");
+    const res = await ctx.client().updateDeploymentScaling({ deployment: nameArg(positionals), autoscaling });
+    return printReply(ctx, UpdateDeploymentScalingResponseSchema, res, ({ deployment: r }) => {
+      return `Deployment ${r!.deployment!.name} autoscales: ${describeAutoscaling(r!.autoscaling!)}. It wants ${r!.desiredReplicas} now.\n`;
     });
   },
 });
@@ -280,6 +366,7 @@ export const deploymentsGroup: Group = {
     getCommand,
     revisionCommand,
     scaleCommand,
+    autoscaleCommand,
     startCommand,
     healthCommand,
     desiredCommand("drain", "Stop new invokes now, let in-flight ones finish, then unload"),

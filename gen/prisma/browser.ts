@@ -133,3 +133,9 @@ export type AgentRollout = Prisma.AgentRolloutModel
  * One node of a rollout: its batch and how its update went.
  */
 export type AgentRolloutNode = Prisma.AgentRolloutNodeModel
+/**
+ * Model ServingLoad
+ * What one control-plane replica saw of a deployment's load: the autoscaler's signal. Each
+ * replica writes its own row every few seconds; the leader sums the fresh ones.
+ */
+export type ServingLoad = Prisma.ServingLoadModel

@@ -6,7 +6,7 @@ import type { Prisma } from "../../gen/prisma/client.js";
 export type AuditWriter = Pick<Prisma.TransactionClient, "auditEvent">;
 
 export interface AuditEntry {
-  /** "operator", "node:<uuid>" or "system". */
+  /** "operator", "node:<uuid>", "system" or "autoscaler". */
   actor: string;
   /** e.g. "node.enrolled", "credential.revoked". */
   action: string;
@@ -52,4 +52,6 @@ function auditRow(entry: AuditEntry, at: Date) {
 
 export const operatorActor = "operator";
 export const systemActor = "system";
+/** The control plane changing a deployment's wanted replicas by its load. */
+export const autoscalerActor = "autoscaler";
 export const nodeActor = (nodeId: string) => `node:${nodeId}`;

@@ -12,14 +12,28 @@ import {
   ListDeploymentRecordsResponseSchema,
   UnloadDeploymentResponseSchema,
   UpdateDeploymentRevisionResponseSchema,
+  UpdateDeploymentScalingResponseSchema,
   CheckDeploymentHealthResponseSchema,
   type AdminService,
+  type DeploymentAutoscaling,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { callOf } from "../context.js";
-import { positiveDurationMs } from "../rpc/time.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { durationMs, positiveDurationMs } from "../rpc/time.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import { eventToProto, recordToProto as toProto, type InFlightOf } from "./codec.js";
-import { createDeployment, findRecord, scaleDeployment, setDesired, startDeployment, updateRevision, type DesiredDeps } from "./desired.js";
+import {
+  createDeployment,
+  findRecord,
+  scaleDeployment,
+  setDesired,
+  setScaling,
+  startDeployment,
+  updateRevision,
+  type DesiredDeps,
+} from "./desired.js";
+import type { AutoscaleRequest } from "./autoscale-rules.js";
+import { scalingEventOf, scalingActions } from "./codec.js";
 import { checkHealth, DEFAULT_HEALTH_WAIT_MS, type HealthDeps } from "./health.js";
 
 type DeploymentRpcs = Pick<
@@ -29,6 +43,7 @@ type DeploymentRpcs = Pick<
   | "listDeploymentRecords"
   | "updateDeploymentRevision"
   | "scaleDeployment"
+  | "updateDeploymentScaling"
   | "startDeployment"
   | "drainDeployment"
   | "unloadDeployment"
@@ -37,6 +52,21 @@ type DeploymentRpcs = Pick<
 >;
 
 const HISTORY = 200;
+const SCALING_HISTORY = 50;
+
+/** The settings as the contract carries them; durations unset for their defaults. */
+function autoscaleRequestOf(a: DeploymentAutoscaling): AutoscaleRequest {
+  const ms = (d: DeploymentAutoscaling["upscaleDelay"], field: string) => (d === undefined ? undefined : durationMs(d, field));
+  return {
+    minReplicas: a.minReplicas,
+    maxReplicas: a.maxReplicas,
+    targetInFlight: a.targetInFlight,
+    upscaleDelayMs: ms(a.upscaleDelay, "autoscaling.upscale_delay"),
+    downscaleDelayMs: ms(a.downscaleDelay, "autoscaling.downscale_delay"),
+    scaleToZeroAfterMs: ms(a.scaleToZeroAfter, "autoscaling.scale_to_zero_after"),
+    coldStartTimeoutMs: ms(a.coldStartTimeout, "autoscaling.cold_start_timeout"),
+  };
+}
 
 export function adminDeployments(deps: DesiredDeps & HealthDeps & { inFlight?: InFlightOf }): DeploymentRpcs {
   const recordToProto = (d: Parameters<typeof toProto>[0]) => toProto(d, deps.inFlight);
@@ -58,6 +88,7 @@ export function adminDeployments(deps: DesiredDeps & HealthDeps & { inFlight?: I
           modelFile: req.modelFile,
           replicas: req.replicas,
           maxPerNode: req.maxPerNode,
+          autoscaling: req.autoscaling === undefined ? undefined : autoscaleRequestOf(req.autoscaling),
         },
         callOf(ctx).correlationId,
       );
@@ -65,8 +96,19 @@ export function adminDeployments(deps: DesiredDeps & HealthDeps & { inFlight?: I
     },
     async getDeployment(req) {
       const d = await findRecord(deps.prisma, req.deployment);
-      const events = await deps.prisma.deploymentEvent.findMany({ where: { deploymentId: d.id }, orderBy: { seq: "desc" }, take: HISTORY });
-      return create(GetDeploymentResponseSchema, { deployment: recordToProto(d), events: events.reverse().map(eventToProto) });
+      const [events, scaling] = await Promise.all([
+        deps.prisma.deploymentEvent.findMany({ where: { deploymentId: d.id }, orderBy: { seq: "desc" }, take: HISTORY }),
+        deps.prisma.auditEvent.findMany({
+          where: { targetId: d.id, action: { in: scalingActions } },
+          orderBy: { seq: "desc" },
+          take: SCALING_HISTORY,
+        }),
+      ]);
+      return create(GetDeploymentResponseSchema, {
+        deployment: recordToProto(d),
+        events: events.reverse().map(eventToProto),
+        scalingEvents: scaling.reverse().map(scalingEventOf),
+      });
     },
     async listDeploymentRecords(req) {
       const size = pageSizeOf(req.pageSize);
@@ -95,6 +137,11 @@ export function adminDeployments(deps: DesiredDeps & HealthDeps & { inFlight?: I
     async scaleDeployment(req, ctx) {
       const d = await scaleDeployment(deps, req.deployment, req.replicas, callOf(ctx).correlationId);
       return create(ScaleDeploymentResponseSchema, { deployment: recordToProto(d) });
+    },
+    async updateDeploymentScaling(req, ctx) {
+      if (req.autoscaling === undefined) throw new ConnectError("autoscaling: is required", Code.InvalidArgument);
+      const d = await setScaling(deps, req.deployment, autoscaleRequestOf(req.autoscaling), callOf(ctx).correlationId);
+      return create(UpdateDeploymentScalingResponseSchema, { deployment: recordToProto(d) });
     },
     async startDeployment(req, ctx) {
       const d = await startDeployment(deps, req.deployment, callOf(ctx).correlationId);

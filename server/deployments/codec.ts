@@ -7,10 +7,12 @@ import {
   DeploymentInstanceSchema,
   DeploymentRecordSchema,
   DeploymentReplicaSchema,
+  DeploymentAutoscalingSchema,
+  ScalingEventSchema,
   type DeploymentRecord,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentSchema, DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
-import type { Deployment, DeploymentEvent, DeploymentInstance } from "../../gen/prisma/client.js";
+import type { AuditEvent, Deployment, DeploymentEvent, DeploymentInstance } from "../../gen/prisma/client.js";
 import { stringMap, ts } from "../rpc/convert.js";
 import { newestRevisionFirst } from "./rules.js";
 import { assignedGpus } from "./specs.js";
@@ -91,6 +93,19 @@ export function recordToProto(d: Row, inFlight: InFlightOf = () => 0): Deploymen
     desiredReplicas: d.replicas,
     maxPerNode: d.maxPerNode,
     readyReplicas: d.instances.filter((i) => i.phase === "ready").length,
+    ...(d.autoscale
+      ? {
+          autoscaling: create(DeploymentAutoscalingSchema, {
+            minReplicas: d.minReplicas,
+            maxReplicas: d.maxReplicas,
+            targetInFlight: d.targetInFlight,
+            upscaleDelay: durationFromMs(d.upscaleDelayMs),
+            downscaleDelay: durationFromMs(d.downscaleDelayMs),
+            scaleToZeroAfter: durationFromMs(d.scaleToZeroAfterMs),
+            coldStartTimeout: durationFromMs(d.coldStartTimeoutMs),
+          }),
+        }
+      : {}),
     instances: [...d.instances].sort(newestRevisionFirst).map((i) =>
       create(DeploymentInstanceSchema, {
         revision: i.revision,
@@ -120,3 +135,16 @@ export const eventToProto = (e: DeploymentEvent) =>
     toState: deploymentStateOf(e.toPhase),
     reason: e.reason ?? "",
   });
+
+/** The audit actions that change a deployment's wanted replicas. */
+export const scalingActions = ["deployment.scaled", "deployment.autoscaled", "deployment.autoscaling_set"];
+
+/** One of those audit events as GetDeployment lists it. */
+export function scalingEventOf(e: AuditEvent): ReturnType<typeof create<typeof ScalingEventSchema>> {
+  const details = (e.details ?? {}) as Record<string, unknown>;
+  const text = (k: string) => (typeof details[k] === "string" ? (details[k] as string) : "");
+  const count = (k: string) => Number.parseInt(text(k), 10) || 0;
+  const reason =
+    text("reason") || (e.action === "deployment.autoscaling_set" ? `autoscaling set: ${text("autoscaling")}` : "set by the operator");
+  return create(ScalingEventSchema, { time: ts(e.time), fromReplicas: count("from"), toReplicas: count("to"), actor: e.actor, reason });
+}

@@ -22,6 +22,7 @@ import {
   type Desired,
 } from "./rules.js";
 import { whereIdOrName } from "../rpc/id-or-name.js";
+import { checkAutoscaling, type AutoscaleRequest } from "./autoscale-rules.js";
 
 export interface DesiredDeps {
   prisma: PrismaClient;
@@ -50,6 +51,8 @@ export interface CreateDeploymentInput {
   replicas: number | undefined;
   /** 0 for 1. */
   maxPerNode: number;
+  /** Set to let the autoscaler choose the replicas (replicas then stays undefined). */
+  autoscaling: AutoscaleRequest | undefined;
 }
 
 const invalid = (field: string, why: string) => new ConnectError(`${field}: ${why}`, Code.InvalidArgument);
@@ -129,7 +132,12 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
   if (maxInFlight > MAX_IN_FLIGHT) throw invalid("max_in_flight", `from 1 to ${MAX_IN_FLIGHT} (0 for ${DEFAULT_MAX_IN_FLIGHT})`);
   const invokeTimeoutMs = timeoutOf(input.invokeTimeoutMs, "invoke_timeout", DEFAULT_INVOKE_TIMEOUT_MS);
   const drainTimeoutMs = timeoutOf(input.drainTimeoutMs, "drain_timeout", DEFAULT_DRAIN_TIMEOUT_MS);
-  const replicas = replicasOf(input.replicas);
+  if (input.autoscaling !== undefined && input.replicas !== undefined) {
+    throw invalid("replicas", "give replicas or autoscaling, not both (the autoscaler chooses the replicas)");
+  }
+  const scaling = input.autoscaling === undefined ? undefined : checkAutoscaling(input.autoscaling, maxInFlight);
+  // Autoscaled from min_replicas, but at least one: a deployment that loads at once shows it works.
+  const replicas = scaling === undefined ? replicasOf(input.replicas) : Math.max(1, scaling.minReplicas);
   const maxPerNode = input.maxPerNode === 0 ? 1 : input.maxPerNode;
   if (maxPerNode > MAX_REPLICAS) throw invalid("max_per_node", `from 1 to ${MAX_REPLICAS} (0 for 1)`);
   await requireProfileAndFiles(deps, input.runtimeProfile, input.repository, input.commit);
@@ -161,6 +169,7 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
           maxInFlight,
           invokeTimeoutMs,
           drainTimeoutMs,
+          ...(scaling !== undefined ? { autoscale: true, ...scaling } : {}),
           createdAt: now,
           updatedAt: now,
         },
@@ -172,6 +181,7 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
       name: input.name,
       nodeId: nodeId ?? "",
       replicas: String(replicas),
+      ...(scaling !== undefined ? { autoscaling: describeScaling(scaling) } : {}),
       runtimeProfile: input.runtimeProfile,
       repository: input.repository,
       commit: input.commit,
@@ -219,8 +229,49 @@ export async function updateRevision(
 }
 
 /**
- * Sets the replicas wanted. A serving deployment grows or shrinks; a drained or unloaded one is
- * started again when scaled above 0 (one being deleted is not).
+ * Turns autoscaling on or changes it. The wanted replicas move into the new bounds at once (a
+ * deployment at zero stays there until a request comes); the autoscaler takes it from there.
+ */
+export async function setScaling(
+  deps: DesiredDeps,
+  idOrName: string,
+  request: AutoscaleRequest,
+  correlationId: string,
+): Promise<DeploymentRow> {
+  const d = await findRecord(deps.prisma, idOrName);
+  if (d.desired === "deleted") throw new ConnectError(`deployment ${d.name} is being deleted`, Code.FailedPrecondition);
+  const scaling = checkAutoscaling(request, d.maxInFlight);
+  const replicas =
+    d.replicas === 0 && scaling.minReplicas === 0 ? 0 : Math.min(scaling.maxReplicas, Math.max(scaling.minReplicas, d.replicas, 1));
+  const now = new Date(deps.clock.now());
+  await deps.prisma.$transaction(async (tx) => {
+    const moved = await tx.deployment.updateMany({
+      where: { id: d.id, desired: d.desired, revision: d.revision, replicas: d.replicas },
+      data: { autoscale: true, ...scaling, replicas, updatedAt: now },
+    });
+    if (moved.count !== 1) throw new ConnectError(`deployment ${d.name} changed meanwhile; retry`, Code.Aborted);
+    await audit(tx, "deployment.autoscaling_set", d.id, correlationId, now, {
+      name: d.name,
+      from: String(d.replicas),
+      to: String(replicas),
+      autoscaling: describeScaling(scaling),
+    });
+  });
+  await deps.reconcile(d.id);
+  return findRecord(deps.prisma, d.id);
+}
+
+/** The settings in one line, for the audit. */
+function describeScaling(s: ReturnType<typeof checkAutoscaling>): string {
+  return (
+    `min ${s.minReplicas}, max ${s.maxReplicas}, target ${s.targetInFlight} in flight, upscale delay ${s.upscaleDelayMs} ms, ` +
+    `downscale delay ${s.downscaleDelayMs} ms, scale to zero after ${s.scaleToZeroAfterMs} ms, cold start timeout ${s.coldStartTimeoutMs} ms`
+  );
+}
+
+/**
+ * Sets the replicas wanted, and turns autoscaling off. A serving deployment grows or shrinks; a
+ * drained or unloaded one is started again when scaled above 0 (one being deleted is not).
  */
 export async function scaleDeployment(
   deps: DesiredDeps,
@@ -236,11 +287,16 @@ export async function scaleDeployment(
   await deps.prisma.$transaction(async (tx) => {
     const moved = await tx.deployment.updateMany({
       where: { id: d.id, desired: d.desired, revision: d.revision },
-      data: { replicas: wanted, desired, updatedAt: now },
+      data: { replicas: wanted, desired, autoscale: false, updatedAt: now },
     });
     if (moved.count !== 1) throw new ConnectError(`deployment ${d.name} changed meanwhile; retry`, Code.Aborted);
     if (d.desired !== "serving" && desired === "serving") await restartFailed(tx, d, now);
-    await audit(tx, "deployment.scaled", d.id, correlationId, now, { name: d.name, from: String(d.replicas), to: String(wanted) });
+    await audit(tx, "deployment.scaled", d.id, correlationId, now, {
+      name: d.name,
+      from: String(d.replicas),
+      to: String(wanted),
+      ...(d.autoscale ? { reason: "fixed by the operator: autoscaling off" } : {}),
+    });
   });
   await deps.reconcile(d.id);
   return findRecord(deps.prisma, d.id);

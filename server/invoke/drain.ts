@@ -10,6 +10,7 @@ export class Drain {
   private count = 0;
   private stopping = false;
   private readonly idleWaiters: (() => void)[] = [];
+  private readonly beginListeners: (() => void)[] = [];
 
   /** Work admitted and not yet released. */
   get inFlight(): number {
@@ -34,8 +35,14 @@ export class Drain {
     };
   }
 
+  /** Called once when the drain begins: for work that would only wait (requests held for a cold start), to end it now. */
+  onBegin(listener: () => void): void {
+    this.beginListeners.push(listener);
+  }
+
   /** Refuses new work from now on; resolves once the work in flight is done. */
   begin(): Promise<void> {
+    if (!this.stopping) for (const listener of this.beginListeners.splice(0)) listener();
     this.stopping = true;
     if (this.count === 0) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));

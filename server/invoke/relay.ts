@@ -51,6 +51,8 @@ import type { LogWatches } from "./logs.js";
 import type { SessionHolder } from "../cluster/replicas.js";
 import type { Drain } from "./drain.js";
 import type { AbandonReason } from "../context.js";
+import { mustWait, type ColdStarts } from "./cold-start.js";
+import type { ServingActivity } from "./activity.js";
 
 export interface InvokeCall {
   /** By id or name. */
@@ -74,6 +76,8 @@ export interface InvokeCall {
    * closes): for a caller that stopped reading, whose transport would otherwise wait on it forever.
    */
   abandon?: (reason: AbandonReason) => void;
+  /** Called every few seconds while the request waits for a replica to load (a stream sends a keep-alive). */
+  whileHeld?: () => void;
 }
 
 /** One piece of an answer: the whole body for a unary call, one chunk for a stream. */
@@ -121,6 +125,10 @@ export interface InvokeRelayDeps {
   random?: () => number;
   /** The most answer bytes held for a caller that has not read them (default `defaultMaxUnreadBytes`). */
   maxUnreadBytes?: number;
+  /** Where requests wait for an autoscaled deployment's replica to load; without it they are refused as not ready. */
+  coldStarts?: ColdStarts;
+  /** Counts each deployment's requests for the autoscaler. */
+  activity?: Pick<ServingActivity, "began">;
 }
 
 /** What a stream's caller may leave unread before the request ends as client_stalled. */
@@ -220,19 +228,71 @@ export class InvokeRelay {
   private async *relay(principal: ServicePrincipal, call: InvokeCall, state: RunState): AsyncGenerator<AnswerPiece> {
     // Before routing: bad input is the caller's mistake, refused here and never relayed.
     const checked = checkPayload(call.contentType, call.payload, call.api, call.stream);
-    const target = await this.target(call.deployment);
-    const route = routeInvoke(target, principal.deployments, call.deployment, (n) => this.deps.sessions.isConnected(n));
+    let target = await this.target(call.deployment);
+    // Counted once, where the request arrived (a forwarded one was counted there), and only for a caller allowed to call it.
+    const ended =
+      target !== undefined && call.forwardedFrom === undefined && principal.deployments.has(target.name)
+        ? this.deps.activity?.began(target.deploymentId, this.deps.clock.now())
+        : undefined;
+    try {
+      let charge: Charge | undefined;
+      if (this.deps.coldStarts !== undefined && mustWait(target, principal.deployments)) {
+        // A held request counts toward its key's limits as it would otherwise: admitted first.
+        const held = target;
+        charge = await this.admitKey(principal, held, { body: checked.body, bodyBytes: checked.payload.byteLength });
+        try {
+          target = await this.deps.coldStarts.wait(held, { timeoutMs: call.timeoutMs, signal: call.signal, whileHeld: call.whileHeld });
+        } catch (err) {
+          charge?.settle(0);
+          const outcome = err instanceof ConnectError ? codeName(err.code) : "internal";
+          this.deps.counts.record(held.deploymentId, outcome);
+          this.deps.metrics?.refused(held.name, outcome);
+          throw err;
+        }
+        // Routed below by its fresh route: the cached one still says no replica is ready.
+        this.routeCache.delete(call.deployment);
+      }
+      yield* this.routed(principal, call, state, checked, target, charge);
+    } finally {
+      ended?.();
+    }
+  }
+
+  /** A request whose deployment has a route: to a replica here, or forwarded to the replica holding its node's session. */
+  private async *routed(
+    principal: ServicePrincipal,
+    call: InvokeCall,
+    state: RunState,
+    checked: ReturnType<typeof checkPayload>,
+    target: DeploymentTarget | undefined,
+    admitted: Charge | undefined,
+  ): AsyncGenerator<AnswerPiece> {
+    let charge = admitted;
+    let route: ReturnType<typeof routeInvoke>;
+    try {
+      route = routeInvoke(target, principal.deployments, call.deployment, (n) => this.deps.sessions.isConnected(n));
+    } catch (err) {
+      charge?.settle(0);
+      throw err;
+    }
     const deployment = target!;
     state.deadlineAt = this.deps.clock.now() + invokeTimeoutMs(call.timeoutMs, deployment.invokeTimeoutMs);
     if ("elsewhere" in route) {
+      // The replica it goes to admits it against the key's limits; one admitted here while held is let go.
+      charge?.settle(0);
       yield* this.elsewhere(deployment.name, route.elsewhere, call);
       return;
     }
     if (checked.api === InvokeApi.EMBEDDINGS) {
       const first = route.here[0]!;
-      checkEmbeddings(deployment.name, first, this.deps.sessions.get(first.nodeId)?.embeddingEngines ?? []);
+      try {
+        checkEmbeddings(deployment.name, first, this.deps.sessions.get(first.nodeId)?.embeddingEngines ?? []);
+      } catch (err) {
+        charge?.settle(0);
+        throw err;
+      }
     }
-    const charge = await this.admitKey(principal, deployment, { body: checked.body, bodyBytes: checked.payload.byteLength });
+    charge ??= await this.admitKey(principal, deployment, { body: checked.body, bodyBytes: checked.payload.byteLength });
     const meter = new InvokeMeter(
       this.deps,
       { keyId: principal.keyId, deploymentId: deployment.deploymentId, deployment: deployment.name, stream: call.stream },

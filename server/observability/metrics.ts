@@ -36,6 +36,16 @@ export interface ServingMetrics {
   refused(deployment: string, outcome: string): void;
 }
 
+/** What the cold starts count (../invoke/cold-start.ts), labelled by the deployment's name. */
+export interface ColdStartMetrics {
+  /** Requests held for the deployment on this replica now. */
+  held(deployment: string, count: number): void;
+  /** This replica asked for a first replica of a deployment at zero. */
+  coldStart(deployment: string): void;
+  /** From that ask to the first ready replica. */
+  coldStartSeconds(deployment: string, ms: number): void;
+}
+
 export interface ServedRequest {
   deployment: string;
   outcome: string;
@@ -62,6 +72,7 @@ export class ServerMetrics {
   readonly sessions: SessionMetrics;
   readonly jobs: JobMetrics;
   readonly serving: ServingMetrics;
+  readonly coldStarts: ColdStartMetrics;
   private sources: MetricSources | undefined;
   private fleet: { at: number; counts: Promise<FleetCounts | undefined> } | undefined;
 
@@ -121,6 +132,7 @@ export class ServerMetrics {
     };
     this.jobs = jobMetrics(registers);
     this.serving = servingMetrics(registers);
+    this.coldStarts = coldStartMetrics(registers);
   }
 
   /** Gauges of this replica's sessions and admission gate, read when scraped. */
@@ -166,6 +178,17 @@ export class ServerMetrics {
         if (counts === undefined) return;
         for (const state of nodeStates) this.set({ state }, 0);
         for (const n of counts.nodes) this.inc({ state: n.state }, n.count);
+      },
+    });
+    new Gauge({
+      name: "modelforge_deployment_replicas",
+      help: 'Deployments\' replicas by state (pending, loading, ready, draining, failed), and "wanted": the replicas each wants now (fleet-wide, from the database).',
+      labelNames: ["deployment", "state"] as const,
+      registers,
+      async collect() {
+        const counts = await self.fleetCounts();
+        this.reset();
+        for (const r of counts?.replicas ?? []) this.set({ deployment: r.deployment, state: r.state }, r.count);
       },
     });
     new Gauge({
@@ -321,5 +344,33 @@ function servingMetrics(registers: Registry[]): ServingMetrics {
     },
     interToken: (name, ms) => interToken.observe({ deployment: name }, ms / 1000),
     refused: (name, outcome) => requests.inc({ deployment: name, outcome }),
+  };
+}
+
+/** Requests held while a replica loads, and the cold starts this replica asked for. */
+function coldStartMetrics(registers: Registry[]): ColdStartMetrics {
+  const held = new Gauge({
+    name: "modelforge_requests_held",
+    help: "Requests held on this replica for a deployment with no ready replica, waiting for one to load.",
+    labelNames: ["deployment"] as const,
+    registers,
+  });
+  const starts = new Counter({
+    name: "modelforge_cold_starts_total",
+    help: "Deployments at zero replicas this replica asked a replica for, for a held request.",
+    labelNames: ["deployment"] as const,
+    registers,
+  });
+  const seconds = new Histogram({
+    name: "modelforge_cold_start_seconds",
+    help: "From asking for a replica of a deployment at zero to its first ready replica.",
+    labelNames: ["deployment"] as const,
+    buckets: [0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600],
+    registers,
+  });
+  return {
+    held: (deployment, count) => held.set({ deployment }, count),
+    coldStart: (deployment) => starts.inc({ deployment }),
+    coldStartSeconds: (deployment, ms) => seconds.observe({ deployment }, Math.max(0, ms) / 1000),
   };
 }

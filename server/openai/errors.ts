@@ -58,7 +58,7 @@ export function openAiFailureOf(err: unknown): OpenAiFailure {
     case Code.Unavailable:
     case Code.FailedPrecondition:
     case Code.Aborted:
-      return openAiFailure(503, message, "service_unavailable", "service_unavailable", null, 1);
+      return openAiFailure(503, message, "service_unavailable", "service_unavailable", null, retryAfterOf(err));
     case Code.DeadlineExceeded:
       return openAiFailure(504, message, "timeout", "timeout");
     case Code.Canceled:
@@ -70,7 +70,6 @@ export function openAiFailureOf(err: unknown): OpenAiFailure {
 
 /** 429: a quota used up is `insufficient_quota`, anything else a rate; Retry-After as the refusal says. */
 function tooMany(err: ConnectError): OpenAiFailure {
-  const retryAfter = Number(err.metadata.get("retry-after") ?? "1");
   const limit = err.metadata.get("x-modelforge-limit");
   const quota = limit === "dailyTokens" || limit === "monthlyTokens";
   return openAiFailure(
@@ -79,6 +78,12 @@ function tooMany(err: ConnectError): OpenAiFailure {
     quota ? "insufficient_quota" : "rate_limit_error",
     quota ? "insufficient_quota" : "rate_limit_exceeded",
     null,
-    Number.isSafeInteger(retryAfter) && retryAfter > 0 ? retryAfter : 1,
+    retryAfterOf(err),
   );
+}
+
+/** The seconds the refusal asks the caller to wait (a cold start's hold says 5), else 1. */
+function retryAfterOf(err: ConnectError): number {
+  const retryAfter = Number(err.metadata.get("retry-after") ?? "1");
+  return Number.isSafeInteger(retryAfter) && retryAfter > 0 ? retryAfter : 1;
 }

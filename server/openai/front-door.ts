@@ -115,6 +115,7 @@ async function serve(
     signal,
     credential: headerValue(req.headers.authorization),
     abandon: abandonerOf(req as Parameters<typeof abandonerOf>[0]),
+    ...(request.stream ? { whileHeld: () => keepAlive(res) } : {}),
   };
   const pieces = deps.relay.invoke(principal, call);
   if (request.stream) return stream(pieces, request, res);
@@ -161,31 +162,40 @@ async function unary(pieces: AsyncGenerator<AnswerPiece>, request: GenerateReque
   return undefined;
 }
 
+const eventStream = { "content-type": "text/event-stream", "cache-control": "no-cache" };
+
 /**
- * Server-sent events as OpenAI frames them. Nothing is written before the runtime's first chunk, so
- * a refusal before it (no replica, limits, a runtime's 4xx) is an ordinary error status; after it a
- * failure can only be told in the stream, as OpenAI does, and the stream then ends without [DONE].
+ * A request held while a replica loads: an SSE comment, which clients ignore, so that proxies and
+ * load balancers see the connection is alive. The first one sends the stream's headers.
+ */
+function keepAlive(res: HttpResponse): void {
+  if (res.writableEnded || res.destroyed) return;
+  if (!res.headersSent) res.writeHead(200, eventStream);
+  (res as ServerResponse).write(": waiting for a replica to load\n\n");
+}
+
+/**
+ * Server-sent events as OpenAI frames them. Nothing is written before the runtime's first chunk
+ * (or a held request's first keep-alive), so a refusal before it (no replica, limits, a runtime's
+ * 4xx) is an ordinary error status; after it a failure can only be told in the stream, as OpenAI
+ * does, and the stream then ends without [DONE].
  */
 async function stream(pieces: AsyncGenerator<AnswerPiece>, request: GenerateRequest, res: HttpResponse): Promise<undefined> {
-  let started = false;
   try {
     for await (const piece of pieces) {
       const chunk = renamed(piece, request.model);
       if (chunk === undefined) throw new ConnectError(`deployment ${request.model}'s runtime sent a chunk that is not JSON`, Code.Internal);
-      if (!started) {
-        res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
-        started = true;
-      }
+      if (!res.headersSent) res.writeHead(200, eventStream);
       // The next piece is taken only once this one is on its way: what the client has not read
       // waits in the relay's outbox, which bounds it, not in this response's buffer, which would not.
       if (!(res as ServerResponse).write(`data: ${chunk}\n\n`) && !(await drained(res))) return undefined;
     }
   } catch (err) {
-    if (!started) throw err;
+    if (!res.headersSent) throw err;
     if (!res.writableEnded && !res.destroyed) res.end(`data: ${JSON.stringify(openAiFailureOf(err).body)}\n\n`);
     return undefined;
   }
-  if (!started) res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+  if (!res.headersSent) res.writeHead(200, eventStream);
   res.end("data: [DONE]\n\n");
   return undefined;
 }

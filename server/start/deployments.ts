@@ -9,7 +9,8 @@ import { agentArtifacts } from "../artifacts/agent-rpc.js";
 import { DeploymentController } from "../deployments/controller.js";
 import { adminDeployments } from "../deployments/admin-rpc.js";
 import { reconcileHeld } from "../deployments/held.js";
-import { deploymentRoutes } from "../deployments/routes.js";
+import { deploymentRoutes, type DeploymentTarget } from "../deployments/routes.js";
+import { Autoscaler, scaleTo } from "../deployments/autoscaler.js";
 import type { InFlightOf } from "../deployments/codec.js";
 import type { Cluster } from "./cluster.js";
 import type { Jobs } from "./jobs.js";
@@ -17,7 +18,16 @@ import type { Loop } from "./loops.js";
 import type { Core } from "./core.js";
 
 export interface DeploymentsDeps extends Core {
-  config: Pick<Config, "artifactDir" | "approvedRoots" | "reconcileIntervalMs" | "staleAfterMs" | "replaceAfterMs">;
+  config: Pick<
+    Config,
+    | "artifactDir"
+    | "approvedRoots"
+    | "reconcileIntervalMs"
+    | "staleAfterMs"
+    | "replaceAfterMs"
+    | "autoscaleIntervalMs"
+    | "autoscaleWindowMs"
+  >;
   cluster: Cluster;
   jobs: Jobs;
 }
@@ -38,6 +48,15 @@ export function openDeployments(deps: DeploymentsDeps) {
   const reconcile = (id: string) => controller.reconcile(id);
   // The relay opens after the deployments (it routes by them); it tells GetDeployment what is in flight.
   let inFlight: InFlightOf = () => 0;
+  const autoscaler = new Autoscaler({
+    prisma,
+    clock,
+    log,
+    reconcile,
+    windowMs: config.autoscaleWindowMs,
+    // Three report intervals: one late report is not taken for a replica gone.
+    staleAfterMs: 3 * config.autoscaleIntervalMs,
+  });
   const kick = (id: string) => void reconcile(id).catch((err) => log.error({ err, deploymentId: id }, "deployment reconcile failed"));
   const loops: Loop[] = [
     {
@@ -46,12 +65,28 @@ export function openDeployments(deps: DeploymentsDeps) {
       run: async () => cluster.leadership.isLeader() && (await controller.sweep()),
       outage: db.outage,
     },
+    {
+      name: "autoscaler",
+      everyMs: config.autoscaleIntervalMs,
+      run: async () => cluster.leadership.isLeader() && (await autoscaler.round()),
+      outage: db.outage,
+    },
   ];
   return {
     artifacts,
     controller,
     routes: deploymentRoutes(prisma, db.direct, controller),
     loops,
+    /** A request is held for a deployment at zero: one replica is wanted now (true when this call set it). */
+    wake(target: DeploymentTarget): Promise<boolean> {
+      return scaleTo(
+        { prisma, clock, log, reconcile },
+        { id: target.deploymentId, name: target.name },
+        0,
+        1,
+        "cold start: a request is held",
+      );
+    },
     /** A node's session opened, saying which deployment runtimes it holds. */
     held(nodeId: string, held: HeldDeployment[]) {
       return reconcileHeld({ prisma, clock, log, jobs, kick }, nodeId, held).catch((err) =>

@@ -14,6 +14,7 @@ import { adminDeploymentLogs } from "../invoke/admin-rpc.js";
 import { UsageLedger } from "../usage/ledger.js";
 import { adminUsage } from "../usage/report.js";
 import { KeyLimiter } from "../usage/limits.js";
+import { openElastic } from "./elastic.js";
 import type { Cluster } from "./cluster.js";
 import type { Sessions } from "./sessions.js";
 import type { Deployments } from "./deployments.js";
@@ -22,7 +23,18 @@ import type { Core } from "./core.js";
 import type { ServerMetrics } from "../observability/metrics.js";
 
 export interface ServingDeps extends Core {
-  config: Pick<Config, "databaseUrl" | "replicaUrl" | "serverNames" | "usageFlushMs" | "invokeMaxUnreadBytes">;
+  config: Pick<
+    Config,
+    | "databaseUrl"
+    | "replicaUrl"
+    | "serverNames"
+    | "usageFlushMs"
+    | "invokeMaxUnreadBytes"
+    | "autoscaleIntervalMs"
+    | "autoscaleWindowMs"
+    | "coldStartMaxHeld"
+    | "coldStartKeepAliveMs"
+  >;
   ca: Ca;
   cluster: Cluster;
   sessions: Sessions;
@@ -48,20 +60,8 @@ export async function openServing(deps: ServingDeps) {
   let liveReplicas = 1;
   const limits = new KeyLimiter({ prisma, clock, replicas: () => liveReplicas });
   const logs = new LogWatches(deps.sessions.registry);
-  const replica =
-    deps.config.databaseUrl !== undefined
-      ? await registerReplica({ prisma, clock, replicaId, url: replicaUrlOf(deps.config, deps.port) })
-      : undefined;
-  const forwarder =
-    replica !== undefined
-      ? new ReplicaForwarder({
-          directory: replicaDirectory({ prisma, clock, replicaId }),
-          clock,
-          replicaId,
-          caPem: deps.ca.certPem,
-          outage: db.outage,
-        })
-      : undefined;
+  const { replica, forwarder } = await openForwarding(deps, replicaId);
+  const elastic = openElastic({ ...deps, routes, replicaId });
   const relay = new InvokeRelay({
     sessions: deps.sessions.registry,
     routes,
@@ -76,8 +76,11 @@ export async function openServing(deps: ServingDeps) {
     metrics: deps.metrics?.serving,
     limits,
     maxUnreadBytes: deps.config.invokeMaxUnreadBytes,
+    coldStarts: elastic.coldStarts,
+    activity: elastic.activity,
   });
   const loops: Loop[] = [
+    ...elastic.loops,
     {
       name: "invoke counts",
       everyMs: deps.countsFlushMs ?? 60_000,
@@ -129,6 +132,22 @@ export async function openServing(deps: ServingDeps) {
         .catch((err: unknown) => deps.log.warn({ error: (err as Error).message }, "removing the replica record failed"));
     },
   };
+}
+
+/** On PostgreSQL: this replica's record, and the forwarder to the replicas holding other nodes' sessions. */
+async function openForwarding(deps: ServingDeps, replicaId: string) {
+  const { clock, db } = deps;
+  const { prisma } = db;
+  if (deps.config.databaseUrl === undefined) return { replica: undefined, forwarder: undefined };
+  const replica = await registerReplica({ prisma, clock, replicaId, url: replicaUrlOf(deps.config, deps.port) });
+  const forwarder = new ReplicaForwarder({
+    directory: replicaDirectory({ prisma, clock, replicaId }),
+    clock,
+    replicaId,
+    caPem: deps.ca.certPem,
+    outage: db.outage,
+  });
+  return { replica, forwarder };
 }
 
 export type Serving = Awaited<ReturnType<typeof openServing>>;

@@ -95,14 +95,19 @@ export function adminTransport(url: string, caPem: string, key: string | undefin
 /**
  * Two control-plane replicas on one PostgreSQL database, sharing their certificates and artifact
  * store (shared storage in production); `root` is the approved root of the store and of what the
- * agents acquire.
+ * agents acquire; `env` is added to both.
  */
-export async function startTwoPlanes(databaseUrl: string, root: string): Promise<[TestServer, TestServer]> {
+export async function startTwoPlanes(
+  databaseUrl: string,
+  root: string,
+  env: Record<string, string> = {},
+): Promise<[TestServer, TestServer]> {
   const common = {
     DATABASE_URL: databaseUrl,
     MODELFORGE_HEARTBEAT_INTERVAL: "200ms",
     MODELFORGE_APPROVED_ROOTS: root,
     MODELFORGE_ARTIFACT_DIR: join(root, "store"),
+    ...env,
   };
   const a = await startTestServer(common);
   const b = await startTestServer({ ...common, MODELFORGE_CERTS_DIR: a.config.certsDir });

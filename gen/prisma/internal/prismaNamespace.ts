@@ -417,7 +417,8 @@ export const ModelName = {
   UsageMinute: 'UsageMinute',
   AgentRelease: 'AgentRelease',
   AgentRollout: 'AgentRollout',
-  AgentRolloutNode: 'AgentRolloutNode'
+  AgentRolloutNode: 'AgentRolloutNode',
+  ServingLoad: 'ServingLoad'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -433,7 +434,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey" | "serviceKeySpend" | "usageMinute" | "agentRelease" | "agentRollout" | "agentRolloutNode"
+    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey" | "serviceKeySpend" | "usageMinute" | "agentRelease" | "agentRollout" | "agentRolloutNode" | "servingLoad"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1991,6 +1992,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    ServingLoad: {
+      payload: Prisma.$ServingLoadPayload<ExtArgs>
+      fields: Prisma.ServingLoadFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ServingLoadFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ServingLoadFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload>
+        }
+        findFirst: {
+          args: Prisma.ServingLoadFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ServingLoadFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload>
+        }
+        findMany: {
+          args: Prisma.ServingLoadFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload>[]
+        }
+        create: {
+          args: Prisma.ServingLoadCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload>
+        }
+        createMany: {
+          args: Prisma.ServingLoadCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ServingLoadCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload>[]
+        }
+        delete: {
+          args: Prisma.ServingLoadDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload>
+        }
+        update: {
+          args: Prisma.ServingLoadUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload>
+        }
+        deleteMany: {
+          args: Prisma.ServingLoadDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ServingLoadUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ServingLoadUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload>[]
+        }
+        upsert: {
+          args: Prisma.ServingLoadUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServingLoadPayload>
+        }
+        aggregate: {
+          args: Prisma.ServingLoadAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateServingLoad>
+        }
+        groupBy: {
+          args: Prisma.ServingLoadGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServingLoadGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ServingLoadCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServingLoadCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -2193,6 +2268,14 @@ export const DeploymentScalarFieldEnum = {
   maxInFlight: 'maxInFlight',
   invokeTimeoutMs: 'invokeTimeoutMs',
   drainTimeoutMs: 'drainTimeoutMs',
+  autoscale: 'autoscale',
+  minReplicas: 'minReplicas',
+  maxReplicas: 'maxReplicas',
+  targetInFlight: 'targetInFlight',
+  upscaleDelayMs: 'upscaleDelayMs',
+  downscaleDelayMs: 'downscaleDelayMs',
+  scaleToZeroAfterMs: 'scaleToZeroAfterMs',
+  coldStartTimeoutMs: 'coldStartTimeoutMs',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -2382,6 +2465,18 @@ export const AgentRolloutNodeScalarFieldEnum = {
 } as const
 
 export type AgentRolloutNodeScalarFieldEnum = (typeof AgentRolloutNodeScalarFieldEnum)[keyof typeof AgentRolloutNodeScalarFieldEnum]
+
+
+export const ServingLoadScalarFieldEnum = {
+  replicaId: 'replicaId',
+  deploymentId: 'deploymentId',
+  load: 'load',
+  held: 'held',
+  lastRequestAt: 'lastRequestAt',
+  reportedAt: 'reportedAt'
+} as const
+
+export type ServingLoadScalarFieldEnum = (typeof ServingLoadScalarFieldEnum)[keyof typeof ServingLoadScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -2714,6 +2809,7 @@ export type GlobalOmitConfig = {
   agentRelease?: Prisma.AgentReleaseOmit
   agentRollout?: Prisma.AgentRolloutOmit
   agentRolloutNode?: Prisma.AgentRolloutNodeOmit
+  servingLoad?: Prisma.ServingLoadOmit
 }
 
 /* Types for Logging */

@@ -71,7 +71,8 @@ export const ModelName = {
   UsageMinute: 'UsageMinute',
   AgentRelease: 'AgentRelease',
   AgentRollout: 'AgentRollout',
-  AgentRolloutNode: 'AgentRolloutNode'
+  AgentRolloutNode: 'AgentRolloutNode',
+  ServingLoad: 'ServingLoad'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -253,6 +254,14 @@ export const DeploymentScalarFieldEnum = {
   maxInFlight: 'maxInFlight',
   invokeTimeoutMs: 'invokeTimeoutMs',
   drainTimeoutMs: 'drainTimeoutMs',
+  autoscale: 'autoscale',
+  minReplicas: 'minReplicas',
+  maxReplicas: 'maxReplicas',
+  targetInFlight: 'targetInFlight',
+  upscaleDelayMs: 'upscaleDelayMs',
+  downscaleDelayMs: 'downscaleDelayMs',
+  scaleToZeroAfterMs: 'scaleToZeroAfterMs',
+  coldStartTimeoutMs: 'coldStartTimeoutMs',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -442,6 +451,18 @@ export const AgentRolloutNodeScalarFieldEnum = {
 } as const
 
 export type AgentRolloutNodeScalarFieldEnum = (typeof AgentRolloutNodeScalarFieldEnum)[keyof typeof AgentRolloutNodeScalarFieldEnum]
+
+
+export const ServingLoadScalarFieldEnum = {
+  replicaId: 'replicaId',
+  deploymentId: 'deploymentId',
+  load: 'load',
+  held: 'held',
+  lastRequestAt: 'lastRequestAt',
+  reportedAt: 'reportedAt'
+} as const
+
+export type ServingLoadScalarFieldEnum = (typeof ServingLoadScalarFieldEnum)[keyof typeof ServingLoadScalarFieldEnum]
 
 
 export const SortOrder = {

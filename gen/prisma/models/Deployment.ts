@@ -33,6 +33,13 @@ export type DeploymentAvgAggregateOutputType = {
   maxInFlight: number | null
   invokeTimeoutMs: number | null
   drainTimeoutMs: number | null
+  minReplicas: number | null
+  maxReplicas: number | null
+  targetInFlight: number | null
+  upscaleDelayMs: number | null
+  downscaleDelayMs: number | null
+  scaleToZeroAfterMs: number | null
+  coldStartTimeoutMs: number | null
 }
 
 export type DeploymentSumAggregateOutputType = {
@@ -42,6 +49,13 @@ export type DeploymentSumAggregateOutputType = {
   maxInFlight: number | null
   invokeTimeoutMs: number | null
   drainTimeoutMs: number | null
+  minReplicas: number | null
+  maxReplicas: number | null
+  targetInFlight: number | null
+  upscaleDelayMs: number | null
+  downscaleDelayMs: number | null
+  scaleToZeroAfterMs: number | null
+  coldStartTimeoutMs: number | null
 }
 
 export type DeploymentMinAggregateOutputType = {
@@ -63,6 +77,14 @@ export type DeploymentMinAggregateOutputType = {
   maxInFlight: number | null
   invokeTimeoutMs: number | null
   drainTimeoutMs: number | null
+  autoscale: boolean | null
+  minReplicas: number | null
+  maxReplicas: number | null
+  targetInFlight: number | null
+  upscaleDelayMs: number | null
+  downscaleDelayMs: number | null
+  scaleToZeroAfterMs: number | null
+  coldStartTimeoutMs: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -86,6 +108,14 @@ export type DeploymentMaxAggregateOutputType = {
   maxInFlight: number | null
   invokeTimeoutMs: number | null
   drainTimeoutMs: number | null
+  autoscale: boolean | null
+  minReplicas: number | null
+  maxReplicas: number | null
+  targetInFlight: number | null
+  upscaleDelayMs: number | null
+  downscaleDelayMs: number | null
+  scaleToZeroAfterMs: number | null
+  coldStartTimeoutMs: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -110,6 +140,14 @@ export type DeploymentCountAggregateOutputType = {
   maxInFlight: number
   invokeTimeoutMs: number
   drainTimeoutMs: number
+  autoscale: number
+  minReplicas: number
+  maxReplicas: number
+  targetInFlight: number
+  upscaleDelayMs: number
+  downscaleDelayMs: number
+  scaleToZeroAfterMs: number
+  coldStartTimeoutMs: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -123,6 +161,13 @@ export type DeploymentAvgAggregateInputType = {
   maxInFlight?: true
   invokeTimeoutMs?: true
   drainTimeoutMs?: true
+  minReplicas?: true
+  maxReplicas?: true
+  targetInFlight?: true
+  upscaleDelayMs?: true
+  downscaleDelayMs?: true
+  scaleToZeroAfterMs?: true
+  coldStartTimeoutMs?: true
 }
 
 export type DeploymentSumAggregateInputType = {
@@ -132,6 +177,13 @@ export type DeploymentSumAggregateInputType = {
   maxInFlight?: true
   invokeTimeoutMs?: true
   drainTimeoutMs?: true
+  minReplicas?: true
+  maxReplicas?: true
+  targetInFlight?: true
+  upscaleDelayMs?: true
+  downscaleDelayMs?: true
+  scaleToZeroAfterMs?: true
+  coldStartTimeoutMs?: true
 }
 
 export type DeploymentMinAggregateInputType = {
@@ -153,6 +205,14 @@ export type DeploymentMinAggregateInputType = {
   maxInFlight?: true
   invokeTimeoutMs?: true
   drainTimeoutMs?: true
+  autoscale?: true
+  minReplicas?: true
+  maxReplicas?: true
+  targetInFlight?: true
+  upscaleDelayMs?: true
+  downscaleDelayMs?: true
+  scaleToZeroAfterMs?: true
+  coldStartTimeoutMs?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -176,6 +236,14 @@ export type DeploymentMaxAggregateInputType = {
   maxInFlight?: true
   invokeTimeoutMs?: true
   drainTimeoutMs?: true
+  autoscale?: true
+  minReplicas?: true
+  maxReplicas?: true
+  targetInFlight?: true
+  upscaleDelayMs?: true
+  downscaleDelayMs?: true
+  scaleToZeroAfterMs?: true
+  coldStartTimeoutMs?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -200,6 +268,14 @@ export type DeploymentCountAggregateInputType = {
   maxInFlight?: true
   invokeTimeoutMs?: true
   drainTimeoutMs?: true
+  autoscale?: true
+  minReplicas?: true
+  maxReplicas?: true
+  targetInFlight?: true
+  upscaleDelayMs?: true
+  downscaleDelayMs?: true
+  scaleToZeroAfterMs?: true
+  coldStartTimeoutMs?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -311,6 +387,14 @@ export type DeploymentGroupByOutputType = {
   maxInFlight: number
   invokeTimeoutMs: number
   drainTimeoutMs: number
+  autoscale: boolean
+  minReplicas: number
+  maxReplicas: number
+  targetInFlight: number
+  upscaleDelayMs: number
+  downscaleDelayMs: number
+  scaleToZeroAfterMs: number
+  coldStartTimeoutMs: number
   createdAt: Date
   updatedAt: Date
   _count: DeploymentCountAggregateOutputType | null
@@ -358,11 +442,20 @@ export type DeploymentWhereInput = {
   maxInFlight?: Prisma.IntFilter<"Deployment"> | number
   invokeTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   drainTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
+  autoscale?: Prisma.BoolFilter<"Deployment"> | boolean
+  minReplicas?: Prisma.IntFilter<"Deployment"> | number
+  maxReplicas?: Prisma.IntFilter<"Deployment"> | number
+  targetInFlight?: Prisma.IntFilter<"Deployment"> | number
+  upscaleDelayMs?: Prisma.IntFilter<"Deployment"> | number
+  downscaleDelayMs?: Prisma.IntFilter<"Deployment"> | number
+  scaleToZeroAfterMs?: Prisma.IntFilter<"Deployment"> | number
+  coldStartTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   node?: Prisma.XOR<Prisma.NodeNullableScalarRelationFilter, Prisma.NodeWhereInput> | null
   instances?: Prisma.DeploymentInstanceListRelationFilter
   events?: Prisma.DeploymentEventListRelationFilter
+  loads?: Prisma.ServingLoadListRelationFilter
 }
 
 export type DeploymentOrderByWithRelationInput = {
@@ -385,11 +478,20 @@ export type DeploymentOrderByWithRelationInput = {
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
   drainTimeoutMs?: Prisma.SortOrder
+  autoscale?: Prisma.SortOrder
+  minReplicas?: Prisma.SortOrder
+  maxReplicas?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
+  upscaleDelayMs?: Prisma.SortOrder
+  downscaleDelayMs?: Prisma.SortOrder
+  scaleToZeroAfterMs?: Prisma.SortOrder
+  coldStartTimeoutMs?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   node?: Prisma.NodeOrderByWithRelationInput
   instances?: Prisma.DeploymentInstanceOrderByRelationAggregateInput
   events?: Prisma.DeploymentEventOrderByRelationAggregateInput
+  loads?: Prisma.ServingLoadOrderByRelationAggregateInput
 }
 
 export type DeploymentWhereUniqueInput = Prisma.AtLeast<{
@@ -415,11 +517,20 @@ export type DeploymentWhereUniqueInput = Prisma.AtLeast<{
   maxInFlight?: Prisma.IntFilter<"Deployment"> | number
   invokeTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   drainTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
+  autoscale?: Prisma.BoolFilter<"Deployment"> | boolean
+  minReplicas?: Prisma.IntFilter<"Deployment"> | number
+  maxReplicas?: Prisma.IntFilter<"Deployment"> | number
+  targetInFlight?: Prisma.IntFilter<"Deployment"> | number
+  upscaleDelayMs?: Prisma.IntFilter<"Deployment"> | number
+  downscaleDelayMs?: Prisma.IntFilter<"Deployment"> | number
+  scaleToZeroAfterMs?: Prisma.IntFilter<"Deployment"> | number
+  coldStartTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   node?: Prisma.XOR<Prisma.NodeNullableScalarRelationFilter, Prisma.NodeWhereInput> | null
   instances?: Prisma.DeploymentInstanceListRelationFilter
   events?: Prisma.DeploymentEventListRelationFilter
+  loads?: Prisma.ServingLoadListRelationFilter
 }, "id" | "name">
 
 export type DeploymentOrderByWithAggregationInput = {
@@ -442,6 +553,14 @@ export type DeploymentOrderByWithAggregationInput = {
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
   drainTimeoutMs?: Prisma.SortOrder
+  autoscale?: Prisma.SortOrder
+  minReplicas?: Prisma.SortOrder
+  maxReplicas?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
+  upscaleDelayMs?: Prisma.SortOrder
+  downscaleDelayMs?: Prisma.SortOrder
+  scaleToZeroAfterMs?: Prisma.SortOrder
+  coldStartTimeoutMs?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.DeploymentCountOrderByAggregateInput
@@ -474,6 +593,14 @@ export type DeploymentScalarWhereWithAggregatesInput = {
   maxInFlight?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
   invokeTimeoutMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
   drainTimeoutMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  autoscale?: Prisma.BoolWithAggregatesFilter<"Deployment"> | boolean
+  minReplicas?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  maxReplicas?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  targetInFlight?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  upscaleDelayMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  downscaleDelayMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  scaleToZeroAfterMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  coldStartTimeoutMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Deployment"> | Date | string
 }
@@ -497,11 +624,20 @@ export type DeploymentCreateInput = {
   maxInFlight?: number
   invokeTimeoutMs?: number
   drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
   instances?: Prisma.DeploymentInstanceCreateNestedManyWithoutDeploymentInput
   events?: Prisma.DeploymentEventCreateNestedManyWithoutDeploymentInput
+  loads?: Prisma.ServingLoadCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentUncheckedCreateInput = {
@@ -524,10 +660,19 @@ export type DeploymentUncheckedCreateInput = {
   maxInFlight?: number
   invokeTimeoutMs?: number
   drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
   events?: Prisma.DeploymentEventUncheckedCreateNestedManyWithoutDeploymentInput
+  loads?: Prisma.ServingLoadUncheckedCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentUpdateInput = {
@@ -549,11 +694,20 @@ export type DeploymentUpdateInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
   instances?: Prisma.DeploymentInstanceUpdateManyWithoutDeploymentNestedInput
   events?: Prisma.DeploymentEventUpdateManyWithoutDeploymentNestedInput
+  loads?: Prisma.ServingLoadUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentUncheckedUpdateInput = {
@@ -576,10 +730,19 @@ export type DeploymentUncheckedUpdateInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
   events?: Prisma.DeploymentEventUncheckedUpdateManyWithoutDeploymentNestedInput
+  loads?: Prisma.ServingLoadUncheckedUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentCreateManyInput = {
@@ -602,6 +765,14 @@ export type DeploymentCreateManyInput = {
   maxInFlight?: number
   invokeTimeoutMs?: number
   drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -625,6 +796,14 @@ export type DeploymentUpdateManyMutationInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -649,6 +828,14 @@ export type DeploymentUncheckedUpdateManyInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -683,6 +870,14 @@ export type DeploymentCountOrderByAggregateInput = {
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
   drainTimeoutMs?: Prisma.SortOrder
+  autoscale?: Prisma.SortOrder
+  minReplicas?: Prisma.SortOrder
+  maxReplicas?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
+  upscaleDelayMs?: Prisma.SortOrder
+  downscaleDelayMs?: Prisma.SortOrder
+  scaleToZeroAfterMs?: Prisma.SortOrder
+  coldStartTimeoutMs?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -694,6 +889,13 @@ export type DeploymentAvgOrderByAggregateInput = {
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
   drainTimeoutMs?: Prisma.SortOrder
+  minReplicas?: Prisma.SortOrder
+  maxReplicas?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
+  upscaleDelayMs?: Prisma.SortOrder
+  downscaleDelayMs?: Prisma.SortOrder
+  scaleToZeroAfterMs?: Prisma.SortOrder
+  coldStartTimeoutMs?: Prisma.SortOrder
 }
 
 export type DeploymentMaxOrderByAggregateInput = {
@@ -715,6 +917,14 @@ export type DeploymentMaxOrderByAggregateInput = {
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
   drainTimeoutMs?: Prisma.SortOrder
+  autoscale?: Prisma.SortOrder
+  minReplicas?: Prisma.SortOrder
+  maxReplicas?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
+  upscaleDelayMs?: Prisma.SortOrder
+  downscaleDelayMs?: Prisma.SortOrder
+  scaleToZeroAfterMs?: Prisma.SortOrder
+  coldStartTimeoutMs?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -738,6 +948,14 @@ export type DeploymentMinOrderByAggregateInput = {
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
   drainTimeoutMs?: Prisma.SortOrder
+  autoscale?: Prisma.SortOrder
+  minReplicas?: Prisma.SortOrder
+  maxReplicas?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
+  upscaleDelayMs?: Prisma.SortOrder
+  downscaleDelayMs?: Prisma.SortOrder
+  scaleToZeroAfterMs?: Prisma.SortOrder
+  coldStartTimeoutMs?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -749,6 +967,13 @@ export type DeploymentSumOrderByAggregateInput = {
   maxInFlight?: Prisma.SortOrder
   invokeTimeoutMs?: Prisma.SortOrder
   drainTimeoutMs?: Prisma.SortOrder
+  minReplicas?: Prisma.SortOrder
+  maxReplicas?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
+  upscaleDelayMs?: Prisma.SortOrder
+  downscaleDelayMs?: Prisma.SortOrder
+  scaleToZeroAfterMs?: Prisma.SortOrder
+  coldStartTimeoutMs?: Prisma.SortOrder
 }
 
 export type DeploymentScalarRelationFilter = {
@@ -826,6 +1051,20 @@ export type DeploymentUpdateOneRequiredWithoutEventsNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.DeploymentUpdateToOneWithWhereWithoutEventsInput, Prisma.DeploymentUpdateWithoutEventsInput>, Prisma.DeploymentUncheckedUpdateWithoutEventsInput>
 }
 
+export type DeploymentCreateNestedOneWithoutLoadsInput = {
+  create?: Prisma.XOR<Prisma.DeploymentCreateWithoutLoadsInput, Prisma.DeploymentUncheckedCreateWithoutLoadsInput>
+  connectOrCreate?: Prisma.DeploymentCreateOrConnectWithoutLoadsInput
+  connect?: Prisma.DeploymentWhereUniqueInput
+}
+
+export type DeploymentUpdateOneRequiredWithoutLoadsNestedInput = {
+  create?: Prisma.XOR<Prisma.DeploymentCreateWithoutLoadsInput, Prisma.DeploymentUncheckedCreateWithoutLoadsInput>
+  connectOrCreate?: Prisma.DeploymentCreateOrConnectWithoutLoadsInput
+  upsert?: Prisma.DeploymentUpsertWithoutLoadsInput
+  connect?: Prisma.DeploymentWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.DeploymentUpdateToOneWithWhereWithoutLoadsInput, Prisma.DeploymentUpdateWithoutLoadsInput>, Prisma.DeploymentUncheckedUpdateWithoutLoadsInput>
+}
+
 export type DeploymentCreateWithoutNodeInput = {
   id: string
   name: string
@@ -845,10 +1084,19 @@ export type DeploymentCreateWithoutNodeInput = {
   maxInFlight?: number
   invokeTimeoutMs?: number
   drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   instances?: Prisma.DeploymentInstanceCreateNestedManyWithoutDeploymentInput
   events?: Prisma.DeploymentEventCreateNestedManyWithoutDeploymentInput
+  loads?: Prisma.ServingLoadCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentUncheckedCreateWithoutNodeInput = {
@@ -870,10 +1118,19 @@ export type DeploymentUncheckedCreateWithoutNodeInput = {
   maxInFlight?: number
   invokeTimeoutMs?: number
   drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
   events?: Prisma.DeploymentEventUncheckedCreateNestedManyWithoutDeploymentInput
+  loads?: Prisma.ServingLoadUncheckedCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentCreateOrConnectWithoutNodeInput = {
@@ -925,6 +1182,14 @@ export type DeploymentScalarWhereInput = {
   maxInFlight?: Prisma.IntFilter<"Deployment"> | number
   invokeTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   drainTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
+  autoscale?: Prisma.BoolFilter<"Deployment"> | boolean
+  minReplicas?: Prisma.IntFilter<"Deployment"> | number
+  maxReplicas?: Prisma.IntFilter<"Deployment"> | number
+  targetInFlight?: Prisma.IntFilter<"Deployment"> | number
+  upscaleDelayMs?: Prisma.IntFilter<"Deployment"> | number
+  downscaleDelayMs?: Prisma.IntFilter<"Deployment"> | number
+  scaleToZeroAfterMs?: Prisma.IntFilter<"Deployment"> | number
+  coldStartTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
 }
@@ -948,10 +1213,19 @@ export type DeploymentCreateWithoutInstancesInput = {
   maxInFlight?: number
   invokeTimeoutMs?: number
   drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
   events?: Prisma.DeploymentEventCreateNestedManyWithoutDeploymentInput
+  loads?: Prisma.ServingLoadCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentUncheckedCreateWithoutInstancesInput = {
@@ -974,9 +1248,18 @@ export type DeploymentUncheckedCreateWithoutInstancesInput = {
   maxInFlight?: number
   invokeTimeoutMs?: number
   drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   events?: Prisma.DeploymentEventUncheckedCreateNestedManyWithoutDeploymentInput
+  loads?: Prisma.ServingLoadUncheckedCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentCreateOrConnectWithoutInstancesInput = {
@@ -1014,10 +1297,19 @@ export type DeploymentUpdateWithoutInstancesInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
   events?: Prisma.DeploymentEventUpdateManyWithoutDeploymentNestedInput
+  loads?: Prisma.ServingLoadUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentUncheckedUpdateWithoutInstancesInput = {
@@ -1040,9 +1332,18 @@ export type DeploymentUncheckedUpdateWithoutInstancesInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   events?: Prisma.DeploymentEventUncheckedUpdateManyWithoutDeploymentNestedInput
+  loads?: Prisma.ServingLoadUncheckedUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentCreateWithoutEventsInput = {
@@ -1064,10 +1365,19 @@ export type DeploymentCreateWithoutEventsInput = {
   maxInFlight?: number
   invokeTimeoutMs?: number
   drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
   instances?: Prisma.DeploymentInstanceCreateNestedManyWithoutDeploymentInput
+  loads?: Prisma.ServingLoadCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentUncheckedCreateWithoutEventsInput = {
@@ -1090,9 +1400,18 @@ export type DeploymentUncheckedCreateWithoutEventsInput = {
   maxInFlight?: number
   invokeTimeoutMs?: number
   drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
+  loads?: Prisma.ServingLoadUncheckedCreateNestedManyWithoutDeploymentInput
 }
 
 export type DeploymentCreateOrConnectWithoutEventsInput = {
@@ -1130,10 +1449,19 @@ export type DeploymentUpdateWithoutEventsInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
   instances?: Prisma.DeploymentInstanceUpdateManyWithoutDeploymentNestedInput
+  loads?: Prisma.ServingLoadUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentUncheckedUpdateWithoutEventsInput = {
@@ -1156,9 +1484,170 @@ export type DeploymentUncheckedUpdateWithoutEventsInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
+  loads?: Prisma.ServingLoadUncheckedUpdateManyWithoutDeploymentNestedInput
+}
+
+export type DeploymentCreateWithoutLoadsInput = {
+  id: string
+  name: string
+  state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
+  revision?: bigint | number
+  failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  modelFile?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
+  instances?: Prisma.DeploymentInstanceCreateNestedManyWithoutDeploymentInput
+  events?: Prisma.DeploymentEventCreateNestedManyWithoutDeploymentInput
+}
+
+export type DeploymentUncheckedCreateWithoutLoadsInput = {
+  id: string
+  name: string
+  nodeId?: string | null
+  state?: string
+  replicas?: number
+  maxPerNode?: number
+  surgeForNodeId?: string | null
+  revision?: bigint | number
+  failureReason?: string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: string
+  repository?: string
+  commit?: string
+  targetRoot?: string
+  modelFile?: string
+  desired?: string
+  maxInFlight?: number
+  invokeTimeoutMs?: number
+  drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
+  events?: Prisma.DeploymentEventUncheckedCreateNestedManyWithoutDeploymentInput
+}
+
+export type DeploymentCreateOrConnectWithoutLoadsInput = {
+  where: Prisma.DeploymentWhereUniqueInput
+  create: Prisma.XOR<Prisma.DeploymentCreateWithoutLoadsInput, Prisma.DeploymentUncheckedCreateWithoutLoadsInput>
+}
+
+export type DeploymentUpsertWithoutLoadsInput = {
+  update: Prisma.XOR<Prisma.DeploymentUpdateWithoutLoadsInput, Prisma.DeploymentUncheckedUpdateWithoutLoadsInput>
+  create: Prisma.XOR<Prisma.DeploymentCreateWithoutLoadsInput, Prisma.DeploymentUncheckedCreateWithoutLoadsInput>
+  where?: Prisma.DeploymentWhereInput
+}
+
+export type DeploymentUpdateToOneWithWhereWithoutLoadsInput = {
+  where?: Prisma.DeploymentWhereInput
+  data: Prisma.XOR<Prisma.DeploymentUpdateWithoutLoadsInput, Prisma.DeploymentUncheckedUpdateWithoutLoadsInput>
+}
+
+export type DeploymentUpdateWithoutLoadsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
+  instances?: Prisma.DeploymentInstanceUpdateManyWithoutDeploymentNestedInput
+  events?: Prisma.DeploymentEventUpdateManyWithoutDeploymentNestedInput
+}
+
+export type DeploymentUncheckedUpdateWithoutLoadsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  state?: Prisma.StringFieldUpdateOperationsInput | string
+  replicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxPerNode?: Prisma.IntFieldUpdateOperationsInput | number
+  surgeForNodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  revision?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  failureReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  selector?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  runtimeProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  repository?: Prisma.StringFieldUpdateOperationsInput | string
+  commit?: Prisma.StringFieldUpdateOperationsInput | string
+  targetRoot?: Prisma.StringFieldUpdateOperationsInput | string
+  modelFile?: Prisma.StringFieldUpdateOperationsInput | string
+  desired?: Prisma.StringFieldUpdateOperationsInput | string
+  maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
+  events?: Prisma.DeploymentEventUncheckedUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentCreateManyNodeInput = {
@@ -1180,6 +1669,14 @@ export type DeploymentCreateManyNodeInput = {
   maxInFlight?: number
   invokeTimeoutMs?: number
   drainTimeoutMs?: number
+  autoscale?: boolean
+  minReplicas?: number
+  maxReplicas?: number
+  targetInFlight?: number
+  upscaleDelayMs?: number
+  downscaleDelayMs?: number
+  scaleToZeroAfterMs?: number
+  coldStartTimeoutMs?: number
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1203,10 +1700,19 @@ export type DeploymentUpdateWithoutNodeInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instances?: Prisma.DeploymentInstanceUpdateManyWithoutDeploymentNestedInput
   events?: Prisma.DeploymentEventUpdateManyWithoutDeploymentNestedInput
+  loads?: Prisma.ServingLoadUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentUncheckedUpdateWithoutNodeInput = {
@@ -1228,10 +1734,19 @@ export type DeploymentUncheckedUpdateWithoutNodeInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
   events?: Prisma.DeploymentEventUncheckedUpdateManyWithoutDeploymentNestedInput
+  loads?: Prisma.ServingLoadUncheckedUpdateManyWithoutDeploymentNestedInput
 }
 
 export type DeploymentUncheckedUpdateManyWithoutNodeInput = {
@@ -1253,6 +1768,14 @@ export type DeploymentUncheckedUpdateManyWithoutNodeInput = {
   maxInFlight?: Prisma.IntFieldUpdateOperationsInput | number
   invokeTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   drainTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  autoscale?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  targetInFlight?: Prisma.IntFieldUpdateOperationsInput | number
+  upscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
+  scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
+  coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1265,11 +1788,13 @@ export type DeploymentUncheckedUpdateManyWithoutNodeInput = {
 export type DeploymentCountOutputType = {
   instances: number
   events: number
+  loads: number
 }
 
 export type DeploymentCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   instances?: boolean | DeploymentCountOutputTypeCountInstancesArgs
   events?: boolean | DeploymentCountOutputTypeCountEventsArgs
+  loads?: boolean | DeploymentCountOutputTypeCountLoadsArgs
 }
 
 /**
@@ -1296,6 +1821,13 @@ export type DeploymentCountOutputTypeCountEventsArgs<ExtArgs extends runtime.Typ
   where?: Prisma.DeploymentEventWhereInput
 }
 
+/**
+ * DeploymentCountOutputType without action
+ */
+export type DeploymentCountOutputTypeCountLoadsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.ServingLoadWhereInput
+}
+
 
 export type DeploymentSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   id?: boolean
@@ -1317,11 +1849,20 @@ export type DeploymentSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   maxInFlight?: boolean
   invokeTimeoutMs?: boolean
   drainTimeoutMs?: boolean
+  autoscale?: boolean
+  minReplicas?: boolean
+  maxReplicas?: boolean
+  targetInFlight?: boolean
+  upscaleDelayMs?: boolean
+  downscaleDelayMs?: boolean
+  scaleToZeroAfterMs?: boolean
+  coldStartTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
   instances?: boolean | Prisma.Deployment$instancesArgs<ExtArgs>
   events?: boolean | Prisma.Deployment$eventsArgs<ExtArgs>
+  loads?: boolean | Prisma.Deployment$loadsArgs<ExtArgs>
   _count?: boolean | Prisma.DeploymentCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["deployment"]>
 
@@ -1345,6 +1886,14 @@ export type DeploymentSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   maxInFlight?: boolean
   invokeTimeoutMs?: boolean
   drainTimeoutMs?: boolean
+  autoscale?: boolean
+  minReplicas?: boolean
+  maxReplicas?: boolean
+  targetInFlight?: boolean
+  upscaleDelayMs?: boolean
+  downscaleDelayMs?: boolean
+  scaleToZeroAfterMs?: boolean
+  coldStartTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
@@ -1370,6 +1919,14 @@ export type DeploymentSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   maxInFlight?: boolean
   invokeTimeoutMs?: boolean
   drainTimeoutMs?: boolean
+  autoscale?: boolean
+  minReplicas?: boolean
+  maxReplicas?: boolean
+  targetInFlight?: boolean
+  upscaleDelayMs?: boolean
+  downscaleDelayMs?: boolean
+  scaleToZeroAfterMs?: boolean
+  coldStartTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
@@ -1395,15 +1952,24 @@ export type DeploymentSelectScalar = {
   maxInFlight?: boolean
   invokeTimeoutMs?: boolean
   drainTimeoutMs?: boolean
+  autoscale?: boolean
+  minReplicas?: boolean
+  maxReplicas?: boolean
+  targetInFlight?: boolean
+  upscaleDelayMs?: boolean
+  downscaleDelayMs?: boolean
+  scaleToZeroAfterMs?: boolean
+  coldStartTimeoutMs?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type DeploymentOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "nodeId" | "state" | "replicas" | "maxPerNode" | "surgeForNodeId" | "revision" | "failureReason" | "selector" | "runtimeProfile" | "repository" | "commit" | "targetRoot" | "modelFile" | "desired" | "maxInFlight" | "invokeTimeoutMs" | "drainTimeoutMs" | "createdAt" | "updatedAt", ExtArgs["result"]["deployment"]>
+export type DeploymentOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "nodeId" | "state" | "replicas" | "maxPerNode" | "surgeForNodeId" | "revision" | "failureReason" | "selector" | "runtimeProfile" | "repository" | "commit" | "targetRoot" | "modelFile" | "desired" | "maxInFlight" | "invokeTimeoutMs" | "drainTimeoutMs" | "autoscale" | "minReplicas" | "maxReplicas" | "targetInFlight" | "upscaleDelayMs" | "downscaleDelayMs" | "scaleToZeroAfterMs" | "coldStartTimeoutMs" | "createdAt" | "updatedAt", ExtArgs["result"]["deployment"]>
 export type DeploymentInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
   instances?: boolean | Prisma.Deployment$instancesArgs<ExtArgs>
   events?: boolean | Prisma.Deployment$eventsArgs<ExtArgs>
+  loads?: boolean | Prisma.Deployment$loadsArgs<ExtArgs>
   _count?: boolean | Prisma.DeploymentCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type DeploymentIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
@@ -1419,6 +1985,7 @@ export type $DeploymentPayload<ExtArgs extends runtime.Types.Extensions.Internal
     node: Prisma.$NodePayload<ExtArgs> | null
     instances: Prisma.$DeploymentInstancePayload<ExtArgs>[]
     events: Prisma.$DeploymentEventPayload<ExtArgs>[]
+    loads: Prisma.$ServingLoadPayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -1470,6 +2037,27 @@ export type $DeploymentPayload<ExtArgs extends runtime.Types.Extensions.Internal
     maxInFlight: number
     invokeTimeoutMs: number
     drainTimeoutMs: number
+    /**
+     * Whether the autoscaler sets replicas from the load (then replicas moves between
+     * minReplicas and maxReplicas); false for a fixed count the operator set.
+     */
+    autoscale: boolean
+    minReplicas: number
+    maxReplicas: number
+    /**
+     * Requests in flight plus held, per replica, that the autoscaler aims at.
+     */
+    targetInFlight: number
+    upscaleDelayMs: number
+    downscaleDelayMs: number
+    /**
+     * With minReplicas 0: no request for this long scales the deployment to zero.
+     */
+    scaleToZeroAfterMs: number
+    /**
+     * The longest a request waits at the control plane for a replica to become ready.
+     */
+    coldStartTimeoutMs: number
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["deployment"]>
@@ -1869,6 +2457,7 @@ export interface Prisma__DeploymentClient<T, Null = never, ExtArgs extends runti
   node<T extends Prisma.Deployment$nodeArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Deployment$nodeArgs<ExtArgs>>): Prisma.Prisma__NodeClient<runtime.Types.Result.GetResult<Prisma.$NodePayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   instances<T extends Prisma.Deployment$instancesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Deployment$instancesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DeploymentInstancePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   events<T extends Prisma.Deployment$eventsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Deployment$eventsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DeploymentEventPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  loads<T extends Prisma.Deployment$loadsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Deployment$loadsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ServingLoadPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -1917,6 +2506,14 @@ export interface DeploymentFieldRefs {
   readonly maxInFlight: Prisma.FieldRef<"Deployment", 'Int'>
   readonly invokeTimeoutMs: Prisma.FieldRef<"Deployment", 'Int'>
   readonly drainTimeoutMs: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly autoscale: Prisma.FieldRef<"Deployment", 'Boolean'>
+  readonly minReplicas: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly maxReplicas: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly targetInFlight: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly upscaleDelayMs: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly downscaleDelayMs: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly scaleToZeroAfterMs: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly coldStartTimeoutMs: Prisma.FieldRef<"Deployment", 'Int'>
   readonly createdAt: Prisma.FieldRef<"Deployment", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Deployment", 'DateTime'>
 }
@@ -2384,6 +2981,30 @@ export type Deployment$eventsArgs<ExtArgs extends runtime.Types.Extensions.Inter
   take?: number
   skip?: number
   distinct?: Prisma.DeploymentEventScalarFieldEnum | Prisma.DeploymentEventScalarFieldEnum[]
+}
+
+/**
+ * Deployment.loads
+ */
+export type Deployment$loadsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the ServingLoad
+   */
+  select?: Prisma.ServingLoadSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the ServingLoad
+   */
+  omit?: Prisma.ServingLoadOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServingLoadInclude<ExtArgs> | null
+  where?: Prisma.ServingLoadWhereInput
+  orderBy?: Prisma.ServingLoadOrderByWithRelationInput | Prisma.ServingLoadOrderByWithRelationInput[]
+  cursor?: Prisma.ServingLoadWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.ServingLoadScalarFieldEnum | Prisma.ServingLoadScalarFieldEnum[]
 }
 
 /**
