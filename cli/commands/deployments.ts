@@ -130,7 +130,7 @@ function autoscalingOf(values: Parameters<Command["run"]>[1]): MessageInitShape<
 
 const createCommand = command("create NAME", "Create a deployment: serve a pushed artifact commit with a runtime profile on a node", {
   options: {
-    node: valueOption("NODE_ID", "the node to serve on (or --selector)"),
+    node: valueOption("NODE_ID", "the node to serve on (or --selector; neither: any node that fits)"),
     selector: repeatableOption("KEY=VALUE", "a label the node must have; repeatable"),
     profile: valueOption("NAME", "runtime profile (see forge runtimes list; required)"),
     repository: valueOption("ORG/NAME", "artifact repository in the store (required)"),

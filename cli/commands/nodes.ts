@@ -1,4 +1,4 @@
-// forge nodes list | get | watch | register | disable | enable | rotate | revoke | decommission
+// forge nodes list | get | watch | register | label | disable | enable | rotate | revoke | decommission
 import {
   DecommissionNodeResponseSchema,
   DisableNodeResponseSchema,
@@ -9,6 +9,7 @@ import {
   RegisterNodeResponseSchema,
   RevokeNodeCredentialResponseSchema,
   RotateNodeCredentialResponseSchema,
+  UpdateNodeResponseSchema,
   WatchNodesResponseSchema,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { Liveness } from "../../gen/proto/modelforge/common/v1/common_pb.js";
@@ -25,11 +26,12 @@ import {
   UsageError,
   validEnumNames,
   valueOption,
+  type Command,
   type Group,
   type OptionDef,
 } from "../args.js";
 import { confirmByTyping } from "../confirm.js";
-import { clean, dateOf, enumName, formatAge, formatTime, formatTimeAndAge, shownOnce } from "../format.js";
+import { clean, dateOf, enumName, formatAge, formatLabels, formatTime, formatTimeAndAge, shownOnce } from "../format.js";
 import { printJson, printJsonLine, printReply } from "../output.js";
 import { pagedListCommand } from "../list.js";
 import { nodeLabel, renderDecommission, renderNodeDetail, renderNodeTable, renderPreview } from "./nodes-render.js";
@@ -97,6 +99,41 @@ const watchCommand = command("watch", "Stream node changes (first every node, th
     return 1;
   },
 });
+
+/**
+ * A node's labels after `key=value` (set) and `key-` (remove) changes, in order. Pure; a change that
+ * is neither is a usage error.
+ */
+export function changedLabels(current: Readonly<Record<string, string>>, changes: readonly string[]): Record<string, string> {
+  const labels = { ...current };
+  for (const change of changes) {
+    const eq = change.indexOf("=");
+    if (eq > 0) labels[change.slice(0, eq)] = change.slice(eq + 1);
+    else if (eq < 0 && change.length > 1 && change.endsWith("-")) delete labels[change.slice(0, -1)];
+    else throw new UsageError(`expected KEY=VALUE to set a label or KEY- to remove one, got "${change}"`);
+  }
+  return labels;
+}
+
+const labelCommand: Command = {
+  name: "label",
+  summary: "Set (KEY=VALUE) or remove (KEY-) a node's labels; deployments placed by selector follow",
+  args: "ID KEY=VALUE|KEY- ...",
+  positionals: { min: 2, max: 65 },
+  notes:
+    "A replica placed by a selector the node no longer matches is placed again on a node that does; pending replicas the new labels match are placed on it.",
+  async run(ctx, _values, positionals) {
+    const id = idArg(positionals, "node ID");
+    const client = ctx.client();
+    const { node } = await client.getNode({ nodeId: id });
+    const labels = changedLabels(node?.labels ?? {}, positionals.slice(1));
+    const res = await client.updateNode({ nodeId: id, labels, updateMask: { paths: ["labels"] } });
+    return printReply(ctx, UpdateNodeResponseSchema, res, ({ node: n }) => {
+      const shown = Object.keys(n?.labels ?? {}).length > 0 ? formatLabels(n!.labels) : "(none)";
+      return `Node ${clean(nodeLabel(n, id))} has the labels ${clean(shown)}.\n`;
+    });
+  },
+};
 
 const disableCommand = command("disable ID", "Disable a node: its credential is refused until it is enabled", {
   options: { reason: valueOption("TEXT", "why; shown on the node") },
@@ -241,13 +278,14 @@ const registerCommand = command("register", "Pre-register a node (name, labels) 
 
 export const nodesGroup: Group = {
   name: "nodes",
-  summary: "The fleet: inspect, pre-register, disable, rotate, revoke and decommission nodes",
+  summary: "The fleet: inspect, pre-register, label, disable, rotate, revoke and decommission nodes",
   topic: "nodes",
   commands: [
     listCommand,
     getCommand,
     watchCommand,
     registerCommand,
+    labelCommand,
     disableCommand,
     enableCommand,
     rotateCommand,

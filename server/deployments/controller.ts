@@ -28,7 +28,7 @@ import {
 } from "./rules.js";
 import { assignedGpus, capabilityOfStep, specOfStep, unloadOnNode } from "./specs.js";
 import { unsettledDeployments } from "./unsettled.js";
-import { gpuLoss, nodeLoss, type LossBounds } from "./node-loss.js";
+import { gpuLoss, labelLoss, nodeLoss, type LossBounds } from "./node-loss.js";
 import { placeReplica, replicaParallelOf } from "./placement-snapshot.js";
 
 export interface DeploymentControllerDeps {
@@ -149,7 +149,7 @@ export class DeploymentController {
         ? []
         : await prisma.node.findMany({
             where: { id: { in: nodeIds } },
-            select: { id: true, disabledAt: true, decommissionedAt: true, lastHeartbeatAt: true, sessionReplica: true },
+            select: { id: true, disabledAt: true, decommissionedAt: true, lastHeartbeatAt: true, sessionReplica: true, labels: true },
           });
     const updating = new Set(
       nodeIds.length === 0
@@ -168,13 +168,19 @@ export class DeploymentController {
         : await prisma.gpu.findMany({ where: { nodeId: { in: nodeIds }, state: "missing" }, select: { nodeId: true, uuid: true } });
     const missingOn = (nodeId: string) => new Set(missingGpus.filter((g) => g.nodeId === nodeId).map((g) => g.uuid));
     const now = clock.now();
+    const selector = (d.selector ?? {}) as Record<string, string>;
+    const labelsLost = (nodeId: string) =>
+      labelLoss(nodeId, (nodeById.get(nodeId)?.labels ?? {}) as Record<string, unknown>, selector, d.nodeId !== null);
     const views: InstanceView[] = d.instances.map((i) => ({
       revision: i.revision,
       replica: i.replica,
       restarts: i.restarts,
       served: i.runtimeId !== null,
       ...(i.nodeId !== null
-        ? lostView(nodeLoss(nodeById.get(i.nodeId), now, this.loss), gpuLoss(i.nodeId, i.gpuUuids, missingOn(i.nodeId)))
+        ? lostView(
+            nodeLoss(nodeById.get(i.nodeId), now, this.loss),
+            gpuLoss(i.nodeId, i.gpuUuids, missingOn(i.nodeId)) ?? labelsLost(i.nodeId),
+          )
         : {}),
       phase: i.phase as Phase,
       step: i.step as Step | null,
@@ -515,7 +521,7 @@ async function cancelPending(tx: Prisma.TransactionClient, jobId: string, why: s
   });
 }
 
-/** Why a replica's node cannot serve it: the node itself, else only its GPU (the node, up, still runs it). */
+/** Why a replica's node cannot serve it: the node itself, else only its GPU or labels (the node, up, still runs it). */
 const lostView = (node: string | undefined, gpu: string | undefined) =>
   node !== undefined ? { nodeLost: node } : gpu !== undefined ? { nodeLost: gpu, stopOnNode: true } : {};
 

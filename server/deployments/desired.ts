@@ -118,9 +118,8 @@ export async function findRecord(db: Pick<PrismaClient, "deployment">, idOrName:
 export async function createDeployment(deps: DesiredDeps, input: CreateDeploymentInput, correlationId: string): Promise<DeploymentRow> {
   const nameProblem = checkDeploymentName(input.name);
   if (nameProblem !== undefined) throw invalid("name", nameProblem);
-  if ((input.nodeId === "") === (Object.keys(input.selector).length === 0)) {
-    throw invalid("node_id", "give exactly one of node_id and selector");
-  }
+  // Neither: any node that fits.
+  if (input.nodeId !== "" && Object.keys(input.selector).length > 0) throw invalid("node_id", "give node_id or selector, not both");
   if (input.runtimeProfile === "") throw invalid("runtime_profile", "is required");
   checkCommitName({ repository: input.repository, commit: input.commit });
   const targetRoot = input.targetRoot === "" ? deps.approvedRoots[0] : input.targetRoot;

@@ -42,3 +42,20 @@ export function gpuLoss(nodeId: string, assigned: readonly string[], missing: Re
   if (gone.length === 0) return undefined;
   return `${gone.length === 1 ? "GPU" : "GPUs"} ${gone.join(", ")} of node ${nodeId} ${gone.length === 1 ? "is" : "are"} missing`;
 }
+
+/**
+ * Why a replica placed by selector can no longer stay on its node, or undefined when it can: the
+ * node's labels changed (forge nodes label) and no longer carry the selector's. A replica pinned to
+ * its node (node_id) stays. Such a replica is placed again, as for a lost GPU.
+ */
+export function labelLoss(
+  nodeId: string,
+  labels: Readonly<Record<string, unknown>>,
+  selector: Readonly<Record<string, string>>,
+  pinned: boolean,
+): string | undefined {
+  if (pinned) return undefined;
+  const lacking = Object.entries(selector).filter(([k, v]) => labels[k] !== v);
+  if (lacking.length === 0) return undefined;
+  return `node ${nodeId} no longer has the labels ${lacking.map(([k, v]) => `${k}=${v}`).join(", ")}`;
+}

@@ -5,7 +5,8 @@
 // superseded revision, a slot scaled away, any when the operator wants it drained or unloaded); when
 // serving, every wanted slot of the current revision (a surge's included) present and none of them
 // unloaded, nor failed after serving with restarts left; and no instance holding memory on a node
-// lost to it, or assigned a GPU its node reports missing (./node-loss.ts, the same rules in SQL).
+// lost to it, whose labels no longer match its selector, or assigned a GPU its node reports missing
+// (./node-loss.ts, the same rules in SQL).
 // ./rules.ts plan has nothing to do for such a deployment;
 // everything else is read, a superset of what plan acts on (test/database/deployments/unsettled.test.ts
 // checks that over every shape of instances on a real database). Decided from the instances, not
@@ -38,6 +39,10 @@ export async function unsettledDeployments(prisma: PrismaClient, now: number, lo
                       AND (n."disabledAt" IS NOT NULL OR n."decommissionedAt" IS NOT NULL
                            OR n."lastHeartbeatAt" IS NULL OR n."lastHeartbeatAt" < ${stale}
                            OR (n."sessionReplica" IS NULL AND n."lastHeartbeatAt" < ${quiet})))
+        OR (d."nodeId" IS NULL
+            AND EXISTS (SELECT 1 FROM "DeploymentInstance" AS i JOIN "Node" AS n ON n.id = i."nodeId"
+                         WHERE i."deploymentId" = d.id AND i.phase IN ('loading', 'ready', 'draining')
+                           AND NOT (n.labels @> d.selector)))
         OR EXISTS (SELECT 1 FROM "DeploymentInstance" AS i
                      JOIN "Gpu" AS g ON g."nodeId" = i."nodeId" AND g.uuid = ANY (i."gpuUuids")
                     WHERE i."deploymentId" = d.id AND i.phase IN ('loading', 'ready', 'draining') AND g.state = 'missing')

@@ -194,7 +194,11 @@ async function updateNode(deps: Pick<NodeAdminDeps, "prisma">, req: UpdateNodeRe
       targetType: "node",
       targetId: node.id,
       correlationId,
-      details: { fields: (req.updateMask?.paths ?? []).join(",") },
+      details: {
+        fields: (req.updateMask?.paths ?? []).join(","),
+        // What placement follows: the labels before and after, so the audit says why replicas moved.
+        ...(data.labels !== undefined ? { labelsBefore: JSON.stringify(node.labels ?? {}), labels: JSON.stringify(data.labels) } : {}),
+      },
     });
   });
 }

@@ -278,3 +278,41 @@ describe("the hold's bounds", () => {
     await eventually(async () => (await heldNow("nowhere")) === 0 || undefined, 30_000, "every leaver dropped");
   }, 60_000);
 });
+
+describe("forge nodes label", () => {
+  let second: { node: TestNode; agent: AgentProcess } | undefined;
+  afterAll(async () => {
+    await second?.agent.stop().catch(() => second?.agent.kill());
+  });
+  const forge = (args: string[]) => forgeAt(ts.url, ts.caPem, root, testAdminKey)(args);
+  const placedOn = async (name = "zoned") =>
+    (await record(name)).replicas.filter((r) => r.state === DeploymentState.READY).map((r) => r.nodeId);
+
+  it("moves a replica off a node that no longer matches its selector, to one that now does", async () => {
+    second = await servingNode(ts, root, "elastic-node-2", 1024);
+    const set = await forge(["nodes", "label", node.nodeId, "zone=a", "pool=cpu"]);
+    expect(set).toMatchObject({ code: 0, stderr: "" });
+    expect(set.stdout).toMatch(/has the labels pool=cpu,zone=a|has the labels zone=a,pool=cpu/);
+    await deployReady(ts.admin, { ...spec("zoned"), nodeId: "", selector: { zone: "a" } });
+    expect(await placedOn()).toEqual([node.nodeId]);
+    expect((await forge(["nodes", "label", second.node.nodeId, "zone=a"])).code).toBe(0);
+    expect((await forge(["nodes", "label", node.nodeId, "zone-"])).stdout).toMatch(/has the labels pool=cpu\.$/m);
+    await eventually(
+      async () => ((await placedOn()).join() === second!.node.nodeId ? true : undefined),
+      90_000,
+      "zoned's replica moved to the second node",
+    );
+    const { events } = await ts.admin.getDeployment({ deployment: "zoned" });
+    expect(events.some((e) => e.reason.startsWith(`node ${node.nodeId} no longer has the labels zone=a`))).toBe(true);
+    const audit = await ts.admin.listAuditEvents({ targetId: node.nodeId });
+    expect(audit.events.find((e) => e.action === "node.updated" && e.details.labels === '{"pool":"cpu"}')?.details.labelsBefore).toBe(
+      '{"pool":"cpu","zone":"a"}',
+    );
+    expect((await forge(["nodes", "label", node.nodeId, "=x"])).stderr).toMatch(/expected KEY=VALUE to set a label or KEY- to remove one/);
+  }, 180_000);
+
+  it("places a deployment with neither node nor selector on any node that fits", async () => {
+    await deployReady(ts.admin, { ...spec("anywhere"), nodeId: "" });
+    expect(await placedOn("anywhere")).toHaveLength(1);
+  }, 120_000);
+});

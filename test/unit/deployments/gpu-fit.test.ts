@@ -3,7 +3,7 @@
 import { describe, expect, it } from "vitest";
 import { assignGpus, type GpuNeed, type GpuView, type PlacedGpus } from "../../../server/deployments/gpu-fit.js";
 import { place, type NodeView, type PlacementRequest } from "../../../server/deployments/placement.js";
-import { gpuLoss } from "../../../server/deployments/node-loss.js";
+import { gpuLoss, labelLoss } from "../../../server/deployments/node-loss.js";
 
 const GiB = 2 ** 30;
 const gpu = (index: number, freeGiB: number | undefined): GpuView => ({
@@ -142,5 +142,17 @@ describe("gpuLoss", () => {
     [["GPU-0", "GPU-1", "GPU-2"], ["GPU-2", "GPU-0"], "GPUs GPU-0, GPU-2 of node n1 are missing"],
   ])("assigned %j, missing %j: %s", (assigned, missing, reason) => {
     expect(gpuLoss("n1", assigned, new Set(missing))).toBe(reason);
+  });
+});
+
+describe("labelLoss", () => {
+  it.each<[string, Record<string, unknown>, Record<string, string>, boolean, string | undefined]>([
+    ["labels still carry the selector", { zone: "a", gpu: "h100" }, { zone: "a" }, false, undefined],
+    ["no selector: any node", {}, {}, false, undefined],
+    ["a label changed", { zone: "b" }, { zone: "a" }, false, "node n1 no longer has the labels zone=a"],
+    ["labels removed", {}, { zone: "a", pool: "x" }, false, "node n1 no longer has the labels zone=a, pool=x"],
+    ["pinned to its node: stays", { zone: "b" }, { zone: "a" }, true, undefined],
+  ])("%s", (_, labels, selector, pinned, reason) => {
+    expect(labelLoss("n1", labels, selector, pinned)).toBe(reason);
   });
 });

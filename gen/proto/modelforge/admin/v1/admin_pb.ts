@@ -2942,7 +2942,7 @@ export type CreateDeploymentRequest = Message<"modelforge.admin.v1.CreateDeploym
   name: string;
 
   /**
-   * The node to serve on; or leave empty and give a selector.
+   * The node to serve on; or leave empty and give a selector, or neither for any node that fits.
    *
    * @generated from field: string node_id = 2;
    */
