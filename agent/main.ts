@@ -24,6 +24,8 @@ import { parseListenAddress } from "../common/listen-address.js";
 import { serveMetrics } from "../common/metrics-endpoint.js";
 import { AgentMetrics } from "./metrics.js";
 import { openUpdater, updatePrepare } from "./update/index.js";
+import { parseByteSize } from "../common/byte-size.js";
+import { agentReporters, type Reporters } from "./session/reporters.js";
 
 const usage = `Usage: agent <command> [options]
 
@@ -58,6 +60,7 @@ Environment:
   MODELFORGE_AGENT_STAGING_MAX_AGE  staging of an acquisition unchanged this long is removed (default 24h)
   MODELFORGE_AGENT_STAGING_SWEEP_INTERVAL  how often staging is swept after the start (default 1h)
   MODELFORGE_AGENT_METRICS_ADDRESS  Prometheus endpoint, PORT (on 127.0.0.1) or HOST:PORT (unset: none)
+  MODELFORGE_AGENT_MODEL_MEMORY   the most memory model runtimes may hold together, e.g. 48GiB (unset: what is free)
   MODELFORGE_AGENT_RELEASE_KEY    Ed25519 public key (PEM file) self-updates must be signed with
   MODELFORGE_AGENT_UPDATE_DEADLINE  how long an updated agent has to reach a healthy session (default 2m)
 `;
@@ -161,6 +164,7 @@ async function run(statePath: string, env: NodeJS.ProcessEnv): Promise<number> {
     backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
     replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,
     metrics,
+    reporters: modelMemoryReporters(env.MODELFORGE_AGENT_MODEL_MEMORY),
     jobs: await openJobRunner({
       statePath,
       log,
@@ -266,3 +270,16 @@ main(process.argv.slice(2)).then(
     process.exit(1);
   },
 );
+
+/** The collectors, with the operator's bound on model memory in each telemetry sample when one is set. */
+function modelMemoryReporters(text: string | undefined): Reporters | undefined {
+  if (text === undefined || text.trim() === "") return undefined;
+  let bytes: number;
+  try {
+    bytes = parseByteSize(text.trim());
+  } catch (err) {
+    throw new Error(`MODELFORGE_AGENT_MODEL_MEMORY: ${(err as Error).message}`);
+  }
+  const modelMemoryBytes = BigInt(bytes);
+  return { ...agentReporters, telemetry: async () => ({ ...(await agentReporters.telemetry()), modelMemoryBytes }) };
+}

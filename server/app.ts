@@ -172,7 +172,7 @@ async function assemble(deps: AssembleDeps) {
   const opens = deps.options.sessionOpens ?? sessionOpenTuning;
   const sessions = openSessions({ config, clock, log, db, cluster, shutdown, metrics, opens });
   const jobs = openJobs({ config, clock, log, db, cluster, sessions, shutdown, metrics });
-  const deployments = openDeployments({ config, clock, log, db, cluster, jobs });
+  const deployments = openDeployments({ config, clock, log, db, cluster, jobs, metrics: metrics?.evictions });
   followCluster(cluster.bus, { sessions: sessions.registry, jobs: jobs.engine, deployments: deployments.controller });
   const serviceKeys = openServiceKeys({
     prisma: db.prisma,

@@ -71,6 +71,8 @@ export interface Config {
   coldStartMaxHeld: number;
   /** How often a held stream on the OpenAI API is sent an SSE comment. */
   coldStartKeepAliveMs: number;
+  /** A replica is idle, and may be evicted to make room, once its deployment had no request for this long. */
+  evictIdleAfterMs: number;
 }
 
 export class ConfigError extends Error {
@@ -114,6 +116,7 @@ export const defaults = {
   MODELFORGE_AUTOSCALE_WINDOW: "30s",
   MODELFORGE_COLD_START_MAX_HELD: "100",
   MODELFORGE_COLD_START_KEEPALIVE: "5s",
+  MODELFORGE_EVICT_IDLE_AFTER: "2m",
   MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
 } as const;
 
@@ -234,6 +237,7 @@ export function loadConfig(env: Env): Config {
     autoscaleWindowMs: v.durationAtMost("MODELFORGE_AUTOSCALE_WINDOW", 3_600_000),
     coldStartMaxHeld: v.integer("MODELFORGE_COLD_START_MAX_HELD", 1, 100_000),
     coldStartKeepAliveMs: v.durationAtMost("MODELFORGE_COLD_START_KEEPALIVE", 60_000),
+    evictIdleAfterMs: v.duration("MODELFORGE_EVICT_IDLE_AFTER"),
   };
   checkConfig(config);
   return config;

@@ -92,7 +92,8 @@ export function describeAutoscaling(a: DeploymentAutoscaling): string {
   const zero = a.minReplicas === 0 ? `, to zero after ${s(a.scaleToZeroAfter)} idle` : "";
   return (
     `${a.minReplicas} to ${a.maxReplicas} replicas, target ${a.targetInFlight} in flight per replica` +
-    `${zero} (up after ${s(a.upscaleDelay)}, down after ${s(a.downscaleDelay)}; cold start timeout ${s(a.coldStartTimeout)})`
+    `${zero} (up after ${s(a.upscaleDelay)}, down after ${s(a.downscaleDelay)}; cold start timeout ${s(a.coldStartTimeout)}` +
+    `${a.priority !== 0 ? `; priority ${a.priority}` : ""})`
   );
 }
 
@@ -111,7 +112,17 @@ const autoscaleOptions = {
   "upscale-delay": valueOption("DURATION", "how long the load stays above the target before replicas are added (default 30s)"),
   "downscale-delay": valueOption("DURATION", "how long it stays below before replicas are removed (default 10m)"),
   "cold-start-timeout": valueOption("DURATION", "the longest a request waits for a replica to load (default 2m)"),
+  priority: valueOption("N", "eviction order, -1000 to 1000: idle replicas of lower priority make room first (default 0)"),
 };
+
+/** --priority: a whole number from -1000 to 1000, negative ones too; 0 when not given. */
+function priorityOf(text: unknown): number {
+  if (typeof text !== "string") return 0;
+  if (!/^-?\d{1,4}$/.test(text.trim()) || Math.abs(Number(text)) > 1000) {
+    throw new UsageError(`--priority expects a whole number from -1000 to 1000, got "${text}"`);
+  }
+  return Number(text);
+}
 
 /** The autoscaling the flags ask for; undefined when none of them was given. */
 function autoscalingOf(values: Parameters<Command["run"]>[1]): MessageInitShape<typeof DeploymentAutoscalingSchema> | undefined {
@@ -125,6 +136,7 @@ function autoscalingOf(values: Parameters<Command["run"]>[1]): MessageInitShape<
     upscaleDelay: durationOption(values, "upscale-delay"),
     downscaleDelay: durationOption(values, "downscale-delay"),
     coldStartTimeout: durationOption(values, "cold-start-timeout"),
+    priority: priorityOf(values.priority),
   };
 }
 

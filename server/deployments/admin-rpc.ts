@@ -65,6 +65,7 @@ function autoscaleRequestOf(a: DeploymentAutoscaling): AutoscaleRequest {
     downscaleDelayMs: ms(a.downscaleDelay, "autoscaling.downscale_delay"),
     scaleToZeroAfterMs: ms(a.scaleToZeroAfter, "autoscaling.scale_to_zero_after"),
     coldStartTimeoutMs: ms(a.coldStartTimeout, "autoscaling.cold_start_timeout"),
+    priority: a.priority,
   };
 }
 

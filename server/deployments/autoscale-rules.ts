@@ -115,13 +115,18 @@ export interface AutoscaleRequest {
   downscaleDelayMs: number | undefined;
   scaleToZeroAfterMs: number | undefined;
   coldStartTimeoutMs: number | undefined;
+  priority: number;
 }
 
-export function checkAutoscaling(req: AutoscaleRequest, maxInFlight: number): AutoscalePolicy & { coldStartTimeoutMs: number } {
+export function checkAutoscaling(
+  req: AutoscaleRequest,
+  maxInFlight: number,
+): AutoscalePolicy & { coldStartTimeoutMs: number; priority: number } {
   const invalid = (field: string, why: string) => new ConnectError(`autoscaling.${field}: ${why}`, Code.InvalidArgument);
   if (req.minReplicas > MAX_REPLICAS) throw invalid("min_replicas", `from 0 to ${MAX_REPLICAS}`);
   if (req.maxReplicas < 1 || req.maxReplicas > MAX_REPLICAS) throw invalid("max_replicas", `from 1 to ${MAX_REPLICAS}`);
   if (req.maxReplicas < req.minReplicas) throw invalid("max_replicas", `at least min_replicas (${req.minReplicas})`);
+  if (!Number.isInteger(req.priority) || Math.abs(req.priority) > 1000) throw invalid("priority", "from -1000 to 1000");
   if (req.targetInFlight > MAX_IN_FLIGHT) throw invalid("target_in_flight", `from 1 to ${MAX_IN_FLIGHT} (0 for max_in_flight)`);
   const within = (ms: number | undefined, field: string, fallback: number, least: number, most: number, words: string) => {
     if (ms === undefined) return fallback;
@@ -150,6 +155,7 @@ export function checkAutoscaling(req: AutoscaleRequest, maxInFlight: number): Au
       "from 1 s to 30 days",
     ),
     coldStartTimeoutMs: within(req.coldStartTimeoutMs, "cold_start_timeout", DEFAULT_COLD_START_TIMEOUT_MS, 1, HOUR_MS, "at most 1 hour"),
+    priority: req.priority,
   };
 }
 

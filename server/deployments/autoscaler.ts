@@ -3,8 +3,8 @@
 // it decides is written as the deployment's wanted replicas, audited with the numbers, and handed
 // to the controller, which places or drains replicas as for an operator's scale. The changes still
 // waiting out their delays live in memory: a new leader starts their delays afresh, and counts
-// idleness from when it began (or from the latest change of the count), so a failover or a cold
-// start never scales anything down early.
+// idleness from when it began (or from the latest change of the count, or from when a replica was
+// last seen ready), so a failover, a cold start or a slow load never scales anything down early.
 import type { PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { Logger } from "../observability/logger.js";
@@ -37,6 +37,7 @@ export async function scaleTo(
   from: number,
   to: number,
   reason: string,
+  action: "deployment.autoscaled" | "deployment.evicted" = "deployment.autoscaled",
 ): Promise<boolean> {
   const now = new Date(deps.clock.now());
   const moved = await deps.prisma.$transaction(async (tx) => {
@@ -49,7 +50,7 @@ export async function scaleTo(
       tx,
       {
         actor: autoscalerActor,
-        action: "deployment.autoscaled",
+        action,
         targetType: "deployment",
         targetId: d.id,
         details: { name: d.name, from: String(from), to: String(to), reason },
@@ -91,6 +92,7 @@ export class Autoscaler {
         upscaleDelayMs: true,
         downscaleDelayMs: true,
         scaleToZeroAfterMs: true,
+        instances: { where: { phase: "ready" }, select: { replica: true } },
         loads: { select: { load: true, held: true, lastRequestAt: true, reportedAt: true } },
       },
     });
@@ -98,7 +100,10 @@ export class Autoscaler {
     for (const id of this.watched.keys()) if (!seen.has(id)) this.forget(id);
     for (const d of deployments) {
       const watched = this.watched.get(d.id);
-      if (watched === undefined || watched.replicas !== d.replicas) this.watched.set(d.id, { replicas: d.replicas, since: now });
+      // A deployment still loading its first replica is starting, not idle: idleness counts from a replica ready.
+      if (watched === undefined || watched.replicas !== d.replicas || d.instances.length === 0) {
+        this.watched.set(d.id, { replicas: d.replicas, since: now });
+      }
       const out = decideScale({
         policy: d,
         current: d.replicas,

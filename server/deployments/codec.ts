@@ -103,6 +103,7 @@ export function recordToProto(d: Row, inFlight: InFlightOf = () => 0): Deploymen
             downscaleDelay: durationFromMs(d.downscaleDelayMs),
             scaleToZeroAfter: durationFromMs(d.scaleToZeroAfterMs),
             coldStartTimeout: durationFromMs(d.coldStartTimeoutMs),
+            priority: d.priority,
           }),
         }
       : {}),
@@ -137,7 +138,7 @@ export const eventToProto = (e: DeploymentEvent) =>
   });
 
 /** The audit actions that change a deployment's wanted replicas. */
-export const scalingActions = ["deployment.scaled", "deployment.autoscaled", "deployment.autoscaling_set"];
+export const scalingActions = ["deployment.scaled", "deployment.autoscaled", "deployment.autoscaling_set", "deployment.evicted"];
 
 /** One of those audit events as GetDeployment lists it. */
 export function scalingEventOf(e: AuditEvent): ReturnType<typeof create<typeof ScalingEventSchema>> {

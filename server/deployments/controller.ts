@@ -30,6 +30,10 @@ import { assignedGpus, capabilityOfStep, specOfStep, unloadOnNode } from "./spec
 import { unsettledDeployments } from "./unsettled.js";
 import { gpuLoss, labelLoss, nodeLoss, type LossBounds } from "./node-loss.js";
 import { placeReplica, replicaParallelOf } from "./placement-snapshot.js";
+import type { EvictionDeps } from "./eviction.js";
+import type { EvictionMetrics } from "../observability/metrics.js";
+import { evictionReason, type EvictionCandidate } from "./eviction-rules.js";
+import { scaleTo } from "./autoscaler.js";
 
 export interface DeploymentControllerDeps {
   prisma: PrismaClient;
@@ -40,6 +44,9 @@ export interface DeploymentControllerDeps {
   announce?: (deploymentId: string) => void;
   /** When a node counts as lost to its replicas (./node-loss.ts); defaults suit tests that never lose one. */
   loss?: LossBounds;
+  /** Where idle replicas are found to evict for one that fits no node; without it, none is evicted. */
+  eviction?: Omit<EvictionDeps, "prisma" | "clock">;
+  metrics?: EvictionMetrics;
 }
 
 type WithInstances = Deployment & { instances: DeploymentInstance[] };
@@ -311,6 +318,23 @@ export class DeploymentController {
   }
 
   /**
+   * Drains an idle replica of another deployment to make room for one of `d`: its deployment wants
+   * one replica fewer (the slot a scale-down removes is the one chosen), audited with the reason.
+   */
+  private async evict(victim: EvictionCandidate, d: Deployment): Promise<void> {
+    const reason = evictionReason(victim, d.name);
+    const evicted = await scaleTo(
+      { prisma: this.deps.prisma, clock: this.deps.clock, log: this.deps.log, reconcile: (id) => this.reconcile(id) },
+      { id: victim.deploymentId, name: victim.name },
+      victim.replica + 1,
+      victim.replica,
+      reason,
+      "deployment.evicted",
+    );
+    if (evicted) this.deps.metrics?.evicted("make_room");
+  }
+
+  /**
    * Gives a pending replica a node: the placement rules choose over a snapshot of the fleet, then,
    * under a lock on the deployment's row, the choice is kept only if the node still has room for
    * it (another control-plane replica may have placed a sibling there meanwhile). Nothing fits: the
@@ -323,7 +347,12 @@ export class DeploymentController {
       profile === null
         ? { pending: `runtime profile "${i.runtimeProfile}" not found` }
         : await placeReplica(
-            { prisma, clock: this.deps.clock, loss: this.loss },
+            {
+              prisma,
+              clock: this.deps.clock,
+              loss: this.loss,
+              ...(this.deps.eviction !== undefined ? { eviction: { prisma, clock: this.deps.clock, ...this.deps.eviction } } : {}),
+            },
             {
               deploymentId: d.id,
               revision: i.revision,
@@ -337,8 +366,10 @@ export class DeploymentController {
               commit: i.commit,
               modelFile: i.modelFile,
               targetRoot: d.targetRoot,
+              priority: d.priority,
             },
           );
+    if ("evict" in placement) await this.evict(placement.evict, d);
     if ("pending" in placement) {
       const reason = `no node fits: ${placement.pending}`;
       if (i.reason !== reason) {

@@ -264,7 +264,8 @@ export async function setScaling(
 function describeScaling(s: ReturnType<typeof checkAutoscaling>): string {
   return (
     `min ${s.minReplicas}, max ${s.maxReplicas}, target ${s.targetInFlight} in flight, upscale delay ${s.upscaleDelayMs} ms, ` +
-    `downscale delay ${s.downscaleDelayMs} ms, scale to zero after ${s.scaleToZeroAfterMs} ms, cold start timeout ${s.coldStartTimeoutMs} ms`
+    `downscale delay ${s.downscaleDelayMs} ms, scale to zero after ${s.scaleToZeroAfterMs} ms, cold start timeout ${s.coldStartTimeoutMs} ms, ` +
+    `priority ${s.priority}`
   );
 }
 

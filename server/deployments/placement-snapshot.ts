@@ -6,7 +6,9 @@ import { TelemetrySchema } from "../../gen/proto/modelforge/common/v1/common_pb.
 import type { Clock } from "../../common/clock.js";
 import { commitEstimate, memoryNeed, replicaParallel, storedEstimate, type MemoryEstimate } from "../artifacts/memory.js";
 import { nodeLoss, type LossBounds } from "./node-loss.js";
-import { place, type NodeTelemetryView, type NodeView, type Placement } from "./placement.js";
+import { place, type NodeTelemetryView, type NodeView, type Placement, type PlacedView } from "./placement.js";
+import { evictionCandidates, type EvictionDeps } from "./eviction.js";
+import { evictionOrder, noEvictionReason, type EvictionCandidate } from "./eviction-rules.js";
 import type { GpuNeed } from "./gpu-fit.js";
 
 /** Disk kept free on the target root beyond the commit's files (logs, temp files, the next commit). */
@@ -20,7 +22,12 @@ export interface PlacementDeps {
   clock: Clock;
   /** Which nodes are lost to replicas (./node-loss.ts): they take none. */
   loss: LossBounds;
+  /** Where idle replicas to evict are found; without it, a replica that fits nowhere just waits. */
+  eviction?: EvictionDeps;
 }
+
+/** A placement, or a replica of another deployment to evict first to make room for it. */
+export type PlacementChoice = Placement | { pending: string; evict: EvictionCandidate };
 
 export interface PlacementInput {
   deploymentId: string;
@@ -37,6 +44,8 @@ export interface PlacementInput {
   /** The file the runtime loads ("" for the commit's single GGUF). */
   modelFile: string;
   targetRoot: string;
+  /** The deployment's priority: idle replicas of this priority or lower may be evicted for it. */
+  priority: number;
 }
 
 export interface Served {
@@ -134,13 +143,17 @@ export async function replicaParallelOf(prisma: PrismaClient, served: Served): P
   return replicaParallel(found.profile.parallel, found.estimate, found.profile.contextSize);
 }
 
-/** RAM available and free bytes per mount from the stored common.v1.Telemetry; undefined when unusable. */
+/**
+ * RAM available (within the node's model memory bound, when its operator set one) and free bytes
+ * per mount from the stored common.v1.Telemetry; undefined when unusable.
+ */
 function telemetryOf(data: unknown): (NodeTelemetryView & { gpuUsedBytes: Map<string, bigint> }) | undefined {
   try {
     const t = fromJson(TelemetrySchema, data as JsonValue, { ignoreUnknownFields: true });
     if (t.memoryTotalBytes === 0n) return undefined;
+    const free = Number(t.memoryTotalBytes - t.memoryUsedBytes);
     return {
-      memoryAvailableBytes: Number(t.memoryTotalBytes - t.memoryUsedBytes),
+      memoryAvailableBytes: t.modelMemoryBytes > 0n ? Math.min(free, Number(t.modelMemoryBytes)) : free,
       mounts: t.mounts.map((m) => ({ mount: m.mount, freeBytes: Number(m.sizeBytes - m.usedBytes) })),
       gpuUsedBytes: new Map(t.gpus.map((g) => [g.uuid, g.memoryUsedBytes])),
     };
@@ -150,7 +163,7 @@ function telemetryOf(data: unknown): (NodeTelemetryView & { gpuUsedBytes: Map<st
 }
 
 /** The node a replica of the deployment goes on, or why none fits, with the numbers. */
-export async function placeReplica(deps: PlacementDeps, input: PlacementInput): Promise<Placement> {
+export async function placeReplica(deps: PlacementDeps, input: PlacementInput): Promise<PlacementChoice> {
   const { prisma } = deps;
   const named = input.nodeId.toLowerCase();
   const rows = await prisma.node.findMany({
@@ -178,6 +191,7 @@ export async function placeReplica(deps: PlacementDeps, input: PlacementInput): 
       modelFile: true,
       runtimeProfile: true,
       gpuUuids: true,
+      phase: true,
     },
   });
   // Only GPUs present by the inventory are offered: a missing one is nobody's to assign.
@@ -212,6 +226,7 @@ export async function placeReplica(deps: PlacementDeps, input: PlacementInput): 
             deploymentId: p.deploymentId,
             revision: p.revision,
             memoryBytes: memory,
+            ...(p.phase === "draining" ? { draining: true } : {}),
             ...(p.gpuUuids.length > 0 ? { gpus: { uuids: p.gpuUuids, memoryBytes: gpu?.memoryBytes, shared: gpu?.shared ?? false } } : {}),
           };
         }),
@@ -224,7 +239,7 @@ export async function placeReplica(deps: PlacementDeps, input: PlacementInput): 
     };
   });
   const wanted = need(input);
-  return place(nodes, {
+  const request: Parameters<typeof place>[1] = {
     deploymentId: input.deploymentId,
     revision: input.revision,
     ...(named !== "" ? { nodeId: named } : {}),
@@ -237,5 +252,56 @@ export async function placeReplica(deps: PlacementDeps, input: PlacementInput): 
     memoryBytes: wanted.memory,
     maxPerNode: input.maxPerNode,
     ...(wanted.gpu !== undefined ? { gpu: wanted.gpu } : {}),
-  });
+  };
+  const placement = place(nodes, request);
+  if (!("pending" in placement) || deps.eviction === undefined) return placement;
+  return placeByEviction(deps.eviction, input, nodes, request, placement.pending);
+}
+
+/** The nodes with some of their replicas taken out of the view. */
+const without = (nodes: NodeView[], out: (n: NodeView, p: PlacedView, i: number) => boolean): NodeView[] =>
+  nodes.map((n) => ({ ...n, placed: n.placed.filter((p, i) => !out(n, p, i)) }));
+
+/**
+ * A replica that fits nowhere as things stand: if replicas already draining will free enough, it
+ * waits for them (nothing more is evicted meanwhile, so one eviction is never followed by another
+ * for the same room); else the first idle replica, in eviction order, whose room alone would let it
+ * fit on that replica's node; else it waits, its reason saying why eviction could not help.
+ */
+async function placeByEviction(
+  deps: EvictionDeps,
+  input: PlacementInput,
+  nodes: NodeView[],
+  request: Parameters<typeof place>[1],
+  pending: string,
+): Promise<PlacementChoice> {
+  if (
+    !(
+      "pending" in
+      place(
+        without(nodes, (_, p) => p.draining === true),
+        request,
+      )
+    )
+  ) {
+    return { pending: `${pending}; waiting for draining replicas to free room` };
+  }
+  const found = await evictionCandidates(
+    deps,
+    { deploymentId: input.deploymentId, priority: input.priority },
+    nodes.map((n) => n.id),
+  );
+  const candidates = evictionOrder(found.candidates);
+  for (const c of candidates) {
+    const once = (n: NodeView) => n.placed.findIndex((p) => p.deploymentId === c.deploymentId && p.revision === c.revision);
+    const freed = place(
+      without(nodes, (n, _, i) => n.id === c.nodeId && i === once(n)),
+      request,
+    );
+    if (!("pending" in freed) && freed.nodeId === c.nodeId) {
+      return { pending: `${pending}; evicting ${c.name}'s idle replica on node ${c.nodeId} to make room`, evict: c };
+    }
+  }
+  const why = noEvictionReason(candidates.length, found.considered);
+  return { pending: why === undefined ? pending : `${pending}; ${why}` };
 }

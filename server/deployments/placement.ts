@@ -22,6 +22,8 @@ export interface PlacedView {
   memoryBytes: number | undefined;
   /** The GPUs it was assigned, and what it holds on each; absent for a CPU replica. */
   gpus?: PlacedGpus;
+  /** It is draining: its room is freed once it unloads. */
+  draining?: boolean;
 }
 
 export interface NodeView {

@@ -72,6 +72,11 @@ export class JobEngine implements JobDispatch {
     };
   }
 
+  /** Hears of each job finished on this replica, by id: a deployment's step moves on at once, not at the next sweep. */
+  onFinished(listener: (jobId: string) => void): void {
+    this.leasing.onFinished(listener);
+  }
+
   createJob(input: CreateJobInput): Promise<JobRow> {
     return createJob(this.work, input);
   }

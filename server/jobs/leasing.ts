@@ -45,6 +45,7 @@ export interface LeasingDeps {
 export class Leasing {
   /** Nodes with a leasing pass running here; `again` asks it for one more pass. */
   private readonly passes = new Map<string, { again: boolean }>();
+  private readonly finishedListeners: ((jobId: string) => void)[] = [];
 
   constructor(private readonly deps: LeasingDeps) {}
 
@@ -222,7 +223,13 @@ export class Leasing {
   }
 
   /** After a job finished: its ordering key's next job may now be leasable (perhaps on another node). */
-  async afterFinish(job: { nodeId: string; orderingKey: string | null }): Promise<void> {
+  /** Called with each job's id once it has finished here (succeeded, failed for good, cancelled, reclaimed). */
+  onFinished(listener: (jobId: string) => void): void {
+    this.finishedListeners.push(listener);
+  }
+
+  async afterFinish(job: { id: string; nodeId: string; orderingKey: string | null }): Promise<void> {
+    for (const listener of this.finishedListeners) listener(job.id);
     if (job.orderingKey === null || job.orderingKey === "") return;
     const head = await this.deps.prisma.job.findFirst({
       where: { orderingKey: job.orderingKey, state: { in: ["pending", "leased"] } },

@@ -46,6 +46,12 @@ export interface ColdStartMetrics {
   coldStartSeconds(deployment: string, ms: number): void;
 }
 
+/** What evictions count (../deployments/controller.ts). */
+export interface EvictionMetrics {
+  /** An idle replica was evicted; `reason`: "make_room" (for a replica that fit no node). */
+  evicted(reason: string): void;
+}
+
 export interface ServedRequest {
   deployment: string;
   outcome: string;
@@ -73,6 +79,7 @@ export class ServerMetrics {
   readonly jobs: JobMetrics;
   readonly serving: ServingMetrics;
   readonly coldStarts: ColdStartMetrics;
+  readonly evictions: EvictionMetrics;
   private sources: MetricSources | undefined;
   private fleet: { at: number; counts: Promise<FleetCounts | undefined> } | undefined;
 
@@ -133,6 +140,14 @@ export class ServerMetrics {
     this.jobs = jobMetrics(registers);
     this.serving = servingMetrics(registers);
     this.coldStarts = coldStartMetrics(registers);
+    const evictions = new Counter({
+      name: "modelforge_evictions_total",
+      help: "Idle replicas evicted by this replica's controller, by reason (make_room: for a replica that fit no node).",
+      labelNames: ["reason"] as const,
+      registers,
+    });
+    evictions.inc({ reason: "make_room" }, 0);
+    this.evictions = { evicted: (reason) => evictions.inc({ reason }) };
   }
 
   /** Gauges of this replica's sessions and admission gate, read when scraped. */

@@ -2276,6 +2276,7 @@ export const DeploymentScalarFieldEnum = {
   downscaleDelayMs: 'downscaleDelayMs',
   scaleToZeroAfterMs: 'scaleToZeroAfterMs',
   coldStartTimeoutMs: 'coldStartTimeoutMs',
+  priority: 'priority',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const

@@ -262,6 +262,7 @@ export const DeploymentScalarFieldEnum = {
   downscaleDelayMs: 'downscaleDelayMs',
   scaleToZeroAfterMs: 'scaleToZeroAfterMs',
   coldStartTimeoutMs: 'coldStartTimeoutMs',
+  priority: 'priority',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const

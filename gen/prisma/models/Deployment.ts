@@ -40,6 +40,7 @@ export type DeploymentAvgAggregateOutputType = {
   downscaleDelayMs: number | null
   scaleToZeroAfterMs: number | null
   coldStartTimeoutMs: number | null
+  priority: number | null
 }
 
 export type DeploymentSumAggregateOutputType = {
@@ -56,6 +57,7 @@ export type DeploymentSumAggregateOutputType = {
   downscaleDelayMs: number | null
   scaleToZeroAfterMs: number | null
   coldStartTimeoutMs: number | null
+  priority: number | null
 }
 
 export type DeploymentMinAggregateOutputType = {
@@ -85,6 +87,7 @@ export type DeploymentMinAggregateOutputType = {
   downscaleDelayMs: number | null
   scaleToZeroAfterMs: number | null
   coldStartTimeoutMs: number | null
+  priority: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -116,6 +119,7 @@ export type DeploymentMaxAggregateOutputType = {
   downscaleDelayMs: number | null
   scaleToZeroAfterMs: number | null
   coldStartTimeoutMs: number | null
+  priority: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -148,6 +152,7 @@ export type DeploymentCountAggregateOutputType = {
   downscaleDelayMs: number
   scaleToZeroAfterMs: number
   coldStartTimeoutMs: number
+  priority: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -168,6 +173,7 @@ export type DeploymentAvgAggregateInputType = {
   downscaleDelayMs?: true
   scaleToZeroAfterMs?: true
   coldStartTimeoutMs?: true
+  priority?: true
 }
 
 export type DeploymentSumAggregateInputType = {
@@ -184,6 +190,7 @@ export type DeploymentSumAggregateInputType = {
   downscaleDelayMs?: true
   scaleToZeroAfterMs?: true
   coldStartTimeoutMs?: true
+  priority?: true
 }
 
 export type DeploymentMinAggregateInputType = {
@@ -213,6 +220,7 @@ export type DeploymentMinAggregateInputType = {
   downscaleDelayMs?: true
   scaleToZeroAfterMs?: true
   coldStartTimeoutMs?: true
+  priority?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -244,6 +252,7 @@ export type DeploymentMaxAggregateInputType = {
   downscaleDelayMs?: true
   scaleToZeroAfterMs?: true
   coldStartTimeoutMs?: true
+  priority?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -276,6 +285,7 @@ export type DeploymentCountAggregateInputType = {
   downscaleDelayMs?: true
   scaleToZeroAfterMs?: true
   coldStartTimeoutMs?: true
+  priority?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -395,6 +405,7 @@ export type DeploymentGroupByOutputType = {
   downscaleDelayMs: number
   scaleToZeroAfterMs: number
   coldStartTimeoutMs: number
+  priority: number
   createdAt: Date
   updatedAt: Date
   _count: DeploymentCountAggregateOutputType | null
@@ -450,6 +461,7 @@ export type DeploymentWhereInput = {
   downscaleDelayMs?: Prisma.IntFilter<"Deployment"> | number
   scaleToZeroAfterMs?: Prisma.IntFilter<"Deployment"> | number
   coldStartTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
+  priority?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   node?: Prisma.XOR<Prisma.NodeNullableScalarRelationFilter, Prisma.NodeWhereInput> | null
@@ -486,6 +498,7 @@ export type DeploymentOrderByWithRelationInput = {
   downscaleDelayMs?: Prisma.SortOrder
   scaleToZeroAfterMs?: Prisma.SortOrder
   coldStartTimeoutMs?: Prisma.SortOrder
+  priority?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   node?: Prisma.NodeOrderByWithRelationInput
@@ -525,6 +538,7 @@ export type DeploymentWhereUniqueInput = Prisma.AtLeast<{
   downscaleDelayMs?: Prisma.IntFilter<"Deployment"> | number
   scaleToZeroAfterMs?: Prisma.IntFilter<"Deployment"> | number
   coldStartTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
+  priority?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   node?: Prisma.XOR<Prisma.NodeNullableScalarRelationFilter, Prisma.NodeWhereInput> | null
@@ -561,6 +575,7 @@ export type DeploymentOrderByWithAggregationInput = {
   downscaleDelayMs?: Prisma.SortOrder
   scaleToZeroAfterMs?: Prisma.SortOrder
   coldStartTimeoutMs?: Prisma.SortOrder
+  priority?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.DeploymentCountOrderByAggregateInput
@@ -601,6 +616,7 @@ export type DeploymentScalarWhereWithAggregatesInput = {
   downscaleDelayMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
   scaleToZeroAfterMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
   coldStartTimeoutMs?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
+  priority?: Prisma.IntWithAggregatesFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Deployment"> | Date | string
 }
@@ -632,6 +648,7 @@ export type DeploymentCreateInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
@@ -668,6 +685,7 @@ export type DeploymentUncheckedCreateInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
@@ -702,6 +720,7 @@ export type DeploymentUpdateInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
@@ -738,6 +757,7 @@ export type DeploymentUncheckedUpdateInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
@@ -773,6 +793,7 @@ export type DeploymentCreateManyInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -804,6 +825,7 @@ export type DeploymentUpdateManyMutationInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -836,6 +858,7 @@ export type DeploymentUncheckedUpdateManyInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -878,6 +901,7 @@ export type DeploymentCountOrderByAggregateInput = {
   downscaleDelayMs?: Prisma.SortOrder
   scaleToZeroAfterMs?: Prisma.SortOrder
   coldStartTimeoutMs?: Prisma.SortOrder
+  priority?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -896,6 +920,7 @@ export type DeploymentAvgOrderByAggregateInput = {
   downscaleDelayMs?: Prisma.SortOrder
   scaleToZeroAfterMs?: Prisma.SortOrder
   coldStartTimeoutMs?: Prisma.SortOrder
+  priority?: Prisma.SortOrder
 }
 
 export type DeploymentMaxOrderByAggregateInput = {
@@ -925,6 +950,7 @@ export type DeploymentMaxOrderByAggregateInput = {
   downscaleDelayMs?: Prisma.SortOrder
   scaleToZeroAfterMs?: Prisma.SortOrder
   coldStartTimeoutMs?: Prisma.SortOrder
+  priority?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -956,6 +982,7 @@ export type DeploymentMinOrderByAggregateInput = {
   downscaleDelayMs?: Prisma.SortOrder
   scaleToZeroAfterMs?: Prisma.SortOrder
   coldStartTimeoutMs?: Prisma.SortOrder
+  priority?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -974,6 +1001,7 @@ export type DeploymentSumOrderByAggregateInput = {
   downscaleDelayMs?: Prisma.SortOrder
   scaleToZeroAfterMs?: Prisma.SortOrder
   coldStartTimeoutMs?: Prisma.SortOrder
+  priority?: Prisma.SortOrder
 }
 
 export type DeploymentScalarRelationFilter = {
@@ -1092,6 +1120,7 @@ export type DeploymentCreateWithoutNodeInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   instances?: Prisma.DeploymentInstanceCreateNestedManyWithoutDeploymentInput
@@ -1126,6 +1155,7 @@ export type DeploymentUncheckedCreateWithoutNodeInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
@@ -1190,6 +1220,7 @@ export type DeploymentScalarWhereInput = {
   downscaleDelayMs?: Prisma.IntFilter<"Deployment"> | number
   scaleToZeroAfterMs?: Prisma.IntFilter<"Deployment"> | number
   coldStartTimeoutMs?: Prisma.IntFilter<"Deployment"> | number
+  priority?: Prisma.IntFilter<"Deployment"> | number
   createdAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Deployment"> | Date | string
 }
@@ -1221,6 +1252,7 @@ export type DeploymentCreateWithoutInstancesInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
@@ -1256,6 +1288,7 @@ export type DeploymentUncheckedCreateWithoutInstancesInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   events?: Prisma.DeploymentEventUncheckedCreateNestedManyWithoutDeploymentInput
@@ -1305,6 +1338,7 @@ export type DeploymentUpdateWithoutInstancesInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
@@ -1340,6 +1374,7 @@ export type DeploymentUncheckedUpdateWithoutInstancesInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   events?: Prisma.DeploymentEventUncheckedUpdateManyWithoutDeploymentNestedInput
@@ -1373,6 +1408,7 @@ export type DeploymentCreateWithoutEventsInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
@@ -1408,6 +1444,7 @@ export type DeploymentUncheckedCreateWithoutEventsInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
@@ -1457,6 +1494,7 @@ export type DeploymentUpdateWithoutEventsInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
@@ -1492,6 +1530,7 @@ export type DeploymentUncheckedUpdateWithoutEventsInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
@@ -1525,6 +1564,7 @@ export type DeploymentCreateWithoutLoadsInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutDeploymentsInput
@@ -1560,6 +1600,7 @@ export type DeploymentUncheckedCreateWithoutLoadsInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
   instances?: Prisma.DeploymentInstanceUncheckedCreateNestedManyWithoutDeploymentInput
@@ -1609,6 +1650,7 @@ export type DeploymentUpdateWithoutLoadsInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutDeploymentsNestedInput
@@ -1644,6 +1686,7 @@ export type DeploymentUncheckedUpdateWithoutLoadsInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
@@ -1677,6 +1720,7 @@ export type DeploymentCreateManyNodeInput = {
   downscaleDelayMs?: number
   scaleToZeroAfterMs?: number
   coldStartTimeoutMs?: number
+  priority?: number
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1708,6 +1752,7 @@ export type DeploymentUpdateWithoutNodeInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instances?: Prisma.DeploymentInstanceUpdateManyWithoutDeploymentNestedInput
@@ -1742,6 +1787,7 @@ export type DeploymentUncheckedUpdateWithoutNodeInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instances?: Prisma.DeploymentInstanceUncheckedUpdateManyWithoutDeploymentNestedInput
@@ -1776,6 +1822,7 @@ export type DeploymentUncheckedUpdateManyWithoutNodeInput = {
   downscaleDelayMs?: Prisma.IntFieldUpdateOperationsInput | number
   scaleToZeroAfterMs?: Prisma.IntFieldUpdateOperationsInput | number
   coldStartTimeoutMs?: Prisma.IntFieldUpdateOperationsInput | number
+  priority?: Prisma.IntFieldUpdateOperationsInput | number
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1857,6 +1904,7 @@ export type DeploymentSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   downscaleDelayMs?: boolean
   scaleToZeroAfterMs?: boolean
   coldStartTimeoutMs?: boolean
+  priority?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
@@ -1894,6 +1942,7 @@ export type DeploymentSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   downscaleDelayMs?: boolean
   scaleToZeroAfterMs?: boolean
   coldStartTimeoutMs?: boolean
+  priority?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
@@ -1927,6 +1976,7 @@ export type DeploymentSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   downscaleDelayMs?: boolean
   scaleToZeroAfterMs?: boolean
   coldStartTimeoutMs?: boolean
+  priority?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
@@ -1960,11 +2010,12 @@ export type DeploymentSelectScalar = {
   downscaleDelayMs?: boolean
   scaleToZeroAfterMs?: boolean
   coldStartTimeoutMs?: boolean
+  priority?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type DeploymentOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "nodeId" | "state" | "replicas" | "maxPerNode" | "surgeForNodeId" | "revision" | "failureReason" | "selector" | "runtimeProfile" | "repository" | "commit" | "targetRoot" | "modelFile" | "desired" | "maxInFlight" | "invokeTimeoutMs" | "drainTimeoutMs" | "autoscale" | "minReplicas" | "maxReplicas" | "targetInFlight" | "upscaleDelayMs" | "downscaleDelayMs" | "scaleToZeroAfterMs" | "coldStartTimeoutMs" | "createdAt" | "updatedAt", ExtArgs["result"]["deployment"]>
+export type DeploymentOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "nodeId" | "state" | "replicas" | "maxPerNode" | "surgeForNodeId" | "revision" | "failureReason" | "selector" | "runtimeProfile" | "repository" | "commit" | "targetRoot" | "modelFile" | "desired" | "maxInFlight" | "invokeTimeoutMs" | "drainTimeoutMs" | "autoscale" | "minReplicas" | "maxReplicas" | "targetInFlight" | "upscaleDelayMs" | "downscaleDelayMs" | "scaleToZeroAfterMs" | "coldStartTimeoutMs" | "priority" | "createdAt" | "updatedAt", ExtArgs["result"]["deployment"]>
 export type DeploymentInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   node?: boolean | Prisma.Deployment$nodeArgs<ExtArgs>
   instances?: boolean | Prisma.Deployment$instancesArgs<ExtArgs>
@@ -2058,6 +2109,11 @@ export type $DeploymentPayload<ExtArgs extends runtime.Types.Extensions.Internal
      * The longest a request waits at the control plane for a replica to become ready.
      */
     coldStartTimeoutMs: number
+    /**
+     * Eviction order: an idle replica of a deployment of lower or equal priority, above its
+     * minReplicas, may be evicted to make room for this one's; the lowest priority goes first.
+     */
+    priority: number
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["deployment"]>
@@ -2514,6 +2570,7 @@ export interface DeploymentFieldRefs {
   readonly downscaleDelayMs: Prisma.FieldRef<"Deployment", 'Int'>
   readonly scaleToZeroAfterMs: Prisma.FieldRef<"Deployment", 'Int'>
   readonly coldStartTimeoutMs: Prisma.FieldRef<"Deployment", 'Int'>
+  readonly priority: Prisma.FieldRef<"Deployment", 'Int'>
   readonly createdAt: Prisma.FieldRef<"Deployment", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Deployment", 'DateTime'>
 }

@@ -47,6 +47,11 @@ beforeAll(async () => {
     repository: "acme/tiny",
     commit,
     targetRoot: root,
+    autoscaling: { minReplicas: 0, maxReplicas: 1, targetInFlight: 4, scaleToZeroAfter: { seconds: 3600n, nanos: 0 } },
+  });
+  // Loaded with a long idle time, then a short one: a busy machine's slow load is not idleness.
+  await b.admin.updateDeploymentScaling({
+    deployment: "sleepy",
     autoscaling: { minReplicas: 0, maxReplicas: 1, targetInFlight: 4, scaleToZeroAfter: { seconds: 1n, nanos: 0 } },
   });
   secret = (await b.admin.createServiceKey({ name: "svc", deployments: ["sleepy"] })).secret;

@@ -161,10 +161,10 @@ describe("forge deployments autoscale", () => {
 
 describe("scale to zero, and back on the first request", () => {
   it("drains an idle deployment to zero; a held stream gets keep-alives, then its tokens after the load", async () => {
-    await deployReady(ts.admin, {
-      ...spec("sleepy"),
-      autoscaling: { minReplicas: 0, maxReplicas: 1, targetInFlight: 4, scaleToZeroAfter: ms(1_000) },
-    });
+    // Loaded first with a long idle time, then a short one: a busy machine's slow load is not idleness.
+    const sleepy = { minReplicas: 0, maxReplicas: 1, targetInFlight: 4 };
+    await deployReady(ts.admin, { ...spec("sleepy"), autoscaling: { ...sleepy, scaleToZeroAfter: ms(3_600_000) } });
+    await ts.admin.updateDeploymentScaling({ deployment: "sleepy", autoscaling: { ...sleepy, scaleToZeroAfter: ms(1_000) } });
     await eventually(
       async () => {
         const r = await record("sleepy");
@@ -244,6 +244,10 @@ describe("the hold's bounds", () => {
       (e: unknown) => ConnectError.from(e),
     );
     expect(err?.code).toBe(Code.Unavailable);
+    // Its PENDING reason says why no node fits, and why evicting a replica of another would not help.
+    const pending = (await record("nowhere-fast")).replicas[0]!;
+    expect(pending.state).toBe(DeploymentState.PENDING);
+    expect(pending.reason).toMatch(/^no node fits: .*lacks? labels \{"zone":"nowhere"\}/);
   }, 60_000);
 
   it("past the count: refused at once; a client that leaves frees its place", async () => {

@@ -115,6 +115,7 @@ describe("checkAutoscaling", () => {
     downscaleDelayMs: undefined,
     scaleToZeroAfterMs: undefined,
     coldStartTimeoutMs: undefined,
+    priority: 0,
   };
   it("fills the stated defaults; target 0 is max_in_flight", () => {
     expect(checkAutoscaling(base, 8)).toEqual({
@@ -125,6 +126,7 @@ describe("checkAutoscaling", () => {
       downscaleDelayMs: 600_000,
       scaleToZeroAfterMs: 900_000,
       coldStartTimeoutMs: 120_000,
+      priority: 0,
     });
   });
   it.each<[string, Partial<AutoscaleRequest>, string]>([
@@ -134,6 +136,7 @@ describe("checkAutoscaling", () => {
     ["target over 1024", { targetInFlight: 1025 }, "autoscaling.target_in_flight: from 1 to 1024 (0 for max_in_flight)"],
     ["upscale delay over an hour", { upscaleDelayMs: 3_600_001 }, "autoscaling.upscale_delay: at most 1 hour"],
     ["scale to zero after 0.5 s", { scaleToZeroAfterMs: 500 }, "autoscaling.scale_to_zero_after: from 1 s to 30 days"],
+    ["priority past 1000", { priority: 1001 }, "autoscaling.priority: from -1000 to 1000"],
     ["cold start timeout over an hour", { coldStartTimeoutMs: 3_600_001 }, "autoscaling.cold_start_timeout: at most 1 hour"],
   ])("refuses %s", (_, change, message) => {
     expect(() => checkAutoscaling({ ...base, ...change }, 8)).toThrow(message);

@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "Deployment" ADD COLUMN     "priority" INTEGER NOT NULL DEFAULT 0;
+
