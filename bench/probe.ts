@@ -13,11 +13,9 @@
 // Prints each round, the spread (min-median-max) over the rounds, and the load average.
 //
 //   npx tsx bench/probe.ts [rounds=6]        (DATABASE_URL=postgresql://... for PostgreSQL)
-import { spawn } from "node:child_process";
 import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { pino } from "pino";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { grpcTransport } from "../common/http2-sessions.js";
@@ -31,7 +29,8 @@ import { enrollNode } from "../agent/enroll.js";
 import { runAgent, type SessionJobs, type SessionLink } from "../agent/session/run.js";
 import { openJobRunner } from "../agent/jobs/index.js";
 import { capabilityRegistry } from "../agent/capabilities/index.js";
-import { llamaServerPath, Supervisor } from "../agent/engines/supervisor.js";
+import { Supervisor } from "../agent/engines/supervisor.js";
+import { startBareLlama } from "./support/bare-llama.js";
 import { OpenAiClient } from "../agent/engines/openai-client.js";
 import { probeInputs } from "../agent/capabilities/runtime.js";
 import { writeTinyLlamaGguf } from "../scripts/gguf.js";
@@ -60,25 +59,12 @@ const stop = new AbortController();
 /** The floor: llama-server alone, started, asked the probe input, killed. */
 async function bare(): Promise<{ loadMs: number; totalMs: number }> {
   const t0 = performance.now();
-  const child = spawn(
-    llamaServerPath,
-    ["--model", modelPath, "--host", "127.0.0.1", "--port", "0", "--threads", "1", "--ctx-size", "1024", "--parallel", "1", "--no-webui"],
-    { env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp" }, stdio: ["ignore", "ignore", "pipe"], detached: true },
-  );
-  const exited = new Promise((resolve) => child.once("exit", resolve));
-  const port = await new Promise<number>((resolve, reject) => {
-    createInterface({ input: child.stderr! }).on("line", (line) => {
-      const listening = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(line);
-      if (listening) resolve(Number(listening[1]));
-    });
-    child.once("exit", () => reject(new Error("llama-server exited before listening")));
-  });
-  const client = new OpenAiClient(`http://127.0.0.1:${port}`);
+  const llama = await startBareLlama(modelPath, 1024);
+  const client = new OpenAiClient(llama.base);
   while (!(await client.healthy())) await new Promise((r) => setTimeout(r, 20));
   const loadMs = performance.now() - t0;
   for await (const _ of client.streamCompletion(input.prompt, { max_tokens: input.maxTokens, temperature: input.temperature })) void _;
-  process.kill(-child.pid!, "SIGTERM");
-  await exited;
+  await llama.stop();
   return { loadMs, totalMs: performance.now() - t0 };
 }
 

@@ -9,10 +9,11 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { createClient } from "@connectrpc/connect";
+import { createClient, type Client } from "@connectrpc/connect";
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Agent, setGlobalDispatcher } from "undici";
 import { grpcTransport } from "../../common/http2-sessions.js";
-import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import { AdminService, type DeploymentAutoscalingSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { DeploymentState } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { enrollNode } from "../../agent/enroll.js";
@@ -27,15 +28,29 @@ const chunk = 1024 * 1024;
 export interface ApiStack {
   url: string;
   headers: Record<string, string>;
+  admin: Client<typeof AdminService>;
   stop(): Promise<void>;
 }
 
-export async function startApiStack(o: { modelPath: string; threads: number; parallel: number; context: number }): Promise<ApiStack> {
+export interface ApiStackOptions {
+  modelPath: string;
+  threads: number;
+  parallel: number;
+  context: number;
+  /** The deployment's autoscaling; unset for one fixed replica. */
+  autoscaling?: MessageInitShape<typeof DeploymentAutoscalingSchema>;
+  /** More of the control plane's environment (MODELFORGE_AUTOSCALE_INTERVAL, ...). */
+  serverEnv?: Record<string, string>;
+  /** Replicas the one node may hold (default 1). */
+  maxPerNode?: number;
+}
+
+export async function startApiStack(o: ApiStackOptions): Promise<ApiStack> {
   const dir = mkdtempSync(join(tmpdir(), "mf-bench-api-"));
   const root = join(dir, "artifacts");
   const serverChild = forkTs(new URL("./invoke-server.ts", import.meta.url), {
     nodeFlags: serverNodeFlags,
-    env: benchServerEnv(dir, adminKey, { MODELFORGE_LOG_LEVEL: "warn", MODELFORGE_APPROVED_ROOTS: root }),
+    env: benchServerEnv(dir, adminKey, { MODELFORGE_LOG_LEVEL: "warn", MODELFORGE_APPROVED_ROOTS: root, ...o.serverEnv }),
   });
   const server = new Rpc(serverChild, "server");
   await server.waitFor("ready");
@@ -88,6 +103,8 @@ export async function startApiStack(o: { modelPath: string; threads: number; par
     commit: at.commit,
     targetRoot: root,
     maxInFlight: 1024,
+    ...(o.autoscaling !== undefined ? { autoscaling: o.autoscaling } : {}),
+    ...(o.maxPerNode !== undefined ? { maxPerNode: o.maxPerNode } : {}),
   });
   await until(
     async () =>
@@ -100,6 +117,7 @@ export async function startApiStack(o: { modelPath: string; threads: number; par
   return {
     url: info.url,
     headers: { authorization: `Bearer ${secret}` },
+    admin,
     async stop() {
       agent.kill("SIGTERM");
       await once(agent, "exit");
