@@ -143,6 +143,11 @@ describe("the serving pages with the admin key", { timeout: 150_000 }, () => {
     await page.getByTestId("scale-replicas").fill("1");
     await confirm("action-scale", /^Scale web-tiny to 1 replica\?$/);
     await web.until("back to 1/1 ready", async () => (await web.text("dep-ready")) === "1/1" && (await web.text("dep-state")) === "ready");
+    // The scaling history names each change and who made it; autoscaling is off for a fixed count.
+    expect(await web.text("dep-autoscaling")).toBe("off: a fixed count");
+    await web.until("both scales in the history", async () => (await page.getByTestId("scaling").locator("tbody tr").count()) === 2);
+    const latest = await page.getByTestId("scaling").locator("tbody tr").first().textContent();
+    expect(latest).toMatch(/21operatorset by the operator$/);
   });
 
   it("creates a service key and shows its secret once, with a copy button; markup in its scope is text", async () => {

@@ -6,6 +6,7 @@
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import {
   DeploymentDesiredState,
+  type DeploymentAutoscaling,
   type GetDeploymentResponse,
   UsageGrouping,
   type UsageRow,
@@ -81,6 +82,7 @@ function render(res: GetDeploymentResponse, names: Map<string, string>): HTMLEle
     ["Model file", r.modelFile || "the commit's single .gguf"],
     ["Selector", labels(r.selector)],
     ["Max in flight", String(r.maxInFlight)],
+    ["Autoscaling", h("span", { "data-testid": "dep-autoscaling" }, autoscalingText(r.autoscaling))],
     ["Failure", d.failureReason || "-"],
     ["Updated", `${age(d.updatedAt)} (${time(d.updatedAt)})`],
   ];
@@ -123,6 +125,14 @@ function render(res: GetDeploymentResponse, names: Map<string, string>): HTMLEle
       ),
     ),
     section(
+      "Scaling",
+      table(
+        ["Time", "From", "To", "By", "Reason"],
+        [...res.scalingEvents].reverse().map((e) => [time(e.time), String(e.fromReplicas), String(e.toReplicas), e.actor, e.reason || "-"]),
+        "scaling",
+      ),
+    ),
+    section(
       "State history",
       table(
         ["Time", "Revision", "Slot", "Node", "From", "To", "Reason"],
@@ -141,6 +151,19 @@ function render(res: GetDeploymentResponse, names: Map<string, string>): HTMLEle
       ),
     ),
   ];
+}
+
+/** A duration of the contract in the fewest words: "30s", "10m", "2h". */
+function span(d: { seconds: bigint } | undefined): string {
+  const s = Number(d?.seconds ?? 0n);
+  return s < 120 ? `${s}s` : s < 7200 ? `${Math.round(s / 60)}m` : `${Math.round(s / 3600)}h`;
+}
+
+/** The autoscaling settings in one line, or that the operator fixed the count. */
+function autoscalingText(a: DeploymentAutoscaling | undefined): string {
+  if (a === undefined) return "off: a fixed count";
+  const zero = a.minReplicas === 0 ? `, to zero after ${span(a.scaleToZeroAfter)} idle` : "";
+  return `${a.minReplicas} to ${a.maxReplicas} replicas, target ${a.targetInFlight} in flight each${zero}; up after ${span(a.upscaleDelay)}, down after ${span(a.downscaleDelay)}; priority ${a.priority}`;
 }
 
 /** Scale, start, drain, unload, delete: each asks first; disabled, with a note, for the read-only role. */
