@@ -16,17 +16,24 @@
 // Then the scale-up reaction: the tiny model autoscaled from 1 to 4 replicas on the one node
 // (target 1 in flight, upscale delay 2 s, window 1 s), four callers start at once, each keeping a
 // request in flight; from their start until 4 replicas are READY (routable), against the bound
-// upscale delay + the engine's load (llama-server bare, spawn to healthy, in the same round) + 2 s.
+// upscale delay + the new replicas' load (the longest LOADING to READY among them) + 2 s; beside
+// it, llama-server's load bare on idle cores (spawn to healthy) in the same round.
 // The callers stop and the deployment is let back to 1 between rounds.
 //
+// Then goodput under a ramp: an open loop whose rate climbs from 1 to 10 requests/s over 20 s
+// (/v1/completions, max_tokens 64, each with a 5 s deadline), against the bench model (26M
+// parameters) autoscaled from 1 to 4 replicas (as above) and against one fixed replica; the share of requests answered
+// within their deadline, each stack started afresh, alternating, N rounds each.
+//
 //   npx tsx bench/elastic.ts [rounds=5]   (DEBUG_TIMELINE=1: the deployment events of each round too;
-//                                          ONLY_REACTION=1: the scale-up reaction alone)
+//                                          ONLY_REACTION=1: from the scale-up reaction on;
+//                                          ONLY_GOODPUT=1: the goodput alone)
 import { mkdtempSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { DeploymentState } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
-import { writeTinyLlamaGguf, type ModelShape } from "../scripts/gguf.js";
-import { startApiStack } from "./support/engine-stack.js";
+import { benchShape, writeTinyLlamaGguf, type ModelShape } from "../scripts/gguf.js";
+import { startApiStack, type ApiStack } from "./support/engine-stack.js";
 import { sleep } from "./support/stats.js";
 import { startBareLlama } from "./support/bare-llama.js";
 
@@ -134,6 +141,20 @@ async function engineLoad(modelPath: string): Promise<number> {
   return took;
 }
 
+/** The longest LOADING to READY among the replicas placed since `sinceWallMs`: the load time the bound allows. */
+async function newReplicasLoad(admin: ApiStack["admin"], sinceWallMs: number): Promise<number> {
+  const { events } = await admin.getDeployment({ deployment: "bench" });
+  const wall = (t: { seconds: bigint; nanos: number } | undefined) => Number(t!.seconds) * 1000 + t!.nanos / 1e6;
+  let longest = 0;
+  for (const ready of events.filter((e) => e.toState === DeploymentState.READY && wall(e.time) >= sinceWallMs)) {
+    const loading = [...events]
+      .reverse()
+      .find((e) => e.replica === ready.replica && e.toState === DeploymentState.LOADING && wall(e.time) <= wall(ready.time));
+    if (loading !== undefined) longest = Math.max(longest, wall(ready.time) - wall(loading.time));
+  }
+  return longest;
+}
+
 async function reaction(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "mf-bench-elastic-"));
   const modelPath = join(dir, "model.gguf");
@@ -188,11 +209,13 @@ async function reaction(): Promise<void> {
       }
       stop = true;
       await Promise.all(callers);
-      const bound = upscaleDelayMs + load + 2_000;
+      const replicasLoad = await newReplicasLoad(stack.admin, Date.now() - took);
+      const bound = upscaleDelayMs + replicasLoad + 2_000;
       reactions.push(took);
       bounds.push(bound);
       console.log(
-        `reaction round ${round + 1}: 4 ready ${(took / 1000).toFixed(2)} s after the load began; bound ${(bound / 1000).toFixed(2)} s (engine load ${(load / 1000).toFixed(2)} s); ${failed} failed`,
+        `reaction round ${round + 1}: 4 ready ${(took / 1000).toFixed(2)} s after the load began; bound ${(bound / 1000).toFixed(2)} s ` +
+          `(the new replicas' load ${(replicasLoad / 1000).toFixed(2)} s; the engine bare on idle cores ${(load / 1000).toFixed(2)} s); ${failed} failed`,
       );
     }
   } finally {
@@ -202,6 +225,92 @@ async function reaction(): Promise<void> {
   const ratios = reactions.map((r, i) => r / bounds[i]!).sort((a, b) => a - b);
   const ratio = `${ratios[Math.floor(ratios.length / 2)]!.toFixed(2)} (${ratios[0]!.toFixed(2)}-${ratios.at(-1)!.toFixed(2)})`;
   console.log(`reaction: ${spread(reactions)}, bound ${spread(bounds)}, reaction / bound ${ratio}`);
+}
+
+const rampMs = 20_000;
+const deadlineMs = 5_000;
+/** With the bench model (26M parameters) one single-threaded replica answers about 1.5 of these a second. */
+const rampTokens = 64;
+const rampTop = Number(process.env.RAMP_TOP ?? 10);
+
+/** One ramp through the stack: the share of its requests answered (200) within their deadline. */
+async function ramp(url: string, headers: Record<string, string>): Promise<{ good: number; sent: number }> {
+  const sent: Promise<boolean>[] = [];
+  const t0 = performance.now();
+  // The rate at t is 1 + (top - 1) t / ramp per second: request k is due when the integral reaches k.
+  for (let k = 0; ; k++) {
+    const a = (rampTop - 1) / 2 / (rampMs / 1000);
+    const due = ((-1 + Math.sqrt(1 + 4 * a * k)) / (2 * a)) * 1000;
+    if (due > rampMs) break;
+    const wait = t0 + due - performance.now();
+    if (wait > 0) await sleep(wait);
+    sent.push(
+      fetch(`${url}/v1/completions`, {
+        method: "POST",
+        headers: { ...headers, "content-type": "application/json" },
+        body: JSON.stringify({ model: "bench", prompt: "The quick brown fox", max_tokens: rampTokens, temperature: 0 }),
+        signal: AbortSignal.timeout(deadlineMs),
+      }).then(
+        async (res) => {
+          await res.text();
+          return res.status === 200;
+        },
+        () => false,
+      ),
+    );
+  }
+  const answered = await Promise.all(sent);
+  return { good: answered.filter(Boolean).length, sent: answered.length };
+}
+
+async function goodput(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "mf-bench-elastic-"));
+  const modelPath = join(dir, "model.gguf");
+  // The tiny model answers too fast for a ramp on this machine to pass one replica's capacity.
+  await writeTinyLlamaGguf(modelPath, { contextLength: context, shape: benchShape });
+  const shares: Record<"autoscaled" | "fixed", number[]> = { autoscaled: [], fixed: [] };
+  try {
+    for (let round = 0; round < rounds; round++) {
+      for (const kind of ["autoscaled", "fixed"] as const) {
+        const stack = await startApiStack({
+          modelPath,
+          threads: 1,
+          parallel: 1,
+          context,
+          maxPerNode: 4,
+          ...(kind === "autoscaled"
+            ? {
+                autoscaling: {
+                  minReplicas: 1,
+                  maxReplicas: 4,
+                  targetInFlight: 1,
+                  upscaleDelay: { seconds: BigInt(upscaleDelayMs / 1000), nanos: 0 },
+                },
+                serverEnv: { MODELFORGE_AUTOSCALE_INTERVAL: "200ms", MODELFORGE_AUTOSCALE_WINDOW: "1s" },
+              }
+            : {}),
+        });
+        try {
+          const { good, sent } = await ramp(stack.url, stack.headers);
+          shares[kind].push(good / sent);
+          const replicas = (await stack.admin.getDeployment({ deployment: "bench" })).deployment!.readyReplicas;
+          console.log(
+            `goodput round ${round + 1} ${kind}: ${good} of ${sent} within ${deadlineMs / 1000} s (${((100 * good) / sent).toFixed(1)} %), ${replicas} ready at the end`,
+          );
+        } finally {
+          await stack.stop();
+        }
+      }
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const pct = (v: number[]) => {
+    const x = [...v].sort((a, b) => a - b);
+    const f = (n: number) => (100 * n).toFixed(1);
+    return `${f(x[Math.floor(x.length / 2)]!)} % (${f(x[0]!)}-${f(x.at(-1)!)})`;
+  };
+  console.log(`goodput: autoscaled ${pct(shares.autoscaled)}, one fixed replica ${pct(shares.fixed)}`);
 }
 
 const before = loadavg()[0]!.toFixed(1);
@@ -218,5 +327,6 @@ for (const [label, shape] of process.env.ONLY_REACTION
   rmSync(join(probe, ".."), { recursive: true, force: true });
   await measure(label, shape);
 }
-await reaction();
+if (!process.env.ONLY_GOODPUT) await reaction();
+await goodput();
 console.log(`models: ${sizes.join(", ")}; ${rounds} rounds each; load average ${before} before, ${loadavg()[0]!.toFixed(1)} after`);
