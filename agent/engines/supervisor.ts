@@ -247,6 +247,8 @@ export class Supervisor {
       proc.stopping = true;
       await this.terminate(proc.child, proc.exited);
       if (err instanceof EngineError && err.code === "health_deadline_exceeded") throw err;
+      // "exit" can come before the last of its output is read: the reason is in that output.
+      await Promise.race([proc.outputClosed, this.clock.sleep(1_000)]);
       const status = proc.exit as ExitStatus | undefined;
       throw new EngineError(
         "exited_before_ready",
@@ -416,6 +418,8 @@ class RuntimeProcess {
   /** Set before stopping it: its end is then not a crash. */
   stopping = false;
   exit: ExitStatus | undefined;
+  /** Resolves once its stdout and stderr are closed (all its output read), or at once when the spawn failed. */
+  readonly outputClosed: Promise<void>;
   tail = "";
   private readonly keepTail = (c: Buffer) => (this.tail = (this.tail + c.toString()).slice(-tailBytes));
 
@@ -448,6 +452,12 @@ class RuntimeProcess {
       });
     });
     void this.exited.then(() => this.gone.abort());
+    this.outputClosed = new Promise<void>((resolve) => {
+      this.child.once("close", () => resolve());
+      this.child.once("error", () => {
+        if (this.child.pid === undefined) resolve();
+      });
+    });
   }
 
   get pid(): number | undefined {
