@@ -84,6 +84,8 @@ export class ColdStarts {
   async wait(target: DeploymentTarget & { coldStart: { timeoutMs: number } }, call: HeldCall): Promise<DeploymentTarget | undefined> {
     const { clock } = this.deps;
     if (this.stopped) throw stopping();
+    // Gone already: its abort would fire before it is in the queue, and it would wait out the timeout.
+    if (call.signal.aborted) throw new ConnectError("the caller went away", Code.Canceled);
     const w = this.waiting.get(target.deploymentId) ?? this.watch(target);
     if (w.waiters.length >= this.deps.maxHeld) {
       throw new ConnectError(

@@ -149,6 +149,9 @@ describe("ColdStarts", () => {
     leaving.abort();
     expect((await held)?.code).toBe(Code.Canceled);
     expect(s.holds.heldOf("d-1")).toBe(0);
+    // One gone before it was held is not held at all.
+    await expect(wait(s.holds, leaving.signal)).rejects.toMatchObject({ code: Code.Canceled });
+    expect(s.holds.heldOf("d-1")).toBe(0);
     const next = wait(s.holds);
     s.announce(target(1, 1));
     await expect(next).resolves.toBeDefined();
