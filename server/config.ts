@@ -73,6 +73,10 @@ export interface Config {
   coldStartKeepAliveMs: number;
   /** A replica is idle, and may be evicted to make room, once its deployment had no request for this long. */
   evictIdleAfterMs: number;
+  /** Whether requests go to the replica that holds their prompt's head (else by load alone). */
+  prefixRouting: boolean;
+  /** The prefix index's memory per deployment on this replica. */
+  prefixIndexBudgetBytes: number;
 }
 
 export class ConfigError extends Error {
@@ -117,6 +121,8 @@ export const defaults = {
   MODELFORGE_COLD_START_MAX_HELD: "100",
   MODELFORGE_COLD_START_KEEPALIVE: "5s",
   MODELFORGE_EVICT_IDLE_AFTER: "2m",
+  MODELFORGE_PREFIX_ROUTING: "on",
+  MODELFORGE_PREFIX_INDEX_BUDGET: "8MiB",
   MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
 } as const;
 
@@ -238,6 +244,8 @@ export function loadConfig(env: Env): Config {
     coldStartMaxHeld: v.integer("MODELFORGE_COLD_START_MAX_HELD", 1, 100_000),
     coldStartKeepAliveMs: v.durationAtMost("MODELFORGE_COLD_START_KEEPALIVE", 60_000),
     evictIdleAfterMs: v.duration("MODELFORGE_EVICT_IDLE_AFTER"),
+    prefixRouting: v.onOff("MODELFORGE_PREFIX_ROUTING"),
+    prefixIndexBudgetBytes: v.byteSize("MODELFORGE_PREFIX_INDEX_BUDGET", 1024, 1024 ** 3),
   };
   checkConfig(config);
   return config;

@@ -15,6 +15,8 @@ export interface DeploymentInstanceRoute {
   engine: string;
   /** Whether its profile turns the built-in engine's embeddings on (llama.cpp's `embeddings`). */
   embeddings: boolean;
+  /** The runtime serving it, new at every load: a replica that restarted is told apart by it. */
+  runtimeId: string;
 }
 export interface DeploymentTarget {
   deploymentId: string;
@@ -57,7 +59,15 @@ export interface RoutedDeployment {
   invokeTimeoutMs: number;
   autoscale: boolean;
   coldStartTimeoutMs: number;
-  instances: { revision: bigint; replica: number; phase: string; nodeId: string | null; engine: string; embeddings: boolean }[];
+  instances: {
+    revision: bigint;
+    replica: number;
+    phase: string;
+    nodeId: string | null;
+    engine: string;
+    embeddings: boolean;
+    runtimeId: string | null;
+  }[];
 }
 
 export function targetOf(d: RoutedDeployment): DeploymentTarget {
@@ -75,6 +85,7 @@ export function targetOf(d: RoutedDeployment): DeploymentTarget {
             phase: "READY" as const,
             engine: i.engine,
             embeddings: i.embeddings,
+            runtimeId: i.runtimeId ?? "",
           }))
       : [];
   return {
@@ -124,7 +135,7 @@ export function deploymentRoutes(
 const routeColumns = `d.id::text AS id, d.name, d.desired, d.revision::text AS revision, d.replicas, d."createdAt",
        d."maxInFlight", d."invokeTimeoutMs", d.autoscale, d."coldStartTimeoutMs", i.revision::text AS "instanceRevision", i.replica AS "instanceReplica",
        i.phase AS "instancePhase", i."nodeId"::text AS "instanceNodeId", p.engine AS "instanceEngine",
-       p.embeddings AS "instanceEmbeddings"
+       p.embeddings AS "instanceEmbeddings", i."runtimeId" AS "instanceRuntimeId"
   FROM "Deployment" AS d
   LEFT JOIN "DeploymentInstance" AS i ON i."deploymentId" = d.id
   LEFT JOIN "RuntimeProfile" AS p ON p.name = i."runtimeProfile"`;
@@ -154,6 +165,7 @@ interface RouteRow {
   instanceNodeId: string | null;
   instanceEngine: string | null;
   instanceEmbeddings: boolean | null;
+  instanceRuntimeId: string | null;
 }
 
 /** One deployment's rows (at least one) as the deployment they describe. */
@@ -180,6 +192,7 @@ function routedOf(rows: RouteRow[]): RoutedDeployment {
         // A profile deleted since (or never stored) names no engine.
         engine: r.instanceEngine ?? "",
         embeddings: r.instanceEmbeddings === true,
+        runtimeId: r.instanceRuntimeId,
       })),
   };
 }

@@ -43,6 +43,8 @@ const common: Record<string, Check> = {
   frequency_penalty: nullable(number(-2, 2)),
   logit_bias: nullable(map(matches(/^\d{1,10}$/, "a token id"), number(-100, 100), 1024)),
   user: text(256),
+  // OpenAI's key for prompt caching: the relay keeps one key's requests on one replica.
+  prompt_cache_key: text(256),
   metadata: nullable(map(text(64), text(512), 16)),
   store: nullable(bool),
   service_tier: nullable(text(64)),

@@ -53,6 +53,7 @@ import type { Drain } from "./drain.js";
 import type { AbandonReason } from "../context.js";
 import { mustWait, type ColdStarts } from "./cold-start.js";
 import type { ServingActivity } from "./activity.js";
+import type { PrefixRouting, PromptKey } from "./prefix-routing.js";
 
 export interface InvokeCall {
   /** By id or name. */
@@ -129,6 +130,8 @@ export interface InvokeRelayDeps {
   coldStarts?: ColdStarts;
   /** Counts each deployment's requests for the autoscaler. */
   activity?: Pick<ServingActivity, "began">;
+  /** Routes a request to the replica that holds its prompt's head; without it, by load alone. */
+  prefix?: PrefixRouting;
 }
 
 /** What a stream's caller may leave unread before the request ends as client_stalled. */
@@ -153,9 +156,17 @@ export class InvokeRelay {
     this.random = deps.random ?? Math.random;
     this.routeCache = new LookupCache(deps.clock, deps.routeCacheMs ?? 1_000, staleWhileDatabaseAway(Infinity, deps.outage));
     // Drain, revision change, unload: the next request sees it, not one a cache period later.
-    this.stopListening = deps.routes.onChange((deploymentId) =>
-      this.routeCache.deleteWhere((key, target) => target === undefined || target.deploymentId === deploymentId || key === deploymentId),
-    );
+    this.stopListening = deps.routes.onChange((deploymentId) => {
+      this.routeCache.deleteWhere((key, target) => target === undefined || target.deploymentId === deploymentId || key === deploymentId);
+      // A replica unloaded or restarted: its prompts are forgotten now, not at the next request.
+      const prefix = deps.prefix;
+      if (prefix?.knows(deploymentId)) {
+        deps.routes.find(deploymentId).then(
+          (target) => prefix.changed(deploymentId, target),
+          () => undefined,
+        );
+      }
+    });
   }
 
   /** Requests in flight through this control plane on one replica of a deployment. */
@@ -307,10 +318,11 @@ export class InvokeRelay {
       finished: false,
     };
     let outcome = "ok";
+    const prompt = this.deps.prefix?.promptOf(checked);
     try {
       const tried = new Set<string>();
       for (;;) {
-        const replica = this.choose(deployment, route.here, tried);
+        const replica = this.choose(deployment, route.here, tried, prompt);
         tried.add(replicaKey(deployment.deploymentId, replica.revision, replica.replica));
         try {
           yield* this.attempt(request, replica);
@@ -343,11 +355,16 @@ export class InvokeRelay {
     }
   }
 
-  /** The replica a request goes to, by power of two choices among those below max_in_flight; else resource_exhausted. */
+  /**
+   * The replica a request goes to among those below max_in_flight and not yet tried: by its prompt
+   * when prefix routing is on (./prefix-routing.ts), else by power of two choices; else
+   * resource_exhausted.
+   */
   private choose(
     deployment: DeploymentTarget,
     candidates: DeploymentTarget["ready"],
     tried: ReadonlySet<string>,
+    prompt: PromptKey | undefined,
   ): DeploymentTarget["ready"][number] {
     const key = (r: DeploymentTarget["ready"][number]) => replicaKey(deployment.deploymentId, r.revision, r.replica);
     const load = (r: DeploymentTarget["ready"][number]) => ({
@@ -355,7 +372,10 @@ export class InvokeRelay {
       queued: this.deps.sessions.get(r.nodeId)?.queuedAt(deployment.deploymentId, r.revision, r.replica) ?? 0,
     });
     const open = candidates.filter((r) => !tried.has(key(r)));
-    const replica = pickReplica(open, load, deployment.maxInFlight, this.random);
+    const replica =
+      prompt !== undefined && this.deps.prefix !== undefined
+        ? this.deps.prefix.choose(deployment, open, load, this.random, prompt)
+        : pickReplica(open, load, deployment.maxInFlight, this.random);
     if (replica !== undefined) return replica;
     if (tried.size > 0) throw unreachable(deployment.name, "no other replica could take the request");
     this.deps.counts.record(deployment.deploymentId, "resource_exhausted");

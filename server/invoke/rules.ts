@@ -59,15 +59,23 @@ export interface ReplicaLoad {
  * gives [0, 1).
  */
 export function pickReplica<T>(candidates: readonly T[], load: (c: T) => ReplicaLoad, bound: number, random: () => number): T | undefined {
-  const open = candidates.filter((c) => bound <= 0 || load(c).inFlight < bound);
+  return powerOfTwo(openReplicas(candidates, load, bound), load, random);
+}
+
+/** The candidates below their bound on requests in flight (none when 0). */
+export function openReplicas<T>(candidates: readonly T[], load: (c: T) => ReplicaLoad, bound: number): T[] {
+  return candidates.filter((c) => bound <= 0 || load(c).inFlight < bound);
+}
+
+/** A replica's requests: in flight here and queued on its node. */
+export const weightOf = (l: ReplicaLoad) => l.inFlight + l.queued;
+
+/** Power of two choices among replicas already known open. */
+export function powerOfTwo<T>(open: readonly T[], load: (c: T) => ReplicaLoad, random: () => number): T | undefined {
   if (open.length <= 1) return open[0];
   const a = Math.floor(random() * open.length);
   const b = (a + 1 + Math.floor(random() * (open.length - 1))) % open.length;
-  const weight = (c: T) => {
-    const l = load(c);
-    return l.inFlight + l.queued;
-  };
-  return weight(open[b]!) < weight(open[a]!) ? open[b] : open[a];
+  return weightOf(load(open[b]!)) < weightOf(load(open[a]!)) ? open[b] : open[a];
 }
 
 /**

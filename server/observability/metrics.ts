@@ -46,6 +46,15 @@ export interface ColdStartMetrics {
   coldStartSeconds(deployment: string, ms: number): void;
 }
 
+/** What prefix-aware routing counts (../invoke/prefix-routing.ts), labelled by the deployment's name. */
+export interface PrefixRoutingMetrics {
+  /** A replica was chosen for a request, and why: session, matched, no_match or overloaded. */
+  routed(deployment: string, decision: string): void;
+}
+
+/** The prefix index's size now, per deployment and replica ("<revision>/<slot>"), read when scraped. */
+export type PrefixIndexSizes = () => { deployment: string; replica: string; blocks: number }[];
+
 /** What evictions count (../deployments/controller.ts). */
 export interface EvictionMetrics {
   /** An idle replica was evicted; `reason`: "make_room" (for a replica that fit no node). */
@@ -80,6 +89,8 @@ export class ServerMetrics {
   readonly serving: ServingMetrics;
   readonly coldStarts: ColdStartMetrics;
   readonly evictions: EvictionMetrics;
+  readonly prefixRouting: PrefixRoutingMetrics;
+  private prefixIndex: PrefixIndexSizes | undefined;
   private sources: MetricSources | undefined;
   private fleet: { at: number; counts: Promise<FleetCounts | undefined> } | undefined;
 
@@ -148,6 +159,34 @@ export class ServerMetrics {
     });
     evictions.inc({ reason: "make_room" }, 0);
     this.evictions = { evicted: (reason) => evictions.inc({ reason }) };
+    this.prefixRouting = this.prefixRoutingMetrics(registers);
+  }
+
+  /** The routing decisions, and the index's blocks read when scraped. */
+  private prefixRoutingMetrics(registers: Registry[]): PrefixRoutingMetrics {
+    const self = this;
+    const routed = new Counter({
+      name: "modelforge_prefix_routing_total",
+      help: "Requests routed on this replica by prefix-aware routing, by deployment and decision (session, matched, no_match, overloaded).",
+      labelNames: ["deployment", "decision"] as const,
+      registers,
+    });
+    new Gauge({
+      name: "modelforge_prefix_index_blocks",
+      help: "Prompt blocks this replica's prefix index remembers per deployment and serving replica (<revision>/<slot>).",
+      labelNames: ["deployment", "replica"] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const s of self.prefixIndex?.() ?? []) this.set({ deployment: s.deployment, replica: s.replica }, s.blocks);
+      },
+    });
+    return { routed: (deployment, decision) => routed.inc({ deployment, decision }) };
+  }
+
+  /** Connects the prefix index's gauge to the relay's index. */
+  observePrefixIndex(sizes: PrefixIndexSizes): void {
+    this.prefixIndex = sizes;
   }
 
   /** Gauges of this replica's sessions and admission gate, read when scraped. */

@@ -15,6 +15,7 @@ import { UsageLedger } from "../usage/ledger.js";
 import { adminUsage } from "../usage/report.js";
 import { KeyLimiter } from "../usage/limits.js";
 import { openElastic } from "./elastic.js";
+import { PrefixRouting } from "../invoke/prefix-routing.js";
 import type { Cluster } from "./cluster.js";
 import type { Sessions } from "./sessions.js";
 import type { Deployments } from "./deployments.js";
@@ -34,6 +35,8 @@ export interface ServingDeps extends Core {
     | "autoscaleWindowMs"
     | "coldStartMaxHeld"
     | "coldStartKeepAliveMs"
+    | "prefixRouting"
+    | "prefixIndexBudgetBytes"
   >;
   ca: Ca;
   cluster: Cluster;
@@ -62,6 +65,10 @@ export async function openServing(deps: ServingDeps) {
   const logs = new LogWatches(deps.sessions.registry);
   const { replica, forwarder } = await openForwarding(deps, replicaId);
   const elastic = openElastic({ ...deps, routes, replicaId });
+  const prefix = deps.config.prefixRouting
+    ? new PrefixRouting({ budgetBytes: deps.config.prefixIndexBudgetBytes, metrics: deps.metrics?.prefixRouting })
+    : undefined;
+  if (prefix !== undefined) deps.metrics?.observePrefixIndex(() => prefix.sizes());
   const relay = new InvokeRelay({
     sessions: deps.sessions.registry,
     routes,
@@ -78,6 +85,7 @@ export async function openServing(deps: ServingDeps) {
     maxUnreadBytes: deps.config.invokeMaxUnreadBytes,
     coldStarts: elastic.coldStarts,
     activity: elastic.activity,
+    prefix,
   });
   const loops: Loop[] = [
     ...elastic.loops,

@@ -22,6 +22,7 @@ const target = (replicas: number, ready: number, coldStart = true): DeploymentTa
     phase: "READY" as const,
     engine: "llama.cpp",
     embeddings: false,
+    runtimeId: `rt-${i}`,
   })),
   ...(coldStart ? { coldStart: { timeoutMs: 10_000, replicas } } : {}),
 });

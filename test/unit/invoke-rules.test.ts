@@ -37,7 +37,7 @@ const target = (over: Partial<DeploymentTarget> = {}): DeploymentTarget => ({
   createdAt: 0,
   maxInFlight: 2,
   invokeTimeoutMs: 60_000,
-  ready: [{ revision: 2n, replica: 0, nodeId: "n1", phase: "READY", engine: "llama.cpp", embeddings: false }],
+  ready: [{ revision: 2n, replica: 0, nodeId: "n1", phase: "READY", engine: "llama.cpp", embeddings: false, runtimeId: "" }],
   ...over,
 });
 const codeOf = (f: () => unknown) => {
@@ -65,8 +65,8 @@ describe("routing an invoke", () => {
   it("takes every ready replica whose node's session is here; else every ready one is a candidate elsewhere", () => {
     const t = target({
       ready: [
-        { revision: 3n, replica: 0, nodeId: "n2", phase: "READY", engine: "llama.cpp", embeddings: false },
-        { revision: 2n, replica: 0, nodeId: "n1", phase: "READY", engine: "llama.cpp", embeddings: false },
+        { revision: 3n, replica: 0, nodeId: "n2", phase: "READY", engine: "llama.cpp", embeddings: false, runtimeId: "" },
+        { revision: 2n, replica: 0, nodeId: "n1", phase: "READY", engine: "llama.cpp", embeddings: false, runtimeId: "" },
       ],
     });
     expect(routeInvoke(t, scope, "tiny", up)).toEqual({ here: t.ready });
@@ -339,8 +339,8 @@ describe("the relay over a fake node session", () => {
   it("sends a request to the replica slot with the shorter queue its node reported, naming the slot", async () => {
     const pair = target({
       ready: [
-        { revision: 2n, replica: 0, nodeId: "n1", phase: "READY", engine: "llama.cpp", embeddings: false },
-        { revision: 2n, replica: 1, nodeId: "n1", phase: "READY", engine: "llama.cpp", embeddings: false },
+        { revision: 2n, replica: 0, nodeId: "n1", phase: "READY", engine: "llama.cpp", embeddings: false, runtimeId: "" },
+        { revision: 2n, replica: 1, nodeId: "n1", phase: "READY", engine: "llama.cpp", embeddings: false, runtimeId: "" },
       ],
     });
     const s = setup(pair);
@@ -500,7 +500,7 @@ describe("the relay over a fake node session", () => {
 
   it("forwards to the replica holding the node's session, once; none holding it is unavailable", async () => {
     const elsewhere = target({
-      ready: [{ revision: 2n, replica: 0, nodeId: "n9", phase: "READY", engine: "llama.cpp", embeddings: false }],
+      ready: [{ revision: 2n, replica: 0, nodeId: "n9", phase: "READY", engine: "llama.cpp", embeddings: false, runtimeId: "" }],
     });
     const holder = { nodeId: "n9", replicaId: "r-a", url: "https://a.internal:8443" };
     const forwarder = new FakeForwarder({ n9: holder });

@@ -41,8 +41,8 @@ const invalid = (param: string, message: string) =>
 const unsupported = (param: string, message: string) =>
   new OpenAiError(400, "invalid_request_error", "unsupported_parameter", `${param}: ${message}`, param);
 
-/** Fields that change nothing here: a caller's tag, metadata for a log. */
-const ignored = new Set(["user", "metadata"]);
+/** Fields that change nothing here: a caller's tag, metadata for a log, the routing hint the control plane already used. */
+const ignored = new Set(["user", "metadata", "prompt_cache_key"]);
 const sampling = [
   "model",
   "max_tokens",
