@@ -2,7 +2,7 @@
 import { durationMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { GetUsageResponseSchema, UsageGrouping, type UsageRow } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { command, parseSince, textOption, UsageError, valueOption, type Group } from "../args.js";
-import { dateOf, formatDuration, formatTime, table } from "../format.js";
+import { dateOf, formatDuration, formatPercent, formatTime, table } from "../format.js";
 import { printList } from "../output.js";
 
 const groupings: Record<string, UsageGrouping> = {
@@ -22,13 +22,15 @@ export function renderUsageTable(rows: UsageRow[], by: UsageGrouping): string {
         ? "FROM"
         : "DEPLOYMENT";
   return table(
-    [first, "REQUESTS", "FAILED", "PROMPT TOKENS", "CACHED", "COMPLETION TOKENS", "MEAN TTFT"],
+    [first, "REQUESTS", "FAILED", "PROMPT TOKENS", "CACHED", "CACHED SHARE", "COMPLETION TOKENS", "MEAN TTFT"],
     rows.map((r) => [
       first === "KEY" ? r.keyId : first === "FROM" ? formatTime(dateOf(r.start)) : r.deploymentName || r.deploymentId,
       String(r.requests),
       String(r.failedRequests),
       String(r.promptTokens),
       String(r.cachedPromptTokens),
+      // Of the prompt tokens, the share the runtimes reused from their caches: what routing by prefix saves.
+      r.promptTokens === 0n ? "-" : formatPercent((Number(r.cachedPromptTokens) * 100) / Number(r.promptTokens)),
       String(r.completionTokens),
       r.meanTimeToFirstToken === undefined ? "-" : formatDuration(durationMs(r.meanTimeToFirstToken)),
     ]),

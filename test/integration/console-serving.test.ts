@@ -205,6 +205,10 @@ describe("the serving pages with the admin key", { timeout: 150_000 }, () => {
     expect(moved).not.toBe(flat);
     await page.getByTestId("usage-deployments").getByText("web-tiny").waitFor();
     await page.getByTestId("usage-keys").getByText("web").waitFor();
+    // The share of prompt tokens served from the runtime's cache, beside the counts.
+    await page.getByTestId("usage-deployments").getByText("Cached share").waitFor();
+    const row = page.getByTestId("usage-deployments").locator("tr", { hasText: "web-tiny" });
+    expect(await row.locator("td").nth(5).textContent()).toMatch(/^\d{1,3}\.\d %$/);
     const href = (await page.getByTestId("usage-csv").getAttribute("href")) ?? "";
     expect(href.startsWith("data:text/csv;charset=utf-8,")).toBe(true);
     const csv = decodeURIComponent(href.slice(href.indexOf(",") + 1));

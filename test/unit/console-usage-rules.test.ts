@@ -4,7 +4,9 @@ import { create } from "@bufbuild/protobuf";
 import { DurationSchema, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
 import { UsageRowSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { bucketSeries, csvField, isUsageRange, quotaText, quotaWindows, usageCsv } from "../../ui/src/usage.js";
+import { bucketSeries, cachedShare, csvField, isUsageRange, quotaText, quotaWindows, usageCsv } from "../../ui/src/usage.js";
+import { renderUsageTable } from "../../cli/commands/usage.js";
+import { UsageGrouping } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 
 const minute = 60_000;
 const at = (ms: number, requests: number) => create(UsageRowSchema, { start: timestampFromMs(ms), requests: BigInt(requests) });
@@ -85,4 +87,19 @@ describe("a key's quotas", () => {
     [9_999, 10_000, "Tokens today: 9,999 of 10,000 (99 %)"],
     [12_000, 10_000, "Tokens today: 12,000 of 10,000 (100 %)"],
   ])("%d of %d reads %s", (used, limit, want) => expect(quotaText("Tokens today", used, limit)).toBe(want));
+});
+
+describe("the share of prompt tokens served from cache", () => {
+  it.each([
+    [0n, 0n, "-", "-"],
+    [1000n, 0n, "0.0 %", "0.0%"],
+    [1000n, 452n, "45.2 %", "45.2%"],
+    [3n, 3n, "100.0 %", "100.0%"],
+  ])("%d prompt tokens, %d cached: console %s, forge usage %s", (promptTokens, cachedPromptTokens, console, cli) => {
+    expect(cachedShare({ promptTokens, cachedPromptTokens })).toBe(console);
+    const row = { deploymentName: "chat", requests: 1n, failedRequests: 0n, promptTokens, cachedPromptTokens, completionTokens: 0n };
+    const rendered = renderUsageTable([row as unknown as Parameters<typeof renderUsageTable>[0][number]], UsageGrouping.DEPLOYMENT);
+    expect(rendered).toContain("CACHED SHARE");
+    expect(rendered.split("\n")[1]!.split(/\s+/)[5]).toBe(cli);
+  });
 });

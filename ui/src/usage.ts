@@ -54,6 +54,12 @@ export function csvField(value: string | number | bigint): string {
   return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }
 
+/** Of a row's prompt tokens, the share served from the runtimes' caches: "45.2 %", or "-" without prompt tokens. */
+export function cachedShare(r: Pick<UsageRow, "promptTokens" | "cachedPromptTokens">): string {
+  if (r.promptTokens === 0n) return "-";
+  return `${((Number(r.cachedPromptTokens) * 100) / Number(r.promptTokens)).toFixed(1)} %`;
+}
+
 /** The usage table as CSV: one line per deployment row and per key row, with a header. */
 export function usageCsv(byDeployment: UsageRow[], byKey: UsageRow[], keyName: (id: string) => string): string {
   const line = (group: string, id: string, name: string, r: UsageRow) =>

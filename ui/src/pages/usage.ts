@@ -7,7 +7,18 @@ import { admin, pause } from "../api.js";
 import { lineChart } from "../chart.js";
 import { formValues, h, morph, section, table } from "../dom.js";
 import { limitsText } from "./service-keys.js";
-import { bucketSeries, isUsageRange, quotaText, quotaWindows, tokensOf, ttftMs, type UsageRange, usageCsv, usageRanges } from "../usage.js";
+import {
+  bucketSeries,
+  cachedShare,
+  isUsageRange,
+  quotaText,
+  quotaWindows,
+  tokensOf,
+  ttftMs,
+  type UsageRange,
+  usageCsv,
+  usageRanges,
+} from "../usage.js";
 
 const pollMs = 3_000;
 const buckets = {
@@ -159,13 +170,14 @@ export async function usagePage(main: HTMLElement, signal: AbortSignal, params: 
 function usageTable(first: string, rows: UsageRow[], name: (r: UsageRow) => string, testId: string): HTMLElement {
   if (rows.length === 0) return h("p", { "data-testid": testId }, "No usage in this range.");
   return table(
-    [first, "Requests", "Failed", "Prompt tokens", "Cached", "Completion tokens", "Mean time to first token"],
+    [first, "Requests", "Failed", "Prompt tokens", "Cached", "Cached share", "Completion tokens", "Mean time to first token"],
     rows.map((r) => [
       name(r),
       String(r.requests),
       String(r.failedRequests),
       String(r.promptTokens),
       String(r.cachedPromptTokens),
+      cachedShare(r),
       String(r.completionTokens),
       r.meanTimeToFirstToken === undefined ? "-" : `${ttftMs(r).toFixed(0)} ms`,
     ]),
