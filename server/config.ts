@@ -77,6 +77,8 @@ export interface Config {
   prefixRouting: boolean;
   /** The prefix index's memory per deployment on this replica. */
   prefixIndexBudgetBytes: number;
+  /** Requests beyond the least loaded replica's at which the replica holding a prompt's prefix is passed over. */
+  prefixOverloadMargin: number;
 }
 
 export class ConfigError extends Error {
@@ -123,6 +125,7 @@ export const defaults = {
   MODELFORGE_EVICT_IDLE_AFTER: "2m",
   MODELFORGE_PREFIX_ROUTING: "on",
   MODELFORGE_PREFIX_INDEX_BUDGET: "8MiB",
+  MODELFORGE_PREFIX_OVERLOAD_MARGIN: "3",
   MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
 } as const;
 
@@ -246,6 +249,7 @@ export function loadConfig(env: Env): Config {
     evictIdleAfterMs: v.duration("MODELFORGE_EVICT_IDLE_AFTER"),
     prefixRouting: v.onOff("MODELFORGE_PREFIX_ROUTING"),
     prefixIndexBudgetBytes: v.byteSize("MODELFORGE_PREFIX_INDEX_BUDGET", 1024, 1024 ** 3),
+    prefixOverloadMargin: v.integer("MODELFORGE_PREFIX_OVERLOAD_MARGIN", 0, 10_000),
   };
   checkConfig(config);
   return config;

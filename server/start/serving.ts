@@ -16,6 +16,7 @@ import { adminUsage } from "../usage/report.js";
 import { KeyLimiter } from "../usage/limits.js";
 import { openElastic } from "./elastic.js";
 import { PrefixRouting } from "../invoke/prefix-routing.js";
+import { defaultPrefixPolicy } from "../invoke/prefix-rules.js";
 import type { Cluster } from "./cluster.js";
 import type { Sessions } from "./sessions.js";
 import type { Deployments } from "./deployments.js";
@@ -37,6 +38,7 @@ export interface ServingDeps extends Core {
     | "coldStartKeepAliveMs"
     | "prefixRouting"
     | "prefixIndexBudgetBytes"
+    | "prefixOverloadMargin"
   >;
   ca: Ca;
   cluster: Cluster;
@@ -66,7 +68,11 @@ export async function openServing(deps: ServingDeps) {
   const { replica, forwarder } = await openForwarding(deps, replicaId);
   const elastic = openElastic({ ...deps, routes, replicaId });
   const prefix = deps.config.prefixRouting
-    ? new PrefixRouting({ budgetBytes: deps.config.prefixIndexBudgetBytes, metrics: deps.metrics?.prefixRouting })
+    ? new PrefixRouting({
+        budgetBytes: deps.config.prefixIndexBudgetBytes,
+        policy: { ...defaultPrefixPolicy, overloadMargin: deps.config.prefixOverloadMargin },
+        metrics: deps.metrics?.prefixRouting,
+      })
     : undefined;
   if (prefix !== undefined) deps.metrics?.observePrefixIndex(() => prefix.sizes());
   const relay = new InvokeRelay({

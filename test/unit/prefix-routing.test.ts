@@ -78,9 +78,9 @@ describe("pickByPrefix", () => {
     ["a tie goes to the less loaded", { a: [2, 0] }, { a: 12, b: 12 }, undefined, 0, "b", "matched"],
     ["a match under 10 % of the prompt does not count", {}, { c: 1 }, undefined, 0, "a", "no_match"],
     ["exactly 10 % counts", {}, { c: 2 }, undefined, 0, "c", "matched"],
-    ["within the margin the match still wins", { b: [4, 0] }, { b: 12 }, undefined, 0, "b", "matched"],
-    ["queued requests count toward the margin", { b: [2, 3] }, { b: 12 }, undefined, 0, "a", "overloaded"],
-    ["beyond the margin: power of two choices", { b: [5, 0] }, { b: 12 }, undefined, 0, "a", "overloaded"],
+    ["within the margin the match still wins", { b: [3, 0] }, { b: 12 }, undefined, 0, "b", "matched"],
+    ["queued requests count toward the margin", { b: [2, 2] }, { b: 12 }, undefined, 0, "a", "overloaded"],
+    ["beyond the margin: power of two choices", { b: [4, 0] }, { b: 12 }, undefined, 0, "a", "overloaded"],
     ["a replica at its bound is passed over", { b: [8, 0] }, { b: 12 }, undefined, 0, "a", "no_match"],
     ["the session's replica wins over a longer match", {}, { a: 12 }, "d", 0, "d", "session"],
     ["an overloaded session's replica: the match, if calm", { d: [6, 0] }, { a: 12 }, "d", 0, "a", "matched"],
@@ -124,7 +124,7 @@ describe("pickByPrefix", () => {
     expect(us).toBeLessThan(20);
   });
 
-  it("states its policy", () => expect(defaultPrefixPolicy).toEqual({ minShare: 0.1, minBlocks: 1, overloadMargin: 4 }));
+  it("states its policy", () => expect(defaultPrefixPolicy).toEqual({ minShare: 0.1, minBlocks: 1, overloadMargin: 3 }));
 });
 
 describe("the prefix index", () => {

@@ -57,6 +57,9 @@ describe("configuration", () => {
     [{ MODELFORGE_INVOKE_MAX_UNREAD: "1MB" }, /MODELFORGE_INVOKE_MAX_UNREAD: expected a size/],
     [{ MODELFORGE_INVOKE_MAX_UNREAD: "1KiB" }, /MODELFORGE_INVOKE_MAX_UNREAD: expected from 4096 bytes to 64MiB/],
     [{ MODELFORGE_INVOKE_MAX_UNREAD: "65MiB" }, /MODELFORGE_INVOKE_MAX_UNREAD: expected from 4096 bytes to 64MiB/],
+    [{ MODELFORGE_PREFIX_ROUTING: "maybe" }, /MODELFORGE_PREFIX_ROUTING/],
+    [{ MODELFORGE_PREFIX_INDEX_BUDGET: "512" }, /MODELFORGE_PREFIX_INDEX_BUDGET: expected from 1024 bytes to 1024MiB/],
+    [{ MODELFORGE_PREFIX_OVERLOAD_MARGIN: "-1" }, /MODELFORGE_PREFIX_OVERLOAD_MARGIN/],
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);
@@ -85,6 +88,12 @@ describe("sizes", () => {
   it.each(["", "0", "1MB", "1 MiB", "-1", "1.5MiB", "99999999999999999GiB"])("refuses %j", (text) =>
     expect(() => parseByteSize(text)).toThrow(),
   );
+  it("reads prefix routing's settings: on, 8 MiB per deployment, a margin of 3 by default", () => {
+    expect(loadConfig({})).toMatchObject({ prefixRouting: true, prefixIndexBudgetBytes: 8 * 1_048_576, prefixOverloadMargin: 3 });
+    expect(
+      loadConfig({ MODELFORGE_PREFIX_ROUTING: "off", MODELFORGE_PREFIX_INDEX_BUDGET: "64KiB", MODELFORGE_PREFIX_OVERLOAD_MARGIN: "0" }),
+    ).toMatchObject({ prefixRouting: false, prefixIndexBudgetBytes: 65_536, prefixOverloadMargin: 0 });
+  });
   it("reads MODELFORGE_INVOKE_MAX_UNREAD, 1 MiB by default", () => {
     expect(loadConfig({}).invokeMaxUnreadBytes).toBe(1_048_576);
     expect(loadConfig({ MODELFORGE_INVOKE_MAX_UNREAD: "16KiB" }).invokeMaxUnreadBytes).toBe(16_384);
