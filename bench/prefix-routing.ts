@@ -289,7 +289,7 @@ function ruleCost(): void {
   console.log(
     `render + hash + match + rule + record, 2,000-token chat, 4 replicas: ${perCall(20_000, (i) => {
       const checked = bodies[i % 64]!;
-      routing.choose(four, four.ready, (r) => load.get(r)!, random, routing.promptOf(checked)!);
+      routing.choose(four, four.ready, (r) => load.get(r)!, random, routing.promptOf(checked, "k1")!);
     })}`,
   );
 }
@@ -323,7 +323,7 @@ function cachedShare(planes: { routing: PrefixRouting | undefined; replicas: Dep
     const replica =
       plane.routing === undefined
         ? pickReplica(plane.replicas.ready, idle, 64, random)!
-        : plane.routing.choose(plane.replicas, plane.replicas.ready, idle, random, plane.routing.promptOf(checked)!)!;
+        : plane.routing.choose(plane.replicas, plane.replicas.ready, idle, random, plane.routing.promptOf(checked, "k1")!)!;
     const text = JSON.stringify(messages);
     let best = 0;
     for (const earlier of seen.get(replica.replica) ?? []) {

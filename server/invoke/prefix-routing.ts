@@ -35,12 +35,18 @@ export class PrefixRouting {
     this.maxBlocks = Math.max(1, Math.floor(options.budgetBytes / bytesPerBlock));
   }
 
-  /** The request's prompt key; undefined for a request with no prompt to route by (embeddings). */
-  promptOf(checked: CheckedPayload): PromptKey | undefined {
+  /**
+   * The request's prompt key; undefined for a request with no prompt to route by (embeddings). A
+   * session is named within its service key (`keyId`): two clients' "user-1" are two sessions.
+   */
+  promptOf(checked: CheckedPayload, keyId: string): PromptKey | undefined {
     if (checked.api === InvokeApi.EMBEDDINGS) return undefined;
     const text = promptText(checked.api === InvokeApi.CHAT_COMPLETIONS ? "chat" : "completion", checked.body);
     const named = checked.body.prompt_cache_key ?? checked.body.user;
-    return { hashes: blockHashes(text), session: typeof named === "string" && named !== "" ? keyHash(named) : undefined };
+    return {
+      hashes: blockHashes(text),
+      session: typeof named === "string" && named !== "" ? keyHash(`${keyId}\u0000${named}`) : undefined,
+    };
   }
 
   /** The replica for this prompt among `open` (not yet tried), recorded as sent there; undefined when all are at `bound`. */

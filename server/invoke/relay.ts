@@ -318,7 +318,7 @@ export class InvokeRelay {
       finished: false,
     };
     let outcome = "ok";
-    const prompt = this.deps.prefix?.promptOf(checked);
+    const prompt = this.deps.prefix?.promptOf(checked, principal.keyId);
     try {
       const tried = new Set<string>();
       for (;;) {

@@ -164,7 +164,7 @@ describe("the prefix index", () => {
       // Distinct from the first character, so every block of every prompt is new.
       const body = { messages: [{ role: "user", content: `${i} ${tail}` }] };
       const checked = checkPayload("", Buffer.from(JSON.stringify(body)), InvokeApi.CHAT_COMPLETIONS);
-      routing.choose(deployment, deployment.ready, () => ({ inFlight: 0, queued: 0 }), random, routing.promptOf(checked)!);
+      routing.choose(deployment, deployment.ready, () => ({ inFlight: 0, queued: 0 }), random, routing.promptOf(checked, "k1")!);
     }
     gc();
     const grown = process.memoryUsage().heapUsed - before;
@@ -202,6 +202,18 @@ describe("the prefix index", () => {
     for (let r = 0; r < maxIndexedReplicas + 2; r++) index.record(prompt(2, r), `r${r}`);
     expect(index.blocksByReplica().size).toBe(maxIndexedReplicas);
     expect(index.matches(prompt(2, maxIndexedReplicas + 1)).size).toBe(0);
+  });
+
+  it("names a session by prompt_cache_key, else user, within its service key", () => {
+    const routing = new PrefixRouting({ budgetBytes: 1024 * 1024 });
+    const session = (body: Record<string, unknown>, keyId: string) =>
+      routing.promptOf(checkPayload("", Buffer.from(JSON.stringify(body)), InvokeApi.CHAT_COMPLETIONS), keyId)!.session;
+    const messages = [{ role: "user", content: "hi" }];
+    expect(session({ messages }, "k1")).toBeUndefined();
+    expect(session({ messages, user: "u1" }, "k1")).toBe(session({ messages, user: "u1" }, "k1"));
+    expect(session({ messages, user: "u1" }, "k1")).not.toBe(session({ messages, user: "u1" }, "k2"));
+    expect(session({ messages, user: "u1", prompt_cache_key: "c1" }, "k1")).toBe(session({ messages, prompt_cache_key: "c1" }, "k1"));
+    expect(routing.promptOf(checkPayload("", Buffer.from(JSON.stringify({ input: "x" })), InvokeApi.EMBEDDINGS), "k1")).toBeUndefined();
   });
 
   it("keeps a session on its replica, and forgets it with the replica", () => {
