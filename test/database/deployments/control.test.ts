@@ -167,8 +167,11 @@ describe.sequential("deployments through a real server", () => {
     }
     const routes = deploymentRoutes(ts.server.db.prisma, ts.server.db.direct, { onChange: () => () => undefined });
     expect(await routes.find("chat")).toMatchObject({ deploymentId: id, phase: "READY", maxInFlight: 8, invokeTimeoutMs: 60_000 });
+    // The runtime that serves it: a restarted replica is a new runtime, which prefix routing tells apart.
+    const runtimeId = (await ts.admin.getDeployment({ deployment: "chat" })).deployment!.instances[0]!.runtimeId;
+    expect(runtimeId).not.toBe("");
     expect((await routes.find(id))!.ready).toEqual([
-      { revision: 1n, replica: 0, nodeId: node.nodeId, phase: "READY", engine: "llama.cpp", embeddings: false },
+      { revision: 1n, replica: 0, nodeId: node.nodeId, phase: "READY", engine: "llama.cpp", embeddings: false, runtimeId },
     ]);
     expect(await routes.find("no-such")).toBeUndefined();
     // The request path's read (one statement on the driver) builds what the listing (Prisma) does.
