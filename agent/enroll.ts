@@ -1,11 +1,14 @@
 // `agent enroll`: pin the server's CA by fingerprint (as kubeadm does), generate the key on this
 // node, exchange a CSR and the one-time token for a certificate, and persist the identity.
 import { X509Certificate, createPublicKey } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { fingerprintOfPem, nodeIdFromCertificate } from "../common/x509.js";
 import { generateNodeKeyAndCsr } from "./pki/keys.js";
 import { readState, writeState, type AgentState } from "./state.js";
 import { pinnedClient, unverifiedClient } from "./session/transport.js";
 import { agentVersion } from "./version.js";
+import { retryAfterDelay } from "./session/timing.js";
 
 export interface EnrollOptions {
   serverUrl: string;
@@ -14,7 +17,19 @@ export interface EnrollOptions {
   name?: string;
   statePath: string;
   force?: boolean;
+  /**
+   * How long to keep trying while the server answers "busy, retry in N s" (default 5 minutes): a
+   * control plane admits five enrollments at once per address, so a rack behind one NAT enrolling
+   * together takes turns.
+   */
+  busyWaitMs?: number;
+  /** Waits that many milliseconds (tests count the waits). */
+  sleep?: (ms: number) => Promise<unknown>;
 }
+
+const defaultBusyWaitMs = 5 * 60_000;
+/** The most one wait may be, whatever the server says. */
+const maxRetryAfterMs = 60_000;
 
 export class EnrollError extends Error {
   override name = "EnrollError";
@@ -30,14 +45,10 @@ export async function enrollNode(opts: EnrollOptions): Promise<AgentState> {
   if (actual !== expected) {
     throw new EnrollError(`server CA fingerprint ${actual} does not match the expected ${expected}: refusing this server`);
   }
-  const { keyPem, csrPem } = generateNodeKeyAndCsr(opts.name);
+  const { keyPem, csrPem } = await generateNodeKeyAndCsr(opts.name);
   // From here on the server must prove it holds a certificate from the pinned CA.
-  const res = await pinnedClient(opts.serverUrl, info.caCertificatePem).enroll({
-    token: opts.token,
-    csrPem,
-    nodeName: opts.name ?? "",
-    agentVersion,
-  });
+  const client = pinnedClient(opts.serverUrl, info.caCertificatePem);
+  const res = await whenAdmitted(() => client.enroll({ token: opts.token, csrPem, nodeName: opts.name ?? "", agentVersion }), opts);
   checkIssued(res.certificatePem, keyPem, info.caCertificatePem, res.nodeId);
   const state: AgentState = {
     version: 1,
@@ -51,6 +62,25 @@ export async function enrollNode(opts: EnrollOptions): Promise<AgentState> {
   };
   await writeState(opts.statePath, state);
   return state;
+}
+
+/**
+ * The call's answer, retried while the server refuses it as busy (resource_exhausted with a
+ * Retry-After) and the wait fits in `busyWaitMs`; any other refusal, or one past the budget, is
+ * thrown as it came. The token is spent only by the attempt that succeeds.
+ */
+async function whenAdmitted<T>(call: () => Promise<T>, opts: Pick<EnrollOptions, "busyWaitMs" | "sleep">): Promise<T> {
+  const deadline = Date.now() + (opts.busyWaitMs ?? defaultBusyWaitMs);
+  for (;;) {
+    try {
+      return await call();
+    } catch (err) {
+      const busy = err instanceof ConnectError && err.code === Code.ResourceExhausted;
+      const waitMs = busy ? retryAfterDelay(err.metadata.get("retry-after"), maxRetryAfterMs) : undefined;
+      if (waitMs === undefined || Date.now() + waitMs > deadline) throw err;
+      await (opts.sleep ?? sleep)(waitMs);
+    }
+  }
 }
 
 /** The certificate must be for our key, from the pinned CA, and name the node id we were given. */

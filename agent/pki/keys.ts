@@ -1,5 +1,6 @@
-import { createPublicKey, generateKeyPairSync } from "node:crypto";
+import { createPublicKey, generateKeyPair } from "node:crypto";
 import { hostname } from "node:os";
+import { promisify } from "node:util";
 import forge from "node-forge";
 
 export interface NodeKeyAndCsr {
@@ -14,11 +15,13 @@ const MAX_COMMON_NAME = 64;
 
 /**
  * Creates the node's key pair and a CSR for it. The key comes from Node's native generator
- * (forge's JS generator takes seconds); the CSR is signed once with forge, which is fine.
- * The CSR subject is informational only: the server assigns the node identity.
+ * (forge's JS generator takes seconds), off the event loop: an RSA key takes 30-200 ms, which a
+ * running agent renewing its credential must not spend with requests to relay. The CSR is signed
+ * once with forge, which is fine. The CSR subject is informational only: the server assigns the
+ * node identity.
  */
-export function generateNodeKeyAndCsr(nodeName?: string): NodeKeyAndCsr {
-  const { privateKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
+export async function generateNodeKeyAndCsr(nodeName?: string): Promise<NodeKeyAndCsr> {
+  const { privateKey } = await promisify(generateKeyPair)("rsa", { modulusLength: 2048 });
   const keyPem = privateKey.export({ type: "pkcs8", format: "pem" }).toString();
   return { keyPem, csrPem: buildCsrPem(keyPem, nodeName ?? hostname()) };
 }

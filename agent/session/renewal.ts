@@ -63,7 +63,7 @@ export class CredentialRenewal {
   private async run(reason: string): Promise<void> {
     const { store, log } = this.deps;
     log.info({ reason }, "renewing credential");
-    const { keyPem, csrPem } = generateNodeKeyAndCsr();
+    const { keyPem, csrPem } = await generateNodeKeyAndCsr();
     // On a connection of its own, outliving the session: the server revokes the old credential as
     // it issues the new one, which ends this session, and the answer must still arrive.
     const own = this.deps.connect(store.current);

@@ -18,7 +18,7 @@ const tdb = useTestDatabase();
 let certs: string;
 let signed = 0;
 let enroll: ReturnType<typeof enroller>;
-const { csrPem } = generateNodeKeyAndCsr("signing");
+const { csrPem } = await generateNodeKeyAndCsr("signing");
 
 beforeAll(async () => {
   certs = mkdtempSync(join(tmpdir(), "mf-enroll-signing-"));

@@ -44,9 +44,10 @@ async function token(opts: { nodeName?: string; nodeId?: string; ttlMs?: number 
   return res;
 }
 
+// One key for every raw enrollment: the server does not require distinct keys.
+const raw = await generateNodeKeyAndCsr("raw");
 function enrollRaw(tokenSecret: string, server: TestServer = ts) {
-  const { csrPem, keyPem } = generateNodeKeyAndCsr("raw");
-  return { call: pinnedClient(server.url, server.caPem).enroll({ token: tokenSecret, csrPem }), keyPem };
+  return { call: pinnedClient(server.url, server.caPem).enroll({ token: tokenSecret, csrPem: raw.csrPem }) };
 }
 
 async function rejection(p: Promise<unknown>): Promise<ConnectError> {
@@ -64,7 +65,7 @@ describe("enrollment tokens", () => {
   it("a 60-way storm on one token yields exactly one node and one active credential", async () => {
     const t = await token({ nodeName: "storm" });
     // One key for all callers keeps the test fast; the claim does not depend on the key.
-    const { csrPem } = generateNodeKeyAndCsr("storm");
+    const { csrPem } = await generateNodeKeyAndCsr("storm");
     const results = await Promise.allSettled(
       Array.from({ length: 60 }, () => pinnedClient(ts.url, ts.caPem).enroll({ token: t.token, csrPem })),
     );
@@ -161,7 +162,7 @@ describe("every node call checks the certificate and the database", () => {
 
   it("refuses a certificate signed by another CA, even naming a real node", async () => {
     const otherCa = await loadOrCreateCa(mkdtempSync(join(tmpdir(), "mf-other-ca-")));
-    const { keyPem, csrPem } = generateNodeKeyAndCsr("forged");
+    const { keyPem, csrPem } = await generateNodeKeyAndCsr("forged");
     const forged = await otherCa.issueNodeCertificate(csrPem, node.nodeId, { validityMs: 3600_000 });
     const client = nodeClient({ serverUrl: ts.url, caPem: ts.caPem, certPem: forged.certPem, keyPem });
     const err = await rejection(client.heartbeat({}));
@@ -170,7 +171,7 @@ describe("every node call checks the certificate and the database", () => {
   });
 
   it("refuses an expired certificate from our own CA", async () => {
-    const { keyPem, csrPem } = generateNodeKeyAndCsr("expired");
+    const { keyPem, csrPem } = await generateNodeKeyAndCsr("expired");
     const old = await ts.server.ca.issueNodeCertificate(csrPem, node.nodeId, { validityMs: 1000, now: new Date(Date.now() - 3600_000) });
     const client = nodeClient({ serverUrl: ts.url, caPem: ts.caPem, certPem: old.certPem, keyPem });
     const err = await rejection(client.heartbeat({}));
@@ -179,7 +180,7 @@ describe("every node call checks the certificate and the database", () => {
   });
 
   it("refuses a valid certificate from our CA whose serial was never recorded", async () => {
-    const { keyPem, csrPem } = generateNodeKeyAndCsr("unrecorded");
+    const { keyPem, csrPem } = await generateNodeKeyAndCsr("unrecorded");
     const stray = await ts.server.ca.issueNodeCertificate(csrPem, node.nodeId, { validityMs: 3600_000 });
     const client = nodeClient({ serverUrl: ts.url, caPem: ts.caPem, certPem: stray.certPem, keyPem });
     expect((await rejection(client.heartbeat({}))).code).toBe(Code.Unauthenticated);
@@ -265,12 +266,14 @@ describe("renewal and rotation keep the node id and one active credential", () =
   it("RenewCredential issues a new certificate and revokes the calling one in the same step", async () => {
     const node = await enrollTestNode(ts, "renewer");
     const oldClient = await node.client();
-    const { keyPem, csrPem } = generateNodeKeyAndCsr();
+    const { keyPem, csrPem } = await generateNodeKeyAndCsr();
     const renewed = await oldClient.renewCredential({ csrPem });
     const fresh = nodeClient({ ...(await node.state()), certPem: renewed.certificatePem, keyPem });
     await fresh.heartbeat({});
     expect((await rejection(oldClient.heartbeat({}))).rawMessage).toBe("credential revoked");
-    expect((await rejection(oldClient.renewCredential({ csrPem: generateNodeKeyAndCsr().csrPem }))).code).toBe(Code.Unauthenticated);
+    expect((await rejection(oldClient.renewCredential({ csrPem: (await generateNodeKeyAndCsr()).csrPem }))).code).toBe(
+      Code.Unauthenticated,
+    );
     expect(await activeCredentials(node.nodeId)).toBe(1);
   });
 
@@ -344,7 +347,7 @@ describe("decommission", () => {
       () => client.heartbeat({}),
       () => client.putInventory({}),
       () => client.putTelemetry({}),
-      () => client.renewCredential({ csrPem: generateNodeKeyAndCsr().csrPem }),
+      async () => client.renewCredential({ csrPem: (await generateNodeKeyAndCsr()).csrPem }),
     ]) {
       expect((await rejection(call())).code).toBe(Code.Unauthenticated);
     }

@@ -1,6 +1,8 @@
 // Failed enrollments are limited per peer address and logged without flooding: the pure rules as
 // tables with an injected clock, and token-guessing runs against the real server, one at a time and
-// in a concurrent burst with a real CSR, held to the documented five.
+// in a concurrent burst with a real CSR, held to the documented five. The agent's own enrollment
+// waits as the server tells it to: behind an address with failures on it, and in a rack of nodes
+// behind one NAT enrolling at once.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { grpcTransport } from "../../common/http2-sessions.js";
@@ -11,6 +13,10 @@ import { FloodGate } from "../../server/observability/flood-log.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { eventually } from "../support/node.js";
 import { ManualClock } from "../../common/clock.js";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { enrollNode } from "../../agent/enroll.js";
 
 describe("FailureLimiter", () => {
   const policy = { burst: 3, refillMs: 1_000, maxPeers: 2 };
@@ -126,7 +132,7 @@ describe("enrollment guessing against the real server", () => {
     createClient(AgentService, grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem, ...({ localAddress } as object) } }));
 
   it("refuses a guessing peer with resource_exhausted after a few, logs it briefly, and lets others and the penalty's end through", async () => {
-    const { csrPem } = generateNodeKeyAndCsr("guesser");
+    const { csrPem } = await generateNodeKeyAndCsr("guesser");
     const attacker = clientFrom("127.0.0.1"); // one client, one HTTP/2 connection
     const codes = new Map<Code, number>();
     let exhausted: ConnectError | undefined;
@@ -162,12 +168,12 @@ describe("enrollment guessing against the real server", () => {
     // Another address enrolls with a good token at once.
     const bystander = clientFrom("127.0.0.2");
     const good = await ts.admin.createEnrollmentToken({ nodeName: "bystander" });
-    expect((await bystander.enroll({ token: good.token, csrPem: generateNodeKeyAndCsr("bystander").csrPem })).nodeId).not.toBe("");
+    expect((await bystander.enroll({ token: good.token, csrPem: (await generateNodeKeyAndCsr("bystander")).csrPem })).nodeId).not.toBe("");
 
     // The guessing address, holding a real token now: refused until the penalty lapses (the token
     // is not even looked at, so not used up), then enrolled.
     const real = await ts.admin.createEnrollmentToken({ nodeName: "late" });
-    const ownCsr = generateNodeKeyAndCsr("late").csrPem;
+    const ownCsr = (await generateNodeKeyAndCsr("late")).csrPem;
     const refused = await attacker.enroll({ token: real.token, csrPem: ownCsr }).then(
       () => undefined,
       (e: unknown) => e as ConnectError,
@@ -203,7 +209,7 @@ describe("enrollment guessing against the real server", () => {
   it("holds a concurrent burst of guesses with a real CSR to five, and real enrollments to five in flight", async () => {
     // Eight connections from one address, so the attempts really overlap on the server.
     const guessers = Array.from({ length: 8 }, () => clientFrom("127.0.0.3"));
-    const { csrPem } = generateNodeKeyAndCsr("burst");
+    const { csrPem } = await generateNodeKeyAndCsr("burst");
     const codeOf = (p: Promise<unknown>) =>
       p.then(
         () => ({ code: 0 as Code | 0, retryAfter: null as string | null, message: "" }),
@@ -224,7 +230,9 @@ describe("enrollment guessing against the real server", () => {
     // others are told to retry within a second, and then enroll (a success costs nothing).
     const fleet = clientFrom("127.0.0.4");
     const tokens = await Promise.all(Array.from({ length: 12 }, (_, i) => ts.admin.createEnrollmentToken({ nodeName: `fleet-${i}` })));
-    const requests = tokens.map((t, i) => ({ token: t.token, csrPem: generateNodeKeyAndCsr(`fleet-${i}`).csrPem }));
+    const requests = await Promise.all(
+      tokens.map(async (t, i) => ({ token: t.token, csrPem: (await generateNodeKeyAndCsr(`fleet-${i}`)).csrPem })),
+    );
     const first = await Promise.all(requests.map((r) => codeOf(fleet.enroll(r))));
     const held = first.flatMap((r, i) => (r.code === 0 ? [] : [{ ...r, i }]));
     expect(count(first, 0)).toBeGreaterThanOrEqual(5);
@@ -234,5 +242,50 @@ describe("enrollment guessing against the real server", () => {
       expect(h.message).toBe("too many enrollments in flight from this address (at most 5 at once); retry in 1 s");
     }
     for (const h of held) expect((await fleet.enroll(requests[h.i]!)).nodeId).not.toBe("");
+  }, 120_000);
+});
+
+describe("the agent's enrollment behind a busy address", () => {
+  let ts: TestServer;
+  let dir: string;
+  beforeAll(async () => {
+    ts = await startTestServer({});
+    dir = mkdtempSync(join(tmpdir(), "mf-enroll-nat-"));
+  });
+  afterAll(async () => {
+    await ts?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+  const enroll = async (name: string, waits: number[]) => {
+    const { token } = await ts.admin.createEnrollmentToken({ nodeName: name });
+    return enrollNode({
+      serverUrl: ts.url,
+      token,
+      caFingerprint: ts.server.ca.fingerprint,
+      statePath: join(dir, name, "state.json"),
+      sleep: async (ms) => {
+        waits.push(ms);
+        await new Promise((r) => setTimeout(r, ms));
+      },
+    });
+  };
+
+  it("waits out a neighbour's failures as told, then enrolls", async () => {
+    // Five bad tokens from this address (a neighbour behind the same NAT mistyping) empty its bucket.
+    const { csrPem } = await generateNodeKeyAndCsr("neighbour");
+    const neighbour = createClient(AgentService, grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem } }));
+    for (let i = 0; i < 5; i++) await neighbour.enroll({ token: `mfet_${"B".repeat(42)}${i}`, csrPem }).catch(() => undefined);
+    const waits: number[] = [];
+    const state = await enroll("after-neighbour", waits);
+    expect(state.nodeId).toMatch(/^[0-9a-f-]{36}$/);
+    // Told "retry in 5 s": each wait is in the second half of what was asked, never longer.
+    expect(waits.length).toBeGreaterThanOrEqual(1);
+    for (const w of waits) expect(w).toBeLessThanOrEqual(5_000);
+  }, 60_000);
+
+  it("enrolls a rack of 24 nodes behind one address at once: every one, taking turns", async () => {
+    const waits: number[] = [];
+    const states = await Promise.all(Array.from({ length: 24 }, (_, i) => enroll(`rack-${i}`, waits)));
+    expect(new Set(states.map((s) => s.nodeId)).size).toBe(24);
   }, 120_000);
 });

@@ -67,10 +67,12 @@ describe("the control plane's metrics endpoint", () => {
   it("counts enrollments by outcome", async () => {
     const before = await scrape(serverMetrics);
     node = await enrollTestNode(ts, nodeName);
-    const refused = await ts.anonymousAgent.enroll({ token: `mfet_${"x".repeat(40)}`, csrPem: generateNodeKeyAndCsr().csrPem }).then(
-      () => undefined,
-      (e: unknown) => ConnectError.from(e).code,
-    );
+    const refused = await ts.anonymousAgent
+      .enroll({ token: `mfet_${"x".repeat(40)}`, csrPem: (await generateNodeKeyAndCsr()).csrPem })
+      .then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e).code,
+      );
     expect(refused).toBe(Code.Unauthenticated);
     const after = await scrape(serverMetrics);
     expect(after.value("modelforge_enrollments_total", { outcome: "ok" })).toBe(1);

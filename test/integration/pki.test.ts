@@ -171,7 +171,7 @@ describe("certificate authority storage", () => {
 describe("node certificates", () => {
   it("issues a client certificate that Node verifies against the CA", async () => {
     const ca = await loadOrCreateCa(freshDir());
-    const { keyPem, csrPem } = generateNodeKeyAndCsr("gpu-box-1");
+    const { keyPem, csrPem } = await generateNodeKeyAndCsr("gpu-box-1");
     expect(keyPem).toContain("-----BEGIN PRIVATE KEY-----");
     const nodeId = randomUUID();
     const now = new Date("2030-01-02T03:04:05.678Z");
@@ -197,7 +197,7 @@ describe("node certificates", () => {
 
   it("reports every serial exactly as Node does, including leading zero nibbles", async () => {
     const ca = await loadOrCreateCa(freshDir());
-    const { csrPem } = generateNodeKeyAndCsr();
+    const { csrPem } = await generateNodeKeyAndCsr();
     const serials = new Set<string>();
     for (let i = 0; i < 64; i++) {
       const issued = await issue(ca, csrPem);
@@ -210,7 +210,7 @@ describe("node certificates", () => {
 
   it("rejects a CSR whose signed content was altered", async () => {
     const ca = await loadOrCreateCa(freshDir());
-    const { csrPem } = generateNodeKeyAndCsr("tamper-me");
+    const { csrPem } = await generateNodeKeyAndCsr("tamper-me");
     const der = derOfPem(csrPem);
     const at = der.indexOf("tamper-me");
     expect(at).toBeGreaterThan(0);
@@ -309,7 +309,7 @@ describe("node certificates", () => {
       pemOf("CERTIFICATE REQUEST", Buffer.from("definitely not DER")),
       ca.certPem, // valid PEM, wrong kind of object
       pemOf("CERTIFICATE REQUEST", derOfPem(ca.certPem)),
-      corruptBase64(generateNodeKeyAndCsr().csrPem),
+      corruptBase64((await generateNodeKeyAndCsr()).csrPem),
       "x".repeat(1_000_000),
     ];
     for (const input of inputs) {
@@ -319,7 +319,7 @@ describe("node certificates", () => {
 
   it("refuses a node id that is not a UUID", async () => {
     const ca = await loadOrCreateCa(freshDir());
-    const { csrPem } = generateNodeKeyAndCsr();
+    const { csrPem } = await generateNodeKeyAndCsr();
     await expect(issue(ca, csrPem, "node-1")).rejects.toThrow(TypeError);
   });
 });
@@ -348,7 +348,7 @@ describe("identity helpers", () => {
 describe("agent's certificate validity", () => {
   it("reads each certificate's own validity, also after the certificate changes", async () => {
     const ca = await loadOrCreateCa(freshDir(), { commonName: "Validity CA" });
-    const { csrPem } = generateNodeKeyAndCsr();
+    const { csrPem } = await generateNodeKeyAndCsr();
     const now = new Date();
     const first = await ca.issueNodeCertificate(csrPem, randomUUID(), { validityMs: DAY, now });
     const renewed = await ca.issueNodeCertificate(csrPem, randomUUID(), { validityMs: 30 * DAY, now: new Date(now.getTime() + DAY) });
@@ -418,7 +418,7 @@ describe("mutual TLS", () => {
       const dir = freshDir();
       const ca = await loadOrCreateCa(dir);
       const server = await ca.ensureServerCertificate(dir, ["localhost", "127.0.0.1"]);
-      const { keyPem, csrPem } = generateNodeKeyAndCsr("worker");
+      const { keyPem, csrPem } = await generateNodeKeyAndCsr("worker");
       const nodeId = randomUUID();
       const issued = await issue(ca, csrPem, nodeId);
 
@@ -437,7 +437,7 @@ describe("mutual TLS", () => {
       const ca = await loadOrCreateCa(dir);
       const server = await ca.ensureServerCertificate(dir, ["127.0.0.1"]);
       const rogue = await loadOrCreateCa(freshDir());
-      const { keyPem, csrPem } = generateNodeKeyAndCsr("rogue");
+      const { keyPem, csrPem } = await generateNodeKeyAndCsr("rogue");
       const issued = await issue(rogue, csrPem);
 
       const seen = await handshake(ca, server, { certPem: issued.certPem, keyPem });
