@@ -1,8 +1,8 @@
 // Enrollments per second through the real Enroll RPC (issue "fleet scale": target >= 300/s on this
 // 2-core machine, on either database), RUNS runs with their spread, each beside its floor.
 //
-//   npx tsx bench/enroll.ts [--count=400] [--concurrency=32] [--connections=4] [--keys=8] [--profile=1]
-//   (or COUNT, RUNS, CONCURRENCY, CONNECTIONS, KEYS, PROFILE, LOG_LEVEL in the environment)
+//   npx tsx bench/enroll.ts [--count=400] [--concurrency=32] [--addresses=16] [--keys=8] [--nat=500] [--profile=1]
+//   (or COUNT, RUNS, CONCURRENCY, ADDRESSES, KEYS, NAT, PROFILE, LOG_LEVEL in the environment)
 //
 // The server is a real control plane (startServer with a loadConfig config, temp data and certs
 // directories) in a child process (bench/support/server-child.ts), so its CPU is measured alone
@@ -15,18 +15,26 @@
 // each, built by the agent's own code (agent/pki/keys.ts). The CSRs are reused round-robin:
 // generating a key and a forge-signed CSR costs ~30-80 ms, and the server ignores the CSR subject
 // and does not require distinct keys, while it still parses and verifies every CSR it gets. Nothing
-// is cached on disk. Then COUNT Enroll calls run CONCURRENCY at a time over CONNECTIONS HTTP/2
-// connections. PROFILE=1 samples the server's CPU during the timed run and prints where it went.
+// is cached on disk. Then COUNT Enroll calls run CONCURRENCY at a time over ADDRESSES HTTP/2
+// connections, each from its own source address on loopback (127.0.0.2, .3, ...): a fleet's nodes
+// come from many addresses, and the server admits five enrollments at once per address.
+// PROFILE=1 samples the server's CPU during the timed run and prints where it went.
+//
+// Then the NAT case: NAT enrollments (500) from one address, CONCURRENCY at a time, each retrying
+// as the agent does (agent/enroll.ts: after the Retry-After it is given, jittered over its second
+// half) when the server answers that the address has five in flight: the time until all are
+// enrolled, the refusals on the way, and the rate against the many-address runs'.
 import { generateKeyPair, X509Certificate } from "node:crypto";
 import { mkdtempSync, openSync, rmSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { createClient, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { grpcTransport } from "../common/http2-sessions.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { buildCsrPem } from "../agent/pki/keys.js";
+import { retryAfterDelay } from "../agent/session/timing.js";
 import { agentVersion } from "../agent/version.js";
 import { createTestDatabase } from "../test/support/db.js";
 import { forkTs, Rpc } from "./support/ipc.js";
@@ -36,7 +44,8 @@ import { coresUsed, machineCores, machineCpu, ms, numParam, param, summarize } f
 
 const COUNT = numParam("COUNT", 400);
 const CONCURRENCY = numParam("CONCURRENCY", 32);
-const CONNECTIONS = Math.max(1, numParam("CONNECTIONS", 4));
+const ADDRESSES = Math.min(250, Math.max(1, numParam("ADDRESSES", 16)));
+const NAT = numParam("NAT", 500);
 const KEYS = Math.max(1, numParam("KEYS", 8));
 const WARMUP = numParam("WARMUP", 20);
 const PROFILE = param("PROFILE", "0") === "1";
@@ -79,12 +88,13 @@ try {
     return next(req);
   };
   const admin = createClient(AdminService, grpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem }, interceptors: [auth] }));
-  const agents = Array.from({ length: CONNECTIONS }, () =>
-    createClient(AgentService, grpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem } })),
-  );
+  // The connection's source address (any of 127/8 on loopback); net.connect takes it, the TLS types omit it.
+  const clientFrom = (localAddress: string) =>
+    createClient(AgentService, grpcTransport({ baseUrl: info.url, nodeOptions: { ca: info.caPem, ...({ localAddress } as object) } }));
+  const agents = Array.from({ length: ADDRESSES }, (_, i) => clientFrom(`127.0.0.${2 + i}`));
 
   let t0 = performance.now();
-  const total = WARMUP + RUNS * COUNT;
+  const total = WARMUP + RUNS * COUNT + NAT;
   const tokens: string[] = new Array(total);
   await pool(total, 16, async (i) => {
     tokens[i] = (await admin.createEnrollmentToken({ nodeName: `bench-enroll-${i}` })).token;
@@ -104,7 +114,7 @@ try {
   console.log(`prepared ${KEYS} key pairs and CSRs in ${((performance.now() - t0) / 1000).toFixed(1)} s (reused round-robin; not timed)`);
 
   const enrollOne = async (i: number) => {
-    const res = await agents[i % CONNECTIONS]!.enroll({
+    const res = await agents[i % ADDRESSES]!.enroll({
       token: tokens[i]!,
       csrPem: csrs[i % KEYS]!,
       nodeName: `bench-enroll-${i}`,
@@ -170,7 +180,7 @@ try {
   const runs: { enroll: Awaited<ReturnType<typeof round>>; floor: Awaited<ReturnType<typeof round>>; roundTripMs: number }[] = [];
   for (let r = 0; r < RUNS; r++) {
     const enroll = await round(COUNT, (j) => enrollOne(WARMUP + r * COUNT + j), PROFILE && r === 0);
-    const floor = await round(COUNT, (j) => agents[j % CONNECTIONS]!.getServerInfo({}));
+    const floor = await round(COUNT, (j) => agents[j % ADDRESSES]!.getServerInfo({}));
     const roundTripMs = await server.call<number>("roundTrip", { n: 200 });
     runs.push({ enroll, floor, roundTripMs });
     for (const [m, n] of enroll.failures) console.log(`  failure x${n}: ${m}`);
@@ -195,7 +205,7 @@ try {
   const rates = runs.map((x) => x.enroll.rate);
   console.log(
     `\nenrollments/s, median (range) of ${RUNS} runs of ${COUNT}: ${spread(rates)} (target >= ${TARGET}: ${median(rates) >= TARGET ? "met" : "NOT met"}); ` +
-      `p99 ${spread(runs.map((x) => x.enroll.latency.p99))} ms at concurrency ${CONCURRENCY} over ${CONNECTIONS} HTTP/2 connections`,
+      `p99 ${spread(runs.map((x) => x.enroll.latency.p99))} ms at concurrency ${CONCURRENCY} over ${ADDRESSES} HTTP/2 connections from as many addresses`,
   );
   console.log(
     `server CPU per enrollment ${spread(
@@ -222,8 +232,22 @@ try {
     console.log(`  per enrollment, inclusive: ${profile.inclusive.map((r) => `${r.name} ${perEnroll(r.name).toFixed(2)} ms`).join(", ")}`);
   }
   console.log(
-    `RESULT ${JSON.stringify({ bench: "enroll", runs: RUNS, count: COUNT, perSecond: Math.round(median(rates)), perSecondRange: [Math.round(Math.min(...rates)), Math.round(Math.max(...rates))], p99Ms: median(runs.map((x) => x.enroll.latency.p99)), serverCpuMsPerEnroll: median(runs.map((x) => x.enroll.serverCpuMsPerOp)), floorServerCpuMsPerCall: median(runs.map((x) => x.floor.serverCpuMsPerOp)), concurrency: CONCURRENCY, connections: CONNECTIONS, database: info.database })}`,
+    `RESULT ${JSON.stringify({ bench: "enroll", runs: RUNS, count: COUNT, perSecond: Math.round(median(rates)), perSecondRange: [Math.round(Math.min(...rates)), Math.round(Math.max(...rates))], p99Ms: median(runs.map((x) => x.enroll.latency.p99)), serverCpuMsPerEnroll: median(runs.map((x) => x.enroll.serverCpuMsPerOp)), floorServerCpuMsPerCall: median(runs.map((x) => x.floor.serverCpuMsPerOp)), concurrency: CONCURRENCY, addresses: ADDRESSES, database: info.database })}`,
   );
+  if (NAT > 0) {
+    const first = WARMUP + RUNS * COUNT;
+    const nat = await natRound(clientFrom("127.0.0.254"), NAT, (i) => ({
+      token: tokens[first + i]!,
+      csrPem: csrs[i % KEYS]!,
+      nodeName: `bench-nat-${i}`,
+      agentVersion,
+    }));
+    console.log(
+      `NAT: ${nat.enrolled} of ${NAT} enrolled from one address, ${CONCURRENCY} at a time, in ${(nat.wallMs / 1000).toFixed(1)} s ` +
+        `(${nat.rate.toFixed(0)}/s, ${(nat.rate / median(rates)).toFixed(2)} of the many-address median); ${nat.refused} refusals ` +
+        `("in flight"), a node waited at most ${(nat.longestMs / 1000).toFixed(1)} s; load average ${loadavg()[0]!.toFixed(1)}`,
+    );
+  }
   await server.call("stop", {}, 30_000).catch(() => undefined);
   await server.exit();
 } catch (err) {
@@ -236,6 +260,39 @@ try {
   await throwaway?.cleanup().catch((err: unknown) => console.error(`dropping the throwaway database failed: ${(err as Error).message}`));
 }
 process.exit();
+
+/** n enrollments from one client, CONCURRENCY at a time, each retried after the Retry-After it is given, as agent/enroll.ts does. */
+async function natRound(
+  client: { enroll(req: { token: string; csrPem: string; nodeName: string; agentVersion: string }): Promise<unknown> },
+  n: number,
+  request: (i: number) => { token: string; csrPem: string; nodeName: string; agentVersion: string },
+) {
+  let refused = 0;
+  let enrolled = 0;
+  let longestMs = 0;
+  const t = performance.now();
+  await pool(n, CONCURRENCY, async (i) => {
+    const started = performance.now();
+    for (;;) {
+      try {
+        await client.enroll(request(i));
+        enrolled++;
+        break;
+      } catch (err) {
+        const wait =
+          err instanceof ConnectError && err.code === Code.ResourceExhausted
+            ? retryAfterDelay(err.metadata.get("retry-after"), 60_000)
+            : undefined;
+        if (wait === undefined) throw err;
+        refused++;
+        await new Promise((r) => setTimeout(r, wait));
+      }
+    }
+    longestMs = Math.max(longestMs, performance.now() - started);
+  });
+  const wallMs = performance.now() - t;
+  return { enrolled, refused, wallMs, longestMs, rate: (enrolled / wallMs) * 1000 };
+}
 
 /** Runs task(0..n-1) with at most `width` at a time. */
 async function pool(n: number, width: number, task: (i: number) => Promise<void>): Promise<void> {
