@@ -23,7 +23,7 @@
 //                              BENCH_SWEEP_SECONDS=2 BENCH_STREAMS=160 BENCH_CHUNKS=100 BENCH_PACE_MS=5
 //                              BENCH_STREAM_CONCURRENCY=16 BENCH_PAUSE_SECONDS=5
 // BENCH_CPU_PROF=<dir> has the control plane and the agent write CPU profiles there, and prints the
-// open loop's window to read them in: npx tsx bench/support/read-profile.ts FILE 40 FROM-TO.
+// open loop's and the API streams' windows to read them in: npx tsx bench/support/read-profile.ts FILE 40 FROM-TO.
 import { cpus, loadavg } from "node:os";
 import { Agent, request } from "undici";
 import { describePauses, machinePauses, type MachinePauses } from "./support/machine-pauses.js";
@@ -181,8 +181,10 @@ async function oneRun(): Promise<Run> {
   const { most, steps } = await sweep();
   const sd = await streaming(direct);
   const [streamCpu0, streamWrites0] = [cpuNow(), writesNow()];
+  const streamsFrom = monotonicUs();
   const sa = await streaming(api);
   const [streamCpu1, streamWrites1] = [cpuNow(), writesNow()];
+  if (process.env.BENCH_CPU_PROF) step(`API streams: monotonic µs ${streamsFrom}-${monotonicUs()}`);
   const delta = (after: number[], before: number[]) => [0, 1].map((i) => (after[i]! - before[i]!) / (streams * chunks));
   const perChunk = [...delta(streamCpu1, streamCpu0), ...delta(streamWrites1, streamWrites0)];
   const ratio = sa.tokensPerSecond / sd.tokensPerSecond;
