@@ -318,7 +318,8 @@ export class InvokeRelay {
       finished: false,
     };
     let outcome = "ok";
-    const prompt = this.deps.prefix?.promptOf(checked, principal.keyId);
+    // One replica here: nothing to choose between, so no prompt is hashed.
+    const prompt = route.here.length > 1 ? this.deps.prefix?.promptOf(checked, principal.keyId) : undefined;
     try {
       const tried = new Set<string>();
       for (;;) {
