@@ -25,6 +25,8 @@ export interface EnrollOptions {
   busyWaitMs?: number;
   /** Waits that many milliseconds (tests count the waits). */
   sleep?: (ms: number) => Promise<unknown>;
+  /** Told of each wait before it begins, with the server's reason: an operator at a terminal sees why nothing happens. */
+  onBusy?: (waitMs: number, reason: string) => void;
 }
 
 const defaultBusyWaitMs = 5 * 60_000;
@@ -69,7 +71,7 @@ export async function enrollNode(opts: EnrollOptions): Promise<AgentState> {
  * Retry-After) and the wait fits in `busyWaitMs`; any other refusal, or one past the budget, is
  * thrown as it came. The token is spent only by the attempt that succeeds.
  */
-async function whenAdmitted<T>(call: () => Promise<T>, opts: Pick<EnrollOptions, "busyWaitMs" | "sleep">): Promise<T> {
+async function whenAdmitted<T>(call: () => Promise<T>, opts: Pick<EnrollOptions, "busyWaitMs" | "sleep" | "onBusy">): Promise<T> {
   const deadline = Date.now() + (opts.busyWaitMs ?? defaultBusyWaitMs);
   for (;;) {
     try {
@@ -78,6 +80,8 @@ async function whenAdmitted<T>(call: () => Promise<T>, opts: Pick<EnrollOptions,
       const busy = err instanceof ConnectError && err.code === Code.ResourceExhausted;
       const waitMs = busy ? retryAfterDelay(err.metadata.get("retry-after"), maxRetryAfterMs) : undefined;
       if (waitMs === undefined || Date.now() + waitMs > deadline) throw err;
+      // The server's words, shown on a terminal: control characters out.
+      opts.onBusy?.(waitMs, (err as ConnectError).rawMessage.replace(/[\u0000-\u001f\u007f-\u009f]/g, "?"));
       await (opts.sleep ?? sleep)(waitMs);
     }
   }

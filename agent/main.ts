@@ -127,6 +127,8 @@ async function enroll(
     name: values.name,
     statePath,
     force: values.force,
+    onBusy: (waitMs, reason) =>
+      process.stderr.write(`agent enroll: the control plane is busy (${reason}); trying again in ${Math.ceil(waitMs / 1000)} s\n`),
   });
   process.stdout.write(`enrolled as node ${state.nodeId}; identity saved to ${statePath}\n`);
   return 0;

@@ -256,7 +256,7 @@ describe("the agent's enrollment behind a busy address", () => {
     await ts?.stop();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
-  const enroll = async (name: string, waits: number[]) => {
+  const enroll = async (name: string, waits: number[], reasons: string[] = []) => {
     const { token } = await ts.admin.createEnrollmentToken({ nodeName: name });
     return enrollNode({
       serverUrl: ts.url,
@@ -267,6 +267,7 @@ describe("the agent's enrollment behind a busy address", () => {
         waits.push(ms);
         await new Promise((r) => setTimeout(r, ms));
       },
+      onBusy: (_, reason) => reasons.push(reason),
     });
   };
 
@@ -276,8 +277,11 @@ describe("the agent's enrollment behind a busy address", () => {
     const neighbour = createClient(AgentService, grpcTransport({ baseUrl: ts.url, nodeOptions: { ca: ts.caPem } }));
     for (let i = 0; i < 5; i++) await neighbour.enroll({ token: `mfet_${"B".repeat(42)}${i}`, csrPem }).catch(() => undefined);
     const waits: number[] = [];
-    const state = await enroll("after-neighbour", waits);
+    const reasons: string[] = [];
+    const state = await enroll("after-neighbour", waits, reasons);
     expect(state.nodeId).toMatch(/^[0-9a-f-]{36}$/);
+    // What `agent enroll` prints while it waits: the server's reason.
+    expect(reasons[0]).toMatch(/^too many failed enrollments from this address; retry in \d s$/);
     // Told "retry in 5 s": each wait is in the second half of what was asked, never longer.
     expect(waits.length).toBeGreaterThanOrEqual(1);
     for (const w of waits) expect(w).toBeLessThanOrEqual(5_000);
