@@ -45,7 +45,8 @@ beforeAll(async () => {
     MODELFORGE_APPROVED_ROOTS: root,
     MODELFORGE_AUTOSCALE_INTERVAL: "200ms",
     MODELFORGE_AUTOSCALE_WINDOW: "1s",
-    MODELFORGE_COLD_START_KEEPALIVE: "200ms",
+    // Well inside a tiny model's cold start (about 0.2 s), so a held stream sees a keep-alive first.
+    MODELFORGE_COLD_START_KEEPALIVE: "50ms",
     MODELFORGE_COLD_START_MAX_HELD: String(maxHeld),
     MODELFORGE_METRICS_ADDRESS: "127.0.0.1:0",
   });
