@@ -13,39 +13,45 @@ export const maxPromptBlocks = 8192;
 const lowBits = 2 ** 21;
 
 /**
- * The chained hashes of `text`'s whole blocks, in order. One pass: two 32-bit FNV-style states
- * (different primes and seeds) run over every character, and at each block boundary their value
- * is the block's hash, so chaining costs nothing. Returned as exact integers below 2^53, usable
- * as Map keys without allocating strings.
+ * The chained hashes of `text`'s whole blocks, in order. One pass of one running hash over every
+ * character: at each block boundary its value is the block's hash, so chaining costs nothing.
+ * Exact integers below 2^53, usable as Map keys without allocating strings.
  */
 export function blockHashes(text: string): number[] {
   const blocks = Math.min(Math.floor(text.length / blockChars), maxPromptBlocks);
   const hashes = new Array<number>(blocks);
-  let a = 0x811c9dc5;
-  let b = 0x9747b28c;
-  for (let block = 0, at = 0; block < blocks; block++) {
-    for (const end = at + blockChars; at < end; at++) {
-      const c = text.charCodeAt(at);
-      a = Math.imul(a ^ c, 0x01000193);
-      b = Math.imul(b ^ c, 0x5bd1e995);
-      b ^= b >>> 15;
-    }
-    hashes[block] = (a >>> 0) * lowBits + (b >>> 11);
-  }
+  const running = new PairHash();
+  for (let block = 0; block < blocks; block++) hashes[block] = running.add(text, block * blockChars, (block + 1) * blockChars).value;
   return hashes;
 }
 
 /** A 53-bit hash of a short key (a session's `prompt_cache_key` or `user`): kept instead of the key itself. */
 export function keyHash(key: string): number {
-  let a = 0x811c9dc5;
-  let b = 0x9747b28c;
-  for (let at = 0; at < key.length; at++) {
-    const c = key.charCodeAt(at);
-    a = Math.imul(a ^ c, 0x01000193);
-    b = Math.imul(b ^ c, 0x5bd1e995);
-    b ^= b >>> 15;
+  return new PairHash().add(key, 0, key.length).value;
+}
+
+/** Two 32-bit FNV-style states (different primes and seeds) run side by side, read as one 53-bit number. */
+class PairHash {
+  private a = 0x811c9dc5;
+  private b = 0x9747b28c;
+
+  /** Mixes in the characters of `text` from `from` up to `to`. */
+  add(text: string, from: number, to: number): this {
+    let { a, b } = this;
+    for (let at = from; at < to; at++) {
+      const c = text.charCodeAt(at);
+      a = Math.imul(a ^ c, 0x01000193);
+      b = Math.imul(b ^ c, 0x5bd1e995);
+      b ^= b >>> 15;
+    }
+    this.a = a;
+    this.b = b;
+    return this;
   }
-  return (a >>> 0) * lowBits + (b >>> 11);
+
+  get value(): number {
+    return (this.a >>> 0) * lowBits + (this.b >>> 11);
+  }
 }
 
 // Separators no prompt text is told apart by: a role and its content, and one message from the next.
