@@ -6,7 +6,7 @@ import { blockHashes, keyHash, promptText } from "./prefix-blocks.js";
 import { bytesPerBlock, PrefixIndex } from "./prefix-index.js";
 import { defaultPrefixPolicy, pickByPrefix, type PrefixPolicy } from "./prefix-rules.js";
 import type { DeploymentTarget } from "./routes.js";
-import { type CheckedPayload, type ReplicaLoad, replicaKey } from "./rules.js";
+import type { CheckedPayload, ReplicaLoad } from "./rules.js";
 
 type Replica = DeploymentTarget["ready"][number];
 
@@ -24,8 +24,12 @@ export interface PrefixRoutingOptions {
   policy?: PrefixPolicy;
 }
 
-/** A replica as the index knows it: its slot and the runtime in it, so a restart is a new replica. */
-export const identityOf = (deploymentId: string, r: Replica) => `${replicaKey(deploymentId, r.revision, r.replica)}/${r.runtimeId}`;
+/**
+ * A replica as its deployment's index knows it, "<revision>/<slot>/<runtime id>": its slot and the
+ * runtime in it, so a restart is a new replica. The metrics' label is the part before the runtime.
+ */
+export const identityOf = (r: Replica) => `${r.revision}/${r.replica}/${r.runtimeId}`;
+const labelOf = (identity: string) => identity.slice(0, identity.lastIndexOf("/"));
 
 export class PrefixRouting {
   private readonly indexes = new Map<string, { index: PrefixIndex; name: string; seen: readonly Replica[] }>();
@@ -60,7 +64,6 @@ export class PrefixRouting {
     const index = this.indexFor(deployment);
     const matched = index.matches(prompt.hashes);
     const bound = prompt.session === undefined ? undefined : index.session(prompt.session);
-    const id = (r: Replica) => identityOf(deployment.deploymentId, r);
     const choice = pickByPrefix(
       open,
       load,
@@ -68,15 +71,15 @@ export class PrefixRouting {
       random,
       {
         promptBlocks: prompt.hashes.length,
-        matched: (r) => (matched.size === 0 ? 0 : (matched.get(id(r)) ?? 0)),
-        session: bound === undefined ? undefined : open.find((r) => id(r) === bound),
+        matched: (r) => (matched.size === 0 ? 0 : (matched.get(identityOf(r)) ?? 0)),
+        session: bound === undefined ? undefined : open.find((r) => identityOf(r) === bound),
       },
       this.options.policy ?? defaultPrefixPolicy,
     );
     const replica = choice.replica;
     if (replica === undefined) return undefined;
     this.options.metrics?.routed(deployment.name, choice.decision);
-    const chosen = id(replica);
+    const chosen = identityOf(replica);
     index.record(prompt.hashes, chosen);
     if (prompt.session !== undefined) index.bindSession(prompt.session, chosen);
     return replica;
@@ -86,11 +89,7 @@ export class PrefixRouting {
   sizes(): { deployment: string; replica: string; blocks: number }[] {
     const sizes: { deployment: string; replica: string; blocks: number }[] = [];
     for (const { index, name } of this.indexes.values()) {
-      for (const [identity, blocks] of index.blocksByReplica()) {
-        // The label is the replica's revision and slot: "<revision>/<slot>".
-        const [, revision, slot] = identity.split("/");
-        sizes.push({ deployment: name, replica: `${revision}/${slot}`, blocks });
-      }
+      for (const [identity, blocks] of index.blocksByReplica()) sizes.push({ deployment: name, replica: labelOf(identity), blocks });
     }
     return sizes;
   }
@@ -102,7 +101,7 @@ export class PrefixRouting {
       entry = { index: new PrefixIndex(this.maxBlocks), name: deployment.name, seen: deployment.ready };
       this.indexes.set(deployment.deploymentId, entry);
     } else if (entry.seen !== deployment.ready) {
-      entry.index.retain(new Set(deployment.ready.map((r) => identityOf(deployment.deploymentId, r))));
+      entry.index.retain(new Set(deployment.ready.map(identityOf)));
       entry.seen = deployment.ready;
       entry.name = deployment.name;
     }

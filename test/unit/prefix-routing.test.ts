@@ -227,7 +227,7 @@ describe("the prefix index", () => {
     const without = { ...four, ready: four.ready.filter((r) => r !== first) };
     routing.changed(four.deploymentId, without);
     expect(without.ready).toContain(routing.choose(without, without.ready, () => ({ inFlight: 0, queued: 0 }), Math.random, session));
-    expect(identityOf("d1", first)).toBe(`d1/1/${first.replica}/rt-${first.replica}`);
+    expect(identityOf(first)).toBe(`1/${first.replica}/rt-${first.replica}`);
   });
 });
 
