@@ -71,7 +71,7 @@ export async function enrollNode(opts: EnrollOptions): Promise<AgentState> {
  * Retry-After) and the wait fits in `busyWaitMs`; any other refusal, or one past the budget, is
  * thrown as it came. The token is spent only by the attempt that succeeds.
  */
-async function whenAdmitted<T>(call: () => Promise<T>, opts: Pick<EnrollOptions, "busyWaitMs" | "sleep" | "onBusy">): Promise<T> {
+export async function whenAdmitted<T>(call: () => Promise<T>, opts: Pick<EnrollOptions, "busyWaitMs" | "sleep" | "onBusy">): Promise<T> {
   const deadline = Date.now() + (opts.busyWaitMs ?? defaultBusyWaitMs);
   for (;;) {
     try {

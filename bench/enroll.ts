@@ -29,12 +29,12 @@ import { mkdtempSync, openSync, rmSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { createClient, type Interceptor } from "@connectrpc/connect";
 import { grpcTransport } from "../common/http2-sessions.js";
 import { AdminService } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { AgentService } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { buildCsrPem } from "../agent/pki/keys.js";
-import { retryAfterDelay } from "../agent/session/timing.js";
+import { whenAdmitted } from "../agent/enroll.js";
 import { agentVersion } from "../agent/version.js";
 import { createTestDatabase } from "../test/support/db.js";
 import { forkTs, Rpc } from "./support/ipc.js";
@@ -261,7 +261,7 @@ try {
 }
 process.exit();
 
-/** n enrollments from one client, CONCURRENCY at a time, each retried after the Retry-After it is given, as agent/enroll.ts does. */
+/** n enrollments from one client, CONCURRENCY at a time, each retried after the Retry-After it is given by the agent's own rule. */
 async function natRound(
   client: { enroll(req: { token: string; csrPem: string; nodeName: string; agentVersion: string }): Promise<unknown> },
   n: number,
@@ -273,21 +273,8 @@ async function natRound(
   const t = performance.now();
   await pool(n, CONCURRENCY, async (i) => {
     const started = performance.now();
-    for (;;) {
-      try {
-        await client.enroll(request(i));
-        enrolled++;
-        break;
-      } catch (err) {
-        const wait =
-          err instanceof ConnectError && err.code === Code.ResourceExhausted
-            ? retryAfterDelay(err.metadata.get("retry-after"), 60_000)
-            : undefined;
-        if (wait === undefined) throw err;
-        refused++;
-        await new Promise((r) => setTimeout(r, wait));
-      }
-    }
+    await whenAdmitted(() => client.enroll(request(i)), { onBusy: () => refused++ });
+    enrolled++;
     longestMs = Math.max(longestMs, performance.now() - started);
   });
   const wallMs = performance.now() - t;
