@@ -163,3 +163,20 @@ export type AgentRolloutNode = Prisma.AgentRolloutNodeModel
  * replica writes its own row every few seconds; the leader sums the fresh ones.
  */
 export type ServingLoad = Prisma.ServingLoadModel
+/**
+ * Model User
+ * An operator, made at their first sign-in through the OpenID Connect provider
+ * (server/identity/operators/). Who they are is (issuer, subject); email, name and role are what
+ * the provider said at their latest sign-in.
+ */
+export type User = Prisma.UserModel
+/**
+ * Model PersonalToken
+ * A user's token for scripts and CI. Only the hash of the secret is kept.
+ */
+export type PersonalToken = Prisma.PersonalTokenModel
+/**
+ * Model ConsoleSession
+ * A web console sign-in. The browser holds the secret in an HttpOnly cookie; only its hash is kept.
+ */
+export type ConsoleSession = Prisma.ConsoleSessionModel

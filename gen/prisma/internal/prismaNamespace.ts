@@ -418,7 +418,10 @@ export const ModelName = {
   AgentRelease: 'AgentRelease',
   AgentRollout: 'AgentRollout',
   AgentRolloutNode: 'AgentRolloutNode',
-  ServingLoad: 'ServingLoad'
+  ServingLoad: 'ServingLoad',
+  User: 'User',
+  PersonalToken: 'PersonalToken',
+  ConsoleSession: 'ConsoleSession'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -434,7 +437,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey" | "serviceKeySpend" | "usageMinute" | "agentRelease" | "agentRollout" | "agentRolloutNode" | "servingLoad"
+    modelProps: "node" | "controlPlaneReplica" | "gpu" | "nodeCredential" | "enrollmentToken" | "streamCursor" | "nodeTelemetry" | "job" | "jobAttempt" | "deployment" | "auditEvent" | "storedArtifact" | "runtimeProfile" | "deploymentInstance" | "deploymentEvent" | "serviceKey" | "serviceKeySpend" | "usageMinute" | "agentRelease" | "agentRollout" | "agentRolloutNode" | "servingLoad" | "user" | "personalToken" | "consoleSession"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -2066,6 +2069,228 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    User: {
+      payload: Prisma.$UserPayload<ExtArgs>
+      fields: Prisma.UserFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.UserFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.UserFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload>
+        }
+        findFirst: {
+          args: Prisma.UserFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.UserFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload>
+        }
+        findMany: {
+          args: Prisma.UserFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload>[]
+        }
+        create: {
+          args: Prisma.UserCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload>
+        }
+        createMany: {
+          args: Prisma.UserCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.UserCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload>[]
+        }
+        delete: {
+          args: Prisma.UserDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload>
+        }
+        update: {
+          args: Prisma.UserUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload>
+        }
+        deleteMany: {
+          args: Prisma.UserDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.UserUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.UserUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload>[]
+        }
+        upsert: {
+          args: Prisma.UserUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UserPayload>
+        }
+        aggregate: {
+          args: Prisma.UserAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateUser>
+        }
+        groupBy: {
+          args: Prisma.UserGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UserGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.UserCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UserCountAggregateOutputType> | number
+        }
+      }
+    }
+    PersonalToken: {
+      payload: Prisma.$PersonalTokenPayload<ExtArgs>
+      fields: Prisma.PersonalTokenFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.PersonalTokenFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.PersonalTokenFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload>
+        }
+        findFirst: {
+          args: Prisma.PersonalTokenFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.PersonalTokenFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload>
+        }
+        findMany: {
+          args: Prisma.PersonalTokenFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload>[]
+        }
+        create: {
+          args: Prisma.PersonalTokenCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload>
+        }
+        createMany: {
+          args: Prisma.PersonalTokenCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.PersonalTokenCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload>[]
+        }
+        delete: {
+          args: Prisma.PersonalTokenDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload>
+        }
+        update: {
+          args: Prisma.PersonalTokenUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload>
+        }
+        deleteMany: {
+          args: Prisma.PersonalTokenDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.PersonalTokenUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.PersonalTokenUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload>[]
+        }
+        upsert: {
+          args: Prisma.PersonalTokenUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PersonalTokenPayload>
+        }
+        aggregate: {
+          args: Prisma.PersonalTokenAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregatePersonalToken>
+        }
+        groupBy: {
+          args: Prisma.PersonalTokenGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.PersonalTokenGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.PersonalTokenCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.PersonalTokenCountAggregateOutputType> | number
+        }
+      }
+    }
+    ConsoleSession: {
+      payload: Prisma.$ConsoleSessionPayload<ExtArgs>
+      fields: Prisma.ConsoleSessionFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ConsoleSessionFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ConsoleSessionFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload>
+        }
+        findFirst: {
+          args: Prisma.ConsoleSessionFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ConsoleSessionFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload>
+        }
+        findMany: {
+          args: Prisma.ConsoleSessionFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload>[]
+        }
+        create: {
+          args: Prisma.ConsoleSessionCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload>
+        }
+        createMany: {
+          args: Prisma.ConsoleSessionCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ConsoleSessionCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload>[]
+        }
+        delete: {
+          args: Prisma.ConsoleSessionDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload>
+        }
+        update: {
+          args: Prisma.ConsoleSessionUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload>
+        }
+        deleteMany: {
+          args: Prisma.ConsoleSessionDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ConsoleSessionUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ConsoleSessionUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload>[]
+        }
+        upsert: {
+          args: Prisma.ConsoleSessionUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ConsoleSessionPayload>
+        }
+        aggregate: {
+          args: Prisma.ConsoleSessionAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateConsoleSession>
+        }
+        groupBy: {
+          args: Prisma.ConsoleSessionGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ConsoleSessionGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ConsoleSessionCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ConsoleSessionCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -2293,7 +2518,8 @@ export const AuditEventScalarFieldEnum = {
   targetType: 'targetType',
   targetId: 'targetId',
   correlationId: 'correlationId',
-  details: 'details'
+  details: 'details',
+  actorName: 'actorName'
 } as const
 
 export type AuditEventScalarFieldEnum = (typeof AuditEventScalarFieldEnum)[keyof typeof AuditEventScalarFieldEnum]
@@ -2387,7 +2613,8 @@ export const ServiceKeyScalarFieldEnum = {
   tpm: 'tpm',
   dailyTokens: 'dailyTokens',
   monthlyTokens: 'monthlyTokens',
-  lastUsedAt: 'lastUsedAt'
+  lastUsedAt: 'lastUsedAt',
+  ownerUserId: 'ownerUserId'
 } as const
 
 export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
@@ -2478,6 +2705,50 @@ export const ServingLoadScalarFieldEnum = {
 } as const
 
 export type ServingLoadScalarFieldEnum = (typeof ServingLoadScalarFieldEnum)[keyof typeof ServingLoadScalarFieldEnum]
+
+
+export const UserScalarFieldEnum = {
+  id: 'id',
+  issuer: 'issuer',
+  subject: 'subject',
+  email: 'email',
+  name: 'name',
+  role: 'role',
+  createdAt: 'createdAt',
+  lastSignInAt: 'lastSignInAt',
+  deactivatedAt: 'deactivatedAt'
+} as const
+
+export type UserScalarFieldEnum = (typeof UserScalarFieldEnum)[keyof typeof UserScalarFieldEnum]
+
+
+export const PersonalTokenScalarFieldEnum = {
+  id: 'id',
+  userId: 'userId',
+  name: 'name',
+  prefix: 'prefix',
+  secretHash: 'secretHash',
+  role: 'role',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  revokedAt: 'revokedAt',
+  lastUsedAt: 'lastUsedAt'
+} as const
+
+export type PersonalTokenScalarFieldEnum = (typeof PersonalTokenScalarFieldEnum)[keyof typeof PersonalTokenScalarFieldEnum]
+
+
+export const ConsoleSessionScalarFieldEnum = {
+  id: 'id',
+  userId: 'userId',
+  secretHash: 'secretHash',
+  role: 'role',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  endedAt: 'endedAt'
+} as const
+
+export type ConsoleSessionScalarFieldEnum = (typeof ConsoleSessionScalarFieldEnum)[keyof typeof ConsoleSessionScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -2811,6 +3082,9 @@ export type GlobalOmitConfig = {
   agentRollout?: Prisma.AgentRolloutOmit
   agentRolloutNode?: Prisma.AgentRolloutNodeOmit
   servingLoad?: Prisma.ServingLoadOmit
+  user?: Prisma.UserOmit
+  personalToken?: Prisma.PersonalTokenOmit
+  consoleSession?: Prisma.ConsoleSessionOmit
 }
 
 /* Types for Logging */

@@ -72,7 +72,10 @@ export const ModelName = {
   AgentRelease: 'AgentRelease',
   AgentRollout: 'AgentRollout',
   AgentRolloutNode: 'AgentRolloutNode',
-  ServingLoad: 'ServingLoad'
+  ServingLoad: 'ServingLoad',
+  User: 'User',
+  PersonalToken: 'PersonalToken',
+  ConsoleSession: 'ConsoleSession'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -279,7 +282,8 @@ export const AuditEventScalarFieldEnum = {
   targetType: 'targetType',
   targetId: 'targetId',
   correlationId: 'correlationId',
-  details: 'details'
+  details: 'details',
+  actorName: 'actorName'
 } as const
 
 export type AuditEventScalarFieldEnum = (typeof AuditEventScalarFieldEnum)[keyof typeof AuditEventScalarFieldEnum]
@@ -373,7 +377,8 @@ export const ServiceKeyScalarFieldEnum = {
   tpm: 'tpm',
   dailyTokens: 'dailyTokens',
   monthlyTokens: 'monthlyTokens',
-  lastUsedAt: 'lastUsedAt'
+  lastUsedAt: 'lastUsedAt',
+  ownerUserId: 'ownerUserId'
 } as const
 
 export type ServiceKeyScalarFieldEnum = (typeof ServiceKeyScalarFieldEnum)[keyof typeof ServiceKeyScalarFieldEnum]
@@ -464,6 +469,50 @@ export const ServingLoadScalarFieldEnum = {
 } as const
 
 export type ServingLoadScalarFieldEnum = (typeof ServingLoadScalarFieldEnum)[keyof typeof ServingLoadScalarFieldEnum]
+
+
+export const UserScalarFieldEnum = {
+  id: 'id',
+  issuer: 'issuer',
+  subject: 'subject',
+  email: 'email',
+  name: 'name',
+  role: 'role',
+  createdAt: 'createdAt',
+  lastSignInAt: 'lastSignInAt',
+  deactivatedAt: 'deactivatedAt'
+} as const
+
+export type UserScalarFieldEnum = (typeof UserScalarFieldEnum)[keyof typeof UserScalarFieldEnum]
+
+
+export const PersonalTokenScalarFieldEnum = {
+  id: 'id',
+  userId: 'userId',
+  name: 'name',
+  prefix: 'prefix',
+  secretHash: 'secretHash',
+  role: 'role',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  revokedAt: 'revokedAt',
+  lastUsedAt: 'lastUsedAt'
+} as const
+
+export type PersonalTokenScalarFieldEnum = (typeof PersonalTokenScalarFieldEnum)[keyof typeof PersonalTokenScalarFieldEnum]
+
+
+export const ConsoleSessionScalarFieldEnum = {
+  id: 'id',
+  userId: 'userId',
+  secretHash: 'secretHash',
+  role: 'role',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  endedAt: 'endedAt'
+} as const
+
+export type ConsoleSessionScalarFieldEnum = (typeof ConsoleSessionScalarFieldEnum)[keyof typeof ConsoleSessionScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -43,6 +43,7 @@ export type AuditEventMinAggregateOutputType = {
   targetType: string | null
   targetId: string | null
   correlationId: string | null
+  actorName: string | null
 }
 
 export type AuditEventMaxAggregateOutputType = {
@@ -54,6 +55,7 @@ export type AuditEventMaxAggregateOutputType = {
   targetType: string | null
   targetId: string | null
   correlationId: string | null
+  actorName: string | null
 }
 
 export type AuditEventCountAggregateOutputType = {
@@ -66,6 +68,7 @@ export type AuditEventCountAggregateOutputType = {
   targetId: number
   correlationId: number
   details: number
+  actorName: number
   _all: number
 }
 
@@ -87,6 +90,7 @@ export type AuditEventMinAggregateInputType = {
   targetType?: true
   targetId?: true
   correlationId?: true
+  actorName?: true
 }
 
 export type AuditEventMaxAggregateInputType = {
@@ -98,6 +102,7 @@ export type AuditEventMaxAggregateInputType = {
   targetType?: true
   targetId?: true
   correlationId?: true
+  actorName?: true
 }
 
 export type AuditEventCountAggregateInputType = {
@@ -110,6 +115,7 @@ export type AuditEventCountAggregateInputType = {
   targetId?: true
   correlationId?: true
   details?: true
+  actorName?: true
   _all?: true
 }
 
@@ -209,6 +215,7 @@ export type AuditEventGroupByOutputType = {
   targetId: string
   correlationId: string | null
   details: runtime.JsonValue
+  actorName: string | null
   _count: AuditEventCountAggregateOutputType | null
   _avg: AuditEventAvgAggregateOutputType | null
   _sum: AuditEventSumAggregateOutputType | null
@@ -244,6 +251,7 @@ export type AuditEventWhereInput = {
   targetId?: Prisma.StringFilter<"AuditEvent"> | string
   correlationId?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
   details?: Prisma.JsonFilter<"AuditEvent">
+  actorName?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
 }
 
 export type AuditEventOrderByWithRelationInput = {
@@ -256,6 +264,7 @@ export type AuditEventOrderByWithRelationInput = {
   targetId?: Prisma.SortOrder
   correlationId?: Prisma.SortOrderInput | Prisma.SortOrder
   details?: Prisma.SortOrder
+  actorName?: Prisma.SortOrderInput | Prisma.SortOrder
 }
 
 export type AuditEventWhereUniqueInput = Prisma.AtLeast<{
@@ -271,6 +280,7 @@ export type AuditEventWhereUniqueInput = Prisma.AtLeast<{
   targetId?: Prisma.StringFilter<"AuditEvent"> | string
   correlationId?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
   details?: Prisma.JsonFilter<"AuditEvent">
+  actorName?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
 }, "id" | "seq">
 
 export type AuditEventOrderByWithAggregationInput = {
@@ -283,6 +293,7 @@ export type AuditEventOrderByWithAggregationInput = {
   targetId?: Prisma.SortOrder
   correlationId?: Prisma.SortOrderInput | Prisma.SortOrder
   details?: Prisma.SortOrder
+  actorName?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.AuditEventCountOrderByAggregateInput
   _avg?: Prisma.AuditEventAvgOrderByAggregateInput
   _max?: Prisma.AuditEventMaxOrderByAggregateInput
@@ -303,6 +314,7 @@ export type AuditEventScalarWhereWithAggregatesInput = {
   targetId?: Prisma.StringWithAggregatesFilter<"AuditEvent"> | string
   correlationId?: Prisma.StringNullableWithAggregatesFilter<"AuditEvent"> | string | null
   details?: Prisma.JsonWithAggregatesFilter<"AuditEvent">
+  actorName?: Prisma.StringNullableWithAggregatesFilter<"AuditEvent"> | string | null
 }
 
 export type AuditEventCreateInput = {
@@ -315,6 +327,7 @@ export type AuditEventCreateInput = {
   targetId: string
   correlationId?: string | null
   details?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  actorName?: string | null
 }
 
 export type AuditEventUncheckedCreateInput = {
@@ -327,6 +340,7 @@ export type AuditEventUncheckedCreateInput = {
   targetId: string
   correlationId?: string | null
   details?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  actorName?: string | null
 }
 
 export type AuditEventUpdateInput = {
@@ -339,6 +353,7 @@ export type AuditEventUpdateInput = {
   targetId?: Prisma.StringFieldUpdateOperationsInput | string
   correlationId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   details?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  actorName?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type AuditEventUncheckedUpdateInput = {
@@ -351,6 +366,7 @@ export type AuditEventUncheckedUpdateInput = {
   targetId?: Prisma.StringFieldUpdateOperationsInput | string
   correlationId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   details?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  actorName?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type AuditEventCreateManyInput = {
@@ -363,6 +379,7 @@ export type AuditEventCreateManyInput = {
   targetId: string
   correlationId?: string | null
   details?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  actorName?: string | null
 }
 
 export type AuditEventUpdateManyMutationInput = {
@@ -375,6 +392,7 @@ export type AuditEventUpdateManyMutationInput = {
   targetId?: Prisma.StringFieldUpdateOperationsInput | string
   correlationId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   details?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  actorName?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type AuditEventUncheckedUpdateManyInput = {
@@ -387,6 +405,7 @@ export type AuditEventUncheckedUpdateManyInput = {
   targetId?: Prisma.StringFieldUpdateOperationsInput | string
   correlationId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   details?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  actorName?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type AuditEventCountOrderByAggregateInput = {
@@ -399,6 +418,7 @@ export type AuditEventCountOrderByAggregateInput = {
   targetId?: Prisma.SortOrder
   correlationId?: Prisma.SortOrder
   details?: Prisma.SortOrder
+  actorName?: Prisma.SortOrder
 }
 
 export type AuditEventAvgOrderByAggregateInput = {
@@ -414,6 +434,7 @@ export type AuditEventMaxOrderByAggregateInput = {
   targetType?: Prisma.SortOrder
   targetId?: Prisma.SortOrder
   correlationId?: Prisma.SortOrder
+  actorName?: Prisma.SortOrder
 }
 
 export type AuditEventMinOrderByAggregateInput = {
@@ -425,6 +446,7 @@ export type AuditEventMinOrderByAggregateInput = {
   targetType?: Prisma.SortOrder
   targetId?: Prisma.SortOrder
   correlationId?: Prisma.SortOrder
+  actorName?: Prisma.SortOrder
 }
 
 export type AuditEventSumOrderByAggregateInput = {
@@ -443,6 +465,7 @@ export type AuditEventSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   targetId?: boolean
   correlationId?: boolean
   details?: boolean
+  actorName?: boolean
 }, ExtArgs["result"]["auditEvent"]>
 
 export type AuditEventSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -455,6 +478,7 @@ export type AuditEventSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   targetId?: boolean
   correlationId?: boolean
   details?: boolean
+  actorName?: boolean
 }, ExtArgs["result"]["auditEvent"]>
 
 export type AuditEventSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -467,6 +491,7 @@ export type AuditEventSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   targetId?: boolean
   correlationId?: boolean
   details?: boolean
+  actorName?: boolean
 }, ExtArgs["result"]["auditEvent"]>
 
 export type AuditEventSelectScalar = {
@@ -479,9 +504,10 @@ export type AuditEventSelectScalar = {
   targetId?: boolean
   correlationId?: boolean
   details?: boolean
+  actorName?: boolean
 }
 
-export type AuditEventOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "seq" | "time" | "actor" | "action" | "targetType" | "targetId" | "correlationId" | "details", ExtArgs["result"]["auditEvent"]>
+export type AuditEventOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "seq" | "time" | "actor" | "action" | "targetType" | "targetId" | "correlationId" | "details" | "actorName", ExtArgs["result"]["auditEvent"]>
 
 export type $AuditEventPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "AuditEvent"
@@ -496,6 +522,10 @@ export type $AuditEventPayload<ExtArgs extends runtime.Types.Extensions.Internal
     targetId: string
     correlationId: string | null
     details: runtime.JsonValue
+    /**
+     * Who the actor is, readably: a user's email (and a personal token's name), or null.
+     */
+    actorName: string | null
   }, ExtArgs["result"]["auditEvent"]>
   composites: {}
 }
@@ -928,6 +958,7 @@ export interface AuditEventFieldRefs {
   readonly targetId: Prisma.FieldRef<"AuditEvent", 'String'>
   readonly correlationId: Prisma.FieldRef<"AuditEvent", 'String'>
   readonly details: Prisma.FieldRef<"AuditEvent", 'Json'>
+  readonly actorName: Prisma.FieldRef<"AuditEvent", 'String'>
 }
     
 

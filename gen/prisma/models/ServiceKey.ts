@@ -54,6 +54,7 @@ export type ServiceKeyMinAggregateOutputType = {
   dailyTokens: bigint | null
   monthlyTokens: bigint | null
   lastUsedAt: Date | null
+  ownerUserId: string | null
 }
 
 export type ServiceKeyMaxAggregateOutputType = {
@@ -69,6 +70,7 @@ export type ServiceKeyMaxAggregateOutputType = {
   dailyTokens: bigint | null
   monthlyTokens: bigint | null
   lastUsedAt: Date | null
+  ownerUserId: string | null
 }
 
 export type ServiceKeyCountAggregateOutputType = {
@@ -85,6 +87,7 @@ export type ServiceKeyCountAggregateOutputType = {
   dailyTokens: number
   monthlyTokens: number
   lastUsedAt: number
+  ownerUserId: number
   _all: number
 }
 
@@ -116,6 +119,7 @@ export type ServiceKeyMinAggregateInputType = {
   dailyTokens?: true
   monthlyTokens?: true
   lastUsedAt?: true
+  ownerUserId?: true
 }
 
 export type ServiceKeyMaxAggregateInputType = {
@@ -131,6 +135,7 @@ export type ServiceKeyMaxAggregateInputType = {
   dailyTokens?: true
   monthlyTokens?: true
   lastUsedAt?: true
+  ownerUserId?: true
 }
 
 export type ServiceKeyCountAggregateInputType = {
@@ -147,6 +152,7 @@ export type ServiceKeyCountAggregateInputType = {
   dailyTokens?: true
   monthlyTokens?: true
   lastUsedAt?: true
+  ownerUserId?: true
   _all?: true
 }
 
@@ -250,6 +256,7 @@ export type ServiceKeyGroupByOutputType = {
   dailyTokens: bigint | null
   monthlyTokens: bigint | null
   lastUsedAt: Date | null
+  ownerUserId: string | null
   _count: ServiceKeyCountAggregateOutputType | null
   _avg: ServiceKeyAvgAggregateOutputType | null
   _sum: ServiceKeySumAggregateOutputType | null
@@ -289,6 +296,8 @@ export type ServiceKeyWhereInput = {
   dailyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
   monthlyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
   lastUsedAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
+  ownerUserId?: Prisma.UuidNullableFilter<"ServiceKey"> | string | null
+  owner?: Prisma.XOR<Prisma.UserNullableScalarRelationFilter, Prisma.UserWhereInput> | null
 }
 
 export type ServiceKeyOrderByWithRelationInput = {
@@ -305,6 +314,8 @@ export type ServiceKeyOrderByWithRelationInput = {
   dailyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
   monthlyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
   lastUsedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  ownerUserId?: Prisma.SortOrderInput | Prisma.SortOrder
+  owner?: Prisma.UserOrderByWithRelationInput
 }
 
 export type ServiceKeyWhereUniqueInput = Prisma.AtLeast<{
@@ -324,6 +335,8 @@ export type ServiceKeyWhereUniqueInput = Prisma.AtLeast<{
   dailyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
   monthlyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
   lastUsedAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
+  ownerUserId?: Prisma.UuidNullableFilter<"ServiceKey"> | string | null
+  owner?: Prisma.XOR<Prisma.UserNullableScalarRelationFilter, Prisma.UserWhereInput> | null
 }, "id" | "secretHash">
 
 export type ServiceKeyOrderByWithAggregationInput = {
@@ -340,6 +353,7 @@ export type ServiceKeyOrderByWithAggregationInput = {
   dailyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
   monthlyTokens?: Prisma.SortOrderInput | Prisma.SortOrder
   lastUsedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  ownerUserId?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.ServiceKeyCountOrderByAggregateInput
   _avg?: Prisma.ServiceKeyAvgOrderByAggregateInput
   _max?: Prisma.ServiceKeyMaxOrderByAggregateInput
@@ -364,6 +378,7 @@ export type ServiceKeyScalarWhereWithAggregatesInput = {
   dailyTokens?: Prisma.BigIntNullableWithAggregatesFilter<"ServiceKey"> | bigint | number | null
   monthlyTokens?: Prisma.BigIntNullableWithAggregatesFilter<"ServiceKey"> | bigint | number | null
   lastUsedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"ServiceKey"> | Date | string | null
+  ownerUserId?: Prisma.UuidNullableWithAggregatesFilter<"ServiceKey"> | string | null
 }
 
 export type ServiceKeyCreateInput = {
@@ -380,6 +395,7 @@ export type ServiceKeyCreateInput = {
   dailyTokens?: bigint | number | null
   monthlyTokens?: bigint | number | null
   lastUsedAt?: Date | string | null
+  owner?: Prisma.UserCreateNestedOneWithoutServiceKeysInput
 }
 
 export type ServiceKeyUncheckedCreateInput = {
@@ -396,6 +412,7 @@ export type ServiceKeyUncheckedCreateInput = {
   dailyTokens?: bigint | number | null
   monthlyTokens?: bigint | number | null
   lastUsedAt?: Date | string | null
+  ownerUserId?: string | null
 }
 
 export type ServiceKeyUpdateInput = {
@@ -412,6 +429,7 @@ export type ServiceKeyUpdateInput = {
   dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.UserUpdateOneWithoutServiceKeysNestedInput
 }
 
 export type ServiceKeyUncheckedUpdateInput = {
@@ -428,6 +446,7 @@ export type ServiceKeyUncheckedUpdateInput = {
   dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  ownerUserId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type ServiceKeyCreateManyInput = {
@@ -444,6 +463,7 @@ export type ServiceKeyCreateManyInput = {
   dailyTokens?: bigint | number | null
   monthlyTokens?: bigint | number | null
   lastUsedAt?: Date | string | null
+  ownerUserId?: string | null
 }
 
 export type ServiceKeyUpdateManyMutationInput = {
@@ -476,6 +496,7 @@ export type ServiceKeyUncheckedUpdateManyInput = {
   dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  ownerUserId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type ServiceKeyCountOrderByAggregateInput = {
@@ -492,6 +513,7 @@ export type ServiceKeyCountOrderByAggregateInput = {
   dailyTokens?: Prisma.SortOrder
   monthlyTokens?: Prisma.SortOrder
   lastUsedAt?: Prisma.SortOrder
+  ownerUserId?: Prisma.SortOrder
 }
 
 export type ServiceKeyAvgOrderByAggregateInput = {
@@ -514,6 +536,7 @@ export type ServiceKeyMaxOrderByAggregateInput = {
   dailyTokens?: Prisma.SortOrder
   monthlyTokens?: Prisma.SortOrder
   lastUsedAt?: Prisma.SortOrder
+  ownerUserId?: Prisma.SortOrder
 }
 
 export type ServiceKeyMinOrderByAggregateInput = {
@@ -529,6 +552,7 @@ export type ServiceKeyMinOrderByAggregateInput = {
   dailyTokens?: Prisma.SortOrder
   monthlyTokens?: Prisma.SortOrder
   lastUsedAt?: Prisma.SortOrder
+  ownerUserId?: Prisma.SortOrder
 }
 
 export type ServiceKeySumOrderByAggregateInput = {
@@ -538,6 +562,16 @@ export type ServiceKeySumOrderByAggregateInput = {
   monthlyTokens?: Prisma.SortOrder
 }
 
+export type ServiceKeyListRelationFilter = {
+  every?: Prisma.ServiceKeyWhereInput
+  some?: Prisma.ServiceKeyWhereInput
+  none?: Prisma.ServiceKeyWhereInput
+}
+
+export type ServiceKeyOrderByRelationAggregateInput = {
+  _count?: Prisma.SortOrder
+}
+
 export type ServiceKeyCreatedeploymentsInput = {
   set: string[]
 }
@@ -545,6 +579,190 @@ export type ServiceKeyCreatedeploymentsInput = {
 export type ServiceKeyUpdatedeploymentsInput = {
   set?: string[]
   push?: string | string[]
+}
+
+export type ServiceKeyCreateNestedManyWithoutOwnerInput = {
+  create?: Prisma.XOR<Prisma.ServiceKeyCreateWithoutOwnerInput, Prisma.ServiceKeyUncheckedCreateWithoutOwnerInput> | Prisma.ServiceKeyCreateWithoutOwnerInput[] | Prisma.ServiceKeyUncheckedCreateWithoutOwnerInput[]
+  connectOrCreate?: Prisma.ServiceKeyCreateOrConnectWithoutOwnerInput | Prisma.ServiceKeyCreateOrConnectWithoutOwnerInput[]
+  createMany?: Prisma.ServiceKeyCreateManyOwnerInputEnvelope
+  connect?: Prisma.ServiceKeyWhereUniqueInput | Prisma.ServiceKeyWhereUniqueInput[]
+}
+
+export type ServiceKeyUncheckedCreateNestedManyWithoutOwnerInput = {
+  create?: Prisma.XOR<Prisma.ServiceKeyCreateWithoutOwnerInput, Prisma.ServiceKeyUncheckedCreateWithoutOwnerInput> | Prisma.ServiceKeyCreateWithoutOwnerInput[] | Prisma.ServiceKeyUncheckedCreateWithoutOwnerInput[]
+  connectOrCreate?: Prisma.ServiceKeyCreateOrConnectWithoutOwnerInput | Prisma.ServiceKeyCreateOrConnectWithoutOwnerInput[]
+  createMany?: Prisma.ServiceKeyCreateManyOwnerInputEnvelope
+  connect?: Prisma.ServiceKeyWhereUniqueInput | Prisma.ServiceKeyWhereUniqueInput[]
+}
+
+export type ServiceKeyUpdateManyWithoutOwnerNestedInput = {
+  create?: Prisma.XOR<Prisma.ServiceKeyCreateWithoutOwnerInput, Prisma.ServiceKeyUncheckedCreateWithoutOwnerInput> | Prisma.ServiceKeyCreateWithoutOwnerInput[] | Prisma.ServiceKeyUncheckedCreateWithoutOwnerInput[]
+  connectOrCreate?: Prisma.ServiceKeyCreateOrConnectWithoutOwnerInput | Prisma.ServiceKeyCreateOrConnectWithoutOwnerInput[]
+  upsert?: Prisma.ServiceKeyUpsertWithWhereUniqueWithoutOwnerInput | Prisma.ServiceKeyUpsertWithWhereUniqueWithoutOwnerInput[]
+  createMany?: Prisma.ServiceKeyCreateManyOwnerInputEnvelope
+  set?: Prisma.ServiceKeyWhereUniqueInput | Prisma.ServiceKeyWhereUniqueInput[]
+  disconnect?: Prisma.ServiceKeyWhereUniqueInput | Prisma.ServiceKeyWhereUniqueInput[]
+  delete?: Prisma.ServiceKeyWhereUniqueInput | Prisma.ServiceKeyWhereUniqueInput[]
+  connect?: Prisma.ServiceKeyWhereUniqueInput | Prisma.ServiceKeyWhereUniqueInput[]
+  update?: Prisma.ServiceKeyUpdateWithWhereUniqueWithoutOwnerInput | Prisma.ServiceKeyUpdateWithWhereUniqueWithoutOwnerInput[]
+  updateMany?: Prisma.ServiceKeyUpdateManyWithWhereWithoutOwnerInput | Prisma.ServiceKeyUpdateManyWithWhereWithoutOwnerInput[]
+  deleteMany?: Prisma.ServiceKeyScalarWhereInput | Prisma.ServiceKeyScalarWhereInput[]
+}
+
+export type ServiceKeyUncheckedUpdateManyWithoutOwnerNestedInput = {
+  create?: Prisma.XOR<Prisma.ServiceKeyCreateWithoutOwnerInput, Prisma.ServiceKeyUncheckedCreateWithoutOwnerInput> | Prisma.ServiceKeyCreateWithoutOwnerInput[] | Prisma.ServiceKeyUncheckedCreateWithoutOwnerInput[]
+  connectOrCreate?: Prisma.ServiceKeyCreateOrConnectWithoutOwnerInput | Prisma.ServiceKeyCreateOrConnectWithoutOwnerInput[]
+  upsert?: Prisma.ServiceKeyUpsertWithWhereUniqueWithoutOwnerInput | Prisma.ServiceKeyUpsertWithWhereUniqueWithoutOwnerInput[]
+  createMany?: Prisma.ServiceKeyCreateManyOwnerInputEnvelope
+  set?: Prisma.ServiceKeyWhereUniqueInput | Prisma.ServiceKeyWhereUniqueInput[]
+  disconnect?: Prisma.ServiceKeyWhereUniqueInput | Prisma.ServiceKeyWhereUniqueInput[]
+  delete?: Prisma.ServiceKeyWhereUniqueInput | Prisma.ServiceKeyWhereUniqueInput[]
+  connect?: Prisma.ServiceKeyWhereUniqueInput | Prisma.ServiceKeyWhereUniqueInput[]
+  update?: Prisma.ServiceKeyUpdateWithWhereUniqueWithoutOwnerInput | Prisma.ServiceKeyUpdateWithWhereUniqueWithoutOwnerInput[]
+  updateMany?: Prisma.ServiceKeyUpdateManyWithWhereWithoutOwnerInput | Prisma.ServiceKeyUpdateManyWithWhereWithoutOwnerInput[]
+  deleteMany?: Prisma.ServiceKeyScalarWhereInput | Prisma.ServiceKeyScalarWhereInput[]
+}
+
+export type ServiceKeyCreateWithoutOwnerInput = {
+  id: string
+  name: string
+  prefix: string
+  secretHash: string
+  deployments?: Prisma.ServiceKeyCreatedeploymentsInput | string[]
+  createdAt?: Date | string
+  expiresAt?: Date | string | null
+  revokedAt?: Date | string | null
+  rpm?: number | null
+  tpm?: number | null
+  dailyTokens?: bigint | number | null
+  monthlyTokens?: bigint | number | null
+  lastUsedAt?: Date | string | null
+}
+
+export type ServiceKeyUncheckedCreateWithoutOwnerInput = {
+  id: string
+  name: string
+  prefix: string
+  secretHash: string
+  deployments?: Prisma.ServiceKeyCreatedeploymentsInput | string[]
+  createdAt?: Date | string
+  expiresAt?: Date | string | null
+  revokedAt?: Date | string | null
+  rpm?: number | null
+  tpm?: number | null
+  dailyTokens?: bigint | number | null
+  monthlyTokens?: bigint | number | null
+  lastUsedAt?: Date | string | null
+}
+
+export type ServiceKeyCreateOrConnectWithoutOwnerInput = {
+  where: Prisma.ServiceKeyWhereUniqueInput
+  create: Prisma.XOR<Prisma.ServiceKeyCreateWithoutOwnerInput, Prisma.ServiceKeyUncheckedCreateWithoutOwnerInput>
+}
+
+export type ServiceKeyCreateManyOwnerInputEnvelope = {
+  data: Prisma.ServiceKeyCreateManyOwnerInput | Prisma.ServiceKeyCreateManyOwnerInput[]
+  skipDuplicates?: boolean
+}
+
+export type ServiceKeyUpsertWithWhereUniqueWithoutOwnerInput = {
+  where: Prisma.ServiceKeyWhereUniqueInput
+  update: Prisma.XOR<Prisma.ServiceKeyUpdateWithoutOwnerInput, Prisma.ServiceKeyUncheckedUpdateWithoutOwnerInput>
+  create: Prisma.XOR<Prisma.ServiceKeyCreateWithoutOwnerInput, Prisma.ServiceKeyUncheckedCreateWithoutOwnerInput>
+}
+
+export type ServiceKeyUpdateWithWhereUniqueWithoutOwnerInput = {
+  where: Prisma.ServiceKeyWhereUniqueInput
+  data: Prisma.XOR<Prisma.ServiceKeyUpdateWithoutOwnerInput, Prisma.ServiceKeyUncheckedUpdateWithoutOwnerInput>
+}
+
+export type ServiceKeyUpdateManyWithWhereWithoutOwnerInput = {
+  where: Prisma.ServiceKeyScalarWhereInput
+  data: Prisma.XOR<Prisma.ServiceKeyUpdateManyMutationInput, Prisma.ServiceKeyUncheckedUpdateManyWithoutOwnerInput>
+}
+
+export type ServiceKeyScalarWhereInput = {
+  AND?: Prisma.ServiceKeyScalarWhereInput | Prisma.ServiceKeyScalarWhereInput[]
+  OR?: Prisma.ServiceKeyScalarWhereInput[]
+  NOT?: Prisma.ServiceKeyScalarWhereInput | Prisma.ServiceKeyScalarWhereInput[]
+  id?: Prisma.UuidFilter<"ServiceKey"> | string
+  name?: Prisma.StringFilter<"ServiceKey"> | string
+  prefix?: Prisma.StringFilter<"ServiceKey"> | string
+  secretHash?: Prisma.StringFilter<"ServiceKey"> | string
+  deployments?: Prisma.StringNullableListFilter<"ServiceKey">
+  createdAt?: Prisma.DateTimeFilter<"ServiceKey"> | Date | string
+  expiresAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
+  revokedAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
+  rpm?: Prisma.IntNullableFilter<"ServiceKey"> | number | null
+  tpm?: Prisma.IntNullableFilter<"ServiceKey"> | number | null
+  dailyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
+  monthlyTokens?: Prisma.BigIntNullableFilter<"ServiceKey"> | bigint | number | null
+  lastUsedAt?: Prisma.DateTimeNullableFilter<"ServiceKey"> | Date | string | null
+  ownerUserId?: Prisma.UuidNullableFilter<"ServiceKey"> | string | null
+}
+
+export type ServiceKeyCreateManyOwnerInput = {
+  id: string
+  name: string
+  prefix: string
+  secretHash: string
+  deployments?: Prisma.ServiceKeyCreatedeploymentsInput | string[]
+  createdAt?: Date | string
+  expiresAt?: Date | string | null
+  revokedAt?: Date | string | null
+  rpm?: number | null
+  tpm?: number | null
+  dailyTokens?: bigint | number | null
+  monthlyTokens?: bigint | number | null
+  lastUsedAt?: Date | string | null
+}
+
+export type ServiceKeyUpdateWithoutOwnerInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  prefix?: Prisma.StringFieldUpdateOperationsInput | string
+  secretHash?: Prisma.StringFieldUpdateOperationsInput | string
+  deployments?: Prisma.ServiceKeyUpdatedeploymentsInput | string[]
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  rpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+}
+
+export type ServiceKeyUncheckedUpdateWithoutOwnerInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  prefix?: Prisma.StringFieldUpdateOperationsInput | string
+  secretHash?: Prisma.StringFieldUpdateOperationsInput | string
+  deployments?: Prisma.ServiceKeyUpdatedeploymentsInput | string[]
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  rpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+}
+
+export type ServiceKeyUncheckedUpdateManyWithoutOwnerInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  prefix?: Prisma.StringFieldUpdateOperationsInput | string
+  secretHash?: Prisma.StringFieldUpdateOperationsInput | string
+  deployments?: Prisma.ServiceKeyUpdatedeploymentsInput | string[]
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  rpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  tpm?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  dailyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  monthlyTokens?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
 
@@ -563,6 +781,8 @@ export type ServiceKeySelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   dailyTokens?: boolean
   monthlyTokens?: boolean
   lastUsedAt?: boolean
+  ownerUserId?: boolean
+  owner?: boolean | Prisma.ServiceKey$ownerArgs<ExtArgs>
 }, ExtArgs["result"]["serviceKey"]>
 
 export type ServiceKeySelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -579,6 +799,8 @@ export type ServiceKeySelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   dailyTokens?: boolean
   monthlyTokens?: boolean
   lastUsedAt?: boolean
+  ownerUserId?: boolean
+  owner?: boolean | Prisma.ServiceKey$ownerArgs<ExtArgs>
 }, ExtArgs["result"]["serviceKey"]>
 
 export type ServiceKeySelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -595,6 +817,8 @@ export type ServiceKeySelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   dailyTokens?: boolean
   monthlyTokens?: boolean
   lastUsedAt?: boolean
+  ownerUserId?: boolean
+  owner?: boolean | Prisma.ServiceKey$ownerArgs<ExtArgs>
 }, ExtArgs["result"]["serviceKey"]>
 
 export type ServiceKeySelectScalar = {
@@ -611,13 +835,25 @@ export type ServiceKeySelectScalar = {
   dailyTokens?: boolean
   monthlyTokens?: boolean
   lastUsedAt?: boolean
+  ownerUserId?: boolean
 }
 
-export type ServiceKeyOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "prefix" | "secretHash" | "deployments" | "createdAt" | "expiresAt" | "revokedAt" | "rpm" | "tpm" | "dailyTokens" | "monthlyTokens" | "lastUsedAt", ExtArgs["result"]["serviceKey"]>
+export type ServiceKeyOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "prefix" | "secretHash" | "deployments" | "createdAt" | "expiresAt" | "revokedAt" | "rpm" | "tpm" | "dailyTokens" | "monthlyTokens" | "lastUsedAt" | "ownerUserId", ExtArgs["result"]["serviceKey"]>
+export type ServiceKeyInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  owner?: boolean | Prisma.ServiceKey$ownerArgs<ExtArgs>
+}
+export type ServiceKeyIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  owner?: boolean | Prisma.ServiceKey$ownerArgs<ExtArgs>
+}
+export type ServiceKeyIncludeUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  owner?: boolean | Prisma.ServiceKey$ownerArgs<ExtArgs>
+}
 
 export type $ServiceKeyPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "ServiceKey"
-  objects: {}
+  objects: {
+    owner: Prisma.$UserPayload<ExtArgs> | null
+  }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
     name: string
@@ -645,6 +881,10 @@ export type $ServiceKeyPayload<ExtArgs extends runtime.Types.Extensions.Internal
      * (server/usage/ledger.ts), never by a request, and never moved back.
      */
     lastUsedAt: Date | null
+    /**
+     * The user who created it; null for a break-glass key's or an older key.
+     */
+    ownerUserId: string | null
   }, ExtArgs["result"]["serviceKey"]>
   composites: {}
 }
@@ -1039,6 +1279,7 @@ readonly fields: ServiceKeyFieldRefs;
  */
 export interface Prisma__ServiceKeyClient<T, Null = never, ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs, GlobalOmitOptions = {}> extends Prisma.PrismaPromise<T> {
   readonly [Symbol.toStringTag]: "PrismaPromise"
+  owner<T extends Prisma.ServiceKey$ownerArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.ServiceKey$ownerArgs<ExtArgs>>): Prisma.Prisma__UserClient<runtime.Types.Result.GetResult<Prisma.$UserPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -1081,6 +1322,7 @@ export interface ServiceKeyFieldRefs {
   readonly dailyTokens: Prisma.FieldRef<"ServiceKey", 'BigInt'>
   readonly monthlyTokens: Prisma.FieldRef<"ServiceKey", 'BigInt'>
   readonly lastUsedAt: Prisma.FieldRef<"ServiceKey", 'DateTime'>
+  readonly ownerUserId: Prisma.FieldRef<"ServiceKey", 'String'>
 }
     
 
@@ -1097,6 +1339,10 @@ export type ServiceKeyFindUniqueArgs<ExtArgs extends runtime.Types.Extensions.In
    * Omit specific fields from the ServiceKey
    */
   omit?: Prisma.ServiceKeyOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyInclude<ExtArgs> | null
   /**
    * Filter, which ServiceKey to fetch.
    */
@@ -1116,6 +1362,10 @@ export type ServiceKeyFindUniqueOrThrowArgs<ExtArgs extends runtime.Types.Extens
    */
   omit?: Prisma.ServiceKeyOmit<ExtArgs> | null
   /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyInclude<ExtArgs> | null
+  /**
    * Filter, which ServiceKey to fetch.
    */
   where: Prisma.ServiceKeyWhereUniqueInput
@@ -1133,6 +1383,10 @@ export type ServiceKeyFindFirstArgs<ExtArgs extends runtime.Types.Extensions.Int
    * Omit specific fields from the ServiceKey
    */
   omit?: Prisma.ServiceKeyOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyInclude<ExtArgs> | null
   /**
    * Filter, which ServiceKey to fetch.
    */
@@ -1182,6 +1436,10 @@ export type ServiceKeyFindFirstOrThrowArgs<ExtArgs extends runtime.Types.Extensi
    */
   omit?: Prisma.ServiceKeyOmit<ExtArgs> | null
   /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyInclude<ExtArgs> | null
+  /**
    * Filter, which ServiceKey to fetch.
    */
   where?: Prisma.ServiceKeyWhereInput
@@ -1229,6 +1487,10 @@ export type ServiceKeyFindManyArgs<ExtArgs extends runtime.Types.Extensions.Inte
    * Omit specific fields from the ServiceKey
    */
   omit?: Prisma.ServiceKeyOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyInclude<ExtArgs> | null
   /**
    * Filter, which ServiceKeys to fetch.
    */
@@ -1278,6 +1540,10 @@ export type ServiceKeyCreateArgs<ExtArgs extends runtime.Types.Extensions.Intern
    */
   omit?: Prisma.ServiceKeyOmit<ExtArgs> | null
   /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyInclude<ExtArgs> | null
+  /**
    * The data needed to create a ServiceKey.
    */
   data: Prisma.XOR<Prisma.ServiceKeyCreateInput, Prisma.ServiceKeyUncheckedCreateInput>
@@ -1311,6 +1577,10 @@ export type ServiceKeyCreateManyAndReturnArgs<ExtArgs extends runtime.Types.Exte
    */
   data: Prisma.ServiceKeyCreateManyInput | Prisma.ServiceKeyCreateManyInput[]
   skipDuplicates?: boolean
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyIncludeCreateManyAndReturn<ExtArgs> | null
 }
 
 /**
@@ -1325,6 +1595,10 @@ export type ServiceKeyUpdateArgs<ExtArgs extends runtime.Types.Extensions.Intern
    * Omit specific fields from the ServiceKey
    */
   omit?: Prisma.ServiceKeyOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyInclude<ExtArgs> | null
   /**
    * The data needed to update a ServiceKey.
    */
@@ -1377,6 +1651,10 @@ export type ServiceKeyUpdateManyAndReturnArgs<ExtArgs extends runtime.Types.Exte
    * Limit how many ServiceKeys to update.
    */
   limit?: number
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyIncludeUpdateManyAndReturn<ExtArgs> | null
 }
 
 /**
@@ -1391,6 +1669,10 @@ export type ServiceKeyUpsertArgs<ExtArgs extends runtime.Types.Extensions.Intern
    * Omit specific fields from the ServiceKey
    */
   omit?: Prisma.ServiceKeyOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyInclude<ExtArgs> | null
   /**
    * The filter to search for the ServiceKey to update in case it exists.
    */
@@ -1418,6 +1700,10 @@ export type ServiceKeyDeleteArgs<ExtArgs extends runtime.Types.Extensions.Intern
    */
   omit?: Prisma.ServiceKeyOmit<ExtArgs> | null
   /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyInclude<ExtArgs> | null
+  /**
    * Filter which ServiceKey to delete.
    */
   where: Prisma.ServiceKeyWhereUniqueInput
@@ -1438,6 +1724,25 @@ export type ServiceKeyDeleteManyArgs<ExtArgs extends runtime.Types.Extensions.In
 }
 
 /**
+ * ServiceKey.owner
+ */
+export type ServiceKey$ownerArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the User
+   */
+  select?: Prisma.UserSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the User
+   */
+  omit?: Prisma.UserOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.UserInclude<ExtArgs> | null
+  where?: Prisma.UserWhereInput
+}
+
+/**
  * ServiceKey without action
  */
 export type ServiceKeyDefaultArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
@@ -1449,4 +1754,8 @@ export type ServiceKeyDefaultArgs<ExtArgs extends runtime.Types.Extensions.Inter
    * Omit specific fields from the ServiceKey
    */
   omit?: Prisma.ServiceKeyOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceKeyInclude<ExtArgs> | null
 }

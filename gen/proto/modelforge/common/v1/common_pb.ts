@@ -27,7 +27,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file modelforge/common/v1/common.proto.
  */
 export const file_modelforge_common_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("CiFtb2RlbGZvcmdlL2NvbW1vbi92MS9jb21tb24ucHJvdG8SFG1vZGVsZm9yZ2UuY29tbW9uLnYxIpoCCghIb3N0SW5mbxIaCghob3N0bmFtZRgBIAEoCUIIukgFcgMo/QESGQoHb3NfbmFtZRgCIAEoCUIIukgFcgMogAESHAoKb3NfdmVyc2lvbhgDIAEoCUIIukgFcgMogAESGAoGa2VybmVsGAQgASgJQgi6SAVyAyiAARIdCgxhcmNoaXRlY3R1cmUYBSABKAlCB7pIBHICKCASGwoJY3B1X21vZGVsGAYgASgJQgi6SAVyAyiAARIRCgljcHVfY29yZXMYByABKA0SGgoSbWVtb3J5X3RvdGFsX2J5dGVzGAggASgEEjQKBWRpc2tzGAkgAygLMhoubW9kZWxmb3JnZS5jb21tb24udjEuRGlza0IJukgGkgEDEIAIIlAKBERpc2sSFwoFbW91bnQYASABKAlCCLpIBXIDKIAIEhsKCmZpbGVzeXN0ZW0YAiABKAlCB7pIBHICKEASEgoKc2l6ZV9ieXRlcxgDIAEoBCK7AQoHR3B1SW5mbxIVCgR1dWlkGAEgASgJQge6SARyAihAEg0KBWluZGV4GAIgASgNEhsKCnBjaV9idXNfaWQYAyABKAlCB7pIBHICKCASFwoFbW9kZWwYBCABKAlCCLpIBXIDKIABEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgFIAEoBBIfCg5kcml2ZXJfdmVyc2lvbhgGIAEoCUIHukgEcgIoQBIXCgZ2ZW5kb3IYByABKAlCB7pIBHICKEAixgMKCVRlbGVtZXRyeRIZChFtZW1vcnlfdXNlZF9ieXRlcxgBIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYAiABKAQSOwoGbW91bnRzGAMgAygLMiAubW9kZWxmb3JnZS5jb21tb24udjEuTW91bnRVc2FnZUIJukgGkgEDEIAIEjoKBGdwdXMYBCADKAsyIi5tb2RlbGZvcmdlLmNvbW1vbi52MS5HcHVUZWxlbWV0cnlCCLpIBZIBAhBAElYKF2NwdV91dGlsaXphdGlvbl9wZXJjZW50GAUgASgLMhwuZ29vZ2xlLnByb3RvYnVmLkRvdWJsZVZhbHVlQhe6SBQSEhkAAAAAAABZQCkAAAAAAAAAABIwCg9sb2FkX2F2ZXJhZ2VfMW0YBiABKAFCF7pIFBISGQAAAACAhC5BKQAAAAAAAAAAEjAKD2xvYWRfYXZlcmFnZV81bRgHIAEoAUIXukgUEhIZAAAAAICELkEpAAAAAAAAAAASMQoQbG9hZF9hdmVyYWdlXzE1bRgIIAEoAUIXukgUEhIZAAAAAICELkEpAAAAAAAAAAASGgoSbW9kZWxfbWVtb3J5X2J5dGVzGAkgASgEIk0KCk1vdW50VXNhZ2USFwoFbW91bnQYASABKAlCCLpIBXIDKIAIEhIKCnNpemVfYnl0ZXMYAiABKAQSEgoKdXNlZF9ieXRlcxgDIAEoBCKPAQoMR3B1VGVsZW1ldHJ5EhUKBHV1aWQYASABKAlCB7pIBHICKEASGwoTdXRpbGl6YXRpb25fcGVyY2VudBgCIAEoARIZChFtZW1vcnlfdXNlZF9ieXRlcxgDIAEoBBIbChN0ZW1wZXJhdHVyZV9jZWxzaXVzGAQgASgBEhMKC3Bvd2VyX3dhdHRzGAUgASgBKq0BCghMaXZlbmVzcxIYChRMSVZFTkVTU19VTlNQRUNJRklFRBAAEhQKEExJVkVORVNTX1BFTkRJTkcQARITCg9MSVZFTkVTU19PTkxJTkUQAhISCg5MSVZFTkVTU19TVEFMRRADEhQKEExJVkVORVNTX09GRkxJTkUQBBIVChFMSVZFTkVTU19ESVNBQkxFRBAFEhsKF0xJVkVORVNTX0RFQ09NTUlTU0lPTkVEEAYqQwoGQWNjZXNzEhYKEkFDQ0VTU19VTlNQRUNJRklFRBAAEg8KC0FDQ0VTU19SRUFEEAESEAoMQUNDRVNTX1dSSVRFEAI6VgoGYWNjZXNzEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMY2oYDIAEoDjIcLm1vZGVsZm9yZ2UuY29tbW9uLnYxLkFjY2Vzc1IGYWNjZXNzYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_descriptor, file_google_protobuf_wrappers]);
+  fileDesc("CiFtb2RlbGZvcmdlL2NvbW1vbi92MS9jb21tb24ucHJvdG8SFG1vZGVsZm9yZ2UuY29tbW9uLnYxIpoCCghIb3N0SW5mbxIaCghob3N0bmFtZRgBIAEoCUIIukgFcgMo/QESGQoHb3NfbmFtZRgCIAEoCUIIukgFcgMogAESHAoKb3NfdmVyc2lvbhgDIAEoCUIIukgFcgMogAESGAoGa2VybmVsGAQgASgJQgi6SAVyAyiAARIdCgxhcmNoaXRlY3R1cmUYBSABKAlCB7pIBHICKCASGwoJY3B1X21vZGVsGAYgASgJQgi6SAVyAyiAARIRCgljcHVfY29yZXMYByABKA0SGgoSbWVtb3J5X3RvdGFsX2J5dGVzGAggASgEEjQKBWRpc2tzGAkgAygLMhoubW9kZWxmb3JnZS5jb21tb24udjEuRGlza0IJukgGkgEDEIAIIlAKBERpc2sSFwoFbW91bnQYASABKAlCCLpIBXIDKIAIEhsKCmZpbGVzeXN0ZW0YAiABKAlCB7pIBHICKEASEgoKc2l6ZV9ieXRlcxgDIAEoBCK7AQoHR3B1SW5mbxIVCgR1dWlkGAEgASgJQge6SARyAihAEg0KBWluZGV4GAIgASgNEhsKCnBjaV9idXNfaWQYAyABKAlCB7pIBHICKCASFwoFbW9kZWwYBCABKAlCCLpIBXIDKIABEhoKEm1lbW9yeV90b3RhbF9ieXRlcxgFIAEoBBIfCg5kcml2ZXJfdmVyc2lvbhgGIAEoCUIHukgEcgIoQBIXCgZ2ZW5kb3IYByABKAlCB7pIBHICKEAixgMKCVRlbGVtZXRyeRIZChFtZW1vcnlfdXNlZF9ieXRlcxgBIAEoBBIaChJtZW1vcnlfdG90YWxfYnl0ZXMYAiABKAQSOwoGbW91bnRzGAMgAygLMiAubW9kZWxmb3JnZS5jb21tb24udjEuTW91bnRVc2FnZUIJukgGkgEDEIAIEjoKBGdwdXMYBCADKAsyIi5tb2RlbGZvcmdlLmNvbW1vbi52MS5HcHVUZWxlbWV0cnlCCLpIBZIBAhBAElYKF2NwdV91dGlsaXphdGlvbl9wZXJjZW50GAUgASgLMhwuZ29vZ2xlLnByb3RvYnVmLkRvdWJsZVZhbHVlQhe6SBQSEhkAAAAAAABZQCkAAAAAAAAAABIwCg9sb2FkX2F2ZXJhZ2VfMW0YBiABKAFCF7pIFBISGQAAAACAhC5BKQAAAAAAAAAAEjAKD2xvYWRfYXZlcmFnZV81bRgHIAEoAUIXukgUEhIZAAAAAICELkEpAAAAAAAAAAASMQoQbG9hZF9hdmVyYWdlXzE1bRgIIAEoAUIXukgUEhIZAAAAAICELkEpAAAAAAAAAAASGgoSbW9kZWxfbWVtb3J5X2J5dGVzGAkgASgEIk0KCk1vdW50VXNhZ2USFwoFbW91bnQYASABKAlCCLpIBXIDKIAIEhIKCnNpemVfYnl0ZXMYAiABKAQSEgoKdXNlZF9ieXRlcxgDIAEoBCKPAQoMR3B1VGVsZW1ldHJ5EhUKBHV1aWQYASABKAlCB7pIBHICKEASGwoTdXRpbGl6YXRpb25fcGVyY2VudBgCIAEoARIZChFtZW1vcnlfdXNlZF9ieXRlcxgDIAEoBBIbChN0ZW1wZXJhdHVyZV9jZWxzaXVzGAQgASgBEhMKC3Bvd2VyX3dhdHRzGAUgASgBKq0BCghMaXZlbmVzcxIYChRMSVZFTkVTU19VTlNQRUNJRklFRBAAEhQKEExJVkVORVNTX1BFTkRJTkcQARITCg9MSVZFTkVTU19PTkxJTkUQAhISCg5MSVZFTkVTU19TVEFMRRADEhQKEExJVkVORVNTX09GRkxJTkUQBBIVChFMSVZFTkVTU19ESVNBQkxFRBAFEhsKF0xJVkVORVNTX0RFQ09NTUlTU0lPTkVEEAYqaAoGQWNjZXNzEhYKEkFDQ0VTU19VTlNQRUNJRklFRBAAEg8KC0FDQ0VTU19SRUFEEAESEAoMQUNDRVNTX1dSSVRFEAISEgoOQUNDRVNTX09QRVJBVEUQAxIPCgtBQ0NFU1NfU0VMRhAEOlYKBmFjY2VzcxIeLmdvb2dsZS5wcm90b2J1Zi5NZXRob2RPcHRpb25zGNqGAyABKA4yHC5tb2RlbGZvcmdlLmNvbW1vbi52MS5BY2Nlc3NSBmFjY2Vzc2IGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_descriptor, file_google_protobuf_wrappers]);
 
 /**
  * The host facts of a node, reported in its inventory.
@@ -433,8 +433,12 @@ export const LivenessSchema: GenEnum<Liveness> = /*@__PURE__*/
   enumDesc(file_modelforge_common_v1_common, 0);
 
 /**
- * What an operator RPC does to the control plane's state. The server authorizes every operator
- * call from this option alone: a read-only operator key may call ACCESS_READ methods only.
+ * Which operator roles may call an operator RPC. The server authorizes every operator call from
+ * this option alone, through one table (viewer < operator < admin):
+ *   ACCESS_READ     viewer, operator, admin
+ *   ACCESS_OPERATE  operator, admin
+ *   ACCESS_WRITE    admin
+ *   ACCESS_SELF     any signed-in user, acting on their own identity only
  *
  * @generated from enum modelforge.common.v1.Access
  */
@@ -455,11 +459,28 @@ export enum Access {
   READ = 1,
 
   /**
-   * Changes state: the admin role only.
+   * Changes identity or fleet membership (node credentials, enrollment, decommission, agent
+   * releases, users): the admin role only.
    *
    * @generated from enum value: ACCESS_WRITE = 2;
    */
   WRITE = 2,
+
+  /**
+   * Changes workloads (deployments, runtime profiles, artifacts, service keys, jobs, scaling,
+   * drains): the operator and admin roles.
+   *
+   * @generated from enum value: ACCESS_OPERATE = 3;
+   */
+  OPERATE = 3,
+
+  /**
+   * Acts on the caller's own identity (their personal access tokens): any user signed in, in any
+   * role, and never a break-glass key, which is no one's.
+   *
+   * @generated from enum value: ACCESS_SELF = 4;
+   */
+  SELF = 4,
 }
 
 /**
@@ -471,7 +492,7 @@ export const AccessSchema: GenEnum<Access> = /*@__PURE__*/
 /**
  * The access an operator RPC needs, e.g. `option (modelforge.common.v1.access) = ACCESS_READ;`.
  * Declared once per method, here in the contract, so the server's role table and any client
- * (the web console hides what a read-only key cannot do) derive from the same fact.
+ * (the web console hides what a viewer cannot do) derive from the same fact.
  *
  * @generated from extension: modelforge.common.v1.Access access = 50010;
  */
