@@ -15,7 +15,7 @@ import { loadConsole } from "./ui/static.js";
 import { followCluster } from "./cluster/follow.js";
 import { sessionOpenTuning } from "./tuning.js";
 import { openingDatabase } from "./start/database.js";
-import { loadIdentity, openServiceKeys, type Identity } from "./start/identity.js";
+import { loadIdentity, openOperators, openServiceKeys, type Identity } from "./start/identity.js";
 import { openListener, type Listener } from "./start/listener.js";
 import { publicFace, servingRoutes, startingRoutes } from "./start/routes.js";
 import { openCluster } from "./start/cluster.js";
@@ -38,6 +38,8 @@ export interface RunningServer {
   db: Database;
   /** Whether the node has an open Session on this server. */
   sessionsConnected(nodeId: string): boolean;
+  /** Operators' streams (watches, logs) open here, each ended at once if its user is deactivated. */
+  operatorStreams(): number;
   /** The Prometheus endpoint, when MODELFORGE_METRICS_ADDRESS is set. */
   metricsUrl: string | undefined;
   /** Not serving, then new invokes refused and those in flight drained, then sessions and streams end, the database closes. Idempotent. */
@@ -87,7 +89,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
   const shutdown = new AbortController();
   const drain = new Drain();
   const parts = await assemble({ config, log, clock, options, identity, db, listener, metrics, shutdown: shutdown.signal, drain });
-  listener.serve(servingRoutes(face, parts.services), config.sessionFastPath ? parts.serveSession : undefined, parts.openAi);
+  listener.serve(servingRoutes(face, parts.services), config.sessionFastPath ? parts.serveSession : undefined, parts.frontDoors);
   if (!config.sessionFastPath) log.info("gRPC Sessions served by Connect's generic path (MODELFORGE_SESSION_FAST_PATH=off)");
   face.health.setServing();
   log.info({ url: listener.url, database: db.describe, replica: parts.cluster.bus.replicaId }, "control plane ready");
@@ -103,6 +105,7 @@ export async function startServer(config: Config, log: Logger, options: StartOpt
     db,
     stop: () => (stopping ??= stopServer(closing, closers)),
     sessionsConnected: (nodeId) => parts.sessions.registry.isConnected(nodeId),
+    operatorStreams: () => parts.operators.live.size,
     metricsUrl: metricsEndpoint?.url,
   };
 }
@@ -173,7 +176,13 @@ async function assemble(deps: AssembleDeps) {
   const sessions = openSessions({ config, clock, log, db, cluster, shutdown, metrics, opens });
   const jobs = openJobs({ config, clock, log, db, cluster, sessions, shutdown, metrics });
   const deployments = openDeployments({ config, clock, log, db, cluster, jobs, metrics: metrics?.evictions });
-  followCluster(cluster.bus, { sessions: sessions.registry, jobs: jobs.engine, deployments: deployments.controller });
+  const operators = openOperators({ config, prisma: db.prisma, clock, log, bus: cluster.bus, breakGlass: deps.identity.operatorKeys });
+  followCluster(cluster.bus, {
+    sessions: sessions.registry,
+    jobs: jobs.engine,
+    deployments: deployments.controller,
+    operators: operators.live,
+  });
   const serviceKeys = openServiceKeys({
     prisma: db.prisma,
     direct: db.direct,
@@ -202,18 +211,19 @@ async function assemble(deps: AssembleDeps) {
   const agents = agentApi({ config, clock, log, db, ca, sessions, jobs, deployments, serving, upgrades, shutdown, metrics });
   const admin = adminApi(
     { config, clock, db, ca, sessions, port, replicaId: cluster.bus.replicaId, shutdown },
-    { ...jobs.adminRpcs, ...deployments.adminRpcs, ...serviceKeys.rpcs, ...serving.adminRpcs, ...upgrades.adminRpcs },
+    { ...jobs.adminRpcs, ...deployments.adminRpcs, ...serviceKeys.rpcs, ...serving.adminRpcs, ...upgrades.adminRpcs, ...operators.rpcs },
   );
   return {
     cluster,
     sessions,
     serving,
+    operators,
     serveSession: agents.serveSession,
-    openAi: openAiFrontDoor({ keys: serviceKeys.keys, relay: serving.relay, routes: deployments.routes, log }),
+    frontDoors: [openAiFrontDoor({ keys: serviceKeys.keys, relay: serving.relay, routes: deployments.routes, log }), operators.signIn],
     services: {
       log,
       outage: db.outage,
-      operatorKeys: deps.identity.operatorKeys,
+      operatorInterceptor: operators.interceptor,
       serviceKeyInterceptor: serviceKeys.interceptor,
       metrics,
       agent: agents.service,

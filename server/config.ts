@@ -5,6 +5,7 @@ import { parseByteSize } from "../common/byte-size.js";
 import { parseListenAddress, type ListenAddress } from "../common/listen-address.js";
 import { parseVersion } from "./agent-version.js";
 import { defaultMinAgentVersion } from "./version.js";
+import { parseSsoConfig, SsoConfigError, type SsoConfig } from "./sso-config.js";
 
 export interface Config {
   listenAddress: string;
@@ -22,8 +23,14 @@ export interface Config {
   preparedStatements: number;
   /** Undefined: the admin API fails closed. */
   operatorApiKey: string | undefined;
-  /** The read-only operator key (ACCESS_READ methods only); undefined: no read-only role. */
+  /** The read-only operator key (the viewer role); undefined: no read-only key. */
   operatorReadonlyKey: string | undefined;
+  /** Whether the static operator keys are accepted at all (break-glass); off: only users. */
+  breakGlass: boolean;
+  /** Single sign-on through an OpenID Connect provider; undefined: none. */
+  sso: SsoConfig | undefined;
+  /** How long a web console sign-in lasts. */
+  consoleSessionTtlMs: number;
   /** The web console's built files (`npm run build:ui`), served under /ui/. */
   uiDir: string;
   logLevel: string;
@@ -126,6 +133,8 @@ export const defaults = {
   MODELFORGE_PREFIX_ROUTING: "on",
   MODELFORGE_PREFIX_INDEX_BUDGET: "8MiB",
   MODELFORGE_PREFIX_OVERLOAD_MARGIN: "3",
+  MODELFORGE_BREAK_GLASS: "on",
+  MODELFORGE_CONSOLE_SESSION_TTL: "8h",
   MODELFORGE_MIN_AGENT_VERSION: defaultMinAgentVersion,
 } as const;
 
@@ -213,6 +222,9 @@ export function loadConfig(env: Env): Config {
     preparedStatements: v.integer("MODELFORGE_DATABASE_PREPARED_STATEMENTS", 0, 10_000),
     operatorApiKey: env.MODELFORGE_OPERATOR_API_KEY?.trim() || undefined,
     operatorReadonlyKey: env.MODELFORGE_OPERATOR_READONLY_KEY?.trim() || undefined,
+    breakGlass: v.onOff("MODELFORGE_BREAK_GLASS"),
+    sso: ssoOf(env),
+    consoleSessionTtlMs: v.durationAtMost("MODELFORGE_CONSOLE_SESSION_TTL", 7 * 86_400_000),
     uiDir: env.MODELFORGE_UI_DIR?.trim() || "./ui/dist",
     logLevel: v.get("MODELFORGE_LOG_LEVEL"),
     enrollmentTokenTtlMs: v.duration("MODELFORGE_ENROLLMENT_TOKEN_TTL"),
@@ -253,6 +265,15 @@ export function loadConfig(env: Env): Config {
   };
   checkConfig(config);
   return config;
+}
+
+function ssoOf(env: Env): SsoConfig | undefined {
+  try {
+    return parseSsoConfig(env);
+  } catch (err) {
+    if (err instanceof SsoConfigError) throw new ConfigError(err.message);
+    throw err;
+  }
 }
 
 /** What holds between variables. */

@@ -24,12 +24,14 @@ export interface Caller {
   certificateError: string | undefined;
   /** The peer's IP address (what limits and log lines about unauthenticated callers key on). */
   peerAddress?: string | undefined;
+  /** The host the client addressed (HTTP/2 :authority, or Host): what a browser's Origin must match. */
+  host?: string | undefined;
   /** Ends this call's transport stream at once (./invoke/relay.ts: a caller that stopped reading). */
   abandon?: (reason: AbandonReason) => void;
 }
 
-/** Why a call's stream is ended under it: its client left too much unread, or is still not done past the deadline. */
-export type AbandonReason = "stalled" | "deadline";
+/** Why a call's stream is ended under it: its client left too much unread, is still not done past the deadline, or was deactivated. */
+export type AbandonReason = "stalled" | "deadline" | "deactivated";
 
 /**
  * Ends a request's stream without waiting on its client: on HTTP/2 a reset of that stream alone
@@ -88,6 +90,7 @@ export function withoutCertificate(caller: Caller): Caller {
     certificate: undefined,
     certificateError: undefined,
     peerAddress: caller.peerAddress,
+    host: caller.host,
     ...(caller.abandon !== undefined ? { abandon: caller.abandon } : {}),
   };
 }

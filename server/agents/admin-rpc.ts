@@ -22,6 +22,7 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/agent_upgrades_pb.js";
 import type { AgentRelease } from "../../gen/prisma/client.js";
 import { callOf } from "../context.js";
+import { actorIn } from "../identity/operators/principal.js";
 import { stringMap, ts } from "../rpc/convert.js";
 import type { AgentReleases } from "./releases.js";
 import type { AgentRollouts, RolloutWithNodes } from "./rollouts.js";
@@ -119,17 +120,21 @@ export function adminUpgrades(deps: {
   const { releases, rollouts } = deps;
   const detailed = async (r: RolloutWithNodes) => rolloutProto(r, await deps.nodeNames(r.nodes.map((n) => n.nodeId)));
   const change = async (verb: "pause" | "resume" | "abort", req: { rolloutId: string; reason: string }, ctx: HandlerContext) =>
-    detailed(await rollouts.change(rolloutId(req.rolloutId), verb, req.reason, callOf(ctx).correlationId));
+    detailed(await rollouts.change(rolloutId(req.rolloutId), verb, req.reason, callOf(ctx).correlationId, actorIn(ctx)));
   return {
     async createAgentRelease(req, ctx) {
-      const { release, created } = await releases.create(req, callOf(ctx).correlationId);
+      const { release, created } = await releases.create(req, callOf(ctx).correlationId, actorIn(ctx));
       return create(CreateAgentReleaseResponseSchema, { release: releaseProto(release), created });
     },
     async listAgentReleases() {
       return create(ListAgentReleasesResponseSchema, { releases: (await releases.list()).map(releaseProto) });
     },
     async createAgentRollout(req, ctx) {
-      const row = await rollouts.create({ version: req.version, selector: req.selector, settings: req }, callOf(ctx).correlationId);
+      const row = await rollouts.create(
+        { version: req.version, selector: req.selector, settings: req },
+        callOf(ctx).correlationId,
+        actorIn(ctx),
+      );
       return create(CreateAgentRolloutResponseSchema, { rollout: await detailed(row) });
     },
     async listAgentRollouts() {

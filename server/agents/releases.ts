@@ -7,7 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { AgentRelease, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import { signatureValid } from "../../common/release-key.js";
-import { operatorActor, recordAudit } from "../audit/audit.js";
+import { recordAudit, type AuditActor } from "../audit/audit.js";
 import { checkSha256, JobSpecError } from "../jobs/spec.js";
 import type { ArtifactStore } from "../artifacts/store.js";
 import { compareVersions, parseVersion } from "../agent-version.js";
@@ -32,7 +32,7 @@ export class AgentReleases {
   constructor(private readonly deps: ReleasesDeps) {}
 
   /** Records a pushed release; `created` is false when the same one was recorded already. */
-  async create(input: ReleaseInput, correlationId: string): Promise<{ release: AgentRelease; created: boolean }> {
+  async create(input: ReleaseInput, correlationId: string, by: AuditActor): Promise<{ release: AgentRelease; created: boolean }> {
     this.checkInput(input);
     const stored = await this.deps.store.find(releaseArtifact(input.sha256, input));
     if (stored === null || stored.sha256 !== input.sha256 || stored.sizeBytes !== input.sizeBytes) {
@@ -64,7 +64,7 @@ export class AgentReleases {
       await recordAudit(
         tx,
         {
-          actor: operatorActor,
+          ...by,
           action: "agent.release.recorded",
           targetType: "agent_release",
           targetId: `${input.version}/${input.platform}`,

@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { AgentRollout, AgentRolloutNode, Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
-import { operatorActor, nodeActor, recordAudit, systemActor } from "../audit/audit.js";
+import { nodeActor, recordAudit, systemActor, type AuditActor } from "../audit/audit.js";
 import { planBatches, stepRollout, updateRefusal, type NodeState, type NodeView, type Step } from "./rollout-rules.js";
 import { rolloutSettings, type RolloutSettings } from "./rollout-input.js";
 import { checkReleaseName } from "./release-rules.js";
@@ -36,7 +36,7 @@ export class AgentRollouts {
     return new Date(this.deps.clock.now());
   }
 
-  async create(input: CreateRollout, correlationId: string): Promise<RolloutWithNodes> {
+  async create(input: CreateRollout, correlationId: string, by: AuditActor): Promise<RolloutWithNodes> {
     checkReleaseName({ version: input.version, platform: "linux-x64" });
     const settings = rolloutSettings(input.settings);
     const { prisma } = this.deps;
@@ -69,7 +69,7 @@ export class AgentRollouts {
       ].map((n) => ({ ...n, rolloutId: id, fromVersion: versionOf.get(n.nodeId) ?? "" }));
       await tx.agentRollout.create({ data: rolloutRow(id, input, settings, plan.batches.length, now) });
       await tx.agentRolloutNode.createMany({ data: nodes });
-      await audit(tx, { actor: operatorActor }, "agent.rollout.created", id, correlationId, now, {
+      await audit(tx, by, "agent.rollout.created", id, correlationId, now, {
         version: input.version,
         nodes: String(nodes.length),
         batches: String(plan.batches.length),
@@ -89,7 +89,13 @@ export class AgentRollouts {
   }
 
   /** Pause, resume or abort, from the states each is allowed in. */
-  async change(id: string, verb: "pause" | "resume" | "abort", reason: string, correlationId: string): Promise<RolloutWithNodes> {
+  async change(
+    id: string,
+    verb: "pause" | "resume" | "abort",
+    reason: string,
+    correlationId: string,
+    by: AuditActor,
+  ): Promise<RolloutWithNodes> {
     const from: Record<typeof verb, string[]> = { pause: ["running"], resume: ["paused"], abort: active };
     const now = this.now();
     const data: Record<typeof verb, Prisma.AgentRolloutUpdateInput> = {
@@ -104,15 +110,7 @@ export class AgentRollouts {
       if (!from[verb].includes(row.state))
         throw new ConnectError(`rollout ${id} is ${row.state}: cannot ${verb} it`, Code.FailedPrecondition);
       await tx.agentRollout.update({ where: { id }, data: { ...data[verb], updatedAt: now } });
-      await audit(
-        tx,
-        { actor: operatorActor },
-        `agent.rollout.${verb}d`.replace("eed", "ed"),
-        id,
-        correlationId,
-        now,
-        reason ? { reason } : {},
-      );
+      await audit(tx, by, `agent.rollout.${verb}d`.replace("eed", "ed"), id, correlationId, now, reason ? { reason } : {});
     });
     return this.get(id);
   }
@@ -236,13 +234,13 @@ function rolloutRow(id: string, input: CreateRollout, s: RolloutSettings, batche
 
 function audit(
   tx: Prisma.TransactionClient,
-  target: { actor: string; type?: "agent_rollout" | "node" },
+  target: AuditActor & { type?: "agent_rollout" | "node" },
   action: string,
   targetId: string,
   correlationId: string | null,
   at: Date,
   details: Record<string, string>,
 ) {
-  const { actor, type = "agent_rollout" } = target;
-  return recordAudit(tx, { actor, action, targetType: type, targetId, correlationId: correlationId ?? undefined, details }, at);
+  const { actor, actorName, type = "agent_rollout" } = target;
+  return recordAudit(tx, { actor, actorName, action, targetType: type, targetId, correlationId: correlationId ?? undefined, details }, at);
 }

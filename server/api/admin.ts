@@ -1,17 +1,16 @@
 // modelforge.admin.v1.AdminService: every feature brings its own RPCs (its admin-rpc.ts); this
-// puts them together. The admin token is checked by the interceptor before any of them run.
+// puts them together. The caller is authenticated and authorized by the interceptor before any of them run.
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { adminAudit } from "../audit/admin-rpc.js";
 import { adminEnrollmentTokens } from "../identity/enrollment/admin-rpc.js";
-import { adminOperatorRole } from "../identity/operator-role-rpc.js";
 import { adminNodes, type NodeAdminDeps } from "../nodes/admin-rpc.js";
 
 /** What the RPCs built here work with. */
 export type AdminServiceDeps = NodeAdminDeps;
 
 function coreRpcs(deps: AdminServiceDeps) {
-  return { ...adminEnrollmentTokens(deps), ...adminNodes(deps), ...adminAudit(deps.prisma), ...adminOperatorRole() };
+  return { ...adminEnrollmentTokens(deps), ...adminNodes(deps), ...adminAudit(deps.prisma) };
 }
 
 /** The RPCs of the features server/start/ builds (jobs, artifacts, runtime profiles, ...): together, exactly the rest. */

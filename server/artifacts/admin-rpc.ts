@@ -14,6 +14,7 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { StoredArtifact } from "../../gen/prisma/client.js";
 import { callOf } from "../context.js";
+import { actorIn } from "../identity/operators/principal.js";
 import { ts } from "../rpc/convert.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import { checkCommitName, checkFileName } from "./rules.js";
@@ -50,7 +51,7 @@ function toProto(row: StoredArtifact) {
 export function adminArtifacts(store: ArtifactStore): ArtifactAdminRpcs {
   return {
     async uploadArtifactChunk(req, ctx) {
-      const outcome = await store.putChunk(req, callOf(ctx).correlationId);
+      const outcome = await store.putChunk(req, callOf(ctx).correlationId, actorIn(ctx));
       return create(UploadArtifactChunkResponseSchema, {
         receivedBytes: BigInt(outcome.receivedBytes),
         complete: outcome.complete,
@@ -58,7 +59,7 @@ export function adminArtifacts(store: ArtifactStore): ArtifactAdminRpcs {
       });
     },
     async putArtifactFiles(req, ctx) {
-      const outcomes = await store.putFiles(req, callOf(ctx).correlationId);
+      const outcomes = await store.putFiles(req, callOf(ctx).correlationId, actorIn(ctx));
       return create(PutArtifactFilesResponseSchema, {
         files: outcomes.map((o) =>
           create(PutArtifactFileResultSchema, {
@@ -89,6 +90,7 @@ export function adminArtifacts(store: ArtifactStore): ArtifactAdminRpcs {
       const { deleted, freedBytes } = await store.delete(
         req.path !== "" ? req : { repository: req.repository, commit: req.commit },
         callOf(ctx).correlationId,
+        actorIn(ctx),
       );
       return create(DeleteArtifactFilesResponseSchema, { deletedFiles: deleted, freedBytes: BigInt(freedBytes) });
     },

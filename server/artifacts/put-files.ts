@@ -5,7 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { PrismaClient, StoredArtifact } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import { MAX_COMMIT_FILES } from "../../common/artifacts.js";
-import { operatorActor, recordAudits } from "../audit/audit.js";
+import { recordAudits, type AuditActor } from "../audit/audit.js";
 import { memoryNeed, type MemoryEstimate } from "./memory.js";
 import { fileLabel, type PutFile, type PutFiles } from "./rules.js";
 
@@ -73,6 +73,7 @@ export async function recordBatch(
   files: PutFile[],
   estimates: Map<string, MemoryEstimate>,
   correlationId: string,
+  by: AuditActor,
 ): Promise<Map<string, StoredArtifact>> {
   const at = new Date(deps.clock.now());
   return deps.prisma.$transaction(async (tx) => {
@@ -112,7 +113,7 @@ export async function recordBatch(
       fresh.map((f) => {
         const estimate = estimates.get(f.path);
         return {
-          actor: operatorActor,
+          ...by,
           action: "artifact.stored",
           targetType: "artifact" as const,
           targetId: `${batch.repository}@${batch.commit}`,

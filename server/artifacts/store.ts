@@ -6,7 +6,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { PrismaClient, StoredArtifact } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import { mapAtMost } from "../../common/concurrency.js";
-import { operatorActor, recordAudit } from "../audit/audit.js";
+import { recordAudit, type AuditActor } from "../audit/audit.js";
 import { BlobStore } from "./blobs.js";
 import { estimateFile } from "./gguf-header.js";
 import { isGguf, type MemoryEstimate } from "./memory.js";
@@ -47,7 +47,7 @@ export class ArtifactStore {
   }
 
   /** Takes one chunk of a push; an empty chunk only asks how far the upload got. */
-  async putChunk(chunk: Chunk, correlationId: string): Promise<ChunkOutcome> {
+  async putChunk(chunk: Chunk, correlationId: string, by: AuditActor): Promise<ChunkOutcome> {
     checkChunk(chunk);
     const existing = await this.find(chunk);
     if (existing !== null && (existing.sha256 !== chunk.sha256 || existing.sizeBytes !== chunk.sizeBytes)) {
@@ -65,7 +65,7 @@ export class ArtifactStore {
       if (blob !== undefined) {
         if (blob !== size)
           throw new ConnectError(`content with this sha256 is stored with ${blob} bytes, not ${size}`, Code.FailedPrecondition);
-        return { receivedBytes: size, complete: true, file: await this.record(chunk, correlationId) };
+        return { receivedBytes: size, complete: true, file: await this.record(chunk, correlationId, by) };
       }
       const held = await this.blobs.partSize(chunk.sha256);
       if (chunk.data.byteLength === 0) return { receivedBytes: held, complete: false };
@@ -80,14 +80,14 @@ export class ArtifactStore {
       if (!(await this.blobs.completePart(chunk.sha256))) {
         throw new ConnectError("the pushed content does not match sha256; the upload was discarded", Code.InvalidArgument);
       }
-      return { receivedBytes: size, complete: true, file: await this.record(chunk, correlationId) };
+      return { receivedBytes: size, complete: true, file: await this.record(chunk, correlationId, by) };
     });
   }
 
-  private async record(chunk: Chunk, correlationId: string): Promise<StoredArtifact> {
+  private async record(chunk: Chunk, correlationId: string, by: AuditActor): Promise<StoredArtifact> {
     const file = { path: chunk.path, sizeBytes: chunk.sizeBytes, sha256: chunk.sha256, data: new Uint8Array() };
     const batch = { repository: chunk.repository, commit: chunk.commit, files: [file] };
-    const rows = await recordBatch(this.deps, batch, [file], await this.estimates([file]), correlationId);
+    const rows = await recordBatch(this.deps, batch, [file], await this.estimates([file]), correlationId, by);
     return rows.get(chunk.path)!;
   }
 
@@ -98,7 +98,7 @@ export class ArtifactStore {
    * recorded only when its content is already held; otherwise it is answered with the bytes an
    * interrupted chunked upload left.
    */
-  async putFiles(batch: PutFiles, correlationId: string): Promise<PutOutcome[]> {
+  async putFiles(batch: PutFiles, correlationId: string, by: AuditActor): Promise<PutOutcome[]> {
     checkPutFiles(batch);
     verifyDigests(batch.files);
     const stored = await storedByPath(
@@ -114,7 +114,7 @@ export class ArtifactStore {
     const rows =
       complete.length === 0
         ? new Map<string, StoredArtifact>()
-        : await recordBatch(this.deps, batch, complete, await this.estimates(complete), correlationId);
+        : await recordBatch(this.deps, batch, complete, await this.estimates(complete), correlationId, by);
     return batch.files.map((f, i) => {
       const row = rows.get(f.path);
       return row !== undefined
@@ -165,6 +165,7 @@ export class ArtifactStore {
   async delete(
     name: { repository: string; commit: string; path?: string },
     correlationId: string,
+    by: AuditActor,
   ): Promise<{ deleted: number; freedBytes: number }> {
     const where = { repository: name.repository, commit: name.commit, ...(name.path ? { path: name.path } : {}) };
     const rows = await this.deps.prisma.$transaction(async (tx) => {
@@ -174,7 +175,7 @@ export class ArtifactStore {
       await recordAudit(
         tx,
         {
-          actor: operatorActor,
+          ...by,
           action: "artifact.deleted",
           targetType: "artifact",
           targetId: `${name.repository}@${name.commit}`,

@@ -1,5 +1,5 @@
 // ListAuditEvents of modelforge.admin.v1.AdminService: newest first, filtered by action, target,
-// actor and time (the admin token is checked by the interceptor before it runs).
+// actor (or a user's email) and time (the caller is checked by the interceptor before it runs).
 import { create } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
@@ -13,6 +13,7 @@ const toProto = (e: AuditEvent) =>
     id: e.id,
     time: ts(e.time),
     actor: e.actor,
+    actorName: e.actorName ?? "",
     action: e.action,
     targetType: e.targetType,
     targetId: e.targetId,
@@ -30,7 +31,8 @@ export function adminAudit(prisma: PrismaClient): Pick<ServiceImpl<typeof AdminS
           ...(before !== undefined ? { seq: { lt: before } } : {}),
           ...(req.action ? { action: req.action } : {}),
           ...(req.targetId ? { targetId: req.targetId } : {}),
-          ...(req.actor ? { actor: req.actor } : {}),
+          // By actor ("user:<uuid>", "break-glass", ...) or, for a user, by email.
+          ...(req.actor ? actorFilter(req.actor) : {}),
           ...(req.since ? { time: { gte: timestampDate(req.since) } } : {}),
         },
         orderBy: { seq: "desc" },
@@ -43,4 +45,10 @@ export function adminAudit(prisma: PrismaClient): Pick<ServiceImpl<typeof AdminS
       });
     },
   };
+}
+
+/** By actor ("user:<uuid>", "break-glass", ...), or by a user's email, with or without a personal token. */
+function actorFilter(actor: string) {
+  if (!actor.includes("@")) return { actor };
+  return { OR: [{ actorName: actor }, { actorName: { startsWith: `${actor} ` } }] };
 }

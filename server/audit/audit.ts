@@ -5,9 +5,19 @@ import type { Prisma } from "../../gen/prisma/client.js";
 
 export type AuditWriter = Pick<Prisma.TransactionClient, "auditEvent">;
 
-export interface AuditEntry {
-  /** "operator", "node:<uuid>", "system" or "autoscaler". */
+/** Who did something: "user:<uuid>", "break-glass", "node:<uuid>", "system" or "autoscaler". */
+export interface AuditActor {
   actor: string;
+  /** Readably: a user's email (and the personal token's name, when one was used). */
+  actorName?: string | undefined;
+}
+
+/** A request as its audit names it: who asked, under which correlation id. */
+export interface Asked extends AuditActor {
+  correlationId: string;
+}
+
+export interface AuditEntry extends AuditActor {
   /** e.g. "node.enrolled", "credential.revoked". */
   action: string;
   targetType:
@@ -21,7 +31,9 @@ export interface AuditEntry {
     | "runtime_profile"
     | "service_key"
     | "agent_release"
-    | "agent_rollout";
+    | "agent_rollout"
+    | "user"
+    | "personal_token";
   targetId: string;
   correlationId?: string | undefined;
   /** Never a secret. */
@@ -42,6 +54,7 @@ function auditRow(entry: AuditEntry, at: Date) {
     id: randomUUID(),
     time: at,
     actor: entry.actor,
+    actorName: entry.actorName ?? null,
     action: entry.action,
     targetType: entry.targetType,
     targetId: entry.targetId,
@@ -50,7 +63,6 @@ function auditRow(entry: AuditEntry, at: Date) {
   };
 }
 
-export const operatorActor = "operator";
 export const systemActor = "system";
 /** The control plane changing a deployment's wanted replicas by its load. */
 export const autoscalerActor = "autoscaler";

@@ -1,5 +1,5 @@
 // Replicas tell each other what needs a node's session, wherever it is: new work for a node, a
-// cancellation, a credential revoked, a node disabled or decommissioned. On PostgreSQL this is
+// cancellation, a credential revoked, a node disabled or decommissioned, a user deactivated. On PostgreSQL this is
 // LISTEN/NOTIFY on one channel (a dedicated connection listens, reconnecting after a loss); on the
 // embedded database, which one process owns, it is in-process. Delivery is best effort: the
 // periodic sweeps (leasing, revoked sessions) stay the safety net for a notification lost while a
@@ -21,7 +21,9 @@ export type ClusterEvent =
   /** End the sessions of these credentials (revoked). */
   | { kind: "close-serials"; serials: string[]; code: number; message: string }
   /** A deployment's routing changed (drain, revision, unload): drop what the invoke relay cached. */
-  | { kind: "deployment"; deploymentId: string };
+  | { kind: "deployment"; deploymentId: string }
+  /** An admin deactivated a user: end their operator calls still open here. */
+  | { kind: "user-deactivated"; userId: string };
 
 export interface ClusterBus {
   /** This replica's id: random per process, so a restarted replica is a new one. */

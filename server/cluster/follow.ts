@@ -12,6 +12,8 @@ export function followCluster(
     };
     jobs: { fromCluster(event: Extract<ClusterEvent, { kind: "work" | "cancel" }>): void };
     deployments: { changedElsewhere(deploymentId: string): void };
+    /** The operators' calls open here (server/identity/operators/live-calls.ts). */
+    operators: { endCallsOf(userId: string): void };
   },
 ): void {
   bus.onEvent((event) => {
@@ -25,6 +27,8 @@ export function followCluster(
         return deps.sessions.closeSerialsHere(event.serials, new ConnectError(event.message, event.code));
       case "deployment":
         return deps.deployments.changedElsewhere(event.deploymentId);
+      case "user-deactivated":
+        return deps.operators.endCallsOf(event.userId);
     }
   });
 }

@@ -18,6 +18,7 @@ import {
   type DeploymentAutoscaling,
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { callOf } from "../context.js";
+import { askedIn } from "../identity/operators/principal.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { durationMs, positiveDurationMs } from "../rpc/time.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
@@ -91,7 +92,7 @@ export function adminDeployments(deps: DesiredDeps & HealthDeps & { inFlight?: I
           maxPerNode: req.maxPerNode,
           autoscaling: req.autoscaling === undefined ? undefined : autoscaleRequestOf(req.autoscaling),
         },
-        callOf(ctx).correlationId,
+        askedIn(ctx),
       );
       return create(CreateDeploymentResponseSchema, { deployment: recordToProto(d) });
     },
@@ -131,33 +132,33 @@ export function adminDeployments(deps: DesiredDeps & HealthDeps & { inFlight?: I
         deps,
         req.deployment,
         { commit: req.commit, runtimeProfile: req.runtimeProfile, modelFile: req.modelFile },
-        callOf(ctx).correlationId,
+        askedIn(ctx),
       );
       return create(UpdateDeploymentRevisionResponseSchema, { deployment: recordToProto(d) });
     },
     async scaleDeployment(req, ctx) {
-      const d = await scaleDeployment(deps, req.deployment, req.replicas, callOf(ctx).correlationId);
+      const d = await scaleDeployment(deps, req.deployment, req.replicas, askedIn(ctx));
       return create(ScaleDeploymentResponseSchema, { deployment: recordToProto(d) });
     },
     async updateDeploymentScaling(req, ctx) {
       if (req.autoscaling === undefined) throw new ConnectError("autoscaling: is required", Code.InvalidArgument);
-      const d = await setScaling(deps, req.deployment, autoscaleRequestOf(req.autoscaling), callOf(ctx).correlationId);
+      const d = await setScaling(deps, req.deployment, autoscaleRequestOf(req.autoscaling), askedIn(ctx));
       return create(UpdateDeploymentScalingResponseSchema, { deployment: recordToProto(d) });
     },
     async startDeployment(req, ctx) {
-      const d = await startDeployment(deps, req.deployment, callOf(ctx).correlationId);
+      const d = await startDeployment(deps, req.deployment, askedIn(ctx));
       return create(StartDeploymentResponseSchema, { deployment: recordToProto(d) });
     },
     async drainDeployment(req, ctx) {
-      const d = await setDesired(deps, req.deployment, "drained", callOf(ctx).correlationId);
+      const d = await setDesired(deps, req.deployment, "drained", askedIn(ctx));
       return create(DrainDeploymentResponseSchema, { deployment: recordToProto(d) });
     },
     async unloadDeployment(req, ctx) {
-      const d = await setDesired(deps, req.deployment, "unloaded", callOf(ctx).correlationId);
+      const d = await setDesired(deps, req.deployment, "unloaded", askedIn(ctx));
       return create(UnloadDeploymentResponseSchema, { deployment: recordToProto(d) });
     },
     async deleteDeployment(req, ctx) {
-      const d = await setDesired(deps, req.deployment, "deleted", callOf(ctx).correlationId);
+      const d = await setDesired(deps, req.deployment, "deleted", askedIn(ctx));
       return create(DeleteDeploymentResponseSchema, { deployment: recordToProto(d) });
     },
     async checkDeploymentHealth(req, ctx) {

@@ -7,7 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Deployment, DeploymentInstance, Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { RuntimeProfileSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import { operatorActor, recordAudit } from "../audit/audit.js";
+import { recordAudit, type Asked } from "../audit/audit.js";
 import { checkCommitName } from "../artifacts/rules.js";
 import { MAX_COMMIT_FILES } from "../../common/artifacts.js";
 import { chooseModelFile } from "../../common/model-file.js";
@@ -115,7 +115,7 @@ export async function findRecord(db: Pick<PrismaClient, "deployment">, idOrName:
   return d;
 }
 
-export async function createDeployment(deps: DesiredDeps, input: CreateDeploymentInput, correlationId: string): Promise<DeploymentRow> {
+export async function createDeployment(deps: DesiredDeps, input: CreateDeploymentInput, asked: Asked): Promise<DeploymentRow> {
   const nameProblem = checkDeploymentName(input.name);
   if (nameProblem !== undefined) throw invalid("name", nameProblem);
   // Neither: any node that fits.
@@ -176,7 +176,7 @@ export async function createDeployment(deps: DesiredDeps, input: CreateDeploymen
       skipDuplicates: true,
     });
     if (made.count !== 1) throw new ConnectError(`a deployment named "${input.name}" exists`, Code.AlreadyExists);
-    await audit(tx, "deployment.created", id, correlationId, now, {
+    await audit(tx, "deployment.created", id, asked, now, {
       name: input.name,
       nodeId: nodeId ?? "",
       replicas: String(replicas),
@@ -195,7 +195,7 @@ export async function updateRevision(
   deps: DesiredDeps,
   idOrName: string,
   change: { commit: string; runtimeProfile: string; modelFile: string },
-  correlationId: string,
+  asked: Asked,
 ): Promise<DeploymentRow> {
   const d = await findRecord(deps.prisma, idOrName);
   if (d.desired !== "serving")
@@ -216,7 +216,7 @@ export async function updateRevision(
       data: { revision, commit, runtimeProfile, modelFile, updatedAt: now },
     });
     if (moved.count !== 1) throw new ConnectError(`deployment ${d.name} changed meanwhile; retry`, Code.Aborted);
-    await audit(tx, "deployment.revision_changed", d.id, correlationId, now, {
+    await audit(tx, "deployment.revision_changed", d.id, asked, now, {
       revision: String(revision),
       commit,
       runtimeProfile,
@@ -231,12 +231,7 @@ export async function updateRevision(
  * Turns autoscaling on or changes it. The wanted replicas move into the new bounds at once (a
  * deployment at zero stays there until a request comes); the autoscaler takes it from there.
  */
-export async function setScaling(
-  deps: DesiredDeps,
-  idOrName: string,
-  request: AutoscaleRequest,
-  correlationId: string,
-): Promise<DeploymentRow> {
+export async function setScaling(deps: DesiredDeps, idOrName: string, request: AutoscaleRequest, asked: Asked): Promise<DeploymentRow> {
   const d = await findRecord(deps.prisma, idOrName);
   if (d.desired === "deleted") throw new ConnectError(`deployment ${d.name} is being deleted`, Code.FailedPrecondition);
   const scaling = checkAutoscaling(request, d.maxInFlight);
@@ -249,7 +244,7 @@ export async function setScaling(
       data: { autoscale: true, ...scaling, replicas, updatedAt: now },
     });
     if (moved.count !== 1) throw new ConnectError(`deployment ${d.name} changed meanwhile; retry`, Code.Aborted);
-    await audit(tx, "deployment.autoscaling_set", d.id, correlationId, now, {
+    await audit(tx, "deployment.autoscaling_set", d.id, asked, now, {
       name: d.name,
       from: String(d.replicas),
       to: String(replicas),
@@ -273,12 +268,7 @@ function describeScaling(s: ReturnType<typeof checkAutoscaling>): string {
  * Sets the replicas wanted, and turns autoscaling off. A serving deployment grows or shrinks; a
  * drained or unloaded one is started again when scaled above 0 (one being deleted is not).
  */
-export async function scaleDeployment(
-  deps: DesiredDeps,
-  idOrName: string,
-  replicas: number,
-  correlationId: string,
-): Promise<DeploymentRow> {
+export async function scaleDeployment(deps: DesiredDeps, idOrName: string, replicas: number, asked: Asked): Promise<DeploymentRow> {
   const wanted = replicasOf(replicas);
   const d = await findRecord(deps.prisma, idOrName);
   if (d.desired === "deleted") throw new ConnectError(`deployment ${d.name} is being deleted`, Code.FailedPrecondition);
@@ -291,7 +281,7 @@ export async function scaleDeployment(
     });
     if (moved.count !== 1) throw new ConnectError(`deployment ${d.name} changed meanwhile; retry`, Code.Aborted);
     if (d.desired !== "serving" && desired === "serving") await restartFailed(tx, d, now);
-    await audit(tx, "deployment.scaled", d.id, correlationId, now, {
+    await audit(tx, "deployment.scaled", d.id, asked, now, {
       name: d.name,
       from: String(d.replicas),
       to: String(wanted),
@@ -303,7 +293,7 @@ export async function scaleDeployment(
 }
 
 /** Brings a drained, unloaded or failed deployment back to serving its wanted replicas (1 if it wanted none). */
-export async function startDeployment(deps: DesiredDeps, idOrName: string, correlationId: string): Promise<DeploymentRow> {
+export async function startDeployment(deps: DesiredDeps, idOrName: string, asked: Asked): Promise<DeploymentRow> {
   const d = await findRecord(deps.prisma, idOrName);
   if (d.desired === "deleted") throw new ConnectError(`deployment ${d.name} is being deleted`, Code.FailedPrecondition);
   const replicas = d.replicas === 0 ? 1 : d.replicas;
@@ -316,7 +306,7 @@ export async function startDeployment(deps: DesiredDeps, idOrName: string, corre
     });
     if (moved.count !== 1) throw new ConnectError(`deployment ${d.name} changed meanwhile; retry`, Code.Aborted);
     await restartFailed(tx, d, now);
-    await audit(tx, "deployment.start_requested", d.id, correlationId, now, { name: d.name, replicas: String(replicas) });
+    await audit(tx, "deployment.start_requested", d.id, asked, now, { name: d.name, replicas: String(replicas) });
   });
   await deps.reconcile(d.id);
   return findRecord(deps.prisma, d.id);
@@ -335,7 +325,7 @@ export async function setDesired(
   deps: DesiredDeps,
   idOrName: string,
   desired: Exclude<Desired, "serving">,
-  correlationId: string,
+  asked: Asked,
 ): Promise<DeploymentRow> {
   const d = await findRecord(deps.prisma, idOrName);
   const from: { [k in Exclude<Desired, "serving">]: Desired[] } = {
@@ -354,7 +344,7 @@ export async function setDesired(
         tx,
         `deployment.${desired === "drained" ? "drain" : desired === "unloaded" ? "unload" : "delete"}_requested`,
         d.id,
-        correlationId,
+        asked,
         now,
         {
           name: d.name,
@@ -370,13 +360,6 @@ export async function setDesired(
   });
 }
 
-function audit(
-  tx: Prisma.TransactionClient,
-  action: string,
-  id: string,
-  correlationId: string,
-  now: Date,
-  details: { [k: string]: string },
-) {
-  return recordAudit(tx, { actor: operatorActor, action, targetType: "deployment", targetId: id, correlationId, details }, now);
+function audit(tx: Prisma.TransactionClient, action: string, id: string, asked: Asked, now: Date, details: { [k: string]: string }) {
+  return recordAudit(tx, { ...asked, action, targetType: "deployment", targetId: id, details }, now);
 }

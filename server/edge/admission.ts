@@ -1,6 +1,6 @@
 // What the edge decides from a request's headers and TLS state alone, before a byte of its body is
 // read: whether it fits its method's limit as declared, whether an admin or node call carries the
-// credential it needs, and whether an operator key's role may call the method. The handlers check
+// credential it needs, and whether a break-glass key's role may call the method. The handlers check
 // again in full (the admin interceptor, the node's credential in the database); this only keeps the
 // unauthenticated and the unauthorized from making the server read.
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -9,7 +9,7 @@ import { AgentService } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { DeploymentService } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { refuseForeignCredentials, refuseServiceKeyElsewhere } from "../identity/service-keys-auth.js";
 import { bearerServiceKey } from "../identity/service-keys.js";
-import { operatorRoleOf } from "../identity/admin-token.js";
+import { breakGlassRole } from "../identity/admin-token.js";
 import { authorizePath, type OperatorKeys } from "../identity/roles.js";
 import { presentedIdentity } from "../identity/node-auth.js";
 import type { Caller } from "../context.js";
@@ -23,8 +23,10 @@ export interface EdgeRequest {
   contentLength: number | undefined;
   /** The x-modelforge-admin-token header, if any. */
   adminToken: string | undefined;
-  /** The authorization header (a service key), if any. */
+  /** The authorization header (a service key, a personal token or an ID token), if any. */
   authorization?: string | undefined;
+  /** Whether a Cookie header came (the console's session, checked by the admin interceptor). */
+  cookie?: boolean;
   /** The TLS client certificate, read only for calls that need one. */
   peer: () => Pick<Caller, "certificate" | "certificateError">;
 }
@@ -44,7 +46,8 @@ export function tooLarge(path: string, limit: number, declared?: number): Connec
   return new ConnectError(`request body ${size}is over the limit of ${limit} bytes for ${path}`, Code.ResourceExhausted);
 }
 
-export function admit(req: EdgeRequest, operatorKeys: OperatorKeys): Admission {
+/** `operatorKeys` undefined: the break-glass keys are off. */
+export function admit(req: EdgeRequest, operatorKeys: OperatorKeys | undefined): Admission {
   const limit = requestLimitOf(req.path, req.contentType);
   try {
     // A stream's content-length, should it declare one, is its total: only its messages are bounded.
@@ -64,11 +67,21 @@ export function admit(req: EdgeRequest, operatorKeys: OperatorKeys): Admission {
       return { admitted: true, limit };
     }
     refuseServiceKeyElsewhere(req.authorization ?? null);
-    if (req.path.startsWith(adminPrefix)) authorizePath(operatorRoleOf(req.adminToken ?? null, operatorKeys), req.path);
+    if (req.path.startsWith(adminPrefix)) admitOperator(req, operatorKeys);
     else if (req.path.startsWith(agentPrefix) && !anonymousAgentPaths.has(req.path)) presentedIdentity(req.peer());
   } catch (err) {
     if (err instanceof ConnectError) return { admitted: false, refusal: err };
     throw err;
   }
   return { admitted: true, limit };
+}
+
+/**
+ * A break-glass key is checked, and its role authorized, here in full. A user's credential (a
+ * bearer token, the console's cookie) needs the database: it is only required to be present here,
+ * and the admin interceptor checks it before the handler runs.
+ */
+function admitOperator(req: EdgeRequest, operatorKeys: OperatorKeys | undefined): void {
+  if (req.authorization !== undefined || (req.cookie === true && req.adminToken === undefined)) return;
+  authorizePath({ role: breakGlassRole(req.adminToken ?? null, operatorKeys), user: false }, req.path);
 }

@@ -43,7 +43,8 @@ export const edgeAdapterOptions = {
 
 export type EdgeGuard = (req: NodeRequest, res: NodeResponse, correlationId: string) => void;
 
-export function edgeGuard(operatorKeys: OperatorKeys, log: Logger): EdgeGuard {
+/** `operatorKeys` undefined: the break-glass keys are off. */
+export function edgeGuard(operatorKeys: OperatorKeys | undefined, log: Logger): EdgeGuard {
   // Anyone can send refusable requests as fast as the network allows: the first few per window
   // get a line each, the rest one summary line (and no per-request log memory).
   const refusals = new FloodLogger(log, "rpc refused at the edge", floodPolicy);
@@ -57,6 +58,7 @@ export function edgeGuard(operatorKeys: OperatorKeys, log: Logger): EdgeGuard {
         contentLength,
         adminToken: headerValue(req.headers[adminTokenHeader]),
         authorization: headerValue(req.headers.authorization),
+        cookie: req.headers.cookie !== undefined,
         peer: () => peerOf(req.socket as TLSSocket),
       },
       operatorKeys,

@@ -1,9 +1,10 @@
-// The operator API's guard. Fails closed: no configured key means every admin call is refused. A
-// key names a role (./roles.ts); each method's contract option says which roles may call it.
+// The break-glass keys: the static operator keys of MODELFORGE_OPERATOR_API_KEY (the admin role)
+// and MODELFORGE_OPERATOR_READONLY_KEY (the viewer role), for when single sign-on cannot be used.
+// Fails closed: no configured key, or the keys turned off, means no call passes with one.
 import { createHash, timingSafeEqual } from "node:crypto";
-import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
-import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { authorize, type OperatorKeys, type OperatorRole } from "./roles.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { OperatorKeys } from "./roles.js";
+import type { OperatorRole } from "../operator-roles.js";
 
 export const adminTokenHeader = "x-modelforge-admin-token";
 
@@ -14,8 +15,14 @@ export function secretsEqual(given: string, expected: string): boolean {
   return timingSafeEqual(a, b);
 }
 
-/** The role of the key a caller presented; unauthenticated when it is no configured key. */
-export function operatorRoleOf(given: string | null, keys: OperatorKeys): OperatorRole {
+/** The role of a break-glass key; unauthenticated when it is none of the configured keys. `keys` undefined: turned off. */
+export function breakGlassRole(given: string | null, keys: OperatorKeys | undefined): OperatorRole {
+  if (keys === undefined) {
+    throw new ConnectError(
+      "break-glass keys are turned off on this server (MODELFORGE_BREAK_GLASS=off): sign in with forge login",
+      Code.Unauthenticated,
+    );
+  }
   if (keys.admin === undefined && keys.readOnly === undefined) {
     throw new ConnectError("admin API disabled: the server has no MODELFORGE_OPERATOR_API_KEY configured", Code.Unauthenticated);
   }
@@ -31,26 +38,6 @@ export function operatorRoleOf(given: string | null, keys: OperatorKeys): Operat
   const admin = keys.admin !== undefined && secretsEqual(given, keys.admin);
   const readOnly = keys.readOnly !== undefined && secretsEqual(given, keys.readOnly);
   if (admin) return "admin";
-  if (readOnly) return "read-only";
+  if (readOnly) return "viewer";
   throw new ConnectError("invalid admin token", Code.Unauthenticated);
-}
-
-const roleKey = createContextKey<OperatorRole | undefined>(undefined, { description: "operator role" });
-
-/** The role the interceptor authenticated for this admin call. */
-export function operatorRoleIn(ctx: HandlerContext): OperatorRole {
-  const role = ctx.values.get(roleKey);
-  if (role === undefined) throw new Error("operator role missing: the call did not pass the admin interceptor");
-  return role;
-}
-
-export function adminAuthInterceptor(keys: OperatorKeys): Interceptor {
-  return (next) => async (req) => {
-    if (req.service.typeName === AdminService.typeName) {
-      const role = operatorRoleOf(req.header.get(adminTokenHeader), keys);
-      authorize(role, req.method);
-      req.contextValues.set(roleKey, role);
-    }
-    return next(req);
-  };
 }

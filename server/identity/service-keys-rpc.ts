@@ -1,4 +1,4 @@
-// The service-key RPCs of modelforge.admin.v1.AdminService (the admin token is checked by the
+// The service-key RPCs of modelforge.admin.v1.AdminService (the caller is checked by the
 // interceptor before these run). The secret leaves the server once, in CreateServiceKey's answer.
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
@@ -14,6 +14,8 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { ServiceKey as KeyRow } from "../../gen/prisma/client.js";
 import { callOf } from "../context.js";
+import { actorIn, principalIn, type Principal } from "./operators/principal.js";
+import { userRefToProto } from "./operators/codec.js";
 import { ts } from "../rpc/convert.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import { positiveDurationMs } from "../rpc/time.js";
@@ -48,7 +50,10 @@ function limitsToProto(row: KeyRow) {
   });
 }
 
-const toProto = (row: KeyRow) =>
+/** A key's owner, when a user (not a break-glass key) made it. */
+const ownerOf = (p: Principal): string | undefined => (p.kind === "user" ? p.userId : undefined);
+
+const toProto = (row: KeyRow & { owner?: { id: string; email: string } | null }) =>
   create(ServiceKeySchema, {
     id: row.id,
     name: row.name,
@@ -59,6 +64,7 @@ const toProto = (row: KeyRow) =>
     revokedAt: ts(row.revokedAt),
     limits: limitsToProto(row),
     lastUsedAt: ts(row.lastUsedAt),
+    ...(row.owner ? { owner: userRefToProto(row.owner) } : {}),
   });
 
 export function adminServiceKeys(keys: ServiceKeys): ServiceKeyRpcs {
@@ -66,26 +72,35 @@ export function adminServiceKeys(keys: ServiceKeys): ServiceKeyRpcs {
     async createServiceKey(req, ctx) {
       const ttlMs = req.ttl === undefined ? undefined : positiveDurationMs(req.ttl);
       const { row, secret } = await keys.create(
-        { name: req.name, deployments: req.deployments, ttlMs, limits: limitsFromProto(req.limits) },
+        {
+          name: req.name,
+          deployments: req.deployments,
+          ttlMs,
+          limits: limitsFromProto(req.limits),
+          ownerUserId: ownerOf(principalIn(ctx)),
+        },
         callOf(ctx).correlationId,
+        actorIn(ctx),
       );
       return create(CreateServiceKeyResponseSchema, { key: toProto(row), secret });
     },
     async listServiceKeys(req) {
       const size = pageSizeOf(req.pageSize);
       const offset = decodeOffset(req.pageToken);
-      const { page, more } = splitPage(await keys.list(offset, size + 1, req.includeRevoked), size);
+      const { page, more } = splitPage(await keys.list(offset, size + 1, req.includeRevoked, req.owner), size);
       return create(ListServiceKeysResponseSchema, {
         keys: page.map(toProto),
         nextPageToken: more ? encodePageToken(String(offset + size)) : "",
       });
     },
     async updateServiceKeyLimits(req, ctx) {
-      const row = await keys.updateLimits(req.id, limitsFromProto(req.limits), callOf(ctx).correlationId);
+      const row = await keys.updateLimits(req.id, limitsFromProto(req.limits), callOf(ctx).correlationId, actorIn(ctx));
       return create(UpdateServiceKeyLimitsResponseSchema, { key: toProto(row) });
     },
     async revokeServiceKey(req, ctx) {
-      return create(RevokeServiceKeyResponseSchema, { key: toProto(await keys.revoke(req.id, req.reason, callOf(ctx).correlationId)) });
+      return create(RevokeServiceKeyResponseSchema, {
+        key: toProto(await keys.revoke(req.id, req.reason, callOf(ctx).correlationId, actorIn(ctx))),
+      });
     },
   };
 }

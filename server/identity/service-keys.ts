@@ -12,7 +12,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { Prisma, type PrismaClient, type ServiceKey } from "../../gen/prisma/client.js";
 import type { DirectQuery, DirectStatement } from "../db/direct.js";
 import type { Clock } from "../../common/clock.js";
-import { operatorActor, recordAudit } from "../audit/audit.js";
+import { recordAudit, type AuditActor } from "../audit/audit.js";
 import { LookupCache } from "../../common/lookup-cache.js";
 import { staleWhileDatabaseAway, type OutageWatch } from "../db/availability.js";
 
@@ -139,8 +139,9 @@ export class ServiceKeys {
   }
 
   async create(
-    input: { name: string; deployments: string[]; ttlMs: number | undefined; limits?: KeyLimits },
+    input: { name: string; deployments: string[]; ttlMs: number | undefined; limits?: KeyLimits; ownerUserId?: string | undefined },
     correlationId: string,
+    by: AuditActor,
   ): Promise<{ row: ServiceKey; secret: string }> {
     checkServiceKeyInput(input.name, input.deployments);
     const limits = input.limits ?? noLimits;
@@ -158,13 +159,14 @@ export class ServiceKeys {
           deployments,
           createdAt: new Date(now),
           expiresAt: input.ttlMs === undefined ? null : new Date(now + input.ttlMs),
+          ownerUserId: input.ownerUserId ?? null,
           ...limitColumns(limits),
         },
       });
       await recordAudit(
         tx,
         {
-          actor: operatorActor,
+          ...by,
           action: "service_key.created",
           targetType: "service_key",
           targetId: created.id,
@@ -183,16 +185,24 @@ export class ServiceKeys {
     return { row, secret };
   }
 
-  list(offset: number, take: number, includeRevoked: boolean): Promise<ServiceKey[]> {
+  /** With each key's owner; `owner` (a user's id or email) keeps only that user's keys. */
+  list(
+    offset: number,
+    take: number,
+    includeRevoked: boolean,
+    owner?: string,
+  ): Promise<(ServiceKey & { owner: { id: string; email: string } | null })[]> {
+    const byOwner = owner ? (/^[0-9a-f-]{36}$/i.test(owner) ? { ownerUserId: owner } : { owner: { email: owner } }) : {};
     return this.deps.prisma.serviceKey.findMany({
-      where: includeRevoked ? {} : { revokedAt: null },
+      where: { ...(includeRevoked ? {} : { revokedAt: null }), ...byOwner },
+      include: { owner: { select: { id: true, email: true } } },
       orderBy: [{ createdAt: "desc" }, { id: "asc" }],
       skip: offset,
       take,
     });
   }
 
-  async revoke(id: string, reason: string, correlationId: string): Promise<ServiceKey> {
+  async revoke(id: string, reason: string, correlationId: string, by: AuditActor): Promise<ServiceKey> {
     // The edge checks the UUID's form when one is given; none at all is the caller's mistake too.
     if (id === "") throw new ConnectError("id: is required: the service key's id", Code.InvalidArgument);
     const now = new Date(this.deps.clock.now());
@@ -204,7 +214,7 @@ export class ServiceKeys {
       await recordAudit(
         tx,
         {
-          actor: operatorActor,
+          ...by,
           action: "service_key.revoked",
           targetType: "service_key",
           targetId: id,
@@ -220,7 +230,7 @@ export class ServiceKeys {
   }
 
   /** Sets a key's limits (all of them), audited; this replica sees them at once, others within the key cache's life. */
-  async updateLimits(id: string, limits: KeyLimits, correlationId: string): Promise<ServiceKey> {
+  async updateLimits(id: string, limits: KeyLimits, correlationId: string, by: AuditActor): Promise<ServiceKey> {
     if (id === "") throw new ConnectError("id: is required: the service key's id", Code.InvalidArgument);
     checkLimits(limits);
     const now = new Date(this.deps.clock.now());
@@ -231,7 +241,7 @@ export class ServiceKeys {
       await recordAudit(
         tx,
         {
-          actor: operatorActor,
+          ...by,
           action: "service_key.limits_changed",
           targetType: "service_key",
           targetId: id,

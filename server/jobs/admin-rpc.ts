@@ -12,6 +12,7 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import { callOf } from "../context.js";
+import { actorIn } from "../identity/operators/principal.js";
 import type { JobEngine } from "./engine.js";
 import { jobStateFromProto, jobToProto } from "./codec.js";
 import { jobIdOf } from "./errors.js";
@@ -34,6 +35,7 @@ export function adminJobs(deps: { prisma: PrismaClient; engine: JobEngine }): Jo
         orderingKey: req.orderingKey,
         maxAttempts: req.maxAttempts,
         correlationId: correlation(ctx),
+        by: actorIn(ctx),
       });
       return create(CreateJobResponseSchema, { job: jobToProto(job) });
     },
@@ -72,7 +74,7 @@ export function adminJobs(deps: { prisma: PrismaClient; engine: JobEngine }): Jo
       });
     },
     async cancelJob(req, ctx) {
-      const job = await engine.cancelJob(req.jobId, req.reason, correlation(ctx));
+      const job = await engine.cancelJob(req.jobId, req.reason, correlation(ctx), actorIn(ctx));
       return create(CancelJobResponseSchema, { job: jobToProto(job) });
     },
   };

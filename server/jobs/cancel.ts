@@ -3,14 +3,14 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Job as JobRow } from "../../gen/prisma/client.js";
 import { JobFailureCode } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
-import { recordAudit, operatorActor } from "../audit/audit.js";
+import { recordAudit, type AuditActor } from "../audit/audit.js";
 import { failureJson } from "./codec.js";
 import type { JobWork } from "./work.js";
 import { jobIdOf } from "./errors.js";
 
 const MAX_CANCEL_REASON = 256;
 
-export async function cancelJob(ctx: JobWork, rawId: string, reason: string, correlationId: string): Promise<JobRow> {
+export async function cancelJob(ctx: JobWork, rawId: string, reason: string, correlationId: string, by: AuditActor): Promise<JobRow> {
   const id = jobIdOf(rawId);
   if (reason.length > MAX_CANCEL_REASON) throw new ConnectError(`reason: at most ${MAX_CANCEL_REASON} characters`, Code.InvalidArgument);
   const why = reason.trim() || "cancelled by operator";
@@ -38,7 +38,7 @@ export async function cancelJob(ctx: JobWork, rawId: string, reason: string, cor
       });
       if (moved.count !== 1) return false;
       await recordAudit(tx, {
-        actor: operatorActor,
+        ...by,
         action: "job.cancel_requested",
         targetType: "job",
         targetId: id,

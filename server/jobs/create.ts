@@ -6,7 +6,7 @@ import { toJson } from "@bufbuild/protobuf";
 import type { Job as JobRow, Prisma } from "../../gen/prisma/client.js";
 import { JobSpecSchema, type JobSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { capabilityOfSpec } from "../../common/capabilities.js";
-import { operatorActor } from "../audit/audit.js";
+import { systemActor, type AuditActor } from "../audit/audit.js";
 import { validateJobSpec } from "./spec.js";
 import { engineOfSpec, withResolvedProfile } from "./profiles.js";
 import { leaseExpiry } from "./lease.js";
@@ -28,6 +28,8 @@ export interface CreateJobInput {
   /** 0: the configured default. */
   maxAttempts: number;
   correlationId: string;
+  /** Who asked for it; unset: the control plane itself (a deployment's step). */
+  by?: AuditActor;
 }
 
 /** The ordering key and attempt bound a request asks for, checked. */
@@ -150,7 +152,8 @@ export async function createJob(ctx: JobWork, input: CreateJobInput): Promise<Jo
       ...row,
       audit: {
         id: randomUUID(),
-        actor: operatorActor,
+        actor: input.by?.actor ?? systemActor,
+        actorName: input.by?.actorName,
         correlationId: input.correlationId,
         details: {
           nodeId: node.id,

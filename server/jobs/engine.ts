@@ -12,6 +12,7 @@
 // node may still be running it. Either the node comes back (its Hello lists what it runs and the
 // lease is renewed, or it is told to stop) or, past the offline threshold plus the reclaim grace,
 // the job is reclaimed: failed, never started again on its own.
+import type { AuditActor } from "../audit/audit.js";
 import { create } from "@bufbuild/protobuf";
 import type { Job as JobRow, PrismaClient } from "../../gen/prisma/client.js";
 import {
@@ -190,8 +191,8 @@ export class JobEngine implements JobDispatch {
   // -------------------------------------------------------------------------------------------
   // Operator
 
-  cancelJob(rawId: string, reason: string, correlationId: string): Promise<JobRow> {
-    return cancelJob(this.work, rawId, reason, correlationId);
+  cancelJob(rawId: string, reason: string, correlationId: string, by: AuditActor): Promise<JobRow> {
+    return cancelJob(this.work, rawId, reason, correlationId, by);
   }
 
   // -------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ export interface NewJob {
   /** Set when the job is leased in the same step (attempt 1 until this instant). */
   leaseExpiresAt: Date | null;
   now: Date;
-  audit: { id: string; actor: string; correlationId: string | undefined; details: Record<string, string> };
+  audit: { id: string; actor: string; actorName: string | undefined; correlationId: string | undefined; details: Record<string, string> };
 }
 
 /** Inserts the job, its first attempt when leased, and its `job.created` audit event; returns its seq. */
@@ -41,8 +41,8 @@ export async function insertJob(db: Db, job: NewJob): Promise<bigint> {
       INSERT INTO "JobAttempt" ("jobId", "attempt", "leasedAt", "expiresAt")
       SELECT "id", 1, ${now}::timestamptz, ${expires}::timestamptz FROM job WHERE ${leased}::boolean
     ), audit AS (
-      INSERT INTO "AuditEvent" ("id", "time", "actor", "action", "targetType", "targetId", "correlationId", "details")
-      SELECT ${job.audit.id}::uuid, ${now}::timestamptz, ${job.audit.actor}, 'job.created', 'job', "id"::text,
+      INSERT INTO "AuditEvent" ("id", "time", "actor", "actorName", "action", "targetType", "targetId", "correlationId", "details")
+      SELECT ${job.audit.id}::uuid, ${now}::timestamptz, ${job.audit.actor}, ${job.audit.actorName ?? null}::text, 'job.created', 'job', "id"::text,
              ${job.audit.correlationId ?? null}::text, ${JSON.stringify(job.audit.details)}::jsonb
         FROM job
     )

@@ -22,7 +22,8 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { Liveness as LivenessEnum } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import type { Prisma } from "../../gen/prisma/client.js";
-import { operatorActor, recordAudit } from "../audit/audit.js";
+import { recordAudit, type AuditActor } from "../audit/audit.js";
+import { actorIn } from "../identity/operators/principal.js";
 import { callOf } from "../context.js";
 import { tokenToProto } from "../identity/enrollment/codec.js";
 import { registerNode } from "../identity/enrollment/register.js";
@@ -103,6 +104,7 @@ function nodeChanges(deps: NodeAdminDeps): NodeChangeRpcs {
         labels: req.labels,
         ttlMs: req.ttl !== undefined ? positiveDurationMs(req.ttl) : undefined,
         correlationId: correlation(ctx),
+        by: actorIn(ctx),
       });
       return create(RegisterNodeResponseSchema, {
         node: await oneNode(deps, r.nodeId),
@@ -112,15 +114,15 @@ function nodeChanges(deps: NodeAdminDeps): NodeChangeRpcs {
       });
     },
     async updateNode(req, ctx) {
-      await updateNode(deps, req, correlation(ctx));
+      await updateNode(deps, req, correlation(ctx), actorIn(ctx));
       return create(UpdateNodeResponseSchema, { node: await oneNode(deps, req.nodeId) });
     },
     async disableNode(req, ctx) {
-      await setNodeDisabled(deps, req.nodeId, true, req.reason, correlation(ctx));
+      await setNodeDisabled(deps, req.nodeId, true, req.reason, correlation(ctx), actorIn(ctx));
       return create(DisableNodeResponseSchema, { node: await oneNode(deps, req.nodeId) });
     },
     async enableNode(req, ctx) {
-      await setNodeDisabled(deps, req.nodeId, false, "", correlation(ctx));
+      await setNodeDisabled(deps, req.nodeId, false, "", correlation(ctx), actorIn(ctx));
       return create(EnableNodeResponseSchema, { node: await oneNode(deps, req.nodeId) });
     },
   };
@@ -129,12 +131,12 @@ function nodeChanges(deps: NodeAdminDeps): NodeChangeRpcs {
 function nodeCredentials(deps: NodeAdminDeps): NodeCredentialRpcs {
   return {
     async rotateNodeCredential(req, ctx) {
-      const r = await rotateCredential(deps, req.nodeId, req.revokeCurrent, correlation(ctx));
+      const r = await rotateCredential(deps, req.nodeId, req.revokeCurrent, correlation(ctx), actorIn(ctx));
       return create(RotateNodeCredentialResponseSchema, r);
     },
     async revokeNodeCredential(req, ctx) {
       const serial = req.serial.trim().toUpperCase();
-      const revoked = await revokeCredential(deps, req.nodeId, serial, req.reason, correlation(ctx));
+      const revoked = await revokeCredential(deps, req.nodeId, serial, req.reason, correlation(ctx), actorIn(ctx));
       return create(RevokeNodeCredentialResponseSchema, { revokedSerials: revoked });
     },
     async previewDecommission(req) {
@@ -147,7 +149,7 @@ function nodeCredentials(deps: NodeAdminDeps): NodeCredentialRpcs {
       });
     },
     async decommissionNode(req, ctx) {
-      const d = await decommissionNode(deps, req.nodeId, req.reason, correlation(ctx));
+      const d = await decommissionNode(deps, req.nodeId, req.reason, correlation(ctx), actorIn(ctx));
       return create(DecommissionNodeResponseSchema, {
         node: (await nodeMessages(deps, [d.node]))[0]!.message,
         revokedSerials: d.revokedSerials,
@@ -182,14 +184,19 @@ function nodeUpdateOf(req: Pick<UpdateNodeRequest, "updateMask" | "name" | "labe
   return data;
 }
 
-async function updateNode(deps: Pick<NodeAdminDeps, "prisma">, req: UpdateNodeRequest, correlationId: string): Promise<void> {
+async function updateNode(
+  deps: Pick<NodeAdminDeps, "prisma">,
+  req: UpdateNodeRequest,
+  correlationId: string,
+  by: AuditActor,
+): Promise<void> {
   const data = nodeUpdateOf(req);
   await deps.prisma.$transaction(async (tx) => {
     const node = await findNodeOrThrow(tx, req.nodeId);
     refuseDecommissioned(node); // terminal: kept as it was when it left the fleet
     await tx.node.update({ where: { id: node.id }, data });
     await recordAudit(tx, {
-      actor: operatorActor,
+      ...by,
       action: "node.updated",
       targetType: "node",
       targetId: node.id,

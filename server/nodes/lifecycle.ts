@@ -2,7 +2,7 @@
 // Each change and its audit event commit together; open streams are closed after the commit.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { CsrError } from "../identity/pki/ca.js";
-import { recordAudit, nodeActor, operatorActor } from "../audit/audit.js";
+import { recordAudit, nodeActor, type AuditActor } from "../audit/audit.js";
 import type { Prisma, PrismaClient } from "../../gen/prisma/client.js";
 import type { Clock } from "../../common/clock.js";
 import type { Ca, IssuedNodeCertificate } from "../identity/pki/ca.js";
@@ -76,7 +76,7 @@ export async function renewCredential(deps: RenewalDeps, identity: NodeIdentity,
 }
 
 /** RotateNodeCredential: ask the node to renew now; optionally revoke the current credential at once. */
-export async function rotateCredential(deps: LifecycleDeps, nodeId: string, revokeCurrent: boolean, correlationId: string) {
+export async function rotateCredential(deps: LifecycleDeps, nodeId: string, revokeCurrent: boolean, correlationId: string, by: AuditActor) {
   const now = new Date(deps.clock.now());
   const revoked = await deps.prisma.$transaction(async (tx) => {
     const node = await findNodeOrThrow(tx, nodeId);
@@ -85,7 +85,7 @@ export async function rotateCredential(deps: LifecycleDeps, nodeId: string, revo
     await tx.node.update({ where: { id: node.id }, data: { renewalRequestedAt: now, renewalReason: reason } });
     const serials = revokeCurrent ? await revokeActive(tx, node.id, "revoked by rotation", now) : [];
     await recordAudit(tx, {
-      actor: operatorActor,
+      ...by,
       action: "credential.rotation_requested",
       targetType: "node",
       targetId: node.id,
@@ -104,7 +104,14 @@ export async function rotateCredential(deps: LifecycleDeps, nodeId: string, revo
 }
 
 /** RevokeNodeCredential: immediate, including on open streams. */
-export async function revokeCredential(deps: LifecycleDeps, nodeId: string, serial: string, reason: string, correlationId: string) {
+export async function revokeCredential(
+  deps: LifecycleDeps,
+  nodeId: string,
+  serial: string,
+  reason: string,
+  correlationId: string,
+  by: AuditActor,
+) {
   const now = new Date(deps.clock.now());
   const revoked = await deps.prisma.$transaction(async (tx) => {
     const node = await findNodeOrThrow(tx, nodeId);
@@ -117,7 +124,7 @@ export async function revokeCredential(deps: LifecycleDeps, nodeId: string, seri
     const serials = await revokeActive(tx, node.id, reason || "revoked by operator", now, serial || undefined);
     for (const s of serials) {
       await recordAudit(tx, {
-        actor: operatorActor,
+        ...by,
         action: "credential.revoked",
         targetType: "credential",
         targetId: s,
@@ -131,7 +138,14 @@ export async function revokeCredential(deps: LifecycleDeps, nodeId: string, seri
   return revoked;
 }
 
-export async function setNodeDisabled(deps: LifecycleDeps, nodeId: string, disabled: boolean, reason: string, correlationId: string) {
+export async function setNodeDisabled(
+  deps: LifecycleDeps,
+  nodeId: string,
+  disabled: boolean,
+  reason: string,
+  correlationId: string,
+  by: AuditActor,
+) {
   const node = await deps.prisma.$transaction(async (tx) => {
     const node = await findNodeOrThrow(tx, nodeId);
     refuseDecommissioned(node);
@@ -142,7 +156,7 @@ export async function setNodeDisabled(deps: LifecycleDeps, nodeId: string, disab
         : { disabledAt: null, disabledReason: null },
     });
     await recordAudit(tx, {
-      actor: operatorActor,
+      ...by,
       action: disabled ? "node.disabled" : "node.enabled",
       targetType: "node",
       targetId: node.id,
@@ -175,7 +189,7 @@ export async function previewDecommission(deps: Pick<LifecycleDeps, "prisma">, n
 }
 
 /** Terminal: every credential revoked, unfinished work failed, streams closed; the node stays listed. */
-export async function decommissionNode(deps: LifecycleDeps, nodeId: string, reason: string, correlationId: string) {
+export async function decommissionNode(deps: LifecycleDeps, nodeId: string, reason: string, correlationId: string, by: AuditActor) {
   const now = new Date(deps.clock.now());
   const why = reason || "decommissioned by operator";
   const outcome = await deps.prisma.$transaction(async (tx) => {
@@ -206,7 +220,7 @@ export async function decommissionNode(deps: LifecycleDeps, nodeId: string, reas
     await tx.enrollmentToken.updateMany({ where: { nodeId: node.id, usedAt: null, revokedAt: null }, data: { revokedAt: now } });
     const updated = await tx.node.update({ where: { id: node.id }, data: { decommissionedAt: now, renewalRequestedAt: null } });
     await recordAudit(tx, {
-      actor: operatorActor,
+      ...by,
       action: "node.decommissioned",
       targetType: "node",
       targetId: node.id,

@@ -10,6 +10,7 @@ import {
 } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import type { RuntimeProfile as ProfileRow } from "../../gen/prisma/client.js";
 import { callOf } from "../context.js";
+import { actorIn } from "../identity/operators/principal.js";
 import { ts } from "../rpc/convert.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../rpc/paging.js";
 import { specOf, type RuntimeProfiles } from "./store.js";
@@ -38,6 +39,7 @@ export function adminRuntimeProfiles(profiles: RuntimeProfiles): RuntimeProfileR
           embeddings: req.embeddings,
         },
         callOf(ctx).correlationId,
+        actorIn(ctx),
       );
       return create(CreateRuntimeProfileResponseSchema, { profile: toProto(row), created });
     },

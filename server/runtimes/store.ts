@@ -5,7 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { PrismaClient, RuntimeProfile as ProfileRow } from "../../gen/prisma/client.js";
 import { RuntimeProfileSpecSchema, type RuntimeProfileSpec } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { Clock } from "../../common/clock.js";
-import { operatorActor, recordAudit } from "../audit/audit.js";
+import { recordAudit, type AuditActor } from "../audit/audit.js";
 import {
   checkProfileContent,
   checkProfileName,
@@ -51,7 +51,7 @@ const invalid = (err: unknown): never => {
 export class RuntimeProfiles {
   constructor(private readonly deps: RuntimeProfilesDeps) {}
 
-  async create(input: ProfileInput, correlationId: string): Promise<{ row: ProfileRow; created: boolean }> {
+  async create(input: ProfileInput, correlationId: string, by: AuditActor): Promise<{ row: ProfileRow; created: boolean }> {
     try {
       checkProfileName(input.name);
       checkProfileContent(input);
@@ -94,7 +94,7 @@ export class RuntimeProfiles {
       await recordAudit(
         tx,
         {
-          actor: operatorActor,
+          ...by,
           action: "runtime_profile.created",
           targetType: "runtime_profile",
           targetId: data.name,

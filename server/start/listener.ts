@@ -40,8 +40,8 @@ export interface Listener {
   /** e.g. https://127.0.0.1:8443 */
   url: string;
   port: number;
-  /** Replaces the starting routes with the full ones (and the OpenAI API's), and serves gRPC Session streams on `session` (without it, through `handler`). */
-  serve(handler: RequestHandler, session: SessionStreamHandler | undefined, openAi: FrontDoor): void;
+  /** Replaces the starting routes with the full ones (and the front doors': the OpenAI API, the console's sign-in), and serves gRPC Session streams on `session` (without it, through `handler`). */
+  serve(handler: RequestHandler, session: SessionStreamHandler | undefined, frontDoors: readonly FrontDoor[]): void;
   /** Stops taking connections; resolves once every open one has closed. */
   stopAccepting(): Promise<void>;
   /** Asks every connection to finish its streams (GOAWAY), destroying what is left after `graceMs`; resolves when `closed` does. */
@@ -55,8 +55,9 @@ export interface Listener {
 export async function openListener(deps: ListenerDeps): Promise<Listener> {
   const { ca, clock } = deps;
   let handle = deps.starting;
-  // The OpenAI API reads its own bodies and answers in its own shape: it goes before the edge guard.
-  let openAi = startingFrontDoor();
+  // The OpenAI API and the console's sign-in read their own bodies and answer in their own shapes:
+  // they go before the edge guard.
+  let frontDoors: readonly FrontDoor[] = [startingFrontDoor()];
   let serveSession: SessionStreamHandler | undefined;
   const server = http2.createSecureServer(
     {
@@ -75,7 +76,7 @@ export async function openListener(deps: ListenerDeps): Promise<Listener> {
       const id = correlationIdFrom(req.headers[correlationHeader]);
       res.setHeader(correlationHeader, id);
       if (deps.consoleFiles.serve(req, res)) return;
-      if (openAi(req, res, id)) return;
+      for (const door of frontDoors) if (door(req, res, id)) return;
       deps.guard(req, res, id);
       handle(req, res, id);
     },
@@ -102,10 +103,10 @@ export async function openListener(deps: ListenerDeps): Promise<Listener> {
   return {
     url,
     port,
-    serve(handler, session, frontDoor) {
+    serve(handler, session, doors) {
       handle = handler;
       serveSession = session;
-      openAi = frontDoor;
+      frontDoors = doors;
     },
     stopAccepting,
     async endConnections(closed, graceMs) {

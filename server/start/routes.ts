@@ -9,8 +9,6 @@ import { callLogInterceptor } from "../observability/call-log.js";
 import type { ServerMetrics } from "../observability/metrics.js";
 import type { OutageSink } from "../db/availability.js";
 import { abandonerOf, callerKey, peerOf, type Caller } from "../context.js";
-import { adminAuthInterceptor } from "../identity/admin-token.js";
-import type { OperatorKeys } from "../identity/roles.js";
 import type { Ca } from "../identity/pki/ca.js";
 import { validationInterceptor } from "../edge/validate.js";
 import { undecodableAsInvalidArgument } from "../edge/decode-errors.js";
@@ -58,7 +56,8 @@ export function startingRoutes(face: PublicFace, deps: { ca: Ca; minAgentVersion
 export interface ServicesDeps {
   log: Logger;
   outage: OutageSink;
-  operatorKeys: OperatorKeys;
+  /** Authenticates and authorizes every operator call (server/identity/operators/interceptor.ts). */
+  operatorInterceptor: Interceptor;
   serviceKeyInterceptor: Interceptor;
   metrics: ServerMetrics | undefined;
   agent: ServiceImpl<typeof AgentService>;
@@ -82,7 +81,7 @@ export function servingRoutes(face: PublicFace, deps: ServicesDeps): RequestHand
         callLogInterceptor(deps.outage),
         deps.serviceKeyInterceptor,
         ...(deps.metrics ? [deps.metrics.interceptor()] : []),
-        adminAuthInterceptor(deps.operatorKeys),
+        deps.operatorInterceptor,
         validationInterceptor(),
       ],
       contextValues: contextValuesOf(deps.log),
@@ -121,6 +120,17 @@ function contextValuesOf(log: Logger): ConnectNodeAdapterOptions["contextValues"
   };
 }
 
-function callerOf(req: Parameters<typeof abandonerOf>[0] & { socket: unknown }, correlationId: string, log: Logger): Caller {
-  return { correlationId, log: log.child({ correlationId }), ...peerOf(req.socket as TLSSocket), abandon: abandonerOf(req) };
+function callerOf(
+  req: Parameters<typeof abandonerOf>[0] & { socket: unknown; headers: Record<string, string | string[] | undefined> },
+  correlationId: string,
+  log: Logger,
+): Caller {
+  const host = req.headers[":authority"] ?? req.headers.host;
+  return {
+    correlationId,
+    log: log.child({ correlationId }),
+    ...peerOf(req.socket as TLSSocket),
+    host: typeof host === "string" ? host : undefined,
+    abandon: abandonerOf(req),
+  };
 }

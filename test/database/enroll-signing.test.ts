@@ -59,7 +59,16 @@ const tokenDeps = () => ({
   join: { serverUrl: "https://127.0.0.1:8443", caFingerprint: "sha256:x" },
 });
 const newToken = async () =>
-  (await createEnrollmentToken(tokenDeps(), { nodeName: "", nodeId: "", ttlMs: undefined, labels: {}, correlationId: "t" })).secret;
+  (
+    await createEnrollmentToken(tokenDeps(), {
+      nodeName: "",
+      nodeId: "",
+      ttlMs: undefined,
+      labels: {},
+      correlationId: "t",
+      by: { actor: "break-glass" },
+    })
+  ).secret;
 // Each from its own address: the failure limit is not what this is about.
 let peer = 0;
 const attempt = (token: string) =>

@@ -12,6 +12,8 @@ import type { PrismaClient } from "../../gen/prisma/client.js";
 import type { DirectQuery } from "../../server/db/direct.js";
 import { unreachableDatabase, useTestDatabase } from "../support/db.js";
 
+const breakGlass = { actor: "break-glass" };
+
 describe("cachedAnswer", () => {
   it.each([
     // age, ttl, stale for, source known away, answer
@@ -214,9 +216,9 @@ describe("service keys while the database is away", () => {
     const clock = new ManualClock(Date.now());
     const { keys } = replica(clock, 0);
     const limits = { rpm: 7, tpm: 700, dailyTokens: 5_000_000_000, monthlyTokens: 90_000_000_000 };
-    const { row, secret } = await keys.create({ name: "limited", deployments: ["tiny", "chat"], ttlMs: 60_000, limits }, "c0");
+    const { row, secret } = await keys.create({ name: "limited", deployments: ["tiny", "chat"], ttlMs: 60_000, limits }, "c0", breakGlass);
     expect(await keys.authenticate(secret)).toEqual({ keyId: row.id, deployments: new Set(["chat", "tiny"]), limits });
-    const { secret: open } = await keys.create({ name: "unlimited", deployments: ["tiny"], ttlMs: undefined }, "c0b");
+    const { secret: open } = await keys.create({ name: "unlimited", deployments: ["tiny"], ttlMs: undefined }, "c0b", breakGlass);
     expect((await keys.authenticate(open)).limits).toEqual({ rpm: null, tpm: null, dailyTokens: null, monthlyTokens: null });
     // Its expiry came from the database too.
     clock.advance(60_000);
@@ -226,8 +228,8 @@ describe("service keys while the database is away", () => {
   it("accepts a key read within the trust window, refuses it after, and never one not read", async () => {
     const clock = new ManualClock(Date.now());
     const { keys, state } = replica(clock, 60_000);
-    const { secret } = await keys.create({ name: "trusted", deployments: ["tiny"], ttlMs: undefined }, "c1");
-    const { secret: unread } = await keys.create({ name: "unread", deployments: ["tiny"], ttlMs: undefined }, "c2");
+    const { secret } = await keys.create({ name: "trusted", deployments: ["tiny"], ttlMs: undefined }, "c1", breakGlass);
+    const { secret: unread } = await keys.create({ name: "unread", deployments: ["tiny"], ttlMs: undefined }, "c2", breakGlass);
     expect((await keys.authenticate(secret)).deployments).toEqual(new Set(["tiny"]));
     state.down = true;
     clock.advance(30_000);
@@ -243,7 +245,7 @@ describe("service keys while the database is away", () => {
   it("an expiry still applies to a trusted key", async () => {
     const clock = new ManualClock(Date.now());
     const { keys, state } = replica(clock, 600_000);
-    const { secret } = await keys.create({ name: "short", deployments: ["tiny"], ttlMs: 20_000 }, "c3");
+    const { secret } = await keys.create({ name: "short", deployments: ["tiny"], ttlMs: 20_000 }, "c3", breakGlass);
     await keys.authenticate(secret);
     state.down = true;
     clock.advance(20_000);
@@ -253,7 +255,7 @@ describe("service keys while the database is away", () => {
   it("0 fails closed once the key's cache lifetime is over", async () => {
     const clock = new ManualClock(Date.now());
     const { keys, state } = replica(clock, 0);
-    const { secret } = await keys.create({ name: "closed", deployments: ["tiny"], ttlMs: undefined }, "c4");
+    const { secret } = await keys.create({ name: "closed", deployments: ["tiny"], ttlMs: undefined }, "c4", breakGlass);
     await keys.authenticate(secret);
     state.down = true;
     clock.advance(4_000);
@@ -266,20 +268,20 @@ describe("service keys while the database is away", () => {
     const clock = new ManualClock(Date.now());
     const here = replica(clock, 60_000);
     const other = replica(clock, 60_000);
-    const a = await here.keys.create({ name: "revoked-here", deployments: ["tiny"], ttlMs: undefined }, "c5");
-    const b = await here.keys.create({ name: "revoked-there", deployments: ["tiny"], ttlMs: undefined }, "c6");
+    const a = await here.keys.create({ name: "revoked-here", deployments: ["tiny"], ttlMs: undefined }, "c5", breakGlass);
+    const b = await here.keys.create({ name: "revoked-there", deployments: ["tiny"], ttlMs: undefined }, "c6", breakGlass);
     for (const k of [a, b]) {
       await here.keys.authenticate(k.secret);
       await other.keys.authenticate(k.secret);
     }
-    await here.keys.revoke(a.row.id, "", "c7");
+    await here.keys.revoke(a.row.id, "", "c7", breakGlass);
     expect(await refusal(here.keys.authenticate(a.secret))).toBe("Unauthenticated");
     // The other replica sees it when its cached read runs out.
     expect(await refusal(other.keys.authenticate(a.secret))).toBe("accepted");
     clock.advance(5_000);
     expect(await refusal(other.keys.authenticate(a.secret))).toBe("Unauthenticated");
     // Revoked just before an outage: the other replica, which cannot read it, trusts its last read.
-    await here.keys.revoke(b.row.id, "", "c8");
+    await here.keys.revoke(b.row.id, "", "c8", breakGlass);
     here.state.down = true;
     other.state.down = true;
     expect(await refusal(here.keys.authenticate(b.secret))).toBe("database unavailable");

@@ -473,7 +473,7 @@ describe("forge audit", () => {
       enrollmentToken.id,
     ]);
     expect(byTarget.events).toEqual([
-      expect.objectContaining({ action: "enrollment_token.created", targetId: enrollmentToken.id, actor: "operator" }),
+      expect.objectContaining({ action: "enrollment_token.created", targetId: enrollmentToken.id, actor: "break-glass" }),
     ]);
 
     const limited = await forgeJson<{ events: unknown[] }>(["audit", "list", "--limit", "1"]);

@@ -1,56 +1,37 @@
-// Operator roles, for every AdminService method in the contract: the admin key may call each one,
+// Operator roles, for every AdminService method in the contract: the table (viewer, operator, admin,
+// and the user-only ACCESS_SELF) through the interceptor for every kind of caller, and over the
+// real server for the break-glass keys: the admin key may call every method but the user-only ones,
 // the read-only key exactly those declared ACCESS_READ (every other is permission_denied, at the
-// edge and again in the interceptor). A method added without an access option fails here.
+// edge and again in the interceptor). A method added without an access option fails here. Users'
+// roles over the real server, with a real identity provider: test/integration/operators.test.ts.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough, Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { create, hasOption, type DescMethod } from "@bufbuild/protobuf";
+import { create, hasOption } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport, type Client } from "@connectrpc/connect";
 import { AdminService, OperatorRole } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { Access, access } from "../../gen/proto/modelforge/common/v1/common_pb.js";
-import { accessTable, mayCall } from "../../server/identity/roles.js";
-import { adminAuthInterceptor } from "../../server/identity/admin-token.js";
+import { accessTable, mayCall, type Grant } from "../../server/identity/roles.js";
+import { adminAuthInterceptor } from "../../server/identity/operators/interceptor.js";
+import { LiveOperatorCalls } from "../../server/identity/operators/live-calls.js";
+import type { Principal } from "../../server/identity/operators/principal.js";
 import { runCli } from "../../cli/cli.js";
 import { adminTransport, startTestServer, testAdminKey, type TestServer } from "../support/server.js";
+import { callEmpty } from "../support/operators.js";
 
 const readOnlyKey = "test-read-only-key-0123456789ab";
 const methods = AdminService.methods;
 const table = accessTable(AdminService);
 const reads = methods.filter((m) => table.get(m.name) === Access.READ);
 const writes = methods.filter((m) => table.get(m.name) !== Access.READ);
-
-/** Calls any method with an empty request; for a server stream, the first message only. */
-async function callEmpty(client: Client<typeof AdminService>, method: DescMethod): Promise<Code | "ok"> {
-  const fn = (client as unknown as Record<string, (req: unknown, opts?: unknown) => unknown>)[method.localName]!;
-  const abort = new AbortController();
-  try {
-    if (method.methodKind === "server_streaming") {
-      // A watch of an empty fleet sends nothing: a stream still open after a second was accepted.
-      const timer = setTimeout(() => abort.abort(), 1_000);
-      try {
-        for await (const _ of fn(create(method.input), { signal: abort.signal }) as AsyncIterable<unknown>) break;
-      } catch (err) {
-        if (!abort.signal.aborted) throw err;
-      } finally {
-        clearTimeout(timer);
-      }
-    } else {
-      await fn(create(method.input));
-    }
-    return "ok";
-  } catch (err) {
-    return ConnectError.from(err).code;
-  } finally {
-    abort.abort();
-  }
-}
+const selfOnly = methods.filter((m) => table.get(m.name) === Access.SELF);
 
 describe("the access table from the contract", () => {
   it.each(methods.map((m) => [m.name, m] as const))("%s declares its access", (_name, m) => {
     expect(hasOption(m, access)).toBe(true);
-    expect([Access.READ, Access.WRITE]).toContain(table.get(m.name));
+    expect([Access.READ, Access.OPERATE, Access.WRITE, Access.SELF]).toContain(table.get(m.name));
   });
 
   it("reads are exactly the List, Get, Watch and Preview methods", () => {
@@ -58,20 +39,37 @@ describe("the access table from the contract", () => {
     // reverse) is a mistake in one of the two.
     expect(reads.map((m) => m.name).sort()).toEqual(
       methods
-        .filter((m) => /^(List|Get|Watch|Preview)/.test(m.name))
+        .filter((m) => /^(List|Get|Watch|Preview)/.test(m.name) && !selfOnly.includes(m))
         .map((m) => m.name)
         .sort(),
     );
     expect(writes.length).toBeGreaterThan(0);
   });
 
-  it("lets the admin role call anything and the read-only role reads only; undeclared is admin-only", () => {
-    expect(mayCall("admin", Access.WRITE)).toBe(true);
-    expect(mayCall("admin", undefined)).toBe(true);
-    expect(mayCall("read-only", Access.READ)).toBe(true);
-    expect(mayCall("read-only", Access.WRITE)).toBe(false);
-    expect(mayCall("read-only", Access.UNSPECIFIED)).toBe(false);
-    expect(mayCall("read-only", undefined)).toBe(false);
+  it("acting on one's own identity is exactly the personal token methods", () => {
+    expect(selfOnly.map((m) => m.name).sort()).toEqual(["CreatePersonalToken", "ListPersonalTokens", "RevokePersonalToken"]);
+  });
+
+  const grant = (role: Grant["role"], user = true): Grant => ({ role, user });
+  it.each([
+    // [who, access, may call]
+    [grant("admin"), Access.WRITE, true],
+    [grant("admin"), Access.OPERATE, true],
+    [grant("admin"), undefined, true],
+    [grant("operator"), Access.OPERATE, true],
+    [grant("operator"), Access.READ, true],
+    [grant("operator"), Access.WRITE, false],
+    [grant("operator"), Access.UNSPECIFIED, false],
+    [grant("viewer"), Access.READ, true],
+    [grant("viewer"), Access.OPERATE, false],
+    [grant("viewer"), Access.WRITE, false],
+    [grant("viewer"), undefined, false],
+    [grant("viewer"), Access.SELF, true],
+    [grant("admin", false), Access.WRITE, true],
+    [grant("admin", false), Access.SELF, false],
+    [grant("viewer", false), Access.SELF, false],
+  ] as const)("%o may call %s: %s", (g, a, may) => {
+    expect(mayCall(g, a)).toBe(may);
   });
 });
 
@@ -87,24 +85,40 @@ describe("the interceptor, without the edge in front", () => {
         : async () => create(m.output),
     ]),
   );
-  const clientWith = (key: string) =>
+  const user = (role: Grant["role"]): Principal => ({
+    kind: "user",
+    userId: "u",
+    email: "u@example.com",
+    name: "U",
+    role,
+    credential: "oidc",
+  });
+  const callers: [string, Principal][] = [
+    ["break-glass admin", { kind: "break-glass", role: "admin" }],
+    ["break-glass viewer", { kind: "break-glass", role: "viewer" }],
+    ["admin", user("admin")],
+    ["operator", user("operator")],
+    ["viewer", user("viewer")],
+  ];
+  const clientAs = (principal: Principal) =>
     createClient(
       AdminService,
       createRouterTransport(({ service }) => service(AdminService, impl), {
-        router: { interceptors: [adminAuthInterceptor({ admin: testAdminKey, readOnly: readOnlyKey })] },
-        transport: {
-          interceptors: [
-            (next) => (req) => {
-              req.header.set("x-modelforge-admin-token", key);
-              return next(req);
-            },
-          ],
-        },
+        router: { interceptors: [adminAuthInterceptor({ authenticate: async () => principal }, new LiveOperatorCalls())] },
       }),
     );
+  const expected: Record<string, (a: Access | undefined) => boolean> = {
+    "break-glass admin": (a) => a !== Access.SELF,
+    "break-glass viewer": (a) => a === Access.READ,
+    admin: () => true,
+    operator: (a) => a === Access.READ || a === Access.OPERATE || a === Access.SELF,
+    viewer: (a) => a === Access.READ || a === Access.SELF,
+  };
   it.each(methods.map((m) => [m.name, m] as const))("%s", async (_name, m) => {
-    expect(await callEmpty(clientWith(testAdminKey), m)).toBe("ok");
-    expect(await callEmpty(clientWith(readOnlyKey), m)).toBe(table.get(m.name) === Access.READ ? "ok" : Code.PermissionDenied);
+    for (const [who, principal] of callers) {
+      const want = expected[who]!(table.get(m.name)) ? "ok" : Code.PermissionDenied;
+      expect(await callEmpty(clientAs(principal), m), who).toBe(want);
+    }
   });
 });
 
@@ -132,7 +146,11 @@ describe("roles over the real server", () => {
     expect(code).not.toBe(Code.Unauthenticated);
   });
 
-  it.each(methods.map((m) => [m.name, m] as const))("admin key: %s is allowed", async (_name, m) => {
+  it.each(selfOnly.map((m) => [m.name, m] as const))("admin key: %s is for users only", async (_name, m) => {
+    expect(await callEmpty(admin, m)).toBe(Code.PermissionDenied);
+  });
+
+  it.each(methods.filter((m) => !selfOnly.includes(m)).map((m) => [m.name, m] as const))("admin key: %s is allowed", async (_name, m) => {
     const code = await callEmpty(admin, m);
     expect(code).not.toBe(Code.PermissionDenied);
     expect(code).not.toBe(Code.Unauthenticated);
@@ -160,7 +178,7 @@ describe("roles over the real server", () => {
       const refused = await forge(["tokens", "create", "--name", "x"]);
       expect(refused.code).toBe(1);
       expect(refused.out).toMatch(/permission_denied/);
-      expect(refused.out).toMatch(/CreateEnrollmentToken changes state and needs the admin key/);
+      expect(refused.out).toMatch(/CreateEnrollmentToken changes identity or fleet membership and needs the admin role/);
       expect(refused.out).not.toContain(readOnlyKey);
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -175,7 +193,7 @@ describe("roles over the real server", () => {
   it("refuses a write before reading its body, and never logs the key", async () => {
     const err = await readOnly.createEnrollmentToken({ nodeName: "x".repeat(100) }).catch((e: unknown) => ConnectError.from(e));
     expect(err).toBeInstanceOf(ConnectError);
-    expect((err as ConnectError).rawMessage).toMatch(/CreateEnrollmentToken changes state/);
+    expect((err as ConnectError).rawMessage).toMatch(/CreateEnrollmentToken changes identity or fleet membership/);
     expect(ts.logs()).toMatch(/rpc refused at the edge/);
     expect(ts.logs()).not.toContain(readOnlyKey);
     expect(ts.logs()).not.toContain(testAdminKey);

@@ -6,7 +6,7 @@ import { parseByteSize } from "../../common/byte-size.js";
 import { correlationIdFrom } from "../../server/observability/correlation.js";
 import { codeName } from "../../common/codes.js";
 import { Code } from "@connectrpc/connect";
-import { secretsEqual, operatorRoleOf } from "../../server/identity/admin-token.js";
+import { secretsEqual, breakGlassRole } from "../../server/identity/admin-token.js";
 import { tokenState } from "../../server/identity/enrollment/token.js";
 import { backoffDelay, nextRunAt, renewalDue } from "../../agent/session/timing.js";
 
@@ -130,12 +130,13 @@ describe("admin token", () => {
   });
   it("fails closed with no configured key", () => {
     const keys = { admin: "k".repeat(16), readOnly: "r".repeat(16) };
-    expect(() => operatorRoleOf("anything", { admin: undefined, readOnly: undefined })).toThrow(/MODELFORGE_OPERATOR_API_KEY/);
-    expect(() => operatorRoleOf(null, keys)).toThrow(/missing/);
-    expect(() => operatorRoleOf("wrong", keys)).toThrow(/invalid admin token/);
-    expect(operatorRoleOf("k".repeat(16), keys)).toBe("admin");
-    expect(operatorRoleOf("r".repeat(16), keys)).toBe("read-only");
-    expect(() => operatorRoleOf("r".repeat(16), { admin: "k".repeat(16), readOnly: undefined })).toThrow(/invalid admin token/);
+    expect(() => breakGlassRole("anything", { admin: undefined, readOnly: undefined })).toThrow(/MODELFORGE_OPERATOR_API_KEY/);
+    expect(() => breakGlassRole("k".repeat(16), undefined)).toThrow(/MODELFORGE_BREAK_GLASS=off/);
+    expect(() => breakGlassRole(null, keys)).toThrow(/missing/);
+    expect(() => breakGlassRole("wrong", keys)).toThrow(/invalid admin token/);
+    expect(breakGlassRole("k".repeat(16), keys)).toBe("admin");
+    expect(breakGlassRole("r".repeat(16), keys)).toBe("viewer");
+    expect(() => breakGlassRole("r".repeat(16), { admin: "k".repeat(16), readOnly: undefined })).toThrow(/invalid admin token/);
   });
 });
 

@@ -13,6 +13,7 @@ import { callOf } from "../../context.js";
 import { decodeOffset, encodePageToken, pageSizeOf, splitPage } from "../../rpc/paging.js";
 import { positiveDurationMs } from "../../rpc/time.js";
 import { tokenToProto } from "./codec.js";
+import { actorIn } from "../operators/principal.js";
 import { createEnrollmentToken, listEnrollmentTokens, revokeEnrollmentToken, type TokenDeps } from "./tokens.js";
 
 type EnrollmentTokenRpcs = Pick<
@@ -30,6 +31,7 @@ export function adminEnrollmentTokens(deps: TokenDeps): EnrollmentTokenRpcs {
         ttlMs: req.ttl !== undefined ? positiveDurationMs(req.ttl) : undefined,
         labels: req.labels,
         correlationId: callOf(ctx).correlationId,
+        by: actorIn(ctx),
       });
       return create(CreateEnrollmentTokenResponseSchema, {
         token: created.secret,
@@ -47,7 +49,7 @@ export function adminEnrollmentTokens(deps: TokenDeps): EnrollmentTokenRpcs {
       });
     },
     async revokeEnrollmentToken(req, ctx) {
-      const token = await revokeEnrollmentToken(deps, req.id, callOf(ctx).correlationId);
+      const token = await revokeEnrollmentToken(deps, req.id, callOf(ctx).correlationId, actorIn(ctx));
       return create(RevokeEnrollmentTokenResponseSchema, { enrollmentToken: tokenToProto(token, now()) });
     },
   };

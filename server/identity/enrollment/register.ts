@@ -3,7 +3,7 @@
 // (./enroll.ts, the bound-token path). Record, token and audit event are one transaction.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { recordAudit, operatorActor } from "../../audit/audit.js";
+import { recordAudit, type AuditActor } from "../../audit/audit.js";
 import { hashEnrollmentSecret, newEnrollmentSecret } from "./token.js";
 import { joinCommandOf, tokenTtlMs, validateLabels, type TokenDeps } from "./tokens.js";
 
@@ -12,6 +12,7 @@ export interface RegisterNodeInput {
   labels: Record<string, string>;
   ttlMs: number | undefined;
   correlationId: string;
+  by: AuditActor;
 }
 
 const maxNameLength = 128;
@@ -42,7 +43,7 @@ export async function registerNode(deps: Omit<TokenDeps, "sessions">, input: Reg
     await recordAudit(
       tx,
       {
-        actor: operatorActor,
+        ...input.by,
         action: "node.registered",
         targetType: "node",
         targetId: nodeId,

@@ -1,7 +1,7 @@
 // Operator side of enrollment tokens: create (the secret is returned once), list, revoke.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { recordAudit, operatorActor } from "../../audit/audit.js";
+import { recordAudit, type AuditActor } from "../../audit/audit.js";
 import { newEnrollmentSecret, hashEnrollmentSecret } from "./token.js";
 import { findNodeOrThrow } from "../node-record.js";
 import type { PrismaClient } from "../../../gen/prisma/client.js";
@@ -26,6 +26,7 @@ export interface CreateTokenInput {
   ttlMs: number | undefined;
   labels: Record<string, string>;
   correlationId: string;
+  by: AuditActor;
 }
 
 const maxTtlMs = 7 * 24 * 3600 * 1000;
@@ -71,7 +72,7 @@ export async function createEnrollmentToken(deps: TokenDeps, input: CreateTokenI
       },
     });
     await recordAudit(tx, {
-      actor: operatorActor,
+      ...input.by,
       action: "enrollment_token.created",
       targetType: "enrollment_token",
       targetId: token.id,
@@ -100,7 +101,7 @@ export async function listEnrollmentTokens(deps: Pick<TokenDeps, "prisma">, page
   });
 }
 
-export async function revokeEnrollmentToken(deps: Pick<TokenDeps, "prisma" | "clock">, id: string, correlationId: string) {
+export async function revokeEnrollmentToken(deps: Pick<TokenDeps, "prisma" | "clock">, id: string, correlationId: string, by: AuditActor) {
   if (!/^[0-9a-f-]{36}$/i.test(id)) throw new ConnectError("id must be a UUID", Code.InvalidArgument);
   return deps.prisma.$transaction(async (tx) => {
     const token = await tx.enrollmentToken.findUnique({ where: { id } });
@@ -109,7 +110,7 @@ export async function revokeEnrollmentToken(deps: Pick<TokenDeps, "prisma" | "cl
     if (token.revokedAt !== null) return token;
     const updated = await tx.enrollmentToken.update({ where: { id }, data: { revokedAt: new Date(deps.clock.now()) } });
     await recordAudit(tx, {
-      actor: operatorActor,
+      ...by,
       action: "enrollment_token.revoked",
       targetType: "enrollment_token",
       targetId: id,

@@ -1,0 +1,60 @@
+// Operators signed in through a test identity provider (./oidc.ts): the control plane's SSO
+// settings for it, and admin clients that present a bearer token (an ID token or a personal token).
+import { create, type DescMethod } from "@bufbuild/protobuf";
+import { ConnectError, createClient, type Client, type Code, type Interceptor } from "@connectrpc/connect";
+import { grpcTransport } from "../../common/http2-sessions.js";
+import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
+import type { OidcUser, TestProvider } from "./oidc.js";
+
+/** The groups the tests' provider gives, mapped to roles as an operator would map theirs. */
+export const testUsers: Record<string, OidcUser> = {
+  alice: { email: "alice@example.com", name: "Alice Admin", groups: ["mf-admins", "staff"] },
+  oscar: { email: "oscar@example.com", name: "Oscar Operator", groups: ["mf-ops"] },
+  vera: { email: "vera@example.com", name: "Vera Viewer", groups: ["mf-viewers"] },
+  nobody: { email: "nobody@example.com", name: "No Body", groups: ["staff"] },
+};
+
+export function ssoEnv(provider: TestProvider): Record<string, string> {
+  return {
+    MODELFORGE_OIDC_ISSUER: provider.issuer,
+    MODELFORGE_OIDC_CLIENT_ID: provider.consoleClient.id,
+    MODELFORGE_OIDC_CLIENT_SECRET: provider.consoleClient.secret,
+    MODELFORGE_OIDC_CLI_CLIENT_ID: provider.cliClientId,
+    MODELFORGE_OIDC_SCOPES: "openid profile email groups",
+    MODELFORGE_OIDC_ROLES: "mf-admins=admin,mf-ops=operator,mf-viewers=viewer",
+  };
+}
+
+export function bearerClient(url: string, caPem: string, token: string): Client<typeof AdminService> {
+  const auth: Interceptor = (next) => (req) => {
+    req.header.set("authorization", `Bearer ${token}`);
+    return next(req);
+  };
+  return createClient(AdminService, grpcTransport({ baseUrl: url, nodeOptions: { ca: caPem }, interceptors: [auth] }));
+}
+
+/** Calls any method with an empty request; for a server stream, the first message only. */
+export async function callEmpty(client: Client<typeof AdminService>, method: DescMethod): Promise<Code | "ok"> {
+  const fn = (client as unknown as Record<string, (req: unknown, opts?: unknown) => unknown>)[method.localName]!;
+  const abort = new AbortController();
+  try {
+    if (method.methodKind === "server_streaming") {
+      // A watch of an empty fleet sends nothing: a stream still open after a second was accepted.
+      const timer = setTimeout(() => abort.abort(), 1_000);
+      try {
+        for await (const _ of fn(create(method.input), { signal: abort.signal }) as AsyncIterable<unknown>) break;
+      } catch (err) {
+        if (!abort.signal.aborted) throw err;
+      } finally {
+        clearTimeout(timer);
+      }
+    } else {
+      await fn(create(method.input));
+    }
+    return "ok";
+  } catch (err) {
+    return ConnectError.from(err).code;
+  } finally {
+    abort.abort();
+  }
+}
