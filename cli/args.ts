@@ -4,7 +4,7 @@ import { durationFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { parseDuration } from "../common/duration.js";
 import { Liveness } from "../gen/proto/modelforge/common/v1/common_pb.js";
 import { JobState } from "../gen/proto/modelforge/admin/v1/admin_pb.js";
-import type { AdminClient } from "./client.js";
+import type { AdminClient, ServerConfig } from "./client.js";
 import { UsageError } from "./usage-error.js";
 
 export { UsageError };
@@ -25,8 +25,11 @@ export interface Context {
   json: boolean;
   out(text: string): void;
   err(text: string): void;
-  /** The admin client; resolving the configuration (server, CA, key) happens on first use. */
+  /** The admin client; resolving the configuration (server, CA, credential) happens on first use. */
   client(): AdminClient;
+  /** Where the control plane is, for the commands that sign in and out. */
+  server(): ServerConfig;
+  env: NodeJS.ProcessEnv;
   stdinIsTTY: boolean;
   stdoutIsTTY: boolean;
   /** The terminal's width, when stdout is one. */

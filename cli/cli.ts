@@ -4,7 +4,7 @@ import { parseArgs } from "node:util";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { codeName } from "../common/codes.js";
 import { UsageError, type Command, type Context, type Group, type OptionDef, type OptionValues } from "./args.js";
-import { createAdminClient, defaultCaFile, defaultServer, resolveConfig, type AdminClient } from "./client.js";
+import { createAdminClient, defaultCaFile, defaultServer, resolveConfig, resolveServer, type AdminClient } from "./client.js";
 import { clean } from "./format.js";
 import { tokensGroup } from "./commands/tokens.js";
 import { nodesGroup } from "./commands/nodes.js";
@@ -18,11 +18,17 @@ import { deploymentsGroup } from "./commands/deployments.js";
 import { serviceKeysGroup } from "./commands/service-keys.js";
 import { usageGroup } from "./commands/usage.js";
 import { deploymentLogsCommand } from "./commands/deployment-logs.js";
+import { loginGroup, logoutGroup, whoamiGroup } from "./commands/sign-in.js";
+import { usersGroup } from "./commands/users.js";
 
 /** The deployments commands with `logs`, which lives in its own file. */
 const deployments: Group = { ...deploymentsGroup, commands: [...deploymentsGroup.commands, deploymentLogsCommand] };
 
 export const groups: Group[] = [
+  loginGroup,
+  logoutGroup,
+  whoamiGroup,
+  usersGroup,
   tokensGroup,
   nodesGroup,
   jobsGroup,
@@ -155,7 +161,7 @@ function redact(text: string, r: Redactor): string {
 }
 
 function hintFor(err: ConnectError): string | undefined {
-  if (err.code === Code.Unauthenticated) return "check the operator API key (MODELFORGE_OPERATOR_API_KEY)";
+  if (err.code === Code.Unauthenticated) return "sign in again (forge login), or check MODELFORGE_TOKEN / MODELFORGE_OPERATOR_API_KEY";
   if (/certificate|self[- ]signed|altname|CERT_|issuer/i.test(err.rawMessage)) {
     return "the server's certificate was not accepted: check --ca / MODELFORGE_CA_FILE and --server";
   }
@@ -219,6 +225,8 @@ function contextOf(io: Io, values: OptionValues, out: (s: string) => void, err: 
       client ??= createAdminClient(resolveConfig(flags, io.env));
       return client;
     },
+    server: () => resolveServer(flags, io.env),
+    env: io.env,
     stdinIsTTY: io.stdin.isTTY === true,
     stdoutIsTTY: io.stdout.isTTY === true,
     columns: io.stdout.columns,
@@ -253,6 +261,7 @@ export async function runCli(argv: string[], io: Io): Promise<number> {
   const redactor: Redactor = { secrets: [] };
   const errOut = (s: string) => void io.stderr.write(redact(s, redactor));
   if (io.env.MODELFORGE_OPERATOR_API_KEY) redactor.secrets.push(io.env.MODELFORGE_OPERATOR_API_KEY);
+  if (io.env.MODELFORGE_TOKEN) redactor.secrets.push(io.env.MODELFORGE_TOKEN);
 
   let helpHint = "forge --help";
   try {

@@ -1,5 +1,5 @@
 // A mistake in how the CLI was called. Printed as "error: <message>" with exit code 2. Its own
-// module because both argument parsing and the client raise it.
+// module because argument parsing, the client and sign-in raise it.
 export class UsageError extends Error {
   override name = "UsageError";
   /** The help text to point at, e.g. "forge nodes list --help". */
@@ -9,4 +9,9 @@ export class UsageError extends Error {
   ) {
     super(message);
   }
+}
+
+/** A configuration problem that is not the user's syntax: exit 2 as well, but phrased differently. */
+export class ConfigError extends UsageError {
+  override name = "ConfigError";
 }

@@ -11,7 +11,7 @@ export function renderAuditTable(events: AuditEvent[]): string {
     ["TIME", "ACTOR", "ACTION", "TARGET", "CORRELATION", "DETAILS"],
     events.map((e) => [
       formatTime(dateOf(e.time)),
-      e.actor,
+      e.actorName ? `${e.actor} (${e.actorName})` : e.actor,
       e.action,
       e.targetType && e.targetId ? `${e.targetType}/${e.targetId}` : e.targetId || e.targetType || "-",
       e.correlationId || "-",
@@ -24,7 +24,7 @@ const listCommand = command("list", "List audit events, newest first", {
   options: {
     action: valueOption("ACTION", 'only this action, e.g. "node.enrolled"'),
     target: valueOption("ID", "only events about this target id"),
-    actor: valueOption("ACTOR", '"operator", "node:<uuid>" or "system"'),
+    actor: valueOption("ACTOR", 'a user\'s email, "user:<uuid>", "break-glass", "node:<uuid>" or "system"'),
     since: valueOption("WHEN", "only events since a duration ago (30m, 1h, 7d) or an ISO 8601 time"),
     limit: valueOption("N", "at most N events (1-1000, default 100)"),
   },

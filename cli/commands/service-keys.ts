@@ -96,7 +96,7 @@ const createCommand = command("create", "Create a service key for DeploymentServ
 /** The key table. Pure. */
 function keyTable(keys: ServiceKey[], now: Date): string {
   return table(
-    ["ID", "STATE", "NAME", "PREFIX", "DEPLOYMENTS", "LIMITS", "CREATED", "EXPIRES", "LAST USED"],
+    ["ID", "STATE", "NAME", "PREFIX", "DEPLOYMENTS", "LIMITS", "OWNER", "CREATED", "EXPIRES", "LAST USED"],
     keys.map((k) => [
       k.id,
       stateOf(k, now),
@@ -104,6 +104,7 @@ function keyTable(keys: ServiceKey[], now: Date): string {
       k.prefix,
       k.deployments.join(","),
       formatLimits(k.limits),
+      k.owner?.email || "-",
       formatAge(dateOf(k.createdAt), now),
       k.expiresAt ? formatAge(dateOf(k.expiresAt), now) : "never",
       formatAge(dateOf(k.lastUsedAt), now),
@@ -112,10 +113,10 @@ function keyTable(keys: ServiceKey[], now: Date): string {
 }
 
 const listCommand = pagedListCommand("List service keys (never their secrets), newest first", {
-  options: { all: switchOption("include revoked keys") },
-  filter: (values) => values.all === true,
+  options: { all: switchOption("include revoked keys"), owner: valueOption("USER", "only keys made by this user (email or id)") },
+  filter: (values) => ({ includeRevoked: values.all === true, owner: textOption(values, "owner") }),
   schema: ListServiceKeysResponseSchema,
-  fetch: (client, page, includeRevoked) => client.listServiceKeys({ ...page, includeRevoked }),
+  fetch: (client, page, filter) => client.listServiceKeys({ ...page, ...filter }),
   empty: "No service keys.\n",
   table: keyTable,
 });

@@ -1,4 +1,4 @@
-// forge tokens create | list | revoke
+// forge tokens create | list | revoke (enrollment tokens), and tokens personal (./personal-tokens.ts)
 import {
   CreateEnrollmentTokenResponseSchema,
   EnrollmentTokenState,
@@ -10,6 +10,7 @@ import { command, durationOption, idArg, parseLabels, repeatableOption, textOpti
 import { clean, dateOf, enumName, fields, formatAge, formatLabels, formatTimeAndAge, shownOnce, table } from "../format.js";
 import { printReply } from "../output.js";
 import { pagedListCommand } from "../list.js";
+import { personalTokensCommand } from "./personal-tokens.js";
 
 const createCommand = command("create", "Create a one-time enrollment token and print its join command", {
   options: {
@@ -81,7 +82,7 @@ const revokeCommand = command("revoke ID", "Revoke an unused enrollment token", 
 
 export const tokensGroup: Group = {
   name: "tokens",
-  summary: "Enrollment tokens that let a node join",
-  topic: "enrollment tokens",
-  commands: [createCommand, listCommand, revokeCommand],
+  summary: "Enrollment tokens that let a node join, and your personal access tokens",
+  topic: "enrollment and personal tokens",
+  commands: [createCommand, listCommand, revokeCommand, personalTokensCommand],
 };

@@ -311,7 +311,7 @@ describe("forge help and usage", () => {
   it("says what the CLI covers: every group's topic, in one line", async () => {
     const description = (await forge(["--help"])).stdout.split("\n")[2]!;
     expect(description).toBe(
-      "The ModelForge operator CLI: enrollment tokens, nodes, jobs, the artifact store, runtime profiles, deployments and their logs, " +
+      "The ModelForge operator CLI: sign-in, sign-out, who you are, users, enrollment and personal tokens, nodes, jobs, the artifact store, runtime profiles, deployments and their logs, " +
         "service keys, service clients' usage, agent upgrades and the audit log.",
     );
     for (const g of groups) expect(description).toContain(g.topic);
@@ -463,7 +463,7 @@ describe("forge audit", () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/^TIME\s+ACTOR\s+ACTION\s+TARGET\s+CORRELATION\s+DETAILS\n/);
     expect(r.stdout).toMatch(
-      new RegExp(`operator\\s+enrollment_token\\.created\\s+enrollment_token/${enrollmentToken.id}\\s+[0-9a-f-]{36}`),
+      new RegExp(`break-glass\\s+enrollment_token\\.created\\s+enrollment_token/${enrollmentToken.id}\\s+[0-9a-f-]{36}`),
     );
 
     const byTarget = await forgeJson<{ events: { action: string; targetId: string; actor: string }[] }>([

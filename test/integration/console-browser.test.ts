@@ -210,7 +210,7 @@ describe("the console with the read-only key", { timeout: 120_000 }, () => {
     await page.getByTestId("key").waitFor();
     expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
     await web.signIn(readOnlyKey);
-    expect(await web.text("role")).toBe("read-only: monitoring");
+    expect(await web.text("role")).toBe("viewer: monitoring");
     const pages: [string, string][] = [
       ["#/", "nodes"],
       [`#/nodes/${nodeId}`, "gpus"],
@@ -247,7 +247,7 @@ describe("the console with the read-only key", { timeout: 120_000 }, () => {
     });
     expect(answer.status).toBe(403);
     expect(answer.body.code).toBe("permission_denied");
-    expect(answer.body.message).toMatch(/CreateEnrollmentToken changes state/);
+    expect(answer.body.message).toMatch(/CreateEnrollmentToken changes identity or fleet membership/);
     expect((await ts.admin.listEnrollmentTokens({})).enrollmentTokens.length).toBe(before);
   });
 });

@@ -6,7 +6,11 @@ import { signedInAs } from "../../server/identity/operators/sign-in.js";
 import { bearerOf, cookieMayAuthenticate, sessionSecretOf } from "../../server/identity/operators/authenticate.js";
 import { lowerRole, roleAtLeast } from "../../server/operator-roles.js";
 
-const base = { MODELFORGE_OIDC_ISSUER: "https://id.example.com/realms/ops", MODELFORGE_OIDC_CLIENT_ID: "console", MODELFORGE_OIDC_ROLES: "ops=operator" };
+const base = {
+  MODELFORGE_OIDC_ISSUER: "https://id.example.com/realms/ops",
+  MODELFORGE_OIDC_CLIENT_ID: "console",
+  MODELFORGE_OIDC_ROLES: "ops=operator",
+};
 
 describe("single sign-on settings", () => {
   it("are off without an issuer, and filled with defaults with one", () => {

@@ -2,7 +2,7 @@
 // element and stops its streams and polling when the route changes (its AbortSignal).
 import "./style.css";
 import { OperatorRole } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { describeError, operator, signIn, signOut } from "./api.js";
+import { describeError, isUnauthenticated, operator, signIn, signInOptions, signOut } from "./api.js";
 import { showError } from "./errors.js";
 import { formValues, h } from "./dom.js";
 import { fleetPage } from "./pages/fleet.js";
@@ -39,7 +39,8 @@ const routes: [RegExp, (m: RegExpExecArray) => Page][] = [
 const app = document.getElementById("app")!;
 let current: AbortController | undefined;
 
-function signInView(message = ""): void {
+async function signInView(message = ""): Promise<void> {
+  const options = await signInOptions();
   const form = h(
     "form",
     {
@@ -49,23 +50,34 @@ function signInView(message = ""): void {
         const key = formValues(form).key ?? "";
         signIn(key).then(
           () => route(),
-          (err: unknown) => signInView(describeError(err)),
+          (err: unknown) => void signInView(describeError(err)),
         );
       },
     },
     h("h1", {}, "ModelForge console"),
-    h(
-      "label",
-      {},
-      "Operator key ",
-      h("input", { type: "password", name: "key", autocomplete: "off", required: true, "data-testid": "key" }),
-    ),
-    h("button", { type: "submit" }, "Sign in"),
-    h("p", { class: "hint" }, "The key is kept in this tab's session storage only."),
+    options.sso !== null
+      ? h("p", {}, h("a", { class: "button", href: "/auth/login", "data-testid": "sso" }, "Sign in with single sign-on"))
+      : null,
+    options.breakGlass
+      ? h(
+          "label",
+          {},
+          options.sso !== null ? "Break-glass key " : "Operator key ",
+          h("input", { type: "password", name: "key", autocomplete: "off", required: true, "data-testid": "key" }),
+        )
+      : null,
+    options.breakGlass ? h("button", { type: "submit" }, "Sign in") : null,
+    options.breakGlass ? h("p", { class: "hint" }, "The key is kept in this tab's session storage only.") : null,
     message !== "" ? h("p", { class: "error", role: "alert" }, message) : null,
   );
   app.replaceChildren(form);
 }
+
+const roleLabels: Partial<Record<OperatorRole, string>> = {
+  [OperatorRole.ADMIN]: "admin",
+  [OperatorRole.OPERATOR]: "operator",
+  [OperatorRole.READ_ONLY]: "viewer",
+};
 
 function shell(): HTMLElement {
   const readOnly = operator.role === OperatorRole.READ_ONLY;
@@ -89,16 +101,24 @@ function shell(): HTMLElement {
         link("#/tokens", "Tokens"),
         link("#/audit", "Audit"),
       ),
-      h("span", { class: readOnly ? "role read-only" : "role", "data-testid": "role" }, readOnly ? "read-only: monitoring" : "admin"),
+      operator.user.name !== ""
+        ? h("span", { class: "user", "data-testid": "user", title: operator.user.email }, operator.user.name)
+        : null,
+      h(
+        "span",
+        { class: readOnly ? "role read-only" : "role", "data-testid": "role" },
+        readOnly ? "viewer: monitoring" : (roleLabels[operator.role] ?? "unknown role"),
+      ),
       h(
         "button",
         {
           type: "button",
           class: "link",
           onclick: () => {
-            signOut();
-            location.hash = "#/";
-            route();
+            void signOut().finally(() => {
+              location.hash = "#/";
+              void route();
+            });
           },
         },
         "Sign out",
@@ -113,12 +133,12 @@ async function route(): Promise<void> {
   current?.abort();
   current = new AbortController();
   const signal = current.signal;
-  if (operator.key === "") return signInView();
   if (operator.role === OperatorRole.UNSPECIFIED) {
+    // A break-glass key from this tab, else the session cookie of a single sign-on, if any.
     try {
       await signIn(operator.key);
     } catch (err) {
-      return signInView(describeError(err));
+      return signInView(operator.key === "" && isUnauthenticated(err) ? "" : describeError(err));
     }
   }
   const [path = "/", query = ""] = (location.hash.slice(1) || "/").split("?");

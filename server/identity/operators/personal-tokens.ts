@@ -18,6 +18,8 @@ export const maxLiveTokens = 100;
 /** Last use is kept to the minute, so a busy script writes at most once a minute. */
 const lastUseGrainMs = 60_000;
 
+const article = (role: string) => (/^[aeiou]/.test(role) ? "an" : "a");
+
 export interface TokensDeps {
   prisma: PrismaClient;
   clock: Clock;
@@ -35,9 +37,13 @@ export async function createPersonalToken(
   input: NewToken,
   correlationId: string,
 ): Promise<{ secret: string; token: PersonalToken }> {
+  // A leaked token must not outlive its revocation by minting others.
+  if (owner.credential === "personal-token") {
+    throw new ConnectError("a personal token cannot make another: sign in (forge login) to make one", Code.PermissionDenied);
+  }
   const role = input.role ?? owner.role;
   if (!roleAtLeast(owner.role, role)) {
-    throw new ConnectError(`role: a ${owner.role} cannot make a token with the ${role} role`, Code.PermissionDenied);
+    throw new ConnectError(`role: ${article(owner.role)} ${owner.role} cannot make a token with the ${role} role`, Code.PermissionDenied);
   }
   const ttlMs = input.ttlMs ?? defaultTokenTtlMs;
   if (ttlMs <= 0 || ttlMs > maxTokenTtlMs) throw new ConnectError("ttl: between 1 second and 365 days", Code.InvalidArgument);

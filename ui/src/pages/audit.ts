@@ -24,7 +24,12 @@ export async function auditPage(main: HTMLElement, signal: AbortSignal, params: 
     },
     h("label", {}, "Action ", h("input", { name: "action", value: filter.action, placeholder: "e.g. node.enrolled" })),
     h("label", {}, "Target ", h("input", { name: "target", value: filter.targetId, placeholder: "id" })),
-    h("label", {}, "Actor ", h("input", { name: "actor", value: filter.actor, placeholder: "operator, node:<id>, system" })),
+    h(
+      "label",
+      {},
+      "Actor ",
+      h("input", { name: "actor", value: filter.actor, placeholder: "email, user:<id>, break-glass, node:<id>, system" }),
+    ),
     h("button", { type: "submit" }, "Filter"),
   );
   const rows = h("tbody", {});
@@ -44,7 +49,20 @@ export async function auditPage(main: HTMLElement, signal: AbortSignal, params: 
   const load = async () => {
     const page = await admin.listAuditEvents({ ...filter, pageSize: 50, pageToken }, { signal });
     for (const e of page.events) {
-      rows.append(table([], [[time(e.time), e.actor, e.action, `${e.targetType} ${e.targetId}`, labels(e.details)]]).tBodies[0]!.rows[0]!);
+      rows.append(
+        table(
+          [],
+          [
+            [
+              time(e.time),
+              e.actorName ? `${e.actorName} (${e.actor})` : e.actor,
+              e.action,
+              `${e.targetType} ${e.targetId}`,
+              labels(e.details),
+            ],
+          ],
+        ).tBodies[0]!.rows[0]!,
+      );
     }
     pageToken = page.nextPageToken;
     more.hidden = pageToken === "";
