@@ -26,8 +26,17 @@ export function ssoEnv(provider: TestProvider): Record<string, string> {
 }
 
 export function bearerClient(url: string, caPem: string, token: string): Client<typeof AdminService> {
+  return headerClient(url, caPem, "authorization", `Bearer ${token}`);
+}
+
+/** A client that presents the web console's session cookie, as the console's own calls do. */
+export function sessionClient(url: string, caPem: string, session: string): Client<typeof AdminService> {
+  return headerClient(url, caPem, "cookie", `__Host-modelforge-session=${session}`);
+}
+
+function headerClient(url: string, caPem: string, name: string, value: string): Client<typeof AdminService> {
   const auth: Interceptor = (next) => (req) => {
-    req.header.set("authorization", `Bearer ${token}`);
+    req.header.set(name, value);
     return next(req);
   };
   return createClient(AdminService, grpcTransport({ baseUrl: url, nodeOptions: { ca: caPem }, interceptors: [auth] }));
