@@ -140,8 +140,23 @@ export interface Prompter {
   signal: AbortSignal;
 }
 
+/** What a provider's refusal says (openid-client keeps its OAuth error apart from the message). */
+function refusalOf(err: unknown): Error {
+  const e = err as { message?: string; error?: string; error_description?: string };
+  if (e.error === undefined) return err as Error;
+  return new Error(`the identity provider refused: ${e.error}${e.error_description ? ` (${e.error_description})` : ""}`);
+}
+
 /** Signs in: the device grant where the provider offers it, else a loopback redirect. */
 export async function signIn(sso: NonNullable<SignInConfig["sso"]>, prompt: Prompter): Promise<StoredLogin> {
+  try {
+    return await signInWith(sso, prompt);
+  } catch (err) {
+    throw refusalOf(err);
+  }
+}
+
+async function signInWith(sso: NonNullable<SignInConfig["sso"]>, prompt: Prompter): Promise<StoredLogin> {
   const config = await discoverProvider(sso.issuer, sso.cliClientId);
   const offered = config.serverMetadata().scopes_supported;
   // A refresh token needs offline_access at most providers; asked only where it is offered.
@@ -168,15 +183,17 @@ async function loopbackRedirect(config: client.Configuration, scope: string, pro
   const returned = new Promise<URL>((resolve) => {
     answer = resolve;
   });
+  let redirectUri = "";
   const server = createServer((req, res) => {
-    const url = new URL(req.url ?? "/", "http://127.0.0.1");
+    // The redirect URI as sent, port included: the token request must name it exactly.
+    const url = new URL(req.url ?? "/", redirectUri);
     if (url.pathname !== "/callback") return void res.writeHead(404).end();
     res.writeHead(200, { "content-type": "text/plain; charset=utf-8" }).end("Signed in: you can close this window and return to forge.\n");
     answer(url);
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   try {
-    const redirectUri = `http://127.0.0.1:${(server.address() as AddressInfo).port}/callback`;
+    redirectUri = `http://127.0.0.1:${(server.address() as AddressInfo).port}/callback`;
     const to = client.buildAuthorizationUrl(config, {
       redirect_uri: redirectUri,
       scope,
@@ -212,7 +229,7 @@ export async function currentIdToken(env: NodeJS.ProcessEnv, server: string, now
     const config = await discoverProvider(login.issuer, login.clientId);
     refreshed = loginOf(login.issuer, login.clientId, await client.refreshTokenGrant(config, login.refreshToken), login);
   } catch (err) {
-    throw new ConfigError(`your sign-in could not be refreshed (${(err as Error).message}): run forge login`);
+    throw new ConfigError(`your sign-in could not be refreshed (${refusalOf(err).message}): run forge login`);
   }
   storeLogin(env, server, refreshed);
   return refreshed.idToken;

@@ -25,7 +25,7 @@ export interface EdgeRequest {
   adminToken: string | undefined;
   /** The authorization header (a service key, a personal token or an ID token), if any. */
   authorization?: string | undefined;
-  /** Whether a Cookie header came (the console's session, checked by the admin interceptor). */
+  /** Whether the console's session cookie came (checked by the admin interceptor). */
   cookie?: boolean;
   /** The TLS client certificate, read only for calls that need one. */
   peer: () => Pick<Caller, "certificate" | "certificateError">;

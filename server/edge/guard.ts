@@ -8,6 +8,7 @@
 import type { TLSSocket } from "node:tls";
 import type { ConnectError, ConnectRouterOptions } from "@connectrpc/connect";
 import { adminTokenHeader } from "../identity/admin-token.js";
+import { sessionCookie } from "../identity/operators/authenticate.js";
 import type { OperatorKeys } from "../identity/roles.js";
 import { peerOf } from "../context.js";
 import type { Logger } from "../observability/logger.js";
@@ -58,7 +59,7 @@ export function edgeGuard(operatorKeys: OperatorKeys | undefined, log: Logger): 
         contentLength,
         adminToken: headerValue(req.headers[adminTokenHeader]),
         authorization: headerValue(req.headers.authorization),
-        cookie: req.headers.cookie !== undefined,
+        cookie: req.headers.cookie?.includes(`${sessionCookie}=`) === true,
         peer: () => peerOf(req.socket as TLSSocket),
       },
       operatorKeys,

@@ -16,7 +16,11 @@ import { bearerClient, sessionClient, ssoEnv, testUsers } from "../support/opera
 import { startTwoPlanes, type TestServer } from "../support/server.js";
 import { waitFor } from "../support/wait.js";
 
-const codeOf = (p: Promise<unknown>) => p.then(() => "ok" as const, (e: unknown) => ConnectError.from(e).code);
+const codeOf = (p: Promise<unknown>) =>
+  p.then(
+    () => "ok" as const,
+    (e: unknown) => ConnectError.from(e).code,
+  );
 
 describe.skipIf(testBackend() !== "postgres")("deactivating a user on two control planes", () => {
   let db: TestDatabase;

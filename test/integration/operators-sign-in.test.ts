@@ -12,7 +12,7 @@ import { Agent, fetch as undiciFetch } from "undici";
 import { runCli } from "../../cli/cli.js";
 import { buildConsole, openConsoleBrowser, requireChromium, type ConsoleBrowser } from "../support/browser.js";
 import { startOidcProvider, type TestProvider } from "../support/oidc.js";
-import { ssoEnv, testUsers } from "../support/operators.js";
+import { bearerClient, ssoEnv, testUsers } from "../support/operators.js";
 import { startTestServer, testAdminKey, type TestServer } from "../support/server.js";
 import { TextFeed, waitFor } from "../support/wait.js";
 
@@ -60,6 +60,12 @@ describe("signing in as a person", () => {
     expect(cookie!.expires * 1000 - Date.now()).toBeLessThan(8.1 * 3_600_000);
     // The login cookie (state, nonce, PKCE verifier) is gone once used.
     expect((await web.context.cookies(ts.url)).map((c) => c.name)).not.toContain("__Host-modelforge-login");
+
+    // A service key she makes is hers, and the keys page says so.
+    await bearerClient(ts.url, ts.caPem, await provider.mint("alice")).createServiceKey({ name: "alices", deployments: ["chat"] });
+    await web.page.goto(`${ts.url}/ui/#/keys`);
+    await web.page.getByTestId("owner-alices").waitFor();
+    expect(await web.text("owner-alices")).toBe("alice@example.com");
 
     // What she does is hers in the audit, and the audit page filters by her.
     await web.page.goto(`${ts.url}/ui/#/audit?actor=alice@example.com`);
@@ -218,5 +224,64 @@ describe("signing in as a person", () => {
       expect(ts.logs()).not.toContain(provider.consoleClient.secret);
       expect(ts.logs()).not.toMatch(/[?&]code=/);
     });
+  });
+});
+
+describe("forge login where the provider has no device grant", () => {
+  let provider: TestProvider;
+  let ts: TestServer;
+  let web: ConsoleBrowser;
+  let dir: string;
+
+  beforeAll(async () => {
+    requireChromium();
+    dir = mkdtempSync(join(tmpdir(), "mf-sign-in-loopback-"));
+    provider = await startOidcProvider({ consoleRedirectUri: () => `${ts.url}/auth/callback`, users: testUsers, deviceFlow: false });
+    ts = await startTestServer(ssoEnv(provider));
+    writeFileSync(join(dir, "ca.crt"), ts.caPem);
+    web = await openConsoleBrowser(ts.url, dir, "sign-in-loopback");
+  });
+  afterAll(async () => {
+    await web?.close();
+    await ts?.stop();
+    await provider?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("signs in through a redirect to a loopback port, with PKCE, state and nonce", async () => {
+    const prompts = new TextFeed();
+    const errSink = new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        prompts.append(chunk.toString());
+        cb();
+      },
+    });
+    let out = "";
+    const outSink = new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        out += chunk.toString();
+        cb();
+      },
+    });
+    const stdin = new PassThrough();
+    stdin.end();
+    const env = { MODELFORGE_SERVER: ts.url, MODELFORGE_CA_FILE: join(dir, "ca.crt"), MODELFORGE_LOGIN_FILE: join(dir, "login.json") };
+    const login = runCli(["login"], { stdout: outSink, stderr: errSink, stdin, env, signal: new AbortController().signal });
+    const url = new URL(
+      await waitFor(() => /open (http\S+)/.exec(prompts.toString())?.[1], { what: "forge login to show the address to open" }),
+    );
+    expect(url.searchParams.get("code_challenge_method")).toBe("S256");
+    expect(url.searchParams.get("redirect_uri")).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/callback$/);
+    expect(url.searchParams.get("state")).not.toBeNull();
+    expect(url.searchParams.get("nonce")).not.toBeNull();
+    await web.page.goto(url.href);
+    await web.page.locator('input[name="login"]').fill("vera");
+    await web.page.locator('input[name="password"]').fill("any password");
+    await web.page.getByRole("button", { name: "Sign-in" }).click();
+    await web.page.getByRole("button", { name: "Continue" }).click();
+    await web.page.getByText("Signed in: you can close this window").waitFor();
+    expect(await login, prompts.toString()).toBe(0);
+    expect(out).toMatch(/User:\s+Vera Viewer <vera@example\.com>/);
+    expect(statSync(join(dir, "login.json")).mode & 0o777).toBe(0o600);
   });
 });

@@ -40,6 +40,8 @@ async function signingKey(): Promise<JWK> {
 export async function startOidcProvider(options: {
   consoleRedirectUri: () => string;
   users: Record<string, OidcUser>;
+  /** Whether it offers the device grant (default yes): without, `forge login` takes the loopback redirect. */
+  deviceFlow?: boolean;
 }): Promise<TestProvider> {
   const users = new Map(Object.entries(options.users));
   const consoleClient = { id: "modelforge-console", secret: "console-client-secret-0123456789abcdef" };
@@ -70,7 +72,11 @@ export async function startOidcProvider(options: {
           application_type: "native",
           token_endpoint_auth_method: "none",
           redirect_uris: ["http://127.0.0.1/callback"],
-          grant_types: ["urn:ietf:params:oauth:grant-type:device_code", "refresh_token", "authorization_code"],
+          grant_types: [
+            ...(options.deviceFlow === false ? [] : ["urn:ietf:params:oauth:grant-type:device_code"]),
+            "refresh_token",
+            "authorization_code",
+          ],
           response_types: ["code"],
         },
       ],
@@ -81,7 +87,7 @@ export async function startOidcProvider(options: {
       conformIdTokenClaims: false,
       features: {
         devInteractions: { enabled: true },
-        deviceFlow: { enabled: true },
+        deviceFlow: { enabled: options.deviceFlow ?? true },
         revocation: { enabled: true },
       },
       pkce: { required: () => true },

@@ -36,7 +36,20 @@ export async function serviceKeysPage(main: HTMLElement, signal: AbortSignal): P
       keys.keys.length === 0
         ? h("p", {}, "No service keys.")
         : table(
-            ["Name", "Prefix", "Deployments", "State", "Expires", "Limits", "Last used", "Requests (24h)", "Tokens (24h)", "Created", ""],
+            [
+              "Name",
+              "Prefix",
+              "Deployments",
+              "State",
+              "Expires",
+              "Limits",
+              "Owner",
+              "Last used",
+              "Requests (24h)",
+              "Tokens (24h)",
+              "Created",
+              "",
+            ],
             keys.keys.map((k) => row(k, used.get(k.id), canRevoke, () => revoke(k))),
             "keys",
           ),
@@ -63,6 +76,7 @@ function row(k: ServiceKey, u: UsageRow | undefined, canRevoke: boolean, revoke:
     revoked ? `revoked ${age(k.revokedAt)}` : expired ? "expired" : "active",
     k.expiresAt === undefined ? "never" : time(k.expiresAt),
     limitsText(k.limits),
+    h("span", { "data-testid": `owner-${k.name}` }, k.owner?.email ?? "-"),
     // To the minute: the UTC minute on hover.
     h("span", { "data-testid": `last-used-${k.name}`, title: k.lastUsedAt && time(k.lastUsedAt) }, minuteAge(k.lastUsedAt)),
     h("a", { href: `#/usage?key=${k.id}` }, String(u?.requests ?? 0n)),
