@@ -290,6 +290,9 @@ function checkConfig(config: Config): void {
   if (config.operatorReadonlyKey !== undefined && config.operatorReadonlyKey === config.operatorApiKey) {
     throw new ConfigError("MODELFORGE_OPERATOR_READONLY_KEY: must differ from MODELFORGE_OPERATOR_API_KEY");
   }
+  if (!config.breakGlass && config.sso === undefined) {
+    throw new ConfigError("MODELFORGE_BREAK_GLASS=off needs single sign-on (MODELFORGE_OIDC_ISSUER): otherwise no one could sign in");
+  }
   if (config.autoscaleWindowMs < config.autoscaleIntervalMs) {
     throw new ConfigError("MODELFORGE_AUTOSCALE_WINDOW must be at least MODELFORGE_AUTOSCALE_INTERVAL");
   }

@@ -12,6 +12,7 @@ import { AdminService, OperatorRole } from "../../gen/proto/modelforge/admin/v1/
 import { EngineKind } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import { accessTable, mayCall } from "../../server/identity/roles.js";
 import type { OperatorRole as Role } from "../../server/operator-roles.js";
+import { loadConfig } from "../../server/config.js";
 import { startOidcProvider, type TestProvider } from "../support/oidc.js";
 import { bearerClient, callEmpty, ssoEnv, testUsers } from "../support/operators.js";
 import { startTestServer, testAdminKey, type TestServer } from "../support/server.js";
@@ -264,9 +265,19 @@ describe("operators signed in through an OpenID provider", () => {
 describe("with the break-glass keys turned off", () => {
   let ts: TestServer;
   beforeAll(async () => {
-    ts = await startTestServer({ MODELFORGE_BREAK_GLASS: "off" });
+    // Single sign-on is required with the keys off; its provider is never reached here.
+    ts = await startTestServer({
+      MODELFORGE_BREAK_GLASS: "off",
+      MODELFORGE_OIDC_ISSUER: "http://127.0.0.1:9/unreachable",
+      MODELFORGE_OIDC_CLIENT_ID: "console",
+      MODELFORGE_OIDC_DEFAULT_ROLE: "viewer",
+    });
   });
   afterAll(() => ts?.stop());
+
+  it("is refused at start without single sign-on, since no one could sign in", () => {
+    expect(() => loadConfig({ MODELFORGE_BREAK_GLASS: "off" })).toThrow(/needs single sign-on/);
+  });
 
   it("refuses the static key, saying so, at the edge and for every method", async () => {
     expect(await messageOf(ts.admin.listNodes({}))).toMatch(/break-glass keys are turned off/);
