@@ -14,6 +14,7 @@ import type { DirectQuery, DirectStatement } from "../db/direct.js";
 import type { Clock } from "../../common/clock.js";
 import { recordAudit, type AuditActor } from "../audit/audit.js";
 import { LookupCache } from "../../common/lookup-cache.js";
+import { isUuid } from "../../common/x509.js";
 import { staleWhileDatabaseAway, type OutageWatch } from "../db/availability.js";
 
 const secretPrefix = "mfsk_";
@@ -192,7 +193,7 @@ export class ServiceKeys {
     includeRevoked: boolean,
     owner?: string,
   ): Promise<(ServiceKey & { owner: { id: string; email: string } | null })[]> {
-    const byOwner = owner ? (/^[0-9a-f-]{36}$/i.test(owner) ? { ownerUserId: owner } : { owner: { email: owner } }) : {};
+    const byOwner = owner ? (isUuid(owner) ? { ownerUserId: owner } : { owner: { email: owner } }) : {};
     return this.deps.prisma.serviceKey.findMany({
       where: { ...(includeRevoked ? {} : { revokedAt: null }), ...byOwner },
       include: { owner: { select: { id: true, email: true } } },

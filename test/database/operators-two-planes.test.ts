@@ -11,7 +11,7 @@ import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import type { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { openConsoleBrowser, requireChromium, type ConsoleBrowser } from "../support/browser.js";
 import { createTestDatabase, testBackend, type TestDatabase } from "../support/db.js";
-import { startOidcProvider, type TestProvider } from "../support/oidc.js";
+import { signInAtProvider, startOidcProvider, type TestProvider } from "../support/oidc.js";
 import { bearerClient, sessionClient, ssoEnv, testUsers } from "../support/operators.js";
 import { startTwoPlanes, type TestServer } from "../support/server.js";
 import { waitFor } from "../support/wait.js";
@@ -50,9 +50,7 @@ describe.skipIf(testBackend() !== "postgres")("deactivating a user on two contro
   it("refuses their console session, personal token and ID token on both planes within a second, and ends their stream", async () => {
     // The console's sign-in on plane A, through the provider's login form.
     await web.page.goto(`${a.url}/auth/login`);
-    await web.page.locator('input[name="login"]').fill("oscar");
-    await web.page.locator('input[name="password"]').fill("any password");
-    await web.page.getByRole("button", { name: "Sign-in" }).click();
+    await signInAtProvider(web.page, "oscar");
     const session = await waitFor(
       async () => (await web.context.cookies(a.url)).find((c) => c.name === "__Host-modelforge-session")?.value,
       { what: "the console session cookie" },

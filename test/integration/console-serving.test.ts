@@ -147,7 +147,7 @@ describe("the serving pages with the admin key", { timeout: 150_000 }, () => {
     expect(await web.text("dep-autoscaling")).toBe("off: a fixed count");
     await web.until("both scales in the history", async () => (await page.getByTestId("scaling").locator("tbody tr").count()) === 2);
     const latest = await page.getByTestId("scaling").locator("tbody tr").first().textContent();
-    expect(latest).toMatch(/21operatorset by the operator$/);
+    expect(latest).toMatch(/21break-glassset by the operator$/);
   });
 
   it("creates a service key and shows its secret once, with a copy button; markup in its scope is text", async () => {

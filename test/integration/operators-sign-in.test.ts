@@ -11,10 +11,27 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Agent, fetch as undiciFetch } from "undici";
 import { runCli } from "../../cli/cli.js";
 import { buildConsole, openConsoleBrowser, requireChromium, type ConsoleBrowser } from "../support/browser.js";
-import { startOidcProvider, type TestProvider } from "../support/oidc.js";
+import { signInAtProvider, startOidcProvider, type TestProvider } from "../support/oidc.js";
 import { bearerClient, ssoEnv, testUsers } from "../support/operators.js";
 import { startTestServer, testAdminKey, type TestServer } from "../support/server.js";
 import { TextFeed, waitFor } from "../support/wait.js";
+
+/** forge in this process, its stderr into `stderr` as it comes (a prompt is awaited there). */
+async function runForge(args: string[], env: Record<string, string>, stderr = new TextFeed()) {
+  let out = "";
+  const sink = (write: (text: string) => void) =>
+    new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        write(chunk.toString());
+        cb();
+      },
+    });
+  const stdin = new PassThrough();
+  stdin.end();
+  const io = { stdout: sink((t) => (out += t)), stderr: sink((t) => stderr.append(t)), stdin, env, signal: new AbortController().signal };
+  const code = await runCli(args, io);
+  return { code, out, err: stderr.toString() };
+}
 
 describe("signing in as a person", () => {
   let provider: TestProvider;
@@ -38,17 +55,10 @@ describe("signing in as a person", () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  /** At the provider's development login form, as the user would type it. */
-  const atProviderLogin = async (login: string) => {
-    await web.page.locator('input[name="login"]').fill(login);
-    await web.page.locator('input[name="password"]').fill("any password");
-    await web.page.getByRole("button", { name: "Sign-in" }).click();
-  };
-
   it("the console: to the provider and back, a session cookie, and a page that names the user", async () => {
     await web.page.goto(`${ts.url}/ui/`);
     await web.page.getByTestId("sso").click();
-    await atProviderLogin("alice");
+    await signInAtProvider(web.page, "alice");
     await web.page.getByTestId("user").waitFor();
     expect(await web.text("user")).toBe("Alice Admin");
     expect(await web.text("role")).toBe("admin");
@@ -112,26 +122,12 @@ describe("signing in as a person", () => {
 
   describe("forge", () => {
     const loginFile = () => join(dir, "config", "login.json");
-    const forge = async (args: string[], extraEnv: Record<string, string> = {}, stderr = new TextFeed()) => {
-      let out = "";
-      const sink = new Writable({
-        write(chunk: Buffer, _enc, cb) {
-          out += chunk.toString();
-          cb();
-        },
-      });
-      const errSink = new Writable({
-        write(chunk: Buffer, _enc, cb) {
-          stderr.append(chunk.toString());
-          cb();
-        },
-      });
-      const stdin = new PassThrough();
-      stdin.end();
-      const env = { MODELFORGE_SERVER: ts.url, MODELFORGE_CA_FILE: join(dir, "ca.crt"), MODELFORGE_LOGIN_FILE: loginFile(), ...extraEnv };
-      const code = await runCli(args, { stdout: sink, stderr: errSink, stdin, env, signal: new AbortController().signal });
-      return { code, out, err: stderr.toString() };
-    };
+    const forge = (args: string[], extraEnv: Record<string, string> = {}, stderr = new TextFeed()) =>
+      runForge(
+        args,
+        { MODELFORGE_SERVER: ts.url, MODELFORGE_CA_FILE: join(dir, "ca.crt"), MODELFORGE_LOGIN_FILE: loginFile(), ...extraEnv },
+        stderr,
+      );
 
     it("login through the device grant, driven at the provider's page; the token kept 0600 and refreshed", async () => {
       const prompts = new TextFeed();
@@ -144,7 +140,7 @@ describe("signing in as a person", () => {
       await web.context.clearCookies();
       await web.page.goto(url);
       await web.page.getByRole("button", { name: "Continue" }).click();
-      await atProviderLogin("oscar");
+      await signInAtProvider(web.page, "oscar");
       // The provider asks its user to authorize a native client (the CLI) every time.
       await web.page.getByRole("button", { name: "Continue" }).click();
       await web.page.getByText("Sign-in Success").waitFor();
@@ -250,23 +246,8 @@ describe("forge login where the provider has no device grant", () => {
 
   it("signs in through a redirect to a loopback port, with PKCE, state and nonce", async () => {
     const prompts = new TextFeed();
-    const errSink = new Writable({
-      write(chunk: Buffer, _enc, cb) {
-        prompts.append(chunk.toString());
-        cb();
-      },
-    });
-    let out = "";
-    const outSink = new Writable({
-      write(chunk: Buffer, _enc, cb) {
-        out += chunk.toString();
-        cb();
-      },
-    });
-    const stdin = new PassThrough();
-    stdin.end();
     const env = { MODELFORGE_SERVER: ts.url, MODELFORGE_CA_FILE: join(dir, "ca.crt"), MODELFORGE_LOGIN_FILE: join(dir, "login.json") };
-    const login = runCli(["login"], { stdout: outSink, stderr: errSink, stdin, env, signal: new AbortController().signal });
+    const login = runForge(["login"], env, prompts);
     const url = new URL(
       await waitFor(() => /open (http\S+)/.exec(prompts.toString())?.[1], { what: "forge login to show the address to open" }),
     );
@@ -275,13 +256,12 @@ describe("forge login where the provider has no device grant", () => {
     expect(url.searchParams.get("state")).not.toBeNull();
     expect(url.searchParams.get("nonce")).not.toBeNull();
     await web.page.goto(url.href);
-    await web.page.locator('input[name="login"]').fill("vera");
-    await web.page.locator('input[name="password"]').fill("any password");
-    await web.page.getByRole("button", { name: "Sign-in" }).click();
+    await signInAtProvider(web.page, "vera");
     await web.page.getByRole("button", { name: "Continue" }).click();
     await web.page.getByText("Signed in: you can close this window").waitFor();
-    expect(await login, prompts.toString()).toBe(0);
-    expect(out).toMatch(/User:\s+Vera Viewer <vera@example\.com>/);
+    const done = await login;
+    expect(done.code, done.err).toBe(0);
+    expect(done.out).toMatch(/User:\s+Vera Viewer <vera@example\.com>/);
     expect(statSync(join(dir, "login.json")).mode & 0o777).toBe(0o600);
   });
 });

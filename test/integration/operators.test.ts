@@ -80,6 +80,12 @@ describe("operators signed in through an OpenID provider", () => {
     const demoted = await as("oscar", { groups: ["mf-viewers"] });
     expect((await demoted.getOperatorRole({})).role).toBe(OperatorRole.READ_ONLY);
     expect(await codeOf(demoted.createServiceKey({ name: "nope", deployments: ["x"] }))).toBe(Code.PermissionDenied);
+    // The latest sign-in's role caps every credential of the user: the older token too.
+    expect((await before.getOperatorRole({})).role).toBe(OperatorRole.READ_ONLY);
+    // Back in the group: a new token says so, and the user is an operator again.
+    const promoted = await as("oscar");
+    expect((await promoted.getOperatorRole({})).role).toBe(OperatorRole.OPERATOR);
+    expect((await oscar.getOperatorRole({})).role).toBe(OperatorRole.OPERATOR);
   });
 
   const roles: [string, Role][] = [

@@ -7,10 +7,19 @@
 // control plane's redirect URI. `rotateKeys` replaces the provider with one that signs with a new
 // key (the old one still published), on the same address, as a key rotation does; `mint` signs
 // ID tokens with the provider's own key, for the checks of what a verifier must refuse.
+import { randomUUID } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import Provider, { type Configuration, type KoaContextWithOIDC } from "oidc-provider";
 import { exportJWK, generateKeyPair, SignJWT, type JWK } from "jose";
+import type { Page } from "playwright-core";
+
+/** At the provider's development login form, as its user would type it: any password will do. */
+export async function signInAtProvider(page: Page, login: string): Promise<void> {
+  await page.locator('input[name="login"]').fill(login);
+  await page.locator('input[name="password"]').fill("any password");
+  await page.getByRole("button", { name: "Sign-in" }).click();
+}
 
 export interface OidcUser {
   email: string;
@@ -139,6 +148,8 @@ export async function startOidcProvider(options: {
         sub: login,
         iat: now,
         exp: now + 600,
+        // Two tokens minted in one second are two tokens, as a provider's are.
+        jti: randomUUID(),
         ...(u !== undefined ? { email: u.email, name: u.name, groups: u.groups } : {}),
         ...overrides,
       };

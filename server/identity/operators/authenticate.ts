@@ -9,7 +9,7 @@ import type { Clock } from "../../../common/clock.js";
 import { adminTokenHeader, breakGlassRole } from "../admin-token.js";
 import type { OperatorKeys } from "../roles.js";
 import type { OperatorRole } from "../../operator-roles.js";
-import type { Principal, UserPrincipal } from "./principal.js";
+import { actingUser, type Principal, type UserPrincipal } from "./principal.js";
 import { hashSecret, personalTokenPrefix } from "./secrets.js";
 import { personalTokenUser } from "./personal-tokens.js";
 import { consoleSessionUser } from "./console-sessions.js";
@@ -128,6 +128,6 @@ export class OperatorAuth {
     if (user === null || user.deactivatedAt !== null) {
       throw new ConnectError("user deactivated: ask an admin", Code.Unauthenticated);
     }
-    return { kind: "user", userId: user.id, email: user.email, name: user.name, role: seen.role, credential: "oidc" };
+    return actingUser({ ...user, role: roleOfUser(user) }, seen.role, "oidc");
   }
 }

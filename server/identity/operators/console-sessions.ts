@@ -4,8 +4,8 @@ import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { PrismaClient } from "../../../gen/prisma/client.js";
 import type { Clock } from "../../../common/clock.js";
-import { isOperatorRole, lowerRole, type OperatorRole } from "../../operator-roles.js";
-import type { UserPrincipal } from "./principal.js";
+import { isOperatorRole, type OperatorRole } from "../../operator-roles.js";
+import { actingUser, type UserPrincipal } from "./principal.js";
 import { hashSecret, newSessionSecret, sessionSecretPattern } from "./secrets.js";
 import { deactivated, roleOfUser } from "./users.js";
 
@@ -33,15 +33,7 @@ export async function consoleSessionUser(deps: SessionsDeps, secret: string): Pr
   if (found.endedAt !== null) throw ended("ended");
   if (found.expiresAt.getTime() <= deps.clock.now()) throw ended("expired");
   if (!isOperatorRole(found.role)) throw ended("has no valid role");
-  const user = found.user;
-  return {
-    kind: "user",
-    userId: user.id,
-    email: user.email,
-    name: user.name,
-    role: lowerRole(found.role, roleOfUser(user)),
-    credential: "session",
-  };
+  return actingUser({ ...found.user, role: roleOfUser(found.user) }, found.role, "session");
 }
 
 /** Sign-out: the session ends for good. Unknown or malformed secrets end nothing. */

@@ -6,8 +6,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { PersonalToken, PrismaClient, User } from "../../../gen/prisma/client.js";
 import type { Clock } from "../../../common/clock.js";
 import { recordAudit } from "../../audit/audit.js";
-import { isOperatorRole, lowerRole, roleAtLeast, type OperatorRole } from "../../operator-roles.js";
-import { actorOf, type UserPrincipal } from "./principal.js";
+import { isOperatorRole, roleAtLeast, type OperatorRole } from "../../operator-roles.js";
+import { actingUser, actorOf, type UserPrincipal } from "./principal.js";
 import { hashSecret, newPersonalTokenSecret, personalTokenPattern, personalTokenPrefix } from "./secrets.js";
 import { deactivated, roleOfUser } from "./users.js";
 
@@ -149,13 +149,5 @@ export async function personalTokenUser(deps: TokensDeps, secret: string): Promi
       })
       .catch(() => undefined);
   }
-  return {
-    kind: "user",
-    userId: user.id,
-    email: user.email,
-    name: user.name,
-    role: lowerRole(found.role, roleOfUser(user)),
-    credential: "personal-token",
-    tokenName: found.name,
-  };
+  return actingUser({ ...user, role: roleOfUser(user) }, found.role, "personal-token", found.name);
 }

@@ -5,7 +5,7 @@ import { Code, ConnectError, createContextKey, type HandlerContext } from "@conn
 import type { Asked, AuditActor } from "../../audit/audit.js";
 import { callOf } from "../../context.js";
 import type { Grant } from "../roles.js";
-import type { OperatorRole } from "../../operator-roles.js";
+import { lowerRole, type OperatorRole } from "../../operator-roles.js";
 
 export type Principal = UserPrincipal | { kind: "break-glass"; role: OperatorRole };
 
@@ -22,6 +22,16 @@ export interface UserPrincipal {
 }
 
 export const breakGlassActor = "break-glass";
+
+/** A user acting through a credential that holds `role`: never above the user's own role now. */
+export function actingUser(
+  user: { id: string; email: string; name: string; role: OperatorRole },
+  role: OperatorRole,
+  credential: UserPrincipal["credential"],
+  tokenName?: string,
+): UserPrincipal {
+  return { kind: "user", userId: user.id, email: user.email, name: user.name, role: lowerRole(role, user.role), credential, tokenName };
+}
 
 export function actorOf(p: Principal): AuditActor {
   if (p.kind === "break-glass") return { actor: breakGlassActor };

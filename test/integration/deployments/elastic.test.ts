@@ -149,7 +149,7 @@ describe("forge deployments autoscale", () => {
     expect(got.stdout).toMatch(/Autoscaling: +1 to 2 replicas, target 2 in flight per replica/);
     expect(got.stdout).toMatch(/\nScaling\n/);
     expect(got.stdout).toMatch(/autoscaler +[0-9.]+ in flight per replica over 1 s, target 1/);
-    expect(got.stdout).toMatch(/operator +autoscaling set: min 1, max 2, target 2 in flight/);
+    expect(got.stdout).toMatch(/break-glass +autoscaling set: min 1, max 2, target 2 in flight/);
     const wrong = await forge(["deployments", "autoscale", "burst", "--min", "3", "--max", "2"]);
     expect(wrong.code).not.toBe(0);
     expect(wrong.stderr).toMatch(/autoscaling\.max_replicas: at least min_replicas \(3\)/);

@@ -2700,7 +2700,8 @@ export type ScalingEvent = Message<"modelforge.admin.v1.ScalingEvent"> & {
   toReplicas: number;
 
   /**
-   * Who: "operator" or "autoscaler".
+   * Who: a user's email, "break-glass", "autoscaler" or "system" (events before operators had
+   * identities say "operator").
    *
    * @generated from field: string actor = 4;
    */
