@@ -4,7 +4,10 @@
 // tokens, service key owners, an audit that names the user, deactivation at once (streams too),
 // and the break-glass keys audited as such. The console's sign-in and `forge login` are in
 // operators-sign-in.test.ts; two control planes in test/database/operators-two-planes.test.ts.
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Agent, fetch as undiciFetch } from "undici";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
@@ -289,4 +292,45 @@ describe("with the break-glass keys turned off", () => {
     expect(await messageOf(ts.admin.listNodes({}))).toMatch(/break-glass keys are turned off/);
     expect(await codeOf(ts.admin.createServiceKey({ name: "x", deployments: ["y"] }))).toBe(Code.Unauthenticated);
   });
+});
+
+describe("the console's sign-in, while the provider does not answer", () => {
+  let ts: TestServer;
+  let silent: Server;
+  beforeAll(async () => {
+    // Accepts connections and never answers: each sign-in waits on it until its deadline.
+    silent = createServer(() => undefined);
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    ts = await startTestServer({
+      MODELFORGE_OIDC_ISSUER: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`,
+      MODELFORGE_OIDC_CLIENT_ID: "console",
+      MODELFORGE_OIDC_DEFAULT_ROLE: "viewer",
+    });
+  });
+  afterAll(async () => {
+    await ts?.stop();
+    silent?.closeAllConnections();
+    silent?.close();
+  });
+
+  it("holds at most 32 sign-ins at the provider at once, and turns the rest away at once with Retry-After", async () => {
+    const dispatcher = new Agent({ connect: { ca: ts.caPem } });
+    const login = Buffer.from(JSON.stringify({ state: "s", nonce: "n", verifier: "v".repeat(43) })).toString("base64url");
+    const callback = () =>
+      undiciFetch(`${ts.url}/auth/callback?code=c&state=s`, { headers: { cookie: `__Host-modelforge-login=${login}` }, dispatcher });
+    const held = Array.from({ length: 32 }, callback);
+    // The 33rd, once the 32 are in: refused without waiting on the provider.
+    const extra = await waitFor(
+      async () => {
+        const res = await callback();
+        return res.status === 503 && res.headers.get("retry-after") === "1" ? res : undefined;
+      },
+      { what: "a sign-in past the bound turned away" },
+    );
+    expect(await extra.text()).toMatch(/too many sign-ins at once/);
+    // The held ones end at the provider's deadline, as unavailable, and free their places.
+    const ended = await Promise.all(held);
+    expect(new Set(ended.map((r) => r.status))).toEqual(new Set([503]));
+    expect(await ended[0]!.text()).toMatch(/identity provider unreachable/);
+  }, 60_000);
 });

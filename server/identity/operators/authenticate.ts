@@ -13,7 +13,7 @@ import { actingUser, type Principal, type UserPrincipal } from "./principal.js";
 import { hashSecret, personalTokenPrefix } from "./secrets.js";
 import { personalTokenUser } from "./personal-tokens.js";
 import { consoleSessionUser } from "./console-sessions.js";
-import { roleOfUser, signIn } from "./users.js";
+import { deactivated, roleOfUser, signIn } from "./users.js";
 import type { OidcProvider } from "./oidc.js";
 import { signedInAs } from "./sign-in.js";
 
@@ -125,9 +125,7 @@ export class OperatorAuth {
     }
     // Every call reads the user, so a deactivation is refused at once on every replica.
     const user = await this.deps.prisma.user.findUnique({ where: { id: seen.userId } });
-    if (user === null || user.deactivatedAt !== null) {
-      throw new ConnectError("user deactivated: ask an admin", Code.Unauthenticated);
-    }
+    if (user === null || user.deactivatedAt !== null) throw deactivated();
     return actingUser({ ...user, role: roleOfUser(user) }, seen.role, "oidc");
   }
 }

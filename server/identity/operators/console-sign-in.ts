@@ -29,6 +29,8 @@ const loginCookie = "__Host-modelforge-login";
 const loginTtlSeconds = 600;
 /** Where the browser lands once signed in. */
 const consoleHome = "/ui/";
+/** Sign-ins talking to the provider at once: anyone can start one, so each is a call we make for them. */
+const maxAtProvider = 32;
 
 export interface ConsoleSignInDeps extends SessionsDeps {
   oidc: OidcProvider | undefined;
@@ -41,6 +43,7 @@ export interface ConsoleSignInDeps extends SessionsDeps {
 
 /** Answers /auth/ paths; false for any other. */
 export function consoleSignIn(deps: ConsoleSignInDeps): (req: HttpRequest, res: HttpResponse, correlationId: string) => boolean {
+  let atProvider = 0;
   return (req, res, correlationId) => {
     const url = req.url ?? "";
     if (!url.startsWith(authPrefix)) return false;
@@ -50,12 +53,23 @@ export function consoleSignIn(deps: ConsoleSignInDeps): (req: HttpRequest, res: 
       answerText(res, 404, "not found");
       return true;
     }
-    route(deps, req, res, correlationId).catch((err: unknown) => {
-      const e = ConnectError.from(err);
-      deps.log.warn({ correlationId, path, code: codeName(e.code), message: e.rawMessage }, "console sign-in failed");
-      if (!res.headersSent) answerText(res, codeToHttpStatus(e.code), `sign-in failed: ${e.rawMessage}`);
-      else res.end();
-    });
+    const callsProvider = path === "/auth/callback";
+    if (callsProvider && atProvider >= maxAtProvider) {
+      res.setHeader("retry-after", "1");
+      answerText(res, 503, "too many sign-ins at once: try again in a moment");
+      return true;
+    }
+    if (callsProvider) atProvider++;
+    route(deps, req, res, correlationId)
+      .catch((err: unknown) => {
+        const e = ConnectError.from(err);
+        deps.log.warn({ correlationId, path, code: codeName(e.code), message: e.rawMessage }, "console sign-in failed");
+        if (!res.headersSent) answerText(res, codeToHttpStatus(e.code), `sign-in failed: ${e.rawMessage}`);
+        else res.end();
+      })
+      .finally(() => {
+        if (callsProvider) atProvider--;
+      });
     return true;
   };
 }
