@@ -3,17 +3,16 @@
 // callback with PKCE, state and nonce, a session cookie, a page that names the user, sign-out),
 // and `forge login` through the device grant, with the test in the user's place at the provider's
 // verification page; the CLI's stored token (mode 0600), its refresh, personal tokens and logout.
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { PassThrough, Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Agent, fetch as undiciFetch } from "undici";
 import { runCli } from "../../cli/cli.js";
-import { buildConsole, openConsoleBrowser, requireChromium, type ConsoleBrowser } from "../support/browser.js";
-import { signInAtProvider, startOidcProvider, type TestProvider } from "../support/oidc.js";
-import { bearerClient, ssoEnv, testUsers } from "../support/operators.js";
-import { startTestServer, testAdminKey, type TestServer } from "../support/server.js";
+import type { ConsoleBrowser } from "../support/browser.js";
+import { signInAtProvider, type TestProvider } from "../support/oidc.js";
+import { bearerClient, startSignInStack, type SignInStack } from "../support/operators.js";
+import { testAdminKey, type TestServer } from "../support/server.js";
 import { TextFeed, waitFor } from "../support/wait.js";
 
 /** forge in this process, its stderr into `stderr` as it comes (a prompt is awaited there). */
@@ -34,26 +33,17 @@ async function runForge(args: string[], env: Record<string, string>, stderr = ne
 }
 
 describe("signing in as a person", () => {
+  let stack: SignInStack;
   let provider: TestProvider;
   let ts: TestServer;
   let web: ConsoleBrowser;
   let dir: string;
 
   beforeAll(async () => {
-    requireChromium();
-    dir = mkdtempSync(join(tmpdir(), "mf-sign-in-"));
-    await buildConsole(join(dir, "ui"));
-    provider = await startOidcProvider({ consoleRedirectUri: () => `${ts.url}/auth/callback`, users: testUsers });
-    ts = await startTestServer({ ...ssoEnv(provider), MODELFORGE_UI_DIR: join(dir, "ui") });
-    writeFileSync(join(dir, "ca.crt"), ts.caPem);
-    web = await openConsoleBrowser(ts.url, dir, "sign-in");
+    stack = await startSignInStack("sign-in", { console: true });
+    ({ provider, ts, web, dir } = stack);
   });
-  afterAll(async () => {
-    await web?.close();
-    await ts?.stop();
-    await provider?.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  afterAll(() => stack?.stop());
 
   it("the console: to the provider and back, a session cookie, and a page that names the user", async () => {
     await web.page.goto(`${ts.url}/ui/`);
@@ -224,25 +214,16 @@ describe("signing in as a person", () => {
 });
 
 describe("forge login where the provider has no device grant", () => {
-  let provider: TestProvider;
+  let stack: SignInStack;
   let ts: TestServer;
   let web: ConsoleBrowser;
   let dir: string;
 
   beforeAll(async () => {
-    requireChromium();
-    dir = mkdtempSync(join(tmpdir(), "mf-sign-in-loopback-"));
-    provider = await startOidcProvider({ consoleRedirectUri: () => `${ts.url}/auth/callback`, users: testUsers, deviceFlow: false });
-    ts = await startTestServer(ssoEnv(provider));
-    writeFileSync(join(dir, "ca.crt"), ts.caPem);
-    web = await openConsoleBrowser(ts.url, dir, "sign-in-loopback");
+    stack = await startSignInStack("sign-in-loopback", { deviceFlow: false });
+    ({ ts, web, dir } = stack);
   });
-  afterAll(async () => {
-    await web?.close();
-    await ts?.stop();
-    await provider?.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  afterAll(() => stack?.stop());
 
   it("signs in through a redirect to a loopback port, with PKCE, state and nonce", async () => {
     const prompts = new TextFeed();

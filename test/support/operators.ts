@@ -4,7 +4,12 @@ import { create, type DescMethod } from "@bufbuild/protobuf";
 import { ConnectError, createClient, type Client, type Code, type Interceptor } from "@connectrpc/connect";
 import { grpcTransport } from "../../common/http2-sessions.js";
 import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import type { OidcUser, TestProvider } from "./oidc.js";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { buildConsole, openConsoleBrowser, requireChromium, type ConsoleBrowser } from "./browser.js";
+import { startOidcProvider, type OidcUser, type TestProvider } from "./oidc.js";
+import { startTestServer, type TestServer } from "./server.js";
 
 /** The groups the tests' provider gives, mapped to roles as an operator would map theirs. */
 export const testUsers: Record<string, OidcUser> = {
@@ -66,4 +71,42 @@ export async function callEmpty(client: Client<typeof AdminService>, method: Des
   } finally {
     abort.abort();
   }
+}
+
+/** A provider, a control plane signing in through it (the console built, when asked), and Chromium in the user's place. */
+export interface SignInStack {
+  provider: TestProvider;
+  ts: TestServer;
+  web: ConsoleBrowser;
+  /** The stack's folder: the CA file (`ca.crt`), the console, the browser's profile. */
+  dir: string;
+  stop(): Promise<void>;
+}
+
+export async function startSignInStack(suite: string, options: { console?: boolean; deviceFlow?: boolean } = {}): Promise<SignInStack> {
+  requireChromium();
+  const dir = mkdtempSync(join(tmpdir(), `mf-${suite}-`));
+  if (options.console) await buildConsole(join(dir, "ui"));
+  let ts: TestServer | undefined;
+  const provider = await startOidcProvider({
+    consoleRedirectUri: () => `${ts!.url}/auth/callback`,
+    users: testUsers,
+    ...(options.deviceFlow !== undefined ? { deviceFlow: options.deviceFlow } : {}),
+  });
+  ts = await startTestServer({ ...ssoEnv(provider), ...(options.console ? { MODELFORGE_UI_DIR: join(dir, "ui") } : {}) });
+  writeFileSync(join(dir, "ca.crt"), ts.caPem);
+  const web = await openConsoleBrowser(ts.url, dir, suite);
+  const server = ts;
+  return {
+    provider,
+    ts: server,
+    web,
+    dir,
+    async stop() {
+      await web.close();
+      await server.stop();
+      await provider.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }
