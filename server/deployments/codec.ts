@@ -147,5 +147,11 @@ export function scalingEventOf(e: AuditEvent): ReturnType<typeof create<typeof S
   const count = (k: string) => Number.parseInt(text(k), 10) || 0;
   const reason =
     text("reason") || (e.action === "deployment.autoscaling_set" ? `autoscaling set: ${text("autoscaling")}` : "set by the operator");
-  return create(ScalingEventSchema, { time: ts(e.time), fromReplicas: count("from"), toReplicas: count("to"), actor: e.actorName ?? e.actor, reason });
+  return create(ScalingEventSchema, {
+    time: ts(e.time),
+    fromReplicas: count("from"),
+    toReplicas: count("to"),
+    actor: e.actorName ?? e.actor,
+    reason,
+  });
 }
