@@ -252,7 +252,7 @@ export class Supervisor {
       const status = proc.exit as ExitStatus | undefined;
       throw new EngineError(
         "exited_before_ready",
-        `the ${engine} runtime exited before it was ready (code ${status?.code ?? "none"}, signal ${status?.signal ?? "none"}): ${lastLine(proc.tail)}`,
+        `the ${engine} runtime exited before it was ready (code ${status?.code ?? "none"}, signal ${status?.signal ?? "none"}): ${reasonLine(proc.tail)}`,
       );
     }
   }
@@ -584,6 +584,13 @@ function freePort(): Promise<number> {
   });
 }
 
-function lastLine(text: string): string {
-  return text.trim().split("\n").pop()?.slice(0, 300) ?? "";
+/**
+ * The line of a runtime's last output that says why it stopped: the last one naming an error or a
+ * failure, else the last one. llama-server logs from a thread of its own, so its clean-up notice
+ * may come after the error as well as before it.
+ */
+function reasonLine(text: string): string {
+  const lines = text.trim().split("\n").reverse();
+  const telling = lines.find((l) => /error|fail/i.test(l)) ?? lines[0] ?? "";
+  return telling.slice(0, 300);
 }
