@@ -10,6 +10,7 @@ import { homedir } from "node:os";
 import { dirname, join } from "node:path";
 import type { AddressInfo } from "node:net";
 import * as client from "openid-client";
+import { isLoopbackUrl } from "../common/loopback.js";
 import { ConfigError } from "./usage-error.js";
 
 /** What the control plane says at /auth/config. */
@@ -108,8 +109,7 @@ export function fetchSignInConfig(server: string, caPem: string, signal: AbortSi
 /** The provider, found from its issuer; plain http only for a provider on loopback (as in tests). */
 export async function discoverProvider(issuer: string, clientId: string): Promise<client.Configuration> {
   const url = new URL(issuer);
-  const loopback = url.hostname === "localhost" || /^127\./.test(url.hostname) || url.hostname === "[::1]";
-  if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback))
+  if (url.protocol !== "https:" && !(url.protocol === "http:" && isLoopbackUrl(url)))
     throw new ConfigError(`the identity provider ${issuer} is not https`);
   return client.discovery(
     url,

@@ -1,5 +1,6 @@
 // Single sign-on settings, read from the environment by ../../config.ts, and the pure rule that
 // turns a user's groups at the provider into a role. Nothing here touches the network.
+import { isLoopbackUrl } from "../common/loopback.js";
 import { isOperatorRole, roleAtLeast, type OperatorRole } from "./operator-roles.js";
 
 export interface SsoConfig {
@@ -70,8 +71,7 @@ function checkIssuer(issuer: string): void {
   } catch {
     throw new SsoConfigError(`MODELFORGE_OIDC_ISSUER: not a URL: "${issuer}"`);
   }
-  const loopback = url.hostname === "localhost" || url.hostname === "[::1]" || /^127\./.test(url.hostname);
-  if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback)) {
+  if (url.protocol !== "https:" && !(url.protocol === "http:" && isLoopbackUrl(url))) {
     throw new SsoConfigError("MODELFORGE_OIDC_ISSUER: use https (http only on a loopback address)");
   }
 }

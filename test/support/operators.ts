@@ -1,15 +1,14 @@
 // Operators signed in through a test identity provider (./oidc.ts): the control plane's SSO
 // settings for it, and admin clients that present a bearer token (an ID token or a personal token).
 import { create, type DescMethod } from "@bufbuild/protobuf";
-import { ConnectError, createClient, type Client, type Code, type Interceptor } from "@connectrpc/connect";
-import { grpcTransport } from "../../common/http2-sessions.js";
+import { ConnectError, createClient, type Client, type Code } from "@connectrpc/connect";
 import { AdminService } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildConsole, openConsoleBrowser, requireChromium, type ConsoleBrowser } from "./browser.js";
 import { startOidcProvider, type OidcUser, type TestProvider } from "./oidc.js";
-import { startTestServer, type TestServer } from "./server.js";
+import { headerTransport, startTestServer, type TestServer } from "./server.js";
 
 /** The groups the tests' provider gives, mapped to roles as an operator would map theirs. */
 export const testUsers: Record<string, OidcUser> = {
@@ -40,11 +39,7 @@ export function sessionClient(url: string, caPem: string, session: string): Clie
 }
 
 function headerClient(url: string, caPem: string, name: string, value: string): Client<typeof AdminService> {
-  const auth: Interceptor = (next) => (req) => {
-    req.header.set(name, value);
-    return next(req);
-  };
-  return createClient(AdminService, grpcTransport({ baseUrl: url, nodeOptions: { ca: caPem }, interceptors: [auth] }));
+  return createClient(AdminService, headerTransport(url, caPem, { [name]: value }));
 }
 
 /** Calls any method with an empty request; for a server stream, the first message only. */

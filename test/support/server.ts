@@ -85,8 +85,13 @@ export async function startTestServer(env: Record<string, string> = {}, options:
 }
 
 export function adminTransport(url: string, caPem: string, key: string | undefined) {
+  return headerTransport(url, caPem, key !== undefined ? { "x-modelforge-admin-token": key } : {});
+}
+
+/** A gRPC transport to the server that sends these headers with every call (a credential). */
+export function headerTransport(url: string, caPem: string, headers: Record<string, string>) {
   const auth: Interceptor = (next) => (req) => {
-    if (key !== undefined) req.header.set("x-modelforge-admin-token", key);
+    for (const [name, value] of Object.entries(headers)) req.header.set(name, value);
     return next(req);
   };
   return grpcTransport({ baseUrl: url, nodeOptions: { ca: caPem }, interceptors: [auth] });
