@@ -3,6 +3,7 @@
 // interface rather than on sessions/, which uses them in turn.
 import type { ConnectError } from "@connectrpc/connect";
 import type { SessionResponse } from "../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { InvokeApi } from "../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { ClusterEvent } from "./cluster/bus.js";
 
 export interface LiveSession {
@@ -13,7 +14,24 @@ export interface LiveSession {
   /** Requests waiting for a replica's runtime on the node, as its latest heartbeat said (0 when not listed). */
   queuedAt(deploymentId: string, revision: bigint, replica: number): number;
   send(message: SessionResponse): boolean;
+  /** Pushes an InvokeStart: on the gRPC Session encoded by hand (sessions/invoke-wire.ts). False once the session has ended. */
+  sendInvoke(start: InvokePush): boolean;
   close(reason: ConnectError): void;
+}
+
+/** An InvokeStart's fields, as the relay sends them. */
+export interface InvokePush {
+  invokeId: bigint;
+  deploymentId: string;
+  requestId: string;
+  contentType: string;
+  payload: Uint8Array;
+  timeoutMs: number;
+  revision: bigint;
+  /** The slot's own runtime: a node may hold several replicas of the revision. */
+  replica: number;
+  api: InvokeApi;
+  stream: boolean;
 }
 
 export interface NodeSessions {

@@ -23,6 +23,7 @@ export function loopDeps(prisma: PrismaClient, config: Config, connected: { node
       embeddingEngines: [],
       queuedAt: () => 0,
       send: () => true,
+      sendInvoke: () => true,
       close: () => undefined,
     });
   const heartbeats = new HeartbeatBook(persistEveryMs);

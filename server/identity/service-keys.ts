@@ -6,7 +6,7 @@
 // While the database cannot be reached, a key read from it within the last `outageTrustMs` is
 // still accepted (its expiry still applies): invokes go on through an outage, and a revocation made
 // on another replica just before it goes unseen here for at most that long after the last read.
-import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
+import { hash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 import type { KeyLimits } from "../usage/limit-rules.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Prisma, type PrismaClient, type ServiceKey } from "../../gen/prisma/client.js";
@@ -27,7 +27,7 @@ export function newServiceKeySecret(): string {
 }
 
 export function hashServiceKeySecret(secret: string): string {
-  return createHash("sha256").update(secret, "utf8").digest("hex");
+  return hash("sha256", secret, "hex");
 }
 
 /** The secret in an Authorization header ("Bearer mfsk_..."), or undefined when it names none. */
@@ -131,8 +131,15 @@ export interface ServiceKeysDeps {
   outage?: OutageWatch;
 }
 
+/** A key as read, with what every request of it needs made once per read rather than per request. */
+interface KnownKey {
+  row: ServiceKey;
+  secretHash: Buffer;
+  principal: ServicePrincipal;
+}
+
 export class ServiceKeys {
-  private readonly cache: LookupCache<ServiceKey | undefined>;
+  private readonly cache: LookupCache<KnownKey | undefined>;
 
   constructor(private readonly deps: ServiceKeysDeps) {
     const trustMs = deps.outageTrustMs ?? 0;
@@ -263,15 +270,15 @@ export class ServiceKeys {
    */
   async authenticate(secret: string): Promise<ServicePrincipal> {
     if (!secretPattern.test(secret)) throw new ConnectError("service key malformed", Code.Unauthenticated);
-    const hash = hashServiceKeySecret(secret);
-    const row = await this.lookup(hash);
+    const secretHash = hashServiceKeySecret(secret);
+    const key = await this.lookup(secretHash);
     // Constant-time, as for every secret; the lookup by hash already matched.
-    if (row === undefined || !timingSafeEqual(Buffer.from(row.secretHash, "hex"), Buffer.from(hash, "hex"))) {
+    if (key === undefined || !timingSafeEqual(key.secretHash, Buffer.from(secretHash, "hex"))) {
       throw new ConnectError("service key unknown", Code.Unauthenticated);
     }
-    const state = serviceKeyState(row, this.deps.clock.now());
-    if (state !== "active") throw new ServiceKeyRefusal(`service key ${state}`, Code.Unauthenticated, row.id);
-    return { keyId: row.id, deployments: new Set(row.deployments), limits: limitsOf(row) };
+    const state = serviceKeyState(key.row, this.deps.clock.now());
+    if (state !== "active") throw new ServiceKeyRefusal(`service key ${state}`, Code.Unauthenticated, key.row.id);
+    return key.principal;
   }
 
   /** Records a refusal of a known key in the audit log (the caller flood-limits this). */
@@ -290,10 +297,13 @@ export class ServiceKeys {
     );
   }
 
-  private lookup(hash: string): Promise<ServiceKey | undefined> {
-    return this.cache.get(hash, async () => {
-      const [row] = await this.deps.direct<KeyRow>(keyBySecretHash, [hash]);
-      return row === undefined ? undefined : keyOf(row);
+  private lookup(secretHash: string): Promise<KnownKey | undefined> {
+    return this.cache.get(secretHash, async () => {
+      const [found] = await this.deps.direct<KeyRow>(keyBySecretHash, [secretHash]);
+      if (found === undefined) return undefined;
+      const row = keyOf(found);
+      const principal = { keyId: row.id, deployments: new Set(row.deployments), limits: Object.freeze(limitsOf(row)) };
+      return { row, secretHash: Buffer.from(row.secretHash, "hex"), principal };
     });
   }
 }

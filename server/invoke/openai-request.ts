@@ -138,13 +138,14 @@ export function inferKind(body: Record<string, unknown>): RequestKind {
 /**
  * The body of a `kind` request, checked, as the JSON to send on: parsed and serialised again, so
  * the runtime reads exactly what was checked (no duplicate keys, byte order mark or number
- * another parser reads differently), without `model`. Throws RequestError.
+ * another parser reads differently), without `model`. `source`: the bytes, or the object
+ * parseJsonObject already read from them. Throws RequestError.
  */
 export function checkedRequest(
-  bytes: Uint8Array,
+  source: Uint8Array | Record<string, unknown>,
   kind: RequestKind | undefined,
 ): { kind: RequestKind; json: string; body: Record<string, unknown> } {
-  const body = parseJsonObject(bytes);
+  const body = source instanceof Uint8Array ? parseJsonObject(source) : source;
   const resolved = kind ?? inferKind(body);
   const table = tables[resolved];
   checkFields(body, table.fields, [table.required]);

@@ -8,7 +8,6 @@
 // needs the database while it is away: routes read before are answered from the routing cache for
 // as long as the outage lasts (a route is no credential, and a node refuses what it no longer holds).
 import { create } from "@bufbuild/protobuf";
-import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   SessionResponseSchema,
@@ -20,10 +19,11 @@ import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_p
 import type { Clock } from "../../common/clock.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { onAbort } from "../../common/abort.js";
+import { Cancel } from "../../common/cancel.js";
 import { LookupCache } from "../../common/lookup-cache.js";
 import { codeName } from "../../common/codes.js";
 import { staleWhileDatabaseAway, type OutageWatch } from "../db/availability.js";
-import type { LiveSession, NodeSessions } from "../node-sessions.js";
+import type { InvokePush, LiveSession, NodeSessions } from "../node-sessions.js";
 import type { Logger } from "../observability/logger.js";
 import type { ServicePrincipal } from "../identity/service-keys.js";
 import type { DeploymentRoutes, DeploymentTarget } from "./routes.js";
@@ -60,6 +60,11 @@ export interface InvokeCall {
   deployment: string;
   contentType: string;
   payload: Uint8Array;
+  /**
+   * The payload as a front door already read it with parseJsonObject (../invoke/json-body.ts),
+   * so that it is not parsed twice; its fields are still checked here.
+   */
+  body?: Record<string, unknown>;
   /** The caller's timeout; undefined for the default. */
   timeoutMs: number | undefined;
   api: InvokeApi;
@@ -67,7 +72,7 @@ export interface InvokeCall {
   /** The call's correlation id, passed to the node for tracing. */
   requestId: string;
   /** Aborted when the caller goes away. */
-  signal: AbortSignal;
+  signal: AbortSignal | Cancel;
   /** The caller's authorization header, passed on when the call is forwarded to another replica. */
   credential?: string;
   /** The replica that forwarded this call here; such a call is served here or refused, never forwarded again. */
@@ -186,11 +191,11 @@ export class InvokeRelay {
   async *invoke(principal: ServicePrincipal, call: InvokeCall): AsyncGenerator<AnswerPiece> {
     const release = this.deps.drain.enter();
     const outbox = outboxOf<AnswerPiece>(this.deps.maxUnreadBytes ?? defaultMaxUnreadBytes);
-    // Aborted when the caller goes away or stops taking pieces: the request's own signal.
-    const running = new AbortController();
+    // Aborted when the caller goes away or stops taking pieces: the request's own cancellation.
+    const running = new Cancel();
     const forgetCaller = onAbort(call.signal, () => running.abort(callerWentAway));
     const state: RunState = { deadlineAt: undefined, pumping: true, taken: false, forgetTimer: undefined };
-    void this.pump(principal, { ...call, signal: running.signal }, outbox, state).finally(release);
+    void this.pump(principal, { ...call, cancel: running }, outbox, state).finally(release);
     try {
       yield* outbox;
     } finally {
@@ -202,7 +207,7 @@ export class InvokeRelay {
   }
 
   /** Runs one request to its end, its pieces into the outbox; then ends the caller's stream if the caller is not taking them. */
-  private async pump(principal: ServicePrincipal, call: InvokeCall, outbox: AsyncQueue<AnswerPiece>, state: RunState): Promise<void> {
+  private async pump(principal: ServicePrincipal, call: RelayedCall, outbox: AsyncQueue<AnswerPiece>, state: RunState): Promise<void> {
     const pieces = this.relay(principal, call, state);
     let ended: "whole" | "failed" | "stalled" = "whole";
     let failure: unknown;
@@ -236,9 +241,9 @@ export class InvokeRelay {
     });
   }
 
-  private async *relay(principal: ServicePrincipal, call: InvokeCall, state: RunState): AsyncGenerator<AnswerPiece> {
+  private async *relay(principal: ServicePrincipal, call: RelayedCall, state: RunState): AsyncGenerator<AnswerPiece> {
     // Before routing: bad input is the caller's mistake, refused here and never relayed.
-    const checked = checkPayload(call.contentType, call.payload, call.api, call.stream);
+    const checked = checkPayload(call.contentType, call.payload, call.api, call.stream, call.body);
     let target = await this.target(call.deployment);
     // Counted once, where the request arrived (a forwarded one was counted there), and only for a caller allowed to call it.
     const ended =
@@ -252,7 +257,11 @@ export class InvokeRelay {
         const held = target;
         charge = await this.admitKey(principal, held, { body: checked.body, bodyBytes: checked.payload.byteLength });
         try {
-          target = await this.deps.coldStarts.wait(held, { timeoutMs: call.timeoutMs, signal: call.signal, whileHeld: call.whileHeld });
+          target = await this.deps.coldStarts.wait(held, {
+            timeoutMs: call.timeoutMs,
+            signal: call.cancel.signal,
+            whileHeld: call.whileHeld,
+          });
         } catch (err) {
           charge?.settle(0);
           const outcome = err instanceof ConnectError ? codeName(err.code) : "internal";
@@ -272,7 +281,7 @@ export class InvokeRelay {
   /** A request whose deployment has a route: to a replica here, or forwarded to the replica holding its node's session. */
   private async *routed(
     principal: ServicePrincipal,
-    call: InvokeCall,
+    call: RelayedCall,
     state: RunState,
     checked: ReturnType<typeof checkPayload>,
     target: DeploymentTarget | undefined,
@@ -410,14 +419,14 @@ export class InvokeRelay {
       cancelOnNode();
       answers.fail(new ConnectError(`deployment ${deployment.name} did not answer within ${timeoutMs} ms`, Code.DeadlineExceeded));
     });
-    const forgetCaller = onAbort(call.signal, () => {
+    const forgetCaller = call.cancel.onAbort(() => {
       cancelOnNode();
       answers.fail(new ConnectError("the caller went away", Code.Canceled));
     });
     try {
       if (session === undefined) throw new NotStarted(unreachable(deployment.name, "its session closed"));
       this.pending.set(invokeId, { session, answers });
-      const sent = session.send(invokeMessage(invokeId, request, replica, timeoutMs));
+      const sent = session.sendInvoke(invokePush(invokeId, request, replica, timeoutMs));
       if (!sent)
         throw new NotStarted(new ConnectError(`the node serving deployment ${deployment.name} is not reachable`, Code.Unavailable));
       for await (const answer of answers) {
@@ -475,14 +484,15 @@ export class InvokeRelay {
   }
 
   /** A node whose Session is not here: forwarded to the replica holding it, once. */
-  private async *elsewhere(name: string, candidates: DeploymentTarget["ready"], call: InvokeCall): AsyncGenerator<AnswerPiece> {
+  private async *elsewhere(name: string, candidates: DeploymentTarget["ready"], call: RelayedCall): AsyncGenerator<AnswerPiece> {
     const forwarder = this.deps.forwarder;
     // One control plane (no forwarder): no other holds the session; the node is not connected.
     if (forwarder === undefined) throw unreachable(name, "its node is not connected");
     if (call.forwardedFrom !== undefined) throw unreachable(name, "the replica that forwarded the call expected its session here");
     const holder = await forwarder.holderOf(candidates.map((i) => i.nodeId));
     if (holder === undefined) throw unreachable(name, "no replica holds its session");
-    yield* forwarder.forward(holder, call);
+    const { cancel, ...forwarded } = call;
+    yield* forwarder.forward(holder, { ...forwarded, signal: cancel.signal });
   }
 
   /** A relay message from an agent (SessionRequest invoke_answer or log_lines): no I/O. */
@@ -529,9 +539,15 @@ const callerWentAway = new ConnectError("the caller went away", Code.Canceled);
 /** Why a request ends when its caller's side ends before the answer did. */
 const callerStopped = new ConnectError("the caller stopped reading the answer", Code.Canceled);
 
+/** A call as the relay runs it: the caller's signal replaced by the request's own cancellation. */
+interface RelayedCall extends Omit<InvokeCall, "signal"> {
+  /** Aborted when the caller goes away or stops taking the answer. */
+  cancel: Cancel;
+}
+
 /** A request across its tries: what was checked, its meter and deadline, and whether it ended whole. */
 interface Attempted {
-  call: InvokeCall;
+  call: RelayedCall;
   checked: ReturnType<typeof checkPayload>;
   deployment: DeploymentTarget;
   meter: InvokeMeter;
@@ -552,33 +568,26 @@ class NotStarted extends Error {
   }
 }
 
-function invokeMessage(
+/** The InvokeStart of one try. */
+function invokePush(
   invokeId: bigint,
   request: Attempted,
   { revision, replica }: DeploymentTarget["ready"][number],
   timeoutMs: number,
-): SessionResponse {
+): InvokePush {
   const { call, checked, deployment } = request;
-  return create(SessionResponseSchema, {
-    message: {
-      case: "invoke",
-      value: {
-        invokeId,
-        invoke: {
-          deploymentId: deployment.deploymentId,
-          requestId: call.requestId,
-          contentType: "application/json",
-          payload: payloadForNode(checked.body, checked.payload, call.stream),
-          timeout: durationFromMs(timeoutMs),
-          revision,
-          // The slot's own runtime: a node may hold several replicas of the revision.
-          replica,
-        },
-        api: checked.api,
-        stream: call.stream,
-      },
-    },
-  });
+  return {
+    invokeId,
+    deploymentId: deployment.deploymentId,
+    requestId: call.requestId,
+    contentType: "application/json",
+    payload: payloadForNode(checked.body, checked.payload, call.stream),
+    timeoutMs,
+    revision,
+    replica,
+    api: checked.api,
+    stream: call.stream,
+  };
 }
 
 function cancelMessage(invokeId: bigint): SessionResponse {

@@ -144,7 +144,13 @@ const apis = { completion: InvokeApi.COMPLETIONS, chat: InvokeApi.CHAT_COMPLETIO
  * The payload checked for its API (chat when unspecified and the JSON has "messages"), or
  * invalid_argument naming the field: run before routing, so bad input never reaches a node.
  */
-export function checkPayload(contentType: string, payload: Uint8Array, api: InvokeApi, stream = false): CheckedPayload {
+export function checkPayload(
+  contentType: string,
+  payload: Uint8Array,
+  api: InvokeApi,
+  stream = false,
+  parsed?: Record<string, unknown>,
+): CheckedPayload {
   if (api === InvokeApi.EMBEDDINGS && stream)
     throw new ConnectError("api: embeddings are never streamed; use Invoke", Code.InvalidArgument);
   if (contentType !== "" && !/^application\/json(\s*;.*)?$/i.test(contentType)) {
@@ -153,7 +159,7 @@ export function checkPayload(contentType: string, payload: Uint8Array, api: Invo
   try {
     const kind = kinds[api as keyof typeof kinds] as RequestKind | undefined;
     if (api !== InvokeApi.UNSPECIFIED && kind === undefined) throw new ConnectError(`api: ${api} is not an API`, Code.InvalidArgument);
-    const checked = checkedRequest(payload, kind);
+    const checked = checkedRequest(parsed ?? payload, kind);
     return { api: apis[checked.kind], payload: Buffer.from(checked.json), body: checked.body };
   } catch (err) {
     if (err instanceof RequestError) throw new ConnectError(`payload: ${err.message}`, Code.InvalidArgument);

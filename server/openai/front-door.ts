@@ -7,6 +7,7 @@ import type http2 from "node:http2";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { TLSSocket } from "node:tls";
 import { ConnectError, Code } from "@connectrpc/connect";
+import { Cancel } from "../../common/cancel.js";
 import { abandonerOf, peerOf } from "../context.js";
 import { adminTokenHeader } from "../identity/admin-token.js";
 import { refuseForeignCredentials } from "../identity/service-keys-auth.js";
@@ -43,10 +44,7 @@ export interface OpenAiDeps {
   log: Logger;
 }
 
-/**
- * Why a request's signal aborts when its response closed before it was all written (the client
- * went away): one AbortError for all, since abort() without a reason makes a DOMException each time.
- */
+/** Why a request is cancelled when its response closed before it was all written: the client went away. */
 const callerGone = new DOMException("the response closed", "AbortError");
 
 /** A request whose client went away: logged as the client's, and not answered (there is no one to answer). */
@@ -69,19 +67,19 @@ export function openAiFrontDoor(deps: OpenAiDeps): FrontDoor {
   return (req, res, correlationId) => {
     if (!isOpenAiPath(req.url)) return false;
     res.setHeader("x-request-id", correlationId);
-    const caller = new AbortController();
+    const caller = new Cancel();
     // Not after a whole answer: the relay has let go of the signal by then, and an abort builds
     // and dispatches an Event for nobody. writableEnded (we called end), not writableFinished: an
     // HTTP/2 response whose client reset it reads as finished.
     res.once("close", () => {
       if (!res.writableEnded) caller.abort(callerGone);
     });
-    serve(deps, req, res, correlationId, caller.signal).then(
+    serve(deps, req, res, correlationId, caller).then(
       (failure) => {
         if (failure !== undefined) fail(deps.log, req, res, correlationId, failure);
       },
       // Whatever failed once the client had gone (a write to its closed stream) is its doing.
-      (err: unknown) => fail(deps.log, req, res, correlationId, caller.signal.aborted ? callerLeft : openAiFailureOf(err), err),
+      (err: unknown) => fail(deps.log, req, res, correlationId, caller.aborted ? callerLeft : openAiFailureOf(err), err),
     );
     return true;
   };
@@ -93,7 +91,7 @@ async function serve(
   req: HttpRequest,
   res: HttpResponse,
   correlationId: string,
-  signal: AbortSignal,
+  signal: Cancel,
 ): Promise<OpenAiFailure | undefined> {
   const path = (req.url ?? "").split("?", 1)[0]!;
   const endpoint = endpointOf(req.method ?? "", path);
@@ -108,6 +106,7 @@ async function serve(
     deployment: request.model,
     contentType: "application/json",
     payload: request.payload,
+    body: request.body,
     timeoutMs: undefined,
     api: endpoint.api,
     stream: request.stream,
@@ -216,26 +215,48 @@ function drained(res: HttpResponse): Promise<boolean> {
   });
 }
 
-/** The body, bounded; 413 without reading on when it declares or reaches more. */
-async function readBody(req: HttpRequest): Promise<Uint8Array | OpenAiFailure> {
+/**
+ * The body, bounded; 413 without reading on when it declares or reaches more. Read by its events,
+ * not an async iterator: the iterator's stream plumbing cost more per request than the body's bytes.
+ */
+function readBody(req: HttpRequest): Promise<Uint8Array | OpenAiFailure> {
   const tooLarge = () =>
     openAiFailure(413, `the request body is over the limit of ${maxBodyBytes} bytes`, "invalid_request_error", "request_too_large");
   const declared = declaredLength(req);
-  if (declared !== undefined && declared > maxBodyBytes) return tooLarge();
-  const chunks: Buffer[] = [];
-  let bytes = 0;
-  try {
-    for await (const chunk of req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
+  if (declared !== undefined && declared > maxBodyBytes) return Promise.resolve(tooLarge());
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    const settle = (result: Uint8Array | OpenAiFailure) => {
+      req.off("data", onData);
+      req.off("end", onEnd);
+      req.off("error", onGone);
+      req.off("aborted", onGone);
+      req.off("close", onClose);
+      resolve(result);
+    };
+    const onData = (chunk: Buffer) => {
       bytes += chunk.byteLength;
-      if (bytes > maxBodyBytes) return tooLarge();
+      if (bytes > maxBodyBytes) {
+        // Not read on: what is left is drained (or the connection closed) by the failure's answer.
+        req.pause();
+        return settle(tooLarge());
+      }
       chunks.push(chunk);
-    }
-  } catch {
+    };
+    const onEnd = () => settle(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
     // The client's doing: it reset the stream or closed the connection mid-body, or sent a body
     // HTTP/1.1's parser refused (Node answers that one 400 itself). Nothing of ours failed.
-    return callerLeft;
-  }
-  return Buffer.concat(chunks);
+    const onGone = () => settle(callerLeft);
+    const onClose = () => {
+      if (!req.complete) settle(callerLeft);
+    };
+    req.on("data", onData);
+    req.once("end", onEnd);
+    req.once("error", onGone);
+    req.once("aborted", onGone);
+    req.once("close", onClose);
+  });
 }
 
 function fail(log: Logger, req: HttpRequest, res: HttpResponse, correlationId: string, failure: OpenAiFailure, err?: unknown): void {

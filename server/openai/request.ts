@@ -33,6 +33,8 @@ export interface GenerateRequest {
   stream: boolean;
   /** The JSON the runtime gets. */
   payload: Uint8Array;
+  /** The same, as read and shape-checked here (the relay checks its fields without reading it again). */
+  body: Record<string, unknown>;
 }
 
 /** A deployment name as the contract allows it (1 to 63 of a-z, 0-9 and '-', from a letter), or a UUID. */
@@ -63,5 +65,5 @@ export function generateRequestOf(body: Uint8Array): GenerateRequest | OpenAiFai
       return invalid("stream_options.include_usage: must be a boolean", "stream_options");
     }
   }
-  return { model, stream: stream === true, payload: Buffer.from(JSON.stringify(rest)) };
+  return { model, stream: stream === true, payload: Buffer.from(JSON.stringify(rest)), body: rest };
 }

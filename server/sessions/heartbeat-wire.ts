@@ -17,6 +17,7 @@
 import { boundsOf } from "../edge/bounds.js";
 import { HeartbeatRequestSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { timestampSeconds } from "../edge/validate.js";
+import { pushMessage, pushVarint, varint } from "./wire.js";
 
 /** Tags (field number << 3 | wire type) of the fields read and written here. */
 const tag = { varint1: 0x08, varint2: 0x10, bytes1: 0x0a, bytes2: 0x12, bytes3: 0x1a } as const;
@@ -27,22 +28,6 @@ if (agentVersionBound === undefined) throw new Error("HeartbeatRequest.agent_ver
 const maxAgentVersionBytes = agentVersionBound;
 const maxTimestampSeconds = Number(timestampSeconds[1]);
 const maxNanos = 999_999_999;
-
-/**
- * A varint of at most 7 bytes (below 2^49, exact in a double) at `at`: [value, next offset], or
- * undefined for a longer one (never a value a plain heartbeat carries) or one cut short.
- */
-function varint(bytes: Uint8Array, at: number, end: number): [number, number] | undefined {
-  let value = 0;
-  let scale = 1;
-  for (let i = 0; i < 7 && at < end; i++) {
-    const b = bytes[at++]!;
-    value += (b & 0x7f) * scale;
-    if (b < 0x80) return [value, at];
-    scale *= 128;
-  }
-  return undefined;
-}
 
 /** A Timestamp within the edge's range, each field at most once. */
 function plainTimestamp(bytes: Uint8Array, at: number, end: number): boolean {
@@ -103,34 +88,6 @@ export function plainHeartbeatId(bytes: Uint8Array): bigint | undefined {
     } else return undefined;
   }
   return seen & 2 ? BigInt(id) : undefined;
-}
-
-function pushVarint(out: number[], value: number | bigint): void {
-  if (typeof value === "bigint") {
-    // Only a message id beyond 2^53 (the agent's choice) needs BigInt arithmetic.
-    if (value > BigInt(Number.MAX_SAFE_INTEGER)) {
-      let v = value;
-      while (v >= 0x80n) {
-        out.push(Number(v & 0x7fn) | 0x80);
-        v >>= 7n;
-      }
-      out.push(Number(v));
-      return;
-    }
-    value = Number(value);
-  }
-  while (value >= 0x80) {
-    out.push((value % 0x80) | 0x80);
-    value = Math.floor(value / 0x80);
-  }
-  out.push(value);
-}
-
-/** A length-delimited field whose body is `body`. */
-function pushMessage(out: number[], fieldTag: number, body: number[]): void {
-  out.push(fieldTag);
-  pushVarint(out, body.length);
-  for (const b of body) out.push(b);
 }
 
 /**

@@ -17,6 +17,7 @@ import { presentedIdentity } from "../identity/node-auth.js";
 import { refuseServiceKeyElsewhere } from "../identity/service-keys-auth.js";
 import { AgentSession, type SessionDeps } from "./session.js";
 import { plainHeartbeatId } from "./heartbeat-wire.js";
+import { plainInvokeAnswer } from "./invoke-wire.js";
 import { publicError, type PublicError } from "../observability/call-log.js";
 import { requestLimitOf } from "../edge/limits.js";
 import { restOfMessage } from "../edge/drain.js";
@@ -216,7 +217,12 @@ function readMessages(stream: http2.ServerHttp2Stream, reader: FrameReader, sess
     try {
       for (const bytes of reader.push(chunk)) {
         const heartbeat = plainHeartbeatId(bytes);
-        if (heartbeat !== undefined) session.receiveHeartbeat(heartbeat);
+        if (heartbeat !== undefined) {
+          session.receiveHeartbeat(heartbeat);
+          continue;
+        }
+        const answer = plainInvokeAnswer(bytes);
+        if (answer !== undefined) session.receiveInvokeAnswer(answer);
         else session.receive(fromBinary(SessionRequestSchema, bytes, { readUnknownFields: false }));
       }
     } catch (err) {

@@ -37,7 +37,7 @@ import type { Caller } from "../context.js";
 import { serverVersion, supportedProtocolVersions } from "../version.js";
 import { pendingInstructions } from "../nodes/instructions.js";
 import { shuttingDown, type SessionRegistry } from "./registry.js";
-import type { LiveSession } from "../node-sessions.js";
+import type { InvokePush, LiveSession } from "../node-sessions.js";
 import type { Admission } from "./admission.js";
 import type { HeartbeatBook } from "../liveness/heartbeats.js";
 import type { JobDispatch } from "../jobs/dispatch.js";
@@ -50,6 +50,7 @@ import { knownEngines, knownEnginesAndBackends } from "../../common/engines.js";
 import type { SessionMetrics } from "../observability/metrics.js";
 import { agentVersionRefusal } from "../agent-version.js";
 import { emptyReplyBytes, heartbeatReplyBytes } from "./heartbeat-wire.js";
+import { invokeStartBytes, invokeStartMessage } from "./invoke-wire.js";
 
 type Result = Reply["result"];
 
@@ -234,6 +235,15 @@ export class AgentSession implements LiveSession {
     this.receive(create(SessionRequestSchema, { messageId, message: { case: "heartbeat", value: {} } }));
   }
 
+  /**
+   * An invoke answer read straight off the wire (./invoke-wire.ts: one the edge check passes),
+   * handed on at once; before the session is open it is received as any message.
+   */
+  receiveInvokeAnswer(message: SessionRequest): void {
+    if (this.phase === "open") return this.passOn(message);
+    this.receive(message);
+  }
+
   /** The agent closed its side: answer what is pending, then end cleanly. */
   endInput(): void {
     this.inputEnded = true;
@@ -249,6 +259,14 @@ export class AgentSession implements LiveSession {
   send(message: SessionResponse): boolean {
     if (this.phase !== "open") return false;
     this.sink.send(message);
+    return true;
+  }
+
+  /** LiveSession: an InvokeStart, encoded by hand where the transport takes bytes. */
+  sendInvoke(start: InvokePush): boolean {
+    if (this.phase !== "open") return false;
+    if (this.sink.sendEncoded !== undefined) this.sink.sendEncoded(invokeStartBytes(start));
+    else this.sink.send(invokeStartMessage(start));
     return true;
   }
 
@@ -349,6 +367,11 @@ export class AgentSession implements LiveSession {
       if (message.messageId !== 0n) this.sink.send(replyTo(message.messageId, refusal));
       return;
     }
+    this.passOn(message);
+  }
+
+  /** A relayed message that passed the edge check: to the relay, acknowledged unless numbered 0. */
+  private passOn(message: SessionRequest): void {
     this.deps.relay?.fromAgent(this, message);
     if (message.messageId === 0n) return;
     if (this.sink.sendEncoded !== undefined) return this.sink.sendEncoded(emptyReplyBytes(message.messageId));

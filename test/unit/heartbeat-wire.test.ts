@@ -14,6 +14,7 @@ import {
 import { emptyReplyBytes, heartbeatReplyBytes, plainHeartbeatId } from "../../server/sessions/heartbeat-wire.js";
 import { sessionMessageViolation } from "../../server/edge/validate.js";
 import { mulberry32 } from "../../common/random.js";
+import { mutated } from "../support/mutate.js";
 
 const ids = [0n, 1n, 127n, 128n, 300n, 16_383n, 16_384n, 2n ** 32n, 2n ** 49n - 1n];
 
@@ -100,16 +101,7 @@ describe("reading a heartbeat off the wire", () => {
     for (let i = 0; i < 20_000; i++) {
       const id = ids[Math.floor(next() * ids.length)]!;
       const bytes = toBinary(SessionRequestSchema, heartbeat(id, "1.2.3", Math.floor(next() * 2e12)));
-      // Flip, drop or insert bytes at random.
-      const mutated = Array.from(bytes);
-      for (let k = 1 + Math.floor(next() * 3); k > 0; k--) {
-        const at = Math.floor(next() * (mutated.length + 1));
-        const op = next();
-        if (op < 0.5 && at < mutated.length) mutated[at] = Math.floor(next() * 256);
-        else if (op < 0.75) mutated.splice(at, 1);
-        else mutated.splice(at, 0, Math.floor(next() * 256));
-      }
-      const input = Uint8Array.from(mutated);
+      const input = mutated(bytes, next);
       const fast = plainHeartbeatId(input);
       if (fast === undefined) continue;
       read++;

@@ -2,11 +2,11 @@
 // routing fake and a fake node session (no network): routing, typed refusals, the in-flight bound,
 // deadlines, the caller going away, a routing change dropping the cache at once.
 import { describe, expect, it } from "vitest";
-import { create } from "@bufbuild/protobuf";
+import { create, fromBinary } from "@bufbuild/protobuf";
 import { Code, type ConnectError } from "@connectrpc/connect";
 import { pino } from "pino";
 import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
-import { SessionRequestSchema, type SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { SessionRequestSchema, SessionResponseSchema, type SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { InFlight, invokeTimeoutMs, nodeRefusal, pickReplica, routeInvoke } from "../../server/invoke/rules.js";
 import { InvokeRelay, type InvokeCall, type InvokeForwarder } from "../../server/invoke/relay.js";
 import { InvokeCounts } from "../../server/invoke/counts.js";
@@ -14,7 +14,8 @@ import { LogWatches } from "../../server/invoke/logs.js";
 import type { DeploymentRoutes, DeploymentTarget } from "../../server/invoke/routes.js";
 import type { SessionHolder } from "../../server/cluster/replicas.js";
 import { SessionRegistry } from "../../server/sessions/registry.js";
-import type { LiveSession } from "../../server/node-sessions.js";
+import type { InvokePush, LiveSession } from "../../server/node-sessions.js";
+import { invokeStartBytes } from "../../server/sessions/invoke-wire.js";
 import { ManualClock } from "../../common/clock.js";
 import {
   bearerServiceKey,
@@ -241,6 +242,10 @@ class FakeSession implements LiveSession {
   send(m: SessionResponse) {
     this.sent.push(m);
     return true;
+  }
+  /** As the gRPC Session sends it: encoded by hand, and read back here by protobuf-es. */
+  sendInvoke(start: InvokePush) {
+    return this.send(fromBinary(SessionResponseSchema, invokeStartBytes(start)));
   }
   close() {}
 }

@@ -1,0 +1,47 @@
+// Protobuf's wire primitives for the Session's hand-written fast paths (./heartbeat-wire.ts,
+// ./invoke-wire.ts): each reads or writes the very bytes protobuf-es does for the one shape it
+// knows, and leaves every other shape to protobuf-es.
+
+/**
+ * A varint of at most 7 bytes (below 2^49, exact in a double) at `at`: [value, next offset], or
+ * undefined for a longer one (never a value the fast paths read) or one cut short.
+ */
+export function varint(bytes: Uint8Array, at: number, end: number): [number, number] | undefined {
+  let value = 0;
+  let scale = 1;
+  for (let i = 0; i < 7 && at < end; i++) {
+    const b = bytes[at++]!;
+    value += (b & 0x7f) * scale;
+    if (b < 0x80) return [value, at];
+    scale *= 128;
+  }
+  return undefined;
+}
+
+export function pushVarint(out: number[], value: number | bigint): void {
+  if (typeof value === "bigint") {
+    // Only a message id beyond 2^53 (the agent's choice) needs BigInt arithmetic.
+    if (value > BigInt(Number.MAX_SAFE_INTEGER)) {
+      let v = value;
+      while (v >= 0x80n) {
+        out.push(Number(v & 0x7fn) | 0x80);
+        v >>= 7n;
+      }
+      out.push(Number(v));
+      return;
+    }
+    value = Number(value);
+  }
+  while (value >= 0x80) {
+    out.push((value % 0x80) | 0x80);
+    value = Math.floor(value / 0x80);
+  }
+  out.push(value);
+}
+
+/** A length-delimited field whose body is `body`. */
+export function pushMessage(out: number[], fieldTag: number, body: number[]): void {
+  out.push(fieldTag);
+  pushVarint(out, body.length);
+  for (const b of body) out.push(b);
+}
