@@ -6,6 +6,8 @@
 // agent reaps the old runtimes as orphans), so the control plane loads again.
 import type { Logger } from "pino";
 import { systemClock, type Clock } from "../../common/clock.js";
+import { onAbort } from "../../common/abort.js";
+import type { Cancel } from "../../common/cancel.js";
 import { EngineKind as ProtoEngineKind, JobFailureCode, type DeploymentLoad } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HeldDeploymentSchema, ReplicaLoadSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
@@ -28,7 +30,7 @@ export interface HeldRuntime {
   readonly gpus: string;
   draining: boolean;
   /** Aborts of the invokes running on it. */
-  readonly inFlight: Set<AbortController>;
+  readonly inFlight: Set<Cancel>;
   readonly logs: LogTail;
   /** Requests the runtime serves at once; the rest wait their turn here, still in flight. */
   readonly gate: Gate;
@@ -51,20 +53,19 @@ export class Gate {
   }
 
   /** Resolves with a release once a slot is free; rejects if `signal` aborts first. */
-  async acquire(signal: AbortSignal): Promise<() => void> {
+  async acquire(signal: AbortSignal | Cancel): Promise<() => void> {
     if (this.running >= this.limit) {
       await new Promise<void>((resolve, reject) => {
+        if (signal.aborted) return reject(signal.reason);
         const go = () => {
-          signal.removeEventListener("abort", abort);
+          forget();
           resolve();
         };
-        const abort = () => {
+        const forget = onAbort(signal, () => {
           const i = this.waiting.indexOf(go);
           if (i >= 0) this.waiting.splice(i, 1);
           reject(signal.reason);
-        };
-        if (signal.aborted) return reject(signal.reason);
-        signal.addEventListener("abort", abort, { once: true });
+        });
         this.waiting.push(go);
       });
     }
@@ -251,10 +252,10 @@ export class DeploymentHost {
   }
 
   /** An invoke started (true) or ended (false) on `h`; drains wait for the ends. */
-  track(h: HeldRuntime, controller: AbortController, running: boolean): void {
-    if (running) h.inFlight.add(controller);
+  track(h: HeldRuntime, cancel: Cancel, running: boolean): void {
+    if (running) h.inFlight.add(cancel);
     else {
-      h.inFlight.delete(controller);
+      h.inFlight.delete(cancel);
       for (const wake of [...this.idleWaiters]) wake();
     }
   }

@@ -14,6 +14,7 @@ import { embeddingEngineNames } from "../../common/engines.js";
 import type { RelayLink as SessionLink, SessionMessage } from "./session-hook.js";
 import { notHeld, type DeploymentHost } from "./host.js";
 import { WatchOutbox } from "./logs.js";
+import { Cancel } from "../../common/cancel.js";
 
 const paths = {
   [InvokeApi.COMPLETIONS]: "/v1/completions",
@@ -34,7 +35,7 @@ interface Watch {
 
 export class DeploymentRelay {
   /** Running invokes per session: ids are the server's, unique only on one session. */
-  private readonly invokes = new WeakMap<SessionLink, Map<bigint, AbortController>>();
+  private readonly invokes = new WeakMap<SessionLink, Map<bigint, Cancel>>();
   private readonly watches = new Map<bigint, Watch>();
   private flusher: NodeJS.Timeout | undefined;
 
@@ -114,11 +115,11 @@ export class DeploymentRelay {
       }
       body = prepared.body;
     }
-    const controller = new AbortController();
-    const running = this.invokes.get(link) ?? new Map<bigint, AbortController>();
+    const cancel = new Cancel();
+    const running = this.invokes.get(link) ?? new Map<bigint, Cancel>();
     this.invokes.set(link, running);
-    running.set(id, controller);
-    this.host.track(held, controller, true);
+    running.set(id, cancel);
+    this.host.track(held, cancel, true);
     // One timer for the request's deadline, waiting at the gate included: AbortSignal.timeout and
     // AbortSignal.any per request were a measurable share of the agent's CPU (bench/openai.ts).
     const timeoutMs = Math.max(1, spec.timeout === undefined ? 30_000 : durationMs(spec.timeout));
@@ -126,9 +127,8 @@ export class DeploymentRelay {
     let timedOut: DOMException | undefined;
     const deadline = setTimeout(() => {
       timedOut = new DOMException(`no answer within ${timeoutMs} ms`, "TimeoutError");
-      controller.abort(timedOut);
+      cancel.abort(timedOut);
     }, timeoutMs);
-    const signal = controller.signal;
     const answer = (payload: Uint8Array, done: boolean) =>
       void link.tell({
         case: "invokeAnswer",
@@ -136,11 +136,11 @@ export class DeploymentRelay {
       });
     let release: (() => void) | undefined;
     try {
-      release = await held.gate.acquire(signal);
+      release = await held.gate.acquire(cancel);
       if (start.stream && !embeddings) {
         const text = JSON.stringify({ ...body, stream: true });
         const shaper = prepared === undefined ? undefined : new StreamShaper(prepared);
-        for await (const data of held.runtime.client.streamRaw(path, text, signal, timeoutMs)) {
+        for await (const data of held.runtime.client.streamRaw(path, text, cancel, timeoutMs)) {
           // Only chunks to rewrite are parsed: tools, logprobs, or the usage llama-server puts on
           // its last token chunk (OpenAI's comes in a chunk of its own).
           if (shaper === undefined || (!shaper.active && !data.includes('"usage"'))) answer(Buffer.from(data), false);
@@ -151,22 +151,22 @@ export class DeploymentRelay {
         answer(new Uint8Array(), true);
       } else {
         const text = JSON.stringify(embeddings ? body : { ...body, stream: false });
-        const whole = await held.runtime.client.postRaw(path, text, signal, timeoutMs);
+        const whole = await held.runtime.client.postRaw(path, text, cancel, timeoutMs);
         const shaped = prepared?.tools !== undefined || prepared?.completionLogprobs === true;
         answer(shaped ? Buffer.from(JSON.stringify(shapeAnswer(prepared!, JSON.parse(whole.toString("utf8"))))) : whole, true);
       }
     } catch (err) {
       // Cancelled by the server: it has stopped listening.
-      if (signal.reason === cancelledByServer) return;
+      if (cancel.reason === cancelledByServer) return;
       const code =
-        timedOut !== undefined && signal.reason === timedOut ? "deadline_exceeded" : signal.aborted ? "unavailable" : refusalCode(err);
+        timedOut !== undefined && cancel.reason === timedOut ? "deadline_exceeded" : cancel.aborted ? "unavailable" : refusalCode(err);
       this.log.debug({ deploymentId: spec.deploymentId, requestId: spec.requestId, code }, "invoke failed");
       fail(code, refusalMessage(err));
     } finally {
       clearTimeout(deadline);
       release?.();
       running.delete(id);
-      this.host.track(held, controller, false);
+      this.host.track(held, cancel, false);
     }
   }
 

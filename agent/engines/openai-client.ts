@@ -9,6 +9,7 @@ import type {
   ErrorBody,
   ModelList,
 } from "./openai-protocol.js";
+import type { Cancel } from "../../common/cancel.js";
 import { readAll, RuntimeHttp } from "./runtime-http.js";
 
 export interface GenerationParams {
@@ -90,7 +91,7 @@ export class OpenAiClient {
   }
 
   /** POSTs a caller's JSON body as it is and returns the answer's bytes (the relay's unary path). */
-  async postRaw(path: string, body: string, signal?: AbortSignal, timeoutMs?: number): Promise<Buffer> {
+  async postRaw(path: string, body: string, signal?: AbortSignal | Cancel, timeoutMs?: number): Promise<Buffer> {
     const { res, done } = await this.postRawHead(path, body, signal, timeoutMs);
     try {
       return await readAll(res);
@@ -100,7 +101,7 @@ export class OpenAiClient {
   }
 
   /** POSTs a caller's JSON body (with "stream": true) and yields each event's data as it comes. */
-  async *streamRaw(path: string, body: string, signal?: AbortSignal, timeoutMs?: number): AsyncGenerator<string> {
+  async *streamRaw(path: string, body: string, signal?: AbortSignal | Cancel, timeoutMs?: number): AsyncGenerator<string> {
     const { res, done } = await this.postRawHead(path, body, signal, timeoutMs);
     try {
       yield* eventData(res.statusCode ?? 0, res);
@@ -112,7 +113,7 @@ export class OpenAiClient {
   }
 
   /** The response of a 2xx, sent once more on a new connection when the first was cut before any answer. */
-  private async postRawHead(path: string, body: string, signal: AbortSignal | undefined, timeoutMs = this.timeoutMs) {
+  private async postRawHead(path: string, body: string, signal: AbortSignal | Cancel | undefined, timeoutMs = this.timeoutMs) {
     const post = { path, body, signal, timeoutMs: Math.min(timeoutMs, this.timeoutMs) };
     let sent: Awaited<ReturnType<RuntimeHttp["post"]>>;
     try {

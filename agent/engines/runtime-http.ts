@@ -4,6 +4,8 @@
 // agent's CPU); this writes the body and hands back the response as it comes, nothing more.
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import { onAbort } from "../../common/abort.js";
+import type { Cancel } from "../../common/cancel.js";
 
 /** Connections kept open per runtime when idle: as many as requests run at once, up to this. */
 const maxIdleConnections = 256;
@@ -12,7 +14,7 @@ export interface RuntimePost {
   path: string;
   body: string;
   /** The caller's cancellation: the request (or its response) is destroyed with its reason. */
-  signal: AbortSignal | undefined;
+  signal: AbortSignal | Cancel | undefined;
   /** Destroys the request with a TimeoutError when no whole answer came within it. */
   timeoutMs: number;
   /** On a connection of its own rather than a kept-alive one (which may be one the runtime is closing). */
@@ -22,9 +24,12 @@ export interface RuntimePost {
 export class RuntimeHttp {
   private readonly agent: HttpAgent;
   private readonly request: typeof httpRequest;
+  /** The origin as request options: a URL parsed per request showed in the agent's profile. */
+  private readonly target: { protocol: string; hostname: string; port: string };
 
-  constructor(private readonly origin: URL) {
+  constructor(origin: URL) {
     const https = origin.protocol === "https:";
+    this.target = { protocol: origin.protocol, hostname: origin.hostname.replace(/^\[|\]$/g, ""), port: origin.port };
     this.agent = https
       ? new HttpsAgent({ keepAlive: true, maxFreeSockets: maxIdleConnections })
       : new HttpAgent({ keepAlive: true, maxFreeSockets: maxIdleConnections });
@@ -37,7 +42,9 @@ export class RuntimeHttp {
    */
   post(p: RuntimePost): Promise<{ res: IncomingMessage; done: () => void }> {
     return new Promise((resolve, reject) => {
-      const req = this.request(new URL(p.path, this.origin), {
+      const req = this.request({
+        ...this.target,
+        path: p.path,
         method: "POST",
         agent: p.fresh ? false : this.agent,
         headers: { "content-type": "application/json", "content-length": Buffer.byteLength(p.body) },
@@ -48,10 +55,12 @@ export class RuntimeHttp {
         () => current.destroy(new DOMException(`the runtime did not answer within ${p.timeoutMs} ms`, "TimeoutError")),
         p.timeoutMs,
       );
-      const cancel = () => current.destroy(reasonOf(p.signal!));
+      const signal = p.signal;
+      const cancel = () => current.destroy(reasonOf(signal!));
+      let forget: (() => void) | undefined;
       const done = () => {
         clearTimeout(timer);
-        p.signal?.removeEventListener("abort", cancel);
+        forget?.();
       };
       req.once("response", (res) => {
         current = res;
@@ -61,14 +70,14 @@ export class RuntimeHttp {
         done();
         reject(err);
       });
-      if (p.signal?.aborted) return cancel();
-      p.signal?.addEventListener("abort", cancel, { once: true });
+      if (signal?.aborted) return cancel();
+      if (signal !== undefined) forget = onAbort(signal, cancel);
       req.end(p.body);
     });
   }
 }
 
-const reasonOf = (signal: AbortSignal): Error =>
+const reasonOf = (signal: AbortSignal | Cancel): Error =>
   signal.reason instanceof Error ? signal.reason : new DOMException("the request was cancelled", "AbortError");
 
 /** The whole body of a response (bounded by the caller's deadline, as the runtime is the agent's own). */
