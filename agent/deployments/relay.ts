@@ -130,10 +130,7 @@ export class DeploymentRelay {
       cancel.abort(timedOut);
     }, timeoutMs);
     const answer = (payload: Uint8Array, done: boolean) =>
-      void link.tell({
-        case: "invokeAnswer",
-        value: { invokeId: id, contentType: "application/json", payload, done, revision: held.revision },
-      });
+      void link.tellAnswer({ invokeId: id, contentType: "application/json", payload, done, revision: held.revision });
     let release: (() => void) | undefined;
     try {
       release = await held.gate.acquire(cancel);

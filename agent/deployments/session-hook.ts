@@ -7,6 +7,7 @@ import type {
   SessionRequestSchema,
   SessionResponse,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import type { AnswerPiece } from "./invoke-answer.js";
 
 export type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 
@@ -16,6 +17,8 @@ export interface RelayLink {
   send(message: SessionMessage): Promise<unknown>;
   /** One message the server does not acknowledge (an invoke answer); false when the session has closed. */
   tell(message: SessionMessage): boolean;
+  /** One piece of an invoke's answer without an error, told as tell() does. */
+  tellAnswer(piece: AnswerPiece): boolean;
 }
 
 export interface SessionDeployments {

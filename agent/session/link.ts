@@ -7,6 +7,7 @@ import type { Logger } from "pino";
 import { SessionRequestSchema, type Reply, type SessionRequest } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AsyncQueue } from "../../common/queue.js";
 import { codeName } from "../../common/codes.js";
+import { invokeAnswerRequest, type AnswerPiece } from "../deployments/invoke-answer.js";
 
 export type SessionMessage = NonNullable<MessageInitShape<typeof SessionRequestSchema>["message"]>;
 export type ReplyResult = Reply["result"];
@@ -42,6 +43,11 @@ export class Outbox implements SessionLink {
    */
   tell(message: SessionMessage): boolean {
     return this.requests.push(create(SessionRequestSchema, { messageId: 0n, message }));
+  }
+
+  /** Queues one piece of an invoke's answer, told as tell() does. */
+  tellAnswer(piece: AnswerPiece): boolean {
+    return this.requests.push(invokeAnswerRequest(piece));
   }
 
   /** Queues a message no reply is awaited for (Hello: the server answers it with Welcome). */

@@ -66,7 +66,6 @@ export function startingFrontDoor(): FrontDoor {
 export function openAiFrontDoor(deps: OpenAiDeps): FrontDoor {
   return (req, res, correlationId) => {
     if (!isOpenAiPath(req.url)) return false;
-    res.setHeader("x-request-id", correlationId);
     const caller = new Cancel();
     // Not after a whole answer: the relay has let go of the signal by then, and an abort builds
     // and dispatches an Event for nobody. writableEnded (we called end), not writableFinished: an
