@@ -223,6 +223,8 @@ function readBody(req: HttpRequest): Promise<Uint8Array | OpenAiFailure> {
     openAiFailure(413, `the request body is over the limit of ${maxBodyBytes} bytes`, "invalid_request_error", "request_too_large");
   const declared = declaredLength(req);
   if (declared !== undefined && declared > maxBodyBytes) return Promise.resolve(tooLarge());
+  // Gone while its key was checked: no event would come to say so.
+  if (req.destroyed || ("stream" in req && req.stream.destroyed)) return Promise.resolve(callerLeft);
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let bytes = 0;
@@ -231,7 +233,7 @@ function readBody(req: HttpRequest): Promise<Uint8Array | OpenAiFailure> {
       req.off("end", onEnd);
       req.off("error", onGone);
       req.off("aborted", onGone);
-      req.off("close", onClose);
+      req.off("close", onGone);
       resolve(result);
     };
     const onData = (chunk: Buffer) => {
@@ -246,15 +248,13 @@ function readBody(req: HttpRequest): Promise<Uint8Array | OpenAiFailure> {
     const onEnd = () => settle(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
     // The client's doing: it reset the stream or closed the connection mid-body, or sent a body
     // HTTP/1.1's parser refused (Node answers that one 400 itself). Nothing of ours failed.
+    // Closed before its end: an HTTP/2 request reads as complete once reset, so its state is no guide.
     const onGone = () => settle(callerLeft);
-    const onClose = () => {
-      if (!req.complete) settle(callerLeft);
-    };
     req.on("data", onData);
     req.once("end", onEnd);
     req.once("error", onGone);
     req.once("aborted", onGone);
-    req.once("close", onClose);
+    req.once("close", onGone);
   });
 }
 

@@ -220,6 +220,7 @@ describe("a client's faults are its own", () => {
 
   it("truncated bodies and a malformed chunked one are never an error-level line", async () => {
     const body = JSON.stringify({ model: "tiny", prompt: "x".repeat(2_000), max_tokens: 1 });
+    const leftBefore = callersLeft(ts.logs());
     await Promise.all(
       Array.from({ length: 50 }, async (_, i) => {
         // HTTP/1.1 and HTTP/2 by turns: a body that stops halfway and a client that goes away.
@@ -232,6 +233,8 @@ describe("a client's faults are its own", () => {
           socket.destroy();
         } else {
           const { session, req } = openAiStream(ts.url, ts.caPem, key, { "content-length": String(body.length) });
+          // Connected first, as the HTTP/1.1 client is: a reset before the handshake ends reaches no request.
+          await once(session, "connect");
           req.write(body.slice(0, 100));
           await new Promise((r) => setTimeout(r, 50));
           req.close(http2.constants.NGHTTP2_CANCEL);
@@ -249,8 +252,15 @@ describe("a client's faults are its own", () => {
       socket.on("close", () => resolve(text));
     });
     expect(answer).toMatch(/^HTTP\/1.1 400/);
+    // Every truncated request's read ended, as the client's leaving (none waits on a body that never comes).
+    await eventually(() => callersLeft(ts.logs()) - leftBefore >= 50, 30_000, "50 truncated requests ended as the client's leaving");
     // Time for the server to have logged whatever it logs of them.
     await new Promise((r) => setTimeout(r, 500));
     expect(errorLines(ts.logs())).toEqual([]);
   });
 });
+
+/** Requests the OpenAI front door ended as the client's leaving (499, logged at debug). */
+function callersLeft(log: string): number {
+  return log.split("\n").filter((l) => l.includes('"msg":"openai request refused"') && l.includes('"status":499')).length;
+}
