@@ -13,8 +13,10 @@
 //     BENCH_STREAM_CONCURRENCY at once: tokens/s through the API over tokens/s direct, and the time
 //     to the first token, added at p99.
 // Beside them, the CPU ms per request of the control plane, the agent and this client in the open
-// loop, and the write system calls per request of the control plane and the agent (a count: the
-// figure a busy machine does not move); the same per chunk for the API's streams; before the runs,
+// loop, and of the stub called directly (a bare Node HTTP server answering itself: the anchor the
+// relay's figures are read against, as ratios); the write system calls per request of the control
+// plane and the agent (a count: the figure a busy machine does not move); the same per chunk for
+// the API's streams; before the runs,
 // `openssl speed -seconds 3 rsa2048`'s sign time; the load average per run; and before each run the
 // machine's own pauses (bench/support/machine-pauses.ts): a busy core taken away for 5 ms or more
 // is a stall no process of the bench can avoid, and one such stall fails a sweep step.
@@ -147,6 +149,8 @@ interface Run {
   writes: number[];
   /** Per chunk of the API's streams: CPU ms of the control plane and the agent, then their write calls. */
   perChunk: number[];
+  /** The stub's own CPU ms when called directly: per request, and per chunk of its streams. */
+  stub: { perRequest: number; perChunk: number };
   most: number;
   steps: string[];
   ratio: number;
@@ -167,7 +171,10 @@ async function oneRun(): Promise<Run> {
   await fixedRate(direct, rate, 1);
   await fixedRate(api, rate, 1);
   const connectionsBefore = apiConnections;
+  const stub0 = processCpuMs(setup.pids.stub);
   const d = await fixedRate(direct, rate, seconds);
+  // The anchor: what a bare Node HTTP server (the stub, plain HTTP) spends answering the same request itself.
+  const stubCpu = (processCpuMs(setup.pids.stub) - stub0) / (rate * seconds);
   // What each request through the API costs the control plane and the agent: the load-independent figure.
   const cpuNow = () => [processCpuMs(setup.pids.server), processCpuMs(setup.pids.agent), processCpuMs(process.pid)];
   const writesNow = () => [processWrites(setup.pids.server), processWrites(setup.pids.agent)];
@@ -179,7 +186,9 @@ async function oneRun(): Promise<Run> {
   // The window to read the processes' CPU profiles in (bench/support/read-profile.ts).
   if (process.env.BENCH_CPU_PROF) step(`API open loop: monotonic µs ${from}-${monotonicUs()}`);
   const { most, steps } = await sweep();
+  const stubStream0 = processCpuMs(setup.pids.stub);
   const sd = await streaming(direct);
+  const stubPerChunk = (processCpuMs(setup.pids.stub) - stubStream0) / (streams * chunks);
   const [streamCpu0, streamWrites0] = [cpuNow(), writesNow()];
   const streamsFrom = monotonicUs();
   const sa = await streaming(api);
@@ -194,6 +203,7 @@ async function oneRun(): Promise<Run> {
     cpu,
     writes,
     perChunk,
+    stub: { perRequest: stubCpu, perChunk: stubPerChunk },
     most,
     steps,
     ratio,
@@ -208,6 +218,7 @@ async function oneRun(): Promise<Run> {
 const monotonicUs = () => process.hrtime.bigint() / 1000n;
 const count = (v: number) => v.toFixed(2);
 const ms3 = (v: number) => v.toFixed(3);
+const ratio = (v: number) => `${v.toFixed(2)}x`;
 const pcts = (s: Summary) => `${ms(s.p50)}/${ms(s.p95)}/${ms(s.p99)}`;
 const added = (r: Run, p: "p50" | "p95" | "p99") => r.api.summary[p] - r.direct.summary[p];
 const spread = (xs: number[], f = ms) => {
@@ -221,10 +232,10 @@ function report(all: Run[], loadBefore: number[]): string {
       `run ${i + 1}: at ${rate}/s direct p50/p95/p99 ${pcts(r.direct.summary)} ms, API ${pcts(r.api.summary)} ms`,
       `(${r.direct.failed + r.api.failed} failed${r.api.firstError ? `: ${r.api.firstError}` : ""});`,
       `added ${ms(added(r, "p50"))}/${ms(added(r, "p95"))}/${ms(added(r, "p99"))} ms;`,
-      `CPU per request: control plane ${ms(r.cpu[0]!)} ms, agent ${ms(r.cpu[1]!)} ms, client ${ms(r.cpu[2]!)} ms;`,
+      `CPU per request: control plane ${ms(r.cpu[0]!)} ms, agent ${ms(r.cpu[1]!)} ms, client ${ms(r.cpu[2]!)} ms, the stub direct ${ms(r.stub.perRequest)} ms;`,
       `writes per request: control plane ${count(r.writes[0]!)}, agent ${count(r.writes[1]!)};`,
       `sweep ${r.steps.join(", ")}; streams ${ms(r.ratio)} of direct tokens/s,`,
-      `per chunk: CPU control plane ${ms(r.perChunk[0]!)} ms, agent ${ms(r.perChunk[1]!)} ms, writes ${count(r.perChunk[2]!)} and ${count(r.perChunk[3]!)};`,
+      `per chunk: CPU control plane ${ms3(r.perChunk[0]!)} ms, agent ${ms3(r.perChunk[1]!)} ms, the stub direct ${ms3(r.stub.perChunk)} ms, writes ${count(r.perChunk[2]!)} and ${count(r.perChunk[3]!)};`,
       `TTFT p99 direct ${ms(r.ttftDirect.p99)} API ${ms(r.ttftApi.p99)} ms; ${r.connections} TLS connections opened after warm-up; load ${r.load.toFixed(1)};`,
       `${describePauses(r.pauses)}`,
     ].join(" "),
@@ -238,6 +249,7 @@ function report(all: Run[], loadBefore: number[]): string {
     `added at ${rate}/s, median (range) of runs: p50 ${each((r) => added(r, "p50"))} ms, p95 ${each((r) => added(r, "p95"))} ms, p99 ${each((r) => added(r, "p99"))} ms (target p99 <= ${addedP99Target})`,
     `direct (the floor) p50 ${each((r) => r.direct.summary.p50)}, p99 ${each((r) => r.direct.summary.p99)} ms`,
     `CPU ms per request through the API: control plane ${each((r) => r.cpu[0]!)}, agent ${each((r) => r.cpu[1]!)}, this client ${each((r) => r.cpu[2]!)}`,
+    `the anchor, a bare Node HTTP server (the stub called directly, plain HTTP) answering itself: CPU ms per request ${each((r) => r.stub.perRequest, ms3)}, per chunk ${each((r) => r.stub.perChunk, ms3)}; control plane over it per request ${each((r) => r.cpu[0]! / r.stub.perRequest, ratio)}, per chunk ${each((r) => r.perChunk[0]! / r.stub.perChunk, ratio)}; agent per request ${each((r) => r.cpu[1]! / r.stub.perRequest, ratio)}, per chunk ${each((r) => r.perChunk[1]! / r.stub.perChunk, ratio)}`,
     `write system calls per request: control plane ${each((r) => r.writes[0]!, count)}, agent ${each((r) => r.writes[1]!, count)}`,
     `per stream chunk through the API: CPU ms control plane ${each((r) => r.perChunk[0]!, ms3)}, agent ${each((r) => r.perChunk[1]!, ms3)}; writes control plane ${each((r) => r.perChunk[2]!, count)}, agent ${each((r) => r.perChunk[3]!, count)}`,
     `most requests/s at added p99 <= ${addedP99Target} ms: ${each(

@@ -28,8 +28,8 @@ export interface StubDeployment {
   server: Rpc;
   /** The service key's secret, scoped to deployment "bench". */
   secret: string;
-  /** The control plane's and the agent's process ids, to read their CPU time. */
-  pids: { server: number; agent: number };
+  /** The control plane's, the agent's and the stub started alone's process ids, to read their CPU time. */
+  pids: { server: number; agent: number; stub: number };
   /** The stub started alone: http://127.0.0.1:port. */
   stubOrigin: string;
   /** A gRPC transport to the control plane with these interceptors. */
@@ -99,7 +99,7 @@ export async function startStubDeployment(step: (what: string) => void, stubArgs
     await server.exit();
     rmSync(dir, { recursive: true, force: true });
   };
-  return { info, server, secret, pids: { server: info.pid, agent: agentChild.pid! }, stubOrigin, transport, close };
+  return { info, server, secret, pids: { server: info.pid, agent: agentChild.pid!, stub: stub.pid! }, stubOrigin, transport, close };
 }
 
 // BENCH_CPU_PROF=<dir>: the control plane and the agent write a CPU profile of their whole life
