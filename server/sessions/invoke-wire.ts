@@ -24,7 +24,7 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { InvokePush } from "../node-sessions.js";
 import { boundsOf } from "../edge/bounds.js";
-import { pushVarint, varint } from "./wire.js";
+import { pushVarint, readVarint } from "./wire.js";
 
 const contentTypeBound = boundsOf(InvokeAnswerSchema.field.contentType).string?.maxBytes;
 const payloadBound = boundsOf(InvokeAnswerSchema.field.payload).bytesMax;
@@ -42,23 +42,22 @@ const empty = new Uint8Array(0);
  */
 export function plainInvokeAnswer(bytes: Uint8Array): SessionRequest | undefined {
   const end = bytes.length;
-  let at = 0;
+  const cursor = { at: 0 };
   let messageId = 0;
   let body: InvokeAnswer | undefined;
   let seen = 0;
-  while (at < end) {
-    const t = bytes[at++]!;
+  while (cursor.at < end) {
+    const t = bytes[cursor.at++]!;
     if (t === 0x08 && !(seen & 1)) {
-      const v = varint(bytes, at, end);
-      if (v === undefined) return undefined;
-      [messageId, at] = v;
+      messageId = readVarint(bytes, cursor, end);
+      if (messageId < 0) return undefined;
       seen |= 1;
     } else if (t === 0x4a && !(seen & 2)) {
-      const len = varint(bytes, at, end);
-      if (len === undefined || len[1] + len[0] > end) return undefined;
-      body = plainAnswer(bytes, len[1], len[1] + len[0]);
+      const n = readVarint(bytes, cursor, end);
+      if (n < 0 || cursor.at + n > end) return undefined;
+      body = plainAnswer(bytes, cursor.at, cursor.at + n);
       if (body === undefined) return undefined;
-      at = len[1] + len[0];
+      cursor.at += n;
       seen |= 2;
     } else return undefined;
   }
@@ -66,37 +65,38 @@ export function plainInvokeAnswer(bytes: Uint8Array): SessionRequest | undefined
   return { $typeName: "modelforge.agent.v1.SessionRequest", messageId: BigInt(messageId), message: { case: "invokeAnswer", value: body } };
 }
 
-function plainAnswer(bytes: Uint8Array, at: number, end: number): InvokeAnswer | undefined {
+function plainAnswer(bytes: Uint8Array, from: number, end: number): InvokeAnswer | undefined {
+  const cursor = { at: from };
   let invokeId = 0;
   let contentType = "";
   let payload: Uint8Array = empty;
   let done = false;
   let revision = 0;
   let seen = 0;
-  while (at < end) {
-    const t = bytes[at++]!;
+  while (cursor.at < end) {
+    const t = bytes[cursor.at++]!;
     const bit = t === 0x08 ? 1 : t === 0x12 ? 2 : t === 0x1a ? 4 : t === 0x20 ? 8 : t === 0x30 ? 16 : 0;
     if (bit === 0 || seen & bit) return undefined;
     seen |= bit;
-    const v = varint(bytes, at, end);
-    if (v === undefined) return undefined;
-    const [n, from] = v;
-    at = from;
+    const n = readVarint(bytes, cursor, end);
+    if (n < 0) return undefined;
     if (bit === 1) invokeId = n;
     else if (bit === 16) revision = n;
     else if (bit === 8) {
       if (n > 1) return undefined;
       done = n === 1;
     } else {
-      if (from + n > end) return undefined;
-      at = from + n;
+      const at = cursor.at;
+      if (at + n > end) return undefined;
+      cursor.at = at + n;
       if (bit === 4) {
         if (n > maxPayloadBytes) return undefined;
-        payload = bytes.subarray(from, at);
+        payload = bytes.subarray(at, at + n);
       } else {
         if (n > maxContentTypeBytes) return undefined;
-        for (let i = from; i < at; i++) if (bytes[i]! < 0x20 || bytes[i]! > 0x7e) return undefined;
-        contentType = String.fromCharCode(...bytes.subarray(from, at));
+        const known = contentTypeAt(bytes, at, at + n);
+        if (known === undefined) return undefined;
+        contentType = known;
       }
     }
   }
@@ -109,6 +109,23 @@ function plainAnswer(bytes: Uint8Array, at: number, end: number): InvokeAnswer |
     error: undefined,
     revision: BigInt(revision),
   };
+}
+
+/** The content type last read: an agent sends the same one on every chunk, so it is compared, not decoded again. */
+let lastContentType = { bytes: new Uint8Array(0), text: "" };
+
+/** The printable ASCII content type at [from, to), or undefined when it is not such. */
+function contentTypeAt(bytes: Uint8Array, from: number, to: number): string | undefined {
+  const last = lastContentType.bytes;
+  if (to - from === last.length) {
+    let i = 0;
+    while (i < last.length && bytes[from + i] === last[i]) i++;
+    if (i === last.length) return lastContentType.text;
+  }
+  for (let i = from; i < to; i++) if (bytes[i]! < 0x20 || bytes[i]! > 0x7e) return undefined;
+  const text = String.fromCharCode(...bytes.subarray(from, to));
+  lastContentType = { bytes: bytes.slice(from, to), text };
+  return text;
 }
 
 /** The InvokeStart as a message, for a transport that encodes its own (the Connect Session). */

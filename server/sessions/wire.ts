@@ -2,20 +2,37 @@
 // ./invoke-wire.ts): each reads or writes the very bytes protobuf-es does for the one shape it
 // knows, and leaves every other shape to protobuf-es.
 
+/** A read position in a message, moved on by readVarint. */
+export interface Cursor {
+  at: number;
+}
+
 /**
- * A varint of at most 7 bytes (below 2^49, exact in a double) at `at`: [value, next offset], or
- * undefined for a longer one (never a value the fast paths read) or one cut short.
+ * The varint at `cursor.at`, of at most 7 bytes (below 2^49, exact in a double), moving the cursor
+ * past it; -1 for a longer one (never a value the fast paths read) or one cut short. It allocates
+ * nothing: it runs for each field of every relayed chunk.
  */
-export function varint(bytes: Uint8Array, at: number, end: number): [number, number] | undefined {
+export function readVarint(bytes: Uint8Array, cursor: Cursor, end: number): number {
   let value = 0;
   let scale = 1;
+  let at = cursor.at;
   for (let i = 0; i < 7 && at < end; i++) {
     const b = bytes[at++]!;
     value += (b & 0x7f) * scale;
-    if (b < 0x80) return [value, at];
+    if (b < 0x80) {
+      cursor.at = at;
+      return value;
+    }
     scale *= 128;
   }
-  return undefined;
+  return -1;
+}
+
+/** The varint at `at` as [value, next offset], or undefined (see readVarint). */
+export function varint(bytes: Uint8Array, at: number, end: number): [number, number] | undefined {
+  const cursor = { at };
+  const value = readVarint(bytes, cursor, end);
+  return value < 0 ? undefined : [value, cursor.at];
 }
 
 export function pushVarint(out: number[], value: number | bigint): void {
