@@ -17,7 +17,7 @@
 import { boundsOf } from "../edge/bounds.js";
 import { HeartbeatRequestSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { timestampSeconds } from "../edge/validate.js";
-import { pushMessage, pushVarint, varint } from "./wire.js";
+import { pushField, pushMessage, varint } from "./wire.js";
 
 /** Tags (field number << 3 | wire type) of the fields read and written here. */
 const tag = { varint1: 0x08, varint2: 0x10, bytes1: 0x0a, bytes2: 0x12, bytes3: 0x1a } as const;
@@ -99,19 +99,16 @@ export function heartbeatReplyBytes(messageId: bigint, nowMs: number): Uint8Arra
   const nanos = (nowMs - seconds * 1000) * 1_000_000;
   const timestamp: number[] = [];
   if (seconds !== 0) {
-    timestamp.push(tag.varint1);
-    pushVarint(timestamp, seconds);
+    pushField(timestamp, tag.varint1, seconds);
   }
   if (nanos !== 0) {
-    timestamp.push(tag.varint2);
-    pushVarint(timestamp, nanos);
+    pushField(timestamp, tag.varint2, nanos);
   }
   const response: number[] = [];
   pushMessage(response, tag.bytes3, timestamp);
   const reply: number[] = [];
   if (messageId !== 0n) {
-    reply.push(tag.varint1);
-    pushVarint(reply, messageId);
+    pushField(reply, tag.varint1, messageId);
   }
   pushMessage(reply, tag.bytes3, response);
   const out: number[] = [];
@@ -126,8 +123,7 @@ export function heartbeatReplyBytes(messageId: bigint, nowMs: number): Uint8Arra
 export function emptyReplyBytes(messageId: bigint): Uint8Array {
   const reply: number[] = [];
   if (messageId !== 0n) {
-    reply.push(tag.varint1);
-    pushVarint(reply, messageId);
+    pushField(reply, tag.varint1, messageId);
   }
   const out: number[] = [];
   pushMessage(out, tag.bytes2, reply);

@@ -24,7 +24,7 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { InvokePush } from "../node-sessions.js";
 import { boundsOf } from "../edge/bounds.js";
-import { pushVarint, readVarint } from "./wire.js";
+import { pushField, pushMessage, pushVarint, readVarint } from "./wire.js";
 
 const contentTypeBound = boundsOf(InvokeAnswerSchema.field.contentType).string?.maxBytes;
 const payloadBound = boundsOf(InvokeAnswerSchema.field.payload).bytesMax;
@@ -166,11 +166,11 @@ export function invokeStartBytes(p: InvokePush): Uint8Array {
   const duration: number[] = [];
   if (timeout.seconds !== 0n) pushField(duration, 0x08, timeout.seconds);
   if (timeout.nanos !== 0) pushField(duration, 0x10, timeout.nanos);
-  tail.push(0x2a, duration.length, ...duration);
+  pushMessage(tail, 0x2a, duration);
   if (p.revision !== 0n) pushField(tail, 0x30, p.revision);
   const replica: number[] = [];
   if (p.replica !== 0) pushField(replica, 0x08, p.replica);
-  tail.push(0x3a, replica.length, ...replica);
+  pushMessage(tail, 0x3a, replica);
   const invokeLength = head.length + p.payload.length + tail.length;
 
   const start: number[] = [];
@@ -195,11 +195,6 @@ export function invokeStartBytes(p: InvokePush): Uint8Array {
   out.set(tail, at);
   out.set(end, at + tail.length);
   return out;
-}
-
-function pushField(out: number[], tag: number, value: number | bigint): void {
-  out.push(tag);
-  pushVarint(out, value);
 }
 
 /** A string field, left out when empty. */

@@ -56,6 +56,12 @@ export function pushVarint(out: number[], value: number | bigint): void {
   out.push(value);
 }
 
+/** A varint field. */
+export function pushField(out: number[], fieldTag: number, value: number | bigint): void {
+  out.push(fieldTag);
+  pushVarint(out, value);
+}
+
 /** A length-delimited field whose body is `body`. */
 export function pushMessage(out: number[], fieldTag: number, body: number[]): void {
   out.push(fieldTag);
