@@ -29,7 +29,7 @@ import { nodeConnection, resumingTls, type NodeConnection } from "../../agent/se
 import { writeState, type AgentState } from "../../agent/state.js";
 import { emit, serve } from "./ipc.js";
 import tls from "node:tls";
-import { FrameReader, frame } from "../../server/sessions/session-grpc.js";
+import { FrameReader, frame } from "../../common/grpc-frames.js";
 import { startProfile, stopProfile, summarizeProfile } from "./profile.js";
 import { recordSeconds, recordStalls } from "./timeline.js";
 import { coresUsed } from "./stats.js";
@@ -208,7 +208,7 @@ function rawConnection(state: AgentState): NodeConnection {
         grpcStatus(h);
       });
       stream.on("trailers", grpcStatus);
-      const reader = new FrameReader();
+      const reader = new FrameReader(sessionPath, 64 * 1024 * 1024);
       stream.on("data", (chunk: Buffer) => {
         if (http !== 200) return;
         try {
@@ -269,7 +269,7 @@ function openOnce(a: { nodeId: string; certPem: string }, session: boolean, url:
     }
     const stream = conn.request({ ":method": "POST", ":path": sessionPath, "content-type": "application/grpc+proto", te: "trailers" });
     stream.on("error", fail);
-    const reader = new FrameReader();
+    const reader = new FrameReader(sessionPath, 64 * 1024 * 1024);
     stream.on("data", (chunk: Buffer) => {
       for (const bytes of reader.push(chunk)) {
         if (fromBinary(SessionResponseSchema, bytes).message.case === "welcome") {

@@ -31,7 +31,7 @@ import { http2ServerTuning } from "../../server/tuning.js";
 import { emit, serve } from "./ipc.js";
 import { procStatus } from "./stats.js";
 import { startAllocationProfile, startProfile, stopAllocationProfile, stopProfile, summarizeProfile } from "./profile.js";
-import { FrameReader, frame } from "../../server/sessions/session-grpc.js";
+import { FrameReader, frame } from "../../common/grpc-frames.js";
 
 const mode = process.env.BENCH_FLOOR;
 if (mode !== "raw" && mode !== "connect") throw new Error(`BENCH_FLOOR must be raw or connect, not ${mode}`);
@@ -111,7 +111,7 @@ if (mode === "connect") {
     stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));
     const send = (m: SessionResponse) => stream.write(frame(toBinary(SessionResponseSchema, m)));
     let hello = false;
-    const reader = new FrameReader();
+    const reader = new FrameReader(path, 64 * 1024 * 1024);
     stream.on("data", (chunk: Buffer) => {
       for (const bytes of reader.push(chunk)) {
         const req = fromBinary(SessionRequestSchema, bytes);

@@ -17,7 +17,7 @@
 import { boundsOf } from "../edge/bounds.js";
 import { HeartbeatRequestSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { timestampSeconds } from "../edge/validate.js";
-import { pushField, pushMessage, varint } from "./wire.js";
+import { pushField, pushMessage, varint } from "../../common/protobuf-wire.js";
 
 /** Tags (field number << 3 | wire type) of the fields read and written here. */
 const tag = { varint1: 0x08, varint2: 0x10, bytes1: 0x0a, bytes2: 0x12, bytes3: 0x1a } as const;

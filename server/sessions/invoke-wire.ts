@@ -24,7 +24,7 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { InvokePush } from "../node-sessions.js";
 import { boundsOf } from "../edge/bounds.js";
-import { pushField, pushMessage, pushVarint, readVarint } from "./wire.js";
+import { pushField, pushMessage, pushVarint, readVarint } from "../../common/protobuf-wire.js";
 
 const contentTypeBound = boundsOf(InvokeAnswerSchema.field.contentType).string?.maxBytes;
 const payloadBound = boundsOf(InvokeAnswerSchema.field.payload).bytesMax;

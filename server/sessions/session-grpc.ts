@@ -21,6 +21,7 @@ import { plainInvokeAnswer } from "./invoke-wire.js";
 import { publicError, type PublicError } from "../observability/call-log.js";
 import { requestLimitOf } from "../edge/limits.js";
 import { restOfMessage } from "../edge/drain.js";
+import { FrameReader, frame } from "../../common/grpc-frames.js";
 
 export const sessionPath = `/${AgentService.typeName}/${AgentService.method.session.name}`;
 
@@ -32,57 +33,6 @@ export function isGrpcSession(headers: http2.IncomingHttpHeaders): boolean {
   if (headers[":path"] !== sessionPath) return false;
   const type = headers["content-type"] ?? "";
   return type === "application/grpc" || type === "application/grpc+proto";
-}
-
-/** Splits gRPC length-prefixed messages out of the byte stream. */
-export class FrameReader {
-  /** Received and not yet returned; joined only once a whole message is in. */
-  private chunks: Buffer[] = [];
-  private buffered = 0;
-  constructor(private readonly maxMessageBytes = requestLimitOf(sessionPath, "application/grpc").bytes) {}
-  /** Returns the complete messages in `chunk` (with what was left over before). */
-  push(chunk: Buffer): Buffer[] {
-    this.chunks.push(chunk);
-    this.buffered += chunk.length;
-    const out: Buffer[] = [];
-    while (this.buffered >= 5) {
-      if (this.chunks[0]!.length < 5) this.chunks = [Buffer.concat(this.chunks)];
-      const head = this.chunks[0]!;
-      if (head[0] !== 0) throw new ConnectError("compressed messages are not supported", Code.Unimplemented);
-      const length = head.readUInt32BE(1);
-      // Refused on its declared length, before any of it is held.
-      if (length > this.maxMessageBytes) {
-        throw new ConnectError(
-          `message of ${length} bytes is over the limit of ${this.maxMessageBytes} bytes for ${sessionPath}`,
-          Code.ResourceExhausted,
-        );
-      }
-      if (this.buffered < 5 + length) break;
-      const joined = this.chunks.length === 1 ? head : Buffer.concat(this.chunks);
-      out.push(joined.subarray(5, 5 + length));
-      const rest = joined.subarray(5 + length);
-      this.chunks = rest.length > 0 ? [rest] : [];
-      this.buffered = rest.length;
-    }
-    return out;
-  }
-  get empty(): boolean {
-    return this.buffered === 0;
-  }
-  /** Bytes still to come of the message begun: 0 between messages (or with only part of its prefix in). */
-  get unfinished(): number {
-    if (this.buffered < 5) return 0;
-    const head = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
-    return Math.max(0, 5 + head.readUInt32BE(1) - this.buffered);
-  }
-}
-
-export function frame(message: Uint8Array): Buffer {
-  const out = Buffer.allocUnsafe(5 + message.length);
-  out[0] = 0;
-  out.writeUInt32BE(message.length, 1);
-  out.set(message, 5);
-  return out;
 }
 
 function trailersOf(err: ConnectError | undefined): http2.OutgoingHttpHeaders {
@@ -145,7 +95,7 @@ export function serveGrpcSession(
     }
   };
 
-  const reader = new FrameReader();
+  const reader = new FrameReader(sessionPath, requestLimitOf(sessionPath, "application/grpc").bytes);
   // An error answered while the agent is partway through a message waits for the rest of it
   // (`need` bytes, or a whole first message when undefined): an agent on node:http2 holding it
   // unsent would refuse that answer and every later one on its connection (../edge/drain.ts).

@@ -13,7 +13,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { SessionResponseSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { runAgent } from "../../agent/session/run.js";
-import { frame } from "../../server/sessions/session-grpc.js";
+import { frame } from "../../common/grpc-frames.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { enrollTestNode, eventually } from "../support/node.js";
 import { waitFor } from "../support/wait.js";

@@ -7,7 +7,7 @@ import { gunzipSync } from "node:zlib";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { RegisterNodeRequestSchema, RegisterNodeResponseSchema } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
-import { frame } from "../../server/sessions/session-grpc.js";
+import { frame } from "../../common/grpc-frames.js";
 import { connect } from "../support/raw-call.js";
 import { startTestServer, testAdminKey, type TestServer } from "../support/server.js";
 

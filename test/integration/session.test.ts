@@ -12,7 +12,7 @@ import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { GpuState } from "../../gen/proto/modelforge/admin/v1/admin_pb.js";
 import { SessionRequestSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { frame } from "../../server/sessions/session-grpc.js";
+import { frame } from "../../common/grpc-frames.js";
 import { Liveness } from "../../gen/proto/modelforge/common/v1/common_pb.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { enrollTestNode, type TestNode } from "../support/node.js";

@@ -1,6 +1,7 @@
-// Protobuf's wire primitives for the Session's hand-written fast paths (./heartbeat-wire.ts,
-// ./invoke-wire.ts): each reads or writes the very bytes protobuf-es does for the one shape it
-// knows, and leaves every other shape to protobuf-es.
+// Protobuf's wire primitives for the Session's hand-written fast paths
+// (server/sessions/heartbeat-wire.ts and invoke-wire.ts, agent/deployments/invoke-answer.ts): each
+// reads or writes the very bytes protobuf-es does for the one shape it knows, and leaves every
+// other shape to protobuf-es.
 
 /** A read position in a message, moved on by readVarint. */
 export interface Cursor {
