@@ -26,6 +26,7 @@ import { AgentMetrics } from "./metrics.js";
 import { openUpdater, updatePrepare } from "./update/index.js";
 import { parseByteSize } from "../common/byte-size.js";
 import { agentReporters, type Reporters } from "./session/reporters.js";
+import { nodeConnection } from "./session/transport.js";
 
 const usage = `Usage: agent <command> [options]
 
@@ -52,6 +53,8 @@ Environment:
   MODELFORGE_AGENT_BACKOFF_BASE   first reconnect delay ceiling (default 500ms)
   MODELFORGE_AGENT_BACKOFF_MAX    largest reconnect delay (default 10s)
   MODELFORGE_AGENT_REPLY_TIMEOUT  reconnect when Welcome or a heartbeat answer takes longer (default 30s)
+  MODELFORGE_AGENT_SESSION_FAST_PATH  "off" runs the Session through Connect's generic client
+                                  instead of framing it by hand (default on)
   MODELFORGE_AGENT_CLOCK_OFFSET   shift the agent's observation clock, e.g. 1h or -1h (testing)
   MODELFORGE_AGENT_ARTIFACT_SOURCES  artifact.acquire.v1 sources in order, comma-separated:
                                   control-plane, https://mirror/base[;token-file=/path] (unset: not offered)
@@ -165,6 +168,7 @@ async function run(statePath: string, env: NodeJS.ProcessEnv): Promise<number> {
     backoffBaseMs: env.MODELFORGE_AGENT_BACKOFF_BASE ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_BASE) : undefined,
     backoffMaxMs: env.MODELFORGE_AGENT_BACKOFF_MAX ? parseDuration(env.MODELFORGE_AGENT_BACKOFF_MAX) : undefined,
     replyTimeoutMs: env.MODELFORGE_AGENT_REPLY_TIMEOUT ? parseDuration(env.MODELFORGE_AGENT_REPLY_TIMEOUT) : undefined,
+    connect: sessionFastPath(env.MODELFORGE_AGENT_SESSION_FAST_PATH) ? undefined : (state) => nodeConnection(state, { fastPath: false }),
     metrics,
     reporters: modelMemoryReporters(env.MODELFORGE_AGENT_MODEL_MEMORY),
     jobs: await openJobRunner({
@@ -225,6 +229,13 @@ async function status(statePath: string): Promise<number> {
     ].join("\n"),
   );
   return 0;
+}
+
+/** MODELFORGE_AGENT_SESSION_FAST_PATH: "on" (the default) or "off". */
+function sessionFastPath(text: string | undefined): boolean {
+  const value = (text ?? "").trim() || "on";
+  if (value !== "on" && value !== "off") throw new Error(`MODELFORGE_AGENT_SESSION_FAST_PATH: expected on or off, got "${value}"`);
+  return value === "on";
 }
 
 function metricsAddress(text: string) {

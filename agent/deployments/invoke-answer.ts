@@ -4,6 +4,7 @@
 // per chunk (bench/openai.ts, BENCH_CPU_PROF). test/unit/agent-invoke-answer.test.ts holds it
 // equal to create()'s.
 import type { SessionRequest } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
+import { pushField, pushVarint } from "../../common/protobuf-wire.js";
 
 export interface AnswerPiece {
   invokeId: bigint;
@@ -32,3 +33,45 @@ export function invokeAnswerRequest(piece: AnswerPiece): SessionRequest {
     },
   };
 }
+
+/**
+ * `request` as one gRPC message ([0][uint32 length][SessionRequest]), encoded as protobuf-es
+ * encodes it, when it is an answer built by invokeAnswerRequest (no error, no reply wanted);
+ * undefined for any other message, which protobuf-es encodes. Every chunk a runtime streams is
+ * one, and protobuf-es's reflective writer was the agent's largest package per chunk.
+ */
+export function framedAnswer(request: SessionRequest): Buffer | undefined {
+  const m = request.message;
+  if (m.case !== "invokeAnswer" || request.messageId !== 0n || m.value.error !== undefined) return undefined;
+  if (hasUnknown(request) || hasUnknown(m.value)) return undefined;
+  const a = m.value;
+  const head: number[] = [];
+  if (a.invokeId !== 0n) pushField(head, 0x08, a.invokeId);
+  if (a.contentType !== "") {
+    const type = Buffer.from(a.contentType, "utf8");
+    head.push(0x12);
+    pushVarint(head, type.length);
+    for (const b of type) head.push(b);
+  }
+  if (a.payload.length > 0) {
+    head.push(0x1a);
+    pushVarint(head, a.payload.length);
+  }
+  const tail: number[] = [];
+  if (a.done) tail.push(0x20, 0x01);
+  if (a.revision !== 0n) pushField(tail, 0x30, a.revision);
+  const answerLength = head.length + a.payload.length + tail.length;
+  const prefix: number[] = [0x4a];
+  pushVarint(prefix, answerLength);
+  const length = prefix.length + answerLength;
+  const out = Buffer.allocUnsafe(5 + length);
+  out[0] = 0;
+  out.writeUInt32BE(length, 1);
+  out.set(prefix, 5);
+  out.set(head, 5 + prefix.length);
+  out.set(a.payload, 5 + prefix.length + head.length);
+  out.set(tail, 5 + prefix.length + head.length + a.payload.length);
+  return out;
+}
+
+const hasUnknown = (m: { $unknown?: unknown[] }) => m.$unknown !== undefined && m.$unknown.length > 0;

@@ -7,6 +7,7 @@ import type { AgentState } from "../state.js";
 import { isIP } from "node:net";
 import tls from "node:tls";
 import { dialHost } from "../../common/url-host.js";
+import { grpcSession } from "./grpc-session.js";
 
 export type AgentClient = Client<typeof AgentService>;
 
@@ -24,7 +25,7 @@ export function nodeClient(state: Pick<AgentState, "serverUrl" | "caPem" | "cert
 /**
  * One connection to the control plane, opened for one session and closed after it (so a failed
  * attempt never leaves a connection behind for the next one to pile onto). The agent's own is
- * ./transport.ts's Connect transport; the fleet benchmark may carry the same loop on another.
+ * below; the fleet benchmark may carry the same loop on another.
  */
 export interface NodeConnection {
   session(requests: AsyncIterable<SessionRequest>, options: { signal: AbortSignal }): AsyncIterable<SessionResponse>;
@@ -42,13 +43,17 @@ const pings = { pingIntervalMs: 15_000, pingTimeoutMs: 10_000 };
  * when the agent gave up on it keeps handshaking: in a restart storm every failed attempt would
  * leave one behind on the new server.)
  */
-export function nodeConnection(state: Pick<AgentState, "serverUrl" | "caPem" | "certPem" | "keyPem">): NodeConnection {
+export function nodeConnection(
+  state: Pick<AgentState, "serverUrl" | "caPem" | "certPem" | "keyPem">,
+  { fastPath = true }: { fastPath?: boolean } = {},
+): NodeConnection {
   const manager = new SteadySessionManager(state.serverUrl, pings, {
     createConnection: resumingTls({ ca: state.caPem, cert: state.certPem, key: state.keyPem }, state.certPem),
   });
   const client = createClient(AgentService, grpcTransport({ baseUrl: state.serverUrl, sessionManager: manager }));
   return {
-    session: (requests, options) => client.session(requests, options),
+    // The Session framed by hand (./grpc-session.ts), or through Connect's client (fastPath false).
+    session: (requests, options) => (fastPath ? grpcSession(manager, requests, options) : client.session(requests, options)),
     renewCredential: (request, options) => client.renewCredential(request, options),
     close: () => manager.abort(new ConnectError("session ended", Code.Canceled)),
   };

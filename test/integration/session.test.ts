@@ -1,6 +1,7 @@
 // The agent session end to end, with a real agent process and a fake nvidia-smi on its PATH:
 // liveness from server time, strict ordering of samples, bad clocks that cannot poison state, and
 // GPU reconciliation that tells a missing GPU from a failed collection.
+import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { cpSync, mkdtempSync, renameSync, rmSync, writeFileSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -456,6 +457,23 @@ describe("Session over the Connect protocol", () => {
       }
     }
     expect(seen).toEqual(["welcome", "reply"]);
+  });
+
+  it("runs a real agent's Session through Connect's client with the agent's fast path off, and refuses a bad switch", async () => {
+    const other = await enrollTestNode(ts, "agent-generic-path");
+    const proc = spawnAgent(other.statePath, { FAKE_NVIDIA_SMI_DIR: gpuDir, MODELFORGE_AGENT_SESSION_FAST_PATH: "off" });
+    try {
+      await waitFor(
+        async () => ((await ts.admin.getNode({ nodeId: other.nodeId })).node?.liveness === Liveness.ONLINE ? true : undefined),
+        { what: "the node online through the agent's Connect client" },
+      );
+    } finally {
+      await proc.stop();
+    }
+    const refused = spawnAgent(other.statePath, { MODELFORGE_AGENT_SESSION_FAST_PATH: "maybe" });
+    const [code] = (await once(refused.child, "exit")) as [number | null];
+    expect(code).toBe(1);
+    expect(refused.output()).toContain('MODELFORGE_AGENT_SESSION_FAST_PATH: expected on or off, got "maybe"');
   });
 
   it("serves a real agent's gRPC Session through Connect's generic path with the fast path off", async () => {
