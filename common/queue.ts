@@ -13,6 +13,8 @@ export interface QueueBound<T> {
 export class AsyncQueue<T> implements AsyncIterable<T> {
   private readonly items: T[] = [];
   private untaken = 0;
+  /** The first item is the one pushed to a consumer already waiting for it: as good as taken, so not weighed. */
+  private handed = false;
   private waiter: (() => void) | undefined;
   private done = false;
   private error: unknown;
@@ -24,9 +26,12 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
   push(item: T): boolean {
     if (this.done) return false;
     if (this.bound !== undefined) {
-      const weight = this.bound.weigh(item);
-      if (this.items.length > 0 && this.untaken + weight > this.bound.max) return false;
-      this.untaken += weight;
+      if (this.waiter !== undefined && this.items.length === 0) this.handed = true;
+      else {
+        const weight = this.bound.weigh(item);
+        if (this.items.length > 0 && this.untaken + weight > this.bound.max) return false;
+        this.untaken += weight;
+      }
     }
     this.items.push(item);
     this.wake();
@@ -43,6 +48,7 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
     this.done = true;
     this.items.length = 0;
     this.untaken = 0;
+    this.handed = false;
     this.wake();
   }
   get closed(): boolean {
@@ -66,7 +72,8 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
       if (this.failed) throw this.error;
       if (this.items.length > 0) {
         const item = this.items.shift() as T;
-        if (this.bound !== undefined) this.untaken -= this.bound.weigh(item);
+        if (this.handed) this.handed = false;
+        else if (this.bound !== undefined) this.untaken -= this.bound.weigh(item);
         yield item;
         continue;
       }

@@ -17,7 +17,7 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import type { Clock } from "../../common/clock.js";
-import { AsyncQueue } from "../../common/queue.js";
+import type { AsyncQueue } from "../../common/queue.js";
 import { onAbort } from "../../common/abort.js";
 import { Cancel } from "../../common/cancel.js";
 import { LookupCache } from "../../common/lookup-cache.js";
@@ -144,10 +144,15 @@ export const defaultMaxUnreadBytes = 1024 * 1024;
 /** How long a caller that is not reading is given to take a failure before its stream is ended. */
 const abandonGraceMs = 2_000;
 
+/** A try waiting on its node: each answer is handed to it as the Session reads it. */
 interface Pending {
   session: LiveSession;
-  answers: AsyncQueue<InvokeAnswer>;
+  answer(answer: InvokeAnswer): void;
+  fail(err: unknown): void;
 }
+
+/** Takes one answer piece for the caller; throws CallerStalled when the caller is too far behind. */
+type Emit = (piece: AnswerPiece) => void;
 
 export class InvokeRelay {
   private nextId = 0n;
@@ -208,20 +213,16 @@ export class InvokeRelay {
 
   /** Runs one request to its end, its pieces into the outbox; then ends the caller's stream if the caller is not taking them. */
   private async pump(principal: ServicePrincipal, call: RelayedCall, outbox: AsyncQueue<AnswerPiece>, state: RunState): Promise<void> {
-    const pieces = this.relay(principal, call, state);
+    // Pieces go into the outbox as the node's answers are read, with no wait per piece.
+    const emit: Emit = (piece) => {
+      if (!outbox.push(piece)) throw new CallerStalled(outbox.untakenWeight);
+    };
     let ended: "whole" | "failed" | "stalled" = "whole";
     let failure: unknown;
     try {
-      let next = await pieces.next();
-      while (next.done !== true) {
-        if (outbox.push(next.value)) next = await pieces.next();
-        else {
-          ended = "stalled";
-          next = await pieces.throw(new CallerStalled(outbox.untakenWeight));
-        }
-      }
+      await this.relay(principal, call, state, emit);
     } catch (err) {
-      if (ended === "whole") ended = "failed";
+      ended = err instanceof CallerStalled ? "stalled" : "failed";
       failure = err;
     }
     // Before the caller can see the end, so that its side does not stop a request already over.
@@ -241,7 +242,7 @@ export class InvokeRelay {
     });
   }
 
-  private async *relay(principal: ServicePrincipal, call: RelayedCall, state: RunState): AsyncGenerator<AnswerPiece> {
+  private async relay(principal: ServicePrincipal, call: RelayedCall, state: RunState, emit: Emit): Promise<void> {
     // Before routing: bad input is the caller's mistake, refused here and never relayed.
     const checked = checkPayload(call.contentType, call.payload, call.api, call.stream, call.body);
     let target = await this.target(call.deployment);
@@ -272,21 +273,22 @@ export class InvokeRelay {
         // Routed below by its fresh route: the cached one still says no replica is ready.
         this.routeCache.delete(call.deployment);
       }
-      yield* this.routed(principal, call, state, checked, target, charge);
+      await this.routed(principal, call, state, checked, target, charge, emit);
     } finally {
       ended?.();
     }
   }
 
   /** A request whose deployment has a route: to a replica here, or forwarded to the replica holding its node's session. */
-  private async *routed(
+  private async routed(
     principal: ServicePrincipal,
     call: RelayedCall,
     state: RunState,
     checked: ReturnType<typeof checkPayload>,
     target: DeploymentTarget | undefined,
     admitted: Charge | undefined,
-  ): AsyncGenerator<AnswerPiece> {
+    emit: Emit,
+  ): Promise<void> {
     let charge = admitted;
     let route: ReturnType<typeof routeInvoke>;
     try {
@@ -300,7 +302,7 @@ export class InvokeRelay {
     if ("elsewhere" in route) {
       // The replica it goes to admits it against the key's limits; one admitted here while held is let go.
       charge?.settle(0);
-      yield* this.elsewhere(deployment.name, route.elsewhere, call);
+      await passOn(this.elsewhere(deployment.name, route.elsewhere, call), emit);
       return;
     }
     if (checked.api === InvokeApi.EMBEDDINGS) {
@@ -335,7 +337,7 @@ export class InvokeRelay {
         const replica = this.choose(deployment, route.here, tried, prompt);
         tried.add(replicaKey(deployment.deploymentId, replica.revision, replica.replica));
         try {
-          yield* this.attempt(request, replica);
+          await this.attempt(request, replica, emit);
           return;
         } catch (err) {
           // Refused before any byte reached the runtime: once, another replica takes it.
@@ -401,73 +403,81 @@ export class InvokeRelay {
    * One try on one replica: the request goes to the node as an InvokeStart on its Session and its
    * answers come back. Throws NotStarted when the node refused it before the runtime began it.
    */
-  private async *attempt(request: Attempted, replica: DeploymentTarget["ready"][number]): AsyncGenerator<AnswerPiece> {
+  private attempt(request: Attempted, replica: DeploymentTarget["ready"][number], emit: Emit): Promise<void> {
     const { call, deployment, meter } = request;
     const key = replicaKey(deployment.deploymentId, replica.revision, replica.replica);
-    this.inFlight.acquire(key, 0);
     const session = this.deps.sessions.get(replica.nodeId);
     const invokeId = ++this.nextId;
-    const answers = new AsyncQueue<InvokeAnswer>();
     let finished = false;
     let began = false;
     const cancelOnNode = () => {
       if (!finished) session?.send(cancelMessage(invokeId));
     };
     const timeoutMs = Math.max(1, request.deadlineAt - this.deps.clock.now());
-    // The deadline and the caller's going away end the wait here and the runtime's work there.
-    const stopDeadline = this.deps.clock.after(timeoutMs, () => {
-      cancelOnNode();
-      answers.fail(new ConnectError(`deployment ${deployment.name} did not answer within ${timeoutMs} ms`, Code.DeadlineExceeded));
-    });
-    const forgetCaller = call.cancel.onAbort(() => {
-      cancelOnNode();
-      answers.fail(new ConnectError("the caller went away", Code.Canceled));
-    });
-    try {
-      if (session === undefined) throw new NotStarted(unreachable(deployment.name, "its session closed"));
-      this.pending.set(invokeId, { session, answers });
-      const sent = session.sendInvoke(invokePush(invokeId, request, replica, timeoutMs));
-      if (!sent)
-        throw new NotStarted(new ConnectError(`the node serving deployment ${deployment.name} is not reachable`, Code.Unavailable));
-      for await (const answer of answers) {
-        if (answer.error !== undefined) {
-          const refusal = nodeRefusal(answer.error.code, answer.error.message);
-          throw !began && refusedBeforeStart(refusal.code) ? new NotStarted(refusal) : refusal;
+    return new Promise<void>((resolve, reject) => {
+      let settled = false;
+      let stopDeadline = noop;
+      let forgetCaller = noop;
+      /** Ends the try once: what it holds is let go, and the node's work ends unless it finished. */
+      const settle = (failure?: unknown) => {
+        if (settled) return;
+        settled = true;
+        if (!finished) cancelOnNode();
+        finished = true;
+        stopDeadline();
+        forgetCaller();
+        this.pending.delete(invokeId);
+        this.inFlight.release(key);
+        if (failure === undefined) resolve();
+        // The session closed under the request before any answer: moved once to another replica,
+        // like a refusal before the runtime started.
+        else if (failure instanceof SessionEnded) reject(began ? failure.refusal : new NotStarted(failure.refusal));
+        else reject(failure);
+      };
+      this.inFlight.acquire(key, 0);
+      // The deadline and the caller's going away end the wait here and the runtime's work there.
+      stopDeadline = this.deps.clock.after(timeoutMs, () =>
+        settle(new ConnectError(`deployment ${deployment.name} did not answer within ${timeoutMs} ms`, Code.DeadlineExceeded)),
+      );
+      forgetCaller = call.cancel.onAbort(() => settle(new ConnectError("the caller went away", Code.Canceled)));
+      // A caller already gone settled the try as the listener was added, before it could be forgotten.
+      if (settled) return forgetCaller();
+      if (session === undefined) return settle(new NotStarted(unreachable(deployment.name, "its session closed")));
+      // Each answer is taken as the Session reads it, with no queue or wait between.
+      const answer = (a: InvokeAnswer) => {
+        if (settled) return;
+        try {
+          if (a.error !== undefined) {
+            const refusal = nodeRefusal(a.error.code, a.error.message);
+            return settle(!began && refusedBeforeStart(refusal.code) ? new NotStarted(refusal) : refusal);
+          }
+          began = true;
+          const passed = meter.pass(a.payload);
+          if (passed !== undefined) {
+            emit({
+              get payload() {
+                return passed.payload;
+              },
+              ...(passed.answer !== undefined ? { answer: passed.answer } : {}),
+              contentType: a.contentType || "application/json",
+              revision: a.revision || replica.revision,
+              replica: replica.replica,
+            });
+          }
+          if (a.done) {
+            finished = true;
+            request.finished = true;
+            settle();
+          }
+        } catch (err) {
+          settle(err);
         }
-        began = true;
-        const passed = meter.pass(answer.payload);
-        if (passed !== undefined) {
-          yield {
-            get payload() {
-              return passed.payload;
-            },
-            ...(passed.answer !== undefined ? { answer: passed.answer } : {}),
-            contentType: answer.contentType || "application/json",
-            revision: answer.revision || replica.revision,
-            replica: replica.replica,
-          };
-        }
-        if (answer.done) {
-          finished = true;
-          request.finished = true;
-          return;
-        }
+      };
+      this.pending.set(invokeId, { session, answer, fail: settle });
+      if (!session.sendInvoke(invokePush(invokeId, request, replica, timeoutMs))) {
+        settle(new NotStarted(new ConnectError(`the node serving deployment ${deployment.name} is not reachable`, Code.Unavailable)));
       }
-      throw new ConnectError(`the node serving deployment ${deployment.name} ended the request without an answer`, Code.Internal);
-    } catch (err) {
-      // The session closed under the request before any answer: the issue's "closed under it" case,
-      // moved once to another replica like a refusal before the runtime started.
-      if (err instanceof SessionEnded) throw began ? err.refusal : new NotStarted(err.refusal);
-      throw err;
-    } finally {
-      // Ended early (an error, or the consumer stopped): the node's work ends too.
-      if (!finished) cancelOnNode();
-      finished = true;
-      stopDeadline();
-      forgetCaller();
-      this.pending.delete(invokeId);
-      this.inFlight.release(key);
-    }
+    });
   }
 
   /** Admits a request within its key's limits (shared by every replica); else resource_exhausted, counted as refused. */
@@ -502,8 +512,7 @@ export class InvokeRelay {
       const p = this.pending.get(m.value.invokeId);
       // Only the session the request went to may answer it; a late answer finds nothing.
       if (p === undefined || p.session !== session) return;
-      p.answers.push(m.value);
-      if (m.value.done) p.answers.end();
+      p.answer(m.value);
     } else if (m.case === "logLines") {
       this.deps.logs.fromAgent(session, m.value);
     }
@@ -512,7 +521,7 @@ export class InvokeRelay {
   /** A node's Session ended on this replica: its requests fail as unavailable (moved elsewhere when nothing came back yet), its watches end. */
   sessionClosed(session: LiveSession): void {
     for (const p of this.pending.values()) {
-      if (p.session === session) p.answers.fail(new SessionEnded());
+      if (p.session === session) p.fail(new SessionEnded());
     }
     this.deps.logs.sessionClosed(session);
   }
@@ -565,6 +574,20 @@ class SessionEnded extends Error {
 class NotStarted extends Error {
   constructor(readonly refusal: ConnectError) {
     super(refusal.message);
+  }
+}
+
+const noop = (): void => undefined;
+
+/** Passes a forwarded call's pieces on; a stall is thrown into the forward, which cancels it at the holder. */
+async function passOn(pieces: AsyncGenerator<AnswerPiece>, emit: Emit): Promise<void> {
+  for (let next = await pieces.next(); next.done !== true; next = await pieces.next()) {
+    try {
+      emit(next.value);
+    } catch (err) {
+      await pieces.throw(err);
+      throw err;
+    }
   }
 }
 

@@ -44,6 +44,21 @@ describe("a bounded queue", () => {
     expect(queue.consumerWaiting).toBe(false);
   });
 
+  it("counts an item pushed to a consumer already waiting as taken, even when more follow in the same turn", async () => {
+    const queue = bounded(10);
+    const it = queue[Symbol.asyncIterator]();
+    const next = it.next();
+    await Promise.resolve();
+    // Three pushed at once (one read of the socket): the first is the waiting consumer's.
+    expect([queue.push("aaaa"), queue.push("bbbb"), queue.push("cccc")]).toEqual([true, true, true]);
+    expect(queue.untakenWeight).toBe(8);
+    expect(queue.push("dddd")).toBe(false);
+    expect((await next).value).toBe("aaaa");
+    expect(queue.untakenWeight).toBe(8);
+    expect((await it.next()).value).toBe("bbbb");
+    expect(queue.untakenWeight).toBe(4);
+  });
+
   it("drops what is untaken on a failure, and the consumer gets the error; an end before it holds", async () => {
     const queue = bounded(8);
     queue.push("aaaa");
