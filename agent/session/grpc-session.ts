@@ -3,10 +3,10 @@
 // (./transport.ts: connecting, pings, GOAWAY); only the stream is ours. Connect's generic streaming
 // took several promises per message each way and waited for each write to be flushed before taking
 // the next, and with protobuf-es's reflective encoder was about a fifth of the agent's CPU per
-// relayed stream chunk (bench/openai.ts). Answers are encoded by hand (framedAnswer), every other
-// message by protobuf-es. The status, the errors and their codes are Connect's, read with its own
-// gRPC rules, so the run loop cannot tell the two apart (MODELFORGE_AGENT_SESSION_FAST_PATH=off
-// keeps Connect's).
+// relayed stream chunk (bench/openai.ts). Answers are encoded by hand (framedAnswer) and
+// InvokeStarts read by hand (plainInvokeStart); every other message goes through protobuf-es. The
+// status, the errors and their codes are Connect's, read with its own gRPC rules, so the run loop
+// cannot tell the two apart (MODELFORGE_AGENT_SESSION_FAST_PATH=off keeps Connect's).
 import http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { validateResponse, validateTrailer } from "@connectrpc/connect/protocol-grpc";
@@ -22,6 +22,7 @@ import { AsyncQueue } from "../../common/queue.js";
 import { FrameReader, frame } from "../../common/grpc-frames.js";
 import type { SteadySessionManager } from "../../common/http2-sessions.js";
 import { framedAnswer } from "../deployments/invoke-answer.js";
+import { plainInvokeStart } from "../deployments/invoke-start.js";
 import { agentVersion } from "../version.js";
 import { errorOfNodeReason, errorOfResetCode } from "./stream-errors.js";
 
@@ -144,7 +145,7 @@ function readResponses(
     if (refused) return;
     manager.notifyResponseByteRead(stream);
     try {
-      for (const bytes of reader.push(chunk)) responses.push(fromBinary(SessionResponseSchema, bytes));
+      for (const bytes of reader.push(chunk)) responses.push(plainInvokeStart(bytes) ?? fromBinary(SessionResponseSchema, bytes));
     } catch (err) {
       refused = true;
       // The server broke the protocol (a compressed message, bytes that are no message): internal,

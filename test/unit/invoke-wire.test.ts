@@ -4,10 +4,9 @@
 import { describe, expect, it } from "vitest";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { SessionRequestSchema, SessionResponseSchema, type SessionRequest } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { invokeStartBytes, invokeStartMessage, plainInvokeAnswer } from "../../server/sessions/invoke-wire.js";
 import { sessionMessageViolation } from "../../server/edge/validate.js";
-import type { InvokePush } from "../../server/node-sessions.js";
+import { invokePush, invokePushCases } from "../support/invoke-push.js";
 import { mulberry32 } from "../../common/random.js";
 import { mutated } from "../support/mutate.js";
 
@@ -121,41 +120,8 @@ describe("reading an invoke answer off the wire", () => {
 });
 
 describe("writing an InvokeStart", () => {
-  const base: InvokePush = {
-    invokeId: 1n,
-    deploymentId: "0b7c6f1e-4a2d-4c55-9a8e-3f1d2c3b4a59",
-    requestId: "7f3e2d1c-0b9a-4877-8665-5443322110ff",
-    contentType: "application/json",
-    payload: chunk,
-    timeoutMs: 30_000,
-    revision: 3n,
-    replica: 1,
-    api: InvokeApi.CHAT_COMPLETIONS,
-    stream: true,
-  };
-
-  it.each<[string, Partial<InvokePush>]>([
-    ["a stream", {}],
-    ["a unary call", { stream: false, api: InvokeApi.COMPLETIONS }],
-    ["embeddings", { stream: false, api: InvokeApi.EMBEDDINGS }],
-    ["no api", { api: InvokeApi.UNSPECIFIED }],
-    ["replica 0 (present, as a wrapper)", { replica: 0 }],
-    ["a large replica number", { replica: 70_000 }],
-    ["revision 0", { revision: 0n }],
-    ["a large revision", { revision: 2n ** 40n + 5n }],
-    ["invoke id 0", { invokeId: 0n }],
-    ["an invoke id past 2^53", { invokeId: 2n ** 60n + 3n }],
-    ["a 1 ms timeout", { timeoutMs: 1 }],
-    ["a timeout of whole seconds", { timeoutMs: 1_000 }],
-    ["a timeout with both parts", { timeoutMs: 1_001 }],
-    ["a long timeout", { timeoutMs: 2 ** 31 }],
-    ["an empty payload", { payload: new Uint8Array(0) }],
-    ["a payload of 70,000 bytes", { payload: Buffer.alloc(70_000, 0x7b) }],
-    ["a payload at the contract's bound", { payload: Buffer.alloc(4 * 1024 * 1024, 0x20) }],
-    ["a request id beyond ASCII", { requestId: "réquête-✓" }],
-    ["an empty request id and content type", { requestId: "", contentType: "" }],
-  ])("writes %s as protobuf-es does", (_, over) => {
-    const push = { ...base, ...over };
+  it.each(invokePushCases)("writes %s as protobuf-es does", (_, over) => {
+    const push = { ...invokePush, ...over };
     const expected = toBinary(SessionResponseSchema, invokeStartMessage(push));
     expect(Buffer.from(invokeStartBytes(push)).equals(Buffer.from(expected))).toBe(true);
   });
