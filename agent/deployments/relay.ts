@@ -137,14 +137,15 @@ export class DeploymentRelay {
       if (start.stream && !embeddings) {
         const text = JSON.stringify({ ...body, stream: true });
         const shaper = prepared === undefined ? undefined : new StreamShaper(prepared);
-        for await (const data of held.runtime.client.streamRaw(path, text, cancel, timeoutMs)) {
+        const chunk = (data: string) => {
           // Only chunks to rewrite are parsed: tools, logprobs, or the usage llama-server puts on
           // its last token chunk (OpenAI's comes in a chunk of its own).
           if (shaper === undefined || (!shaper.active && !data.includes('"usage"'))) answer(Buffer.from(data), false);
           else
-            for (const chunk of shaper.chunk(JSON.parse(data) as Record<string, unknown>))
-              answer(Buffer.from(JSON.stringify(chunk)), false);
-        }
+            for (const shaped of shaper.chunk(JSON.parse(data) as Record<string, unknown>))
+              answer(Buffer.from(JSON.stringify(shaped)), false);
+        };
+        await held.runtime.client.streamRaw(path, text, chunk, cancel, timeoutMs);
         answer(new Uint8Array(), true);
       } else {
         const text = JSON.stringify(embeddings ? body : { ...body, stream: false });

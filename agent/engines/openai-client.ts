@@ -100,11 +100,52 @@ export class OpenAiClient {
     }
   }
 
-  /** POSTs a caller's JSON body (with "stream": true) and yields each event's data as it comes. */
-  async *streamRaw(path: string, body: string, signal?: AbortSignal | Cancel, timeoutMs?: number): AsyncGenerator<string> {
+  /**
+   * POSTs a caller's JSON body (with "stream": true) and hands each event's data to `onData` as
+   * its bytes are read, with no promise or generator between (a relayed stream's every chunk
+   * crosses here); resolves at [DONE]. A throw from `onData` ends the stream with that error.
+   */
+  async streamRaw(
+    path: string,
+    body: string,
+    onData: (data: string) => void,
+    signal?: AbortSignal | Cancel,
+    timeoutMs?: number,
+  ): Promise<void> {
     const { res, done } = await this.postRawHead(path, body, signal, timeoutMs);
     try {
-      yield* eventData(res.statusCode ?? 0, res);
+      await new Promise<void>((resolve, reject) => {
+        const events = new EventSplitter(res.statusCode ?? 0);
+        let over = false;
+        const finish = (err?: unknown) => {
+          if (over) return;
+          over = true;
+          res.off("data", take);
+          res.off("end", ended);
+          res.off("error", finish);
+          res.off("close", closed);
+          if (err === undefined) resolve();
+          else reject(err);
+        };
+        const take = (chunk: Uint8Array | undefined) => {
+          try {
+            for (const data of events.feed(chunk)) {
+              if (data === "[DONE]") return finish();
+              onData(data);
+            }
+            if (chunk === undefined) finish(events.unfinished());
+          } catch (err) {
+            finish(err);
+          }
+        };
+        const ended = () => take(undefined);
+        // Closed before its end without an error of its own: cut, as a stream iterator says.
+        const closed = () => finish(Object.assign(new Error("premature close"), { code: "ERR_STREAM_PREMATURE_CLOSE" }));
+        res.on("data", take);
+        res.on("end", ended);
+        res.on("error", finish);
+        res.on("close", closed);
+      });
     } finally {
       done();
       // A stream given up on before its end closes its connection rather than leave it half read.
@@ -182,37 +223,59 @@ function refusal(status: number, text: string): OpenAiClientError {
 }
 
 /**
- * The data of each server-sent event, until [DONE]; an event over the size limit is refused. The
- * framing is eventsource-parser's, as the spec has it (LF, CRLF or CR line ends, multi-line data,
- * comments), so a proxy in front of an upstream may frame events its own way.
+ * Server-sent events' data as the bytes come: the framing is eventsource-parser's, as the spec
+ * has it (LF, CRLF or CR line ends, multi-line data, comments), so a proxy in front of an upstream
+ * may frame events its own way. An event over the size limit is refused.
  */
+class EventSplitter {
+  private readonly decoder = new TextDecoder();
+  private readonly parsed: string[] = [];
+  private failure: Error | undefined;
+  private readonly parser;
+
+  constructor(private readonly status: number) {
+    this.parser = createParser({
+      maxBufferSize: maxEventBytes,
+      onEvent: (event) => {
+        if (event.data !== "") this.parsed.push(event.data);
+      },
+      onError: (err) => {
+        this.failure ??=
+          err.type === "max-buffer-size-exceeded"
+            ? new OpenAiClientError(status, undefined, undefined, "a stream event exceeds the size limit")
+            : undefined;
+      },
+    });
+  }
+
+  /** The data of the events `chunk` completes, "[DONE]" included; undefined: the body ended. */
+  feed(chunk: Uint8Array | undefined): string[] {
+    // At the end, a CR the parser holds (it cannot yet tell a lone CR from the start of a CRLF)
+    // still ends its line: an LF completes it, and adds no event where there was none.
+    this.parser.feed(chunk === undefined ? "\n" : this.decoder.decode(chunk, { stream: true }));
+    if (this.failure !== undefined) throw this.failure;
+    return this.parsed.length === 0 ? noEvents : this.parsed.splice(0);
+  }
+
+  /** The error of a body that ended before [DONE]. */
+  unfinished(): OpenAiClientError {
+    return new OpenAiClientError(this.status, undefined, undefined, "the stream ended without [DONE]");
+  }
+}
+
+const noEvents: string[] = [];
+
+/** The data of each server-sent event of `body`, until [DONE]. */
 async function* eventData(status: number, body: AsyncIterable<Uint8Array>): AsyncGenerator<string> {
-  const decoder = new TextDecoder();
-  const parsed: string[] = [];
-  let failure: Error | undefined;
-  const parser = createParser({
-    maxBufferSize: maxEventBytes,
-    onEvent: (event) => parsed.push(event.data),
-    onError: (err) => {
-      failure ??=
-        err.type === "max-buffer-size-exceeded"
-          ? new OpenAiClientError(status, undefined, undefined, "a stream event exceeds the size limit")
-          : undefined;
-    },
-  });
+  const events = new EventSplitter(status);
   const chunks = body[Symbol.asyncIterator]();
   for (let done = false; !done; ) {
     const next = await chunks.next();
     done = next.done === true;
-    // At the end, a CR the parser holds (it cannot yet tell a lone CR from the start of a CRLF)
-    // still ends its line: an LF completes it, and adds no event where there was none.
-    parser.feed(done ? "\n" : decoder.decode(next.value, { stream: true }));
-    if (failure !== undefined) throw failure;
-    for (const data of parsed.splice(0)) {
-      if (data === "") continue;
+    for (const data of events.feed(done ? undefined : next.value)) {
       if (data === "[DONE]") return;
       yield data;
     }
   }
-  throw new OpenAiClientError(status, undefined, undefined, "the stream ended without [DONE]");
+  throw events.unfinished();
 }

@@ -75,7 +75,7 @@ describe("OpenAiClient against a runtime that cuts a connection before answering
     const seen: string[] = [];
     await expect(
       (async () => {
-        for await (const data of new OpenAiClient(rt.url).streamRaw("/v1/completions", "{}")) seen.push(data);
+        await new OpenAiClient(rt.url).streamRaw("/v1/completions", "{}", (data) => seen.push(data));
       })(),
     ).rejects.toThrow();
     expect(seen).toEqual(['{"n":1}']);
@@ -138,7 +138,7 @@ describe("a runtime's server-sent events, however framed", () => {
       res.end();
     });
     const seen: string[] = [];
-    for await (const data of new OpenAiClient(rt.url).streamRaw("/v1/completions", "{}")) seen.push(data);
+    await new OpenAiClient(rt.url).streamRaw("/v1/completions", "{}", (data) => seen.push(data));
     expect(seen).toEqual(['{"n":1}', '{"n":2}', '{"n":3}']);
   });
 
@@ -148,14 +148,14 @@ describe("a runtime's server-sent events, however framed", () => {
     );
     await expect(
       (async () => {
-        for await (const _ of new OpenAiClient(huge.url).streamRaw("/v1/completions", "{}"));
+        await new OpenAiClient(huge.url).streamRaw("/v1/completions", "{}", () => undefined);
       })(),
     ).rejects.toThrow(/exceeds the size limit/);
     await new Promise<void>((resolve) => server!.close(() => resolve()));
     const cut = await runtime((_n, _req, res) => res.writeHead(200, { "content-type": "text/event-stream" }).end('data: {"n":1}\r\n\r\n'));
     await expect(
       (async () => {
-        for await (const _ of new OpenAiClient(cut.url).streamRaw("/v1/completions", "{}"));
+        await new OpenAiClient(cut.url).streamRaw("/v1/completions", "{}", () => undefined);
       })(),
     ).rejects.toThrow(/without \[DONE\]/);
   });
