@@ -2,7 +2,9 @@
 // (what was not taken yet is dropped), `end` ends it once the rest is taken; whichever comes first
 // holds. Unbounded, or bounded
 // by the weight of what the consumer has not taken yet (a stream's unread bytes, say): a push past
-// the bound is refused, and the caller decides what a consumer that far behind means.
+// the bound is refused, and the caller decides what a consumer that far behind means. An item
+// pushed to a consumer already waiting for one counts as taken: several pushed in one turn (one
+// read of a socket) do not make a reading consumer look behind.
 
 export interface QueueBound<T> {
   /** The most weight left untaken; one item alone is always taken, however heavy. */

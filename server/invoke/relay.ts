@@ -401,7 +401,8 @@ export class InvokeRelay {
 
   /**
    * One try on one replica: the request goes to the node as an InvokeStart on its Session and its
-   * answers come back. Throws NotStarted when the node refused it before the runtime began it.
+   * answers come back, each handed to `emit` as the Session reads it. Rejects with NotStarted when
+   * the node refused it before the runtime began it.
    */
   private attempt(request: Attempted, replica: DeploymentTarget["ready"][number], emit: Emit): Promise<void> {
     const { call, deployment, meter } = request;
