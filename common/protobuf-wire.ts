@@ -63,6 +63,26 @@ export function pushField(out: number[], fieldTag: number, value: number | bigin
   pushVarint(out, value);
 }
 
+/** A string field, left out when empty (as protobuf-es writes it). */
+export function pushString(out: number[], fieldTag: number, value: string): void {
+  if (value === "") return;
+  const bytes = Buffer.from(value, "utf8");
+  out.push(fieldTag);
+  pushVarint(out, bytes.length);
+  for (const b of bytes) out.push(b);
+}
+
+/** Whether every byte at [from, to) is printable ASCII (0x20-0x7e): the only text the fast paths read. */
+export function isPrintableAscii(bytes: Uint8Array, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) if (bytes[i]! < 0x20 || bytes[i]! > 0x7e) return false;
+  return true;
+}
+
+/** The bytes at [from, to) as text when they are printable ASCII; else undefined. */
+export function printableAscii(bytes: Uint8Array, from: number, to: number): string | undefined {
+  return isPrintableAscii(bytes, from, to) ? String.fromCharCode(...bytes.subarray(from, to)) : undefined;
+}
+
 /** A length-delimited field whose body is `body`. */
 export function pushMessage(out: number[], fieldTag: number, body: number[]): void {
   out.push(fieldTag);

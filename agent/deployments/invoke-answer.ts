@@ -4,7 +4,7 @@
 // per chunk (bench/openai.ts, BENCH_CPU_PROF). test/unit/agent-invoke-answer.test.ts holds it
 // equal to create()'s.
 import type { SessionRequest } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { pushField, pushVarint } from "../../common/protobuf-wire.js";
+import { pushField, pushString, pushVarint } from "../../common/protobuf-wire.js";
 
 export interface AnswerPiece {
   invokeId: bigint;
@@ -47,12 +47,7 @@ export function framedAnswer(request: SessionRequest): Buffer | undefined {
   const a = m.value;
   const head: number[] = [];
   if (a.invokeId !== 0n) pushField(head, 0x08, a.invokeId);
-  if (a.contentType !== "") {
-    const type = Buffer.from(a.contentType, "utf8");
-    head.push(0x12);
-    pushVarint(head, type.length);
-    for (const b of type) head.push(b);
-  }
+  pushString(head, 0x12, a.contentType);
   if (a.payload.length > 0) {
     head.push(0x1a);
     pushVarint(head, a.payload.length);

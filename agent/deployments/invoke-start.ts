@@ -14,7 +14,7 @@
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import type { DeploymentInvoke } from "../../gen/proto/modelforge/jobs/v1/jobs_pb.js";
 import type { InvokeStart, SessionResponse } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
-import { readVarint, type Cursor } from "../../common/protobuf-wire.js";
+import { printableAscii, readVarint, type Cursor } from "../../common/protobuf-wire.js";
 
 /** Longest name read here (the proto bounds them at 64 and 128 bytes); a longer one goes to protobuf-es. */
 const maxNameBytes = 128;
@@ -156,7 +156,5 @@ function uint32Value(bytes: Uint8Array, from: number, end: number): number | und
 }
 
 function asciiOf(bytes: Uint8Array, from: number, to: number): string | undefined {
-  if (to - from > maxNameBytes) return undefined;
-  for (let i = from; i < to; i++) if (bytes[i]! < 0x20 || bytes[i]! > 0x7e) return undefined;
-  return String.fromCharCode(...bytes.subarray(from, to));
+  return to - from > maxNameBytes ? undefined : printableAscii(bytes, from, to);
 }

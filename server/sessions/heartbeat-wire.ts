@@ -17,7 +17,7 @@
 import { boundsOf } from "../edge/bounds.js";
 import { HeartbeatRequestSchema } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { timestampSeconds } from "../edge/validate.js";
-import { pushField, pushMessage, varint } from "../../common/protobuf-wire.js";
+import { isPrintableAscii, pushField, pushMessage, varint } from "../../common/protobuf-wire.js";
 
 /** Tags (field number << 3 | wire type) of the fields read and written here. */
 const tag = { varint1: 0x08, varint2: 0x10, bytes1: 0x0a, bytes2: 0x12, bytes3: 0x1a } as const;
@@ -57,7 +57,7 @@ function plainHeartbeatBody(bytes: Uint8Array, at: number, end: number): boolean
     const [n, from] = len;
     if (bit === 1) {
       if (n > maxAgentVersionBytes) return false;
-      for (let i = from; i < from + n; i++) if (bytes[i]! < 0x20 || bytes[i]! > 0x7e) return false;
+      if (!isPrintableAscii(bytes, from, from + n)) return false;
     } else if (!plainTimestamp(bytes, from, from + n)) return false;
     at = from + n;
   }

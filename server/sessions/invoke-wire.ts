@@ -24,7 +24,7 @@ import {
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import type { InvokePush } from "../node-sessions.js";
 import { boundsOf } from "../edge/bounds.js";
-import { pushField, pushMessage, pushVarint, readVarint } from "../../common/protobuf-wire.js";
+import { printableAscii, pushField, pushMessage, pushString, pushVarint, readVarint } from "../../common/protobuf-wire.js";
 
 const contentTypeBound = boundsOf(InvokeAnswerSchema.field.contentType).string?.maxBytes;
 const payloadBound = boundsOf(InvokeAnswerSchema.field.payload).bytesMax;
@@ -122,8 +122,8 @@ function contentTypeAt(bytes: Uint8Array, from: number, to: number): string | un
     while (i < last.length && bytes[from + i] === last[i]) i++;
     if (i === last.length) return lastContentType.text;
   }
-  for (let i = from; i < to; i++) if (bytes[i]! < 0x20 || bytes[i]! > 0x7e) return undefined;
-  const text = String.fromCharCode(...bytes.subarray(from, to));
+  const text = printableAscii(bytes, from, to);
+  if (text === undefined) return undefined;
   lastContentType = { bytes: bytes.slice(from, to), text };
   return text;
 }
@@ -195,13 +195,4 @@ export function invokeStartBytes(p: InvokePush): Uint8Array {
   out.set(tail, at);
   out.set(end, at + tail.length);
   return out;
-}
-
-/** A string field, left out when empty. */
-function pushString(out: number[], tag: number, value: string): void {
-  if (value === "") return;
-  const bytes = Buffer.from(value, "utf8");
-  out.push(tag);
-  pushVarint(out, bytes.length);
-  for (const b of bytes) out.push(b);
 }
