@@ -19,6 +19,8 @@ import {
   type SessionResponse,
 } from "../../gen/proto/modelforge/agent/v1/agent_pb.js";
 import { AsyncQueue } from "../../common/queue.js";
+import { onAbort } from "../../common/abort.js";
+import { drained } from "../../common/drained.js";
 import { FrameReader, frame } from "../../common/grpc-frames.js";
 import type { SteadySessionManager } from "../../common/http2-sessions.js";
 import { framedAnswer } from "../deployments/invoke-answer.js";
@@ -54,14 +56,14 @@ export async function* grpcSession(
     responses.fail(err);
     if (!stream.closed) stream.close(err.code === Code.Canceled ? http2.constants.NGHTTP2_CANCEL : http2.constants.NGHTTP2_INTERNAL_ERROR);
   };
-  const onAbort = () => fail(cancelled());
-  signal.addEventListener("abort", onAbort, { once: true });
+  // onAbort, not a listener of our own: an abort between the stream's opening and here still ends it.
+  const forgetAbort = onAbort(signal, () => fail(cancelled()));
   readResponses(manager, stream, responses, fail);
   void writeRequests(stream, requests, fail);
   try {
     yield* responses;
   } finally {
-    signal.removeEventListener("abort", onAbort);
+    forgetAbort();
     if (!stream.closed) stream.close(http2.constants.NGHTTP2_CANCEL);
   }
 }
@@ -69,17 +71,16 @@ export async function* grpcSession(
 /** The call's stream, once the connection is up; refused at once when `signal` ends the wait. */
 function opened(manager: SteadySessionManager, signal: AbortSignal): Promise<http2.ClientHttp2Stream> {
   return new Promise((resolve, reject) => {
-    const onAbort = () => reject(ConnectError.from(signal.reason, Code.Canceled));
-    signal.addEventListener("abort", onAbort, { once: true });
+    const forget = onAbort(signal, () => reject(ConnectError.from(signal.reason, Code.Canceled)));
     manager.request("POST", sessionPath, requestHeaders, {}).then(
       (stream) => {
-        signal.removeEventListener("abort", onAbort);
+        forget();
         // Aborted while the stream opened: nobody will read it.
         if (signal.aborted) stream.close(http2.constants.NGHTTP2_CANCEL);
         else resolve(stream);
       },
       (err: unknown) => {
-        signal.removeEventListener("abort", onAbort);
+        forget();
         reject(err instanceof ConnectError ? err : errorOfNodeReason(err));
       },
     );
@@ -96,24 +97,12 @@ async function writeRequests(
     for await (const request of requests) {
       if (stream.closed || stream.destroyed) return;
       const bytes = framedAnswer(request) ?? frame(toBinary(SessionRequestSchema, request));
-      if (!stream.write(bytes)) await drained(stream);
+      if (!stream.write(bytes) && !(await drained(stream))) return;
     }
     if (!stream.closed && !stream.destroyed) stream.end();
   } catch (err) {
     fail(err instanceof ConnectError ? err : errorOfNodeReason(err));
   }
-}
-
-function drained(stream: http2.ClientHttp2Stream): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      stream.off("drain", done);
-      stream.off("close", done);
-      resolve();
-    };
-    stream.on("drain", done);
-    stream.on("close", done);
-  });
 }
 
 /**

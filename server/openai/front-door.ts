@@ -22,6 +22,7 @@ import { renamed } from "./answer.js";
 import { answerAfterBody, declaredLength } from "../edge/drain.js";
 import { InvokeApi } from "../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { headerValue } from "../edge/headers.js";
+import { drained } from "../../common/drained.js";
 
 type HttpRequest = http2.Http2ServerRequest | IncomingMessage;
 type HttpResponse = http2.Http2ServerResponse | ServerResponse;
@@ -196,22 +197,6 @@ async function stream(pieces: AsyncGenerator<AnswerPiece>, request: GenerateRequ
   if (!res.headersSent) res.writeHead(200, eventStream);
   res.end("data: [DONE]\n\n");
   return undefined;
-}
-
-/** Resolves when the response can take more (true), or has closed (false). */
-function drained(res: HttpResponse): Promise<boolean> {
-  if (res.destroyed || res.writableEnded) return Promise.resolve(false);
-  return new Promise((resolve) => {
-    const done = (more: boolean) => () => {
-      res.off("drain", onDrain);
-      res.off("close", onClose);
-      resolve(more);
-    };
-    const onDrain = done(true);
-    const onClose = done(false);
-    res.once("drain", onDrain);
-    res.once("close", onClose);
-  });
 }
 
 /**
