@@ -10,7 +10,7 @@ import type {
   ModelList,
 } from "./openai-protocol.js";
 import type { Cancel } from "../../common/cancel.js";
-import { readAll, RuntimeHttp } from "./runtime-http.js";
+import { RuntimeHttp } from "./runtime-http.js";
 
 export interface GenerationParams {
   model?: string;
@@ -91,88 +91,87 @@ export class OpenAiClient {
   }
 
   /** POSTs a caller's JSON body as it is and returns the answer's bytes (the relay's unary path). */
-  async postRaw(path: string, body: string, signal?: AbortSignal | Cancel, timeoutMs?: number): Promise<Buffer> {
-    const { res, done } = await this.postRawHead(path, body, signal, timeoutMs);
-    try {
-      return await readAll(res);
-    } finally {
-      done();
-    }
+  postRaw(path: string, body: string, signal?: AbortSignal | Cancel, timeoutMs?: number): Promise<Buffer> {
+    return this.send<Buffer>(path, body, signal, timeoutMs, (_status, resolve) => {
+      const chunks: Buffer[] = [];
+      return {
+        data: (chunk) => chunks.push(chunk),
+        end: () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)),
+      };
+    });
   }
 
   /**
    * POSTs a caller's JSON body (with "stream": true) and hands each event's data to `onData` as
    * its bytes are read, with no promise or generator between (a relayed stream's every chunk
-   * crosses here); resolves at [DONE]. A throw from `onData` ends the stream with that error.
+   * crosses here); resolves at [DONE], and the rest of the body is read quietly so that its
+   * connection is kept. A throw from `onData` ends the stream with that error.
    */
-  async streamRaw(
-    path: string,
-    body: string,
-    onData: (data: string) => void,
-    signal?: AbortSignal | Cancel,
-    timeoutMs?: number,
-  ): Promise<void> {
-    const { res, done } = await this.postRawHead(path, body, signal, timeoutMs);
-    try {
-      await new Promise<void>((resolve, reject) => {
-        const events = new EventSplitter(res.statusCode ?? 0);
-        let over = false;
-        const finish = (err?: unknown) => {
-          if (over) return;
-          over = true;
-          res.off("data", take);
-          res.off("end", ended);
-          res.off("error", finish);
-          res.off("close", closed);
-          if (err === undefined) resolve();
-          else reject(err);
-        };
-        const take = (chunk: Uint8Array | undefined) => {
-          try {
-            for (const data of events.feed(chunk)) {
-              if (data === "[DONE]") return finish();
-              onData(data);
-            }
-            if (chunk === undefined) finish(events.unfinished());
-          } catch (err) {
-            finish(err);
+  streamRaw(path: string, body: string, onData: (data: string) => void, signal?: AbortSignal | Cancel, timeoutMs?: number): Promise<void> {
+    return this.send<void>(path, body, signal, timeoutMs, (status, resolve, reject) => {
+      const events = new EventSplitter(status);
+      let over = false;
+      const take = (chunk: Buffer | undefined) => {
+        if (over) return;
+        for (const data of events.feed(chunk)) {
+          if (data === "[DONE]") {
+            over = true;
+            return resolve();
           }
-        };
-        const ended = () => take(undefined);
-        // Closed before its end without an error of its own: cut, as a stream iterator says.
-        const closed = () => finish(Object.assign(new Error("premature close"), { code: "ERR_STREAM_PREMATURE_CLOSE" }));
-        res.on("data", take);
-        res.on("end", ended);
-        res.on("error", finish);
-        res.on("close", closed);
-      });
-    } finally {
-      done();
-      // A stream given up on before its end closes its connection rather than leave it half read.
-      if (!res.complete) res.destroy();
-    }
+          onData(data);
+        }
+        if (chunk === undefined) reject(events.unfinished());
+      };
+      return { data: take, end: () => take(undefined) };
+    });
   }
 
-  /** The response of a 2xx, sent once more on a new connection when the first was cut before any answer. */
-  private async postRawHead(path: string, body: string, signal: AbortSignal | Cancel | undefined, timeoutMs = this.timeoutMs) {
+  /**
+   * Sends the request and settles with what `read` makes of a 2xx answer; any other status is a
+   * refusal. Sent once more, on a connection of its own, when the first was cut before any
+   * answer: as in request() below, and not on another kept-alive connection, since after an idle
+   * spell the runtime closes them all, and under load the next one may be closing too
+   * (bench/openai.ts once failed a request so).
+   */
+  private send<T>(
+    path: string,
+    body: string,
+    signal: AbortSignal | Cancel | undefined,
+    timeoutMs: number = this.timeoutMs,
+    read: (status: number, resolve: (value: T) => void, reject: (err: unknown) => void) => BodyReader,
+  ): Promise<T> {
     const post = { path, body, signal, timeoutMs: Math.min(timeoutMs, this.timeoutMs) };
-    let sent: Awaited<ReturnType<RuntimeHttp["post"]>>;
-    try {
-      sent = await this.raw.post(post);
-    } catch (err) {
-      // As in request() below. Not on another kept-alive connection: after an idle spell the
-      // runtime closes them all, and under load the next one may be closing too (bench/openai.ts
-      // once failed a request so).
-      if (!closedBeforeAnswer(err) || signal?.aborted) throw err;
-      sent = await this.raw.post({ ...post, fresh: true });
-    }
-    const status = sent.res.statusCode ?? 0;
-    if (status >= 200 && status < 300) return sent;
-    const text = await readAll(sent.res)
-      .then((b) => b.toString("utf8"))
-      .catch(() => "")
-      .finally(sent.done);
-    throw refusal(status, text);
+    return new Promise<T>((resolve, reject) => {
+      const attempt = (fresh: boolean) => {
+        let reader: BodyReader | undefined;
+        let refused: Refused | undefined;
+        this.raw.post(
+          { ...post, fresh },
+          {
+            head: (status) => {
+              if (status >= 200 && status < 300) reader = read(status, resolve, reject);
+              else reader = refused = new Refused(status);
+            },
+            data: (chunk) => reader!.data(chunk),
+            end: () => {
+              try {
+                reader!.end();
+                if (refused !== undefined) reject(refused.error());
+              } catch (err) {
+                reject(err);
+              }
+            },
+            fail: (err) => {
+              // An answer cut while refusing is still the refusal, in what words came.
+              if (refused !== undefined) reject(refused.error());
+              else if (reader === undefined && !fresh && closedBeforeAnswer(err) && !signal?.aborted) attempt(true);
+              else reject(err);
+            },
+          },
+        );
+      };
+      attempt(false);
+    });
   }
 
   private async request(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response> {
@@ -220,6 +219,34 @@ function refusal(status: number, text: string): OpenAiClientError {
     /* not OpenAI's shape: the status says enough */
   }
   return new OpenAiClientError(status, error.type, error.code ?? undefined, error.message ?? `HTTP ${status}`);
+}
+
+interface BodyReader {
+  data(chunk: Buffer): void;
+  end(): void;
+}
+
+/** Most of a refusal's body kept for its message: a runtime's error is a line or two of JSON. */
+const maxRefusalBytes = 64 * 1024;
+
+/** A non-2xx answer's body, read for the runtime's own words. */
+class Refused implements BodyReader {
+  private readonly chunks: Buffer[] = [];
+  private bytes = 0;
+
+  constructor(private readonly status: number) {}
+
+  data(chunk: Buffer): void {
+    if (this.bytes >= maxRefusalBytes) return;
+    this.chunks.push(chunk);
+    this.bytes += chunk.length;
+  }
+
+  end(): void {}
+
+  error(): OpenAiClientError {
+    return refusal(this.status, Buffer.concat(this.chunks).subarray(0, maxRefusalBytes).toString("utf8"));
+  }
 }
 
 /**

@@ -1,88 +1,119 @@
-// The relay's HTTP client to a runtime: node:http over kept-alive connections. fetch cost the agent
-// more per relayed request than everything else it does for one (bench/openai.ts, BENCH_CPU_PROF:
-// its web streams, request clone and the AbortSignal.any/timeout pair were over a third of the
-// agent's CPU); this writes the body and hands back the response as it comes, nothing more.
-import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
-import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+// The relay's HTTP client to a runtime: undici's dispatcher, whose callbacks take the answer's head
+// and body pieces as its parser reads them. fetch cost the agent more per relayed request than
+// everything else it does for one (its web streams, request clone and signals), and node:http's
+// client still cost about three times undici's dispatch on a loopback runtime (bench/openai.ts,
+// BENCH_CPU_PROF): a request object, a socket stream and a response stream per request.
+import { Client, Pool } from "undici";
 import { onAbort } from "../../common/abort.js";
 import type { Cancel } from "../../common/cancel.js";
-
-/** Connections kept open per runtime when idle: as many as requests run at once, up to this. */
-const maxIdleConnections = 256;
 
 export interface RuntimePost {
   path: string;
   body: string;
-  /** The caller's cancellation: the request (or its response) is destroyed with its reason. */
+  /** The caller's cancellation: the request (or its answer) is cut with its reason. */
   signal: AbortSignal | Cancel | undefined;
-  /** Destroys the request with a TimeoutError when no whole answer came within it. */
+  /** Cuts the request with a TimeoutError when no whole answer came within it. */
   timeoutMs: number;
   /** On a connection of its own rather than a kept-alive one (which may be one the runtime is closing). */
   fresh?: boolean;
 }
 
-export class RuntimeHttp {
-  private readonly agent: HttpAgent;
-  private readonly request: typeof httpRequest;
-  /** The origin as request options: a URL parsed per request showed in the agent's profile. */
-  private readonly target: { protocol: string; hostname: string; port: string };
+/**
+ * What one request's answer is handed to, in order: its status, each piece of its body, then its
+ * end, or a failure at any point (after which nothing more comes). A throw from `head` or `data`
+ * cuts the request and comes back as the failure.
+ */
+export interface RuntimeAnswer {
+  head(status: number): void;
+  data(chunk: Buffer): void;
+  end(): void;
+  fail(err: Error): void;
+}
 
-  constructor(origin: URL) {
-    const https = origin.protocol === "https:";
-    this.target = { protocol: origin.protocol, hostname: origin.hostname.replace(/^\[|\]$/g, ""), port: origin.port };
-    this.agent = https
-      ? new HttpsAgent({ keepAlive: true, maxFreeSockets: maxIdleConnections })
-      : new HttpAgent({ keepAlive: true, maxFreeSockets: maxIdleConnections });
-    this.request = https ? httpsRequest : httpRequest;
+/**
+ * The runtime's own deadline is the caller's (`timeoutMs`), so undici's are off; connections kept
+ * open are as many as requests run at once, closed by undici when idle past the server's hint.
+ */
+const options = { headersTimeout: 0, bodyTimeout: 0 } as const;
+const headers = ["content-type", "application/json"];
+
+export class RuntimeHttp {
+  private readonly pool: Pool;
+
+  constructor(private readonly origin: URL) {
+    this.pool = new Pool(origin, options);
   }
 
-  /**
-   * POSTs JSON; resolves with the response once its head arrived. `done` must be called when the
-   * response is read or given up: it disarms the deadline.
-   */
-  post(p: RuntimePost): Promise<{ res: IncomingMessage; done: () => void }> {
-    return new Promise((resolve, reject) => {
-      const req = this.request({
-        ...this.target,
-        path: p.path,
-        method: "POST",
-        agent: p.fresh ? false : this.agent,
-        headers: { "content-type": "application/json", "content-length": Buffer.byteLength(p.body) },
-      });
-      // Before the head, the request fails; after it, the response's reader does.
-      let current: { destroy(err: Error): unknown } = req;
-      const timer = setTimeout(
-        () => current.destroy(new DOMException(`the runtime did not answer within ${p.timeoutMs} ms`, "TimeoutError")),
-        p.timeoutMs,
-      );
-      const signal = p.signal;
-      const cancel = () => current.destroy(reasonOf(signal!));
-      let forget: (() => void) | undefined;
-      const done = () => {
-        clearTimeout(timer);
-        forget?.();
-      };
-      req.once("response", (res) => {
-        current = res;
-        resolve({ res, done });
-      });
-      req.once("error", (err) => {
-        done();
-        reject(err);
-      });
-      if (signal?.aborted) return cancel();
-      if (signal !== undefined) forget = onAbort(signal, cancel);
-      req.end(p.body);
-    });
+  /** POSTs JSON and hands the answer to `answer` as it comes. */
+  post(p: RuntimePost, answer: RuntimeAnswer): void {
+    const dispatcher = p.fresh ? new Client(this.origin, { ...options, pipelining: 0 }) : this.pool;
+    let over = false;
+    let cut: ((err: Error) => void) | undefined;
+    let cutBeforeConnect: Error | undefined;
+    let forget: (() => void) | undefined;
+    const settle = () => {
+      over = true;
+      clearTimeout(timer);
+      forget?.();
+      if (p.fresh) void dispatcher.close();
+    };
+    // Before undici hands over its abort, the failure is told at once and the request cut as it starts.
+    const stop = (err: Error) => {
+      if (over) return;
+      if (cut !== undefined) return cut(err);
+      cutBeforeConnect = err;
+      settle();
+      answer.fail(err);
+    };
+    const timer = setTimeout(
+      () => stop(new DOMException(`the runtime did not answer within ${p.timeoutMs} ms`, "TimeoutError")),
+      p.timeoutMs,
+    );
+    const signal = p.signal;
+    if (signal !== undefined) forget = onAbort(signal, () => stop(reasonOf(signal)));
+    if (over) return;
+    dispatcher.dispatch(
+      { path: p.path, method: "POST", headers, body: p.body },
+      {
+        onConnect(abort) {
+          if (cutBeforeConnect !== undefined) abort(cutBeforeConnect);
+          else cut = abort;
+        },
+        onHeaders(status) {
+          // A 1xx is not the answer.
+          if (over || status < 200) return true;
+          try {
+            answer.head(status);
+          } catch (err) {
+            stop(asError(err));
+          }
+          return true;
+        },
+        onData(chunk) {
+          if (over) return true;
+          try {
+            answer.data(chunk);
+          } catch (err) {
+            stop(asError(err));
+          }
+          return true;
+        },
+        onComplete() {
+          if (over) return;
+          settle();
+          answer.end();
+        },
+        onError(err) {
+          if (over) return;
+          settle();
+          answer.fail(err);
+        },
+      },
+    );
   }
 }
 
 const reasonOf = (signal: AbortSignal | Cancel): Error =>
   signal.reason instanceof Error ? signal.reason : new DOMException("the request was cancelled", "AbortError");
 
-/** The whole body of a response (bounded by the caller's deadline, as the runtime is the agent's own). */
-export async function readAll(res: IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of res as AsyncIterable<Buffer>) chunks.push(chunk);
-  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-}
+const asError = (err: unknown): Error => (err instanceof Error ? err : new Error(String(err)));

@@ -7,6 +7,8 @@ import { closedBeforeAnswer, OpenAiClient, OpenAiClientError } from "../../agent
 // connection: how a runtime that closed an idle kept-alive connection looks from the agent.
 let server: Server | undefined;
 afterEach(async () => {
+  // Connections the client keeps alive would hold close() until its idle timer.
+  server?.closeAllConnections();
   await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
   server = undefined;
 });
@@ -140,6 +142,27 @@ describe("a runtime's server-sent events, however framed", () => {
     const seen: string[] = [];
     await new OpenAiClient(rt.url).streamRaw("/v1/completions", "{}", (data) => seen.push(data));
     expect(seen).toEqual(['{"n":1}', '{"n":2}', '{"n":3}']);
+  });
+
+  it("keeps the connection of a stream whose [DONE] came before its body's end", async () => {
+    let ended = Promise.resolve();
+    const rt = await runtime((_n, _req, res) => {
+      ended = new Promise((resolve) => res.once("finish", resolve));
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write('data: {"n":1}\n\ndata: [DONE]\n\n', () => setTimeout(() => res.end(), 50));
+    });
+    let connections = 0;
+    server!.on("connection", () => connections++);
+    const client = new OpenAiClient(rt.url);
+    for (let i = 0; i < 3; i++) {
+      const seen: string[] = [];
+      await client.streamRaw("/v1/completions", "{}", (data) => seen.push(data));
+      expect(seen).toEqual(['{"n":1}']);
+      // The body's end is on loopback once the server finished: a turn of the loop later the client has read it.
+      await ended;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect([rt.requests(), connections]).toEqual([3, 1]);
   });
 
   it("refuses an event past the size limit, and a stream that ends without [DONE]", async () => {
