@@ -63,7 +63,25 @@ export function callOf(ctx: HandlerContext): Caller {
  * fields authentication uses are read: `getPeerCertificate()` would build the whole certificate as
  * an object (three fingerprints, the key's modulus in hex) on every session open and RPC.
  */
-export function peerOf(socket: TLSSocket): Pick<Caller, "certificate" | "certificateError" | "peerAddress"> {
+export function peerOf(socket: TLSSocket): Peer {
+  let peer = peers.get(socket);
+  if (peer === undefined) {
+    peer = Object.freeze(readPeer(socket));
+    peers.set(socket, peer);
+  }
+  return peer;
+}
+
+type Peer = Readonly<Pick<Caller, "certificate" | "certificateError" | "peerAddress">>;
+
+/**
+ * Each connection's peer, read once: what the handshake verified does not change for the
+ * connection's life, and a kept-alive HTTP/1.1 client would otherwise have its certificate read
+ * (a native call) on every request.
+ */
+const peers = new WeakMap<TLSSocket, Peer>();
+
+function readPeer(socket: TLSSocket): Peer {
   const peerAddress = socket.remoteAddress;
   if (typeof socket.getPeerX509Certificate !== "function") return { certificate: undefined, certificateError: undefined, peerAddress };
   const x509 = socket.getPeerX509Certificate();
