@@ -33,6 +33,12 @@ const sqlStates = new Set(["57P01", "57P02", "57P03", "57P05", "53300"]);
 /** @prisma/adapter-pg's kinds for the same failures. */
 const adapterKinds = new Set(["DatabaseNotReachable", "ConnectionClosed", "SocketTimeout", "TooManyConnections"]);
 
+/**
+ * Prisma's P2028 is any interactive transaction's trouble; only "could not start in the given time"
+ * means no connection came (a pool or the embedded database's one connection held past maxWait).
+ */
+const transactionNotStarted = /Unable to start a transaction in the given time/;
+
 /** Messages of pg, pg-pool and PGlite errors that carry no code. */
 const messages = [
   /^timeout exceeded when trying to connect$/,
@@ -62,6 +68,7 @@ function search(err: unknown, depth: number): boolean {
   for (const code of [e.code, e.originalCode]) {
     if (typeof code !== "string") continue;
     if (prismaCodes.has(code) || socketCodes.has(code) || sqlStates.has(code) || /^08[0-9A-Z]{3}$/.test(code)) return true;
+    if (code === "P2028" && typeof e.message === "string" && transactionNotStarted.test(e.message)) return true;
   }
   if (typeof e.kind === "string" && adapterKinds.has(e.kind)) return true;
   if (typeof e.message === "string" && e.code === undefined && messages.some((m) => m.test(e.message as string))) return true;

@@ -106,6 +106,40 @@ describe("database connectivity failures", () => {
     expect(isDatabaseUnavailable(err)).toBe(true);
   });
 
+  it("include a transaction that could not start in time, and not one that expired while it ran", async () => {
+    // The embedded database runs one transaction at a time: while one is held, the next waits past its maxWait.
+    const db = new PGlite();
+    const prisma = new PrismaClient({ adapter: new PrismaPGlite(db) });
+    closers.push(async () => {
+      await prisma.$disconnect();
+      await db.close();
+    });
+    let release: (() => void) | undefined;
+    const held = prisma.$transaction(async (tx) => {
+      await tx.$queryRaw`SELECT 1`;
+      await new Promise<void>((r) => (release = r));
+    });
+    await eventually(() => expect(release).toBeDefined());
+    const waited = await prisma.$transaction(async (tx) => tx.$queryRaw`SELECT 1`, { maxWait: 100 }).catch((e: unknown) => e);
+    release!();
+    await held;
+    expect(waited).toMatchObject({ code: "P2028", message: expect.stringContaining("Unable to start a transaction in the given time") });
+    expect(isDatabaseUnavailable(waited)).toBe(true);
+    // One that began and ran past its timeout did its work inside a transaction that was rolled
+    // back: not the database's absence, so not "retry".
+    const expired = await prisma
+      .$transaction(
+        async (tx) => {
+          await new Promise((r) => setTimeout(r, 300));
+          await tx.$queryRaw`SELECT 1`;
+        },
+        { timeout: 100 },
+      )
+      .catch((e: unknown) => e);
+    expect(expired).toMatchObject({ code: "P2028" });
+    expect(isDatabaseUnavailable(expired)).toBe(false);
+  });
+
   it.each([
     ["P1001 can't reach (adapter kind)", adapterError({ kind: "DatabaseNotReachable", host: "127.0.0.1", port: 5432 }, "P1001"), true],
     ["P2010 raw query, server unreachable", adapterError({ kind: "DatabaseNotReachable" }), true],
