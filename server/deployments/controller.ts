@@ -29,7 +29,7 @@ import {
 import { assignedGpus, capabilityOfStep, specOfStep, unloadOnNode } from "./specs.js";
 import { unsettledDeployments } from "./unsettled.js";
 import { gpuLoss, labelLoss, nodeLoss, type LossBounds } from "./node-loss.js";
-import { placeReplica, replicaParallelOf, type PlacementChoice } from "./placement-snapshot.js";
+import { placeReplica, replicaParallelOf } from "./placement-snapshot.js";
 import type { EvictionDeps } from "./eviction.js";
 import type { EvictionMetrics } from "../observability/metrics.js";
 import { evictionReason, type EvictionCandidate } from "./eviction-rules.js";
@@ -50,9 +50,6 @@ export interface DeploymentControllerDeps {
 }
 
 type WithInstances = Deployment & { instances: DeploymentInstance[] };
-
-/** A replica's placement as decided and stored: none (perhaps after an eviction), or on a node. */
-type Decided = { pending: string; evict?: EvictionCandidate } | { nodeId: string; gpuUuids: string[]; placed: boolean };
 
 /**
  * What applying an action did: stored its change, had nothing to store (no node fits), or lost its
@@ -92,17 +89,6 @@ export class DeploymentController {
   private readonly listeners = new Set<(deploymentId: string) => void>();
 
   private readonly loss: LossBounds;
-
-  /**
-   * Per pending replica that evicted another to make room: Infinity while that eviction runs, then
-   * the pass count when it ended. Passes over one deployment may run at once (the sweep beside an
-   * event's), and one that read the fleet before the victim was draining would evict a second
-   * replica for the same room.
-   */
-  private readonly evictedFor = new Map<string, number>();
-  private passes = 0;
-
-  private placing: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly deps: DeploymentControllerDeps) {
     this.loss = deps.loss ?? { staleAfterMs: 30_000, replaceAfterMs: 10_000 };
@@ -356,84 +342,36 @@ export class DeploymentController {
    */
   private async place(d: WithInstances, i: DeploymentInstance, now: Date): Promise<Applied> {
     const { prisma } = this.deps;
-    const key = `${d.id}/${i.revision}/${i.replica}`;
-    const began = ++this.passes;
-    // The fleet is read and the choice stored as one step per control plane: two passes placing
-    // replicas of different deployments on one snapshot would both take the same room.
-    const decided = await this.placingOneAtATime(async (): Promise<Decided> => {
-      const profile = await prisma.runtimeProfile.findUnique({ where: { name: i.runtimeProfile }, select: { engine: true } });
-      const placement: PlacementChoice =
-        profile === null
-          ? { pending: `runtime profile "${i.runtimeProfile}" not found` }
-          : await placeReplica(
-              {
-                prisma,
-                clock: this.deps.clock,
-                loss: this.loss,
-                ...(this.deps.eviction !== undefined ? { eviction: { prisma, clock: this.deps.clock, ...this.deps.eviction } } : {}),
-              },
-              {
-                deploymentId: d.id,
-                revision: i.revision,
-                nodeId: d.nodeId ?? "",
-                maxPerNode: d.maxPerNode,
-                selector: (d.selector ?? {}) as { [key: string]: string },
-                engine: profile.engine,
-                capabilities: Object.values(capabilityOfStep),
-                runtimeProfile: i.runtimeProfile,
-                repository: i.repository,
-                commit: i.commit,
-                modelFile: i.modelFile,
-                targetRoot: d.targetRoot,
-                priority: d.priority,
-              },
-            );
-      if ("pending" in placement) return placement;
-      const { nodeId, gpus } = placement;
-      const gpuUuids = gpus.map((g) => g.uuid);
-      const placed = await prisma.$transaction(async (tx) => {
-        await tx.$queryRaw`SELECT id FROM "Deployment" WHERE id = ${d.id}::uuid FOR UPDATE`;
-        const there = await tx.deploymentInstance.count({
-          where: { deploymentId: d.id, revision: i.revision, nodeId, phase: { in: ["loading", "ready", "draining"] } },
-        });
-        if (there >= d.maxPerNode) return false;
-        // GPUs are the node's, not the deployment's: the node's row serialises their assignment
-        // across deployments and control planes, and a GPU taken meanwhile sends this pass back.
-        if (gpus.length > 0) {
-          await tx.$queryRaw`SELECT id FROM "Node" WHERE id = ${nodeId}::uuid FOR UPDATE`;
-          if (await gpusTaken(tx, nodeId, gpuUuids, placement.gpuShared === true)) return false;
-        }
-        const moved = await tx.deploymentInstance.updateMany({
-          where: { deploymentId: d.id, revision: i.revision, replica: i.replica, phase: "pending", nodeId: null },
-          data: { nodeId, gpuUuids, gpuIndices: gpus.map((g) => g.index), phase: "loading", step: "acquire", reason: null, updatedAt: now },
-        });
-        if (moved.count !== 1) return false;
-        const on = gpus.length > 0 ? `node ${nodeId} (GPUs ${gpus.map((g) => `${g.index} ${g.uuid}`).join(", ")})` : `node ${nodeId}`;
-        await event(tx, d, { ...i, nodeId }, "pending", "loading", `placed on ${on}`, now);
-        await replicaAudit(
-          tx,
-          "deployment.replica_placed",
-          d,
-          i,
-          { nodeId, ...(gpus.length > 0 ? { gpus: gpuUuids.join(",") } : {}) },
-          now,
-        );
-        return true;
-      });
-      return { nodeId, gpuUuids, placed };
-    });
-    if ("evict" in decided && decided.evict !== undefined) {
-      // Another pass evicted for this replica while this one read the fleet: its view is stale.
-      if ((this.evictedFor.get(key) ?? 0) >= began) return "idle";
-      this.evictedFor.set(key, Number.POSITIVE_INFINITY);
-      try {
-        await this.evict(decided.evict, d);
-      } finally {
-        this.evictedFor.set(key, ++this.passes);
-      }
-    }
-    if ("pending" in decided) {
-      const reason = `no node fits: ${decided.pending}`;
+    const profile = await prisma.runtimeProfile.findUnique({ where: { name: i.runtimeProfile }, select: { engine: true } });
+    const placement =
+      profile === null
+        ? { pending: `runtime profile "${i.runtimeProfile}" not found` }
+        : await placeReplica(
+            {
+              prisma,
+              clock: this.deps.clock,
+              loss: this.loss,
+              ...(this.deps.eviction !== undefined ? { eviction: { prisma, clock: this.deps.clock, ...this.deps.eviction } } : {}),
+            },
+            {
+              deploymentId: d.id,
+              revision: i.revision,
+              nodeId: d.nodeId ?? "",
+              maxPerNode: d.maxPerNode,
+              selector: (d.selector ?? {}) as { [key: string]: string },
+              engine: profile.engine,
+              capabilities: Object.values(capabilityOfStep),
+              runtimeProfile: i.runtimeProfile,
+              repository: i.repository,
+              commit: i.commit,
+              modelFile: i.modelFile,
+              targetRoot: d.targetRoot,
+              priority: d.priority,
+            },
+          );
+    if ("evict" in placement) await this.evict(placement.evict, d);
+    if ("pending" in placement) {
+      const reason = `no node fits: ${placement.pending}`;
       if (i.reason !== reason) {
         await prisma.deploymentInstance.updateMany({
           where: { deploymentId: d.id, revision: i.revision, replica: i.replica, phase: "pending" },
@@ -443,23 +381,37 @@ export class DeploymentController {
       }
       return "idle";
     }
-    const { nodeId, gpuUuids, placed } = decided;
-    if (placed) {
-      this.evictedFor.delete(key);
+    const { nodeId, gpus } = placement;
+    const gpuUuids = gpus.map((g) => g.uuid);
+    const placed = await prisma.$transaction(async (tx) => {
+      await tx.$queryRaw`SELECT id FROM "Deployment" WHERE id = ${d.id}::uuid FOR UPDATE`;
+      const there = await tx.deploymentInstance.count({
+        where: { deploymentId: d.id, revision: i.revision, nodeId, phase: { in: ["loading", "ready", "draining"] } },
+      });
+      if (there >= d.maxPerNode) return false;
+      // GPUs are the node's, not the deployment's: the node's row serialises their assignment
+      // across deployments and control planes, and a GPU taken meanwhile sends this pass back.
+      if (gpus.length > 0) {
+        await tx.$queryRaw`SELECT id FROM "Node" WHERE id = ${nodeId}::uuid FOR UPDATE`;
+        if (await gpusTaken(tx, nodeId, gpuUuids, placement.gpuShared === true)) return false;
+      }
+      const moved = await tx.deploymentInstance.updateMany({
+        where: { deploymentId: d.id, revision: i.revision, replica: i.replica, phase: "pending", nodeId: null },
+        data: { nodeId, gpuUuids, gpuIndices: gpus.map((g) => g.index), phase: "loading", step: "acquire", reason: null, updatedAt: now },
+      });
+      if (moved.count !== 1) return false;
+      const on = gpus.length > 0 ? `node ${nodeId} (GPUs ${gpus.map((g) => `${g.index} ${g.uuid}`).join(", ")})` : `node ${nodeId}`;
+      await event(tx, d, { ...i, nodeId }, "pending", "loading", `placed on ${on}`, now);
+      await replicaAudit(tx, "deployment.replica_placed", d, i, { nodeId, ...(gpus.length > 0 ? { gpus: gpuUuids.join(",") } : {}) }, now);
+      return true;
+    });
+    if (placed)
       this.deps.log.info(
         { deploymentId: d.id, replica: i.replica, revision: String(i.revision), nodeId, gpus: gpuUuids },
         "deployment replica placed",
       );
-    }
     // Not placed: a concurrent pass placed this replica, or a sibling took the room the snapshot saw.
     return wrote(placed);
-  }
-
-  /** Runs `fn` once every placement begun before it has ended. */
-  private placingOneAtATime<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.placing.then(fn, fn);
-    this.placing = run.catch(() => undefined);
-    return run;
   }
 
   /** Claims the step's job id on the instance, then creates the job under it. */

@@ -127,7 +127,6 @@ export async function openServing(deps: ServingDeps) {
   ];
   return {
     relay,
-    activity: elastic.activity,
     loops,
     service: deploymentService(relay, routes),
     adminRpcs: { ...adminDeploymentLogs({ routes, logs, shutdown: deps.shutdown }), ...adminUsage(prisma, clock) },
