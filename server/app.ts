@@ -207,6 +207,7 @@ async function assemble(deps: AssembleDeps) {
     countsFlushMs: deps.options.invokeCountsFlushMs,
   });
   deployments.countInFlightWith((deploymentId, revision, replica) => serving.relay.inFlightOf(deploymentId, revision, replica));
+  deployments.evictionSeesServing((deploymentId, since) => serving.activity.servedSince(deploymentId, since));
   const upgrades = await openUpgrades({ config, clock, log, db, cluster, sessions, deployments });
   const agents = agentApi({ config, clock, log, db, ca, sessions, jobs, deployments, serving, upgrades, shutdown, metrics });
   const admin = adminApi(

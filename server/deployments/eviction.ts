@@ -14,6 +14,12 @@ export interface EvictionDeps {
   idleAfterMs: number;
   /** A load report older than this counts as zero (its control plane stopped reporting). */
   reportStaleMs: number;
+  /**
+   * This control plane's own requests, ahead of its reports (written every few hundred ms): true
+   * when the deployment has one in flight or held, or had one at `since` or later. Without it, a
+   * replica that served a moment ago could read as idle and be evicted.
+   */
+  servedHereSince?: (deploymentId: string, since: number) => boolean;
 }
 
 /** Events read to find load times: enough for the candidates' latest loads. */
@@ -57,6 +63,7 @@ export async function evictionCandidates(
     const signal = signalOf(d.loads, now - deps.reportStaleMs);
     const idleMs = now - Math.max(signal.lastRequestAt ?? 0, r.updatedAt.getTime());
     if (signal.load > 0 || signal.held > 0 || idleMs < deps.idleAfterMs) return [];
+    if (deps.servedHereSince?.(r.deploymentId, now - deps.idleAfterMs) === true) return [];
     return [{ ...r, nodeId: r.nodeId!, idleMs }];
   });
   const loadMs = await loadTimes(

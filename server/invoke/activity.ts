@@ -61,6 +61,15 @@ export class ServingActivity {
     return this.live.get(deploymentId)?.held ?? 0;
   }
 
+  /**
+   * Whether this control plane has a request for the deployment in flight or held, or saw one at
+   * `since` or later: what its load reports have not said yet.
+   */
+  servedSince(deploymentId: string, since: number): boolean {
+    const e = this.live.get(deploymentId);
+    return e !== undefined && (e.inFlight > 0 || e.held > 0 || (e.lastRequestAt ?? Number.NEGATIVE_INFINITY) >= since);
+  }
+
   /** Takes one sample of every deployment's requests in flight. */
   sample(): void {
     for (const e of this.live.values()) {

@@ -40,6 +40,9 @@ export function openDeployments(deps: DeploymentsDeps) {
   const { prisma } = db;
   const jobs = deps.jobs.engine;
   const artifacts = new ArtifactStore({ prisma, clock, dir: config.artifactDir });
+  // The relay opens after the deployments (it routes by them): it tells GetDeployment what is in
+  // flight, and eviction what this control plane served ahead of its load reports.
+  const relayed = { inFlight: (() => 0) as InFlightOf, servedSince: (_deploymentId: string, _since: number) => false };
   const controller = new DeploymentController({
     prisma,
     clock,
@@ -47,12 +50,14 @@ export function openDeployments(deps: DeploymentsDeps) {
     jobs,
     announce: (deploymentId) => cluster.bus.publish({ kind: "deployment", deploymentId }),
     loss: { staleAfterMs: config.staleAfterMs, replaceAfterMs: config.replaceAfterMs },
-    eviction: { idleAfterMs: config.evictIdleAfterMs, reportStaleMs: 3 * config.autoscaleIntervalMs },
+    eviction: {
+      idleAfterMs: config.evictIdleAfterMs,
+      reportStaleMs: 3 * config.autoscaleIntervalMs,
+      servedHereSince: (id, since) => relayed.servedSince(id, since),
+    },
     metrics: deps.metrics,
   });
   const reconcile = (id: string) => controller.reconcile(id);
-  // The relay opens after the deployments (it routes by them); it tells GetDeployment what is in flight.
-  let inFlight: InFlightOf = () => 0;
   const autoscaler = new Autoscaler({
     prisma,
     clock,
@@ -115,13 +120,17 @@ export function openDeployments(deps: DeploymentsDeps) {
         approvedRoots: config.approvedRoots,
         profiles: deps.jobs.profiles,
         reconcile,
-        inFlight: (deploymentId, revision, replica) => inFlight(deploymentId, revision, replica),
+        inFlight: (deploymentId, revision, replica) => relayed.inFlight(deploymentId, revision, replica),
       }),
     },
     agentRpcs: agentArtifacts({ prisma, clock, store: artifacts }),
     /** Where GetDeployment reads each replica's requests in flight. */
     countInFlightWith(count: InFlightOf) {
-      inFlight = count;
+      relayed.inFlight = count;
+    },
+    /** Where eviction reads this control plane's own latest requests, ahead of its load reports. */
+    evictionSeesServing(served: (deploymentId: string, since: number) => boolean) {
+      relayed.servedSince = served;
     },
   };
 }

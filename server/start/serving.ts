@@ -127,6 +127,7 @@ export async function openServing(deps: ServingDeps) {
   ];
   return {
     relay,
+    activity: elastic.activity,
     loops,
     service: deploymentService(relay, routes),
     adminRpcs: { ...adminDeploymentLogs({ routes, logs, shutdown: deps.shutdown }), ...adminUsage(prisma, clock) },

@@ -38,4 +38,29 @@ describe("ServingActivity", () => {
     a.sample();
     expect(a.report()).toEqual([{ deploymentId: "d", load: 1, held: 0, lastRequestAt: 9 }]);
   });
+
+  it.each([
+    ["a request in flight, however long ago it began", (a: ServingActivity) => void a.began("d", 0), true],
+    ["a request held for a cold start", (a: ServingActivity) => a.holding("d", 1), true],
+    [
+      "a request that ended at or after `since`",
+      (a: ServingActivity) => {
+        a.began("d", 1_000)();
+      },
+      true,
+    ],
+    [
+      "a request that ended before `since`",
+      (a: ServingActivity) => {
+        a.began("d", 999)();
+      },
+      false,
+    ],
+    ["another deployment's request", (a: ServingActivity) => void a.began("e", 2_000), false],
+    ["no request at all", (_a: ServingActivity) => undefined, false],
+  ])("says whether it served the deployment since a time, ahead of its reports: %s", (_what, act, served) => {
+    const a = new ServingActivity(2);
+    act(a);
+    expect(a.servedSince("d", 1_000)).toBe(served);
+  });
 });
