@@ -2,8 +2,9 @@
 // revision), their nodes' liveness and the jobs of their steps, asks ./rules.ts what happens next,
 // and applies it with conditional writes (so several control-plane replicas may run it at once: of
 // two racing on one instance, one write matches). Jobs are created under an id claimed on the
-// instance first, so a step never runs twice; a replica is placed under a lock on its deployment's
-// row, so two never land on one node past max_per_node.
+// instance first, so a step never runs twice; a replica is placed under locks on its deployment's
+// row and its node's, and only if nothing was placed on the node since the snapshot it was chosen
+// from, so no node takes more than its room or max_per_node.
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Deployment, DeploymentInstance, Job, Prisma, PrismaClient } from "../../gen/prisma/client.js";
@@ -29,7 +30,7 @@ import {
 import { assignedGpus, capabilityOfStep, specOfStep, unloadOnNode } from "./specs.js";
 import { unsettledDeployments } from "./unsettled.js";
 import { gpuLoss, labelLoss, nodeLoss, type LossBounds } from "./node-loss.js";
-import { placeReplica, replicaParallelOf } from "./placement-snapshot.js";
+import { HOLDING, holdingKey, placeReplica, replicaParallelOf } from "./placement-snapshot.js";
 import type { EvictionDeps } from "./eviction.js";
 import type { EvictionMetrics } from "../observability/metrics.js";
 import { evictionReason, type EvictionCandidate } from "./eviction-rules.js";
@@ -64,6 +65,17 @@ const roundOf = (applied: Applied[]): Applied => (applied.includes("changed") ? 
 /** A conditional write that matched its row changed it; one that matched none lost to another pass. */
 const wrote = (matched: boolean): Applied => (matched ? "changed" : "raced");
 
+/** Pending replicas whose latest eviction is remembered (a deleted deployment's are never placed). */
+const evictionsRemembered = 10_000;
+
+/** Drops a map's oldest entries past `max`. */
+function forgetOldest(map: Map<string, unknown>, max: number): void {
+  for (const key of map.keys()) {
+    if (map.size <= max) return;
+    map.delete(key);
+  }
+}
+
 /** Deployments read (with their instances) per statement of a pass. */
 const sweepBatch = 500;
 
@@ -89,6 +101,15 @@ export class DeploymentController {
   private readonly listeners = new Set<(deploymentId: string) => void>();
 
   private readonly loss: LossBounds;
+
+  /**
+   * Per pending replica ("deployment/revision/replica") that evicted another to make room:
+   * Infinity while that eviction runs, then the pass count when it ended. Passes over one
+   * deployment run at once (the sweep beside an event's), and one that read the fleet before the
+   * victim was draining would evict a second replica for the same room.
+   */
+  private readonly evictedFor = new Map<string, number>();
+  private passes = 0;
 
   constructor(private readonly deps: DeploymentControllerDeps) {
     this.loss = deps.loss ?? { staleAfterMs: 30_000, replaceAfterMs: 10_000 };
@@ -336,12 +357,15 @@ export class DeploymentController {
 
   /**
    * Gives a pending replica a node: the placement rules choose over a snapshot of the fleet, then,
-   * under a lock on the deployment's row, the choice is kept only if the node still has room for
-   * it (another control-plane replica may have placed a sibling there meanwhile). Nothing fits: the
+   * under locks on the deployment's row and the node's, the choice is kept only if no replica was
+   * placed on that node since the snapshot (a sibling, or another deployment's, from this control
+   * plane or another). Nothing fits: the
    * reason is kept on the replica for operators, and the next pass (or a change in the fleet) tries again.
    */
   private async place(d: WithInstances, i: DeploymentInstance, now: Date): Promise<Applied> {
     const { prisma } = this.deps;
+    const key = holdingKey(i);
+    const began = ++this.passes;
     const profile = await prisma.runtimeProfile.findUnique({ where: { name: i.runtimeProfile }, select: { engine: true } });
     const placement =
       profile === null
@@ -369,7 +393,17 @@ export class DeploymentController {
               priority: d.priority,
             },
           );
-    if ("evict" in placement) await this.evict(placement.evict, d);
+    if ("evict" in placement) {
+      // Another pass evicted for this replica while this one read the fleet: its view is stale.
+      if ((this.evictedFor.get(key) ?? 0) >= began) return "idle";
+      this.evictedFor.set(key, Number.POSITIVE_INFINITY);
+      try {
+        await this.evict(placement.evict, d);
+      } finally {
+        this.evictedFor.set(key, ++this.passes);
+        forgetOldest(this.evictedFor, evictionsRemembered);
+      }
+    }
     if ("pending" in placement) {
       const reason = `no node fits: ${placement.pending}`;
       if (i.reason !== reason) {
@@ -385,16 +419,11 @@ export class DeploymentController {
     const gpuUuids = gpus.map((g) => g.uuid);
     const placed = await prisma.$transaction(async (tx) => {
       await tx.$queryRaw`SELECT id FROM "Deployment" WHERE id = ${d.id}::uuid FOR UPDATE`;
-      const there = await tx.deploymentInstance.count({
-        where: { deploymentId: d.id, revision: i.revision, nodeId, phase: { in: ["loading", "ready", "draining"] } },
-      });
-      if (there >= d.maxPerNode) return false;
-      // GPUs are the node's, not the deployment's: the node's row serialises their assignment
-      // across deployments and control planes, and a GPU taken meanwhile sends this pass back.
-      if (gpus.length > 0) {
-        await tx.$queryRaw`SELECT id FROM "Node" WHERE id = ${nodeId}::uuid FOR UPDATE`;
-        if (await gpusTaken(tx, nodeId, gpuUuids, placement.gpuShared === true)) return false;
-      }
+      // Room on a node is the node's, not the deployment's: every placement holds the node's row,
+      // so of two passes (of any deployments, on any control plane) that chose it from one
+      // snapshot, the later sees the earlier's replica and goes back for a fresh view.
+      await tx.$queryRaw`SELECT id FROM "Node" WHERE id = ${nodeId}::uuid FOR NO KEY UPDATE`;
+      if (await placedSince(tx, nodeId, placement.seen)) return false;
       const moved = await tx.deploymentInstance.updateMany({
         where: { deploymentId: d.id, revision: i.revision, replica: i.replica, phase: "pending", nodeId: null },
         data: { nodeId, gpuUuids, gpuIndices: gpus.map((g) => g.index), phase: "loading", step: "acquire", reason: null, updatedAt: now },
@@ -405,6 +434,7 @@ export class DeploymentController {
       await replicaAudit(tx, "deployment.replica_placed", d, i, { nodeId, ...(gpus.length > 0 ? { gpus: gpuUuids.join(",") } : {}) }, now);
       return true;
     });
+    if (placed) this.evictedFor.delete(key);
     if (placed)
       this.deps.log.info(
         { deploymentId: d.id, replica: i.replica, revision: String(i.revision), nodeId, gpus: gpuUuids },
@@ -523,19 +553,13 @@ function replicaAudit(
   );
 }
 
-/**
- * Whether a replica placed since the snapshot holds one of these GPUs in a way that excludes this
- * one: any holder, unless both allow sharing (memory is then the snapshot's to judge).
- */
-async function gpusTaken(tx: Prisma.TransactionClient, nodeId: string, uuids: string[], shared: boolean): Promise<boolean> {
-  const holders = await tx.deploymentInstance.findMany({
-    where: { nodeId, phase: { in: ["loading", "ready", "draining"] }, gpuUuids: { hasSome: uuids } },
-    select: { runtimeProfile: true },
+/** Whether a replica the snapshot did not see now holds room on the node. */
+async function placedSince(tx: Prisma.TransactionClient, nodeId: string, seen: ReadonlySet<string>): Promise<boolean> {
+  const holding = await tx.deploymentInstance.findMany({
+    where: { nodeId, phase: { in: HOLDING } },
+    select: { deploymentId: true, revision: true, replica: true },
   });
-  if (holders.length === 0) return false;
-  if (!shared) return true;
-  const exclusive = await tx.runtimeProfile.count({ where: { name: { in: holders.map((h) => h.runtimeProfile) }, gpuShared: false } });
-  return exclusive > 0;
+  return holding.some((h) => !seen.has(holdingKey(h)));
 }
 
 /** Ends a job that no node has leased yet, as cancelled by the system. */

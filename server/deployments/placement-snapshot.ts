@@ -15,7 +15,7 @@ import type { GpuNeed } from "./gpu-fit.js";
 const DISK_RESERVE_BYTES = 512 * 2 ** 20;
 
 /** Replicas in these phases hold (or are about to hold) their node's memory. */
-const HOLDING = ["loading", "ready", "draining"];
+export const HOLDING = ["loading", "ready", "draining"];
 
 export interface PlacementDeps {
   prisma: PrismaClient;
@@ -26,8 +26,19 @@ export interface PlacementDeps {
   eviction?: EvictionDeps;
 }
 
-/** A placement, or a replica of another deployment to evict first to make room for it. */
-export type PlacementChoice = Placement | { pending: string; evict: EvictionCandidate };
+/**
+ * A node for the replica, with the replicas the snapshot saw holding room on it ("deployment/
+ * revision/replica"): the placement is stored only if none has been placed there since. Else why
+ * none fits, perhaps with a replica of another deployment to evict first to make room.
+ */
+export type PlacementChoice =
+  | (Extract<Placement, { nodeId: string }> & { seen: ReadonlySet<string> })
+  | { pending: string }
+  | { pending: string; evict: EvictionCandidate };
+
+/** How a replica holding room on a node is named in PlacementChoice's `seen`. */
+export const holdingKey = (i: { deploymentId: string; revision: bigint; replica: number }) =>
+  `${i.deploymentId}/${i.revision}/${i.replica}`;
 
 export interface PlacementInput {
   deploymentId: string;
@@ -162,6 +173,20 @@ function telemetryOf(data: unknown): (NodeTelemetryView & { gpuUsedBytes: Map<st
   }
 }
 
+/** What placement reads of each replica holding room on a node. */
+const holdingSelect = {
+  deploymentId: true,
+  revision: true,
+  replica: true,
+  nodeId: true,
+  repository: true,
+  commit: true,
+  modelFile: true,
+  runtimeProfile: true,
+  gpuUuids: true,
+  phase: true,
+} as const;
+
 /** The node a replica of the deployment goes on, or why none fits, with the numbers. */
 export async function placeReplica(deps: PlacementDeps, input: PlacementInput): Promise<PlacementChoice> {
   const { prisma } = deps;
@@ -182,17 +207,7 @@ export async function placeReplica(deps: PlacementDeps, input: PlacementInput): 
   });
   const placed = await prisma.deploymentInstance.findMany({
     where: { nodeId: { in: rows.map((n) => n.id) }, phase: { in: HOLDING } },
-    select: {
-      deploymentId: true,
-      revision: true,
-      nodeId: true,
-      repository: true,
-      commit: true,
-      modelFile: true,
-      runtimeProfile: true,
-      gpuUuids: true,
-      phase: true,
-    },
+    select: holdingSelect,
   });
   // Only GPUs present by the inventory are offered: a missing one is nobody's to assign.
   const gpuRows = await prisma.gpu.findMany({
@@ -254,7 +269,10 @@ export async function placeReplica(deps: PlacementDeps, input: PlacementInput): 
     ...(wanted.gpu !== undefined ? { gpu: wanted.gpu } : {}),
   };
   const placement = place(nodes, request);
-  if (!("pending" in placement) || deps.eviction === undefined) return placement;
+  if (!("pending" in placement)) {
+    return { ...placement, seen: new Set(placed.filter((p) => p.nodeId === placement.nodeId).map(holdingKey)) };
+  }
+  if (deps.eviction === undefined) return placement;
   return placeByEviction(deps.eviction, input, nodes, request, placement.pending);
 }
 

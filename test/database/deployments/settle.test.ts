@@ -9,6 +9,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { ManualClock } from "../../../common/clock.js";
 import { DeploymentController } from "../../../server/deployments/controller.js";
 import { useTestDatabase } from "../../support/db.js";
+import { placeableNode } from "../../support/node-rows.js";
 
 const t = useTestDatabase();
 let nodeId: string;
@@ -113,27 +114,12 @@ describe("a reconcile after an outside change", () => {
 describe("a reconcile whose write a concurrent pass won", () => {
   it("reads again and goes on: the replica another pass created is placed before the reconcile returns", async () => {
     const placeOn = randomUUID();
-    await t.db.prisma.node.create({
-      data: {
-        id: placeOn,
-        name: `n-${placeOn.slice(0, 8)}`,
-        lastHeartbeatAt: new Date(Date.parse("2026-12-02T00:00:00Z")),
-        sessionReplica: "r1",
-        engines: ["openai-http"],
-        capabilities: ["artifact.acquire.v1", "deployment.load.v1", "deployment.drain.v1", "deployment.unload.v1"],
-        telemetry: {
-          create: {
-            sequence: 1n,
-            observedAt: new Date(0),
-            receivedAt: new Date(0),
-            data: {
-              memoryTotalBytes: String(2 ** 30),
-              memoryUsedBytes: "0",
-              mounts: [{ mount: "/", sizeBytes: String(2 ** 40), usedBytes: "0" }],
-            },
-          },
-        },
-      },
+    await placeableNode(t.db.prisma, {
+      id: placeOn,
+      name: `n-${placeOn.slice(0, 8)}`,
+      at: Date.parse("2026-12-02T00:00:00Z"),
+      memoryBytes: 2 ** 30,
+      engines: ["openai-http"],
     });
     const profile = `remote-${placeOn.slice(0, 8)}`;
     await t.db.prisma.runtimeProfile.create({
