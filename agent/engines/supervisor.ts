@@ -15,7 +15,7 @@ import { buildArgv, TemplateError, validateTemplate, type OpenAiHttpTemplate } f
 import { readMemory, readStat, type ProcessMemory } from "./proc.js";
 import { cudaBackend, gpuEnv, type AssignedDevice } from "./gpus.js";
 import { RuntimeRegistry, type RuntimeRecord } from "./registry.js";
-import { checkGgufFile, trainedContextLength } from "./llama-cpp/gguf-header.js";
+import { inspectGgufFile, type GgufInspection } from "./llama-cpp/gguf-header.js";
 
 import { embeddingEngineNames, engineNames as engineKinds, type EngineName } from "../../common/engines.js";
 
@@ -517,13 +517,14 @@ async function llamaServerPlan(
   gpus: AssignedDevice[],
   base: Record<string, string>,
 ): Promise<LaunchPlan> {
+  let model: GgufInspection;
   try {
-    await checkGgufFile(modelPath);
+    model = await inspectGgufFile(modelPath);
   } catch (err) {
     throw new EngineError("exited_before_ready", `the model cannot be loaded: ${(err as Error).message}`);
   }
   const parallel = params.parallel ?? 1;
-  const context = params.contextSize ?? (await trainedContextLength(modelPath).catch(() => undefined)) ?? defaultContext;
+  const context = params.contextSize ?? model.trainedContextLength ?? defaultContext;
   const args = ["--model", modelPath, "--alias", id, "--host", loopback, "--port", "0", "--no-webui", "--fit", "off"];
   args.push("--parallel", String(parallel), "--ctx-size", String(context * parallel));
   if (params.threads !== undefined) args.push("--threads", String(params.threads), "--threads-batch", String(params.threads));

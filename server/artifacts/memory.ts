@@ -3,6 +3,8 @@
 // read by gguf-header.ts at push time and the two numbers are stored with the artifact, so
 // placement can price any profile's context size without reading the file again.
 
+import { ggmlTensorBytes } from "../../common/gguf-tensors.js";
+
 export interface GgufShape {
   /** general.architecture; absent in the later shards of a split model (their KV is then 0). */
   architecture: string | undefined;
@@ -22,45 +24,6 @@ export interface MemoryEstimate {
   contextLength: number;
 }
 
-/**
- * Elements per block and bytes per block of each ggml tensor type (ggml's type traits). A type not
- * here gives no estimate rather than a guess.
- */
-const BLOCKS: { [dtype: number]: [elements: number, bytes: number] } = {
-  0: [1, 4], // F32
-  1: [1, 2], // F16
-  2: [32, 18], // Q4_0
-  3: [32, 20], // Q4_1
-  6: [32, 22], // Q5_0
-  7: [32, 24], // Q5_1
-  8: [32, 34], // Q8_0
-  9: [32, 40], // Q8_1
-  10: [256, 84], // Q2_K
-  11: [256, 110], // Q3_K
-  12: [256, 144], // Q4_K
-  13: [256, 176], // Q5_K
-  14: [256, 210], // Q6_K
-  15: [256, 292], // Q8_K
-  16: [256, 66], // IQ2_XXS
-  17: [256, 74], // IQ2_XS
-  18: [256, 98], // IQ3_XXS
-  19: [256, 50], // IQ1_S
-  20: [32, 18], // IQ4_NL
-  21: [256, 110], // IQ3_S
-  22: [256, 82], // IQ2_S
-  23: [256, 136], // IQ4_XS
-  24: [1, 1], // I8
-  25: [1, 2], // I16
-  26: [1, 4], // I32
-  27: [1, 8], // I64
-  28: [1, 8], // F64
-  29: [256, 56], // IQ1_M
-  30: [1, 2], // BF16
-  34: [256, 54], // TQ1_0
-  35: [256, 66], // TQ2_0
-  39: [32, 17], // MXFP4
-};
-
 /** Bytes of f16, the KV cache's element type unless a profile says otherwise (none does yet). */
 const KV_ELEMENT_BYTES = 2;
 
@@ -74,10 +37,9 @@ export const MARGIN_FRACTION = 0.1;
 export class EstimateError extends Error {}
 
 function tensorBytes(t: { dtype: number; shape: bigint[] }): number {
-  const block = BLOCKS[t.dtype];
-  if (block === undefined) throw new EstimateError(`tensor type ${t.dtype} is not one the estimate knows`);
-  const elements = t.shape.reduce((n, d) => n * Number(d), 1);
-  return Math.ceil(elements / block[0]) * block[1];
+  const bytes = ggmlTensorBytes(t);
+  if (bytes === undefined) throw new EstimateError(`tensor type ${t.dtype} is not one the estimate knows`);
+  return bytes;
 }
 
 /** A count in the metadata: a number, or one per layer (models whose layers differ). */

@@ -5,7 +5,7 @@ import { buildArgv, parseTemplateConfig, validateTemplate, type OpenAiHttpTempla
 import { gpuEnv, hasLlamaCudaBuild, unavailableGpus } from "../../agent/engines/gpus.js";
 import { knownEnginesAndBackends } from "../../common/engines.js";
 import { parseStat, parseStatusMemory } from "../../agent/engines/proc.js";
-import { ggufHeaderProblem } from "../../agent/engines/llama-cpp/gguf-header.js";
+import { ggufHeaderProblem, ggufTruncation } from "../../agent/engines/llama-cpp/gguf-header.js";
 import { EngineError, validateParams } from "../../agent/engines/supervisor.js";
 import { tinyLlamaGguf } from "../../scripts/gguf.js";
 
@@ -177,6 +177,29 @@ describe("GGUF header check", () => {
   it("accepts the tiny model", () => {
     const { bytes } = tinyLlamaGguf();
     expect(ggufHeaderProblem(bytes.subarray(0, 24), bytes.length)).toBeUndefined();
+  });
+});
+
+describe("GGUF truncation", () => {
+  // Data from byte 1,024: an f32 tensor of 4 × 8 (128 bytes) at 0, a Q8_0 one of 64 (2 blocks of 34) at 128.
+  const parsed = (types: number[]) => ({
+    tensorDataOffset: 1024n,
+    tensorInfos: [
+      { name: "a", n_dims: 2, shape: [4n, 8n], dtype: types[0]!, offset: 0n },
+      { name: "b", n_dims: 1, shape: [64n], dtype: types[1]!, offset: 128n },
+    ],
+  });
+  it.each([
+    ["whole", [0, 8], 1024 + 128 + 68, undefined],
+    ["longer than its tensors", [0, 8], 4096, undefined],
+    ["one byte short", [0, 8], 1024 + 128 + 67, "its tensors end at byte 1220, and it has 1219"],
+    ["cut inside the first tensor", [0, 8], 1100, "truncated"],
+    ["the last tensor of a type not known: judged by the others", [0, 9999], 1024 + 128, undefined],
+    ["no tensors of a known type", [9999, 9999], 0, undefined],
+  ])("%s", (_, types, size, problem) => {
+    const got = ggufTruncation(parsed(types as number[]) as Parameters<typeof ggufTruncation>[0], size as number);
+    if (problem === undefined) expect(got).toBeUndefined();
+    else expect(got).toContain(problem);
   });
 });
 
