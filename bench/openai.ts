@@ -14,7 +14,10 @@
 //     to the first token, added at p99.
 // Beside them, the CPU ms per request of the control plane, the agent and this client in the open
 // loop, and of the stub called directly (a bare Node HTTP server answering itself: the anchor the
-// relay's figures are read against, as ratios); the write system calls per request of the control
+// relay's figures are read against, as ratios); the same open loop and streams through the relay's
+// transport alone (bench/support/relay-floor.ts: the same TLS port, HTTP/2 hop and runtime client,
+// none of ModelForge's work), its two processes' CPU per request and per chunk the floor of the
+// control plane's and the agent's; the write system calls per request of the control
 // plane and the agent (a count: the figure a busy machine does not move); the same per chunk for
 // the API's streams; before the runs,
 // `openssl speed -seconds 3 rsa2048`'s sign time; the load average per run; and before each run the
@@ -26,12 +29,19 @@
 //                              BENCH_STREAM_CONCURRENCY=16 BENCH_PAUSE_SECONDS=5
 // BENCH_CPU_PROF=<dir> has the control plane and the agent write CPU profiles there, and prints the
 // open loop's and the API streams' windows to read them in: npx tsx bench/support/read-profile.ts FILE 40 FROM-TO.
-import { cpus, loadavg } from "node:os";
+import { spawn } from "node:child_process";
+import { once as eventOnce } from "node:events";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 import { Agent, request } from "undici";
 import { describePauses, machinePauses, type MachinePauses } from "./support/machine-pauses.js";
 import { openLoop } from "./support/open-loop.js";
 import { ms, numParam, param, processCpuMs, processWrites, rsaSignMs, summarize, type Summary } from "./support/stats.js";
 import { startStubDeployment } from "./support/stub-deployment.js";
+import { serverNodeFlags } from "../server/tuning.js";
 
 const runs = numParam("BENCH_RUNS", 3);
 const rate = numParam("BENCH_RATE", 1000);
@@ -71,6 +81,36 @@ const api: Target = {
   headers: { ...json, authorization: `Bearer ${setup.secret}` },
 };
 api.dispatcher.on("connect", () => void apiConnections++);
+
+/** The relay's transport alone: its edge (as the control plane's port) and node (as the agent's hops) processes. */
+async function startRelayFloor(): Promise<{ target: Target; pids: { edge: number; node: number }; close(): void }> {
+  const script = fileURLToPath(new URL("./support/relay-floor.ts", import.meta.url));
+  const dir = mkdtempSync(join(tmpdir(), "mf-bench-floor-"));
+  const edge = spawn(process.execPath, [...serverNodeFlags, "--import", "tsx", script, "edge", dir], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const [line] = (await eventOnce(createInterface({ input: edge.stdout! }), "line")) as [string];
+  const [url, caFile] = line.split(" ") as [string, string];
+  const node = spawn(process.execPath, ["--import", "tsx", script, "node", url, caFile, setup.stubOrigin], { stdio: "inherit" });
+  process.on("exit", () => {
+    edge.kill();
+    node.kill();
+  });
+  const target = { url: `${url}/v1/completions`, dispatcher: pool(readFileSync(caFile, "utf8")), headers: json };
+  for (let tries = 0; ; tries++) {
+    const res = await request(target.url, { method: "POST", headers: json, body: completion, dispatcher: target.dispatcher });
+    await res.body.text();
+    if (res.statusCode === 200) break;
+    if (tries > 100) throw new Error(`the relay floor answered HTTP ${res.statusCode}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const close = () => {
+    edge.kill();
+    node.kill();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  return { target, pids: { edge: edge.pid!, node: node.pid! }, close };
+}
 const completion = JSON.stringify({ model: "bench", prompt: "The quick brown fox", max_tokens: 1 });
 
 /** One whole completion; anything but a 200 is a failure. */
@@ -151,6 +191,8 @@ interface Run {
   perChunk: number[];
   /** The stub's own CPU ms when called directly: per request, and per chunk of its streams. */
   stub: { perRequest: number; perChunk: number };
+  /** The relay's transport alone, per request and per chunk: CPU ms of its edge and node, then their write calls. */
+  floor: { perRequest: number[]; perChunk: number[] };
   most: number;
   steps: string[];
   ratio: number;
@@ -169,6 +211,7 @@ async function oneRun(): Promise<Run> {
   // connections that rate keeps busy (at half the rate the first measured second opened dozens
   // more, each a TLS handshake on the control plane), as a long-running client's pool already has.
   await fixedRate(direct, rate, 1);
+  await fixedRate(floor.target, rate, 1);
   await fixedRate(api, rate, 1);
   const connectionsBefore = apiConnections;
   const stub0 = processCpuMs(setup.pids.stub);
@@ -185,6 +228,16 @@ async function oneRun(): Promise<Run> {
   const writes = writesNow().map((w, i) => (w - writes0[i]!) / (rate * seconds));
   // The window to read the processes' CPU profiles in (bench/support/read-profile.ts).
   if (process.env.BENCH_CPU_PROF) step(`API open loop: monotonic µs ${from}-${monotonicUs()}`);
+  const floorCpu = () => [
+    processCpuMs(floor.pids.edge),
+    processCpuMs(floor.pids.node),
+    processWrites(floor.pids.edge),
+    processWrites(floor.pids.node),
+  ];
+  const floor0 = floorCpu();
+  const fl = await fixedRate(floor.target, rate, seconds);
+  if (fl.failed > 0) throw new Error(`the relay floor failed ${fl.failed} requests: ${fl.firstError}`);
+  const floorPerRequest = floorCpu().map((c, i) => (c - floor0[i]!) / (rate * seconds));
   const { most, steps } = await sweep();
   const stubStream0 = processCpuMs(setup.pids.stub);
   const sd = await streaming(direct);
@@ -196,6 +249,10 @@ async function oneRun(): Promise<Run> {
   if (process.env.BENCH_CPU_PROF) step(`API streams: monotonic µs ${streamsFrom}-${monotonicUs()}`);
   const delta = (after: number[], before: number[]) => [0, 1].map((i) => (after[i]! - before[i]!) / (streams * chunks));
   const perChunk = [...delta(streamCpu1, streamCpu0), ...delta(streamWrites1, streamWrites0)];
+  const floorStream0 = floorCpu();
+  await streaming(floor.target);
+  const floorStream1 = floorCpu();
+  const floorPerChunk = [0, 1, 2, 3].map((i) => (floorStream1[i]! - floorStream0[i]!) / (streams * chunks));
   const ratio = sa.tokensPerSecond / sd.tokensPerSecond;
   return {
     direct: d,
@@ -204,6 +261,7 @@ async function oneRun(): Promise<Run> {
     writes,
     perChunk,
     stub: { perRequest: stubCpu, perChunk: stubPerChunk },
+    floor: { perRequest: floorPerRequest, perChunk: floorPerChunk },
     most,
     steps,
     ratio,
@@ -234,6 +292,7 @@ function report(all: Run[], loadBefore: number[]): string {
       `added ${ms(added(r, "p50"))}/${ms(added(r, "p95"))}/${ms(added(r, "p99"))} ms;`,
       `CPU per request: control plane ${ms(r.cpu[0]!)} ms, agent ${ms(r.cpu[1]!)} ms, client ${ms(r.cpu[2]!)} ms, the stub direct ${ms(r.stub.perRequest)} ms;`,
       `writes per request: control plane ${count(r.writes[0]!)}, agent ${count(r.writes[1]!)};`,
+      `the relay floor per request: edge ${ms3(r.floor.perRequest[0]!)} ms, node ${ms3(r.floor.perRequest[1]!)} ms, writes ${count(r.floor.perRequest[2]!)} and ${count(r.floor.perRequest[3]!)}; per chunk ${ms3(r.floor.perChunk[0]!)} and ${ms3(r.floor.perChunk[1]!)} ms, writes ${count(r.floor.perChunk[2]!)} and ${count(r.floor.perChunk[3]!)};`,
       `sweep ${r.steps.join(", ")}; streams ${ms(r.ratio)} of direct tokens/s,`,
       `per chunk: CPU control plane ${ms3(r.perChunk[0]!)} ms, agent ${ms3(r.perChunk[1]!)} ms, the stub direct ${ms3(r.stub.perChunk)} ms, writes ${count(r.perChunk[2]!)} and ${count(r.perChunk[3]!)};`,
       `TTFT p99 direct ${ms(r.ttftDirect.p99)} API ${ms(r.ttftApi.p99)} ms; ${r.connections} TLS connections opened after warm-up; load ${r.load.toFixed(1)};`,
@@ -250,6 +309,7 @@ function report(all: Run[], loadBefore: number[]): string {
     `direct (the floor) p50 ${each((r) => r.direct.summary.p50)}, p99 ${each((r) => r.direct.summary.p99)} ms`,
     `CPU ms per request through the API: control plane ${each((r) => r.cpu[0]!)}, agent ${each((r) => r.cpu[1]!)}, this client ${each((r) => r.cpu[2]!)}`,
     `the anchor, a bare Node HTTP server (the stub called directly, plain HTTP) answering itself: CPU ms per request ${each((r) => r.stub.perRequest, ms3)}, per chunk ${each((r) => r.stub.perChunk, ms3)}; control plane over it per request ${each((r) => r.cpu[0]! / r.stub.perRequest, ratio)}, per chunk ${each((r) => r.perChunk[0]! / r.stub.perChunk, ratio)}; agent per request ${each((r) => r.cpu[1]! / r.stub.perRequest, ratio)}, per chunk ${each((r) => r.perChunk[1]! / r.stub.perChunk, ratio)}`,
+    `the relay's transport alone (bench/support/relay-floor.ts), CPU ms per request: edge ${each((r) => r.floor.perRequest[0]!, ms3)}, node ${each((r) => r.floor.perRequest[1]!, ms3)}; per chunk: edge ${each((r) => r.floor.perChunk[0]!, ms3)}, node ${each((r) => r.floor.perChunk[1]!, ms3)}; control plane over the edge per request ${each((r) => r.cpu[0]! / r.floor.perRequest[0]!, ratio)}, per chunk ${each((r) => r.perChunk[0]! / r.floor.perChunk[0]!, ratio)}; agent over the node per request ${each((r) => r.cpu[1]! / r.floor.perRequest[1]!, ratio)}, per chunk ${each((r) => r.perChunk[1]! / r.floor.perChunk[1]!, ratio)}`,
     `write system calls per request: control plane ${each((r) => r.writes[0]!, count)}, agent ${each((r) => r.writes[1]!, count)}`,
     `per stream chunk through the API: CPU ms control plane ${each((r) => r.perChunk[0]!, ms3)}, agent ${each((r) => r.perChunk[1]!, ms3)}; writes control plane ${each((r) => r.perChunk[2]!, count)}, agent ${each((r) => r.perChunk[3]!, count)}`,
     `most requests/s at added p99 <= ${addedP99Target} ms: ${each(
@@ -272,6 +332,7 @@ function report(all: Run[], loadBefore: number[]): string {
   ].join("\n");
 }
 
+const floor = await startRelayFloor();
 const loadBefore = loadavg();
 const all: Run[] = [];
 for (let run = 1; run <= runs; run++) {
@@ -279,5 +340,6 @@ for (let run = 1; run <= runs; run++) {
   all.push(await oneRun());
 }
 process.stdout.write(report(all, loadBefore));
-await Promise.all([direct.dispatcher.close(), api.dispatcher.close()]);
+await Promise.all([direct.dispatcher.close(), api.dispatcher.close(), floor.target.dispatcher.close()]);
+floor.close();
 await setup.close();
