@@ -54,6 +54,8 @@ const chunks = numParam("BENCH_CHUNKS", 100);
 const paceMs = numParam("BENCH_PACE_MS", 5);
 const streamConcurrency = numParam("BENCH_STREAM_CONCURRENCY", 16);
 const pauseSeconds = numParam("BENCH_PAUSE_SECONDS", 5);
+/** How long the stack is watched doing nothing, for its CPU at rest. */
+const idleSeconds = 3;
 /** The shortest gap of a spinning core counted as the machine's pause. */
 const pauseThresholdMs = 5;
 /** The issue's bound on added p99, for the sweep. */
@@ -191,6 +193,8 @@ interface Run {
   perChunk: number[];
   /** The stub's own CPU ms when called directly: per request, and per chunk of its streams. */
   stub: { perRequest: number; perChunk: number };
+  /** CPU ms per second of the control plane and the agent with no request in flight (their loops). */
+  idle: number[];
   /** The relay's transport alone, per request and per chunk: CPU ms of its edge and node, then their write calls. */
   floor: { perRequest: number[]; perChunk: number[] };
   most: number;
@@ -214,6 +218,11 @@ async function oneRun(): Promise<Run> {
   await fixedRate(floor.target, rate, 1);
   await fixedRate(api, rate, 1);
   const connectionsBefore = apiConnections;
+  // What the two spend with nothing to relay (the database's loops, heartbeats, reports), part of
+  // every per-request figure below at its rate.
+  const idle0 = [processCpuMs(setup.pids.server), processCpuMs(setup.pids.agent)];
+  await new Promise((r) => setTimeout(r, idleSeconds * 1000));
+  const idle = [processCpuMs(setup.pids.server), processCpuMs(setup.pids.agent)].map((c, i) => (c - idle0[i]!) / idleSeconds);
   const stub0 = processCpuMs(setup.pids.stub);
   const d = await fixedRate(direct, rate, seconds);
   // The anchor: what a bare Node HTTP server (the stub, plain HTTP) spends answering the same request itself.
@@ -261,6 +270,7 @@ async function oneRun(): Promise<Run> {
     writes,
     perChunk,
     stub: { perRequest: stubCpu, perChunk: stubPerChunk },
+    idle,
     floor: { perRequest: floorPerRequest, perChunk: floorPerChunk },
     most,
     steps,
@@ -292,6 +302,7 @@ function report(all: Run[], loadBefore: number[]): string {
       `added ${ms(added(r, "p50"))}/${ms(added(r, "p95"))}/${ms(added(r, "p99"))} ms;`,
       `CPU per request: control plane ${ms(r.cpu[0]!)} ms, agent ${ms(r.cpu[1]!)} ms, client ${ms(r.cpu[2]!)} ms, the stub direct ${ms(r.stub.perRequest)} ms;`,
       `writes per request: control plane ${count(r.writes[0]!)}, agent ${count(r.writes[1]!)};`,
+      `at rest: control plane ${ms(r.idle[0]!)} ms/s, agent ${ms(r.idle[1]!)} ms/s;`,
       `the relay floor per request: edge ${ms3(r.floor.perRequest[0]!)} ms, node ${ms3(r.floor.perRequest[1]!)} ms, writes ${count(r.floor.perRequest[2]!)} and ${count(r.floor.perRequest[3]!)}; per chunk ${ms3(r.floor.perChunk[0]!)} and ${ms3(r.floor.perChunk[1]!)} ms, writes ${count(r.floor.perChunk[2]!)} and ${count(r.floor.perChunk[3]!)};`,
       `sweep ${r.steps.join(", ")}; streams ${ms(r.ratio)} of direct tokens/s,`,
       `per chunk: CPU control plane ${ms3(r.perChunk[0]!)} ms, agent ${ms3(r.perChunk[1]!)} ms, the stub direct ${ms3(r.stub.perChunk)} ms, writes ${count(r.perChunk[2]!)} and ${count(r.perChunk[3]!)};`,
@@ -308,6 +319,7 @@ function report(all: Run[], loadBefore: number[]): string {
     `added at ${rate}/s, median (range) of runs: p50 ${each((r) => added(r, "p50"))} ms, p95 ${each((r) => added(r, "p95"))} ms, p99 ${each((r) => added(r, "p99"))} ms (target p99 <= ${addedP99Target})`,
     `direct (the floor) p50 ${each((r) => r.direct.summary.p50)}, p99 ${each((r) => r.direct.summary.p99)} ms`,
     `CPU ms per request through the API: control plane ${each((r) => r.cpu[0]!)}, agent ${each((r) => r.cpu[1]!)}, this client ${each((r) => r.cpu[2]!)}`,
+    `CPU at rest (nothing relayed, ${idleSeconds} s): control plane ${each((r) => r.idle[0]!)} ms/s, agent ${each((r) => r.idle[1]!)} ms/s: at ${rate}/s, ${each((r) => r.idle[0]! / rate, ms3)} and ${each((r) => r.idle[1]! / rate, ms3)} ms of each request's figure`,
     `the anchor, a bare Node HTTP server (the stub called directly, plain HTTP) answering itself: CPU ms per request ${each((r) => r.stub.perRequest, ms3)}, per chunk ${each((r) => r.stub.perChunk, ms3)}; control plane over it per request ${each((r) => r.cpu[0]! / r.stub.perRequest, ratio)}, per chunk ${each((r) => r.perChunk[0]! / r.stub.perChunk, ratio)}; agent per request ${each((r) => r.cpu[1]! / r.stub.perRequest, ratio)}, per chunk ${each((r) => r.perChunk[1]! / r.stub.perChunk, ratio)}`,
     `the relay's transport alone (bench/support/relay-floor.ts), CPU ms per request: edge ${each((r) => r.floor.perRequest[0]!, ms3)}, node ${each((r) => r.floor.perRequest[1]!, ms3)}; per chunk: edge ${each((r) => r.floor.perChunk[0]!, ms3)}, node ${each((r) => r.floor.perChunk[1]!, ms3)}; control plane over the edge per request ${each((r) => r.cpu[0]! / r.floor.perRequest[0]!, ratio)}, per chunk ${each((r) => r.perChunk[0]! / r.floor.perChunk[0]!, ratio)}; agent over the node per request ${each((r) => r.cpu[1]! / r.floor.perRequest[1]!, ratio)}, per chunk ${each((r) => r.perChunk[1]! / r.floor.perChunk[1]!, ratio)}`,
     `write system calls per request: control plane ${each((r) => r.writes[0]!, count)}, agent ${each((r) => r.writes[1]!, count)}`,
