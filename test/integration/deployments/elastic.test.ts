@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type DeploymentService, DeploymentState } from "../../../gen/proto/modelforge/deployment/v1/deployment_pb.js";
 import { writeTinyLlamaGguf } from "../../../scripts/gguf.js";
 import { eventually, type TestNode } from "../../support/node.js";
+import { waitFor } from "../../support/wait.js";
 import type { AgentProcess } from "../../support/process.js";
 import { completion, serviceClient } from "../../support/usage-load.js";
 import { startTestServer, type TestServer } from "../../support/server.js";
@@ -96,7 +97,16 @@ describe("autoscaling on requests in flight", () => {
     };
     const workers = [worker(), worker(), worker(), worker()];
     try {
-      await eventually(async () => (await record("burst")).readyReplicas === 3 || undefined, 120_000, "burst at 3 ready replicas");
+      // On a timeout, where each replica stood when last read.
+      let last = "";
+      await waitFor(
+        async () => {
+          const r = await record("burst");
+          last = r.replicas.map((x) => `${DeploymentState[x.state]}${x.reason ? ` (${x.reason})` : ""}`).join(", ");
+          return r.readyReplicas === 3 || undefined;
+        },
+        { timeout: 120_000, interval: 50, what: () => `burst at 3 ready replicas; its replicas: ${last === "" ? "none" : last}` },
+      );
     } finally {
       stop = true;
       await Promise.all(workers);
