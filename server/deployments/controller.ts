@@ -359,8 +359,8 @@ export class DeploymentController {
    * Gives a pending replica a node: the placement rules choose over a snapshot of the fleet, then,
    * under locks on the deployment's row and the node's, the choice is kept only if no replica was
    * placed on that node since the snapshot (a sibling, or another deployment's, from this control
-   * plane or another). Nothing fits: the
-   * reason is kept on the replica for operators, and the next pass (or a change in the fleet) tries again.
+   * plane or another). Nothing fits: the reason is kept on the replica for operators, and the next
+   * pass (or a change in the fleet) tries again.
    */
   private async place(d: WithInstances, i: DeploymentInstance, now: Date): Promise<Applied> {
     const { prisma } = this.deps;
@@ -434,12 +434,13 @@ export class DeploymentController {
       await replicaAudit(tx, "deployment.replica_placed", d, i, { nodeId, ...(gpus.length > 0 ? { gpus: gpuUuids.join(",") } : {}) }, now);
       return true;
     });
-    if (placed) this.evictedFor.delete(key);
-    if (placed)
+    if (placed) {
+      this.evictedFor.delete(key);
       this.deps.log.info(
         { deploymentId: d.id, replica: i.replica, revision: String(i.revision), nodeId, gpus: gpuUuids },
         "deployment replica placed",
       );
+    }
     // Not placed: a concurrent pass placed this replica, or a sibling took the room the snapshot saw.
     return wrote(placed);
   }

@@ -67,7 +67,7 @@ export interface ChosenGpu {
   index: number;
 }
 
-export type Placement = { nodeId: string; gpus: ChosenGpu[]; gpuShared?: boolean } | { pending: string };
+export type Placement = { nodeId: string; gpus: ChosenGpu[] } | { pending: string };
 
 /** The filesystem holding `path`: the longest mount that is a prefix of it at a path boundary. */
 export function mountOf(path: string, mounts: { mount: string; freeBytes: number }[]): { mount: string; freeBytes: number } | undefined {
@@ -228,5 +228,5 @@ export function place(nodes: readonly NodeView[], req: PlacementRequest): Placem
       b.memoryFree - a.memoryFree ||
       (a.node.id < b.node.id ? -1 : a.node.id > b.node.id ? 1 : 0),
   );
-  return { nodeId: fitting[0]!.node.id, gpus: fitting[0]!.gpus, ...(req.gpu?.shared ? { gpuShared: true } : {}) };
+  return { nodeId: fitting[0]!.node.id, gpus: fitting[0]!.gpus };
 }
