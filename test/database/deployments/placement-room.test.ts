@@ -66,18 +66,17 @@ async function nodeOfOneGiB(room: string): Promise<string> {
 }
 
 /** A deployment of one replica on nodes labelled `room`, created and waiting to be placed. */
-async function pendingDeployment(room: string, runtimeProfile = profile): Promise<string> {
+async function pendingDeployment(room: string): Promise<string> {
   const id = randomUUID();
-  const data = { ...served, runtimeProfile };
   await t.db.prisma.deployment.create({
-    data: { id, name: `d-${id.slice(0, 8)}`, state: "pending", targetRoot: "/srv", selector: { room }, priority: 1, ...data },
+    data: { id, name: `d-${id.slice(0, 8)}`, state: "pending", targetRoot: "/srv", selector: { room }, priority: 1, ...served },
   });
-  await t.db.prisma.deploymentInstance.create({ data: { deploymentId: id, revision: 1n, replica: 0, phase: "pending", ...data } });
+  await t.db.prisma.deploymentInstance.create({ data: { deploymentId: id, revision: 1n, replica: 0, phase: "pending", ...served } });
   return id;
 }
 
 /** An autoscaled deployment whose one replica is ready on the node, idle for a minute. */
-async function idleReplica(nodeId: string): Promise<string> {
+async function idleReplica(on: string): Promise<string> {
   const id = randomUUID();
   const data = { ...served, runtimeProfile: `${profile}-small` };
   const idleSince = new Date(now - 60_000);
@@ -85,7 +84,7 @@ async function idleReplica(nodeId: string): Promise<string> {
     data: { id, name: `idle-${id.slice(0, 8)}`, state: "ready", targetRoot: "/srv", autoscale: true, maxReplicas: 1, ...data },
   });
   await t.db.prisma.deploymentInstance.create({
-    data: { deploymentId: id, revision: 1n, replica: 0, nodeId, phase: "ready", runtimeId: "rt", updatedAt: idleSince, ...data },
+    data: { deploymentId: id, revision: 1n, replica: 0, nodeId: on, phase: "ready", runtimeId: "rt", updatedAt: idleSince, ...data },
   });
   return id;
 }
