@@ -68,14 +68,6 @@ const wrote = (matched: boolean): Applied => (matched ? "changed" : "raced");
 /** Pending replicas whose latest eviction is remembered (a deleted deployment's are never placed). */
 const evictionsRemembered = 10_000;
 
-/** Drops a map's oldest entries past `max`. */
-function forgetOldest(map: Map<string, unknown>, max: number): void {
-  for (const key of map.keys()) {
-    if (map.size <= max) return;
-    map.delete(key);
-  }
-}
-
 /** Deployments read (with their instances) per statement of a pass. */
 const sweepBatch = 500;
 
@@ -401,7 +393,7 @@ export class DeploymentController {
         await this.evict(placement.evict, d);
       } finally {
         this.evictedFor.set(key, ++this.passes);
-        forgetOldest(this.evictedFor, evictionsRemembered);
+        if (this.evictedFor.size > evictionsRemembered) this.evictedFor.delete(this.evictedFor.keys().next().value!);
       }
     }
     if ("pending" in placement) {
