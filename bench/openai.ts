@@ -40,7 +40,7 @@ import { Agent, request } from "undici";
 import { describePauses, machinePauses, type MachinePauses } from "./support/machine-pauses.js";
 import { openLoop } from "./support/open-loop.js";
 import { ms, numParam, param, processCpuMs, processWrites, rsaSignMs, summarize, type Summary } from "./support/stats.js";
-import { startStubDeployment } from "./support/stub-deployment.js";
+import { startStubDeployment, until } from "./support/stub-deployment.js";
 import { serverNodeFlags } from "../server/tuning.js";
 
 const runs = numParam("BENCH_RUNS", 3);
@@ -99,13 +99,12 @@ async function startRelayFloor(): Promise<{ target: Target; pids: { edge: number
     node.kill();
   });
   const target = { url: `${url}/v1/completions`, dispatcher: pool(readFileSync(caFile, "utf8")), headers: json };
-  for (let tries = 0; ; tries++) {
+  // 503 until the node has opened its stream.
+  await until(async () => {
     const res = await request(target.url, { method: "POST", headers: json, body: completion, dispatcher: target.dispatcher });
     await res.body.text();
-    if (res.statusCode === 200) break;
-    if (tries > 100) throw new Error(`the relay floor answered HTTP ${res.statusCode}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+    return res.statusCode === 200 ? true : undefined;
+  }, "the relay floor to answer 200");
   const close = () => {
     edge.kill();
     node.kill();

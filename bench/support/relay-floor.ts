@@ -10,13 +10,15 @@
 //                             client certificate), and makes each request it is sent to the
 //                             runtime with undici's dispatcher (as agent/engines/runtime-http.ts),
 //                             sending the head, each body piece and the end back.
-// No authentication, JSON, routing, metering or Protobuf: frames are [u32 length][u32 id][u8 kind]
-// and a payload. The edge prints its URL on stdout once it listens.
+// No authentication, JSON, routing, metering or Protobuf: messages are [u32 id][u8 kind] and a
+// payload, in gRPC's length prefix as the Session frames its own (common/grpc-frames.ts). The edge
+// prints its URL on stdout once it listens.
 import http2 from "node:http2";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import { Pool } from "undici";
+import { FrameReader, frame } from "../../common/grpc-frames.js";
 import { loadOrCreateCa } from "../../server/identity/pki/ca.js";
 import { http2ServerTuning } from "../../server/tuning.js";
 
@@ -27,31 +29,24 @@ enum Kind {
   End = 3,
 }
 
-const headerBytes = 9;
+/** Whole messages of the relay's stream: far above any answer the stub sends. */
+const maxMessageBytes = 16 * 2 ** 20;
 
-function frame(id: number, kind: Kind, payload: Buffer | string = ""): Buffer {
+/** A message of the relay's stream: [u32 id][u8 kind] and the payload, in gRPC's length prefix. */
+function message(id: number, kind: Kind, payload: Buffer | string = ""): Buffer {
   const body = typeof payload === "string" ? Buffer.from(payload) : payload;
-  const out = Buffer.allocUnsafe(headerBytes + body.length);
-  out.writeUInt32BE(5 + body.length, 0);
-  out.writeUInt32BE(id, 4);
-  out.writeUInt8(kind, 8);
-  body.copy(out, headerBytes);
-  return out;
+  const out = Buffer.allocUnsafe(5 + body.length);
+  out.writeUInt32BE(id, 0);
+  out.writeUInt8(kind, 4);
+  body.copy(out, 5);
+  return frame(out);
 }
 
-/** Splits a byte stream into frames, whatever the pieces it arrives in. */
-function onFrames(stream: NodeJS.ReadableStream, each: (id: number, kind: Kind, payload: Buffer) => void): void {
-  let pending: Buffer = Buffer.alloc(0);
+/** Reads the stream's messages, whatever the pieces they arrive in. */
+function onMessages(stream: NodeJS.ReadableStream, each: (id: number, kind: Kind, payload: Buffer) => void): void {
+  const reader = new FrameReader("/relay", maxMessageBytes);
   stream.on("data", (piece: Buffer) => {
-    pending = pending.length === 0 ? piece : Buffer.concat([pending, piece]);
-    let at = 0;
-    while (pending.length - at >= 4) {
-      const length = pending.readUInt32BE(at);
-      if (pending.length - at < 4 + length) break;
-      each(pending.readUInt32BE(at + 4), pending.readUInt8(at + 8) as Kind, pending.subarray(at + headerBytes, at + 4 + length));
-      at += 4 + length;
-    }
-    pending = pending.subarray(at);
+    for (const m of reader.push(piece)) each(m.readUInt32BE(0), m.readUInt8(4) as Kind, m.subarray(5));
   });
 }
 
@@ -73,7 +68,7 @@ async function edge(dir: string): Promise<void> {
         }
         const id = ++next;
         answering.set(id, res);
-        upstream.write(frame(id, Kind.Request, Buffer.concat(parts)));
+        upstream.write(message(id, Kind.Request, Buffer.concat(parts)));
       });
     },
   );
@@ -83,7 +78,7 @@ async function edge(dir: string): Promise<void> {
     if (headers[":path"] !== "/relay") return compat[0]!.call(server, stream, headers, ...rest);
     upstream = stream;
     stream.respond({ ":status": 200 });
-    onFrames(stream, (id, kind, payload) => {
+    onMessages(stream, (id, kind, payload) => {
       const res = answering.get(id);
       if (res === undefined) return;
       if (kind === Kind.Head) res.writeHead(payload.readUInt16BE(0), { "content-type": payload.toString("latin1", 2) });
@@ -113,7 +108,7 @@ async function node(url: string, caFile: string, runtime: string): Promise<void>
       stream.write(out.length === 1 ? out[0]! : Buffer.concat(out));
     });
   };
-  onFrames(stream, (id, kind, body) => {
+  onMessages(stream, (id, kind, body) => {
     if (kind !== Kind.Request) return;
     let contentType = "application/json";
     pool.dispatch(
@@ -127,18 +122,18 @@ async function node(url: string, caFile: string, runtime: string): Promise<void>
           const head = Buffer.alloc(2 + contentType.length);
           head.writeUInt16BE(status, 0);
           head.write(contentType, 2, "latin1");
-          send(frame(id, Kind.Head, head));
+          send(message(id, Kind.Head, head));
           return true;
         },
         onData(chunk) {
-          send(frame(id, Kind.Data, chunk));
+          send(message(id, Kind.Data, chunk));
           return true;
         },
         onComplete() {
-          send(frame(id, Kind.End));
+          send(message(id, Kind.End));
         },
         onError() {
-          send(frame(id, Kind.End));
+          send(message(id, Kind.End));
         },
       },
     );

@@ -145,7 +145,8 @@ async function deployStub(admin: Client<typeof AdminService>, nodeId: string, di
   );
 }
 
-async function until<T>(check: () => Promise<T | undefined>, what: string): Promise<T> {
+/** Polls `check` every 100 ms until it gives a value, for at most 60 s. */
+export async function until<T>(check: () => Promise<T | undefined>, what: string): Promise<T> {
   const end = Date.now() + 60_000;
   for (;;) {
     const v = await check();
